@@ -1,0 +1,132 @@
+"""The toolbox channel: JSON lines over a container's attached stdio.
+
+Docker multiplexes a non-TTY attach stream into frames: an 8-byte header (stream
+type, three zero bytes, big-endian payload size) and the payload. Stdout frames
+carry the toolbox's responses, one JSON object per line; stderr frames carry its
+diagnostics. The channel runs on the event loop with no thread per call, which
+keeps a round trip to a couple of milliseconds; ids let many calls share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import socket
+import struct
+from typing import Any
+
+from .errors import ToolboxGoneError
+from .protocol import Response
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">BxxxI")
+_STDOUT, _STDERR = 1, 2
+_STDERR_KEEP = 8192
+
+
+class ToolboxChannel:
+    """Sends requests to one toolbox and matches its responses by id."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._stderr = bytearray()
+        self._closed_reason: str | None = None
+        self._task = asyncio.create_task(self._read_loop(), name="toolbox-channel")
+
+    @classmethod
+    async def open(cls, sock: socket.socket) -> ToolboxChannel:
+        """Wrap an attached, already-upgraded socket (the channel owns it from now on)."""
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+        return cls(reader, writer)
+
+    @property
+    def alive(self) -> bool:
+        return self._closed_reason is None
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last few KiB the toolbox wrote to stderr, for error messages."""
+        return self._stderr.decode("utf-8", "replace")
+
+    async def request(self, op: str, args: dict[str, Any], timeout: float) -> Response:
+        """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError."""
+        if self._closed_reason is not None:
+            raise ToolboxGoneError(self._closed_reason)
+        rid = next(self._ids)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            line = json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n"
+            self._writer.write(line)
+            async with asyncio.timeout(timeout):
+                await self._writer.drain()
+                return await future
+        except (ConnectionError, OSError) as err:
+            raise ToolboxGoneError(f"the toolbox stream broke: {err}") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def close(self) -> None:
+        self._fail_all("the sandbox was stopped")
+        self._task.cancel()
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(BaseException):
+            await self._task
+
+    async def _read_loop(self) -> None:
+        buffer = bytearray()
+        try:
+            while True:
+                kind, size = _HEADER.unpack(await self._reader.readexactly(_HEADER.size))
+                payload = await self._reader.readexactly(size)
+                if kind == _STDERR:
+                    self._keep_stderr(payload)
+                    continue
+                buffer += payload
+                self._dispatch(buffer)
+        except asyncio.IncompleteReadError:
+            self._fail_all("the toolbox exited (its container stopped, was killed, or ran out of memory)")
+        except (ConnectionError, OSError) as err:
+            self._fail_all(f"the toolbox stream broke: {err}")
+
+    def _dispatch(self, buffer: bytearray) -> None:
+        start = 0
+        while (end := buffer.find(b"\n", start)) != -1:
+            line = bytes(buffer[start:end])
+            start = end + 1
+            if line.strip():
+                self._resolve(line)
+        del buffer[:start]
+
+    def _resolve(self, line: bytes) -> None:
+        try:
+            response = Response.model_validate_json(line)
+        except ValueError:
+            log.warning("toolbox sent an unreadable line: %.200r", line)
+            return
+        future = self._pending.get(response.id) if response.id is not None else None
+        if future is not None and not future.done():
+            future.set_result(response)
+        elif response.error is not None:
+            log.warning("toolbox: %s", response.error.message)
+
+    def _keep_stderr(self, payload: bytes) -> None:
+        self._stderr += payload
+        del self._stderr[:-_STDERR_KEEP]
+        log.debug("toolbox stderr: %s", payload.decode("utf-8", "replace").rstrip())
+
+    def _fail_all(self, reason: str) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ToolboxGoneError(reason))

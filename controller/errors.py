@@ -1,0 +1,75 @@
+"""The exception tree. Tool failures are values for the model; only these raise.
+
+    CubicleError
+    ├── ConfigError(ValueError)            bad settings, flags or missing API key
+    ├── NotFoundError(LookupError)         no such session
+    ├── ConflictError                      a turn is already running
+    ├── CapacityError                      too many sessions at once
+    ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots
+    ├── ModelError                         the model API failed after retries
+    └── SandboxError(RuntimeError)         Docker or the toolbox failed
+        ├── DockerUnavailableError          no engine answers
+        ├── ImageMissingError(LookupError)  the sandbox image is not built
+        └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
+
+Each class carries ``hint``: what the person reading the error should do next.
+"""
+
+from __future__ import annotations
+
+
+class CubicleError(Exception):
+    """Root of every error Cubicle raises on purpose."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} {self.hint}".strip() if self.hint else base
+
+
+class ConfigError(CubicleError, ValueError):
+    """Settings, flags or environment are wrong or missing."""
+
+
+class NotFoundError(CubicleError, LookupError):
+    """A session or resource does not exist."""
+
+
+class ConflictError(CubicleError):
+    """The request conflicts with the session's state (a turn is running)."""
+
+
+class CapacityError(CubicleError):
+    """The controller is running as many sessions as it may."""
+
+
+class ForbiddenRepoError(CubicleError, PermissionError):
+    """The repository path is not one a session may use."""
+
+
+class ModelError(CubicleError):
+    """The model API failed and retries did not help."""
+
+
+class SandboxError(CubicleError, RuntimeError):
+    """The container or the toolbox inside it failed."""
+
+
+class DockerUnavailableError(SandboxError):
+    """No Docker engine answers."""
+
+    hint = "Start the Docker engine (e.g. `sudo systemctl start docker` or `dockerd &`) and check `docker info`."
+
+
+class ImageMissingError(SandboxError, LookupError):
+    """The sandbox image is not present on the engine."""
+
+
+class ToolboxGoneError(SandboxError):
+    """The toolbox stopped answering or its stream ended; the next call gets a fresh container."""

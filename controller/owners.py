@@ -1,0 +1,89 @@
+"""Labels that mark a container as Cubicle's, and the sweep that removes orphans.
+
+Every sandbox carries ``org.cubicle.managed``, its session id, and an owner token
+``instance:pid:start`` naming the controller process that made it. A container is an
+orphan when that process is gone (same instance, pid dead or reused) or when its
+owner is this very process but the session is no longer live. Containers made by
+another instance (another host, another compose container) are left alone unless
+asked, because we cannot see whether their owner still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MANAGED = "org.cubicle.managed"
+SESSION = "org.cubicle.session"
+OWNER = "org.cubicle.owner"
+
+
+def _start_ticks(pid: int) -> str:
+    """The process start time in clock ticks since boot, so a reused pid is not mistaken for ours."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return "0"
+
+
+def owner_token(instance: str) -> str:
+    pid = os.getpid()
+    return f"{instance}:{pid}:{_start_ticks(pid)}"
+
+
+def labels(instance: str, session_id: str) -> dict[str, str]:
+    return {MANAGED: "true", SESSION: session_id, OWNER: owner_token(instance)}
+
+
+def _owner_alive(token: str) -> bool:
+    parts = token.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return _start_ticks(pid) == parts[2]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    removed: list[str]
+    kept: list[str]
+
+
+def is_orphan(container_labels: dict[str, str], instance: str, live_sessions: Collection[str], everything: bool) -> bool:
+    token = container_labels.get(OWNER, "")
+    if everything:
+        return True
+    if not token.startswith(instance + ":"):
+        return False
+    if token == owner_token(instance):
+        return container_labels.get(SESSION, "") not in live_sessions
+    return not _owner_alive(token)
+
+
+def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), everything: bool = False) -> Sweep:
+    """Remove orphaned sandboxes (all Cubicle containers with ``everything``); blocking."""
+    removed, kept = [], []
+    for container in client.containers.list(all=True, filters={"label": f"{MANAGED}=true"}):
+        name = f"{container.name} (session {container.labels.get(SESSION, '?')})"
+        if not is_orphan(container.labels, instance, live_sessions, everything):
+            kept.append(name)
+            continue
+        try:
+            container.remove(force=True)
+            removed.append(name)
+        except Exception as err:  # noqa: BLE001 - one stuck container must not stop the sweep
+            log.warning("could not remove %s: %s", name, err)
+            kept.append(name)
+    return Sweep(removed, kept)

@@ -1,0 +1,221 @@
+"""The sandbox seam and its Docker implementation.
+
+A sandbox is one container per session with the repository bind-mounted at
+``/workspace``. The toolbox inside it answers requests over the attached stdio
+stream (see ``channel``). The controller keeps its own deadline on every call: when
+the toolbox does not answer in time or its stream ends, the call returns a Failure,
+the container is removed, and the next call starts a fresh one on the same
+workspace. No call waits forever and no tool problem raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any, Protocol
+
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import LogConfig, Mount
+from pydantic import ValidationError
+
+from . import images, owners
+from .channel import ToolboxChannel
+from .config import Limits
+from .errors import SandboxError, ToolboxGoneError
+from .protocol import RESULTS, Failure, Outcome
+
+log = logging.getLogger(__name__)
+
+WORKSPACE = "/workspace"
+HOME = "/home/agent"
+READY_TIMEOUT_S = 30.0
+DOCKER_CALL_TIMEOUT_S = 30.0
+
+
+class Sandbox(Protocol):
+    """Where tool calls run. ``call`` never raises for a tool problem; it returns a Failure."""
+
+    async def start(self) -> None: ...
+
+    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome: ...
+
+    async def stop(self) -> None: ...
+
+
+def repo_owner(repo: Path) -> tuple[int, int]:
+    st = repo.stat()
+    return st.st_uid, st.st_gid
+
+
+def _git_mounts(repo: Path) -> list[Mount]:
+    """.git/hooks and .git/config read-only: git on the host would run what the agent put there."""
+    git = repo / ".git"
+    if not git.is_dir() or git.is_symlink():
+        return []
+    hooks = git / "hooks"
+    if not hooks.exists():
+        with contextlib.suppress(OSError):
+            hooks.mkdir()
+            uid, gid = repo_owner(repo)
+            os.chown(hooks, uid, gid)
+    mounts = []
+    for part in (hooks, git / "config"):
+        if part.exists() and not part.is_symlink():
+            mounts.append(Mount(f"{WORKSPACE}/.git/{part.name}", str(part), type="bind", read_only=True))
+    return mounts
+
+
+def container_options(image: str, repo: Path, limits: Limits, labels: dict[str, str]) -> dict[str, Any]:
+    """Everything a sandbox container is created with; the hardening lives here and only here."""
+    uid, gid = repo_owner(repo)
+    tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
+    memory = f"{limits.memory_mb}m"
+    return {
+        "image": image,
+        "user": f"{uid}:{gid}",
+        "working_dir": WORKSPACE,
+        "stdin_open": True,
+        "tty": False,
+        "environment": {"HOME": HOME},
+        "labels": labels,
+        "hostname": "cubicle",
+        "mounts": [Mount(WORKSPACE, str(repo), type="bind"), *_git_mounts(repo)],
+        "tmpfs": {"/tmp": f"{tmpfs_opts},mode=1777", HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}"},
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "network_mode": "bridge" if limits.network else "none",
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "pids_limit": limits.pids,
+        "init": True,
+        "ipc_mode": "private",
+        "devices": [],
+        "log_config": LogConfig(type=LogConfig.types.NONE),
+    }
+
+
+def _raw_socket(attached: Any) -> socket.socket:
+    """A private duplicate of the socket under the SDK's attach wrapper."""
+    sock = attached if isinstance(attached, socket.socket) else getattr(attached, "_sock", None)
+    if not isinstance(sock, socket.socket):
+        raise SandboxError("Attaching to the sandbox needs a unix or plain tcp DOCKER_HOST.")
+    return sock.dup()
+
+
+class DockerSandbox:
+    """One session's container; started lazily, replaced when its toolbox dies."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        repo: Path,
+        session_id: str,
+        limits: Limits,
+        image: str,
+        instance: str,
+        auto_build: bool = True,
+    ) -> None:
+        self._client = client
+        self.repo = repo
+        self.session_id = session_id
+        self.limits = limits
+        self.image = image
+        self.instance = instance
+        self.auto_build = auto_build
+        self.container: Any = None
+        self._channel: ToolboxChannel | None = None
+        self._lock = asyncio.Lock()
+        self.restarts = 0
+
+    async def start(self) -> None:
+        """Create and start the container and wait until the toolbox answers."""
+        async with self._lock:
+            if self._channel is None or not self._channel.alive:
+                await self._discard()
+                await self._launch()
+
+    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
+        await self.start()
+        channel = self._channel
+        assert channel is not None
+        try:
+            response = await channel.request(op, args, timeout)
+        except TimeoutError:
+            await self._replace_after_failure(channel)
+            return Failure(
+                kind="deadline",
+                message=f"The sandbox did not answer within {timeout:.0f}s, so it was restarted. "
+                "Files in the repository are kept; running processes and /tmp are gone.",
+            )
+        except ToolboxGoneError as err:
+            await self._replace_after_failure(channel)
+            return Failure(
+                kind="sandbox_died",
+                message=f"The call failed because {err}. A fresh sandbox on the same repository serves the next call; "
+                "if a command used too much memory or killed every process, change the approach.",
+            )
+        if not response.ok or response.result is None:
+            return response.error or Failure(kind="internal", message="The toolbox returned neither a result nor an error.")
+        try:
+            return RESULTS[op].model_validate(response.result)
+        except ValidationError as err:
+            return Failure(kind="protocol", message=f"The toolbox answered {op} with an unexpected shape: {err}")
+
+    async def stop(self) -> None:
+        """Kill and remove the container at once (no stop grace)."""
+        async with self._lock:
+            await self._discard()
+
+    async def _replace_after_failure(self, channel: ToolboxChannel) -> None:
+        async with self._lock:
+            if self._channel is channel:
+                self.restarts += 1
+                await self._discard()
+
+    async def _launch(self) -> None:
+        await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
+        options = container_options(self.image, self.repo, self.limits, owners.labels(self.instance, self.session_id))
+        try:
+            self.container = await asyncio.to_thread(self._client.containers.create, **options)
+            attached = await asyncio.to_thread(
+                self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            sock = _raw_socket(attached)
+            with contextlib.suppress(Exception):
+                attached.close()
+            self._channel = await ToolboxChannel.open(sock)
+            await asyncio.to_thread(self.container.start)
+            await self._channel.request("ping", {}, READY_TIMEOUT_S)
+        except (DockerException, ToolboxGoneError, TimeoutError, OSError) as err:
+            detail = self._channel.stderr_tail.strip() if self._channel else ""
+            await self._discard()
+            raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
+        except BaseException:
+            await self._discard()
+            raise
+
+    async def _discard(self) -> None:
+        channel, self._channel = self._channel, None
+        container, self.container = self.container, None
+        if channel is not None:
+            await channel.close()
+        if container is not None:
+            await _remove(container)
+
+
+async def _remove(container: Any) -> None:
+    """Force-remove (SIGKILL + delete) without letting a stuck engine hang the caller."""
+    try:
+        await asyncio.wait_for(asyncio.to_thread(container.remove, force=True), DOCKER_CALL_TIMEOUT_S)
+    except NotFound:
+        pass
+    except (APIError, DockerException, TimeoutError) as err:
+        if "already in progress" not in str(err):
+            log.warning("could not remove sandbox %s: %s", container.short_id, err)

@@ -1,0 +1,514 @@
+#!/usr/bin/env python3
+"""Cubicle toolbox: the long-lived process inside every sandbox container.
+
+It reads one JSON request per line on stdin and writes one JSON response per
+line on stdout:
+
+    {"id": 7, "op": "read_file", "args": {"path": "src/app.py"}}
+    {"id": 7, "ok": true, "result": {...}}
+    {"id": 7, "ok": false, "error": {"kind": "not_found", "message": "..."}}
+
+Each request runs on its own thread, so several may be in flight and their
+answers may come back in any order; the id ties them together.
+
+Stdlib only: the image must not need pip. Every path is resolved inside the
+container, so a symlink to "/" in the repository points at the container's
+root, never the host's. Output of any size is kept as a bounded head and
+tail, so nothing the agent runs can grow this process's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import selectors
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+WORKSPACE = "/workspace"
+READ_CHUNK = 1 << 16
+KILL_GRACE_S = 2.0
+DRAIN_AFTER_EXIT_S = 0.25
+MAX_LIST_ENTRIES = 1000
+MAX_LINE_CHARS = 2000
+DEFAULT_READ_LINES = 2000
+MAX_READ_BYTES = 256 * 1024
+MAX_SCAN_BYTES = 64 * 1024 * 1024
+MAX_EDIT_FILE_BYTES = 16 * 1024 * 1024
+SEARCH_TIMEOUT_S = 30.0
+
+_out_lock = threading.Lock()
+_active_groups: set[int] = set()
+_groups_lock = threading.Lock()
+
+
+class ToolError(Exception):
+    """A failure the model should read: ``kind`` is stable, ``message`` says what to do."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+# --------------------------------------------------------------------------- output
+
+
+class Capture:
+    """Keeps the first ``head`` and last ``tail`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_len = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail.append(data)
+        self.tail_len += len(data)
+        while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_cap:
+            self.tail_len -= len(self.tail.popleft())
+
+    def result(self) -> dict[str, object]:
+        tail = b"".join(self.tail)[-self.tail_cap :] if self.tail_cap else b""
+        omitted = self.total - len(self.head) - len(tail)
+        text = _decode(bytes(self.head))
+        if omitted > 0:
+            text += f"\n[... {omitted} bytes omitted ...]\n"
+        text += _decode(tail)
+        return {"text": text, "total_bytes": self.total, "truncated": omitted > 0}
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _encode(text: str) -> bytes:
+    """Round-trip bytes that edit_file decoded with surrogateescape; replace any other lone surrogate."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
+def _clean(name: str) -> str:
+    """File names may hold bytes that are not UTF-8; show them replaced, never crash."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _resolve(path: str) -> str:
+    if "\x00" in path:
+        raise ToolError("invalid_path", "The path contains a NUL byte.")
+    return os.path.normpath(os.path.join(WORKSPACE, path))
+
+
+def _display(full: str) -> str:
+    if full == WORKSPACE:
+        return "."
+    if full.startswith(WORKSPACE + "/"):
+        return full[len(WORKSPACE) + 1 :]
+    return full
+
+
+def _os_error(err: OSError, path: str) -> ToolError:
+    shown = _display(path)
+    known = {
+        2: ("not_found", f"{shown} does not exist. List the directory to see what is there."),
+        13: ("permission_denied", f"Permission denied: {shown}."),
+        20: ("not_a_directory", f"A part of {shown} is not a directory."),
+        21: ("is_directory", f"{shown} is a directory, not a file. Use list_files on it."),
+        30: ("read_only", f"{shown} is on a read-only filesystem and cannot be changed."),
+        36: ("name_too_long", f"The path {shown} is too long."),
+        40: ("symlink_loop", f"{shown} is a symlink loop."),
+    }
+    kind, message = known.get(err.errno or 0, ("os_error", f"{shown}: {err.strerror or err}"))
+    return ToolError(kind, message)
+
+
+def _open_regular(full: str, flags: int) -> int:
+    """Open without blocking on FIFOs and refuse anything that is not a regular file."""
+    try:
+        fd = os.open(full, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise _os_error(err, full) from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise ToolError("is_directory", f"{_display(full)} is a directory, not a file. Use list_files on it.")
+    raise ToolError("not_regular", f"{_display(full)} is not a regular file (a device, FIFO or socket).")
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def list_files(args: dict) -> dict:
+    root = _resolve(args.get("path") or ".")
+    depth = args.get("depth") or 2
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            raise ToolError("not_a_directory", f"{_display(root)} is a file, not a directory. Use read_file on it.")
+    except OSError as err:
+        raise _os_error(err, root) from None
+    entries: list[dict] = []
+    truncated = False
+    stack = [(root, 1)]
+    while stack and not truncated:
+        directory, level = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for child in children:
+            if len(entries) >= MAX_LIST_ENTRIES:
+                truncated = True
+                break
+            entries.append(_entry(child, root))
+            if child.is_dir(follow_symlinks=False) and level < depth and child.name != ".git":
+                stack.append((child.path, level + 1))
+    entries.sort(key=lambda e: e["path"])
+    return {"entries": entries, "truncated": truncated}
+
+
+def _entry(child: os.DirEntry, root: str) -> dict:
+    rel = _clean(os.path.relpath(child.path, root))
+    try:
+        st = child.stat(follow_symlinks=False)
+    except OSError:
+        return {"path": rel, "type": "unknown", "size": 0}
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else "other"
+    return {"path": rel, "type": kind, "size": st.st_size if kind == "file" else 0}
+
+
+def read_file(args: dict) -> dict:
+    full = _resolve(args["path"])
+    offset = max(1, args.get("offset") or 1)
+    limit = args.get("limit") or DEFAULT_READ_LINES
+    fd = _open_regular(full, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        if b"\x00" in f.read(8192):
+            size = os.fstat(f.fileno()).st_size
+            raise ToolError("binary", f"{_display(full)} looks binary ({size} bytes). Inspect it with run_command, e.g. `xxd | head`.")
+        f.seek(0)
+        return _read_lines(f, full, offset, limit)
+
+
+def _lines(f):
+    """Yield each line's first bytes and full length, never holding a long line whole."""
+    keep = MAX_LINE_CHARS * 4
+    while True:
+        raw = f.readline(keep)
+        if not raw:
+            return
+        length = len(raw)
+        while not raw.endswith(b"\n"):
+            more = f.readline(READ_CHUNK)
+            if not more:
+                break
+            length += len(more)
+            if more.endswith(b"\n"):
+                break
+        yield raw, length
+
+
+def _read_lines(f, full: str, offset: int, limit: int) -> dict:
+    lines: list[str] = []
+    number = scanned = shown = 0
+    truncated = False
+    for raw, length in _lines(f):
+        number += 1
+        scanned += length
+        if number < offset:
+            if scanned > MAX_SCAN_BYTES:
+                raise ToolError("too_large", f"Line {offset} lies beyond the first {MAX_SCAN_BYTES} bytes; use run_command with sed, or search.")
+            continue
+        if len(lines) >= limit or shown >= MAX_READ_BYTES:
+            truncated = True
+            break
+        text = _decode(raw.rstrip(b"\r\n"))
+        if len(text) > MAX_LINE_CHARS or length > len(raw):
+            text = text[:MAX_LINE_CHARS] + f" [line truncated: {length} bytes]"
+        shown += len(text)
+        lines.append(f"{number:6}\t{text}")
+    if number < offset and number:
+        raise ToolError("out_of_range", f"offset {offset} is past the end of {_display(full)}, which has {number} lines.")
+    size = os.fstat(f.fileno()).st_size
+    return {"content": "\n".join(lines), "first_line": offset, "lines": len(lines), "truncated": truncated, "size": size}
+
+
+def write_file(args: dict) -> dict:
+    full = _resolve(args["path"])
+    data = _encode(args["content"])
+    parent = os.path.dirname(full)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise _os_error(err, full) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError("not_regular", f"{_display(full)} is not a regular file (a device, FIFO or socket).")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as err:
+        raise _os_error(err, full) from None
+    finally:
+        os.close(fd)
+    return {"path": _display(full), "bytes_written": len(data)}
+
+
+def edit_file(args: dict) -> dict:
+    full = _resolve(args["path"])
+    old, new = args["old_string"], args["new_string"]
+    if old == "":
+        raise ToolError("invalid_edit", "old_string is empty. To create or overwrite a file use write_file.")
+    if old == new:
+        raise ToolError("invalid_edit", "old_string and new_string are the same; nothing would change.")
+    fd = _open_regular(full, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_EDIT_FILE_BYTES + 1)
+    if len(raw) > MAX_EDIT_FILE_BYTES:
+        raise ToolError("too_large", f"{_display(full)} is larger than {MAX_EDIT_FILE_BYTES} bytes; edit it with run_command.")
+    text = raw.decode("utf-8", "surrogateescape")
+    count = text.count(old)
+    if count == 0:
+        raise ToolError("not_found", _missing_hint(text, old, new, _display(full)))
+    if count > 1 and not args.get("replace_all"):
+        raise ToolError("not_unique", _ambiguous_hint(text, old, count, _display(full)))
+    updated = text.replace(old, new) if args.get("replace_all") else text.replace(old, new, 1)
+    write_file({"path": full, "content": updated})
+    return {"path": _display(full), "replacements": count if args.get("replace_all") else 1}
+
+
+def _missing_hint(text: str, old: str, new: str, shown: str) -> str:
+    if new and new in text:
+        return f"old_string was not found in {shown}, but new_string already is: the edit may already be applied. Read the file to check."
+    first = next((line.strip() for line in old.splitlines() if line.strip()), "")
+    near = [i + 1 for i, line in enumerate(text.splitlines()) if first and first in line][:5]
+    message = f"old_string was not found in {shown}. It must match the file exactly, including whitespace and indentation."
+    if near:
+        message += f" Its first line appears at line(s) {', '.join(map(str, near))}; read those lines and copy them exactly."
+    else:
+        message += " Read the file first and copy the text you want to change."
+    return message
+
+
+def _ambiguous_hint(text: str, old: str, count: int, shown: str) -> str:
+    starts, at = [], text.find(old)
+    while at != -1 and len(starts) < 10:
+        starts.append(text.count("\n", 0, at) + 1)
+        at = text.find(old, at + 1)
+    where = ", ".join(map(str, starts))
+    return (
+        f"old_string occurs {count} times in {shown} (at line(s) {where}). Include more surrounding lines so it matches exactly once, "
+        "or set replace_all to true to change every occurrence."
+    )
+
+
+def search(args: dict) -> dict:
+    target = _resolve(args.get("path") or ".")
+    if not os.path.exists(target):
+        raise _os_error(FileNotFoundError(2, "not found"), target)
+    cmd = ["rg", "--line-number", "--no-heading", "--color", "never", "--max-columns", "300", "--max-columns-preview", "--max-count", "100"]
+    if args.get("glob"):
+        cmd += ["--glob", args["glob"]]
+    cmd += ["--regexp", args["pattern"]]
+    if target != WORKSPACE:
+        cmd += ["--", _display(target)]
+    run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S, new_session=False)
+    code = run["exit_code"]
+    if code == 2 and not run["stdout"]["total_bytes"]:
+        raise ToolError("search_failed", "ripgrep failed: " + str(run["stderr"]["text"]).strip()[:2000])
+    return {"matches": run["stdout"], "exit_code": code, "timed_out": run["timed_out"]}
+
+
+def run_command(args: dict) -> dict:
+    cmd = ["bash", "-lc", args["command"]]
+    return _run(cmd, args.get("max_output") or 1 << 20, float(args.get("timeout_s") or 60), new_session=True)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _raise_oom_score(pid: int) -> None:
+    """Make the agent's processes, not the toolbox, the OOM killer's first choice."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> dict:
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=WORKSPACE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=new_session,
+    )
+    _raise_oom_score(proc.pid)
+    group = proc.pid if new_session else None
+    if group:
+        with _groups_lock:
+            _active_groups.add(group)
+    try:
+        out, err, timed_out = _pump(proc, cap, start + timeout, group)
+    finally:
+        if group:
+            _kill_group(group, signal.SIGKILL)
+            with _groups_lock:
+                _active_groups.discard(group)
+            _sweep_strays()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+    code = proc.wait()
+    return {
+        "exit_code": code if code >= 0 else 128 - code,
+        "stdout": out.result(),
+        "stderr": err.result(),
+        "timed_out": timed_out,
+        "duration_s": round(time.monotonic() - start, 4),
+    }
+
+
+def _pump(proc: subprocess.Popen, cap: int, deadline: float, group: int | None) -> tuple[Capture, Capture, bool]:
+    """Read both pipes until they close, the command times out, or it exits and leaves them open."""
+    captures = {proc.stdout: Capture(cap), proc.stderr: Capture(cap)}
+    sel = selectors.DefaultSelector()
+    for pipe in captures:
+        sel.register(pipe, selectors.EVENT_READ)
+    timed_out, term_at, exited_at = False, 0.0, 0.0
+    while sel.get_map():
+        now = time.monotonic()
+        if not timed_out and now >= deadline:
+            timed_out, term_at = True, now
+            _signal(proc, group, signal.SIGTERM)
+        if timed_out and now >= term_at + KILL_GRACE_S:
+            _signal(proc, group, signal.SIGKILL)
+        if not exited_at and proc.poll() is not None:
+            exited_at = now
+        if exited_at and now >= exited_at + DRAIN_AFTER_EXIT_S:
+            break  # background children hold the pipes open; they die with the group
+        wake = [deadline if not timed_out else term_at + KILL_GRACE_S]
+        if exited_at:
+            wake.append(exited_at + DRAIN_AFTER_EXIT_S)
+        wait = max(0.0, min(min(wake) - now, 0.05 if not exited_at else 0.01))
+        for key, _ in sel.select(wait):
+            data = os.read(key.fd, READ_CHUNK)
+            if data:
+                captures[key.fileobj].feed(data)
+            else:
+                sel.unregister(key.fileobj)
+    sel.close()
+    return captures[proc.stdout], captures[proc.stderr], timed_out
+
+
+def _signal(proc: subprocess.Popen, group: int | None, sig: int) -> None:
+    if group:
+        _kill_group(group, sig)
+    elif proc.poll() is None:
+        proc.send_signal(sig)
+
+
+def _kill_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except OSError:
+        pass
+
+
+def _sweep_strays() -> None:
+    """Kill what escaped its group (setsid, double fork): nothing outlives its command."""
+    keep = {os.getpgrp()}
+    with _groups_lock:
+        keep |= _active_groups
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) not in keep:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------- protocol
+
+OPERATIONS = {
+    "list_files": list_files,
+    "read_file": read_file,
+    "write_file": write_file,
+    "edit_file": edit_file,
+    "search": search,
+    "run_command": run_command,
+    "ping": lambda args: {"pid": os.getpid(), "uid": os.getuid()},
+}
+
+
+def _send(message: dict) -> None:
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
+    with _out_lock:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+
+
+def handle(request: dict) -> None:
+    rid = request.get("id")
+    try:
+        op = OPERATIONS.get(request.get("op", ""))
+        if op is None:
+            raise ToolError("unknown_op", f"Unknown operation {request.get('op')!r}.")
+        _send({"id": rid, "ok": True, "result": op(request.get("args") or {})})
+    except ToolError as err:
+        _send({"id": rid, "ok": False, "error": {"kind": err.kind, "message": err.message}})
+    except Exception as err:  # noqa: BLE001 - the toolbox must answer every request
+        _send({"id": rid, "ok": False, "error": {"kind": "internal", "message": f"{type(err).__name__}: {err}"}})
+
+
+def main() -> None:
+    os.chdir(WORKSPACE)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError as err:
+            _send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": f"invalid JSON: {err}"}})
+            continue
+        threading.Thread(target=handle, args=(request,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()
