@@ -101,11 +101,15 @@ def container_options(image: str, repo: Path, limits: Limits, labels: dict[str, 
 
 
 def _raw_socket(attached: Any) -> socket.socket:
-    """A private duplicate of the socket under the SDK's attach wrapper."""
+    """Take over the socket under the SDK's attach wrapper: a private duplicate, the original closed."""
     sock = attached if isinstance(attached, socket.socket) else getattr(attached, "_sock", None)
     if not isinstance(sock, socket.socket):
         raise SandboxError("Attaching to the sandbox needs a unix or plain tcp DOCKER_HOST.")
-    return sock.dup()
+    own = sock.dup()
+    with contextlib.suppress(OSError):
+        attached.close()
+        sock.close()
+    return own
 
 
 class DockerSandbox:
@@ -187,10 +191,7 @@ class DockerSandbox:
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
-            sock = _raw_socket(attached)
-            with contextlib.suppress(Exception):
-                attached.close()
-            self._channel = await ToolboxChannel.open(sock)
+            self._channel = await ToolboxChannel.open(_raw_socket(attached))
             await asyncio.to_thread(self.container.start)
             await self._channel.request("ping", {}, READY_TIMEOUT_S)
         except (DockerException, ToolboxGoneError, TimeoutError, OSError) as err:

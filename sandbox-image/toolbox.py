@@ -262,6 +262,11 @@ def write_file(args: dict) -> dict:
     parent = os.path.dirname(full)
     try:
         os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        raise ToolError("not_a_directory", f"A part of {_display(parent)} is a file, not a directory.") from None
+    except OSError as err:
+        raise _os_error(err, parent) from None
+    try:
         fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
         raise _os_error(err, full) from None

@@ -1,0 +1,89 @@
+"""Shared fixtures. Integration fixtures need a Docker engine and the sandbox image."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import images, owners
+from controller.config import DEFAULT_IMAGE, Limits
+from controller.sandbox import DockerSandbox
+
+TEST_INSTANCE = "cubicle-tests"
+AGENT_UID = 1000
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    client = images.connect()
+    images.ensure(client, DEFAULT_IMAGE, auto_build=True)
+    yield client
+    owners.sweep(client, TEST_INSTANCE, everything=False)
+    for container in client.containers.list(all=True, filters={"label": f"{owners.OWNER}"}):
+        if container.labels.get(owners.OWNER, "").startswith(TEST_INSTANCE + ":"):
+            container.remove(force=True)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.lchown(path, uid, uid)
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> str:
+    """A random secret planted on the host outside the repository; no result may ever show it."""
+    value = "SENTINEL-" + secrets.token_hex(16)
+    (tmp_path / "host-secret.txt").write_text(value + "\n")
+    return value
+
+
+@pytest.fixture
+def make_repo(tmp_path: Path) -> Callable[..., Path]:
+    """Create a git repository owned by ``uid`` (1000 by default, when we are root)."""
+
+    def make(name: str = "repo", uid: int | None = AGENT_UID, files: dict[str, str] | None = None) -> Path:
+        repo = tmp_path / name
+        (repo / ".git" / "hooks").mkdir(parents=True)
+        (repo / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        for rel, text in (files or {"README.md": "# demo\n", "src/app.py": "def total(items):\n    return sum(items)\n"}).items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        if os.geteuid() == 0 and uid is not None:
+            _chown_tree(repo, uid)
+        return repo
+
+    return make
+
+
+@pytest.fixture
+async def sandbox_factory(docker_client: Any) -> AsyncIterator[Callable[..., DockerSandbox]]:
+    made: list[DockerSandbox] = []
+
+    def factory(repo: Path, limits: Limits | None = None) -> DockerSandbox:
+        box = DockerSandbox(
+            docker_client,
+            repo=repo,
+            session_id="test-" + secrets.token_hex(4),
+            limits=limits or Limits(memory_mb=512, pids=256, tmpfs_mb=64),
+            image=DEFAULT_IMAGE,
+            instance=TEST_INSTANCE,
+        )
+        made.append(box)
+        return box
+
+    yield factory
+    for box in made:
+        await box.stop()
+
+
+@pytest.fixture
+async def sandbox(make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]) -> DockerSandbox:
+    box = sandbox_factory(make_repo())
+    await box.start()
+    return box
