@@ -69,6 +69,8 @@ class ToolboxChannel:
             async with asyncio.timeout(timeout):
                 await self._writer.drain()
                 return await future
+        except TimeoutError:
+            raise  # a subclass of OSError, but a deadline, not a broken stream
         except (ConnectionError, OSError) as err:
             raise ToolboxGoneError(f"the toolbox stream broke: {err}") from None
         finally:

@@ -24,18 +24,34 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_mb: int = Field(2048, ge=64, le=65536, description="Memory of the sandbox container; swap is not added on top.")
+    memory_mb: int = Field(
+        2048, ge=64, le=65536, description="Memory of the sandbox container; swap is not added on top."
+    )
     cpus: float = Field(2.0, gt=0, le=64, description="CPU share of the sandbox container, in cores.")
     pids: int = Field(512, ge=16, le=32768, description="Maximum number of processes and threads in the sandbox.")
-    tmpfs_mb: int = Field(512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed).")
+    tmpfs_mb: int = Field(
+        512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
+    )
     network: bool = Field(False, description="Give the sandbox a network; without it only loopback exists.")
-    command_timeout_s: int = Field(120, ge=1, le=86400, description="Longest a run_command may take; longer requests are capped.")
+    command_timeout_s: int = Field(
+        120, ge=1, le=86400, description="Longest a run_command may take; longer requests are capped."
+    )
     default_command_timeout_s: int = Field(60, ge=1, le=86400, description="Timeout of a run_command that names none.")
-    op_timeout_s: int = Field(60, ge=1, le=3600, description="Deadline of the other tool calls, as the controller sees them.")
-    max_steps: int = Field(50, ge=1, le=10000, description="Model requests per turn before the turn stops with max_steps.")
-    token_budget: int = Field(2_000_000, ge=1000, le=1_000_000_000, description="Input + output tokens summed over the session.")
-    wall_clock_s: int = Field(3600, ge=1, le=7 * 86400, description="Wall-clock time of a turn before it stops with timeout.")
-    model_output_chars: int = Field(16384, ge=256, le=1 << 20, description="Largest tool output the model sees (head + tail).")
+    op_timeout_s: int = Field(
+        60, ge=1, le=3600, description="Deadline of the other tool calls, as the controller sees them."
+    )
+    max_steps: int = Field(
+        50, ge=1, le=10000, description="Model requests per turn before the turn stops with max_steps."
+    )
+    token_budget: int = Field(
+        2_000_000, ge=1000, le=1_000_000_000, description="Input + output tokens summed over the session."
+    )
+    wall_clock_s: int = Field(
+        3600, ge=1, le=7 * 86400, description="Wall-clock time of a turn before it stops with timeout."
+    )
+    model_output_chars: int = Field(
+        16384, ge=256, le=1 << 20, description="Largest tool output the model sees (head + tail)."
+    )
     event_output_chars: int = Field(1 << 20, ge=1024, le=16 << 20, description="Largest tool output an event carries.")
 
     def clamp(self, ceiling: Limits) -> Limits:
@@ -56,7 +72,9 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "CUBICLE_API_KEY"), description="Anthropic API key."
     )
     base_url: str | None = Field(
-        None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "CUBICLE_BASE_URL"), description="Anthropic-compatible endpoint."
+        None,
+        validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "CUBICLE_BASE_URL"),
+        description="Anthropic-compatible endpoint.",
     )
     model: str = Field(DEFAULT_MODEL, description="Model id sent to the Messages API.")
     max_tokens: int = Field(8192, ge=1, le=128_000, description="max_tokens of each model reply.")
@@ -67,12 +85,23 @@ class Settings(BaseSettings):
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
     max_limits: Limits = Field(
-        default_factory=lambda: Limits(memory_mb=8192, cpus=4, pids=4096, tmpfs_mb=4096, network=True, command_timeout_s=3600,
-                                       max_steps=500, token_budget=20_000_000, wall_clock_s=4 * 3600),
+        default_factory=lambda: Limits(
+            memory_mb=8192,
+            cpus=4,
+            pids=4096,
+            tmpfs_mb=4096,
+            network=True,
+            command_timeout_s=3600,
+            max_steps=500,
+            token_budget=20_000_000,
+            wall_clock_s=4 * 3600,
+        ),
         description="Ceilings that requested limits are clamped to.",
     )
     api_token: SecretStr | None = Field(None, description="Bearer token of the HTTP API.")
-    repo_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list, description="Directories sessions may use.")
+    repo_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Directories sessions may use."
+    )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")

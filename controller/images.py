@@ -42,7 +42,9 @@ def build(client: Any, tag: str, base: str | None = None, on_line: Callable[[str
     buildargs = {"BASE": base} if base else {}
     image_id = ""
     try:
-        stream = client.api.build(path=str(context), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True)
+        stream = client.api.build(
+            path=str(context), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True
+        )
         for chunk in stream:
             if "error" in chunk:
                 raise SandboxError(f"Building {tag} failed: {chunk['error'].strip()}")

@@ -61,7 +61,9 @@ class Sweep:
     kept: list[str]
 
 
-def is_orphan(container_labels: dict[str, str], instance: str, live_sessions: Collection[str], everything: bool) -> bool:
+def is_orphan(
+    container_labels: dict[str, str], instance: str, live_sessions: Collection[str], everything: bool
+) -> bool:
     token = container_labels.get(OWNER, "")
     if everything:
         return True

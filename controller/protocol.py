@@ -40,13 +40,18 @@ class ReadFileArgs(Strict):
 
 
 class WriteFileArgs(Strict):
-    path: str = Field(max_length=MAX_PATH, description="File to create or overwrite; missing parent directories are created.")
+    path: str = Field(
+        max_length=MAX_PATH, description="File to create or overwrite; missing parent directories are created."
+    )
     content: str = Field(max_length=MAX_CONTENT, description="The complete new content of the file.")
 
 
 class EditFileArgs(Strict):
     path: str = Field(max_length=MAX_PATH, description="File to edit.")
-    old_string: str = Field(max_length=MAX_CONTENT, description="Exact text to replace, including whitespace; must be unique unless replace_all.")
+    old_string: str = Field(
+        max_length=MAX_CONTENT,
+        description="Exact text to replace, including whitespace; must be unique unless replace_all.",
+    )
     new_string: str = Field(max_length=MAX_CONTENT, description="Text to put in its place.")
     replace_all: bool = Field(False, description="Replace every occurrence instead of requiring exactly one.")
 
@@ -58,8 +63,12 @@ class SearchArgs(Strict):
 
 
 class RunCommandArgs(Strict):
-    command: str = Field(min_length=1, max_length=MAX_COMMAND, description="Shell command, run with `bash -lc` in the repository root.")
-    timeout_s: int | None = Field(None, ge=1, le=86400, description="Seconds before the command is killed; capped by the session's limit.")
+    command: str = Field(
+        min_length=1, max_length=MAX_COMMAND, description="Shell command, run with `bash -lc` in the repository root."
+    )
+    timeout_s: int | None = Field(
+        None, ge=1, le=86400, description="Seconds before the command is killed; capped by the session's limit."
+    )
 
 
 ARGS: dict[str, type[Strict]] = {

@@ -166,7 +166,9 @@ class DockerSandbox:
                 "if a command used too much memory or killed every process, change the approach.",
             )
         if not response.ok or response.result is None:
-            return response.error or Failure(kind="internal", message="The toolbox returned neither a result nor an error.")
+            return response.error or Failure(
+                kind="internal", message="The toolbox returned neither a result nor an error."
+            )
         try:
             return RESULTS[op].model_validate(response.result)
         except ValidationError as err:

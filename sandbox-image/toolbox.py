@@ -20,6 +20,7 @@ tail, so nothing the agent runs can grow this process's memory.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import selectors
@@ -183,20 +184,28 @@ def list_files(args: dict) -> dict:
             if len(entries) >= MAX_LIST_ENTRIES:
                 truncated = True
                 break
-            entries.append(_entry(child, root))
+            entries.append(_entry(child))
             if child.is_dir(follow_symlinks=False) and level < depth and child.name != ".git":
                 stack.append((child.path, level + 1))
     entries.sort(key=lambda e: e["path"])
     return {"entries": entries, "truncated": truncated}
 
 
-def _entry(child: os.DirEntry, root: str) -> dict:
-    rel = _clean(os.path.relpath(child.path, root))
+def _entry(child: os.DirEntry) -> dict:
+    rel = _clean(_display(os.path.normpath(child.path)))
     try:
         st = child.stat(follow_symlinks=False)
     except OSError:
         return {"path": rel, "type": "unknown", "size": 0}
-    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else "other"
+    kind = (
+        "dir"
+        if stat.S_ISDIR(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "other"
+    )
     return {"path": rel, "type": kind, "size": st.st_size if kind == "file" else 0}
 
 
@@ -208,7 +217,10 @@ def read_file(args: dict) -> dict:
     with os.fdopen(fd, "rb") as f:
         if b"\x00" in f.read(8192):
             size = os.fstat(f.fileno()).st_size
-            raise ToolError("binary", f"{_display(full)} looks binary ({size} bytes). Inspect it with run_command, e.g. `xxd | head`.")
+            raise ToolError(
+                "binary",
+                f"{_display(full)} looks binary ({size} bytes). Inspect it with run_command, e.g. `xxd | head`.",
+            )
         f.seek(0)
         return _read_lines(f, full, offset, limit)
 
@@ -240,7 +252,10 @@ def _read_lines(f, full: str, offset: int, limit: int) -> dict:
         scanned += length
         if number < offset:
             if scanned > MAX_SCAN_BYTES:
-                raise ToolError("too_large", f"Line {offset} lies beyond the first {MAX_SCAN_BYTES} bytes; use run_command with sed, or search.")
+                raise ToolError(
+                    "too_large",
+                    f"Line {offset} lies beyond the first {MAX_SCAN_BYTES} bytes; use run_command with sed, or search.",
+                )
             continue
         if len(lines) >= limit or shown >= MAX_READ_BYTES:
             truncated = True
@@ -251,9 +266,17 @@ def _read_lines(f, full: str, offset: int, limit: int) -> dict:
         shown += len(text)
         lines.append(f"{number:6}\t{text}")
     if number < offset and number:
-        raise ToolError("out_of_range", f"offset {offset} is past the end of {_display(full)}, which has {number} lines.")
+        raise ToolError(
+            "out_of_range", f"offset {offset} is past the end of {_display(full)}, which has {number} lines."
+        )
     size = os.fstat(f.fileno()).st_size
-    return {"content": "\n".join(lines), "first_line": offset, "lines": len(lines), "truncated": truncated, "size": size}
+    return {
+        "content": "\n".join(lines),
+        "first_line": offset,
+        "lines": len(lines),
+        "truncated": truncated,
+        "size": size,
+    }
 
 
 def write_file(args: dict) -> dict:
@@ -294,7 +317,9 @@ def edit_file(args: dict) -> dict:
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_EDIT_FILE_BYTES + 1)
     if len(raw) > MAX_EDIT_FILE_BYTES:
-        raise ToolError("too_large", f"{_display(full)} is larger than {MAX_EDIT_FILE_BYTES} bytes; edit it with run_command.")
+        raise ToolError(
+            "too_large", f"{_display(full)} is larger than {MAX_EDIT_FILE_BYTES} bytes; edit it with run_command."
+        )
     text = raw.decode("utf-8", "surrogateescape")
     count = text.count(old)
     if count == 0:
@@ -311,9 +336,13 @@ def _missing_hint(text: str, old: str, new: str, shown: str) -> str:
         return f"old_string was not found in {shown}, but new_string already is: the edit may already be applied. Read the file to check."
     first = next((line.strip() for line in old.splitlines() if line.strip()), "")
     near = [i + 1 for i, line in enumerate(text.splitlines()) if first and first in line][:5]
-    message = f"old_string was not found in {shown}. It must match the file exactly, including whitespace and indentation."
+    message = (
+        f"old_string was not found in {shown}. It must match the file exactly, including whitespace and indentation."
+    )
     if near:
-        message += f" Its first line appears at line(s) {', '.join(map(str, near))}; read those lines and copy them exactly."
+        message += (
+            f" Its first line appears at line(s) {', '.join(map(str, near))}; read those lines and copy them exactly."
+        )
     else:
         message += " Read the file first and copy the text you want to change."
     return message
@@ -335,7 +364,18 @@ def search(args: dict) -> dict:
     target = _resolve(args.get("path") or ".")
     if not os.path.exists(target):
         raise _os_error(FileNotFoundError(2, "not found"), target)
-    cmd = ["rg", "--line-number", "--no-heading", "--color", "never", "--max-columns", "300", "--max-columns-preview", "--max-count", "100"]
+    cmd = [
+        "rg",
+        "--line-number",
+        "--no-heading",
+        "--color",
+        "never",
+        "--max-columns",
+        "300",
+        "--max-columns-preview",
+        "--max-count",
+        "100",
+    ]
     if args.get("glob"):
         cmd += ["--glob", args["glob"]]
     cmd += ["--regexp", args["pattern"]]
@@ -441,10 +481,8 @@ def _signal(proc: subprocess.Popen, group: int | None, sig: int) -> None:
 
 
 def _kill_group(group: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(group, sig)
-    except OSError:
-        pass
 
 
 def _sweep_strays() -> None:
@@ -462,10 +500,8 @@ def _sweep_strays() -> None:
         except OSError:
             continue
         if int(fields[2]) not in keep:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 # --------------------------------------------------------------------------- protocol
@@ -479,6 +515,11 @@ OPERATIONS = {
     "run_command": run_command,
     "ping": lambda args: {"pid": os.getpid(), "uid": os.getuid()},
 }
+
+
+_NO_THREADS = (
+    "The sandbox has no free processes (its pids limit is reached). Wait for running commands to end, or kill them."
+)
 
 
 def _send(message: dict) -> None:
@@ -512,7 +553,10 @@ def main() -> None:
         except ValueError as err:
             _send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": f"invalid JSON: {err}"}})
             continue
-        threading.Thread(target=handle, args=(request,), daemon=True).start()
+        try:
+            threading.Thread(target=handle, args=(request,), daemon=True).start()
+        except RuntimeError:  # the pids limit is exhausted (a fork bomb): answer, don't die
+            _send({"id": request.get("id"), "ok": False, "error": {"kind": "busy", "message": _NO_THREADS}})
 
 
 if __name__ == "__main__":

@@ -51,7 +51,9 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
         (repo / ".git" / "hooks").mkdir(parents=True)
         (repo / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
         (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-        for rel, text in (files or {"README.md": "# demo\n", "src/app.py": "def total(items):\n    return sum(items)\n"}).items():
+        for rel, text in (
+            files or {"README.md": "# demo\n", "src/app.py": "def total(items):\n    return sum(items)\n"}
+        ).items():
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
             (repo / rel).write_text(text)
         if os.geteuid() == 0 and uid is not None:

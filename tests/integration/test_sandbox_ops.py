@@ -3,40 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 
-from controller.protocol import (
-    CommandResult,
-    EditResult,
-    Failure,
-    ListResult,
-    Outcome,
-    ReadResult,
-    SearchResult,
-    Strict,
-    WriteResult,
-)
+from controller.protocol import CommandResult, EditResult, ListResult, ReadResult, SearchResult, WriteResult
 from controller.sandbox import DockerSandbox
-
-T = TypeVar("T", bound=Strict)
-
-
-def expect(outcome: Outcome, kind: type[T]) -> T:
-    assert isinstance(outcome, kind), outcome
-    return outcome
-
-
-def failure(outcome: Outcome, kind: str) -> Failure:
-    assert isinstance(outcome, Failure), outcome
-    assert outcome.kind == kind, outcome
-    return outcome
-
-
-async def call(box: DockerSandbox, op: str, **args: Any) -> Outcome:
-    return await box.call(op, args, 30)
-
+from tests.integration.helpers import call, expect, failure
 
 # ----------------------------------------------------------------------------- list_files
 
@@ -142,13 +114,17 @@ async def test_edit_file_not_found_helps(sandbox: DockerSandbox) -> None:
 
 
 async def test_edit_file_already_applied(sandbox: DockerSandbox) -> None:
-    err = failure(await call(sandbox, "edit_file", path="src/app.py", old_string="gone", new_string="sum(items)"), "not_found")
+    err = failure(
+        await call(sandbox, "edit_file", path="src/app.py", old_string="gone", new_string="sum(items)"), "not_found"
+    )
     assert "already" in err.message
 
 
 async def test_edit_file_not_unique_then_replace_all(sandbox: DockerSandbox) -> None:
     await call(sandbox, "write_file", path="dup.txt", content="x = 1\ny = 2\nx = 1\n")
-    err = failure(await call(sandbox, "edit_file", path="dup.txt", old_string="x = 1", new_string="x = 3"), "not_unique")
+    err = failure(
+        await call(sandbox, "edit_file", path="dup.txt", old_string="x = 1", new_string="x = 3"), "not_unique"
+    )
     assert "2 times" in err.message and "1, 3" in err.message and "replace_all" in err.message
     result = expect(
         await call(sandbox, "edit_file", path="dup.txt", old_string="x = 1", new_string="x = 3", replace_all=True),
@@ -200,7 +176,9 @@ async def test_run_command_reports_everything(sandbox: DockerSandbox) -> None:
 
 async def test_run_command_sees_repo_tools(sandbox: DockerSandbox) -> None:
     tools = "bash coreutils git rg python3 sed grep diff find ps"
-    script = "for t in bash git rg python3 sed grep diff find ps ls; do command -v $t >/dev/null || echo missing $t; done"
+    script = (
+        "for t in bash git rg python3 sed grep diff find ps ls; do command -v $t >/dev/null || echo missing $t; done"
+    )
     result = expect(await call(sandbox, "run_command", command=script), CommandResult)
     assert result.stdout.text == "", f"{tools}: {result.stdout.text}"
 

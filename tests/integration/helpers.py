@@ -1,0 +1,29 @@
+"""Small helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from controller.protocol import CommandResult, Failure, Outcome, Strict
+from controller.sandbox import DockerSandbox
+
+T = TypeVar("T", bound=Strict)
+
+
+def expect(outcome: Outcome, kind: type[T]) -> T:
+    assert isinstance(outcome, kind), outcome
+    return outcome
+
+
+def failure(outcome: Outcome, kind: str) -> Failure:
+    assert isinstance(outcome, Failure), outcome
+    assert outcome.kind == kind, outcome
+    return outcome
+
+
+async def call(box: DockerSandbox, op: str, **args: Any) -> Outcome:
+    return await box.call(op, args, 60)
+
+
+async def sh(box: DockerSandbox, command: str, timeout_s: int = 30) -> CommandResult:
+    return expect(await call(box, "run_command", command=command, timeout_s=timeout_s), CommandResult)

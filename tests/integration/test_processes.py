@@ -1,0 +1,72 @@
+"""Timeouts kill whole process groups, nothing outlives its command, and output stays bounded."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from controller.output import truncate_middle
+from controller.protocol import PingResult
+from controller.sandbox import DockerSandbox
+from tests.integration.helpers import call, expect, sh
+
+GRACE_S = 2.0
+SLACK_S = 2.0
+
+
+async def _leftovers(box: DockerSandbox, *names: str) -> list[str]:
+    ps = await sh(box, "ps -eo pid,pgid,stat,args --no-headers")
+    return [line for line in ps.stdout.text.splitlines() if any(n in line for n in names) and "ps -eo" not in line]
+
+
+async def test_timeout_kills_background_children(sandbox: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = await sh(sandbox, "sleep 1000 & sleep 1001; wait", timeout_s=2)
+    elapsed = time.monotonic() - started
+    assert result.timed_out is True
+    assert elapsed < 2 + GRACE_S + SLACK_S
+    assert await _leftovers(sandbox, "sleep 100") == []
+
+
+async def test_timeout_kills_term_ignoring_loop(sandbox: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = await sh(sandbox, "trap '' TERM; while :; do :; done", timeout_s=2)
+    elapsed = time.monotonic() - started
+    assert result.timed_out is True and result.exit_code == 128 + 9
+    assert elapsed < 2 + GRACE_S + SLACK_S
+    assert await _leftovers(sandbox, "while", "trap") == []
+
+
+async def test_background_child_holding_pipes_does_not_hang(sandbox: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = await sh(sandbox, "sleep 1002 & echo started", timeout_s=30)
+    assert time.monotonic() - started < 3
+    assert (result.stdout.text, result.timed_out, result.exit_code) == ("started\n", False, 0)
+    assert await _leftovers(sandbox, "sleep 1002") == []
+
+
+async def test_daemons_that_escape_the_group_are_swept(sandbox: DockerSandbox) -> None:
+    await sh(
+        sandbox, "setsid sleep 1003 >/dev/null 2>&1 < /dev/null & (nohup sleep 1004 >/dev/null 2>&1 &) ; echo done"
+    )
+    assert await _leftovers(sandbox, "sleep 1003", "sleep 1004") == []
+
+
+async def test_one_gigabyte_of_output_is_bounded(sandbox: DockerSandbox) -> None:
+    ping = expect(await call(sandbox, "ping"), PingResult)
+    result = await sh(sandbox, "head -c 1000000000 /dev/zero | tr '\\0' 'y'", timeout_s=120)
+    assert result.stdout.total_bytes == 1_000_000_000 and result.stdout.truncated
+    assert result.stdout.text.startswith("yyyy") and result.stdout.text.endswith("yyyy")
+    omitted = int(re.search(r"\[\.\.\. (\d+) bytes omitted", result.stdout.text).group(1))  # type: ignore[union-attr]
+    assert omitted == 1_000_000_000 - (1 << 20)
+    model_view = truncate_middle(result.stdout.text, 16384)
+    assert len(model_view) < 16384 + 100
+    hwm = await sh(sandbox, f"grep VmHWM /proc/{ping.pid}/status")
+    peak_kb = int(hwm.stdout.text.split()[1])
+    assert peak_kb < 60 * 1024, f"toolbox peak RSS {peak_kb} kB"
+
+
+async def test_binary_output_is_replaced_not_fatal(sandbox: DockerSandbox) -> None:
+    result = await sh(sandbox, "head -c 200000 /dev/urandom")
+    assert result.exit_code == 0 and result.stdout.total_bytes == 200000
+    assert "\ufffd" in result.stdout.text
