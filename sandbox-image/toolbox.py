@@ -486,11 +486,22 @@ def _kill_group(group: int, sig: int) -> None:
 
 
 def _sweep_strays() -> None:
-    """Kill what escaped its group (setsid, double fork): nothing outlives its command."""
+    """Kill what escaped its group (setsid, double fork): nothing outlives its command.
+
+    Repeated until a pass finds nothing, because a fork bomb forks while we kill.
+    """
+    for _ in range(200):
+        if not _sweep_once():
+            return
+        time.sleep(0.005)
+
+
+def _sweep_once() -> int:
     keep = {os.getpgrp()}
     with _groups_lock:
         keep |= _active_groups
     me = os.getpid()
+    killed = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in (1, me):
             continue
@@ -499,9 +510,11 @@ def _sweep_strays() -> None:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) not in keep:
+        if int(fields[2]) not in keep and fields[0] != b"Z":
             with contextlib.suppress(OSError):
                 os.kill(int(name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 # --------------------------------------------------------------------------- protocol
