@@ -1,18 +1,47 @@
-"""The ``cubicle`` command line: run a task, serve the API, build the image, sweep orphans."""
+"""The ``cubicle`` command line: run a task, serve the API, build the image, sweep orphans.
+
+Exit codes of ``cubicle run``: 0 the agent finished its turn; 2 usage or configuration
+error (bad flags, missing API key); 3 a limit ended the turn (steps, token budget,
+wall clock); 4 sandbox, Docker or model API failure; 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import secrets
 import sys
-from typing import Annotated
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from pydantic import SecretStr
 from rich.console import Console
 
-from . import images, owners
-from .config import Settings
-from .errors import CubicleError
+from . import images, owners, scripted
+from .agent import Agent, Conversation, TurnOutcome
+from .config import Limits, Settings
+from .display import JsonSink, LiveSink
+from .errors import ConfigError, CubicleError
+from .events import SessionStarted
+from .model import SYSTEM_PROMPT, AnthropicModel
+from .sandbox import DockerSandbox
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_CODES = {
+    "end_turn": EXIT_OK,
+    "max_steps": EXIT_LIMIT,
+    "token_budget": EXIT_LIMIT,
+    "timeout": EXIT_LIMIT,
+    "cancelled": EXIT_INTERRUPTED,
+    "error": EXIT_INFRA,
+}
+RUN_HELP = """Run TASK on the repository REPO; every tool call runs in a fresh hardened container.
+
+Exit codes: 0 the agent finished its turn · 2 usage/config error (e.g. no ANTHROPIC_API_KEY)
+· 3 a limit was reached (steps, token budget, wall clock) · 4 sandbox, Docker or model API error
+· 130 interrupted with Ctrl-C (the running command is killed and the container removed)."""
 
 app = typer.Typer(
     name="cubicle",
@@ -67,6 +96,128 @@ def gc(
     for name in result.removed:
         print(f"removed {name}")
     print(f"{len(result.removed)} removed, {len(result.kept)} kept")
+
+
+@contextlib.contextmanager
+def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Settings]:
+    """With --scenario, serve it locally and point the SDK at it (a real HTTP round trip, no API key needed)."""
+    if scenario is None:
+        yield settings
+        return
+    try:
+        server = scripted.ScriptedServer([scripted.Scenario.load(scenario)])
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"Cannot load scenario {scenario}: {err}") from None
+    with scripted.serve_in_thread(server.app) as url:
+        yield settings.model_copy(update={"base_url": url, "api_key": settings.api_key or SecretStr("scripted")})
+
+
+async def _run_session(
+    settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool
+) -> TurnOutcome:
+    model = AnthropicModel.from_settings(settings)
+    client = await asyncio.to_thread(images.connect)
+    await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
+    session_id = "cli-" + secrets.token_hex(6)
+    sandbox = DockerSandbox(
+        client, repo=repo, session_id=session_id, limits=limits, image=settings.image, instance=settings.instance
+    )
+    agent = Agent(
+        session_id=session_id,
+        model=model,
+        sandbox=sandbox,
+        sink=sink,
+        limits=limits,
+        system=settings.system_prompt or SYSTEM_PROMPT,
+        approver=sink.approve if approve and isinstance(sink, LiveSink) else None,
+    )
+    await sink.emit(SessionStarted(session_id=session_id, repo=str(repo), task=task, model=model.name))
+    warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
+    warm.add_done_callback(lambda t: t.cancelled() or t.exception())
+    try:
+        return await agent.run_turn(Conversation(), task)
+    finally:
+        await asyncio.shield(sandbox.stop())
+
+
+@app.command(help=RUN_HELP)
+def run(
+    repo: Annotated[Path, typer.Argument(help="The repository to work on (mounted at /workspace).")],
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None,
+    token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None,
+    timeout: Annotated[int | None, typer.Option(help="Wall-clock seconds for the turn.")] = None,
+    command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
+    memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
+    cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
+    network: Annotated[bool, typer.Option("--network/--no-network", help="Give the sandbox a network.")] = False,
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Ask y/n before write_file, edit_file and run_command.")
+    ] = False,
+    json_events: Annotated[
+        bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")
+    ] = False,
+    scenario: Annotated[
+        str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
+    ] = None,
+) -> None:
+    if not repo.is_dir():
+        raise fail(f"{repo} is not a directory.", EXIT_USAGE)
+    if approve and json_events:
+        raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
+    settings = Settings()
+    if model:
+        settings = settings.model_copy(update={"model": model})
+    overrides = {
+        "max_steps": max_steps,
+        "token_budget": token_budget,
+        "wall_clock_s": timeout,
+        "command_timeout_s": command_timeout,
+        "memory_mb": memory,
+        "cpus": cpus,
+        "network": network or None,
+    }
+    try:
+        limits = Limits.model_validate(
+            {**settings.limits.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+        )
+    except ValueError as err:
+        raise fail(f"invalid limit: {err}", EXIT_USAGE) from None
+    console = Console(stderr=json_events)
+    try:
+        with _scripted_endpoint(settings, scenario) as effective:
+            if json_events:
+                sink: Any = JsonSink()
+                outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve=False))
+            else:
+                with LiveSink(console) as sink:
+                    outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve))
+    except ConfigError as err:
+        raise fail(err, EXIT_USAGE) from None
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    finished = sink.finished
+    if not json_events and finished is not None:
+        style = "green" if outcome.reason == "end_turn" else "yellow"
+        console.print(
+            f"[{style}]{outcome.reason}[/] · {finished.steps} steps · {finished.usage.total:,} tokens"
+            + (f" · {outcome.detail}" if outcome.detail else ""),
+            highlight=False,
+        )
+    raise typer.Exit(EXIT_CODES[outcome.reason])
+
+
+@app.command("scripted-server")
+def scripted_server(
+    scenarios: Annotated[list[str], typer.Argument(help="Scenario files (or names shipped in controller/scenarios).")],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8123,
+) -> None:
+    """Serve a scripted Anthropic-compatible model for tests and offline demos."""
+    scripted.run(scenarios, host, port)
 
 
 def main() -> None:

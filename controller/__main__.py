@@ -1,0 +1,5 @@
+"""``python -m controller`` is the ``cubicle`` command."""
+
+from .cli import main
+
+main()

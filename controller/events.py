@@ -1,0 +1,124 @@
+"""Events: everything that happens in a session, in one tagged union.
+
+The agent emits them through an ``EventSink``; the CLI prints them, the API persists
+and streams them. Each carries the session id, a per-session sequence number (set by
+whoever persists it) and a timestamp.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+FinishReason = Literal["end_turn", "max_steps", "token_budget", "timeout", "cancelled", "error"]
+Status = Literal["running", "idle", "interrupted", "cancelled", "failed"]
+
+
+class Usage(BaseModel):
+    """Token counts summed over a session; ``total`` is what the token budget limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def add(self, other: Any) -> None:
+        """Add an SDK ``Usage`` (or anything with the same attributes); missing counts are zero."""
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(self, name) + (getattr(other, name, 0) or 0))
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    seq: int = 0
+    ts: float = Field(default_factory=time.time)
+
+
+class SessionStarted(_Event):
+    type: Literal["session_started"] = "session_started"
+    repo: str
+    task: str
+    model: str
+
+
+class TextDelta(_Event):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCall(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    input: Any
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    id: str
+    name: str
+    is_error: bool
+    output: str = Field(description="The full output, up to the event cap.")
+    model_chars: int = Field(description="How many characters of it the model saw (head + tail).")
+    duration_s: float
+
+
+class UsageEvent(_Event):
+    type: Literal["usage"] = "usage"
+    step: int
+    turn: Usage
+    session: Usage
+
+
+class StatusEvent(_Event):
+    type: Literal["status"] = "status"
+    status: Status
+    detail: str = ""
+
+
+class SessionFinished(_Event):
+    type: Literal["session_finished"] = "session_finished"
+    reason: FinishReason
+    steps: int
+    usage: Usage
+    detail: str = ""
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    kind: str
+    message: str
+
+
+Event = Annotated[
+    SessionStarted | TextDelta | ToolCall | ToolResult | UsageEvent | StatusEvent | SessionFinished | ErrorEvent,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class EventSink(Protocol):
+    """Receives every event of a session, in order."""
+
+    async def emit(self, event: Event) -> None: ...
+
+
+class ListSink:
+    """Keeps events in memory (tests, and the CLI's summary)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def emit(self, event: Event) -> None:
+        event.seq = len(self.events) + 1
+        self.events.append(event)
