@@ -89,3 +89,14 @@ async def sandbox(make_repo: Callable[..., Path], sandbox_factory: Callable[...,
     box = sandbox_factory(make_repo())
     await box.start()
     return box
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[Any]:
+    """One scripted Anthropic-compatible server for the run; tests register scenarios under unique model names."""
+    from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+
+    server = ScriptedServer([Scenario(name="default", turns=[])])
+    with serve_in_thread(server.app) as url:
+        server.url = url  # type: ignore[attr-defined]
+        yield server

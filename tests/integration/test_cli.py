@@ -1,0 +1,106 @@
+"""`cubicle run` as a user runs it: a subprocess, a scenario file, real Docker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SCENARIO = {
+    "name": "cli",
+    "turns": [
+        {
+            "content": [
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_use", "name": "read_file", "input": {"path": "README.md"}},
+            ]
+        },
+        {"content": [{"type": "text", "text": "All done."}]},
+    ],
+}
+
+
+def cubicle(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "controller", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def scenario_file(tmp_path: Path, data: dict[str, Any]) -> str:
+    path = tmp_path / f"{data['name']}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_json_events_sequence(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    repo = make_repo()
+    done = cubicle("run", str(repo), "read the readme", "--json", "--scenario", scenario_file(tmp_path, SCENARIO))
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [e["type"] for e in events if e["type"] != "text"]
+    assert kinds == ["session_started", "status", "usage", "tool_call", "tool_result", "usage", "session_finished"]
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "Reading.All done."
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert len({e["session_id"] for e in events}) == 1
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["is_error"] is False and "# demo" in result["output"]
+    assert events[-1]["reason"] == "end_turn" and events[-1]["steps"] == 2
+
+
+def test_live_view_and_exit_code_on_step_limit(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    looping = {"name": "loop", "turns": [{"content": [{"type": "tool_use", "name": "list_files", "input": {}}]}] * 5}
+    done = cubicle("run", str(make_repo()), "loop", "--max-steps", "2", "--scenario", scenario_file(tmp_path, looping))
+    assert done.returncode == 3, done.stderr
+    assert "list_files" in done.stdout and "max_steps" in done.stdout
+
+
+def test_token_budget_exit_code(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    costly = {
+        "name": "costly",
+        "turns": [{"content": [{"type": "tool_use", "name": "list_files", "input": {}}], "input_tokens": 5000}] * 5,
+    }
+    done = cubicle(
+        "run", str(make_repo()), "x", "--json", "--token-budget", "6000", "--scenario", scenario_file(tmp_path, costly)
+    )
+    assert done.returncode == 3
+    assert json.loads(done.stdout.splitlines()[-1])["reason"] == "token_budget"
+
+
+def test_missing_api_key_fails_before_any_container(make_repo: Callable[..., Path], docker_client: Any) -> None:
+    instance = "cli-no-key-test"
+    done = cubicle("run", str(make_repo()), "anything", env={"CUBICLE_INSTANCE": instance})
+    assert done.returncode == 2
+    assert "ANTHROPIC_API_KEY is not set" in done.stderr
+    assert "Traceback" not in done.stderr
+    made = docker_client.containers.list(all=True, filters={"label": "org.cubicle.managed=true"})
+    assert not [c for c in made if c.labels.get("org.cubicle.owner", "").startswith(instance)]
+
+
+def test_docker_not_running_says_what_to_do(make_repo: Callable[..., Path], tmp_path: Path) -> None:
+    done = cubicle(
+        "run",
+        str(make_repo()),
+        "anything",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
+    )
+    assert done.returncode == 4
+    assert "Docker is not reachable" in done.stderr and "Start the Docker engine" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    assert cubicle("run", str(tmp_path / "missing"), "x").returncode == 2
+    assert cubicle("run", str(tmp_path), "x", "--max-steps", "0", "--scenario", "demo").returncode == 2
+    help_text = cubicle("run", "--help").stdout
+    assert "Exit codes" in help_text and "130" in help_text
