@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +65,19 @@ class Conversation:
         else:
             self.messages.append({"role": "user", "content": [block]})
 
-    def unanswered_tool_uses(self) -> list[dict[str, Any]]:
+    def answer_dangling(self, why: str) -> bool:
+        """Give an unanswered trailing tool_use an error result, so the history stays valid for the API."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
-            return []
-        return [b for b in self.messages[-1]["content"] if b.get("type") == "tool_use"]
+            return False
+        dangling = [b for b in self.messages[-1]["content"] if b.get("type") == "tool_use"]
+        if dangling:
+            text = f"Not run: {why}."
+            self.messages.append({"role": "user", "content": [_result(b["id"], text, True) for b in dangling]})
+        return bool(dangling)
+
+
+Checkpoint = Callable[["Conversation"], Awaitable[None]]
+"""Called after every change to the transcript, so it can be persisted before anything else happens."""
 
 
 @dataclass
@@ -89,6 +99,7 @@ class Agent:
         limits: Limits,
         system: str,
         approver: Approver | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> None:
         self.session_id = session_id
         self.model = model
@@ -97,11 +108,12 @@ class Agent:
         self.limits = limits
         self.system = system
         self.approver = approver
+        self.checkpoint = checkpoint
         self._tool_definitions = tools.definitions()
 
-    async def run_turn(self, convo: Conversation, text: str) -> TurnOutcome:
-        """Run one turn to its end; never raises for model, tool or sandbox problems."""
-        convo.add_user_text(text)
+    async def run_turn(self, convo: Conversation) -> TurnOutcome:
+        """Run one turn, answering the user message already in ``convo``; never raises for model, tool or sandbox problems."""
+        await self._save(convo)
         await self._emit(StatusEvent(session_id=self.session_id, status="running"))
         try:
             async with asyncio.timeout(self.limits.wall_clock_s):
@@ -122,7 +134,8 @@ class Agent:
             log.exception("turn of session %s failed", self.session_id)
             outcome = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}")
             await self._emit(ErrorEvent(session_id=self.session_id, kind="internal", message=outcome.detail))
-        self._answer_dangling(convo, outcome)
+        if convo.answer_dangling(f"the turn stopped ({outcome.reason}: {outcome.detail})"):
+            await self._save(convo)
         await self._emit(
             SessionFinished(
                 session_id=self.session_id,
@@ -145,12 +158,15 @@ class Agent:
             convo.steps += 1
             reply = await self.model.reply(self.system, self._tool_definitions, convo.messages, self._on_text)
             convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
+            await self._save(convo)
             await self._count(convo, reply, steps)
             if reply.stop_reason == "tool_use":
                 uses = [b for b in reply.content if b.type == "tool_use"]
                 convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
+                await self._save(convo)
             elif reply.stop_reason == "max_tokens":
                 await self._after_max_tokens(convo, reply)
+                await self._save(convo)
             elif reply.stop_reason != "pause_turn":
                 return TurnOutcome("end_turn")
 
@@ -207,12 +223,9 @@ class Agent:
         )
         return _result(use.id, outcome.model_text, outcome.is_error)
 
-    def _answer_dangling(self, convo: Conversation, outcome: TurnOutcome) -> None:
-        """A turn that stopped between a tool_use and its result leaves an error result, so history stays valid."""
-        dangling = convo.unanswered_tool_uses()
-        if dangling and outcome.reason != "end_turn":
-            text = f"Not run: the turn stopped ({outcome.reason}: {outcome.detail})."
-            convo.messages.append({"role": "user", "content": [_result(u["id"], text, True) for u in dangling]})
+    async def _save(self, convo: Conversation) -> None:
+        if self.checkpoint is not None:
+            await self.checkpoint(convo)
 
     async def _on_text(self, text: str) -> None:
         await self._emit(TextDelta(session_id=self.session_id, text=text))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import secrets
 import sys
 from collections.abc import Iterator
@@ -120,7 +121,12 @@ async def _run_session(
     await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
     session_id = "cli-" + secrets.token_hex(6)
     sandbox = DockerSandbox(
-        client, repo=repo, session_id=session_id, limits=limits, image=settings.image, instance=settings.instance
+        lambda: client,
+        repo=repo,
+        session_id=session_id,
+        limits=limits,
+        image=settings.image,
+        instance=settings.instance,
     )
     agent = Agent(
         session_id=session_id,
@@ -135,7 +141,9 @@ async def _run_session(
     warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())
     try:
-        return await agent.run_turn(Conversation(), task)
+        convo = Conversation()
+        convo.add_user_text(task)
+        return await agent.run_turn(convo)
     finally:
         await asyncio.shield(sandbox.stop())
 
@@ -208,6 +216,53 @@ def run(
             highlight=False,
         )
     raise typer.Exit(EXIT_CODES[outcome.reason])
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default: CUBICLE_HOST, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: CUBICLE_PORT, 8750).")] = None,
+) -> None:
+    """Serve the HTTP API (/v1) with uvicorn."""
+    import uvicorn
+
+    from .api import create_app
+
+    settings = Settings()
+    bind = host or settings.host
+    if settings.api_token is None and not _is_loopback(bind):
+        raise fail(
+            f"Refusing to serve on {bind} without CUBICLE_API_TOKEN: the API can start containers on this host. "
+            "Set a token, or bind 127.0.0.1.",
+            EXIT_USAGE,
+        )
+    if not settings.repo_roots:
+        err_console.print("[yellow]warning:[/] CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
+    uvicorn.run(create_app(settings), host=bind, port=port or settings.port, log_level="info")
+
+
+@app.command()
+def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20) -> None:
+    """List the API's sessions from its database."""
+    from rich.table import Table
+
+    from .store import Store
+
+    settings = Settings()
+    store = Store(settings.data_dir / "cubicle.db")
+    records, total = store.page(limit, 0)
+    store.close()
+    table = Table("id", "status", "finish", "steps", "tokens", "repo", "task", title=f"{total} sessions")
+    for r in records:
+        table.add_row(r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
+    Console().print(table)
 
 
 @app.command("scripted-server")

@@ -66,7 +66,9 @@ class Limits(BaseModel):
 class Settings(BaseSettings):
     """Cubicle's configuration; CLI flags override it, tests build their own."""
 
-    model_config = SettingsConfigDict(env_prefix="CUBICLE_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="CUBICLE_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
+    )
 
     api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "CUBICLE_API_KEY"), description="Anthropic API key."
@@ -103,6 +105,13 @@ class Settings(BaseSettings):
         default_factory=list, description="Directories sessions may use."
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
+    max_concurrent_sessions: int = Field(8, ge=1, le=1000, description="Turns running at once; more get 429.")
+    idle_timeout_s: float = Field(
+        600, gt=0, description="A session's container is removed after this long without a turn."
+    )
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body the API accepts.")
+    sse_heartbeat_s: float = Field(15, gt=0, description="Seconds between SSE keep-alive comments.")
+    docker_socket: Path = Field(Path("/var/run/docker.sock"), description="Never mountable as (part of) a repo.")
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 

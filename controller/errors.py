@@ -5,7 +5,8 @@
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
     ├── CapacityError                      too many sessions at once
-    ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots
+    ├── RepoError(ValueError)              a repo path that is malformed or does not exist
+    ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
     ├── ModelError                         the model API failed after retries
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
@@ -47,6 +48,10 @@ class ConflictError(CubicleError):
 
 class CapacityError(CubicleError):
     """The controller is running as many sessions as it may."""
+
+
+class RepoError(CubicleError, ValueError):
+    """The repository path is malformed, missing or not a directory."""
 
 
 class ForbiddenRepoError(CubicleError, PermissionError):

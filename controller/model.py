@@ -73,6 +73,18 @@ def block_to_param(block: Any) -> dict[str, Any]:
     return data
 
 
+def make_client(settings: Settings) -> anthropic.AsyncAnthropic:
+    """The SDK client, made once and shared; a missing API key is a ConfigError."""
+    if settings.api_key is None or not settings.api_key.get_secret_value().strip():
+        raise ConfigError(
+            "ANTHROPIC_API_KEY is not set.",
+            hint="Export your key, or point ANTHROPIC_BASE_URL at an Anthropic-compatible server and set any key it accepts.",
+        )
+    return anthropic.AsyncAnthropic(
+        api_key=settings.api_key.get_secret_value(), base_url=settings.base_url, max_retries=settings.model_retries
+    )
+
+
 class AnthropicModel:
     """The real model, through ``AsyncAnthropic``; create once and share."""
 
@@ -84,17 +96,7 @@ class AnthropicModel:
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> AnthropicModel:
         """Raises ConfigError at once when no API key is configured, before any container starts."""
-        if settings.api_key is None or not settings.api_key.get_secret_value().strip():
-            raise ConfigError(
-                "ANTHROPIC_API_KEY is not set.",
-                hint="Export your key, or point ANTHROPIC_BASE_URL at an Anthropic-compatible server and set any key it accepts.",
-            )
-        client = anthropic.AsyncAnthropic(
-            api_key=settings.api_key.get_secret_value(),
-            base_url=settings.base_url,
-            max_retries=settings.model_retries,
-        )
-        return cls(client, model or settings.model, settings.max_tokens)
+        return cls(make_client(settings), model or settings.model, settings.max_tokens)
 
     async def reply(
         self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText

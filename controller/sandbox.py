@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,11 +114,15 @@ def _raw_socket(attached: Any) -> socket.socket:
 
 
 class DockerSandbox:
-    """One session's container; started lazily, replaced when its toolbox dies."""
+    """One session's container; started lazily, replaced when its toolbox dies.
+
+    ``connect`` returns the docker client; it is called once, off the event loop, when
+    the first container is needed, so a controller can run before Docker answers.
+    """
 
     def __init__(
         self,
-        client: Any,
+        connect: Callable[[], Any],
         *,
         repo: Path,
         session_id: str,
@@ -126,7 +131,8 @@ class DockerSandbox:
         instance: str,
         auto_build: bool = True,
     ) -> None:
-        self._client = client
+        self._connect = connect
+        self._client: Any = None
         self.repo = repo
         self.session_id = session_id
         self.limits = limits
@@ -186,6 +192,8 @@ class DockerSandbox:
                 await self._discard()
 
     async def _launch(self) -> None:
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._connect)
         await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
         options = container_options(self.image, self.repo, self.limits, owners.labels(self.instance, self.session_id))
         try:

@@ -69,7 +69,7 @@ async def sandbox_factory(docker_client: Any) -> AsyncIterator[Callable[..., Doc
 
     def factory(repo: Path, limits: Limits | None = None) -> DockerSandbox:
         box = DockerSandbox(
-            docker_client,
+            lambda: docker_client,
             repo=repo,
             session_id="test-" + secrets.token_hex(4),
             limits=limits or Limits(memory_mb=512, pids=256, tmpfs_mb=64),

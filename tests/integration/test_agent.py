@@ -74,7 +74,8 @@ def run_scenario(
             system=SYSTEM_PROMPT,
             approver=approver,
         )
-        outcome = await agent.run_turn(convo, "do the task")
+        convo.add_user_text("do the task")
+        outcome = await agent.run_turn(convo)
         await client.close()
         return Run(model_server, name, sink, convo, outcome)
 

@@ -1,0 +1,320 @@
+"""The HTTP API (``/v1``): start sessions on a repository and follow them live.
+
+Routes are thin; the work lives in ``sessions.Manager``. Every route but ``/healthz``
+needs the bearer token when one is configured. All errors pass through one handler
+that maps the exception tree to a status code and a ``detail``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from . import __version__, repos
+from .config import Limits, Settings
+from .errors import (
+    CapacityError,
+    ConfigError,
+    ConflictError,
+    CubicleError,
+    ForbiddenRepoError,
+    ModelError,
+    NotFoundError,
+    RepoError,
+    SandboxError,
+)
+from .sessions import Manager, SandboxFactory
+from .store import SessionRecord, Store
+
+STATUS_OF: list[tuple[type[CubicleError], int]] = [
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (CapacityError, 429),
+    (ForbiddenRepoError, 403),
+    (RepoError, 400),
+    (ConfigError, 503),
+    (ModelError, 502),
+    (SandboxError, 503),
+]
+
+
+def _optional(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """``model`` with every field optional but its bounds kept: what a client may ask for."""
+    fields: dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        bounds = {k: getattr(m, k) for m in info.metadata for k in ("ge", "le", "gt", "lt") if hasattr(m, k)}
+        optional: Any = info.annotation
+        fields[field_name] = (optional | None, Field(None, description=info.description, **bounds))
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+LimitsRequest = _optional(Limits, "LimitsRequest")
+
+
+class CreateSession(BaseModel):
+    """Start a session: the agent begins working on ``task`` at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(
+        max_length=4096, description="Absolute path of the repository, under one of the configured roots."
+    )
+    task: str = Field(min_length=1, max_length=200_000, description="What the agent should do.")
+    model: str | None = Field(
+        None, max_length=200, pattern=r"^[A-Za-z0-9._:@/-]+$", description="Model id; default from settings."
+    )
+    limits: LimitsRequest | None = Field(None, description="Limits to lower (or raise up to the server's maximums).")  # type: ignore[valid-type]
+
+
+class FollowUp(BaseModel):
+    """A follow-up user message in the same conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=200_000)
+
+
+class SessionPage(BaseModel):
+    items: list[SessionRecord]
+    total: int
+    limit: int
+    offset: int
+
+
+class Transcript(BaseModel):
+    messages: list[dict[str, Any]] = Field(description="The conversation exactly as sent to the model.")
+
+
+class ErrorBody(BaseModel):
+    detail: Any
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    running_sessions: int
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in {
+        400: "Malformed repository path",
+        401: "Missing or wrong bearer token",
+        403: "Repository outside the allowed roots or a system path",
+        404: "No such session",
+        409: "A turn is running",
+        413: "Request body too large",
+        429: "Too many sessions running",
+        503: "Docker or the model API is not configured or not reachable",
+    }.items()
+}
+
+
+def _manager(request: Request) -> Manager:
+    manager: Manager = request.app.state.manager
+    return manager
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+ManagerDep = Annotated[Manager, Depends(_manager)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _authorize(
+    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    expected = settings.api_token
+    if expected is None:
+        return  # only ever served on loopback (see `cubicle serve`)
+    given = credentials.credentials if credentials else ""
+    if not secrets.compare_digest(given.encode(), expected.get_secret_value().encode()):
+        raise _Unauthorized()
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=ERRORS)
+
+
+@router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionRecord)
+async def create_session(body: CreateSession, manager: ManagerDep, settings: SettingsDep) -> SessionRecord:
+    """Start a session on a repository; the first turn runs in the background."""
+    protected = [settings.docker_socket, settings.data_dir]
+    repo = repos.resolve(body.repo, settings.repo_roots, protected)
+    asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
+    limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)
+    return await manager.create(repo, body.task, body.model, limits)
+
+
+@router.get("/sessions", response_model=SessionPage)
+async def list_sessions(
+    manager: ManagerDep, limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0)] = 0
+) -> SessionPage:
+    """Sessions, newest first."""
+    items, total = manager.store.page(limit, offset)
+    return SessionPage(items=items, total=total, limit=limit, offset=offset)
+
+
+@router.get("/sessions/{session_id}", response_model=SessionRecord)
+async def get_session(session_id: str, manager: ManagerDep) -> SessionRecord:
+    """Status, finish reason, usage, steps and timestamps of one session."""
+    return manager.get(session_id)
+
+
+@router.get("/sessions/{session_id}/events", response_class=EventSourceResponse)
+async def session_events(
+    session_id: str,
+    manager: ManagerDep,
+    settings: SettingsDep,
+    after: Annotated[int | None, Query(ge=0, description="Replay events after this sequence number.")] = None,
+    last_event_id: Annotated[str | None, Header(description="Standard SSE resume header.")] = None,
+) -> EventSourceResponse:
+    """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
+    manager.get(session_id)
+    start = after if after is not None else int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    return EventSourceResponse(
+        _event_stream(manager, session_id, start, settings.sse_heartbeat_s), ping=int(settings.sse_heartbeat_s)
+    )
+
+
+async def _event_stream(
+    manager: Manager, session_id: str, last: int, heartbeat: float
+) -> AsyncIterator[ServerSentEvent]:
+    while True:
+        waiter = manager.waiter(session_id)
+        events = manager.store.events_after(session_id, last)
+        for event in events:
+            last = event.seq
+            yield ServerSentEvent(data=event.model_dump_json(), event=event.type, id=str(event.seq))
+        if events:
+            continue
+        if not manager.is_live(session_id):
+            return
+        await manager.wait(waiter, heartbeat)
+
+
+@router.get("/sessions/{session_id}/messages", response_model=Transcript)
+async def get_messages(session_id: str, manager: ManagerDep) -> Transcript:
+    """The transcript exactly as sent to the model."""
+    manager.get(session_id)
+    return Transcript(messages=manager.store.messages(session_id))
+
+
+@router.post("/sessions/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SessionRecord)
+async def post_message(session_id: str, body: FollowUp, manager: ManagerDep) -> SessionRecord:
+    """A follow-up turn in the same conversation (409 while a turn runs); continues interrupted sessions."""
+    return await manager.follow_up(session_id, body.text)
+
+
+@router.post("/sessions/{session_id}/cancel", response_model=SessionRecord)
+async def cancel_session(session_id: str, manager: ManagerDep) -> SessionRecord:
+    """Stop the running turn within two seconds and kill any running command."""
+    return await manager.cancel(session_id)
+
+
+@router.delete("/sessions/{session_id}", response_model=SessionRecord, responses={204: {"description": "Purged"}})
+async def delete_session(
+    session_id: str, manager: ManagerDep, purge: Annotated[bool, Query(description="Also delete the record.")] = False
+) -> Any:
+    """Remove the session's container; keep its record unless ``purge``."""
+    record = await manager.delete(session_id, purge)
+    return record if record is not None else Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413, whether or not they declare a length.
+
+    The body is read here (never more than ``limit`` + one chunk) and replayed to the app.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await _too_large(self.limit)(scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse({"detail": f"The request body is larger than {limit} bytes."}, status_code=413)
+
+
+def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None) -> FastAPI:
+    """The API for ``settings``; tests pass their own settings and, without Docker, their own sandbox factory."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(settings.data_dir / "cubicle.db")
+        manager = Manager(settings, store, sandbox_factory)
+        app.state.manager = manager
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.close()
+            store.close()
+
+    app = FastAPI(title="Cubicle", version=__version__, lifespan=lifespan, description=__doc__)
+    app.state.settings = settings
+    app.include_router(router)
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz(request: Request) -> Health:
+        """Liveness: answers without auth and without touching Docker."""
+        return Health(status="ok", version=__version__, running_sessions=_manager(request).running_count)
+
+    @app.exception_handler(CubicleError)
+    async def cubicle_error(request: Request, err: CubicleError) -> JSONResponse:
+        code = next((code for kind, code in STATUS_OF if isinstance(err, kind)), 500)
+        return JSONResponse({"detail": str(err)}, status_code=code)
+
+    @app.exception_handler(_Unauthorized)
+    async def unauthorized(request: Request, err: _Unauthorized) -> JSONResponse:
+        return JSONResponse(
+            {"detail": "A valid bearer token is required."}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    return app

@@ -1,0 +1,169 @@
+"""Persistence: sessions, transcripts and events in SQLite (WAL).
+
+Everything is written before it is acknowledged or streamed, so a controller that
+dies loses nothing it has reported. Calls are short and run on the event loop's
+thread; WAL with ``synchronous=NORMAL`` keeps each commit well under a millisecond
+and survives a killed process (not a power cut).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import Limits
+from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    repo TEXT NOT NULL,
+    task TEXT NOT NULL,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    finish_reason TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    usage TEXT NOT NULL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    limits TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (session_id, idx)
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
+"""
+
+
+class SessionRecord(BaseModel):
+    """A session as the API reports it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    repo: str
+    task: str = Field(description="The first task of the session.")
+    model: str
+    status: Status
+    finish_reason: FinishReason | None = Field(None, description="Why the last turn ended.")
+    detail: str = Field("", description="More about the finish reason or failure.")
+    usage: Usage
+    steps: int = Field(description="Model requests made, over all turns.")
+    limits: Limits
+    created_at: float
+    updated_at: float
+
+
+class Store:
+    """One SQLite database; one connection, used from the event loop's thread."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------------ sessions
+
+    def insert(self, record: SessionRecord) -> None:
+        self._db.execute(
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (record.id, record.repo, record.task, record.model, record.status, record.finish_reason, record.detail,
+             record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at),
+        )  # fmt: skip
+
+    def update(self, session_id: str, **fields: Any) -> None:
+        values = {k: (v.model_dump_json() if isinstance(v, BaseModel) else v) for k, v in fields.items()}
+        values["updated_at"] = time.time()
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self._db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+
+    def get(self, session_id: str) -> SessionRecord | None:
+        row = self._db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return _record(row) if row else None
+
+    def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
+        rows = self._db.execute(
+            "SELECT * FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
+        ).fetchall()
+        total = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        return [_record(r) for r in rows], total
+
+    def with_status(self, status: str) -> list[SessionRecord]:
+        return [_record(r) for r in self._db.execute("SELECT * FROM sessions WHERE status = ?", (status,)).fetchall()]
+
+    def delete(self, session_id: str) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            for table, key in (("events", "session_id"), ("messages", "session_id"), ("sessions", "id")):
+                self._db.execute(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
+
+    # ------------------------------------------------------------------ transcript
+
+    def save_messages(self, session_id: str, messages: list[dict[str, Any]], start: int) -> None:
+        """Write messages[start:] (the last saved one may have changed: a user text merged into it)."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO messages VALUES (?,?,?)",
+                [(session_id, i, json.dumps(messages[i])) for i in range(start, len(messages))],
+            )
+            self._db.execute("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
+
+    def messages(self, session_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(
+            "SELECT message FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    # ------------------------------------------------------------------ events
+
+    def append_event(self, event: Event) -> None:
+        """Give the event the next sequence number of its session and write it."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
+            ).fetchone()
+            event.seq = row[0] + 1
+            self._db.execute(
+                "INSERT INTO events VALUES (?,?,?,?)",
+                (event.session_id, event.seq, event.type, event.model_dump_json()),
+            )
+
+    def events_after(self, session_id: str, after: int, limit: int = 500) -> list[Event]:
+        rows = self._db.execute(
+            "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?", (session_id, after, limit)
+        ).fetchall()
+        return [EVENT_ADAPTER.validate_json(r[0]) for r in rows]
+
+
+def _record(row: tuple[Any, ...]) -> SessionRecord:
+    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated) = row
+    return SessionRecord(
+        id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
+        usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
+        created_at=created, updated_at=updated,
+    )  # fmt: skip

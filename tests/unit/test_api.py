@@ -1,0 +1,198 @@
+"""API validation and auth with TestClient(create_app(...)): no Docker, no model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller.api import create_app
+from controller.config import Limits, Settings
+from controller.protocol import Failure, Outcome
+
+TOKEN = "unit-test-token"
+
+
+class NoSandbox:
+    """A sandbox seam that refuses every call: these tests never reach a tool."""
+
+    async def start(self) -> None:
+        return None
+
+    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
+        return Failure(kind="unavailable", message="no sandbox in unit tests")
+
+    async def stop(self) -> None:
+        return None
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    root = tmp_path / "roots"
+    (root / "project").mkdir(parents=True)
+    (root / "sockdir").mkdir()
+    (root / "sockdir" / "docker.sock").touch()
+    (root / "afile").write_text("x")
+    (root / "escape").symlink_to("/etc")
+    (root / "inner-link").symlink_to(root / "project")
+    return root
+
+
+@pytest.fixture
+def client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
+    settings = Settings(
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        api_token=TOKEN,
+        repo_roots=[roots],
+        data_dir=roots / "data",
+        docker_socket=roots / "sockdir" / "docker.sock",
+        max_body_bytes=64 * 1024,
+        max_limits=Limits(memory_mb=4096, max_steps=40, network=False),
+    )
+    with TestClient(
+        create_app(settings, sandbox_factory=lambda *_: NoSandbox()), headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as c:
+        yield c
+
+
+def create(client: TestClient, **body: Any) -> Any:
+    return client.post("/v1/sessions", json={"task": "t", **body})
+
+
+def test_healthz_needs_no_token(client: TestClient) -> None:
+    response = client.get("/healthz", headers={"Authorization": ""})
+    assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic dXNlcjpwYXNz", f"Bearer {TOKEN}x"])
+def test_every_route_needs_the_token(client: TestClient, header: str | None) -> None:
+    headers = {"Authorization": header or ""}
+    for method, path in [("get", "/v1/sessions"), ("post", "/v1/sessions"), ("get", "/v1/sessions/x"), ("get", "/v1/sessions/x/events"),
+                         ("get", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/cancel"),
+                         ("delete", "/v1/sessions/x")]:  # fmt: skip
+        response = client.request(method, path, headers=headers, json={})
+        assert response.status_code == 401, (method, path)
+        assert response.json()["detail"] == "A valid bearer token is required."
+
+
+def test_good_repo_is_accepted(client: TestClient, roots: Path) -> None:
+    response = create(client, repo=str(roots / "project"))
+    assert response.status_code == 201, response.text
+    assert response.json()["repo"] == str(roots / "project")
+    via_link = create(client, repo=str(roots / "inner-link"))
+    assert via_link.status_code == 201 and via_link.json()["repo"] == str(roots / "project")
+
+
+@pytest.mark.parametrize(
+    ("repo", "code"),
+    [
+        ("/", 403),
+        ("/etc", 403),
+        ("/usr/lib", 403),
+        ("/proc/self/root", 403),
+        ("/var/run", 403),
+        ("ROOTS/sockdir", 403),  # holds the Docker socket
+        ("ROOTS", 403),  # contains the socket and the data directory
+        ("ROOTS/data", 403),  # the controller's own data
+        ("ROOTS/data/../data", 403),
+        ("ROOTS/escape", 403),  # a symlink that leads out
+        ("ROOTS/../outside", 400),
+        ("TMP", 403),  # exists, outside the roots
+        ("ROOTS/missing", 400),
+        ("ROOTS/afile", 400),
+        ("relative/path", 400),
+        ("ROOTS/pro\x00ject", 400),
+        ("ROOTS/project\n", 400),
+        ("", 400),
+    ],
+)
+def test_bad_repos_are_refused(client: TestClient, roots: Path, tmp_path: Path, repo: str, code: int) -> None:
+    path = repo.replace("ROOTS", str(roots)).replace("TMP", str(tmp_path))
+    response = create(client, repo=path)
+    assert response.status_code == code, response.text
+    assert isinstance(response.json()["detail"], str) and response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"image": "alpine"},
+        {"privileged": True},
+        {"mounts": ["/:/host"]},
+        {"env": {"A": "1"}},
+        {"workdir": "/"},
+        {"limits": {"privileged": True}},
+        {"limits": {"devices": ["/dev/sda"]}},
+    ],  # fmt: skip
+)
+def test_unknown_fields_are_422(client: TestClient, roots: Path, extra: dict[str, Any]) -> None:
+    response = create(client, repo=str(roots / "project"), **extra)
+    assert response.status_code == 422
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"memory_mb": 0},
+        {"memory_mb": -5},
+        {"max_steps": 0},
+        {"pids": 10**12},
+        {"cpus": 0},
+        {"token_budget": -1},
+        {"memory_mb": "lots"},
+    ],
+)
+def test_zero_negative_and_absurd_limits_are_422(client: TestClient, roots: Path, limits: dict[str, Any]) -> None:
+    assert create(client, repo=str(roots / "inner-link"), limits=limits).status_code == 422
+
+
+def test_limits_are_clamped_to_server_maximums(client: TestClient, roots: Path) -> None:
+    response = create(
+        client, repo=str(roots / "inner-link"), limits={"memory_mb": 60000, "max_steps": 30, "network": True}
+    )
+    assert response.status_code == 201
+    limits = response.json()["limits"]
+    assert limits["memory_mb"] == 4096 and limits["max_steps"] == 30 and limits["network"] is False
+
+
+def test_body_size_limit(client: TestClient, roots: Path) -> None:
+    big = create(client, repo=str(roots / "inner-link"), task="x" * 100_000)
+    assert big.status_code == 413 and "larger than" in big.json()["detail"]
+    chunked = client.post(
+        "/v1/sessions", content=iter([json.dumps({"repo": str(roots), "task": "y" * 70_000}).encode()]),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    assert chunked.status_code == 413
+
+
+def test_unknown_session_is_404(client: TestClient) -> None:
+    for method, path in [("get", "/v1/sessions/nope"), ("get", "/v1/sessions/nope/messages"), ("post", "/v1/sessions/nope/cancel"),
+                         ("delete", "/v1/sessions/nope"), ("get", "/v1/sessions/nope/events")]:  # fmt: skip
+        assert client.request(method, path).status_code == 404
+
+
+def test_follow_up_rejects_unknown_fields_and_empty_text(client: TestClient, roots: Path) -> None:
+    sid = create(client, repo=str(roots / "inner-link")).json()["id"]
+    assert client.post(f"/v1/sessions/{sid}/messages", json={"text": ""}).status_code == 422
+    assert client.post(f"/v1/sessions/{sid}/messages", json={"text": "x", "role": "system"}).status_code == 422
+
+
+def test_list_is_paginated(client: TestClient, roots: Path) -> None:
+    for _ in range(3):
+        create(client, repo=str(roots / "inner-link"))
+    page = client.get("/v1/sessions", params={"limit": 2}).json()
+    assert page["total"] == 3 and len(page["items"]) == 2
+    assert client.get("/v1/sessions", params={"limit": 0}).status_code == 422
+
+
+def test_openapi_documents_models_and_errors(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"CreateSession", "SessionRecord", "LimitsRequest", "ErrorBody"} <= set(spec["components"]["schemas"])
+    post = spec["paths"]["/v1/sessions"]["post"]
+    assert {"201", "401", "403", "409", "422", "429"} <= set(post["responses"])
