@@ -129,7 +129,7 @@ def test_bad_repos_are_refused(client: TestClient, roots: Path, tmp_path: Path, 
         {"workdir": "/"},
         {"limits": {"privileged": True}},
         {"limits": {"devices": ["/dev/sda"]}},
-    ],  # fmt: skip
+    ],
 )
 def test_unknown_fields_are_422(client: TestClient, roots: Path, extra: dict[str, Any]) -> None:
     response = create(client, repo=str(roots / "project"), **extra)
