@@ -221,7 +221,7 @@ def free_port() -> int:
 def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
     """Serve ``app`` with uvicorn on a background thread; yields its base URL and stops it on exit."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

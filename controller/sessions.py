@@ -79,6 +79,9 @@ class Manager:
     async def start(self) -> None:
         """Mark what a previous controller left running as interrupted, and sweep its containers."""
         for record in self.store.with_status("running"):
+            convo = Conversation(messages=self.store.messages(record.id))
+            if convo.answer_dangling("the controller restarted before this call finished"):
+                self.store.save_messages(record.id, convo.messages, len(convo.messages) - 1)
             self.store.update(record.id, status="interrupted", detail="the controller restarted during this turn")
             await self._record_event(
                 StatusEvent(session_id=record.id, status="interrupted", detail="controller restarted")

@@ -1,0 +1,71 @@
+"""An HTTP client for the API under test, with a small SSE reader."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+
+class Api:
+    def __init__(self, url: str, token: str) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def create(self, repo: str, scenario: str, task: str = "do it", **extra: Any) -> dict[str, Any]:
+        response = self.http.post("/v1/sessions", json={"repo": repo, "task": task, "model": scenario, **extra})
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    def get(self, sid: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/sessions/{sid}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def events(self, sid: str, last_event_id: int | None = None, stop_after: int | None = None) -> list[dict[str, Any]]:
+        """Read the SSE stream until it closes (or ``stop_after`` events, then disconnect)."""
+        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+        seen: list[dict[str, Any]] = []
+        with self.http.stream("GET", f"/v1/sessions/{sid}/events", headers=headers, timeout=120) as response:
+            assert response.status_code == 200
+            for event in _parse(response.iter_lines()):
+                seen.append(event)
+                if stop_after is not None and len(seen) >= stop_after:
+                    break
+        return seen
+
+    def wait_for(self, sid: str, predicate: Any, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.get(sid)
+            if predicate(record):
+                return record
+            time.sleep(0.05)
+        raise AssertionError(f"session {sid} never reached the expected state: {self.get(sid)}")
+
+    def wait_for_event(self, sid: str, kind: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=timeout) as response:
+                for event in _parse(response.iter_lines()):
+                    if event["type"] == kind:
+                        return
+            time.sleep(0.05)
+        raise AssertionError(f"no {kind} event in session {sid}")
+
+
+def _parse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    fields: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if "data" in fields:
+                event = json.loads(fields["data"])
+                assert str(event["seq"]) == fields.get("id"), fields
+                assert event["type"] == fields.get("event"), fields
+                yield event
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value

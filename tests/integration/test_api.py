@@ -1,0 +1,273 @@
+"""The HTTP API with real Docker and the scripted model server."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller import owners
+from controller.api import create_app
+from controller.config import Limits, Settings
+from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from tests.integration.api_helpers import Api
+
+TOKEN = "integration-token"
+
+
+def scenario(server: ScriptedServer, turns: list[dict[str, Any]]) -> str:
+    name = "api-" + secrets.token_hex(4)
+    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+    return name
+
+
+def tool(name: str, **args: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": args}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def settings_for(tmp_path: Path, model_server: ScriptedServer, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "api_key": "test",
+        "base_url": model_server.url,  # type: ignore[attr-defined]
+        "api_token": TOKEN,
+        "repo_roots": [tmp_path],
+        "data_dir": tmp_path / "data",
+        "instance": "cubicle-tests",
+        "limits": Limits(memory_mb=512, pids=256, tmpfs_mb=64),
+        "sse_heartbeat_s": 1,
+        **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture
+def api_factory(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Callable[..., Api]]:
+    stack: list[Any] = []
+    clients: list[Api] = []
+
+    def start(**overrides: Any) -> Api:
+        context = serve_in_thread(create_app(settings_for(tmp_path, model_server, **overrides)))
+        url = context.__enter__()
+        stack.append(context)
+        clients.append(Api(url, TOKEN))
+        return clients[-1]
+
+    yield start
+    for context in reversed(stack):
+        context.__exit__(None, None, None)
+    for client in clients:
+        client.http.close()
+
+
+@pytest.fixture
+def api(api_factory: Callable[..., Api]) -> Api:
+    return api_factory()
+
+
+def containers_of(docker_client: Any, session_id: str) -> list[Any]:
+    return list(docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={session_id}"}))
+
+
+def eventually(check: Callable[[], Any], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return result
+
+
+WORK = [
+    {"content": [text("Looking around."), tool("list_files"), tool("read_file", path="README.md")]},
+    {"content": [tool("run_command", command="echo from-the-sandbox > out.txt && cat out.txt")]},
+    {"content": [text("Finished.")]},
+]
+
+
+def test_full_session_over_http(api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]) -> None:
+    repo = make_repo()
+    created = api.create(str(repo), scenario(model_server, WORK))
+    assert created["status"] == "running"
+    events = api.events(created["id"])
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
+    assert kinds.count("tool_call") == 3 == kinds.count("tool_result")
+    record = api.get(created["id"])
+    assert record["status"] == "idle" and record["finish_reason"] == "end_turn" and record["steps"] == 3
+    assert record["usage"]["input_tokens"] > 0
+    assert (repo / "out.txt").read_text() == "from-the-sandbox\n"
+    transcript = api.http.get(f"/v1/sessions/{created['id']}/messages").json()["messages"]
+    assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert transcript[2]["content"][0]["type"] == "tool_result"
+    listed = api.http.get("/v1/sessions").json()
+    assert created["id"] in [s["id"] for s in listed["items"]]
+
+
+def test_sse_disconnect_and_resume_loses_and_duplicates_nothing(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    slow = [{**turn, "delay_s": 0.3} for turn in WORK]
+    sid = api.create(str(make_repo()), scenario(model_server, slow))["id"]
+    first = api.events(sid, stop_after=3)
+    rest = api.events(sid, last_event_id=first[-1]["seq"])
+    seqs = [e["seq"] for e in first + rest]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert rest[-1]["type"] == "session_finished"
+    replay = api.events(sid)
+    assert [e["seq"] for e in replay] == seqs
+    via_query = api.http.get(f"/v1/sessions/{sid}/events", params={"after": len(seqs) - 1})
+    assert via_query.text.count("event: session_finished") == 1 and "id: 1\n" not in via_query.text
+
+
+def test_follow_up_and_409_while_running(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    turns = [
+        {"content": [tool("run_command", command="sleep 1")], "delay_s": 0.2},
+        {"content": [text("first turn done")]},
+        {"content": [tool("read_file", path="README.md")]},
+        {"content": [text("second turn done")]},
+    ]
+    sid = api.create(str(make_repo()), scenario(model_server, turns))["id"]
+    busy = api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "more"})
+    assert busy.status_code == 409 and "running" in busy.json()["detail"]
+    api.wait_for(sid, lambda r: r["status"] == "idle")
+    accepted = api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "now read the readme"})
+    assert accepted.status_code == 202 and accepted.json()["status"] == "running"
+    record = api.wait_for(sid, lambda r: r["status"] == "idle")
+    assert record["steps"] == 4
+    transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+    user_texts = [b["text"] for m in transcript if m["role"] == "user" for b in m["content"] if b["type"] == "text"]
+    assert user_texts == ["do it", "now read the readme"]
+    assert transcript[-1]["content"][0]["text"] == "second turn done"
+
+
+def test_cancel_mid_command_leaves_nothing(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    turns = [
+        {"content": [tool("run_command", command="sleep 300; touch never", timeout_s=600)]},
+        {"content": [text("unreachable")]},
+    ]
+    sid = api.create(str(make_repo()), scenario(model_server, turns), limits={"command_timeout_s": 600})["id"]
+    api.wait_for_event(sid, "tool_call")
+    assert eventually(lambda: containers_of(docker_client, sid))
+    time.sleep(0.3)
+    started = time.monotonic()
+    cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")
+    assert time.monotonic() - started < 2.5
+    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finish_reason"] == "cancelled"
+    assert containers_of(docker_client, sid) == []
+    transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+    assert transcript[-1]["content"][0]["is_error"] is True  # the interrupted call was answered
+
+
+def test_delete_removes_the_container(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    sid = api.create(str(make_repo()), scenario(model_server, WORK))["id"]
+    api.wait_for(sid, lambda r: r["status"] == "idle")
+    assert containers_of(docker_client, sid), "the container stays up between turns"
+    deleted = api.http.delete(f"/v1/sessions/{sid}")
+    assert deleted.status_code == 200 and containers_of(docker_client, sid) == []
+    assert api.get(sid)["id"] == sid
+    assert api.http.delete(f"/v1/sessions/{sid}", params={"purge": True}).status_code == 204
+    assert api.http.get(f"/v1/sessions/{sid}").status_code == 404
+
+
+def test_idle_timeout_removes_the_container_and_follow_up_starts_fresh(
+    api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    api = api_factory(idle_timeout_s=0.5)
+    turns = [{"content": [tool("run_command", command="echo one")]}, {"content": [text("a")]},
+             {"content": [tool("run_command", command="echo two")]}, {"content": [text("b")]}]  # fmt: skip
+    sid = api.create(str(make_repo()), scenario(model_server, turns))["id"]
+    api.wait_for(sid, lambda r: r["status"] == "idle")
+    deadline = time.monotonic() + 10
+    while containers_of(docker_client, sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert containers_of(docker_client, sid) == []
+    api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
+    assert api.wait_for(sid, lambda r: r["status"] == "idle")["finish_reason"] == "end_turn"
+
+
+def test_429_over_the_concurrency_cap(
+    api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    api = api_factory(max_concurrent_sessions=1)
+    slow = scenario(model_server, [{"content": [text("slow")], "delay_s": 3}])
+    first = api.create(str(make_repo("a")), slow)
+    over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": slow})
+    assert over.status_code == 429 and "Retry" in over.json()["detail"]
+    api.http.post(f"/v1/sessions/{first['id']}/cancel")
+
+
+def _serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("cubicle serve did not come up")
+
+
+def test_controller_restart_while_running(
+    tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
+    env |= {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": model_server.url, "CUBICLE_API_TOKEN": TOKEN,  # type: ignore[attr-defined]
+            "CUBICLE_REPO_ROOTS": str(tmp_path), "CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": "restart-test"}  # fmt: skip
+    turns = [
+        {"content": [text("Starting a long job."), tool("run_command", command="sleep 300", timeout_s=600)]},
+        {"content": [tool("read_file", path="README.md")]},
+        {"content": [text("Continued after the restart.")]},
+    ]
+    name = scenario(model_server, turns)
+    process = _serve(env, port)
+    api = Api(f"http://127.0.0.1:{port}", TOKEN)
+    try:
+        sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
+        api.wait_for_event(sid, "tool_call")
+        assert eventually(lambda: containers_of(docker_client, sid))
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    process = _serve(env, port)
+    try:
+        record = api.get(sid)
+        assert record["status"] == "interrupted"
+        assert containers_of(docker_client, sid) == [], "the restarted controller sweeps the dead one's containers"
+        transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+        assert [m["role"] for m in transcript] == ["user", "assistant", "user"]
+        assert transcript[1]["content"][1]["type"] == "tool_use" and transcript[2]["content"][0]["is_error"] is True
+        kinds = [e["type"] for e in api.events(sid)]
+        assert kinds[:3] == ["session_started", "status", "text"] and "tool_call" in kinds and kinds[-1] == "status"
+        assert api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "please continue"}).status_code == 202
+        done = api.wait_for(sid, lambda r: r["status"] == "idle")
+        assert done["finish_reason"] == "end_turn"
+        assert (
+            api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"][-1]["content"][0]["text"]
+            == "Continued after the restart."
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        api.http.close()
+    assert containers_of(docker_client, sid) == []
