@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 
+    @field_validator("api_key", "base_url", "api_token", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        """An empty variable (as compose passes an unset one) means unset."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("repo_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:

@@ -1,0 +1,60 @@
+"""End to end: the controller in its own container (built from this repo), driven through its published port."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import owners
+from controller.testing import DEFAULT_IMAGE, CubicleContainer
+from tests.integration.api_helpers import Api
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def controller_image(docker_client: Any) -> str:
+    try:
+        docker_client.images.get(DEFAULT_IMAGE)
+    except Exception:  # noqa: BLE001 - any lookup failure means: build it
+        subprocess.run([str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT)
+    return DEFAULT_IMAGE
+
+
+def test_session_through_the_containerized_controller(
+    controller_image: str, tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    repo = make_repo("repos/project")
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"name": "e2e", "turns": [
+        {"content": [{"type": "text", "text": "Checking."},
+                     {"type": "tool_use", "name": "run_command", "input": {"command": "id -u && echo e2e > e2e.txt"}}]},
+        {"content": [{"type": "text", "text": "Done end to end."}]},
+    ]}))  # fmt: skip
+    token = secrets.token_hex(16)
+    instance = "e2e-" + secrets.token_hex(4)
+    with CubicleContainer(
+        controller_image, token=token, repo_roots=[repos], scenario=flow, instance=instance
+    ) as cubicle:
+        api = Api(cubicle.url, token)
+        assert api.http.get("/healthz").json()["status"] == "ok"
+        assert api.http.get("/v1/sessions", headers={"Authorization": ""}).status_code == 401
+        sid = api.create(str(repo), "e2e")["id"]
+        events = api.events(sid)
+        record = api.get(sid)
+        api.http.close()
+    assert events[-1]["type"] == "session_finished" and events[-1]["reason"] == "end_turn"
+    assert record["status"] == "idle" and record["steps"] == 2
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["output"].startswith("exit code 0") and f"{repo.stat().st_uid}\n" in result["output"]
+    assert (repo / "e2e.txt").read_text() == "e2e\n"
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={sid}"})
+    assert leftovers == [], "stopping the controller removes its sandboxes"
