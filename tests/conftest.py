@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+
+# testcontainers' reaper image cannot be pulled offline; our fixtures clean up by label instead.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,9 @@ def controller_image(docker_client: Any) -> str:
     try:
         docker_client.images.get(DEFAULT_IMAGE)
     except Exception:  # noqa: BLE001 - any lookup failure means: build it
-        subprocess.run([str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT)
+        subprocess.run(
+            [str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}
+        )
     return DEFAULT_IMAGE
 
 
