@@ -165,6 +165,12 @@ class Manager:
             return None
         return self.get(session_id)
 
+    async def join(self, session_id: str) -> None:
+        """Wait until the session's running turn (if any) has ended."""
+        live = self._live.get(session_id)
+        if live is not None and live.task is not None:
+            await asyncio.wait([live.task])
+
     def is_live(self, session_id: str) -> bool:
         live = self._live.get(session_id)
         return live is not None and live.running

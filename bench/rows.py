@@ -1,0 +1,257 @@
+"""The benchmark rows: each measures Cubicle and a baseline on the same machine in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_sync
+from controller import owners, tools
+from controller.config import Limits, Settings
+from controller.protocol import PingResult
+from controller.sandbox import DockerSandbox
+from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.sessions import Manager
+from controller.store import Store
+
+INSTANCE = "cubicle-bench"
+LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)
+
+
+def make_repo(root: Path, name: str) -> Path:
+    repo = root / name
+    (repo / ".git" / "hooks").mkdir(parents=True)
+    (repo / ".git" / "config").write_text("[core]\n")
+    (repo / "README.md").write_text("# bench\n" + "line\n" * 40)
+    (repo / "src").mkdir()
+    (repo / "src" / "app.py").write_text("def total(items):\n    return sum(items)\n")
+    return repo
+
+
+def sandbox(client: Any, image: str, repo: Path) -> DockerSandbox:
+    return DockerSandbox(
+        lambda: client,
+        repo=repo,
+        session_id="bench-" + secrets.token_hex(4),
+        limits=LIMITS,
+        image=image,
+        instance=INSTANCE,
+    )
+
+
+async def tool_overhead(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
+    box = sandbox(client, image, make_repo(root, "overhead"))
+    await box.start()
+    try:
+        n, m = (100, 30) if quick else (500, 100)
+        ours = await time_async(lambda: box.call("read_file", {"path": "README.md"}, 30), n)
+        container = box.container
+        exec_cat = time_sync(lambda: container.exec_run(["cat", "/workspace/README.md"]), m)
+        met = report.check(
+            ours.p50 <= exec_cat.p50 / 25, f"read_file p50 {ms(ours.p50)} > 1/25 of docker exec {ms(exec_cat.p50)}"
+        )
+        report.rows.append(Row("read_file round trip", ours, "docker exec cat (SDK)", exec_cat, "≤ 1/25 of exec", met))
+        ours_cmd = await time_async(lambda: box.call("run_command", {"command": "true", "timeout_s": 10}, 30), n // 2)
+        exec_true = time_sync(lambda: container.exec_run(["true"]), m)
+        report.rows.append(Row('run_command("true")', ours_cmd, "docker exec true (SDK)", exec_true))
+    finally:
+        await box.stop()
+
+
+async def ready_and_teardown(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
+    repo = make_repo(root, "lifecycle")
+    n = 8 if quick else 20
+    ready, teardown = [], []
+    for _ in range(n):
+        box = sandbox(client, image, repo)
+        start = time.perf_counter()
+        await box.start()
+        ready.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        await box.stop()
+        teardown.append(time.perf_counter() - start)
+
+    def bare_run() -> Any:
+        container = client.containers.create(image, ["true"], labels={owners.MANAGED: "bench"})
+        container.start()
+        container.wait()
+        return container
+
+    runs, removals = [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        container = bare_run()
+        runs.append(time.perf_counter() - start)
+        container.remove(force=True)
+        running = client.containers.run(
+            image, ["sleep", "600"], detach=True, init=True, labels={owners.MANAGED: "bench"}
+        )
+        start = time.perf_counter()
+        running.remove(force=True)
+        removals.append(time.perf_counter() - start)
+    ours, base = Sample(ready), Sample(runs)
+    met = report.check(
+        ours.p50 <= 1.2 * base.p50, f"session ready {ms(ours.p50)} > 1.2 × bare docker run {ms(base.p50)}"
+    )
+    report.rows.append(Row("session ready (toolbox answering)", ours, "docker run image true", base, "≤ 1.2×", met))
+    down = Sample(teardown)
+    met = report.check(down.p95 <= 0.5, f"teardown p95 {ms(down.p95)} > 0.5 s")
+    report.rows.append(
+        Row("teardown (kill + remove)", down, "docker rm -f (running bare container)", Sample(removals), "≤ 0.5 s", met)
+    )
+
+
+async def output_flood(report: Report, client: Any, image: str, root: Path) -> None:
+    box = sandbox(client, image, make_repo(root, "flood"))
+    await box.start()
+    try:
+        ping = await box.call("ping", {}, 30)
+        assert isinstance(ping, PingResult)
+        rss_before = current_rss_mb()
+        start = time.perf_counter()
+        outcome = await tools.execute(
+            "run_command", {"command": "head -c 1000000000 /dev/zero | tr '\\0' y"}, box, LIMITS
+        )
+        took = time.perf_counter() - start
+        rss_growth = current_rss_mb() - rss_before
+        hwm = await box.call("run_command", {"command": f"grep VmHWM /proc/{ping.pid}/status", "timeout_s": 10}, 30)
+        toolbox_kb = int(hwm.stdout.text.split()[1]) if hasattr(hwm, "stdout") else -1
+        container = box.container
+
+        def exec_flood() -> None:
+            result = container.exec_run(["sh", "-c", "head -c 1000000000 /dev/zero | tr '\\0' y"], stream=True)
+            for _ in result.output:
+                pass
+
+        base = time_sync(exec_flood, 1, warmup=0)
+    finally:
+        await box.stop()
+    report.check(len(outcome.model_text) <= LIMITS.model_output_chars + 200, "flood: the model saw more than the cap")
+    report.check(rss_growth < 50, f"flood: controller RSS grew {rss_growth:.1f} MB")
+    report.check(toolbox_kb < 50 * 1024, f"flood: toolbox peak RSS {toolbox_kb / 1024:.1f} MB")
+    report.extra.append(
+        (
+            "Output flood: a command printing 1 GB",
+            ["", "time to result", "reached the model", "controller RSS growth", "toolbox peak RSS"],
+            [
+                [
+                    "Cubicle run_command",
+                    f"{took:.2f} s",
+                    f"{len(outcome.model_text):,} chars",
+                    f"{rss_growth:.1f} MB",
+                    f"{toolbox_kb / 1024:.1f} MB",
+                ],
+                ["docker exec, streamed and discarded", f"{base.p50:.2f} s", "(everything)", "n/a", "n/a"],
+            ],
+        )
+    )
+
+
+def _flow(calls: int) -> list[dict[str, Any]]:
+    ops = [
+        {"type": "tool_use", "name": "read_file", "input": {"path": "README.md"}},
+        {"type": "tool_use", "name": "list_files", "input": {}},
+        {"type": "tool_use", "name": "search", "input": {"pattern": "total"}},
+        {"type": "tool_use", "name": "run_command", "input": {"command": "echo ok"}},
+    ]
+    turns = [{"content": [ops[(2 * i) % 4], ops[(2 * i + 1) % 4]]} for i in range(calls // 2)]
+    return [*turns, {"content": [{"type": "text", "text": "done"}]}]
+
+
+def _container_memory_mb(container_id: str) -> float:
+    for path in (
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.stat",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.stat",
+    ):
+        try:
+            stats = dict(line.split() for line in Path(path).read_text().splitlines())
+        except OSError:
+            continue
+        return int(stats.get("total_rss", stats.get("anon", 0))) / (1 << 20)
+    return float("nan")
+
+
+async def concurrency(
+    report: Report, client: Any, image: str, root: Path, sizes: list[int], exec_sizes: list[int]
+) -> None:
+    flow = Scenario.model_validate({"name": "bench-flow", "turns": _flow(20)})
+    server = ScriptedServer([flow])
+    rows = []
+    with serve_in_thread(server.app) as url:
+        for n in sizes:
+            settings = Settings(api_key="bench", base_url=url, repo_roots=[root], data_dir=root / f"data-{n}", instance=INSTANCE,
+                                limits=LIMITS, max_concurrent_sessions=n + 1, image=image)  # fmt: skip
+            store = Store(settings.data_dir / "cubicle.db")
+            manager = Manager(settings, store)
+            repos = [make_repo(root, f"c{n}-{i}") for i in range(n)]
+            start = time.perf_counter()
+            records = [await manager.create(repo, "bench", "bench-flow", LIMITS) for repo in repos]
+            await asyncio.gather(*(manager.join(r.id) for r in records))
+            wall = time.perf_counter() - start
+            finals = [store.get(r.id) for r in records]
+            errors = sum(1 for f in finals if f is None or f.finish_reason != "end_turn")
+            errors += sum(
+                1
+                for r in records
+                for e in store.events_after(r.id, 0, 10_000)
+                if e.type == "tool_result" and e.is_error
+            )
+            mems = [
+                _container_memory_mb(c.id)
+                for c in client.containers.list(filters={"label": f"{owners.OWNER}"})
+                if c.labels.get(owners.SESSION, "").startswith("s_")
+            ]
+            await manager.close()
+            store.close()
+            per_container = sum(mems) / len(mems) if mems else float("nan")
+            rows.append(
+                [
+                    f"Cubicle, N={n}",
+                    f"{wall:.2f} s",
+                    f"{20 * n / wall:.0f}",
+                    str(errors),
+                    f"{peak_rss_mb():.0f} MB",
+                    f"{per_container:.1f} MB",
+                ]
+            )
+            report.check(errors == 0, f"concurrency N={n}: {errors} errors")
+            if n == 100:
+                report.check(
+                    peak_rss_mb() <= 300, f"concurrency N=100: controller peak RSS {peak_rss_mb():.0f} MB > 300 MB"
+                )
+    for n in exec_sizes:
+        wall = await asyncio.to_thread(_exec_baseline, client, image, n)
+        rows.append(
+            [f"docker run + 20 × docker exec, N={n}", f"{wall:.2f} s", f"{20 * n / wall:.0f}", "0", "n/a", "n/a"]
+        )
+    report.extra.append(
+        (
+            "Concurrency: N sessions of 20 tool calls each",
+            ["", "wall time", "tool calls/s", "errors", "controller peak RSS", "memory per sandbox"],
+            rows,
+        )
+    )
+
+
+def _exec_baseline(client: Any, image: str, n: int) -> float:
+    def one(_: int) -> None:
+        container = client.containers.run(image, ["sleep", "600"], detach=True, labels={owners.MANAGED: "bench"})
+        try:
+            for i in range(20):
+                container.exec_run(["cat", "/etc/hostname"] if i % 2 else ["true"])
+        finally:
+            container.remove(force=True)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=min(n, 32)) as pool:
+        list(pool.map(one, range(n)))
+    return time.perf_counter() - start
+
+
+def workdir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="cubicle-bench-")
