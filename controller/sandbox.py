@@ -53,7 +53,11 @@ def repo_owner(repo: Path) -> tuple[int, int]:
 
 
 def _git_mounts(repo: Path) -> list[Mount]:
-    """.git/hooks and .git/config read-only: git on the host would run what the agent put there."""
+    """.git/hooks and .git/config read-only: git on the host would run what the agent put there.
+
+    ``.git`` itself is mounted too (read-write), only so that it is a mount point: the agent
+    can then neither rename it away nor replace it with a fresh one whose hooks are writable.
+    """
     git = repo / ".git"
     if not git.is_dir() or git.is_symlink():
         return []
@@ -63,7 +67,7 @@ def _git_mounts(repo: Path) -> list[Mount]:
             hooks.mkdir()
             uid, gid = repo_owner(repo)
             os.chown(hooks, uid, gid)
-    mounts = []
+    mounts = [Mount(f"{WORKSPACE}/.git", str(git), type="bind")]
     for part in (hooks, git / "config"):
         if part.exists() and not part.is_symlink():
             mounts.append(Mount(f"{WORKSPACE}/.git/{part.name}", str(part), type="bind", read_only=True))

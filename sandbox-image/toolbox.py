@@ -225,37 +225,39 @@ def read_file(args: dict) -> dict:
         return _read_lines(f, full, offset, limit)
 
 
-def _lines(f):
-    """Yield each line's first bytes and full length, never holding a long line whole."""
+def _lines(f, state: dict):
+    """Yield each line's first bytes and full length, never holding a long line whole.
+
+    Stops after MAX_SCAN_BYTES in all, so a huge sparse file or one endless line costs
+    a bounded read, not a walk through gigabytes of holes.
+    """
     keep = MAX_LINE_CHARS * 4
-    while True:
-        raw = f.readline(keep)
+    budget = MAX_SCAN_BYTES
+    while budget > 0:
+        raw = f.readline(min(keep, budget))
         if not raw:
             return
         length = len(raw)
-        while not raw.endswith(b"\n"):
-            more = f.readline(READ_CHUNK)
+        while not raw.endswith(b"\n") and length < budget:
+            more = f.readline(min(READ_CHUNK, budget - length))
             if not more:
                 break
             length += len(more)
             if more.endswith(b"\n"):
                 break
+        budget -= length
         yield raw, length
+    state["exhausted"] = True
 
 
 def _read_lines(f, full: str, offset: int, limit: int) -> dict:
     lines: list[str] = []
-    number = scanned = shown = 0
+    number = shown = 0
+    state = {"exhausted": False}
     truncated = False
-    for raw, length in _lines(f):
+    for raw, length in _lines(f, state):
         number += 1
-        scanned += length
         if number < offset:
-            if scanned > MAX_SCAN_BYTES:
-                raise ToolError(
-                    "too_large",
-                    f"Line {offset} lies beyond the first {MAX_SCAN_BYTES} bytes; use run_command with sed, or search.",
-                )
             continue
         if len(lines) >= limit or shown >= MAX_READ_BYTES:
             truncated = True
@@ -265,7 +267,15 @@ def _read_lines(f, full: str, offset: int, limit: int) -> dict:
             text = text[:MAX_LINE_CHARS] + f" [line truncated: {length} bytes]"
         shown += len(text)
         lines.append(f"{number:6}\t{text}")
-    if number < offset and number:
+    if state["exhausted"]:
+        if not lines:
+            raise ToolError(
+                "too_large",
+                f"Nothing to show within the first {MAX_SCAN_BYTES} bytes of {_display(full)} from line {offset}; "
+                "use run_command with sed, head or tail instead.",
+            )
+        truncated = True
+    elif number < offset and number:
         raise ToolError(
             "out_of_range", f"offset {offset} is past the end of {_display(full)}, which has {number} lines."
         )

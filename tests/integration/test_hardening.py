@@ -90,6 +90,17 @@ async def test_git_hooks_and_config_are_read_only(sandbox: DockerSandbox) -> Non
     assert (sandbox.repo / ".git/hooks").is_dir()
 
 
+async def test_git_directory_cannot_be_swapped_for_one_with_writable_hooks(sandbox: DockerSandbox) -> None:
+    result = await sh(
+        sandbox,
+        "mv .git .git-old; echo $?; rm -rf .git 2>/dev/null; mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; echo $?",
+    )
+    assert result.stdout.text.splitlines() == ["1", "1"]
+    assert not (sandbox.repo / ".git-old").exists()
+    assert not (sandbox.repo / ".git/hooks/post-checkout").exists()
+    assert (sandbox.repo / ".git/config").read_text().startswith("[core]")
+
+
 async def test_missing_hooks_directory_is_created_and_protected(
     make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
 ) -> None:
@@ -116,8 +127,8 @@ async def test_inspect_shows_the_hardening(sandbox: DockerSandbox, docker_client
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
     assert all("size=" in opts and "nosuid" in opts for opts in host["Tmpfs"].values())
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert set(mounts) == {"/workspace", "/workspace/.git/hooks", "/workspace/.git/config"}
-    assert mounts["/workspace"]["RW"] is True
+    assert set(mounts) == {"/workspace", "/workspace/.git", "/workspace/.git/hooks", "/workspace/.git/config"}
+    assert mounts["/workspace"]["RW"] is True and mounts["/workspace/.git"]["RW"] is True
     assert mounts["/workspace/.git/hooks"]["RW"] is False and mounts["/workspace/.git/config"]["RW"] is False
     assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])
     labels = attrs["Config"]["Labels"]

@@ -1,0 +1,78 @@
+"""Run the real agent loop on a scenario: the real SDK over HTTP to the scripted server, a real Docker sandbox."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from controller.agent import Agent, Conversation, TurnOutcome
+from controller.config import Limits
+from controller.events import ListSink
+from controller.model import SYSTEM_PROMPT, AnthropicModel
+from controller.sandbox import DockerSandbox
+from controller.scripted import Scenario, ScriptedServer
+from controller.tools import Approver
+
+LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, max_steps=20)
+
+
+def tool(name: str, **args: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": args}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+class Run:
+    """One scripted session: its scenario, the sink's events and what the server recorded."""
+
+    def __init__(
+        self, server: ScriptedServer, name: str, sink: ListSink, convo: Conversation, outcome: TurnOutcome
+    ) -> None:
+        self.requests = server.requests_for(name)
+        self.events = sink.events
+        self.convo = convo
+        self.outcome = outcome
+
+    def results(self, request: int) -> list[dict[str, Any]]:
+        """The tool_result blocks of the last user message of the ``request``-th request."""
+        last = self.requests[request]["messages"][-1]
+        assert last["role"] == "user"
+        return [b for b in last["content"] if b["type"] == "tool_result"]
+
+    def of_type(self, kind: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+@pytest.fixture
+def run_scenario(
+    model_server: ScriptedServer, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> Callable[..., Any]:
+    async def run(
+        turns: list[dict[str, Any]], limits: Limits = LIMITS, approver: Approver | None = None, retries: int = 3
+    ) -> Run:
+        name = "t-" + secrets.token_hex(4)
+        model_server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=model_server.url, max_retries=retries)  # type: ignore[attr-defined]
+        sink, convo = ListSink(), Conversation()
+        agent = Agent(
+            session_id=name,
+            model=AnthropicModel(client, name, 1024),
+            sandbox=sandbox_factory(make_repo(), limits),
+            sink=sink,
+            limits=limits,
+            system=SYSTEM_PROMPT,
+            approver=approver,
+        )
+        convo.add_user_text("do the task")
+        outcome = await agent.run_turn(convo)
+        await client.close()
+        return Run(model_server, name, sink, convo, outcome)
+
+    return run

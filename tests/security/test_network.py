@@ -1,0 +1,66 @@
+"""Network: with network none only the container's own loopback exists, and nothing resolves."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from controller.sandbox import DockerSandbox
+from tests.integration.helpers import sh
+
+
+@pytest.fixture
+def host_listener() -> Iterator[int]:
+    """A TCP server on the host's loopback that records any connection."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    hits: list[str] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                hits.append("hit")
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+    assert hits == [], "the sandbox reached a port on the host's loopback"
+
+
+async def test_only_loopback_interface(box: DockerSandbox) -> None:
+    result = await sh(box, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; cat /proc/net/route | wc -l")
+    assert result.stdout.text == "lo\n1\n"
+
+
+async def test_host_loopback_port_is_unreachable(box: DockerSandbox, host_listener: int) -> None:
+    script = f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {host_listener}), 2)\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)"
+    result = await sh(box, f'python3 -c "{script}"')
+    assert result.stdout.text.startswith("refused")
+
+
+async def test_no_dns(box: DockerSandbox) -> None:
+    result = await sh(
+        box,
+        "getent hosts deb.debian.org; echo rc=$?; python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\"",
+    )
+    assert "rc=2" in result.stdout.text and "gaierror" in result.stderr.text
+
+
+async def test_no_route_out(box: DockerSandbox) -> None:
+    result = await sh(
+        box, "python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect(('192.0.2.1', 80))\""
+    )
+    assert "Network is unreachable" in result.stderr.text

@@ -1,0 +1,96 @@
+"""Privilege: the sandbox runs as the repo owner with nothing extra to escalate with."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from controller.sandbox import DockerSandbox
+from tests.integration.helpers import sh
+
+
+async def test_uid_and_capabilities(box: DockerSandbox) -> None:
+    result = await sh(
+        box, "id -u; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
+    )
+    lines = result.stdout.text.splitlines()
+    assert lines[0] == str(box.repo.stat().st_uid)
+    fields = dict(line.split(":\t") for line in lines[1:])
+    assert all(fields[k] == "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+
+
+async def test_setuid_binaries_do_not_raise_privileges(box: DockerSandbox) -> None:
+    result = await sh(
+        box,
+        "ls -l /bin/su | cut -c1-10; su -c 'id -u' root </dev/null; echo rc=$?; python3 -c 'import os; os.setuid(0)'",
+    )
+    assert result.stdout.text.startswith("-rwsr-xr-x")
+    assert "rc=0" not in result.stdout.text and "\n0\n" not in result.stdout.text
+    assert "PermissionError" in result.stderr.text
+
+
+async def test_a_home_made_setuid_binary_does_nothing(box: DockerSandbox) -> None:
+    result = await sh(box, "cp /bin/id myid && chmod u+s myid && ./myid -u; stat -c %A myid")
+    uid = str(box.repo.stat().st_uid)
+    assert result.stdout.text.splitlines()[0] == uid
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "unshare -Ur id",
+        "unshare -m true",
+        "unshare -n true",
+        "mount -t tmpfs none /tmp",
+        "mount --bind /workspace /tmp",
+        "chroot / true",
+        "python3 -c 'import ctypes; assert ctypes.CDLL(None).unshare(0x10000000) == 0'",
+        "nsenter -t 1 -m true",
+        "python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'",
+    ],
+)
+async def test_namespace_and_mount_tricks_fail(box: DockerSandbox, command: str) -> None:
+    assert (await sh(box, command)).exit_code != 0
+
+
+async def test_no_docker_socket_and_no_block_devices(box: DockerSandbox) -> None:
+    result = await sh(
+        box,
+        "find / -xdev \\( -type s -o -type b -o -name 'docker.sock' \\) 2>/dev/null; find /dev -type b; ls /run /var/run",
+    )
+    assert "docker" not in result.stdout.text and "/dev/" not in result.stdout.text
+
+
+async def test_host_environment_does_not_reach_the_sandbox(
+    box: DockerSandbox, sentinel: str, monkeypatch: pytest.MonkeyPatch, docker_client: Any
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", sentinel)
+    await box.stop()
+    result = await sh(box, "env; cat /proc/1/environ | tr '\\0' '\\n'")
+    assert sentinel not in result.model_dump_json()
+    env = docker_client.api.inspect_container(box.container.id)["Config"]["Env"]
+    assert not any(sentinel in item for item in env)
+    assert os.environ["ANTHROPIC_API_KEY"] == sentinel
+
+
+async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_client: Any) -> None:
+    attrs = docker_client.api.inspect_container(box.container.id)
+    host = attrs["HostConfig"]
+    assert host["Privileged"] is False and host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["SecurityOpt"] == ["no-new-privileges:true"] and host["ReadonlyRootfs"] is True
+    assert host["NetworkMode"] == "none" and not host["PortBindings"] and not host["Links"]
+    assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UsernsMode"] == ""
+    assert not host["Devices"] and not host["DeviceCgroupRules"] and not host["Binds"] and not host["VolumesFrom"]
+    assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] > 0 and host["NanoCpus"] > 0
+    assert host["Init"] is True and host["LogConfig"] == {"Type": "none", "Config": {}}
+    assert host["AutoRemove"] is False and host["RestartPolicy"]["Name"] in ("", "no")
+    assert {m["Destination"] for m in attrs["Mounts"]} == {
+        "/workspace",
+        "/workspace/.git",
+        "/workspace/.git/hooks",
+        "/workspace/.git/config",
+    }
+    assert attrs["Config"]["User"] != "" and attrs["Config"]["WorkingDir"] == "/workspace"

@@ -1,0 +1,77 @@
+"""Resource attacks: each is contained, the sandbox answers next, a neighbour and the controller stay responsive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller.api import create_app
+from controller.config import Settings
+from controller.protocol import CommandResult, ListResult
+from controller.sandbox import DockerSandbox
+from controller.scripted import serve_in_thread
+from tests.integration.helpers import call, sh
+from tests.security.conftest import SECURE_LIMITS
+
+
+@pytest.fixture
+def health_url(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(api_token="t", repo_roots=[tmp_path], data_dir=tmp_path / "data")
+    with serve_in_thread(create_app(settings)) as url:
+        yield url + "/healthz"
+
+
+@pytest.fixture
+async def neighbour(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> AsyncIterator[DockerSandbox]:
+    other = sandbox_factory(make_repo("neighbour"), SECURE_LIMITS)
+    await other.start()
+    yield other
+
+
+ATTACKS = {
+    "fork bomb": "bomb() { bomb | bomb & }; bomb; sleep 6",
+    "memory bomb": "python3 -c 'x = []\nwhile True: x.append(bytearray(64 << 20))'",
+    "tmpfs filled": "head -c 200M /dev/zero > /tmp/fill; echo tmp=$?; head -c 200M /dev/zero > $HOME/fill; echo home=$?",
+    "many small files": "mkdir -p many && cd many && python3 -c \"import os\nfor i in range(1000000): open(str(i), 'w').close()\"",
+    "cpu spinners": "for i in $(seq 16); do (while :; do :; done) & done; sleep 6",
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_attack_is_contained(box: DockerSandbox, neighbour: DockerSandbox, health_url: str, attack: str) -> None:
+    running = asyncio.create_task(call(box, "run_command", command=ATTACKS[attack], timeout_s=5))
+    latencies, neighbour_results = [], []
+    async with httpx.AsyncClient() as http:
+        while True:  # sample at least once, even when the attack ends quickly (an OOM kill)
+            start = time.monotonic()
+            assert (await http.get(health_url, timeout=5)).status_code == 200
+            latencies.append(time.monotonic() - start)
+            neighbour_results.append(await sh(neighbour, "echo ok"))
+            if running.done():
+                break
+            await asyncio.sleep(0.2)
+    await running
+    assert max(latencies) < 1.0, f"health answered in {max(latencies):.2f}s during the {attack}"
+    assert all(r.stdout.text == "ok\n" for r in neighbour_results)
+    after = await sh(box, "echo alive; ps -e --no-headers | wc -l")
+    assert after.stdout.text.startswith("alive\n") and int(after.stdout.text.split()[1]) < 10
+    if attack == "tmpfs filled":
+        assert "tmp=1" in running.result().stdout.text and "home=1" in running.result().stdout.text  # type: ignore[union-attr]
+    if attack == "many small files":
+        listing = await call(box, "list_files", path="many")
+        assert isinstance(listing, ListResult) and listing.truncated and len(listing.entries) == 1000
+
+
+async def test_memory_limit_holds(box: DockerSandbox, docker_client: Any) -> None:
+    result = await sh(box, "python3 -c 'x = bytearray(900 << 20); print(len(x))'")
+    assert isinstance(result, CommandResult) and result.exit_code == 137 and result.stdout.text == ""
+    stats = docker_client.api.inspect_container(box.container.id)["HostConfig"]
+    assert stats["Memory"] == 512 << 20
