@@ -125,6 +125,7 @@ class SearchResult(Strict):
     matches: Stream
     exit_code: int
     timed_out: bool
+    errors: str = ""
 
 
 class CommandResult(Strict):

@@ -103,6 +103,8 @@ def _render_edit(result: EditResult) -> str:
 
 def _render_search(result: SearchResult) -> str:
     text = result.matches.text or "No matches."
+    if result.errors:
+        text += f"\n(some paths could not be searched: {result.errors[-500:]})"
     if result.timed_out:
         text += "\n(search timed out; narrow the path or glob)"
     return text

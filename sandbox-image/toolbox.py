@@ -393,9 +393,12 @@ def search(args: dict) -> dict:
         cmd += ["--", _display(target)]
     run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S, new_session=False)
     code = run["exit_code"]
-    if code == 2 and not run["stdout"]["total_bytes"]:
-        raise ToolError("search_failed", "ripgrep failed: " + str(run["stderr"]["text"]).strip()[:2000])
-    return {"matches": run["stdout"], "exit_code": code, "timed_out": run["timed_out"]}
+    errors = str(run["stderr"]["text"]).strip()
+    if code == 2 and (
+        "regex parse error" in errors or "glob" in errors or (not run["stdout"]["total_bytes"] and not errors)
+    ):
+        raise ToolError("search_failed", "ripgrep failed: " + errors[:2000])
+    return {"matches": run["stdout"], "exit_code": code, "timed_out": run["timed_out"], "errors": errors[-2000:]}
 
 
 def run_command(args: dict) -> dict:
