@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -309,6 +310,14 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
     async def cubicle_error(request: Request, err: CubicleError) -> JSONResponse:
         code = next((code for kind, code in STATUS_OF if isinstance(err, kind)), 500)
         return JSONResponse({"detail": str(err)}, status_code=code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        """Like FastAPI's 422, minus the echoed input: it may be huge or not encodable (a lone surrogate)."""
+        detail = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in err.errors()
+        ]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(_Unauthorized)
     async def unauthorized(request: Request, err: _Unauthorized) -> JSONResponse:
