@@ -57,7 +57,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         json.dumps({"repo": "/x", "task": "t", "limits": {"cpus": "NaN"}}).encode(),
         json.dumps({"repo": "/x", "task": "t", "model": "../../etc"}).encode(),
         json.dumps({"repo": "/x" * 5000, "task": "t"}).encode(),
-    ],  # fmt: skip
+    ],
 )
 def test_malformed_bodies_are_4xx(client: TestClient, body: bytes) -> None:
     response = client.post("/v1/sessions", content=body, headers={"Content-Type": "application/json"})
