@@ -31,6 +31,7 @@ from .errors import (
     NotFoundError,
     RepoError,
     SandboxError,
+    StoreError,
 )
 from .sessions import Manager, SandboxFactory
 from .store import SessionRecord, Store
@@ -44,6 +45,7 @@ STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (ConfigError, 503),
     (ModelError, 502),
     (SandboxError, 503),
+    (StoreError, 507),
 ]
 
 
@@ -114,6 +116,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         409: "A turn is running",
         413: "Request body too large",
         429: "Too many sessions running",
+        507: "The session database cannot be written (disk full)",
         503: "Docker or the model API is not configured or not reachable",
     }.items()
 }

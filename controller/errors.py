@@ -8,6 +8,7 @@
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
     ├── ModelError                         the model API failed after retries
+    ├── StoreError                         the session database cannot be written
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
         ├── ImageMissingError(LookupError)  the sandbox image is not built
@@ -60,6 +61,12 @@ class ForbiddenRepoError(CubicleError, PermissionError):
 
 class ModelError(CubicleError):
     """The model API failed and retries did not help."""
+
+
+class StoreError(CubicleError):
+    """The session database cannot be written (disk full, I/O error)."""
+
+    hint = "Free space where CUBICLE_DATA_DIR lives; sessions that were running are recovered as interrupted."
 
 
 class SandboxError(CubicleError, RuntimeError):

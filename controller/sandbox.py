@@ -196,11 +196,13 @@ class DockerSandbox:
                 await self._discard()
 
     async def _launch(self) -> None:
-        if self._client is None:
-            self._client = await asyncio.to_thread(self._connect)
-        await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
-        options = container_options(self.image, self.repo, self.limits, owners.labels(self.instance, self.session_id))
         try:
+            if self._client is None:
+                self._client = await asyncio.to_thread(self._connect)
+            await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
+            options = container_options(
+                self.image, self.repo, self.limits, owners.labels(self.instance, self.session_id)
+            )
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -208,7 +210,10 @@ class DockerSandbox:
             self._channel = await ToolboxChannel.open(_raw_socket(attached))
             await asyncio.to_thread(self.container.start)
             await self._channel.request("ping", {}, READY_TIMEOUT_S)
-        except (DockerException, ToolboxGoneError, TimeoutError, OSError) as err:
+        except SandboxError:
+            await self._discard()
+            raise
+        except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
             detail = self._channel.stderr_tail.strip() if self._channel else ""
             await self._discard()
             raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
@@ -231,6 +236,6 @@ async def _remove(container: Any) -> None:
         await asyncio.wait_for(asyncio.to_thread(container.remove, force=True), DOCKER_CALL_TIMEOUT_S)
     except NotFound:
         pass
-    except (APIError, DockerException, TimeoutError) as err:
+    except (APIError, DockerException, OSError) as err:  # the engine may be gone; the container with it
         if "already in progress" not in str(err):
             log.warning("could not remove sandbox %s: %s", container.short_id, err)

@@ -47,7 +47,8 @@ class Live:
     sandbox: Sandbox
     limits: Limits
     model: str
-    task: asyncio.Task[TurnOutcome] | None = None
+    task: asyncio.Task[TurnOutcome | None] | None = None
+    failure: str | None = None
     saved: int = 0
     idle_timer: asyncio.TimerHandle | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -115,6 +116,9 @@ class Manager:
         record = self.store.get(session_id)
         if record is None:
             raise NotFoundError(f"No session {session_id!r}.")
+        live = self._live.get(session_id)
+        if live is not None and live.failure and record.status == "running" and not live.running:
+            return record.model_copy(update={"status": "failed", "finish_reason": "error", "detail": live.failure})
         return record
 
     async def create(self, repo: Path, task: str, model: str | None, limits: Limits) -> SessionRecord:
@@ -228,10 +232,23 @@ class Manager:
             system=self.settings.system_prompt or SYSTEM_PROMPT,
             checkpoint=lambda convo: self._checkpoint(live),
         )
-        live.task = asyncio.create_task(agent.run_turn(live.convo), name=f"turn-{live.record_id}")
+        live.failure = None
+        live.task = asyncio.create_task(self._run_turn(live, agent), name=f"turn-{live.record_id}")
         live.task.add_done_callback(lambda _: self._after_turn(live))
         warm = asyncio.create_task(live.sandbox.start())  # start the container while the model thinks
         warm.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _run_turn(self, live: Live, agent: Agent) -> TurnOutcome | None:
+        """The turn, with a last line of defence: if even its end cannot be recorded, say so in memory."""
+        try:
+            return await agent.run_turn(live.convo)
+        except Exception as err:
+            log.exception("turn of %s could not be recorded", live.record_id)
+            live.failure = f"the turn failed and could not be fully recorded: {err}"
+            with contextlib.suppress(Exception):
+                self.store.update(live.record_id, status="failed", finish_reason="error", detail=live.failure)
+            live.notify()
+            return None
 
     async def _checkpoint(self, live: Live) -> None:
         self._checkpoint_now(live)

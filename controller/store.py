@@ -8,16 +8,35 @@ and survives a killed process (not a power cut).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import Limits
+from .errors import StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _writes(method: F) -> F:
+    """A failed write (disk full, I/O error) becomes a StoreError that says what to do."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as err:
+            raise StoreError(f"The session database could not be written: {err}.") from None
+
+    return guarded  # type: ignore[return-value]
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -87,6 +106,7 @@ class Store:
 
     # ------------------------------------------------------------------ sessions
 
+    @_writes
     def insert(self, record: SessionRecord) -> None:
         self._db.execute(
             "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -94,6 +114,7 @@ class Store:
              record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at),
         )  # fmt: skip
 
+    @_writes
     def update(self, session_id: str, **fields: Any) -> None:
         values = {k: (v.model_dump_json() if isinstance(v, BaseModel) else v) for k, v in fields.items()}
         values["updated_at"] = time.time()
@@ -114,6 +135,7 @@ class Store:
     def with_status(self, status: str) -> list[SessionRecord]:
         return [_record(r) for r in self._db.execute("SELECT * FROM sessions WHERE status = ?", (status,)).fetchall()]
 
+    @_writes
     def delete(self, session_id: str) -> None:
         with self._db:
             self._db.execute("BEGIN")
@@ -122,6 +144,7 @@ class Store:
 
     # ------------------------------------------------------------------ transcript
 
+    @_writes
     def save_messages(self, session_id: str, messages: list[dict[str, Any]], start: int) -> None:
         """Write messages[start:] (the last saved one may have changed: a user text merged into it)."""
         with self._db:
@@ -140,6 +163,7 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
+    @_writes
     def append_event(self, event: Event) -> None:
         """Give the event the next sequence number of its session and write it."""
         with self._db:

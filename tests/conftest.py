@@ -18,6 +18,13 @@ from controller.config import DEFAULT_IMAGE, Limits
 from controller.sandbox import DockerSandbox
 
 TEST_INSTANCE = "cubicle-tests"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that restart the Docker engine run last, so they cannot disturb the others."""
+    items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
 AGENT_UID = 1000
 
 
@@ -30,6 +37,7 @@ def docker_client() -> Iterator[Any]:
     for container in client.containers.list(all=True, filters={"label": f"{owners.OWNER}"}):
         if container.labels.get(owners.OWNER, "").startswith(TEST_INSTANCE + ":"):
             container.remove(force=True)
+    client.close()
 
 
 def _chown_tree(root: Path, uid: int) -> None:

@@ -1,0 +1,139 @@
+"""The controller dies or its disk fills: acknowledged events survive, sessions end in a recorded state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller import owners
+from controller.api import create_app
+from controller.config import Limits, Settings
+from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from tests.integration.api_helpers import Api
+
+TOKEN = "faults-token"
+
+
+def _scenario(server: ScriptedServer, name: str, turns: list[dict[str, Any]]) -> str:
+    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+    return name
+
+
+def _serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("cubicle serve did not come up")
+
+
+def test_sigkill_mid_session_loses_no_acknowledged_event(
+    tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
+    env |= {"ANTHROPIC_API_KEY": "t", "ANTHROPIC_BASE_URL": model_server.url, "CUBICLE_API_TOKEN": TOKEN,  # type: ignore[attr-defined]
+            "CUBICLE_REPO_ROOTS": str(tmp_path), "CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": "faults-kill"}  # fmt: skip
+    turns = [
+        {"content": [{"type": "text", "text": "step one"}, {"type": "tool_use", "name": "list_files", "input": {}}]},
+        {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "name": "run_command",
+                    "input": {"command": "echo partial > p.txt; sleep 300", "timeout_s": 600},
+                }
+            ]
+        },
+        {"content": [{"type": "text", "text": "resumed"}]},
+    ]
+    name = _scenario(model_server, "faults-kill", turns)
+    process = _serve(env, port)
+    api = Api(f"http://127.0.0.1:{port}", TOKEN)
+    try:
+        sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
+        acknowledged = []
+        with api.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=60) as response:
+            from tests.integration.api_helpers import _parse
+
+            for event in _parse(response.iter_lines()):
+                acknowledged.append(event)
+                if event["type"] == "tool_call" and event["name"] == "run_command":
+                    break
+        time.sleep(0.3)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    process = _serve(env, port)
+    try:
+        replay = api.events(sid)
+        assert replay[: len(acknowledged)] == acknowledged, "an acknowledged event changed or vanished"
+        assert api.get(sid)["status"] == "interrupted"
+        assert docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={sid}"}) == []
+        api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "go on"})
+        assert api.wait_for(sid, lambda r: r["status"] != "running")["finish_reason"] == "end_turn"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        api.http.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs for the data directory (needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_data_disk(
+    small_disk: Path, tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    settings = Settings(api_key="t", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path], data_dir=small_disk / "data",  # type: ignore[attr-defined]
+                        instance="faults-disk", limits=Limits(memory_mb=512, pids=256, tmpfs_mb=64, model_output_chars=1024))  # fmt: skip
+    loud = [
+        {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "name": "run_command",
+                    "input": {"command": "head -c 300000 /dev/urandom | base64"},
+                }
+            ]
+        }
+    ] * 30
+    name = _scenario(model_server, "faults-disk", [*loud, {"content": [{"type": "text", "text": "done"}]}])
+    with serve_in_thread(create_app(settings)) as url:
+        api = Api(url, TOKEN)
+        sid = api.create(str(make_repo()), name)["id"]
+        started = time.monotonic()
+        record = api.wait_for(sid, lambda r: r["status"] != "running", timeout=120)
+        assert time.monotonic() - started < 120
+        assert record["status"] == "failed" and "could not be written" in record["detail"]
+        events = api.events(sid)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "what was acknowledged is intact"
+        refused = api.http.post("/v1/sessions", json={"repo": str(make_repo("second")), "task": "x", "model": name})
+        assert refused.status_code in (201, 507)
+        assert api.http.get("/healthz").status_code == 200
+        api.http.close()
+    shutil.rmtree(small_disk / "data", ignore_errors=True)

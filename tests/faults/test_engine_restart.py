@@ -1,0 +1,88 @@
+"""The Docker engine restarts under a running session: every call returns, the session ends recorded, work resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import images
+from tests.agent_harness import run_scenario, text, tool
+
+__all__ = ["run_scenario"]
+
+
+def _restart_dockerd() -> None:
+    """Stop the running dockerd and start it again with the same command line (or via systemd)."""
+    if (
+        Path("/run/systemd/system").exists()
+        and subprocess.run(["systemctl", "is-active", "--quiet", "docker"]).returncode == 0
+    ):
+        subprocess.run(["systemctl", "restart", "docker"], check=True)
+        return
+    pid = int(subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=True).stdout.split()[0])
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    launch = 'setsid nohup "$@" >> /var/log/cubicle-dockerd-restarted.log 2>&1 < /dev/null &'
+    subprocess.run(["sh", "-c", launch, "sh", *(a.decode() for a in argv)], check=True)
+
+
+def _running(client: Any, needle: str) -> bool:
+    for container in client.containers.list(filters={"label": "org.cubicle.managed=true"}):
+        if any(needle in " ".join(p) for p in (container.top()["Processes"] or [])):
+            return True
+    return False
+
+
+def _wait_for_engine(timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError("dockerd did not come back")
+
+
+@pytest.mark.disruptive
+async def test_dockerd_restart_mid_session(run_scenario: Any, docker_client: Any) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("restarting the Docker engine needs root")
+
+    async def restart_when_busy() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(_running, docker_client, "sleep 88"):
+                await asyncio.to_thread(_restart_dockerd)
+                return
+            await asyncio.sleep(0.1)
+
+    restarter = asyncio.create_task(restart_when_busy())
+    started = time.monotonic()
+    run = await run_scenario(
+        [
+            {"content": [tool("run_command", command="sleep 88")]},
+            {"content": [tool("run_command", command="echo after")], "delay_s": 1},
+            {"content": [text("ok")]},
+        ]
+    )
+    await restarter
+    await asyncio.to_thread(_wait_for_engine)
+    assert time.monotonic() - started < 120
+    assert run.outcome.reason in ("end_turn", "error"), run.outcome
+    first = run.results(1)[0]
+    assert first["is_error"] is True
+    if run.outcome.reason == "error":
+        assert run.outcome.detail
+    fresh = images.connect()
+    assert fresh.ping()
+    fresh.close()
+    docker_client.close()  # drop pooled connections to the old engine; the client reconnects on next use

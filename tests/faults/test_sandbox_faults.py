@@ -1,0 +1,52 @@
+"""The sandbox fails under a running agent: calls return within their deadline and the session ends recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tests.agent_harness import run_scenario, text, tool
+
+__all__ = ["run_scenario"]
+
+
+async def test_container_killed_from_outside_mid_command(run_scenario: Any, docker_client: Any) -> None:
+    async def killer() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for container in docker_client.containers.list(filters={"label": "org.cubicle.managed=true"}):
+                top = container.top()["Processes"] or []
+                if any("sleep 77" in " ".join(p) for p in top):
+                    container.kill()
+                    return
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(killer())
+    started = time.monotonic()
+    run = await run_scenario(
+        [
+            {"content": [tool("run_command", command="sleep 77")]},
+            {"content": [tool("run_command", command="echo recovered")]},
+            {"content": [text("ok")]},
+        ]
+    )
+    await task
+    assert time.monotonic() - started < 30
+    killed, recovered = run.results(1)[0], run.results(2)[0]
+    assert killed["is_error"] is True and "fresh sandbox" in killed["content"]
+    assert "recovered" in recovered["content"] and not recovered.get("is_error")
+    assert run.outcome.reason == "end_turn"
+
+
+async def test_toolbox_killed_from_inside(run_scenario: Any) -> None:
+    run = await run_scenario(
+        [
+            {"content": [tool("run_command", command="kill -9 -1")]},
+            {"content": [tool("read_file", path="README.md")]},
+            {"content": [text("ok")]},
+        ]
+    )
+    assert run.results(1)[0]["is_error"] is True
+    assert "# demo" in run.results(2)[0]["content"]
+    assert run.outcome.reason == "end_turn"
