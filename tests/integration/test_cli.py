@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,3 +106,93 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert cubicle("run", str(tmp_path), "x", "--max-steps", "0", "--scenario", "demo").returncode == 2
     help_text = cubicle("run", "--help").stdout
     assert "Exit codes" in help_text and "130" in help_text
+
+
+def test_ctrl_c_kills_the_command_and_removes_the_container(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    long = {
+        "name": "long",
+        "turns": [
+            {
+                "content": [
+                    {"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300", "timeout_s": 600}}
+                ]
+            }
+        ],
+    }
+    instance = "ctrl-c-test"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller", "run", str(make_repo()), "wait", "--json", "--command-timeout", "600",
+         "--scenario", scenario_file(tmp_path, long)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**base, "CUBICLE_INSTANCE": instance},
+    )  # fmt: skip
+    assert process.stdout is not None
+    for line in process.stdout:
+        if json.loads(line)["type"] == "tool_call":
+            break
+    time.sleep(0.5)
+    mine = {"label": "org.cubicle.managed=true"}
+    assert [
+        c for c in docker_client.containers.list(filters=mine) if c.labels["org.cubicle.owner"].startswith(instance)
+    ]
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert time.monotonic() - started < 10
+    assert json.loads(rest.splitlines()[-1])["reason"] == "cancelled"
+    left = [
+        c
+        for c in docker_client.containers.list(all=True, filters=mine)
+        if c.labels["org.cubicle.owner"].startswith(instance)
+    ]
+    assert left == []
+
+
+def test_gc_removes_orphans_and_keeps_live_sandboxes(docker_client: Any) -> None:
+    from controller.config import DEFAULT_IMAGE
+
+    instance = "gc-test"
+    dead = {"org.cubicle.managed": "true", "org.cubicle.session": "gone", "org.cubicle.owner": f"{instance}:999999:1"}
+    alive = {
+        "org.cubicle.managed": "true",
+        "org.cubicle.session": "live",
+        "org.cubicle.owner": f"{instance}:{os.getpid()}:{_ticks()}",
+    }
+    foreign = {"org.cubicle.managed": "true", "org.cubicle.session": "elsewhere", "org.cubicle.owner": "other-host:1:1"}
+    made = [
+        docker_client.containers.create(DEFAULT_IMAGE, ["true"], labels=labels) for labels in (dead, alive, foreign)
+    ]
+    try:
+        done = cubicle("gc", env={"CUBICLE_INSTANCE": instance})
+        assert done.returncode == 0, done.stderr
+        remaining = {
+            c.id for c in docker_client.containers.list(all=True, filters={"label": "org.cubicle.managed=true"})
+        }
+        assert made[0].id not in remaining and made[1].id in remaining and made[2].id in remaining
+        assert "1 removed" in done.stdout
+    finally:
+        for container in made[1:]:
+            container.remove(force=True)
+
+
+def _ticks() -> str:
+    return Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
+    from controller.config import Limits
+    from controller.events import Usage
+    from controller.store import SessionRecord, Store
+
+    store = Store(tmp_path / "cubicle.db")
+    now = time.time()
+    store.insert(SessionRecord(id="s_listed", repo="/r", task="a listed task", model="m", status="idle", finish_reason="end_turn",
+                               usage=Usage(input_tokens=5), steps=2, limits=Limits(), created_at=now, updated_at=now))  # fmt: skip
+    store.close()
+    done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path)})
+    assert (
+        done.returncode == 0 and "s_listed" in done.stdout and "end_turn" in done.stdout and "1 sessions" in done.stdout
+    )
