@@ -6,20 +6,18 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from controller import owners
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
-from tests.integration.api_helpers import Api
+from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 
 TOKEN = "faults-token"
 
@@ -29,27 +27,11 @@ def _scenario(server: ScriptedServer, name: str, turns: list[dict[str, Any]]) ->
     return name
 
 
-def _serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise AssertionError("cubicle serve did not come up")
-
-
 def test_sigkill_mid_session_loses_no_acknowledged_event(
     tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
-    env |= {"ANTHROPIC_API_KEY": "t", "ANTHROPIC_BASE_URL": model_server.url, "CUBICLE_API_TOKEN": TOKEN,  # type: ignore[attr-defined]
-            "CUBICLE_REPO_ROOTS": str(tmp_path), "CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": "faults-kill"}  # fmt: skip
+    env = serve_env(model_server.url, TOKEN, tmp_path, "faults-kill")  # type: ignore[attr-defined]
     turns = [
         {"content": [{"type": "text", "text": "step one"}, {"type": "tool_use", "name": "list_files", "input": {}}]},
         {
@@ -64,7 +46,7 @@ def test_sigkill_mid_session_loses_no_acknowledged_event(
         {"content": [{"type": "text", "text": "resumed"}]},
     ]
     name = _scenario(model_server, "faults-kill", turns)
-    process = _serve(env, port)
+    process = serve_subprocess(env, port)
     api = Api(f"http://127.0.0.1:{port}", TOKEN)
     try:
         sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
@@ -80,7 +62,7 @@ def test_sigkill_mid_session_loses_no_acknowledged_event(
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    process = _serve(env, port)
+    process = serve_subprocess(env, port)
     try:
         replay = api.events(sid)
         assert replay[: len(acknowledged)] == acknowledged, "an acknowledged event changed or vanished"

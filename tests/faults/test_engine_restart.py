@@ -14,6 +14,7 @@ import pytest
 
 from controller import images
 from tests.agent_harness import run_scenario, text, tool
+from tests.integration.helpers import container_running
 
 __all__ = ["run_scenario"]
 
@@ -36,13 +37,6 @@ def _restart_dockerd() -> None:
     subprocess.run(["sh", "-c", launch, "sh", *(a.decode() for a in argv)], check=True)
 
 
-def _running(client: Any, needle: str) -> bool:
-    for container in client.containers.list(filters={"label": "org.cubicle.managed=true"}):
-        if any(needle in " ".join(p) for p in (container.top()["Processes"] or [])):
-            return True
-    return False
-
-
 def _wait_for_engine(timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -60,7 +54,7 @@ async def test_dockerd_restart_mid_session(run_scenario: Any, docker_client: Any
     async def restart_when_busy() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if await asyncio.to_thread(_running, docker_client, "sleep 88"):
+            if await asyncio.to_thread(container_running, docker_client, "sleep 88"):
                 await asyncio.to_thread(_restart_dockerd)
                 return
             await asyncio.sleep(0.1)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from tests.agent_harness import run_scenario, text, tool
+from tests.integration.helpers import container_running
 
 __all__ = ["run_scenario"]
 
@@ -15,11 +16,10 @@ async def test_container_killed_from_outside_mid_command(run_scenario: Any, dock
     async def killer() -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            for container in docker_client.containers.list(filters={"label": "org.cubicle.managed=true"}):
-                top = container.top()["Processes"] or []
-                if any("sleep 77" in " ".join(p) for p in top):
-                    container.kill()
-                    return
+            container = await asyncio.to_thread(container_running, docker_client, "sleep 77")
+            if container is not None:
+                container.kill()
+                return
             await asyncio.sleep(0.1)
 
     task = asyncio.create_task(killer())

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -69,3 +73,25 @@ def _parse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
         elif not line.startswith(":"):
             name, _, value = line.partition(":")
             fields[name] = value[1:] if value.startswith(" ") else value
+
+
+def serve_env(model_url: str, token: str, root: Path, instance: str) -> dict[str, str]:
+    """The environment of a `cubicle serve` subprocess: our variables only, never the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
+    return env | {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": model_url, "CUBICLE_API_TOKEN": token,
+                  "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / "data"), "CUBICLE_INSTANCE": instance}  # fmt: skip
+
+
+def serve_subprocess(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    """Start `cubicle serve` as its own process and wait until /healthz answers."""
+    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise AssertionError("cubicle serve did not come up")

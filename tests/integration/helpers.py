@@ -27,3 +27,11 @@ async def call(box: DockerSandbox, op: str, **args: Any) -> Outcome:
 
 async def sh(box: DockerSandbox, command: str, timeout_s: int = 30) -> CommandResult:
     return expect(await call(box, "run_command", command=command, timeout_s=timeout_s), CommandResult)
+
+
+def container_running(client: Any, needle: str) -> Any:
+    """The Cubicle sandbox whose processes include ``needle``, or None."""
+    for container in client.containers.list(filters={"label": "org.cubicle.managed=true"}):
+        if any(needle in " ".join(p) for p in (container.top()["Processes"] or [])):
+            return container
+    return None

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from controller import owners
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
-from tests.integration.api_helpers import Api
+from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 
 TOKEN = "integration-token"
 
@@ -213,34 +209,18 @@ def test_429_over_the_concurrency_cap(
     api.http.post(f"/v1/sessions/{first['id']}/cancel")
 
 
-def _serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise AssertionError("cubicle serve did not come up")
-
-
 def test_controller_restart_while_running(
     tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
-    env |= {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": model_server.url, "CUBICLE_API_TOKEN": TOKEN,  # type: ignore[attr-defined]
-            "CUBICLE_REPO_ROOTS": str(tmp_path), "CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": "restart-test"}  # fmt: skip
+    env = serve_env(model_server.url, TOKEN, tmp_path, "restart-test")  # type: ignore[attr-defined]
     turns = [
         {"content": [text("Starting a long job."), tool("run_command", command="sleep 300", timeout_s=600)]},
         {"content": [tool("read_file", path="README.md")]},
         {"content": [text("Continued after the restart.")]},
     ]
     name = scenario(model_server, turns)
-    process = _serve(env, port)
+    process = serve_subprocess(env, port)
     api = Api(f"http://127.0.0.1:{port}", TOKEN)
     try:
         sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
@@ -249,7 +229,7 @@ def test_controller_restart_while_running(
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    process = _serve(env, port)
+    process = serve_subprocess(env, port)
     try:
         record = api.get(sid)
         assert record["status"] == "interrupted"
