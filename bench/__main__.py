@@ -39,6 +39,7 @@ async def run(args: argparse.Namespace) -> Report:
             await rows.ready_and_teardown(report, client, args.image, root, args.quick)
             await rows.output_flood(report, client, args.image, root)
             await rows.concurrency(report, client, args.image, root, sizes, exec_sizes)
+            await rows.peer(report, client, args.image, root, args.quick)
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)
             for container in client.containers.list(all=True, filters={"label": f"{owners.MANAGED}=bench"}):

@@ -255,3 +255,47 @@ def _exec_baseline(client: Any, image: str, n: int) -> float:
 
 def workdir() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="cubicle-bench-")
+
+
+async def peer(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
+    """llm-sandbox on the same image: session open, command round trip, close — beside Cubicle's."""
+    try:
+        from llm_sandbox import SandboxSession
+    except ImportError:
+        report.extra.append(("Peer: llm-sandbox", ["not installed"], [["pip install -e '.[bench]' to add this row"]]))
+        return
+    sessions = 2 if quick else 3
+    opens, closes, commands = [], [], []
+    for _ in range(sessions):
+        start = time.perf_counter()
+        session = SandboxSession(lang="python", image=image, keep_template=True, verbose=False)
+        await asyncio.to_thread(session.open)
+        opens.append(time.perf_counter() - start)
+        commands += time_sync(lambda s=session: s.execute_command("true"), 10, warmup=1).values
+        start = time.perf_counter()
+        await asyncio.to_thread(session.close)
+        closes.append(time.perf_counter() - start)
+    ours_open, ours_close, ours_cmd = [], [], []
+    repo = make_repo(root, "peer")
+    for _ in range(sessions):
+        box = sandbox(client, image, repo)
+        start = time.perf_counter()
+        await box.start()
+        ours_open.append(time.perf_counter() - start)
+        ours_cmd += (
+            await time_async(
+                lambda b=box: b.call("run_command", {"command": "true", "timeout_s": 10}, 30), 10, warmup=1
+            )
+        ).values
+        start = time.perf_counter()
+        await box.stop()
+        ours_close.append(time.perf_counter() - start)
+    rows = [
+        [name, ms(Sample(ours).p50), ms(Sample(theirs).p50), f"{Sample(ours).p50 / Sample(theirs).p50:.3f}"]
+        for name, ours, theirs in (
+            ("session open", ours_open, opens),
+            ("command round trip", ours_cmd, commands),
+            ("close", ours_close, closes),
+        )
+    ]
+    report.extra.append(("Peer: llm-sandbox on the same image (p50)", ["", "Cubicle", "llm-sandbox", "ratio"], rows))
