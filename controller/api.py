@@ -192,7 +192,7 @@ async def session_events(
     manager.get(session_id)
     start = after if after is not None else int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
     return EventSourceResponse(
-        _event_stream(manager, session_id, start, settings.sse_heartbeat_s), ping=int(settings.sse_heartbeat_s)
+        _event_stream(manager, session_id, start, settings.sse_heartbeat_s), ping=settings.sse_heartbeat_s
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import secrets
 import sys
 from collections.abc import Iterator
@@ -277,4 +278,5 @@ def scripted_server(
 
 def main() -> None:
     """Console-script entry point."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sys.exit(app())

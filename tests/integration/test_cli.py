@@ -196,3 +196,12 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
     assert (
         done.returncode == 0 and "s_listed" in done.stdout and "end_turn" in done.stdout and "1 sessions" in done.stdout
     )
+
+
+def test_missing_image_names_the_command_to_run(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    done = cubicle(
+        "run", str(make_repo()), "x", "--scenario", scenario_file(tmp_path, SCENARIO),
+        env={"CUBICLE_IMAGE": "cubicle-sandbox:does-not-exist", "CUBICLE_AUTO_BUILD_IMAGE": "false"},
+    )  # fmt: skip
+    assert done.returncode == 4
+    assert "cubicle-sandbox:does-not-exist is not present" in done.stderr and "cubicle image build" in done.stderr
