@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,7 +54,8 @@ def repo_owner(repo: Path) -> tuple[int, int]:
 
 
 def _git_mounts(repo: Path) -> list[Mount]:
-    """.git/hooks and .git/config read-only: git on the host would run what the agent put there.
+    """What git on the host would execute is read-only: ``.git/hooks``, ``.git/config`` and ``.git/modules``
+    (submodules keep their own hooks and config there); hooks and modules are created if missing.
 
     ``.git`` itself is mounted too (read-write), only so that it is a mount point: the agent
     can then neither rename it away nor replace it with a fresh one whose hooks are writable.
@@ -61,17 +63,34 @@ def _git_mounts(repo: Path) -> list[Mount]:
     git = repo / ".git"
     if not git.is_dir() or git.is_symlink():
         return []
-    hooks = git / "hooks"
-    if not hooks.exists():
-        with contextlib.suppress(OSError):
-            hooks.mkdir()
-            uid, gid = repo_owner(repo)
-            os.chown(hooks, uid, gid)
+    uid, gid = repo_owner(repo)
+    for name in ("hooks", "modules"):
+        if not (git / name).exists():
+            with contextlib.suppress(OSError):
+                (git / name).mkdir()
+                os.chown(git / name, uid, gid)
     mounts = [Mount(f"{WORKSPACE}/.git", str(git), type="bind")]
-    for part in (hooks, git / "config"):
+    for part in (git / "hooks", git / "config", git / "modules"):
         if part.exists() and not part.is_symlink():
             mounts.append(Mount(f"{WORKSPACE}/.git/{part.name}", str(part), type="bind", read_only=True))
     return mounts
+
+
+def quarantine_git_redirects(repo: Path) -> list[Path]:
+    """Rename a ``.git/commondir`` away: it would point git on the host at a config and hooks the agent wrote.
+
+    A repository's own ``.git`` never holds one (only linked worktrees' gitdirs do), so this runs
+    before every container starts and after it is removed.
+    """
+    moved = []
+    target = repo / ".git" / "commondir"
+    if target.is_file() or target.is_symlink():
+        aside = target.with_name(f"commondir.quarantined-by-cubicle-{int(time.time())}")
+        with contextlib.suppress(OSError):
+            target.rename(aside)
+            moved.append(aside)
+            log.warning("moved %s aside to %s: it would redirect git to files the agent wrote", target, aside.name)
+    return moved
 
 
 def container_options(image: str, repo: Path, limits: Limits, labels: dict[str, str]) -> dict[str, Any]:
@@ -228,6 +247,7 @@ class DockerSandbox:
             await channel.close()
         if container is not None:
             await _remove(container)
+            quarantine_git_redirects(self.repo)
 
 
 async def _remove(container: Any) -> None:

@@ -127,7 +127,13 @@ async def test_inspect_shows_the_hardening(sandbox: DockerSandbox, docker_client
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
     assert all("size=" in opts and "nosuid" in opts for opts in host["Tmpfs"].values())
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert set(mounts) == {"/workspace", "/workspace/.git", "/workspace/.git/hooks", "/workspace/.git/config"}
+    assert set(mounts) == {
+        "/workspace",
+        "/workspace/.git",
+        "/workspace/.git/hooks",
+        "/workspace/.git/config",
+        "/workspace/.git/modules",
+    }
     assert mounts["/workspace"]["RW"] is True and mounts["/workspace/.git"]["RW"] is True
     assert mounts["/workspace/.git/hooks"]["RW"] is False and mounts["/workspace/.git/config"]["RW"] is False
     assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])

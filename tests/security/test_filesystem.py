@@ -158,3 +158,17 @@ def _walk(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         found += [Path(dirpath, n) for n in dirnames + filenames]
     return found
+
+
+async def test_git_redirects_and_submodule_hooks_are_neutralised(box: DockerSandbox) -> None:
+    await sh(
+        box,
+        "mkdir -p evil/hooks && printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > evil/hooks/post-checkout && echo ../evil > .git/commondir",
+    )
+    modules = await sh(box, "mkdir -p .git/modules/sub/hooks; echo $?")
+    assert modules.stdout.text == "1\n" and "Read-only" in modules.stderr.text
+    await box.stop()
+    assert not (box.repo / ".git/commondir").exists(), "git on the host would follow it to the agent's hooks"
+    assert [p.name.startswith("commondir.quarantined-by-cubicle-") for p in (box.repo / ".git").glob("commondir*")] == [
+        True
+    ]

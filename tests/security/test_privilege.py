@@ -92,5 +92,6 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
         "/workspace/.git",
         "/workspace/.git/hooks",
         "/workspace/.git/config",
+        "/workspace/.git/modules",
     }
     assert attrs["Config"]["User"] != "" and attrs["Config"]["WorkingDir"] == "/workspace"
