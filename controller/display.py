@@ -16,6 +16,7 @@ from rich.text import Text
 from .events import Event, SessionFinished, TextDelta, ToolCall, ToolResult, UsageEvent
 
 PREVIEW_CHARS = 160
+TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
 
 
 def summarize_args(name: str, args: Any) -> str:
@@ -35,11 +36,13 @@ def summarize_args(name: str, args: Any) -> str:
 
 
 def preview(output: str) -> str:
-    lines = [line for line in output.strip().splitlines() if line.strip()]
+    """The first line of a result (for a command, its status and first line of output) and how many follow."""
+    lines = [line for line in output.strip().splitlines() if line.strip() and line not in TAGS]
     if not lines:
         return ""
-    first = lines[0][:PREVIEW_CHARS]
-    return first + (f"  (+{len(lines) - 1} lines)" if len(lines) > 1 else "")
+    shown = 2 if lines[0].startswith(("exit code", "timed out")) and len(lines) > 1 else 1
+    first = " · ".join(lines[:shown])[:PREVIEW_CHARS]
+    return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
 
 
 class JsonSink:

@@ -229,13 +229,15 @@ async def execute(
         args = tool.args.model_validate(raw_input if isinstance(raw_input, dict) else {"": raw_input})
     except ValidationError as err:
         return _outcome(_invalid_arguments(name, err), True, limits, started)
-    if approver is not None and not tool.read_only and not await approver(name, args.model_dump()):
-        return _outcome(
-            f"The user declined this {name} call. Do not retry it unchanged; ask the user how to proceed or try another way.",
-            True,
-            limits,
-            started,
-        )
+    if approver is not None and not tool.read_only:
+        if not await approver(name, args.model_dump()):
+            return _outcome(
+                f"The user declined this {name} call. Do not retry it unchanged; ask the user how to proceed or try another way.",
+                True,
+                limits,
+                started,
+            )
+        started = time.monotonic()  # the duration is the call's, not the time the user took to answer
     payload, deadline = _sandbox_args(name, args, limits)
     result = await sandbox.call(name, payload, deadline)
     if isinstance(result, Failure):
