@@ -24,7 +24,7 @@ from . import images, owners
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
 from .errors import CapacityError, ConflictError, NotFoundError
-from .events import Event, FinishReason, SessionFinished, SessionStarted, Status, StatusEvent, UsageEvent
+from .events import Event, FinishReason, SessionFinished, SessionStarted, Status, StatusEvent, Usage, UsageEvent
 from .model import SYSTEM_PROMPT, AnthropicModel, Model, make_client
 from .sandbox import DockerSandbox, Sandbox
 from .store import SessionRecord, Store
@@ -80,9 +80,7 @@ class Manager:
     async def start(self) -> None:
         """Mark what a previous controller left running as interrupted, and sweep its containers."""
         for record in self.store.with_status("running"):
-            convo = Conversation(messages=self.store.messages(record.id))
-            if convo.answer_dangling("the controller restarted before this call finished"):
-                self.store.save_messages(record.id, convo.messages, len(convo.messages) - 1)
+            self._repair(record.id, Conversation(messages=self.store.messages(record.id)))
             self.store.update(record.id, status="interrupted", detail="the controller restarted during this turn")
             await self._record_event(
                 StatusEvent(session_id=record.id, status="interrupted", detail="controller restarted")
@@ -127,7 +125,7 @@ class Manager:
         now = time.time()
         record = SessionRecord(
             id="s_" + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model, status="running",
-            usage=Conversation().usage, steps=0, limits=limits, created_at=now, updated_at=now,
+            usage=Usage(), steps=0, limits=limits, created_at=now, updated_at=now,
         )  # fmt: skip
         self.store.insert(record)
         await self._record_event(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
@@ -204,8 +202,7 @@ class Manager:
         convo = Conversation(
             messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps
         )
-        if convo.answer_dangling("the controller restarted before this call finished"):
-            self.store.save_messages(record.id, convo.messages, 0)
+        self._repair(record.id, convo)
         live = Live(
             record.id,
             convo,
@@ -216,6 +213,11 @@ class Manager:
         live.saved = len(convo.messages)
         self._live[record.id] = live
         return live
+
+    def _repair(self, session_id: str, convo: Conversation) -> None:
+        """A transcript cut between a tool_use and its result gets an error result, so it can be sent again."""
+        if convo.answer_dangling("the controller stopped before this call finished"):
+            self.store.save_messages(session_id, convo.messages, len(convo.messages) - 1)
 
     def _begin_turn(self, live: Live, text: str) -> None:
         if live.idle_timer is not None:
@@ -264,9 +266,13 @@ class Manager:
         live.idle_timer = loop.call_later(self.settings.idle_timeout_s, lambda: self._idle_stop(live))
 
     def _idle_stop(self, live: Live) -> None:
-        if not live.running:
-            task = asyncio.create_task(live.sandbox.stop())
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        """Remove an idle session's container and forget it; a follow-up reloads it from the store."""
+        if live.running or self._live.get(live.record_id) is not live:
+            return
+        del self._live[live.record_id]
+        live.notify()
+        task = asyncio.create_task(live.sandbox.stop())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _record_event(self, event: Event) -> None:
         self.store.append_event(event)
