@@ -126,6 +126,16 @@ def test_sse_disconnect_and_resume_loses_and_duplicates_nothing(
     assert via_query.text.count("event: session_finished") == 1 and "id: 1\n" not in via_query.text
 
 
+def test_sse_sends_heartbeats_while_the_model_is_silent(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    sid = api.create(str(make_repo()), scenario(model_server, [{"content": [text("late")], "delay_s": 2.5}]))["id"]
+    with api.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=30) as response:
+        lines = list(response.iter_lines())
+    assert any(line.startswith(":") for line in lines), "no keep-alive comment while the turn ran"
+    assert "event: session_finished" in lines
+
+
 def test_follow_up_and_409_while_running(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:

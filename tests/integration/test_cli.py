@@ -205,3 +205,9 @@ def test_missing_image_names_the_command_to_run(tmp_path: Path, make_repo: Calla
     )  # fmt: skip
     assert done.returncode == 4
     assert "cubicle-sandbox:does-not-exist is not present" in done.stderr and "cubicle image build" in done.stderr
+
+
+def test_serve_refuses_a_public_address_without_a_token() -> None:
+    done = cubicle("serve", "--host", "0.0.0.0", timeout=30)
+    assert done.returncode == 2
+    assert "Refusing to serve on 0.0.0.0 without CUBICLE_API_TOKEN" in done.stderr
