@@ -26,13 +26,15 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _STDERR_KEEP = 8192
+MAX_LINE = 64 << 20  # far above any real response (two 1 MiB streams, JSON-escaped); anything longer is an attack
 
 
 class ToolboxChannel:
     """Sends requests to one toolbox and matches its responses by id."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_line: int = MAX_LINE) -> None:
         self._reader = reader
+        self._max_line = max_line
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
@@ -41,11 +43,11 @@ class ToolboxChannel:
         self._task = asyncio.create_task(self._read_loop(), name="toolbox-channel")
 
     @classmethod
-    async def open(cls, sock: socket.socket) -> ToolboxChannel:
+    async def open(cls, sock: socket.socket, max_line: int = MAX_LINE) -> ToolboxChannel:
         """Wrap an attached, already-upgraded socket (the channel owns it from now on)."""
         sock.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
-        return cls(reader, writer)
+        return cls(reader, writer, max_line)
 
     @property
     def alive(self) -> bool:
@@ -95,6 +97,12 @@ class ToolboxChannel:
                     continue
                 buffer += payload
                 self._dispatch(buffer)
+                if len(buffer) > self._max_line:
+                    self._fail_all(
+                        f"the sandbox wrote more than {self._max_line} bytes without a line break to the toolbox's stream"
+                    )
+                    self._writer.close()
+                    return
         except asyncio.IncompleteReadError:
             self._fail_all("the toolbox exited (its container stopped, was killed, or ran out of memory)")
         except (ConnectionError, OSError) as err:

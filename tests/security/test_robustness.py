@@ -120,3 +120,12 @@ async def test_listing_a_directory_ten_thousand_levels_deep(box: DockerSandbox) 
         assert not isinstance(searched, Failure)
     finally:  # pytest's own cleanup would recurse too deep on this tree
         await sh(box, "rm -rf d")
+
+
+async def test_garbage_written_into_the_toolbox_stream_is_ignored(box: DockerSandbox) -> None:
+    ping = await call(box, "ping")
+    pid = ping.pid  # type: ignore[union-attr]
+    forged = '{"id": 999, "ok": true, "result": {}}'
+    result = await sh(box, f"printf 'not json\\n{forged}\\n' > /proc/{pid}/fd/1; echo still-here")
+    assert result.stdout.text == "still-here\n"
+    assert (await sh(box, "echo fine")).stdout.text == "fine\n"

@@ -1,0 +1,100 @@
+"""The toolbox channel over a socket pair standing in for Docker's multiplexed attach stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from controller.channel import ToolboxChannel
+from controller.errors import ToolboxGoneError
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack(">BxxxI", kind, len(payload)) + payload
+
+
+class FakeEngine:
+    """The far side: reads requests, writes framed stdout/stderr."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    async def requests(self, count: int) -> list[dict[str, object]]:
+        loop = asyncio.get_running_loop()
+        data = b""
+        while data.count(b"\n") < count:
+            data += await loop.sock_recv(self.sock, 65536)
+        return [json.loads(line) for line in data.splitlines()]
+
+    async def send(self, kind: int, payload: bytes) -> None:
+        await asyncio.get_running_loop().sock_sendall(self.sock, frame(kind, payload))
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[ToolboxChannel, FakeEngine]]:
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    channel = await ToolboxChannel.open(ours, max_line=1 << 20)
+    yield channel, FakeEngine(theirs)
+    await channel.close()
+    theirs.close()
+
+
+async def test_answers_are_matched_by_id_in_any_order(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    first = asyncio.create_task(channel.request("read_file", {"path": "a"}, 5))
+    second = asyncio.create_task(channel.request("read_file", {"path": "b"}, 5))
+    sent = await engine.requests(2)
+    by_path = {r["args"]["path"]: r["id"] for r in sent}  # type: ignore[index]
+    answer_b = json.dumps({"id": by_path["b"], "ok": True, "result": {"x": "b"}}).encode()
+    answer_a = json.dumps({"id": by_path["a"], "ok": True, "result": {"x": "a"}}).encode()
+    await engine.send(1, answer_b + b"\n" + answer_a[:10])  # a line split across frames
+    await engine.send(2, b"diagnostics on stderr")
+    await engine.send(1, answer_a[10:] + b"\n")
+    assert (await first).result == {"x": "a"} and (await second).result == {"x": "b"}
+    assert "diagnostics" in channel.stderr_tail
+
+
+async def test_end_of_stream_fails_every_pending_call(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    pending = asyncio.create_task(channel.request("run_command", {"command": "x"}, 5))
+    await engine.requests(1)
+    engine.sock.close()
+    with pytest.raises(ToolboxGoneError, match="exited"):
+        await pending
+    assert not channel.alive
+    with pytest.raises(ToolboxGoneError):
+        await channel.request("ping", {}, 5)
+
+
+async def test_silence_is_a_timeout(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, _ = pair
+    with pytest.raises(TimeoutError):
+        await channel.request("ping", {}, 0.05)
+    assert channel.alive
+
+
+async def test_an_endless_line_closes_the_channel_instead_of_growing(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair  # the fixture's channel takes lines of at most 1 MiB
+    pending = asyncio.create_task(channel.request("ping", {}, 5))
+    await engine.requests(1)
+    for _ in range(20):
+        await engine.send(1, b"x" * 65536)
+        if pending.done():
+            break
+    with pytest.raises(ToolboxGoneError, match="without a line break"):
+        await pending
+
+
+async def test_garbage_and_unknown_ids_are_ignored(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    pending = asyncio.create_task(channel.request("ping", {}, 5))
+    (sent,) = await engine.requests(1)
+    await engine.send(1, b"not json\n" + json.dumps({"id": 12345, "ok": True, "result": {}}).encode() + b"\n")
+    await engine.send(1, json.dumps({"id": sent["id"], "ok": True, "result": {"pid": 1, "uid": 2}}).encode() + b"\n")
+    assert (await pending).result == {"pid": 1, "uid": 2}
