@@ -1,7 +1,10 @@
 """The model seam and its Anthropic implementation.
 
 ``AnthropicModel`` streams a reply with the official SDK (``AsyncAnthropic``),
-surfacing text deltas as they arrive. The SDK retries 429, 529 and 5xx answers with
+surfacing text deltas as they arrive. It reads the raw stream events itself rather
+than through the SDK's stream helper, because the helper raises on tool input that is
+not valid JSON, which would end the turn; here such input becomes an error result the
+model can act on. The SDK retries 429, 529 and 5xx answers with
 exponential backoff and honours ``retry-after``; what still fails becomes a
 ``ModelError`` with a sentence a person can act on. Prompt-caching breakpoints go on
 the system prompt (which caches the tools before it) and on the newest message.
@@ -10,12 +13,14 @@ the system prompt (which caches the tools before it) and on the newest message.
 from __future__ import annotations
 
 import copy
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import anthropic
-from anthropic.types import Message
+from anthropic import AsyncStream
+from anthropic.types import Message, RawMessageStreamEvent
 
 from .config import Settings
 from .errors import ConfigError, ModelError
@@ -23,6 +28,9 @@ from .errors import ConfigError, ModelError
 log = logging.getLogger(__name__)
 
 OnText = Callable[[str], Awaitable[None]]
+INVALID_INPUT = "cubicle_invalid_json"
+MAX_INPUT_DEPTH = 64
+"""The key a tool input gets when the model streamed JSON that could not be parsed."""
 CACHE: dict[str, str] = {"type": "ephemeral"}
 
 SYSTEM_PROMPT = """You are a careful software engineer working in a repository through tools.
@@ -103,17 +111,16 @@ class AnthropicModel:
     ) -> Message:
         system_blocks, sent = with_cache_breakpoints(system, messages)
         try:
-            async with self._client.messages.stream(
+            stream: AsyncStream[RawMessageStreamEvent] = await self._client.messages.create(  # type: ignore[assignment]
                 model=self.name,
                 max_tokens=self.max_tokens,
                 system=system_blocks,  # type: ignore[arg-type]
                 tools=tools,  # type: ignore[arg-type]
                 messages=sent,  # type: ignore[arg-type]
-            ) as stream:
-                async for event in stream:
-                    if event.type == "text" and event.text:
-                        await on_text(event.text)
-                return await stream.get_final_message()
+                stream=True,
+            )
+            async with stream:
+                return await collect(stream, on_text)
         except anthropic.AuthenticationError as err:
             raise ModelError(
                 f"The model API rejected the API key ({err.status_code}).", hint="Check ANTHROPIC_API_KEY."
@@ -124,8 +131,72 @@ class AnthropicModel:
             raise ModelError(
                 f"Could not reach the model API: {err}.", hint="Check ANTHROPIC_BASE_URL and the network."
             ) from None
-        except ValueError as err:  # the SDK could not parse streamed tool input
+        except (ValueError, KeyError, IndexError) as err:
             raise ModelError(f"The model's reply could not be read: {str(err)[:300]}") from None
+
+
+async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
+    """Build the assistant message from raw stream events, surfacing text as it arrives.
+
+    Tool input is parsed once, when its block ends. Input that is not valid JSON (cut off, malformed,
+    nested too deep) does not fail the reply: it becomes ``{INVALID_INPUT: reason}``, which the tool
+    layer answers with an is_error result, so the model can send the call again.
+    """
+    message: dict[str, Any] = {}
+    blocks: list[dict[str, Any]] = []
+    partial: dict[int, list[str]] = {}
+    async for event in events:
+        if event.type == "message_start":
+            message = event.message.to_dict()
+        elif event.type == "content_block_start":
+            blocks.append(event.content_block.to_dict())
+        elif event.type == "content_block_delta":
+            await _apply_delta(blocks[event.index], event.delta, partial.setdefault(event.index, []), on_text)
+        elif event.type == "content_block_stop" and partial.get(event.index):
+            blocks[event.index]["input"] = parse_tool_input("".join(partial.pop(event.index)))
+        elif event.type == "message_delta":
+            message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
+            message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
+    message["content"] = blocks
+    return Message.model_validate(message)
+
+
+async def _apply_delta(block: dict[str, Any], delta: Any, json_parts: list[str], on_text: OnText) -> None:
+    if delta.type == "text_delta":
+        block["text"] = block.get("text", "") + delta.text
+        if delta.text:
+            await on_text(delta.text)
+    elif delta.type == "input_json_delta":
+        json_parts.append(delta.partial_json)
+    elif delta.type == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + delta.thinking
+    elif delta.type == "signature_delta":
+        block["signature"] = delta.signature
+    elif delta.type == "citations_delta":
+        block["citations"] = [*(block.get("citations") or []), delta.citation.to_dict()]
+
+
+def parse_tool_input(raw: str) -> Any:
+    """The tool input, or ``{INVALID_INPUT: why}`` when the streamed JSON cannot be read or is absurdly deep."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        why = f"{type(err).__name__}: {str(err)[:200]}; the input began {raw[:80]!r} and had {len(raw)} characters"
+        return {INVALID_INPUT: why}
+    if _depth(value) > MAX_INPUT_DEPTH:
+        return {INVALID_INPUT: f"it is nested more than {MAX_INPUT_DEPTH} levels deep"}
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value``, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _detail(err: anthropic.APIStatusError) -> str:

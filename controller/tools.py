@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import Limits
+from .model import INVALID_INPUT
 from .output import truncate_middle
 from .protocol import (
     ARGS,
@@ -225,6 +226,9 @@ async def execute(
     tool = TOOLS.get(name)
     if tool is None:
         return _outcome(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS)}.", True, limits, started)
+    if isinstance(raw_input, dict) and INVALID_INPUT in raw_input:
+        text = f"The input of this {name} call could not be read ({raw_input[INVALID_INPUT]}). Send the call again with complete, valid JSON arguments."
+        return _outcome(text, True, limits, started)
     try:
         args = tool.args.model_validate(raw_input if isinstance(raw_input, dict) else {"": raw_input})
     except ValidationError as err:

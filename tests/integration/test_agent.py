@@ -146,10 +146,20 @@ async def test_retries_exhausted_end_the_session_with_a_clear_error(run_scenario
     assert len(run.requests) == 3
 
 
-async def test_malformed_tool_input_ends_with_a_clear_error(run_scenario: Callable[..., Any]) -> None:
+async def test_malformed_tool_input_becomes_an_error_the_model_can_fix(run_scenario: Callable[..., Any]) -> None:
     broken = {"type": "tool_use", "name": "read_file", "raw_input": '{"path": }'}
-    run = await run_scenario([{"content": [broken]}])
-    assert run.outcome.reason == "error" and "could not be read" in run.outcome.detail
+    run = await run_scenario(
+        [{"content": [broken]}, {"content": [tool("read_file", path="README.md")]}, {"content": [text("ok")]}]
+    )
+    (result,) = run.results(1)
+    assert (
+        result["is_error"] is True
+        and "could not be read" in result["content"]
+        and "JSONDecodeError" in result["content"]
+    )
+    assert "cubicle_invalid_json" in run.requests[1]["messages"][1]["content"][0]["input"]  # history stays sendable
+    assert "# demo" in run.results(2)[0]["content"]
+    assert run.outcome.reason == "end_turn"
 
 
 async def test_step_limit(run_scenario: Callable[..., Any]) -> None:
