@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 from . import images, owners, scripted
@@ -62,13 +62,22 @@ def fail(error: CubicleError | str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def load_settings() -> Settings:
+    """Settings from the environment; a bad variable is a usage error that names it, not a traceback."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in err.errors())
+        raise fail(f"invalid configuration in the environment: {problems}", EXIT_USAGE) from None
+
+
 @image_app.command("build")
 def image_build(
     tag: Annotated[str | None, typer.Option(help="Image tag (default: CUBICLE_IMAGE).")] = None,
     base: Annotated[str | None, typer.Option(help="Base image (build argument BASE).")] = None,
 ) -> None:
     """Build the sandbox image from Dockerfile.sandbox, showing progress."""
-    settings = Settings()
+    settings = load_settings()
     target = tag or settings.image
     try:
         client = images.connect()
@@ -90,7 +99,7 @@ def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
 ) -> None:
     """Remove sandbox containers whose controller process is gone."""
-    settings = Settings()
+    settings = load_settings()
     try:
         result = owners.sweep(images.connect(), settings.instance, everything=everything)
     except CubicleError as err:
@@ -175,7 +184,7 @@ def run(
         raise fail(f"{repo} is not a directory.", EXIT_USAGE)
     if approve and json_events:
         raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
-    settings = Settings()
+    settings = load_settings()
     if model:
         settings = settings.model_copy(update={"model": model})
     overrides = {
@@ -236,7 +245,7 @@ def serve(
 
     from .api import create_app
 
-    settings = Settings()
+    settings = load_settings()
     bind = host or settings.host
     if settings.api_token is None and not _is_loopback(bind):
         raise fail(
@@ -256,7 +265,7 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
 
     from .store import Store
 
-    settings = Settings()
+    settings = load_settings()
     store = Store(settings.data_dir / "cubicle.db")
     records, total = store.page(limit, 0)
     store.close()

@@ -211,3 +211,8 @@ def test_serve_refuses_a_public_address_without_a_token() -> None:
     done = cubicle("serve", "--host", "0.0.0.0", timeout=30)
     assert done.returncode == 2
     assert "Refusing to serve on 0.0.0.0 without CUBICLE_API_TOKEN" in done.stderr
+
+
+def test_bad_environment_is_a_usage_error(tmp_path: Path) -> None:
+    done = cubicle("run", str(tmp_path), "x", env={"CUBICLE_LIMITS__MAX_STEPS": "many"})
+    assert done.returncode == 2 and "limits.max_steps" in done.stderr and "Traceback" not in done.stderr
