@@ -177,7 +177,8 @@ class DockerSandbox:
     async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
         await self.start()
         channel = self._channel
-        assert channel is not None
+        if channel is None:  # stopped by someone else between start() and here
+            return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
         try:
             response = await channel.request(op, args, timeout)
         except TimeoutError:
