@@ -35,6 +35,7 @@ WORKSPACE = "/workspace"
 READ_CHUNK = 1 << 16
 KILL_GRACE_S = 2.0
 DRAIN_AFTER_EXIT_S = 0.25
+UNKILLABLE_WAIT_S = 5.0
 MAX_LIST_ENTRIES = 1000
 MAX_LINE_CHARS = 2000
 DEFAULT_READ_LINES = 2000
@@ -444,7 +445,10 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> dict:
         for pipe in (proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()
-    code = proc.wait()
+    try:
+        code = proc.wait(timeout=UNKILLABLE_WAIT_S)
+    except subprocess.TimeoutExpired:  # stuck in the kernel (e.g. D state); answer anyway
+        code = -signal.SIGKILL
     return {
         "exit_code": code if code >= 0 else 128 - code,
         "stdout": out.result(),
@@ -455,23 +459,31 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> dict:
 
 
 def _pump(proc: subprocess.Popen, cap: int, deadline: float, group: int | None) -> tuple[Capture, Capture, bool]:
-    """Read both pipes until they close, the command times out, or it exits and leaves them open."""
+    """Read both pipes until the command exits (and its pipes drain) or times out.
+
+    The command ends when its main process exits, not when its pipes close: a process that
+    closed its output may still be running, and killing its group then would turn a clean
+    exit into a SIGKILL. Pipes that stay open after the exit (background children) get a
+    short drain, then the group is killed by the caller.
+    """
     captures = {proc.stdout: Capture(cap), proc.stderr: Capture(cap)}
     sel = selectors.DefaultSelector()
     for pipe in captures:
         sel.register(pipe, selectors.EVENT_READ)
     timed_out, term_at, exited_at = False, 0.0, 0.0
-    while sel.get_map():
+    while True:
         now = time.monotonic()
         if not timed_out and now >= deadline:
             timed_out, term_at = True, now
             _signal(proc, group, signal.SIGTERM)
         if timed_out and now >= term_at + KILL_GRACE_S:
             _signal(proc, group, signal.SIGKILL)
+            if now >= term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S:
+                break  # stuck in the kernel; report it rather than wait forever
         if not exited_at and proc.poll() is not None:
             exited_at = now
-        if exited_at and now >= exited_at + DRAIN_AFTER_EXIT_S:
-            break  # background children hold the pipes open; they die with the group
+        if exited_at and (not sel.get_map() or now >= exited_at + DRAIN_AFTER_EXIT_S):
+            break  # pipes drained, or background children hold them open; they die with the group
         wake = [deadline if not timed_out else term_at + KILL_GRACE_S]
         if exited_at:
             wake.append(exited_at + DRAIN_AFTER_EXIT_S)

@@ -70,3 +70,10 @@ async def test_binary_output_is_replaced_not_fatal(sandbox: DockerSandbox) -> No
     result = await sh(sandbox, "head -c 200000 /dev/urandom")
     assert result.exit_code == 0 and result.stdout.total_bytes == 200000
     assert "\ufffd" in result.stdout.text
+
+
+async def test_closed_output_does_not_end_the_command(sandbox: DockerSandbox) -> None:
+    result = await sh(sandbox, "echo early; exec >&- 2>&-; sleep 1; touch finished", timeout_s=10)
+    assert result.stdout.text == "early\n" and result.exit_code == 0 and not result.timed_out
+    assert result.duration_s >= 1
+    assert (sandbox.repo / "finished").exists()
