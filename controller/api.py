@@ -36,6 +36,8 @@ from .errors import (
 from .sessions import Manager, SandboxFactory
 from .store import SessionRecord, Store
 
+MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
+
 STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (NotFoundError, 404),
     (ConflictError, 409),
@@ -167,7 +169,9 @@ async def create_session(body: CreateSession, manager: ManagerDep, settings: Set
 
 @router.get("/sessions", response_model=SessionPage)
 async def list_sessions(
-    manager: ManagerDep, limit: Annotated[int, Query(ge=1, le=500)] = 50, offset: Annotated[int, Query(ge=0)] = 0
+    manager: ManagerDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=MAX_INDEX)] = 0,
 ) -> SessionPage:
     """Sessions, newest first."""
     items, total = manager.store.page(limit, offset)
@@ -185,12 +189,15 @@ async def session_events(
     session_id: str,
     manager: ManagerDep,
     settings: SettingsDep,
-    after: Annotated[int | None, Query(ge=0, description="Replay events after this sequence number.")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_INDEX, description="Replay events after this sequence number.")
+    ] = None,
     last_event_id: Annotated[str | None, Header(description="Standard SSE resume header.")] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
     manager.get(session_id)
-    start = after if after is not None else int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+    resume = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
+    start = after if after is not None else min(resume, MAX_INDEX)
     return EventSourceResponse(
         _event_stream(manager, session_id, start, settings.sse_heartbeat_s), ping=settings.sse_heartbeat_s
     )

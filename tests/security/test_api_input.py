@@ -121,3 +121,12 @@ def test_openapi_conformance(live_api: str) -> None:
             case.call_and_validate(headers=AUTH, timeout=10, excluded_checks=[positive_data_acceptance])
 
         check()
+
+
+def test_huge_numbers_in_queries_and_headers(client: TestClient, tmp_path: Path) -> None:
+    assert client.get("/v1/sessions", params={"offset": 10**30}).status_code == 422
+    sid = client.post("/v1/sessions", json={"repo": str(tmp_path / "roots" / "repo"), "task": "t"}).json()["id"]
+    assert client.get(f"/v1/sessions/{sid}/events", params={"after": 10**30}).status_code == 422
+    assert client.get(f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": "9" * 40}).status_code == 200
+    superscript_two = "\u00b2".encode("latin-1")  # str.isdigit() says yes, int() says no
+    assert client.get(f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": superscript_two}).status_code == 200
