@@ -116,7 +116,9 @@ def test_openapi_conformance(live_api: str) -> None:
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(
+            max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True
+        )
         def check(case: Any) -> None:
             case.call_and_validate(headers=AUTH, timeout=10, excluded_checks=[positive_data_acceptance])
 
