@@ -82,7 +82,7 @@ class Manager:
         for record in self.store.with_status("running"):
             self._repair(record.id, Conversation(messages=self.store.messages(record.id)))
             self.store.update(record.id, status="interrupted", detail="the controller restarted during this turn")
-            await self._record_event(
+            await self.record_event(
                 StatusEvent(session_id=record.id, status="interrupted", detail="controller restarted")
             )
         with contextlib.suppress(Exception):
@@ -128,7 +128,7 @@ class Manager:
             usage=Usage(), steps=0, limits=limits, created_at=now, updated_at=now,
         )  # fmt: skip
         self.store.insert(record)
-        await self._record_event(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
+        await self.record_event(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
         live = self._load(record)
         self._begin_turn(live, task)
         return record
@@ -274,7 +274,8 @@ class Manager:
         task = asyncio.create_task(live.sandbox.stop())
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-    async def _record_event(self, event: Event) -> None:
+    async def record_event(self, event: Event) -> None:
+        """Persist the event (it gets its sequence number), then wake the session's streams."""
         self.store.append_event(event)
         live = self._live.get(event.session_id)
         if live is not None:
@@ -315,7 +316,6 @@ class _StoreSink:
 
     async def emit(self, event: Event) -> None:
         store = self._manager.store
-        store.append_event(event)
         if isinstance(event, UsageEvent):
             store.update(event.session_id, usage=event.session, steps=self._live.convo.steps)
         elif isinstance(event, SessionFinished):
@@ -328,4 +328,4 @@ class _StoreSink:
                 usage=event.usage,
                 steps=event.steps,
             )
-        self._live.notify()
+        await self._manager.record_event(event)

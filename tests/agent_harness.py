@@ -21,6 +21,13 @@ from controller.tools import Approver
 LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, max_steps=20)
 
 
+def register(server: ScriptedServer, turns: list[dict[str, Any]], prefix: str = "t") -> str:
+    """Add a scenario under a fresh model name; requests naming that model get its turns."""
+    name = f"{prefix}-{secrets.token_hex(4)}"
+    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+    return name
+
+
 def tool(name: str, **args: Any) -> dict[str, Any]:
     return {"type": "tool_use", "name": name, "input": args}
 
@@ -57,8 +64,7 @@ def run_scenario(
     async def run(
         turns: list[dict[str, Any]], limits: Limits = LIMITS, approver: Approver | None = None, retries: int = 3
     ) -> Run:
-        name = "t-" + secrets.token_hex(4)
-        model_server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+        name = register(model_server, turns)
         client = anthropic.AsyncAnthropic(api_key="test", base_url=model_server.url, max_retries=retries)  # type: ignore[attr-defined]
         sink, convo = ListSink(), Conversation()
         agent = Agent(

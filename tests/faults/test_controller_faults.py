@@ -16,15 +16,11 @@ import pytest
 from controller import owners
 from controller.api import create_app
 from controller.config import Limits, Settings
-from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
-from tests.integration.api_helpers import Api, serve_env, serve_subprocess
+from controller.scripted import ScriptedServer, free_port, serve_in_thread
+from tests.agent_harness import register
+from tests.integration.api_helpers import Api, parse_events, serve_env, serve_subprocess
 
 TOKEN = "faults-token"
-
-
-def _scenario(server: ScriptedServer, name: str, turns: list[dict[str, Any]]) -> str:
-    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
-    return name
 
 
 def test_sigkill_mid_session_loses_no_acknowledged_event(
@@ -45,16 +41,14 @@ def test_sigkill_mid_session_loses_no_acknowledged_event(
         },
         {"content": [{"type": "text", "text": "resumed"}]},
     ]
-    name = _scenario(model_server, "faults-kill", turns)
+    name = register(model_server, turns, prefix="faults-kill")
     process = serve_subprocess(env, port)
     api = Api(f"http://127.0.0.1:{port}", TOKEN)
     try:
         sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
         acknowledged = []
         with api.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=60) as response:
-            from tests.integration.api_helpers import _parse
-
-            for event in _parse(response.iter_lines()):
+            for event in parse_events(response.iter_lines()):
                 acknowledged.append(event)
                 if event["type"] == "tool_call" and event["name"] == "run_command":
                     break
@@ -104,7 +98,7 @@ def test_full_data_disk(
             ]
         }
     ] * 30
-    name = _scenario(model_server, "faults-disk", [*loud, {"content": [{"type": "text", "text": "done"}]}])
+    name = register(model_server, [*loud, {"content": [{"type": "text", "text": "done"}]}], prefix="faults-disk")
     with serve_in_thread(create_app(settings)) as url:
         api = Api(url, TOKEN)
         sid = api.create(str(make_repo()), name)["id"]

@@ -34,7 +34,7 @@ class Api:
         seen: list[dict[str, Any]] = []
         with self.http.stream("GET", f"/v1/sessions/{sid}/events", headers=headers, timeout=120) as response:
             assert response.status_code == 200
-            for event in _parse(response.iter_lines()):
+            for event in parse_events(response.iter_lines()):
                 seen.append(event)
                 if stop_after is not None and len(seen) >= stop_after:
                     break
@@ -53,14 +53,15 @@ class Api:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=timeout) as response:
-                for event in _parse(response.iter_lines()):
+                for event in parse_events(response.iter_lines()):
                     if event["type"] == kind:
                         return
             time.sleep(0.05)
         raise AssertionError(f"no {kind} event in session {sid}")
 
 
-def _parse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+def parse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Server-Sent Events as dicts, checking that each frame's id and event name match its data."""
     fields: dict[str, str] = {}
     for line in lines:
         if not line:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -14,24 +13,11 @@ import pytest
 from controller import owners
 from controller.api import create_app
 from controller.config import Limits, Settings
-from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from controller.scripted import ScriptedServer, free_port, serve_in_thread
+from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 
 TOKEN = "integration-token"
-
-
-def scenario(server: ScriptedServer, turns: list[dict[str, Any]]) -> str:
-    name = "api-" + secrets.token_hex(4)
-    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
-    return name
-
-
-def tool(name: str, **args: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "name": name, "input": args}
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
 
 
 def settings_for(tmp_path: Path, model_server: ScriptedServer, **overrides: Any) -> Settings:
@@ -93,7 +79,7 @@ WORK = [
 
 def test_full_session_over_http(api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]) -> None:
     repo = make_repo()
-    created = api.create(str(repo), scenario(model_server, WORK))
+    created = api.create(str(repo), register(model_server, prefix="api", turns=WORK))
     assert created["status"] == "running"
     events = api.events(created["id"])
     kinds = [e["type"] for e in events]
@@ -114,7 +100,7 @@ def test_sse_disconnect_and_resume_loses_and_duplicates_nothing(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
     slow = [{**turn, "delay_s": 0.3} for turn in WORK]
-    sid = api.create(str(make_repo()), scenario(model_server, slow))["id"]
+    sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=slow))["id"]
     first = api.events(sid, stop_after=3)
     rest = api.events(sid, last_event_id=first[-1]["seq"])
     seqs = [e["seq"] for e in first + rest]
@@ -129,7 +115,9 @@ def test_sse_disconnect_and_resume_loses_and_duplicates_nothing(
 def test_sse_sends_heartbeats_while_the_model_is_silent(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
-    sid = api.create(str(make_repo()), scenario(model_server, [{"content": [text("late")], "delay_s": 2.5}]))["id"]
+    sid = api.create(
+        str(make_repo()), register(model_server, prefix="api", turns=[{"content": [text("late")], "delay_s": 2.5}])
+    )["id"]
     with api.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=30) as response:
         lines = list(response.iter_lines())
     assert any(line.startswith(":") for line in lines), "no keep-alive comment while the turn ran"
@@ -145,7 +133,7 @@ def test_follow_up_and_409_while_running(
         {"content": [tool("read_file", path="README.md")]},
         {"content": [text("second turn done")]},
     ]
-    sid = api.create(str(make_repo()), scenario(model_server, turns))["id"]
+    sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=turns))["id"]
     busy = api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "more"})
     assert busy.status_code == 409 and "running" in busy.json()["detail"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
@@ -166,7 +154,9 @@ def test_cancel_mid_command_leaves_nothing(
         {"content": [tool("run_command", command="sleep 300; touch never", timeout_s=600)]},
         {"content": [text("unreachable")]},
     ]
-    sid = api.create(str(make_repo()), scenario(model_server, turns), limits={"command_timeout_s": 600})["id"]
+    sid = api.create(
+        str(make_repo()), register(model_server, prefix="api", turns=turns), limits={"command_timeout_s": 600}
+    )["id"]
     api.wait_for_event(sid, "tool_call")
     assert eventually(lambda: containers_of(docker_client, sid))
     time.sleep(0.3)
@@ -182,7 +172,7 @@ def test_cancel_mid_command_leaves_nothing(
 def test_delete_removes_the_container(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
-    sid = api.create(str(make_repo()), scenario(model_server, WORK))["id"]
+    sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=WORK))["id"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
     assert containers_of(docker_client, sid), "the container stays up between turns"
     deleted = api.http.delete(f"/v1/sessions/{sid}")
@@ -198,7 +188,7 @@ def test_idle_timeout_removes_the_container_and_follow_up_starts_fresh(
     api = api_factory(idle_timeout_s=0.5)
     turns = [{"content": [tool("run_command", command="echo one")]}, {"content": [text("a")]},
              {"content": [tool("run_command", command="echo two")]}, {"content": [text("b")]}]  # fmt: skip
-    sid = api.create(str(make_repo()), scenario(model_server, turns))["id"]
+    sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=turns))["id"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
     deadline = time.monotonic() + 10
     while containers_of(docker_client, sid) and time.monotonic() < deadline:
@@ -212,7 +202,7 @@ def test_429_over_the_concurrency_cap(
     api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
     api = api_factory(max_concurrent_sessions=1)
-    slow = scenario(model_server, [{"content": [text("slow")], "delay_s": 3}])
+    slow = register(model_server, prefix="api", turns=[{"content": [text("slow")], "delay_s": 3}])
     first = api.create(str(make_repo("a")), slow)
     over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": slow})
     assert over.status_code == 429 and "Retry" in over.json()["detail"]
@@ -229,7 +219,7 @@ def test_controller_restart_while_running(
         {"content": [tool("read_file", path="README.md")]},
         {"content": [text("Continued after the restart.")]},
     ]
-    name = scenario(model_server, turns)
+    name = register(model_server, prefix="api", turns=turns)
     process = serve_subprocess(env, port)
     api = Api(f"http://127.0.0.1:{port}", TOKEN)
     try:
