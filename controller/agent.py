@@ -219,6 +219,7 @@ class Agent:
                 output=outcome.text,
                 model_chars=len(outcome.model_text),
                 duration_s=round(outcome.duration_s, 4),
+                exit_code=outcome.exit_code,
             )
         )
         return _result(use.id, outcome.model_text, outcome.is_error)

@@ -71,6 +71,7 @@ class ToolResult(_Event):
     output: str = Field(description="The full output, up to the event cap.")
     model_chars: int = Field(description="How many characters of it the model saw (head + tail).")
     duration_s: float
+    exit_code: int | None = Field(None, description="run_command's exit code; None for other tools and failed calls.")
 
 
 class UsageEvent(_Event):

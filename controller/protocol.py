@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Op = Literal["list_files", "read_file", "write_file", "edit_file", "search", "run_command", "ping"]
+Op = Literal["list_files", "read_file", "write_file", "edit_file", "search", "run_command", "ping", "cancel"]
 
 MAX_PATH = 4096
 MAX_CONTENT = 10 * 1024 * 1024
@@ -134,11 +134,22 @@ class CommandResult(Strict):
     stderr: Stream
     timed_out: bool
     duration_s: float
+    cancelled: bool = False
+
+
+class CancelArgs(Strict):
+    """Stop the command started by request ``id`` now; that request then answers with what it captured."""
+
+    id: int
 
 
 class PingResult(Strict):
     pid: int
     uid: int
+
+
+class CancelResult(Strict):
+    cancelled: bool = Field(description="False when no command of that request was running any more.")
 
 
 RESULTS: dict[str, type[Strict]] = {
@@ -149,6 +160,7 @@ RESULTS: dict[str, type[Strict]] = {
     "search": SearchResult,
     "run_command": CommandResult,
     "ping": PingResult,
+    "cancel": CancelResult,
 }
 
 

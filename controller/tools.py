@@ -67,6 +67,7 @@ class ToolOutcome:
     model_text: str
     is_error: bool
     duration_s: float
+    exit_code: int | None = None
 
 
 # --------------------------------------------------------------------------- renderers
@@ -213,9 +214,10 @@ def _sandbox_args(name: str, args: Strict, limits: Limits) -> tuple[dict[str, An
     return payload, float(limits.op_timeout_s)
 
 
-def _outcome(text: str, is_error: bool, limits: Limits, started: float) -> ToolOutcome:
+def _outcome(text: str, is_error: bool, limits: Limits, started: float, exit_code: int | None = None) -> ToolOutcome:
     full = truncate_middle(text, limits.event_output_chars)
-    return ToolOutcome(full, truncate_middle(full, limits.model_output_chars), is_error, time.monotonic() - started)
+    model_text = truncate_middle(full, limits.model_output_chars)
+    return ToolOutcome(full, model_text, is_error, time.monotonic() - started, exit_code)
 
 
 async def execute(
@@ -246,5 +248,6 @@ async def execute(
     result = await sandbox.call(name, payload, deadline)
     if isinstance(result, Failure):
         return _outcome(result.message, True, limits, started)
-    timed_out = isinstance(result, CommandResult) and result.timed_out
-    return _outcome(tool.render(result), timed_out, limits, started)
+    if isinstance(result, CommandResult):
+        return _outcome(tool.render(result), result.timed_out, limits, started, result.exit_code)
+    return _outcome(tool.render(result), False, limits, started)
