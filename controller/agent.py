@@ -65,14 +65,20 @@ class Conversation:
         else:
             self.messages.append({"role": "user", "content": [block]})
 
-    def answer_dangling(self, why: str) -> bool:
-        """Give an unanswered trailing tool_use an error result, so the history stays valid for the API."""
+    def answer_dangling(self, why: str, answered: dict[str, dict[str, Any]] | None = None) -> bool:
+        """Answer a trailing assistant message's tool calls, so the history stays valid for the API.
+
+        A call in ``answered`` (it finished, or was stopped with its output) keeps that result;
+        any other gets an error result saying it was interrupted.
+        """
         if not self.messages or self.messages[-1]["role"] != "assistant":
             return False
         dangling = [b for b in self.messages[-1]["content"] if b.get("type") == "tool_use"]
         if dangling:
-            text = f"Not run: {why}."
-            self.messages.append({"role": "user", "content": [_result(b["id"], text, True) for b in dangling]})
+            text = f"Interrupted before it returned a result ({why}); it may have run in part."
+            known = answered or {}
+            blocks = [known.get(b["id"]) or _result(b["id"], text, True) for b in dangling]
+            self.messages.append({"role": "user", "content": blocks})
         return bool(dangling)
 
 
@@ -110,6 +116,8 @@ class Agent:
         self.approver = approver
         self.checkpoint = checkpoint
         self._tool_definitions = tools.definitions()
+        self._answered: dict[str, dict[str, Any]] = {}
+        """Results of the current step's calls as they finish, kept for a turn stopped mid-step."""
 
     async def run_turn(self, convo: Conversation) -> TurnOutcome:
         """Run one turn, answering the user message already in ``convo``; never raises for model, tool or sandbox problems."""
@@ -134,7 +142,7 @@ class Agent:
             log.exception("turn of session %s failed", self.session_id)
             outcome = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}")
             await self._emit(ErrorEvent(session_id=self.session_id, kind="internal", message=outcome.detail))
-        if convo.answer_dangling(f"the turn stopped ({outcome.reason}: {outcome.detail})"):
+        if convo.answer_dangling(f"the turn stopped: {outcome.detail}", self._answered):
             await self._save(convo)
         await self._emit(
             SessionFinished(
@@ -160,6 +168,7 @@ class Agent:
             convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
             await self._save(convo)
             await self._count(convo, reply, steps)
+            self._answered.clear()
             if reply.stop_reason == "tool_use":
                 uses = [b for b in reply.content if b.type == "tool_use"]
                 convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
@@ -222,7 +231,11 @@ class Agent:
                 exit_code=outcome.exit_code,
             )
         )
-        return _result(use.id, outcome.model_text, outcome.is_error)
+        self._answered[use.id] = block = _result(use.id, outcome.model_text, outcome.is_error)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # the sandbox stopped the call and gave back its output; now stop the turn
+        return block
 
     async def _save(self, convo: Conversation) -> None:
         if self.checkpoint is not None:

@@ -5,6 +5,11 @@ type, three zero bytes, big-endian payload size) and the payload. Stdout frames
 carry the toolbox's responses, one JSON object per line; stderr frames carry its
 diagnostics. The channel runs on the event loop with no thread per call, which
 keeps a round trip to a couple of milliseconds; ids let many calls share it.
+
+Only the toolbox may write to its stdout. Anything else found there (a line that
+does not start like a response, is not one, or never ends) means the sandbox reached
+the stream: the channel closes at once, every pending call fails, and the sandbox is
+replaced. Receiving costs time linear in the bytes received, whatever arrives.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import logging
 import socket
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import ToolboxGoneError
@@ -26,7 +32,43 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _STDERR_KEEP = 8192
+_LINE_START = b'{"id":'
+CANCEL_WAIT_S = 1.0
 MAX_LINE = 64 << 20  # far above any real response (two 1 MiB streams, JSON-escaped); anything longer is an attack
+
+
+class _Garbage(Exception):
+    """The stream holds something the toolbox never writes: the sandbox is writing into it."""
+
+
+class _Lines:
+    """Cuts the stdout stream into lines, looking at each received byte a bounded number of times.
+
+    Every toolbox line starts with ``{"id":``; a line that starts otherwise, or grows past
+    ``max_line``, is garbage, found as soon as its first bytes (or the limit) arrive.
+    """
+
+    def __init__(self, max_line: int) -> None:
+        self._max_line = max_line
+        self._partial = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The lines ``data`` completes, in order; raises _Garbage at the first sign of a foreign writer."""
+        start = 0
+        while (end := data.find(b"\n", start)) != -1:
+            self._partial += data[start:end]
+            line = bytes(self._partial)
+            self._partial.clear()
+            start = end + 1
+            if not line.startswith(_LINE_START):
+                raise _Garbage(f"a line that is not a toolbox response ({line[:40]!r})")
+            yield line
+        self._partial += data[start:]
+        head = bytes(self._partial[: len(_LINE_START)])
+        if not _LINE_START.startswith(head):
+            raise _Garbage(f"a line that is not a toolbox response ({bytes(self._partial[:40])!r})")
+        if len(self._partial) > self._max_line:
+            raise _Garbage(f"more than {self._max_line} bytes without a line break")
 
 
 class ToolboxChannel:
@@ -58,25 +100,46 @@ class ToolboxChannel:
         """The last few KiB the toolbox wrote to stderr, for error messages."""
         return self._stderr.decode("utf-8", "replace")
 
-    async def request(self, op: str, args: dict[str, Any], timeout: float) -> Response:
-        """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError."""
+    async def request(self, op: str, args: dict[str, Any], timeout: float, *, interruptible: bool = False) -> Response:
+        """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError.
+
+        With ``interruptible``, cancelling the caller asks the toolbox to stop the operation and
+        returns what it answered (a command's output so far) instead of raising, if that answer comes
+        within CANCEL_WAIT_S; the caller then sees ``current_task().cancelling()`` and must re-raise.
+        """
         if self._closed_reason is not None:
             raise ToolboxGoneError(self._closed_reason)
         rid = next(self._ids)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            line = json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n"
-            self._writer.write(line)
-            async with asyncio.timeout(timeout):
-                await self._writer.drain()
-                return await future
+            self._send(rid, op, args)
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._writer.drain()
+                    return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if not interruptible or future.done() or self._closed_reason is not None:
+                    raise
+                return await self._interrupt(rid, future)
         except TimeoutError:
             raise  # a subclass of OSError, but a deadline, not a broken stream
         except (ConnectionError, OSError) as err:
             raise ToolboxGoneError(f"the toolbox stream broke: {err}") from None
         finally:
             self._pending.pop(rid, None)
+
+    def _send(self, rid: int, op: str, args: dict[str, Any]) -> None:
+        self._writer.write(json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n")
+
+    async def _interrupt(self, rid: int, future: asyncio.Future[Response]) -> Response:
+        """Ask the toolbox to stop request ``rid`` and wait briefly for its (partial) answer."""
+        self._send(next(self._ids), "cancel", {"id": rid})
+        try:
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            raise asyncio.CancelledError from None
 
     async def close(self) -> None:
         self._fail_all("the sandbox was stopped")
@@ -87,7 +150,7 @@ class ToolboxChannel:
             await self._task
 
     async def _read_loop(self) -> None:
-        buffer = bytearray()
+        lines = _Lines(self._max_line)
         try:
             while True:
                 kind, size = _HEADER.unpack(await self._reader.readexactly(_HEADER.size))
@@ -95,34 +158,21 @@ class ToolboxChannel:
                 if kind == _STDERR:
                     self._keep_stderr(payload)
                     continue
-                buffer += payload
-                self._dispatch(buffer)
-                if len(buffer) > self._max_line:
-                    self._fail_all(
-                        f"the sandbox wrote more than {self._max_line} bytes without a line break to the toolbox's stream"
-                    )
-                    self._writer.close()
-                    return
+                for line in lines.feed(payload):
+                    self._resolve(line)
+        except _Garbage as err:
+            self._fail_all(f"the sandbox wrote {err} into the toolbox's stream")
+            self._writer.close()
         except asyncio.IncompleteReadError:
             self._fail_all("the toolbox exited (its container stopped, was killed, or ran out of memory)")
         except (ConnectionError, OSError) as err:
             self._fail_all(f"the toolbox stream broke: {err}")
 
-    def _dispatch(self, buffer: bytearray) -> None:
-        start = 0
-        while (end := buffer.find(b"\n", start)) != -1:
-            line = bytes(buffer[start:end])
-            start = end + 1
-            if line.strip():
-                self._resolve(line)
-        del buffer[:start]
-
     def _resolve(self, line: bytes) -> None:
         try:
             response = Response.model_validate_json(line)
         except ValueError:
-            log.warning("toolbox sent an unreadable line: %.200r", line)
-            return
+            raise _Garbage(f"a line that is not a toolbox response ({line[:40]!r})") from None
         future = self._pending.get(response.id) if response.id is not None else None
         if future is not None and not future.done():
             future.set_result(response)

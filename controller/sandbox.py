@@ -39,7 +39,11 @@ DOCKER_CALL_TIMEOUT_S = 30.0
 
 
 class Sandbox(Protocol):
-    """Where tool calls run. ``call`` never raises for a tool problem; it returns a Failure."""
+    """Where tool calls run. ``call`` never raises for a tool problem; it returns a Failure.
+
+    A ``run_command`` whose caller is cancelled is stopped in the sandbox, and ``call`` returns its
+    output so far (``cancelled`` set) instead of raising; the caller re-raises the cancellation.
+    """
 
     async def start(self) -> None: ...
 
@@ -180,7 +184,7 @@ class DockerSandbox:
         if channel is None:  # stopped by someone else between start() and here
             return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
         try:
-            response = await channel.request(op, args, timeout)
+            response = await channel.request(op, args, timeout, interruptible=op == "run_command")
         except TimeoutError:
             await self._replace_after_failure(channel)
             return Failure(

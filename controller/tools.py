@@ -122,6 +122,8 @@ def _render_command(result: CommandResult) -> str:
     head = f"exit code {result.exit_code} after {result.duration_s:.1f}s"
     if result.timed_out:
         head = f"timed out after {result.duration_s:.1f}s; the command and its children were killed (exit code {result.exit_code})"
+    if result.cancelled:
+        head = f"cancelled after {result.duration_s:.1f}s: the turn was stopped, so the command and its children were killed (exit code {result.exit_code})"
     return head + "\n" + _stream("stdout", result.stdout) + _stream("stderr", result.stderr)
 
 
@@ -249,5 +251,6 @@ async def execute(
     if isinstance(result, Failure):
         return _outcome(result.message, True, limits, started)
     if isinstance(result, CommandResult):
-        return _outcome(tool.render(result), result.timed_out, limits, started, result.exit_code)
+        failed = result.timed_out or result.cancelled
+        return _outcome(tool.render(result), failed, limits, started, result.exit_code)
     return _outcome(tool.render(result), False, limits, started)

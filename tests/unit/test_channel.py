@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
@@ -83,18 +84,76 @@ async def test_an_endless_line_closes_the_channel_instead_of_growing(pair: tuple
     channel, engine = pair  # the fixture's channel takes lines of at most 1 MiB
     pending = asyncio.create_task(channel.request("ping", {}, 5))
     await engine.requests(1)
-    for _ in range(20):
-        await engine.send(1, b"x" * 65536)
-        if pending.done():
-            break
+    await engine.send(1, b'{"id":')  # looks like a response, then never ends
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the channel hangs up on us
+        for _ in range(20):
+            await engine.send(1, b"x" * 65536)
     with pytest.raises(ToolboxGoneError, match="without a line break"):
         await pending
+    assert not channel.alive
 
 
-async def test_garbage_and_unknown_ids_are_ignored(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+@pytest.mark.parametrize("garbage", [b"not json\n", b"x", b'{"id":1,"ok":tru\n', b"\n", b'{"i{'])
+async def test_anything_but_a_response_closes_the_channel_at_once(
+    pair: tuple[ToolboxChannel, FakeEngine], garbage: bytes
+) -> None:
+    """A sandbox that reaches the toolbox's stream loses its own channel: pending calls fail now, not at their deadline."""
     channel, engine = pair
-    pending = asyncio.create_task(channel.request("ping", {}, 5))
+    pending = asyncio.create_task(channel.request("run_command", {"command": "sleep 60"}, 60))
+    await engine.requests(1)
+    await engine.send(1, garbage)
+    with pytest.raises(ToolboxGoneError, match="not a toolbox response"):
+        await asyncio.wait_for(pending, 2)
+    assert not channel.alive
+
+
+async def test_garbage_after_answers_keeps_the_answers(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    first = asyncio.create_task(channel.request("ping", {}, 5))
+    second = asyncio.create_task(channel.request("ping", {}, 5))
+    sent = await engine.requests(2)
+    answer = json.dumps({"id": sent[0]["id"], "ok": True, "result": {"pid": 1, "uid": 2}}).encode()
+    await engine.send(1, answer + b"\n" + json.dumps({"id": 12345, "ok": True, "result": {}}).encode() + b"\nrubbish")
+    assert (await first).result == {"pid": 1, "uid": 2}  # an unknown id is ignored
+    with pytest.raises(ToolboxGoneError):
+        await second
+
+
+async def test_receiving_is_linear_in_the_bytes_received() -> None:
+    """A long unfinished line that grows by one byte per frame: each byte is looked at a bounded number of times."""
+    from controller.channel import _Lines
+
+    lines = _Lines(64 << 20)
+    assert list(lines.feed(b'{"id":' + b"x" * (8 << 20))) == []
+    for _ in range(20_000):  # quadratic rescanning would touch 160 GB here; linear touches 20 kB
+        assert list(lines.feed(b"x")) == []
+    (line,) = lines.feed(b"\n")
+    assert len(line) == 6 + (8 << 20) + 20_000
+
+
+async def test_a_cancelled_command_returns_its_output_so_far(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    """Cancelling an interruptible call sends `cancel` for its id and hands back the toolbox's partial answer."""
+    channel, engine = pair
+    running = asyncio.create_task(channel.request("run_command", {"command": "x"}, 60, interruptible=True))
     (sent,) = await engine.requests(1)
-    await engine.send(1, b"not json\n" + json.dumps({"id": 12345, "ok": True, "result": {}}).encode() + b"\n")
-    await engine.send(1, json.dumps({"id": sent["id"], "ok": True, "result": {"pid": 1, "uid": 2}}).encode() + b"\n")
-    assert (await pending).result == {"pid": 1, "uid": 2}
+    running.cancel()
+    cancel = (await engine.requests(1))[0]
+    assert cancel["op"] == "cancel" and cancel["args"] == {"id": sent["id"]}
+    partial = {"exit_code": 137, "cancelled": True}
+    await engine.send(1, json.dumps({"id": sent["id"], "ok": True, "result": partial}).encode() + b"\n")
+    assert (await running).result == partial
+    assert channel.alive
+
+
+async def test_a_cancel_the_toolbox_does_not_answer_still_cancels(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    running = asyncio.create_task(channel.request("run_command", {"command": "x"}, 60, interruptible=True))
+    await engine.requests(1)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    reads = asyncio.create_task(channel.request("ping", {}, 60))  # not interruptible: cancels plainly
+    await engine.requests(2)
+    reads.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reads
