@@ -126,21 +126,25 @@ class AnthropicModel:
                 f"The model API rejected the API key ({err.status_code}).", hint="Check ANTHROPIC_API_KEY."
             ) from None
         except anthropic.APIStatusError as err:
-            raise ModelError(f"The model API answered {err.status_code}: {_detail(err)}") from None
+            raise ModelError(f"The model API answered {err.status_code}: {clean_text(_detail(err))}") from None
         except anthropic.APIConnectionError as err:
             raise ModelError(
-                f"Could not reach the model API: {err}.", hint="Check ANTHROPIC_BASE_URL and the network."
+                f"Could not reach the model API: {_sentence(str(err))}",
+                hint="Check ANTHROPIC_BASE_URL and the network.",
             ) from None
         except (ValueError, KeyError, IndexError) as err:
-            raise ModelError(f"The model's reply could not be read: {str(err)[:300]}") from None
+            raise ModelError(f"The model's reply could not be read: {clean_text(str(err)[:300])}") from None
 
 
 async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
     """Build the assistant message from raw stream events, surfacing text as it arrives.
 
-    Tool input is parsed once, when its block ends. Input that is not valid JSON (cut off, malformed,
-    nested too deep) does not fail the reply: it becomes ``{INVALID_INPUT: reason}``, which the tool
-    layer answers with an is_error result, so the model can send the call again.
+    Tool input is parsed once, when the stream has ended. Input that is not valid JSON (cut off,
+    malformed, nested too deep, holding a lone surrogate) does not fail the reply: it becomes
+    ``{INVALID_INPUT: reason}``, which the tool layer answers with an is_error result, so the model
+    can send the call again. Every other string the model sent (text, tool names and ids, the
+    message's own fields) gets U+FFFD for a lone surrogate, so the reply can always be stored,
+    streamed and sent back.
     """
     message: dict[str, Any] = {}
     blocks: list[dict[str, Any]] = []
@@ -152,20 +156,25 @@ async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
             blocks.append(event.content_block.to_dict())
         elif event.type == "content_block_delta":
             await _apply_delta(blocks[event.index], event.delta, partial.setdefault(event.index, []), on_text)
-        elif event.type == "content_block_stop" and partial.get(event.index):
-            blocks[event.index]["input"] = parse_tool_input("".join(partial.pop(event.index)))
         elif event.type == "message_delta":
             message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
             message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
+    for index, block in enumerate(blocks):
+        if partial.get(index):
+            block["input"] = parse_tool_input("".join(partial[index]))
+        elif "input" in block:  # sent whole in content_block_start: checked like streamed input
+            block["input"] = checked_input(block["input"])
     message["content"] = blocks
+    _clean_strings(message)
     return Message.model_validate(message)
 
 
 async def _apply_delta(block: dict[str, Any], delta: Any, json_parts: list[str], on_text: OnText) -> None:
     if delta.type == "text_delta":
-        block["text"] = block.get("text", "") + delta.text
-        if delta.text:
-            await on_text(delta.text)
+        piece = clean_text(delta.text)
+        block["text"] = block.get("text", "") + piece
+        if piece:
+            await on_text(piece)
     elif delta.type == "input_json_delta":
         json_parts.append(delta.partial_json)
     elif delta.type == "thinking_delta":
@@ -177,26 +186,69 @@ async def _apply_delta(block: dict[str, Any], delta: Any, json_parts: list[str],
 
 
 def parse_tool_input(raw: str) -> Any:
-    """The tool input, or ``{INVALID_INPUT: why}`` when the streamed JSON cannot be read or is absurdly deep."""
+    """The tool input, or ``{INVALID_INPUT: why}`` when the streamed JSON cannot be read or used."""
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError) as err:
         why = f"{type(err).__name__}: {str(err)[:200]}; the input began {raw[:80]!r} and had {len(raw)} characters"
-        return {INVALID_INPUT: why}
-    if _depth(value) > MAX_INPUT_DEPTH:
-        return {INVALID_INPUT: f"it is nested more than {MAX_INPUT_DEPTH} levels deep"}
+        return {INVALID_INPUT: clean_text(why)}
+    return checked_input(value)
+
+
+def checked_input(value: Any) -> Any:
+    """``value``, or ``{INVALID_INPUT: why}`` when it is absurdly deep or holds text that is not valid Unicode."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, str):
+            if not _is_unicode(item):
+                return {INVALID_INPUT: f"it contains a lone surrogate (in {item[:60]!r}), which is not valid Unicode"}
+        elif isinstance(item, dict | list):
+            if level >= MAX_INPUT_DEPTH:
+                return {INVALID_INPUT: f"it is nested more than {MAX_INPUT_DEPTH} levels deep"}
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
     return value
 
 
-def _depth(value: Any) -> int:
-    """How deeply lists and objects nest in ``value``, without recursion."""
-    deepest, stack = 0, [(value, 1)]
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate (which no UTF-8 encoder accepts) replaced by U+FFFD."""
+    if _is_unicode(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _is_unicode(text: str) -> bool:
+    """False when ``text`` holds a lone surrogate: JSON can escape one, but it cannot be stored or sent as text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _clean_strings(root: dict[str, Any] | list[Any]) -> None:
+    """Apply ``clean_text`` to every string (keys too) in ``root``, in place and without recursion."""
+    stack: list[dict[str, Any] | list[Any]] = [root]
     while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+        node = stack.pop()
+        if isinstance(node, dict):
+            items = [(clean_text(k) if isinstance(k, str) else k, v) for k, v in node.items()]
+            node.clear()
+            node.update(items)
+            pairs: list[tuple[Any, Any]] = items
+        else:
+            pairs = list(enumerate(node))
+        for key, value in pairs:
+            if isinstance(value, str):
+                node[key] = clean_text(value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending in exactly one full stop (the SDK's own messages already end in one)."""
+    return clean_text(text).rstrip().rstrip(".") + "."
 
 
 def _detail(err: anthropic.APIStatusError) -> str:
