@@ -32,6 +32,8 @@ INVALID_INPUT = "cubicle_invalid_json"
 MAX_INPUT_DEPTH = 64
 """The key a tool input gets when the model streamed JSON that could not be parsed."""
 CACHE: dict[str, str] = {"type": "ephemeral"}
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+"""Where requests go when ``ANTHROPIC_BASE_URL`` is unset or blank (the SDK's own default)."""
 
 SYSTEM_PROMPT = """You are a careful software engineer working in a repository through tools.
 The repository is mounted at /workspace inside an isolated Linux container; paths are relative to it.
@@ -89,7 +91,9 @@ def make_client(settings: Settings) -> anthropic.AsyncAnthropic:
             hint="Export your key, or point ANTHROPIC_BASE_URL at an Anthropic-compatible server and set any key it accepts.",
         )
     return anthropic.AsyncAnthropic(
-        api_key=settings.api_key.get_secret_value(), base_url=settings.base_url, max_retries=settings.model_retries
+        api_key=settings.api_key.get_secret_value(),
+        base_url=settings.base_url or DEFAULT_BASE_URL,  # never None: the SDK would read a blank variable itself
+        max_retries=settings.model_retries,
     )
 
 
