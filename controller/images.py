@@ -1,4 +1,4 @@
-"""The sandbox image: connect to the engine, find the image, build it from this checkout."""
+"""The sandbox image: connect to the engine, find the image, build it from the context shipped in this package."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from docker.errors import APIError, BuildError, DockerException, ImageNotFound
 from .errors import DockerUnavailableError, ImageMissingError, SandboxError
 
 BUILD_COMMAND = "cubicle image build"
-DOCKERFILE = "Dockerfile.sandbox"
+DOCKERFILE = "Dockerfile"
+CONTEXT = Path(__file__).resolve().parent / "sandbox_image"
+"""The image's build context: package data, so a wheel install can build the image as well as a checkout."""
 
 
 def connect(timeout: float = 120) -> Any:
@@ -26,18 +28,17 @@ def connect(timeout: float = 120) -> Any:
 
 
 def build_context() -> Path | None:
-    """The source checkout that holds Dockerfile.sandbox, if Cubicle runs from one."""
-    root = Path(__file__).resolve().parent.parent
-    return root if (root / DOCKERFILE).is_file() and (root / "sandbox-image").is_dir() else None
+    """The directory holding the sandbox's Dockerfile and toolbox, or None if this installation lacks it."""
+    return CONTEXT if (CONTEXT / DOCKERFILE).is_file() and (CONTEXT / "toolbox.py").is_file() else None
 
 
 def build(client: Any, tag: str, base: str | None = None, on_line: Callable[[str], None] | None = None) -> str:
-    """Build the sandbox image from the checkout, streaming build output to ``on_line``; returns its id."""
+    """Build the sandbox image from the packaged context, streaming build output to ``on_line``; returns its id."""
     context = build_context()
     if context is None:
         raise ImageMissingError(
-            f"Cannot build {tag}: {DOCKERFILE} is not next to this installation.",
-            hint="Run `cubicle image build` from a Cubicle source checkout (pip install -e .).",
+            f"Cannot build {tag}: this installation of Cubicle lacks its image files ({CONTEXT}).",
+            hint="Reinstall Cubicle (`pip install --force-reinstall cubicle`, or `pip install -e .` in a checkout).",
         )
     buildargs = {"BASE": base} if base else {}
     image_id = ""

@@ -1,4 +1,4 @@
-"""Load sandbox-image/toolbox.py as a module, so unit tests can exercise its pure parts."""
+"""Load controller/sandbox_image/toolbox.py (the sandbox's toolbox) as a module, so unit tests can exercise its pure parts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-PATH = Path(__file__).resolve().parent.parent / "sandbox-image" / "toolbox.py"
+PATH = Path(__file__).resolve().parent.parent / "controller" / "sandbox_image" / "toolbox.py"
 
 
 def load() -> ModuleType:

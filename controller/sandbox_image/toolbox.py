@@ -30,6 +30,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+JSON = dict[str, Any]
 
 WORKSPACE = "/workspace"
 READ_CHUNK = 1 << 16
@@ -163,7 +167,7 @@ def _open_regular(full: str, flags: int) -> int:
 # --------------------------------------------------------------------------- operations
 
 
-def list_files(args: dict) -> dict:
+def list_files(args: JSON) -> JSON:
     root = _resolve(args.get("path") or ".")
     depth = args.get("depth") or 2
     try:
@@ -171,7 +175,7 @@ def list_files(args: dict) -> dict:
             raise ToolError("not_a_directory", f"{_display(root)} is a file, not a directory. Use read_file on it.")
     except OSError as err:
         raise _os_error(err, root) from None
-    entries: list[dict] = []
+    entries: list[JSON] = []
     truncated = False
     stack = [(root, 1)]
     while stack and not truncated:
@@ -192,7 +196,7 @@ def list_files(args: dict) -> dict:
     return {"entries": entries, "truncated": truncated}
 
 
-def _entry(child: os.DirEntry) -> dict:
+def _entry(child: os.DirEntry[str]) -> JSON:
     rel = _clean(_display(os.path.normpath(child.path)))
     try:
         st = child.stat(follow_symlinks=False)
@@ -210,7 +214,7 @@ def _entry(child: os.DirEntry) -> dict:
     return {"path": rel, "type": kind, "size": st.st_size if kind == "file" else 0}
 
 
-def read_file(args: dict) -> dict:
+def read_file(args: JSON) -> JSON:
     full = _resolve(args["path"])
     offset = max(1, args.get("offset") or 1)
     limit = args.get("limit") or DEFAULT_READ_LINES
@@ -226,7 +230,7 @@ def read_file(args: dict) -> dict:
         return _read_lines(f, full, offset, limit)
 
 
-def _lines(f, state: dict):
+def _lines(f: IO[bytes], state: JSON) -> Iterator[tuple[bytes, int]]:
     """Yield each line's first bytes and full length, never holding a long line whole.
 
     Stops after MAX_SCAN_BYTES in all, so a huge sparse file or one endless line costs
@@ -251,7 +255,7 @@ def _lines(f, state: dict):
     state["exhausted"] = True
 
 
-def _read_lines(f, full: str, offset: int, limit: int) -> dict:
+def _read_lines(f: IO[bytes], full: str, offset: int, limit: int) -> JSON:
     lines: list[str] = []
     number = shown = 0
     state = {"exhausted": False}
@@ -290,7 +294,7 @@ def _read_lines(f, full: str, offset: int, limit: int) -> dict:
     }
 
 
-def write_file(args: dict) -> dict:
+def write_file(args: JSON) -> JSON:
     full = _resolve(args["path"])
     data = _encode(args["content"])
     parent = os.path.dirname(full)
@@ -317,7 +321,7 @@ def write_file(args: dict) -> dict:
     return {"path": _display(full), "bytes_written": len(data)}
 
 
-def edit_file(args: dict) -> dict:
+def edit_file(args: JSON) -> JSON:
     full = _resolve(args["path"])
     old, new = args["old_string"], args["new_string"]
     if old == "":
@@ -360,7 +364,8 @@ def _missing_hint(text: str, old: str, new: str, shown: str) -> str:
 
 
 def _ambiguous_hint(text: str, old: str, count: int, shown: str) -> str:
-    starts, at = [], text.find(old)
+    starts: list[int] = []
+    at = text.find(old)
     while at != -1 and len(starts) < 10:
         starts.append(text.count("\n", 0, at) + 1)
         at = text.find(old, at + 1)
@@ -371,7 +376,7 @@ def _ambiguous_hint(text: str, old: str, count: int, shown: str) -> str:
     )
 
 
-def search(args: dict) -> dict:
+def search(args: JSON) -> JSON:
     target = _resolve(args.get("path") or ".")
     if not os.path.exists(target):
         raise _os_error(FileNotFoundError(2, "not found"), target)
@@ -402,7 +407,7 @@ def search(args: dict) -> dict:
     return {"matches": run["stdout"], "exit_code": code, "timed_out": run["timed_out"], "errors": errors[-2000:]}
 
 
-def run_command(args: dict) -> dict:
+def run_command(args: JSON) -> JSON:
     cmd = ["bash", "-lc", args["command"]]
     return _run(cmd, args.get("max_output") or 1 << 20, float(args.get("timeout_s") or 60), new_session=True)
 
@@ -419,7 +424,7 @@ def _raise_oom_score(pid: int) -> None:
         pass
 
 
-def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> dict:
+def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> JSON:
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -458,7 +463,7 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> dict:
     }
 
 
-def _pump(proc: subprocess.Popen, cap: int, deadline: float, group: int | None) -> tuple[Capture, Capture, bool]:
+def _pump(proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int | None) -> tuple[Capture, Capture, bool]:
     """Read both pipes until the command exits (and its pipes drain) or times out.
 
     The command ends when its main process exits, not when its pipes close: a process that
@@ -466,10 +471,12 @@ def _pump(proc: subprocess.Popen, cap: int, deadline: float, group: int | None) 
     exit into a SIGKILL. Pipes that stay open after the exit (background children) get a
     short drain, then the group is killed by the caller.
     """
-    captures = {proc.stdout: Capture(cap), proc.stderr: Capture(cap)}
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = Capture(cap), Capture(cap)
+    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     sel = selectors.DefaultSelector()
-    for pipe in captures:
-        sel.register(pipe, selectors.EVENT_READ)
+    for fd in captures:
+        sel.register(fd, selectors.EVENT_READ)
     timed_out, term_at, exited_at = False, 0.0, 0.0
     while True:
         now = time.monotonic()
@@ -491,14 +498,14 @@ def _pump(proc: subprocess.Popen, cap: int, deadline: float, group: int | None) 
         for key, _ in sel.select(wait):
             data = os.read(key.fd, READ_CHUNK)
             if data:
-                captures[key.fileobj].feed(data)
+                captures[key.fd].feed(data)
             else:
-                sel.unregister(key.fileobj)
+                sel.unregister(key.fd)
     sel.close()
-    return captures[proc.stdout], captures[proc.stderr], timed_out
+    return out, err, timed_out
 
 
-def _signal(proc: subprocess.Popen, group: int | None, sig: int) -> None:
+def _signal(proc: subprocess.Popen[bytes], group: int | None, sig: int) -> None:
     if group:
         _kill_group(group, sig)
     elif proc.poll() is None:
@@ -544,7 +551,7 @@ def _sweep_once() -> int:
 
 # --------------------------------------------------------------------------- protocol
 
-OPERATIONS = {
+OPERATIONS: dict[str, Callable[[JSON], JSON]] = {
     "list_files": list_files,
     "read_file": read_file,
     "write_file": write_file,
@@ -560,14 +567,14 @@ _NO_THREADS = (
 )
 
 
-def _send(message: dict) -> None:
+def _send(message: JSON) -> None:
     line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
     with _out_lock:
         sys.stdout.buffer.write(line)
         sys.stdout.buffer.flush()
 
 
-def handle(request: dict) -> None:
+def handle(request: JSON) -> None:
     rid = request.get("id")
     try:
         op = OPERATIONS.get(request.get("op", ""))

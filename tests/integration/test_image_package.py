@@ -1,0 +1,58 @@
+"""An installed wheel carries everything `cubicle image build` needs: no source checkout required."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from docker.errors import ImageNotFound
+
+ROOT = Path(__file__).resolve().parents[2]
+TAG = "cubicle-sandbox:wheel-test"
+RUN_AS_MAIN = (
+    "import runpy, controller.images as images; print('CONTROLLER', images.__file__, flush=True); "
+    "runpy.run_module('controller', run_name='__main__', alter_sys=True)"
+)
+
+
+def _source_copy(dest: Path) -> None:
+    """The package's sources, copied so the wheel build writes nothing into the shared checkout."""
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    shutil.copytree(ROOT / "controller", dest / "controller", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def test_wheel_install_builds_the_sandbox_image(tmp_path: Path, docker_client: Any) -> None:
+    source, wheels, target, elsewhere = (tmp_path / name for name in ("src", "wheels", "site", "elsewhere"))
+    source.mkdir()
+    elsewhere.mkdir()
+    _source_copy(source)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(source)], check=True)
+    (wheel,) = wheels.glob("cubicle-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
+    assert (target / "controller" / "sandbox_image" / "Dockerfile").is_file()
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
+    try:
+        built = subprocess.run(
+            [sys.executable, "-c", RUN_AS_MAIN, "image", "build", "--tag", TAG],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert built.returncode == 0, built.stdout + built.stderr
+        used = Path(built.stdout.split("CONTROLLER ", 1)[1].split()[0])
+        assert used.is_relative_to(target), f"the build used {used}, not the installed wheel"
+        assert f"built {TAG}" in " ".join(built.stderr.split())
+        assert docker_client.images.get(TAG).labels["org.cubicle.role"] == "sandbox-image"
+    finally:
+        with contextlib.suppress(ImageNotFound):
+            docker_client.images.remove(TAG)
