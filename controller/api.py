@@ -1,12 +1,15 @@
 """The HTTP API (``/v1``): start sessions on a repository and follow them live.
 
 Routes are thin; the work lives in ``sessions.Manager``. Every route but ``/healthz``
-needs the bearer token when one is configured. All errors pass through one handler
+needs the bearer token when one is configured, the docs (``/docs``, ``/openapi.json``)
+included; Swagger UI's files come from a package, not a CDN. All errors pass through one handler
 that maps the exception tree to a status code and a ``detail``.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -14,7 +17,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -37,6 +41,19 @@ from .sessions import Manager, SandboxFactory
 from .store import SessionRecord, Store
 
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
+
+DESCRIPTION = """Start a coding agent on a repository and follow it live. Every tool call the agent makes
+runs in a hardened Docker container of its own session.
+
+When the server has a token (`CUBICLE_API_TOKEN`), every route but `/healthz` needs
+`Authorization: Bearer <token>`: these docs and the schema too."""
+
+DOCS_ASSETS: dict[str, str] = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "favicon.png": "image/png",
+}
+"""Swagger UI's files, served from the fastapi-offline package, so the docs need no network."""
 
 STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (NotFoundError, 404),
@@ -247,6 +264,39 @@ async def delete_session(
     return record if record is not None else Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
+docs_router = APIRouter(dependencies=[Depends(_authorize)], include_in_schema=False)
+
+
+@docs_router.get("/openapi.json")
+async def openapi_schema(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+@docs_router.get("/docs", response_class=HTMLResponse)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}/openapi.json",
+        title=f"{request.app.title} API",
+        swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
+        swagger_favicon_url=f"{root}/docs/assets/favicon.png",
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from the validator's site
+    )
+
+
+@docs_router.get("/docs/assets/{name}")
+async def docs_asset(name: str) -> Response:
+    if name not in DOCS_ASSETS:
+        raise NotFoundError(f"No docs asset {name!r}.")
+    return Response(_asset(name), media_type=DOCS_ASSETS[name], headers={"Cache-Control": "max-age=86400"})
+
+
+@functools.cache
+def _asset(name: str) -> bytes:
+    return (importlib.resources.files("fastapi_offline") / "static" / name).read_bytes()
+
+
 class BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413, whether or not they declare a length.
 
@@ -307,9 +357,13 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
             await manager.close()
             store.close()
 
-    app = FastAPI(title="Cubicle", version=__version__, lifespan=lifespan, description=__doc__)
+    app = FastAPI(
+        title="Cubicle", version=__version__, lifespan=lifespan, description=DESCRIPTION,
+        openapi_url=None, docs_url=None, redoc_url=None,  # served by docs_router, behind the token
+    )  # fmt: skip
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(docs_router)
 
     @app.get("/healthz", response_model=Health)
     async def healthz(request: Request) -> Health:
