@@ -1,8 +1,9 @@
 """A testcontainers container for Cubicle: the controller image, the Docker socket, a ready API.
 
-Use it to test your own integration against a real Cubicle:
+Use it to test your own integration against a real Cubicle (the README has a complete,
+tested example):
 
-    with CubicleContainer(repo_roots=[repos], token="t", scenario=Path("flow.json")) as cubicle:
+    with CubicleContainer(token="t", repo_roots=[repos_dir], scenario=scenario_file) as cubicle:
         client = httpx.Client(base_url=cubicle.url, headers=cubicle.auth_headers)
 
 With ``scenario`` the container also runs the scripted model server on its own
