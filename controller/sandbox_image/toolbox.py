@@ -542,11 +542,24 @@ def _sweep_once() -> int:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) not in keep and fields[0] != b"Z":
-            with contextlib.suppress(OSError):
-                os.kill(int(name), signal.SIGKILL)
-                killed += 1
+        if int(fields[2]) in keep or (fields[0] == b"Z" and not _has_live_threads(name)):
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(int(name), signal.SIGKILL)
+            killed += 1
     return killed
+
+
+def _has_live_threads(pid: str) -> bool:
+    """A `Z` entry is a leader whose own thread exited; its other threads may still run (and write).
+
+    A true zombie (every thread gone, waiting for its parent to reap it) lists only itself
+    under task/; killing it again would change nothing and keep the sweep going round.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- protocol

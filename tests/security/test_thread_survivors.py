@@ -1,0 +1,66 @@
+"""No thread outlives its command: not even one whose thread group's leader already exited (a `Z` leader)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from controller.protocol import CommandResult
+from controller.sandbox import DockerSandbox
+from tests.integration.helpers import call, expect, sh
+
+# setsid leaves the command's group; the main thread then ends with the raw exit syscall, so
+# /proc/PID/stat shows the leader as a zombie while the writer thread keeps running.
+ZOMBIE_LEADER = """
+import ctypes, platform, threading, time
+def tick():
+    while True:
+        with open("/workspace/tick.txt", "a") as f:
+            f.write("tick\\n")
+        time.sleep(0.02)
+threading.Thread(target=tick).start()
+time.sleep(0.1)
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+"""
+
+
+async def test_a_thread_whose_leader_exited_stops_with_its_command(box: DockerSandbox) -> None:
+    script = box.repo / "leader.py"
+    script.write_text(ZOMBIE_LEADER)
+    started = await sh(
+        box,
+        "setsid python3 leader.py > /dev/null 2>&1 < /dev/null & sleep 0.5; ps -eLo stat,comm --no-headers | grep ' python3$'",
+    )
+    states = [line.split()[0][0] for line in started.stdout.text.splitlines()]
+    assert "Z" in states and len(states) >= 2, started.stdout.text  # the shape: a zombie leader, a live thread
+    tick = box.repo / "tick.txt"
+    size = tick.stat().st_size
+    assert size > 0
+    await asyncio.sleep(0.5)  # 25 ticks if the thread were alive
+    assert tick.stat().st_size == size, "the thread kept writing after its command returned"
+    assert "leader.py" not in (await sh(box, "ps -eLo args")).stdout.text  # no thread of it is left
+
+
+async def test_a_true_zombie_does_not_keep_the_sweep_spinning(box: DockerSandbox) -> None:
+    """A zombie with no live thread is its parent's to reap; killing it again and again would stall every command.
+
+    Another command's process keeps an unreaped child that left its group (setsid, then exit), so
+    that zombie stays outside every active group while commands end around it. A sweep that
+    counted it as killed would repeat its 200 passes (at least 1 s) at the end of each command.
+    """
+    parent = asyncio.create_task(
+        call(
+            box,
+            "run_command",
+            command='python3 -c "import os,time\nif os.fork() == 0:\n    os.setsid(); os._exit(0)\ntime.sleep(4)"',
+            timeout_s=30,
+        )
+    )
+    zombies = await sh(
+        box, "for _ in $(seq 100); do ps -eo stat | grep -q '^Z' && break; sleep 0.05; done; ps -eo stat,args"
+    )
+    assert [line for line in zombies.stdout.text.splitlines() if line.startswith("Z")] == [
+        "Zs   [python3] <defunct>"
+    ], zombies
+    ended = await sh(box, "true")
+    assert ended.duration_s < 0.5, f"a command took {ended.duration_s} s to end next to a zombie"
+    assert expect(await parent, CommandResult).exit_code == 0
