@@ -15,6 +15,13 @@ Stdlib only: the image must not need pip. Every path is resolved inside the
 container, so a symlink to "/" in the repository points at the container's
 root, never the host's. Output of any size is kept as a bounded head and
 tail, so nothing the agent runs can grow this process's memory.
+
+The agent's commands run as this process's uid, so it guards itself: it runs as
+``python3 -I -S`` from outside the workspace (nothing the agent writes, and no
+PYTHON* variable, is on its import path), it keeps the environment it was started
+with for the commands and uses a fixed one of its own, and it makes itself
+undumpable before reading any request, so no command can ptrace it or open its
+memory, file descriptors or environment under /proc.
 """
 
 from __future__ import annotations
@@ -47,10 +54,14 @@ MAX_READ_BYTES = 256 * 1024
 MAX_SCAN_BYTES = 64 * 1024 * 1024
 MAX_EDIT_FILE_BYTES = 16 * 1024 * 1024
 SEARCH_TIMEOUT_S = 30.0
+PR_SET_DUMPABLE = 4
+OWN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+"""The toolbox's own environment, and that of the helpers it runs for itself (ripgrep)."""
 
 _out_lock = threading.Lock()
 _active_groups: set[int] = set()
 _groups_lock = threading.Lock()
+_command_env: dict[str, str] | None = None  # what the container was started with; commands get it
 
 
 class ToolError(Exception):
@@ -409,7 +420,8 @@ def search(args: JSON) -> JSON:
 
 def run_command(args: JSON) -> JSON:
     cmd = ["bash", "-lc", args["command"]]
-    return _run(cmd, args.get("max_output") or 1 << 20, float(args.get("timeout_s") or 60), new_session=True)
+    timeout = float(args.get("timeout_s") or 60)
+    return _run(cmd, args.get("max_output") or 1 << 20, timeout, new_session=True, env=_command_env)
 
 
 # --------------------------------------------------------------------------- processes
@@ -424,11 +436,12 @@ def _raise_oom_score(pid: int) -> None:
         pass
 
 
-def _run(cmd: list[str], cap: int, timeout: float, new_session: bool) -> JSON:
+def _run(cmd: list[str], cap: int, timeout: float, new_session: bool, env: dict[str, str] | None = None) -> JSON:
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         cwd=WORKSPACE,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -600,7 +613,27 @@ def handle(request: JSON) -> None:
         _send({"id": rid, "ok": False, "error": {"kind": "internal", "message": f"{type(err).__name__}: {err}"}})
 
 
+def _guard_self() -> None:
+    """Make this process undumpable and give it a fixed environment, before it reads any request.
+
+    An undumpable process cannot be ptraced, and its /proc/<pid>/mem, fd/, environ and the like
+    belong to root and stay closed to every process without CAP_SYS_PTRACE: every command here.
+    Commands are exec'd, which makes them dumpable again, so the toolbox can still set their OOM
+    score. It refuses to run unguarded.
+    """
+    global _command_env
+    import ctypes  # only here: the unit tests load this module without running it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise SystemExit(f"toolbox: prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(ctypes.get_errno())}")
+    _command_env = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(OWN_ENV)
+
+
 def main() -> None:
+    _guard_self()
     os.chdir(WORKSPACE)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     for line in sys.stdin.buffer:

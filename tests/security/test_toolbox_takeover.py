@@ -1,0 +1,128 @@
+"""The toolbox is not the agent's to control: no code of the agent's runs in it, and no command can trace it.
+
+Commands run as the toolbox's uid, so what keeps them out is that the toolbox runs isolated
+(``python3 -I -S``: no workspace, user site or PYTHON* variable on its import path) and is
+undumpable (no ptrace, no /proc/<pid>/mem, fd or environ for anyone but itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controller import owners
+from controller.channel import ToolboxChannel
+from controller.config import DEFAULT_IMAGE
+from controller.protocol import CommandResult, PingResult
+from controller.sandbox import DockerSandbox, _raw_socket, container_options
+from tests.conftest import TEST_INSTANCE
+from tests.integration.helpers import call, expect, failure, sh
+from tests.security.conftest import SECURE_LIMITS
+
+SHADOWED = ["selectors", "json", "threading", "subprocess", "signal", "collections", "contextlib", "stat", "typing"]
+
+
+def plant_shadow_modules(repo: Path) -> None:
+    """Stdlib-shadowing modules that drop a marker file into the repository when anything imports them."""
+    for name in SHADOWED:
+        (repo / f"{name}.py").write_text(f"open('/workspace/HIJACKED-{name}', 'w').write('toolbox code ran')\n")
+    (repo / "sitecustomize.py").write_text("open('/workspace/HIJACKED-sitecustomize', 'w').write('x')\n")
+    (repo / "usercustomize.py").write_text("open('/workspace/HIJACKED-usercustomize', 'w').write('x')\n")
+
+
+def markers(repo: Path) -> list[str]:
+    return sorted(p.name for p in repo.glob("HIJACKED-*"))
+
+
+async def test_workspace_modules_do_not_run_in_a_restarted_toolbox(box: DockerSandbox) -> None:
+    plant_shadow_modules(box.repo)
+    ping = expect(await call(box, "ping"), PingResult)
+    first = box.container.id
+    failure(await call(box, "run_command", command=f"kill -9 {ping.pid}; sleep 5"), "sandbox_died")
+    again = expect(await call(box, "ping"), PingResult)
+    assert box.container.id != first and box.restarts == 1 and again.uid == ping.uid
+    assert (await sh(box, "echo still works")).stdout.text == "still works\n"
+    assert markers(box.repo) == []
+
+
+async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
+    make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """PYTHONPATH pointing into the workspace (as a repository's environment might) leaves the toolbox alone."""
+    repo = make_repo()
+    plant_shadow_modules(repo)
+    options = container_options(
+        DEFAULT_IMAGE, repo, SECURE_LIMITS, owners.labels(TEST_INSTANCE, "test-" + secrets.token_hex(4))
+    )
+    options["environment"] |= {"PYTHONPATH": "/workspace", "PYTHONSTARTUP": "/workspace/json.py", "PYTHONINSPECT": "1"}
+    container = await asyncio.to_thread(docker_client.containers.create, **options)
+    channel = None
+    try:
+        attached = await asyncio.to_thread(
+            docker_client.api.attach_socket, container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        channel = await ToolboxChannel.open(_raw_socket(attached))
+        await asyncio.to_thread(container.start)
+        ping = await channel.request("ping", {}, 30)
+        assert ping.ok, ping
+        ran = await channel.request("run_command", {"command": "echo $PYTHONPATH"}, 30)
+        assert ran.ok and ran.result is not None, ran
+        assert CommandResult.model_validate(ran.result).stdout.text == "/workspace\n"
+        assert markers(repo) == []
+    finally:
+        if channel is not None:
+            await channel.close()
+        await asyncio.to_thread(container.remove, force=True)
+
+
+TRACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+rc = libc.ptrace(16, {pid}, None, None)  # PTRACE_ATTACH
+print(rc, ctypes.get_errno())
+if rc == 0:
+    os.waitpid({pid}, 0)
+    libc.ptrace(17, {pid}, None, None)  # PTRACE_DETACH
+"""
+
+OPEN = """
+import os
+for path, flags in (("fd/1", os.O_WRONLY), ("fd/0", os.O_RDONLY), ("mem", os.O_RDWR), ("environ", os.O_RDONLY)):
+    try:
+        os.close(os.open("/proc/{pid}/" + path, flags | os.O_NONBLOCK))
+        print(path, "opened")
+    except OSError as err:
+        print(path, err.strerror)
+"""
+
+
+async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
+    ping = expect(await call(box, "ping"), PingResult)
+    traced = await sh(box, f"python3 -c '{TRACE.format(pid=ping.pid)}'")
+    assert traced.stdout.text == "-1 1\n", traced  # EPERM
+    assert (await sh(box, "echo untouched")).stdout.text == "untouched\n"
+
+
+async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSandbox) -> None:
+    ping = expect(await call(box, "ping"), PingResult)
+    opened = await sh(box, f"python3 -c '{OPEN.format(pid=ping.pid)}'; ls /proc/{ping.pid}/fd")
+    assert opened.stdout.text.splitlines() == [
+        "fd/1 Permission denied",
+        "fd/0 Permission denied",
+        "mem Permission denied",
+        "environ Permission denied",
+    ]
+    assert "Permission denied" in opened.stderr.text
+    assert (await sh(box, "echo fine")).stdout.text == "fine\n"
+
+
+async def test_the_undumpable_toolbox_still_does_its_own_work(box: DockerSandbox) -> None:
+    """It still raises its commands' OOM score and still sweeps what escapes their groups."""
+    # The toolbox writes the score of the command's shell just after starting it; read it a moment later.
+    assert (await sh(box, "sleep 0.3; cat /proc/$$/oom_score_adj")).stdout.text == "1000\n"
+    await sh(box, "setsid sleep 931 > /dev/null 2>&1 < /dev/null &")
+    assert "sleep 931" not in (await sh(box, "ps -eo args")).stdout.text
