@@ -36,6 +36,7 @@ async def run(args: argparse.Namespace) -> Report:
         root = Path(tmp)
         try:
             await rows.tool_overhead(report, client, args.image, root, args.quick)
+            await rows.command_tail_latency(report, client, args.image, root, args.quick)
             await rows.ready_and_teardown(report, client, args.image, root, args.quick)
             await rows.output_flood(report, client, args.image, root)
             await rows.concurrency(report, client, args.image, root, sizes, exec_sizes)

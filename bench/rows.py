@@ -13,7 +13,7 @@ from typing import Any
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_sync
 from controller import owners, tools
 from controller.config import Limits, Settings
-from controller.protocol import PingResult
+from controller.protocol import CommandResult, PingResult
 from controller.sandbox import DockerSandbox
 from controller.scripted import Scenario, ScriptedServer, serve_in_thread
 from controller.sessions import Manager
@@ -61,6 +61,55 @@ async def tool_overhead(report: Report, client: Any, image: str, root: Path, qui
         report.rows.append(Row('run_command("true")', ours_cmd, "docker exec true (SDK)", exec_true))
     finally:
         await box.stop()
+
+
+TAIL_BOUND_S = 0.040
+
+
+async def command_tail_latency(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
+    """run_command("true") over many consecutive calls: the tail, not just the median, must stay short.
+
+    The baseline is ping on the same sandbox and channel in the same run: the round trip without a
+    process. The toolbox's own duration_s separates what the toolbox spends from the channel's share.
+    """
+    box = sandbox(client, image, make_repo(root, "tail"))
+    await box.start()
+    try:
+        n = 200 if quick else 1000
+        ping = await time_async(lambda: box.call("ping", {}, 30), n, warmup=20)
+        inside: list[float] = []
+
+        async def true() -> None:
+            result = await box.call("run_command", {"command": "true", "timeout_s": 10}, 30)
+            assert isinstance(result, CommandResult) and result.exit_code == 0, result
+            inside.append(result.duration_s)
+
+        ours = await time_async(true, n, warmup=20)
+        inside = inside[20:]
+    finally:
+        await box.stop()
+    p50, p99, worst = ours.p50, ours.pct(0.99), max(ours.values)
+    slow = sum(1 for v in ours.values if v >= TAIL_BOUND_S)
+    report.check(p99 <= 2 * p50, f"run_command(true) p99 {ms(p99)} > 2 × p50 {ms(p50)}")
+    report.check(slow == 0, f"run_command(true): {slow} of {n} calls took ≥ {ms(TAIL_BOUND_S)} (max {ms(worst)})")
+
+    def row(name: str, sample: Sample) -> list[str]:
+        values = sample.values
+        over = sum(1 for v in values if v >= TAIL_BOUND_S)
+        cells = [sample.p50, sample.p95, sample.pct(0.99), max(values)]
+        return [name, str(len(values)), *(ms(v) for v in cells), str(over)]
+
+    report.extra.append(
+        (
+            f'run_command("true"), {n} consecutive calls (targets: p99 ≤ 2 × p50, none ≥ {ms(TAIL_BOUND_S)})',
+            ["", "calls", "p50", "p95", "p99", "max", f"≥ {ms(TAIL_BOUND_S)}"],
+            [
+                row('Cubicle run_command("true"), round trip', ours),
+                row("  of which inside the toolbox (duration_s)", Sample(inside)),
+                row("baseline: ping on the same channel", ping),
+            ],
+        )
+    )
 
 
 async def ready_and_teardown(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

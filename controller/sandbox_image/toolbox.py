@@ -54,6 +54,7 @@ MAX_READ_BYTES = 256 * 1024
 MAX_SCAN_BYTES = 64 * 1024 * 1024
 MAX_EDIT_FILE_BYTES = 16 * 1024 * 1024
 SEARCH_TIMEOUT_S = 30.0
+SWEEP_PASSES = 200
 PR_SET_DUMPABLE = 4
 OWN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 """The toolbox's own environment, and that of the helpers it runs for itself (ripgrep)."""
@@ -418,10 +419,67 @@ def search(args: JSON) -> JSON:
     return {"matches": run["stdout"], "exit_code": code, "timed_out": run["timed_out"], "errors": errors[-2000:]}
 
 
-def run_command(args: JSON) -> JSON:
+def run_command(args: JSON, job: Job | None = None) -> JSON:
     cmd = ["bash", "-lc", args["command"]]
     timeout = float(args.get("timeout_s") or 60)
-    return _run(cmd, args.get("max_output") or 1 << 20, timeout, new_session=True, env=_command_env)
+    result = _run(cmd, args.get("max_output") or 1 << 20, timeout, new_session=True, job=job, env=_command_env)
+    result["cancelled"] = bool(job and job.cancelled)
+    return result
+
+
+# --------------------------------------------------------------------------- cancel
+
+
+class Job:
+    """A run_command request, registered when it is read so that a `cancel` after it always finds it."""
+
+    def __init__(self, rid: int) -> None:
+        self.rid = rid
+        self.group = 0  # the command's process group, once it runs
+        self.cancelled = False
+        self.finished = False  # the command's outcome is settled; a cancel now changes nothing
+        self.wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)  # wakes its _pump on cancel
+
+
+_jobs: dict[int, Job] = {}
+_jobs_lock = threading.Lock()
+
+
+def _register(request: JSON) -> Job | None:
+    rid = request.get("id")
+    if request.get("op") != "run_command" or type(rid) is not int:
+        return None
+    with _jobs_lock:
+        if rid in _jobs:
+            return None  # a reused id: the running one keeps it
+        try:
+            job = _jobs[rid] = Job(rid)
+        except OSError:  # no descriptor left: the command still runs, it just cannot be cancelled
+            return None
+    return job
+
+
+def _forget(job: Job) -> None:
+    with _jobs_lock:
+        if _jobs.get(job.rid) is job:
+            del _jobs[job.rid]
+        job.finished = True
+        os.close(job.wake)
+
+
+def cancel(args: JSON) -> JSON:
+    """Kill request ``id``'s command group now; that request then answers with what the command printed."""
+    rid = args.get("id")
+    with _jobs_lock:
+        job = _jobs.get(rid) if type(rid) is int else None
+        if job is None or job.finished or job.cancelled:
+            return {"cancelled": False}
+        job.cancelled = True
+        if job.group:
+            _kill_group(job.group, signal.SIGKILL)
+        os.eventfd_write(job.wake, 1)
+    _sweep_strays()
+    return {"cancelled": True}
 
 
 # --------------------------------------------------------------------------- processes
@@ -436,8 +494,17 @@ def _raise_oom_score(pid: int) -> None:
         pass
 
 
-def _run(cmd: list[str], cap: int, timeout: float, new_session: bool, env: dict[str, str] | None = None) -> JSON:
+def _run(
+    cmd: list[str],
+    cap: int,
+    timeout: float,
+    new_session: bool,
+    job: Job | None = None,
+    env: dict[str, str] | None = None,
+) -> JSON:
     start = time.monotonic()
+    if job and job.cancelled:  # cancelled before it started: it never runs
+        return _outcome(128 + signal.SIGKILL, Capture(0), Capture(0), False, start)
     proc = subprocess.Popen(
         cmd,
         cwd=WORKSPACE,
@@ -452,9 +519,15 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool, env: dict[
     if group:
         with _groups_lock:
             _active_groups.add(group)
+        if job:
+            with _jobs_lock:
+                job.group = group
     try:
-        out, err, timed_out = _pump(proc, cap, start + timeout, group)
+        out, err, timed_out = _pump(proc, cap, start + timeout, group, job)
     finally:
+        if job:
+            with _jobs_lock:
+                job.finished = True
         if group:
             _kill_group(group, signal.SIGKILL)
             with _groups_lock:
@@ -467,8 +540,12 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool, env: dict[
         code = proc.wait(timeout=UNKILLABLE_WAIT_S)
     except subprocess.TimeoutExpired:  # stuck in the kernel (e.g. D state); answer anyway
         code = -signal.SIGKILL
+    return _outcome(code if code >= 0 else 128 - code, out, err, timed_out, start)
+
+
+def _outcome(code: int, out: Capture, err: Capture, timed_out: bool, start: float) -> JSON:
     return {
-        "exit_code": code if code >= 0 else 128 - code,
+        "exit_code": code,
         "stdout": out.result(),
         "stderr": err.result(),
         "timed_out": timed_out,
@@ -476,13 +553,26 @@ def _run(cmd: list[str], cap: int, timeout: float, new_session: bool, env: dict[
     }
 
 
-def _pump(proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int | None) -> tuple[Capture, Capture, bool]:
-    """Read both pipes until the command exits (and its pipes drain) or times out.
+def _exit_fd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits, or None where the kernel has no pidfds."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _pump(
+    proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int | None, job: Job | None = None
+) -> tuple[Capture, Capture, bool]:
+    """Read both pipes until the command exits (and its pipes drain), times out or is cancelled.
 
     The command ends when its main process exits, not when its pipes close: a process that
     closed its output may still be running, and killing its group then would turn a clean
     exit into a SIGKILL. Pipes that stay open after the exit (background children) get a
-    short drain, then the group is killed by the caller.
+    short drain, then the group is killed by the caller. The exit itself wakes the loop
+    (a pidfd in the selector), so a command that closes its pipes before it exits costs no
+    polling delay. A cancel wakes it too: the group is already dead, and what the pipes
+    still hold is drained the same way.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out, err = Capture(cap), Capture(cap)
@@ -490,31 +580,48 @@ def _pump(proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int |
     sel = selectors.DefaultSelector()
     for fd in captures:
         sel.register(fd, selectors.EVENT_READ)
-    timed_out, term_at, exited_at = False, 0.0, 0.0
-    while True:
-        now = time.monotonic()
-        if not timed_out and now >= deadline:
-            timed_out, term_at = True, now
-            _signal(proc, group, signal.SIGTERM)
-        if timed_out and now >= term_at + KILL_GRACE_S:
-            _signal(proc, group, signal.SIGKILL)
-            if now >= term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S:
-                break  # stuck in the kernel; report it rather than wait forever
-        if not exited_at and proc.poll() is not None:
-            exited_at = now
-        if exited_at and (not sel.get_map() or now >= exited_at + DRAIN_AFTER_EXIT_S):
-            break  # pipes drained, or background children hold them open; they die with the group
-        wake = [deadline if not timed_out else term_at + KILL_GRACE_S]
-        if exited_at:
-            wake.append(exited_at + DRAIN_AFTER_EXIT_S)
-        wait = max(0.0, min(min(wake) - now, 0.05 if not exited_at else 0.01))
-        for key, _ in sel.select(wait):
-            data = os.read(key.fd, READ_CHUNK)
-            if data:
-                captures[key.fd].feed(data)
-            else:
-                sel.unregister(key.fd)
-    sel.close()
+    exit_fd = _exit_fd(proc.pid)
+    if exit_fd is not None:
+        sel.register(exit_fd, selectors.EVENT_READ)
+    if job:
+        sel.register(job.wake, selectors.EVENT_READ)
+    timed_out, term_at, exited_at, cancelled_at = False, 0.0, 0.0, 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            if not timed_out and not cancelled_at and now >= deadline:
+                timed_out, term_at = True, now
+                _signal(proc, group, signal.SIGTERM)
+            if timed_out and now >= term_at + KILL_GRACE_S:
+                _signal(proc, group, signal.SIGKILL)
+                if now >= term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S:
+                    break  # stuck in the kernel; report it rather than wait forever
+            if not exited_at and proc.poll() is not None:
+                exited_at = now
+            ended = exited_at or cancelled_at
+            pipes_open = any(fd in captures for fd in sel.get_map())
+            if ended and (not pipes_open or now >= ended + DRAIN_AFTER_EXIT_S):
+                break  # pipes drained, or background children hold them open; they die with the group
+            wake = [deadline if not timed_out else term_at + KILL_GRACE_S]
+            if ended:
+                wake.append(ended + DRAIN_AFTER_EXIT_S)
+            elif exit_fd is None:
+                wake.append(now + 0.005)  # no pidfd: poll for the exit
+            for key, _ in sel.select(max(0.0, min(wake) - now)):
+                if key.fd == exit_fd:
+                    sel.unregister(exit_fd)  # it stays readable; proc.poll() above collects the exit
+                elif job and key.fd == job.wake:
+                    sel.unregister(job.wake)
+                    cancelled_at = now
+                    _signal(proc, group, signal.SIGKILL)  # in case the cancel came before the group existed
+                elif data := os.read(key.fd, READ_CHUNK):
+                    captures[key.fd].feed(data)
+                else:
+                    sel.unregister(key.fd)
+    finally:
+        sel.close()
+        if exit_fd is not None:
+            os.close(exit_fd)
     return out, err, timed_out
 
 
@@ -535,7 +642,7 @@ def _sweep_strays() -> None:
 
     Repeated until a pass finds nothing, because a fork bomb forks while we kill.
     """
-    for _ in range(200):
+    for _ in range(SWEEP_PASSES):
         if not _sweep_once():
             return
         time.sleep(0.005)
@@ -584,6 +691,7 @@ OPERATIONS: dict[str, Callable[[JSON], JSON]] = {
     "edit_file": edit_file,
     "search": search,
     "run_command": run_command,
+    "cancel": cancel,
     "ping": lambda args: {"pid": os.getpid(), "uid": os.getuid()},
 }
 
@@ -600,17 +708,21 @@ def _send(message: JSON) -> None:
         sys.stdout.buffer.flush()
 
 
-def handle(request: JSON) -> None:
+def handle(request: JSON, job: Job | None = None) -> None:
     rid = request.get("id")
     try:
         op = OPERATIONS.get(request.get("op", ""))
         if op is None:
             raise ToolError("unknown_op", f"Unknown operation {request.get('op')!r}.")
-        _send({"id": rid, "ok": True, "result": op(request.get("args") or {})})
+        args = request.get("args") or {}
+        _send({"id": rid, "ok": True, "result": run_command(args, job) if job else op(args)})
     except ToolError as err:
         _send({"id": rid, "ok": False, "error": {"kind": err.kind, "message": err.message}})
     except Exception as err:  # noqa: BLE001 - the toolbox must answer every request
         _send({"id": rid, "ok": False, "error": {"kind": "internal", "message": f"{type(err).__name__}: {err}"}})
+    finally:
+        if job:
+            _forget(job)
 
 
 def _guard_self() -> None:
@@ -644,9 +756,15 @@ def main() -> None:
         except ValueError as err:
             _send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": f"invalid JSON: {err}"}})
             continue
+        if not isinstance(request, dict):
+            _send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": "a request is a JSON object"}})
+            continue
+        job = _register(request)
         try:
-            threading.Thread(target=handle, args=(request,), daemon=True).start()
+            threading.Thread(target=handle, args=(request, job), daemon=True).start()
         except RuntimeError:  # the pids limit is exhausted (a fork bomb): answer, don't die
+            if job:
+                _forget(job)
             _send({"id": request.get("id"), "ok": False, "error": {"kind": "busy", "message": _NO_THREADS}})
 
 
