@@ -16,6 +16,7 @@ from controller.config import Limits, Settings
 from controller.scripted import ScriptedServer, free_port, serve_in_thread
 from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
+from tests.integration.helpers import container_running
 
 TOKEN = "integration-token"
 
@@ -151,22 +152,23 @@ def test_cancel_mid_command_leaves_nothing(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     turns = [
-        {"content": [tool("run_command", command="sleep 300; touch never", timeout_s=600)]},
+        {"content": [tool("run_command", command="echo started; sleep 300; touch never", timeout_s=600)]},
         {"content": [text("unreachable")]},
     ]
     sid = api.create(
         str(make_repo()), register(model_server, prefix="api", turns=turns), limits={"command_timeout_s": 600}
     )["id"]
     api.wait_for_event(sid, "tool_call")
-    assert eventually(lambda: containers_of(docker_client, sid))
-    time.sleep(0.3)
+    assert eventually(lambda: container_running(docker_client, "sleep 300"))  # the command runs
     started = time.monotonic()
     cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")
     assert time.monotonic() - started < 2.5
     assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finish_reason"] == "cancelled"
     assert containers_of(docker_client, sid) == []
     transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
-    assert transcript[-1]["content"][0]["is_error"] is True  # the interrupted call was answered
+    (answer,) = transcript[-1]["content"]  # the interrupted call was answered with what it did
+    assert answer["is_error"] is True and answer["content"].startswith("cancelled after"), answer
+    assert "<stdout>\nstarted\n</stdout>" in answer["content"]
 
 
 def test_delete_removes_the_container(

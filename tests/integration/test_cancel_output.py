@@ -1,0 +1,82 @@
+"""A command stopped with its turn is reported as what it was: cancelled after N s, with its output so far."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+from controller.agent import Agent, Conversation
+from controller.config import Limits
+from controller.events import ListSink, ToolCall, ToolResult
+from controller.model import SYSTEM_PROMPT, AnthropicModel
+from controller.sandbox import DockerSandbox
+from tests.agent_harness import LIMITS, register, text, tool
+
+TURNS = [
+    {
+        "content": [
+            tool("read_file", path="README.md"),
+            tool("run_command", command="echo started; sleep 60; echo never"),
+        ]
+    },
+    {"content": [text("unreachable")]},
+]
+
+
+async def _agent(server: Any, box: DockerSandbox, limits: Limits) -> tuple[Agent, ListSink, anthropic.AsyncAnthropic]:
+    name = register(server, TURNS, prefix="cancel")
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=0)
+    sink = ListSink()
+    agent = Agent(session_id=name, model=AnthropicModel(client, name, 1024), sandbox=box, sink=sink,
+                  limits=limits, system=SYSTEM_PROMPT)  # fmt: skip
+    return agent, sink, client
+
+
+def _answers(convo: Conversation) -> list[dict[str, Any]]:
+    last = convo.messages[-1]
+    assert last["role"] == "user"
+    return list(last["content"])
+
+
+async def test_cancelling_the_turn_reports_the_command_with_its_output(
+    model_server: Any, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    agent, sink, client = await _agent(model_server, sandbox_factory(make_repo()), LIMITS)
+    convo = Conversation()
+    convo.add_user_text("go")
+    turn = asyncio.create_task(agent.run_turn(convo))
+    while not any(isinstance(e, ToolCall) and e.name == "run_command" for e in sink.events):
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(1.0)
+    started = time.monotonic()
+    turn.cancel()
+    outcome = await turn
+    assert time.monotonic() - started < 2.0
+    await client.close()
+    assert outcome.reason == "cancelled"
+    read, command = _answers(convo)
+    assert not read.get("is_error") and "# demo" in read["content"]  # it finished before the cancel: kept
+    assert command["is_error"] and command["content"].startswith("cancelled after 1."), command
+    assert "<stdout>\nstarted\n</stdout>" in command["content"] and "never" not in command["content"]
+    result = next(e for e in sink.events if isinstance(e, ToolResult) and e.name == "run_command")
+    assert result.is_error and result.exit_code == 137 and "started" in result.output
+
+
+async def test_the_wall_clock_limit_reports_the_command_with_its_output(
+    model_server: Any, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    limits = LIMITS.model_copy(update={"wall_clock_s": 3})
+    agent, _, client = await _agent(model_server, sandbox_factory(make_repo()), limits)
+    convo = Conversation()
+    convo.add_user_text("go")
+    outcome = await agent.run_turn(convo)
+    await client.close()
+    assert outcome.reason == "timeout"
+    _, command = _answers(convo)
+    assert command["is_error"] and command["content"].startswith("cancelled after"), command
+    assert "started" in command["content"]
