@@ -19,9 +19,9 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr, ValidationError
-from rich.console import Console
+from rich.text import Text
 
-from . import images, owners, scripted
+from . import images, owners, scripted, terminal
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink
@@ -54,11 +54,12 @@ app = typer.Typer(
 )
 image_app = typer.Typer(help="Manage the sandbox image.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
-err_console = Console(stderr=True)
+err_console = terminal.console(stderr=True)
 
 
 def fail(error: CubicleError | str, code: int) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False)
+    """Print ``error:`` and the message (which may quote the model or the sandbox: shown terminal-safe)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", terminal.safe_text(str(error))))
     return typer.Exit(code)
 
 
@@ -85,13 +86,13 @@ def image_build(
 
             def show(line: str) -> None:
                 if line.startswith("Step "):
-                    err_console.print(line, style="dim", markup=False, highlight=False)
-                status.update(f"building {target}: {line[:100]}")
+                    err_console.print(terminal.safe_text(line, "dim"))
+                status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
 
             image_id = images.build(client, target, base=base, on_line=show)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
-    err_console.print(f"[green]built[/] {target} {image_id[:19]}")
+    err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
 
 
 @app.command()
@@ -202,7 +203,7 @@ def run(
         )
     except ValueError as err:
         raise fail(f"invalid limit: {err}", EXIT_USAGE) from None
-    console = Console(stderr=json_events)
+    console = terminal.console(stderr=json_events)
     try:
         with _scripted_endpoint(settings, scenario) as effective:
             if json_events:
@@ -219,12 +220,13 @@ def run(
         raise fail("interrupted", EXIT_INTERRUPTED) from None
     finished = sink.finished
     if not json_events and finished is not None:
-        style = "green" if outcome.reason == "end_turn" else "yellow"
-        console.print(
-            f"[{style}]{outcome.reason}[/] · {finished.steps} steps · {finished.usage.total:,} tokens"
-            + (f" · {outcome.detail}" if outcome.detail else ""),
-            highlight=False,
+        summary = Text.assemble(
+            (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
+            f" · {finished.steps} steps · {finished.usage.total:,} tokens",
         )
+        if outcome.detail:
+            summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
+        console.print(summary)
     raise typer.Exit(EXIT_CODES[outcome.reason])
 
 
@@ -271,8 +273,9 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
     store.close()
     table = Table("id", "status", "finish", "steps", "tokens", "repo", "task", title=f"{total} sessions")
     for r in records:
-        table.add_row(r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
-    Console().print(table)
+        cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
+        table.add_row(*(terminal.safe_text(cell) for cell in cells))
+    terminal.console().print(table)
 
 
 @app.command("scripted-server")
@@ -287,5 +290,7 @@ def scripted_server(
 
 def main() -> None:
     """Console-script entry point."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(terminal.SafeFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     sys.exit(app())

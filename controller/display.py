@@ -1,8 +1,13 @@
-"""How the CLI shows a session: a live rich display, or one JSON event per line."""
+"""How the CLI shows a session: a live rich display, or one JSON event per line.
+
+Every string that came from the model or the sandbox goes through ``controller.terminal``
+before it reaches the console; nothing here prints such a string as markup or raw.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from typing import Any
@@ -13,6 +18,7 @@ from rich.prompt import Confirm
 from rich.spinner import Spinner
 from rich.text import Text
 
+from . import terminal
 from .events import Event, SessionFinished, TextDelta, ToolCall, ToolResult, UsageEvent
 
 PREVIEW_CHARS = 160
@@ -20,7 +26,7 @@ TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
 
 
 def summarize_args(name: str, args: Any) -> str:
-    """A one-line summary of a tool call's arguments."""
+    """A one-line summary of a tool call's arguments (untrusted: show it with ``terminal.safe_text``)."""
     if not isinstance(args, dict):
         return repr(args)[:PREVIEW_CHARS]
     main = args.get("command") or args.get("path") or args.get("pattern") or ""
@@ -45,8 +51,11 @@ def preview(output: str) -> str:
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
 
 
+# --------------------------------------------------------------------------- sinks
+
+
 class JsonSink:
-    """``--json``: every event as one line on stdout."""
+    """``--json``: every event as one line on stdout, ASCII only (\\u escapes), so even a terminal can show it."""
 
     def __init__(self) -> None:
         self.finished: SessionFinished | None = None
@@ -57,7 +66,7 @@ class JsonSink:
         event.seq = self._seq
         if isinstance(event, SessionFinished):
             self.finished = event
-        sys.stdout.write(event.model_dump_json() + "\n")
+        sys.stdout.write(json.dumps(event.model_dump(mode="json"), ensure_ascii=True) + "\n")
         sys.stdout.flush()
 
 
@@ -87,18 +96,24 @@ class LiveSink:
             self._partial += event.text
             *lines, self._partial = self._partial.split("\n")
             for line in lines:
-                self.console.print(line, markup=False, highlight=False)
+                self.console.print(terminal.safe_text(line))
         elif isinstance(event, ToolCall):
             self._flush_text()
-            self._running[event.id] = f"{event.name} {summarize_args(event.name, event.input)}"
+            summary = summarize_args(event.name, event.input)
+            self._running[event.id] = f"{event.name} {summary}"
             self.console.print(
-                Text.assemble(("▸ ", "cyan"), (event.name, "bold cyan"), " ", summarize_args(event.name, event.input))
+                Text.assemble(
+                    ("▸ ", "cyan"), terminal.safe_text(event.name, "bold cyan"), " ", terminal.safe_text(summary)
+                )
             )
         elif isinstance(event, ToolResult):
             self._running.pop(event.id, None)
-            mark = ("  ✗ ", "red") if event.is_error else ("  ✓ ", "green")
             self.console.print(
-                Text.assemble(mark, (f"{event.duration_s:.2f}s ", "dim"), (preview(event.output), "dim"))
+                Text.assemble(
+                    ("  ✗ ", "red") if event.is_error else ("  ✓ ", "green"),
+                    (f"{event.duration_s:.2f}s ", "dim"),
+                    terminal.safe_text(preview(event.output), "dim"),
+                )
             )
         elif isinstance(event, UsageEvent):
             self._tokens, self._step = event.session.total, event.step
@@ -110,14 +125,15 @@ class LiveSink:
         """Ask y/n in the terminal, with the live footer paused."""
         self._live.stop()
         try:
-            question = f"Allow [bold]{name}[/] {summarize_args(name, args)}?"
+            summary = terminal.safe_text(summarize_args(name, args))
+            question = Text.assemble("Allow ", (name, "bold"), " ", summary, "?")
             return await asyncio.to_thread(Confirm.ask, question, console=self.console, default=False)
         finally:
             self._live.start()
 
     def _flush_text(self) -> None:
         if self._partial:
-            self.console.print(self._partial, markup=False, highlight=False)
+            self.console.print(terminal.safe_text(self._partial))
             self._partial = ""
 
     def _footer(self) -> Group:
@@ -127,6 +143,6 @@ class LiveSink:
             status += " · " + "; ".join(self._running.values())[:100]
         parts: list[Any] = []
         if self._partial:
-            parts.append(Text(self._partial[-400:]))
-        parts.append(Spinner("dots", text=Text(status, style="dim")))
+            parts.append(terminal.safe_text(self._partial[-400:]))
+        parts.append(Spinner("dots", text=terminal.safe_text(status, "dim")))
         return Group(*parts)

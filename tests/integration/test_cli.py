@@ -216,3 +216,21 @@ def test_serve_refuses_a_public_address_without_a_token() -> None:
 def test_bad_environment_is_a_usage_error(tmp_path: Path) -> None:
     done = cubicle("run", str(tmp_path), "x", env={"CUBICLE_LIMITS__MAX_STEPS": "many"})
     assert done.returncode == 2 and "limits.max_steps" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
+    from controller.config import Limits
+    from controller.events import Usage
+    from controller.store import SessionRecord, Store
+
+    store = Store(tmp_path / "cubicle.db")
+    now = time.time()
+    store.insert(SessionRecord(id="s_hostile", repo="/r\x1b]8;;http://evil\x1b\\", task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
+                               model="m", status="idle", finish_reason="end_turn", usage=Usage(), steps=1, limits=Limits(),
+                               created_at=now, updated_at=now))  # fmt: skip
+    store.close()
+    done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path), "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    # stdout is no terminal, so Rich writes no escape of its own: any there would be the attacker's.
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b]0;PWNED\\x07[conceal]x[/conceal]" in done.stdout and " 1 sessions " in done.stdout

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from controller.display import preview, summarize_args
+import json
+
+import pytest
+
+from controller.display import JsonSink, preview, summarize_args
+from controller.events import TextDelta
 
 
 def test_result_preview_for_the_live_view() -> None:
@@ -14,3 +19,11 @@ def test_result_preview_for_the_live_view() -> None:
     assert preview("") == ""
     assert summarize_args("write_file", {"path": "a.py", "content": "x" * 10}) == "a.py (10 chars)"
     assert summarize_args("run_command", {"command": "make\ntest", "timeout_s": 5}) == "make ⏎ test timeout_s=5"
+
+
+async def test_json_events_are_ascii_so_a_terminal_shows_them_inert(capsys: pytest.CaptureFixture[str]) -> None:
+    hostile = "\x1b]52;c;eA==\x07 \u009b2J \u202eevil \ud800"
+    await JsonSink().emit(TextDelta(session_id="s", text=hostile))
+    line = capsys.readouterr().out
+    assert line.isascii() and "\x1b" not in line
+    assert json.loads(line)["text"] == hostile

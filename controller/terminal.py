@@ -1,0 +1,83 @@
+"""The one place where untrusted text becomes safe for the user's terminal.
+
+Everything the model or the sandbox produces (model text, tool names and arguments, command
+output, file names, error messages that quote them) is hostile to the terminal that shows it:
+escape sequences can write the clipboard (OSC 52), set the window title (OSC 0), plant links
+(OSC 8), restyle or hide text (SGR), move the cursor, or answer a prompt through a terminal
+query; ``\\r``, backspace and the bidi overrides rearrange what a line appears to say.
+
+So such text reaches a ``Console`` only as a ``rich.text.Text`` built here: never parsed as
+markup, with every C0/C1 control character (but newline and tab), DEL, Unicode format and
+bidi control (U+200B-U+200F, U+202A-U+202E, U+2060-U+2069, U+FEFF, ...), line/paragraph
+separator and lone surrogate shown as a visible, highlighted escape such as ``\\x1b``,
+``\\x9b`` or ``\\u202e``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+
+from rich.console import Console
+from rich.text import Text
+
+ESCAPE_STYLE = "reverse"
+"""How a made-visible character looks, so a real ``\\x1b`` is told apart from those four characters typed."""
+
+_NAMED = {"\r": "\\r", "\t": "\\t", "\n": "\\n"}
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+# Candidates: everything that is not printable ASCII, newline or tab; each is then judged by its category.
+_CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
+
+
+def _hidden(char: str) -> bool:
+    """A character a terminal acts on or draws as nothing: controls, format and bidi characters, separators."""
+    return unicodedata.category(char) in _HIDDEN_CATEGORIES
+
+
+def escape(char: str) -> str:
+    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``."""
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def safe(text: str) -> str:
+    """``text`` as plain characters a terminal only draws (for logs and other places that take a str).
+
+    A ``\\r\\n`` line ending is a newline; every other hidden character is spelled out with :func:`escape`.
+    """
+    text = text.replace("\r\n", "\n")
+    return _CANDIDATE.sub(lambda m: escape(m[0]) if _hidden(m[0]) else m[0], text)
+
+
+def safe_text(text: str, style: str = "") -> Text:
+    """Untrusted ``text`` as a Rich ``Text`` (never markup): newline and tab kept, hidden characters highlighted escapes."""
+    text = text.replace("\r\n", "\n")
+    out = Text(style=style)
+    last = 0
+    for match in _CANDIDATE.finditer(text):
+        if _hidden(match[0]):
+            out.append(text[last : match.start()])
+            out.append(escape(match[0]), ESCAPE_STYLE)
+            last = match.end()
+    out.append(text[last:])
+    return out
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A Rich console on stdout or stderr, for text made safe here."""
+    return Console(stderr=stderr)
+
+
+class SafeFormatter(logging.Formatter):
+    """Log records (messages, arguments, tracebacks quoting model or sandbox text) made terminal-safe."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return safe(super().format(record))

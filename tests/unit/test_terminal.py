@@ -1,0 +1,49 @@
+"""controller.terminal: untrusted text reaches the terminal only as characters that are drawn, never acted on."""
+
+from __future__ import annotations
+
+import io
+import logging
+import unicodedata
+
+from rich.console import Console
+
+from controller import terminal
+
+HOSTILE = (
+    "clip\x1b]52;c;cHduZWQ=\x07 title\x1b]0;PWNED\x1b\\ link\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\ "
+    "csi\x1b[2J\x1b[8mhidden\x1b[0m c1\x9b31m\x9d0;t\x9c nel\x85 back\x08\x08 cr\rEVIL bidi\u202eevil\u202c "
+    "iso\u2066x\u2069 zw\u200bx bom\ufeff ls\u2028ps\u2029 nul\x00 del\x7f surrogate\ud800 tag\U000e0041"
+)
+
+
+def _hidden(char: str) -> bool:
+    return char not in "\n\t" and unicodedata.category(char) in {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def test_every_control_format_and_bidi_character_is_spelled_out() -> None:
+    shown = terminal.safe_text(HOSTILE + "\nsecond\tline").plain
+    assert not [c for c in shown if _hidden(c)]
+    for spelled in ("\\x1b]52;c;", "\\x07", "\\x9b31m", "\\x85", "\\x08", "\\rEVIL", "\\u202e", "\\u2066", "\\u200b"):
+        assert spelled in shown
+    assert "\\ufeff" in shown and "\\u2028" in shown and "\\x00" in shown and "\\x7f" in shown
+    assert "\\ud800" in shown and "\\U000e0041" in shown
+    assert shown.endswith("\nsecond\tline")  # newline and tab are kept
+    assert terminal.safe(HOSTILE) == shown.split("\nsecond")[0]
+    assert terminal.safe("windows\r\nline") == "windows\nline"  # a CRLF line ending overwrites nothing
+
+
+def test_printed_through_rich_no_sequence_of_the_text_reaches_the_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="truecolor", width=300)
+    console.print(terminal.safe_text("[conceal]secret[/conceal] [link=http://evil]x[/link] :smile: " + HOSTILE))
+    written = out.getvalue()
+    assert "\x1b]" not in written and "\x9b" not in written and "\x07" not in written and "\x08" not in written
+    assert "\x1b[8m" not in written and "\x1b[2J" not in written  # no conceal, no clear screen
+    assert "[conceal]secret[/conceal]" in written and ":smile:" in written  # markup and emoji codes are text
+    assert "\x1b[7m\\x1b" in written  # the escape is shown, highlighted
+
+
+def test_log_records_are_made_safe() -> None:
+    record = logging.LogRecord("x", logging.WARNING, "f", 1, "tool said %s", ("\x1b]0;PWNED\x07",), None)
+    assert terminal.SafeFormatter("%(message)s").format(record) == "tool said \\x1b]0;PWNED\\x07"
