@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import secrets
 import sys
 from collections.abc import Iterator
@@ -172,7 +173,11 @@ def run(
     cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
     network: Annotated[bool, typer.Option("--network/--no-network", help="Give the sandbox a network.")] = False,
     approve: Annotated[
-        bool, typer.Option("--approve", help="Ask y/n before write_file, edit_file and run_command.")
+        bool,
+        typer.Option(
+            "--approve",
+            help="Show each write_file, edit_file and run_command whole and ask y/n before it runs (needs a terminal).",
+        ),
     ] = False,
     json_events: Annotated[
         bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")
@@ -185,6 +190,12 @@ def run(
         raise fail(f"{repo} is not a directory.", EXIT_USAGE)
     if approve and json_events:
         raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
+    if approve and not sys.stdin.isatty():
+        raise fail(
+            "--approve asks y/n before each change, so it needs a terminal on stdin; run it in a terminal, "
+            "or drop --approve.",
+            EXIT_USAGE,
+        )
     settings = load_settings()
     if model:
         settings = settings.model_copy(update={"model": model})
@@ -289,8 +300,24 @@ def scripted_server(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    The process ends with ``os._exit`` once the command has returned and the output is flushed:
+    by then the container is gone and nothing is left to finalize, and tearing down the interpreter's
+    modules can take most of a second on a busy machine, which Ctrl-C at a prompt must not wait for.
+    """
     handler = logging.StreamHandler()
     handler.setFormatter(terminal.SafeFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    sys.exit(app())
+    try:
+        app()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if not isinstance(done.code, int | None):
+            err_console.print(terminal.safe_text(str(done.code)))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

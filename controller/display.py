@@ -7,15 +7,19 @@ before it reaches the console; nothing here prints such a string as markup or ra
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import difflib
 import json
+import os
 import sys
+import termios
 import time
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.prompt import Confirm
 from rich.spinner import Spinner
+from rich.table import Table
 from rich.text import Text
 
 from . import terminal
@@ -23,12 +27,18 @@ from .events import Event, SessionFinished, TextDelta, ToolCall, ToolResult, Usa
 
 PREVIEW_CHARS = 160
 TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
+APPROVAL_ROWS = 40
+"""At most this many lines of a file's content or an edit's diff are shown for approval..."""
+APPROVAL_CHARS = 4000
+"""...and at most this many characters of them; what is left out is counted."""
+LONG_SPACE_RUN = 8
+"""In file content shown for approval, an inner run of this many spaces or more is shown as a count."""
 
 
 def summarize_args(name: str, args: Any) -> str:
-    """A one-line summary of a tool call's arguments (untrusted: show it with ``terminal.safe_text``)."""
+    """A one-line summary of a tool call's arguments (untrusted: show it with ``terminal.visible``)."""
     if not isinstance(args, dict):
-        return repr(args)[:PREVIEW_CHARS]
+        return cut(repr(args))
     main = args.get("command") or args.get("path") or args.get("pattern") or ""
     extra = {
         k: v for k, v in args.items() if k not in ("command", "path", "pattern", "content", "old_string", "new_string")
@@ -38,7 +48,12 @@ def summarize_args(name: str, args: Any) -> str:
         text += f" ({len(str(args['content']))} chars)"
     if extra:
         text += " " + " ".join(f"{k}={v}" for k, v in extra.items())
-    return text[:PREVIEW_CHARS]
+    return cut(text)
+
+
+def cut(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """``text`` up to ``limit`` characters, saying how many more there are."""
+    return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit:,} characters)"
 
 
 def preview(output: str) -> str:
@@ -49,6 +64,123 @@ def preview(output: str) -> str:
     shown = 2 if lines[0].startswith(("exit code", "timed out")) and len(lines) > 1 else 1
     first = " · ".join(lines[:shown])[:PREVIEW_CHARS]
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+# --------------------------------------------------------------------------- the approval prompt
+
+
+def _rows(lines: list[str]) -> tuple[list[str], str]:
+    """The first lines within APPROVAL_ROWS and APPROVAL_CHARS, and a note saying how much is left out ('' if none)."""
+    shown: list[str] = []
+    budget = APPROVAL_CHARS
+    for line in lines:
+        if len(shown) == APPROVAL_ROWS or budget <= 0:
+            break
+        shown.append(line[:budget])
+        budget -= len(line) + 1
+    more_lines = len(lines) - len(shown)
+    more_chars = len("\n".join(lines)) - len("\n".join(shown))
+    if not more_chars:
+        return shown, ""
+    cut = len(shown[-1]) < len(lines[len(shown) - 1]) if shown else False
+    parts = [plural(more_lines, "more line")] if more_lines else []
+    if cut:
+        parts.append(f"the rest of line {len(shown)}")
+    return shown, f"… {' and '.join(parts)} not shown ({plural(more_chars, 'character')})"
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    return grid
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of file content: split at newlines only (a lone \\r is a character to show), no empty last line."""
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines
+
+
+def _content(text: str) -> RenderableType:
+    if not text:
+        return Text("(empty file)", style="yellow")
+    lines, note = _rows(_lines(text))
+    grid = _grid()
+    for number, line in enumerate(lines, 1):
+        grid.add_row(str(number), terminal.visible(line, indent=True, run=LONG_SPACE_RUN))
+    return Group(grid, Text(note, style="yellow")) if note else grid
+
+
+def _diff(old: str, new: str) -> RenderableType:
+    diff = list(difflib.unified_diff(old.split("\n"), new.split("\n"), lineterm="", n=2))[2:]
+    if not diff:
+        return Text("(old_string and new_string are the same)", style="yellow")
+    lines, note = _rows(diff)
+    grid = _grid()
+    styles = {"-": "red", "+": "green", "@": "cyan"}
+    for line in lines:
+        style = styles.get(line[:1], "")
+        if line.startswith("@@"):
+            grid.add_row("", Text(line, style="cyan dim"))
+        else:
+            body = terminal.visible(line[1:], indent=True, run=LONG_SPACE_RUN)
+            body.stylize(style)
+            grid.add_row(Text(line[:1] or " ", style=style), body)
+    return Group(grid, Text(note, style="yellow")) if note else grid
+
+
+def approval(name: str, args: dict[str, Any]) -> RenderableType:
+    """What a tool call will do, whole: the command line by line, or the file's content or diff (bounded, counted)."""
+    tool = Text(name, style="bold")
+    if name == "run_command":
+        head = Text.assemble(tool, " wants to run")
+        if args.get("timeout_s") is not None:
+            head.append(f" (timeout {args['timeout_s']}s)")
+        grid = _grid()
+        for number, line in enumerate(str(args.get("command", "")).split("\n")):
+            grid.add_row("$" if number == 0 else ">", terminal.visible(line))
+        return Group(head.append(":"), grid)
+    if name in ("write_file", "edit_file"):
+        path = terminal.visible(str(args.get("path", "")))
+        if name == "write_file":
+            content = str(args.get("content", ""))
+            size = f" ({plural(len(_lines(content)), 'line')}, {plural(len(content), 'character')}):"
+            return Group(Text.assemble(tool, " wants to write ", path, size), _content(content))
+        every = " (every occurrence)" if args.get("replace_all") else ""
+        return Group(
+            Text.assemble(tool, " wants to change ", path, every, ":"),
+            _diff(str(args.get("old_string", "")), str(args.get("new_string", ""))),
+        )
+    return Group(Text.assemble(tool, " wants to run with:"), terminal.safe_text(json.dumps(args, indent=2)))
+
+
+async def read_line(fd: int) -> str | None:
+    """One line typed at ``fd``, read on the event loop (so Ctrl-C cancels it at once); None at end of input."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[str | None] = loop.create_future()
+    buffer = bytearray()
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        buffer.extend(chunk)
+        if not done.done() and (not chunk or b"\n" in buffer):
+            done.set_result(buffer.decode("utf-8", "replace").split("\n")[0] if buffer else None)
+
+    loop.add_reader(fd, readable)
+    try:
+        return await done
+    finally:
+        loop.remove_reader(fd)
 
 
 # --------------------------------------------------------------------------- sinks
@@ -73,9 +205,10 @@ class JsonSink:
 class LiveSink:
     """The terminal display: streamed text, each tool call with status and preview, tokens and elapsed time."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, stdin: int | None = None) -> None:
         self.console = console
         self.finished: SessionFinished | None = None
+        self._stdin = stdin
         self._started = time.monotonic()
         self._partial = ""
         self._tokens = 0
@@ -103,7 +236,7 @@ class LiveSink:
             self._running[event.id] = f"{event.name} {summary}"
             self.console.print(
                 Text.assemble(
-                    ("▸ ", "cyan"), terminal.safe_text(event.name, "bold cyan"), " ", terminal.safe_text(summary)
+                    ("▸ ", "cyan"), terminal.safe_text(event.name, "bold cyan"), " ", terminal.visible(summary)
                 )
             )
         elif isinstance(event, ToolResult):
@@ -122,14 +255,36 @@ class LiveSink:
             self.finished = event
 
     async def approve(self, name: str, args: dict[str, Any]) -> bool:
-        """Ask y/n in the terminal, with the live footer paused."""
+        """Show the whole call, then ask y/n with the live footer paused; the answer is read on the event loop."""
         self._live.stop()
         try:
-            summary = terminal.safe_text(summarize_args(name, args))
-            question = Text.assemble("Allow ", (name, "bold"), " ", summary, "?")
-            return await asyncio.to_thread(Confirm.ask, question, console=self.console, default=False)
+            self.console.print(approval(name, args))
+            return await self._ask(Text.assemble("Allow ", (name, "bold"), "? [y/N] "))
         finally:
             self._live.start()
+
+    async def _ask(self, question: Text) -> bool:
+        stdin = sys.stdin.fileno() if self._stdin is None else self._stdin
+        if os.isatty(stdin):
+            # Whatever was typed before the question was shown must not answer it.
+            with contextlib.suppress(termios.error):
+                termios.tcflush(stdin, termios.TCIFLUSH)
+        while True:
+            self.console.print(question, end="")
+            try:
+                answer = await read_line(stdin)
+            except asyncio.CancelledError:
+                self.console.print()
+                raise
+            if answer is None:
+                self.console.print()
+                return False
+            answer = answer.strip().lower()
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("", "n", "no"):
+                return False
+            self.console.print("Please answer y or n.", style="yellow")
 
     def _flush_text(self) -> None:
         if self._partial:

@@ -10,11 +10,13 @@ So such text reaches a ``Console`` only as a ``rich.text.Text`` built here: neve
 markup, with every C0/C1 control character (but newline and tab), DEL, Unicode format and
 bidi control (U+200B-U+200F, U+202A-U+202E, U+2060-U+2069, U+FEFF, ...), line/paragraph
 separator and lone surrogate shown as a visible, highlighted escape such as ``\\x1b``,
-``\\x9b`` or ``\\u202e``.
+``\\x9b`` or ``\\u202e``. ``visible`` goes further for what a person approves: runs of
+spaces, tabs, leading and trailing spaces and look-alike spaces become visible too.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import unicodedata
@@ -29,6 +31,7 @@ _NAMED = {"\r": "\\r", "\t": "\\t", "\n": "\\n"}
 _HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 # Candidates: everything that is not printable ASCII, newline or tab; each is then judged by its category.
 _CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
+_INDENT = re.compile(r"[ \t]+(?=\S)")
 
 
 def _hidden(char: str) -> bool:
@@ -69,6 +72,42 @@ def safe_text(text: str, style: str = "") -> Text:
             last = match.end()
     out.append(text[last:])
     return out
+
+
+def visible(line: str, *, indent: bool = False, run: int = 2) -> Text:
+    """One line of something a person approves, showing every character that matters.
+
+    Besides what :func:`safe_text` shows: a run of ``run`` or more spaces is ``⟨N spaces⟩``, spaces
+    that start (unless ``indent`` keeps indentation as it is) or end the line are counted the same
+    way, a tab is ``\\t`` and a space other than U+0020 (no-break, em, ideographic...) is an escape,
+    so nothing can push part of a command out of sight or pass for a different one. Line breaks
+    are the caller's to show (one row per line).
+    """
+    out = Text()
+    start = 0
+    if indent and (lead := _INDENT.match(line)):
+        out.append(lead[0])
+        start = lead.end()
+    last = start
+    for match in _visible_pattern(run).finditer(line, start):
+        found = match[0]
+        if found.startswith(" ") and (len(found) >= run or match.start() == 0 or match.end() == len(line)):
+            shown = f"⟨{len(found)} space{'s' if len(found) > 1 else ''}⟩"
+        elif found == "\t" or _hidden(found) or unicodedata.category(found) == "Zs":
+            shown = escape(found)
+        else:
+            continue
+        out.append(line[last : match.start()])
+        out.append(shown, ESCAPE_STYLE)
+        last = match.end()
+    out.append(line[last:])
+    return out
+
+
+@functools.cache
+def _visible_pattern(run: int) -> re.Pattern[str]:
+    """A run of ``run`` spaces or more, spaces at either end, or any character that is not printable ASCII."""
+    return re.compile(f" {{{run},}}|^ +| +$|[^\\x21-\\x7e ]")
 
 
 def console(*, stderr: bool = False) -> Console:

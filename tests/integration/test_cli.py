@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .pty_helpers import owned_by
+
 SCENARIO = {
     "name": "cli",
     "turns": [
@@ -30,6 +32,7 @@ def cubicle(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
     return subprocess.run(
         [sys.executable, "-m", "controller", *args],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         env={**base, **(env or {})},
@@ -83,8 +86,7 @@ def test_missing_api_key_fails_before_any_container(make_repo: Callable[..., Pat
     assert done.returncode == 2
     assert "ANTHROPIC_API_KEY is not set" in done.stderr
     assert "Traceback" not in done.stderr
-    made = docker_client.containers.list(all=True, filters={"label": "org.cubicle.managed=true"})
-    assert not [c for c in made if c.labels.get("org.cubicle.owner", "").startswith(instance)]
+    assert owned_by(docker_client, instance) == []
 
 
 def test_docker_not_running_says_what_to_do(make_repo: Callable[..., Path], tmp_path: Path) -> None:
@@ -106,6 +108,19 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert cubicle("run", str(tmp_path), "x", "--max-steps", "0", "--scenario", "demo").returncode == 2
     help_text = cubicle("run", "--help").stdout
     assert "Exit codes" in help_text and "130" in help_text
+
+
+def test_approve_without_a_terminal_is_a_usage_error_before_any_container(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    instance = "approve-no-tty-test"
+    done = cubicle(
+        "run", str(make_repo()), "x", "--approve", "--scenario", scenario_file(tmp_path, SCENARIO),
+        env={"CUBICLE_INSTANCE": instance},
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--approve asks y/n before each change, so it needs a terminal on stdin" in " ".join(done.stderr.split())
+    assert owned_by(docker_client, instance) == []
 
 
 def test_ctrl_c_kills_the_command_and_removes_the_container(
@@ -133,22 +148,14 @@ def test_ctrl_c_kills_the_command_and_removes_the_container(
         if json.loads(line)["type"] == "tool_call":
             break
     time.sleep(0.5)
-    mine = {"label": "org.cubicle.managed=true"}
-    assert [
-        c for c in docker_client.containers.list(filters=mine) if c.labels["org.cubicle.owner"].startswith(instance)
-    ]
+    assert owned_by(docker_client, instance)
     started = time.monotonic()
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=30)
     assert process.returncode == 130
     assert time.monotonic() - started < 10
     assert json.loads(rest.splitlines()[-1])["reason"] == "cancelled"
-    left = [
-        c
-        for c in docker_client.containers.list(all=True, filters=mine)
-        if c.labels["org.cubicle.owner"].startswith(instance)
-    ]
-    assert left == []
+    assert owned_by(docker_client, instance) == []
 
 
 def test_gc_removes_orphans_and_keeps_live_sandboxes(docker_client: Any) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from .pty_helpers import Terminal, scenario_file
+from .pty_helpers import Terminal, owned_by, scenario_file
 
 ESC = "\x1b"
 # Every escape sequence Rich writes for this view: SGR styles, cursor hide/show, erase line, cursor up.
@@ -87,3 +89,72 @@ def test_an_error_message_quoting_the_model_api_is_inert(tmp_path: Path, make_re
     finally:
         term.close()
     assert "The model API answered 400" in text and "\\x1b]52;c;cHduZWQ=" in text
+
+
+def _one_call_each(*calls: dict[str, Any]) -> dict[str, Any]:
+    turns = [{"content": [{"type": "tool_use", **call}]} for call in calls]
+    return {"name": "approve", "turns": [*turns, {"content": [{"type": "text", "text": "finished"}]}]}
+
+
+def test_the_approval_prompt_shows_what_will_run_whole(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    repo = make_repo()
+    content = "".join(f"print({i})\n" for i in range(100))
+    calls = _one_call_each(
+        {"name": "run_command", "input": {"command": "git status" + " " * 170 + "; echo pwned > f"}},
+        {"name": "run_command", "input": {"command": "echo [conceal]SECRET[/conceal] > g"}},
+        {"name": "write_file", "input": {"path": "big.py", "content": content}},
+        {"name": "edit_file", "input": {"path": "README.md", "old_string": "# demo\n", "new_string": "# owned\n"}},
+    )
+    term = Terminal("run", str(repo), "x", "--approve", "--scenario", scenario_file(tmp_path, calls), cols=80)
+    try:
+        shown = term.expect("Allow run_command? [y/N] ")
+        assert "$ git status⟨170 spaces⟩; echo pwned > f" in shown
+        term.send(b"n\n")
+        term.expect("The user declined")
+        shown = term.expect("Allow run_command? [y/N] ")
+        assert "$ echo [conceal]SECRET[/conceal] > g" in shown
+        term.send(b"y\n")
+        shown = term.expect("Allow write_file? [y/N] ")
+        assert "big.py (100 lines, 990 characters)" in shown and "60 more lines not shown" in shown
+        assert " 1 print(0)" in shown and "40 print(39)" in shown and "print(40)" not in shown
+        term.send(b"y\n")
+        shown = term.expect("Allow edit_file? [y/N] ")
+        assert "- # demo" in shown and "+ # owned" in shown
+        term.send(b"n\n")
+        assert term.wait(120) == 0, term.text
+        _assert_terminal_safe(bytes(term.raw))
+    finally:
+        term.close()
+    assert not (repo / "f").exists()
+    assert (repo / "g").read_text() == "[conceal]SECRET[/conceal]\n"
+    assert (repo / "big.py").read_text() == content
+    assert (repo / "README.md").read_text() == "# demo\n"
+
+
+def test_ctrl_c_at_the_approval_prompt_exits_at_once_and_removes_the_container(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    instance = "ctrl-c-prompt-test"
+    calls = _one_call_each({"name": "run_command", "input": {"command": "echo hi"}})
+    term = Terminal(
+        "run", str(make_repo()), "x", "--approve", "--scenario", scenario_file(tmp_path, calls),
+        env={"CUBICLE_INSTANCE": instance},
+    )  # fmt: skip
+    try:
+        term.expect("Allow run_command? [y/N] ")
+        deadline = time.monotonic() + 30
+        while not owned_by(docker_client, instance) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert owned_by(docker_client, instance), "the sandbox did not start while the prompt was shown"
+        started = time.monotonic()
+        term.send(b"\x03")  # Ctrl-C, typed at the terminal: the line discipline sends SIGINT
+        code = term.wait(30)
+        took = time.monotonic() - started
+    finally:
+        term.close()
+    assert code == 130, term.text
+    assert took < 1.0, f"took {took:.2f}s"
+    assert owned_by(docker_client, instance) == [], term.text
+    assert "cancelled" in term.text

@@ -1,13 +1,35 @@
-"""What the live terminal view shows of calls and results."""
+"""What the live terminal view shows of calls and results, and how it asks for approval."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
+import os
+from collections.abc import Iterator
 
 import pytest
+from rich.console import Console
 
-from controller.display import JsonSink, preview, summarize_args
+from controller.display import APPROVAL_ROWS, JsonSink, LiveSink, approval, preview, summarize_args
 from controller.events import TextDelta
+
+
+def _console(width: int = 100, clock: list[float] | None = None) -> Console:
+    return Console(
+        file=io.StringIO(),
+        width=width,
+        force_terminal=True,
+        color_system=None,
+        get_time=(lambda: clock[0]) if clock is not None else None,
+    )
+
+
+def _render(renderable: object, width: int = 100) -> str:
+    console = _console(width)
+    console.print(renderable)
+    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 
 def test_result_preview_for_the_live_view() -> None:
@@ -19,6 +41,64 @@ def test_result_preview_for_the_live_view() -> None:
     assert preview("") == ""
     assert summarize_args("write_file", {"path": "a.py", "content": "x" * 10}) == "a.py (10 chars)"
     assert summarize_args("run_command", {"command": "make\ntest", "timeout_s": 5}) == "make ⏎ test timeout_s=5"
+    assert summarize_args("run_command", {"command": "x" * 200}) == "x" * 160 + "… (+40 characters)"
+
+
+def test_approval_shows_the_whole_command_without_markup() -> None:
+    shown = _render(approval("run_command", {"command": "git status" + " " * 170 + "; echo pwned > f"}), width=60)
+    assert "git status⟨170 spaces⟩; echo pwned > f" in shown
+    long = "echo " + "a" * 150 + " && echo [conceal]tail[/conceal]"
+    shown = _render(approval("run_command", {"command": long + "\nrm -rf build", "timeout_s": 9}), width=60)
+    assert "".join(shown.split()).count("a" * 150) == 1  # wrapped onto several rows, nothing cut
+    assert "[conceal]tail[/conceal]" in shown and "\n> rm -rf build" in shown and "(timeout 9s)" in shown
+
+
+def test_approval_of_a_write_shows_its_content_bounded() -> None:
+    content = "".join(f"line {i}\n" for i in range(100))
+    shown = _render(approval("write_file", {"path": "notes.md", "content": content}))
+    assert "notes.md (100 lines, 790 characters)" in shown
+    assert "line 0" in shown and f"line {APPROVAL_ROWS - 1}\n" in shown and f"line {APPROVAL_ROWS}\n" not in shown
+    assert f"… {100 - APPROVAL_ROWS} more lines not shown" in shown
+    one_line = _render(approval("write_file", {"path": "min.js", "content": "x" * 10_000}))
+    assert "the rest of line 1 not shown (6,000 characters)" in one_line
+
+
+def test_approval_of_an_edit_shows_the_diff() -> None:
+    shown = _render(
+        approval("edit_file", {"path": "a.py", "old_string": "x = 1\ny = 2\n", "new_string": "x = 1\ny = 3\n"})
+    )
+    assert "a.py:" in shown and "- y = 2" in shown and "+ y = 3" in shown and "  x = 1" in shown
+    every = _render(approval("edit_file", {"path": "a.py", "old_string": "a", "new_string": "b", "replace_all": True}))
+    assert "(every occurrence)" in every
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    read, write = os.pipe()
+    yield read, write
+    for fd in (read, write):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+async def test_approval_reads_the_answer_on_the_event_loop(pipe: tuple[int, int]) -> None:
+    read, write = pipe
+    sink = LiveSink(_console(), stdin=read)
+    os.write(write, b"maybe\n")
+    asking = asyncio.create_task(sink.approve("run_command", {"command": "true"}))
+    await asyncio.sleep(0.05)
+    assert not asking.done()  # "maybe" is asked again
+    os.write(write, b"y\n")
+    assert await asking is True
+    os.write(write, b"\n")
+    assert await sink.approve("run_command", {"command": "true"}) is False  # the default is no
+    waiting = asyncio.create_task(sink.approve("run_command", {"command": "true"}))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # Ctrl-C: no thread blocks in input(), so cancelling ends the question at once
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    os.close(write)
+    assert await sink.approve("run_command", {"command": "true"}) is False  # end of input declines
 
 
 async def test_json_events_are_ascii_so_a_terminal_shows_them_inert(capsys: pytest.CaptureFixture[str]) -> None:

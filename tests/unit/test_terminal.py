@@ -7,6 +7,7 @@ import logging
 import unicodedata
 
 from rich.console import Console
+from rich.text import Text
 
 from controller import terminal
 
@@ -42,6 +43,19 @@ def test_printed_through_rich_no_sequence_of_the_text_reaches_the_terminal() -> 
     assert "\x1b[8m" not in written and "\x1b[2J" not in written  # no conceal, no clear screen
     assert "[conceal]secret[/conceal]" in written and ":smile:" in written  # markup and emoji codes are text
     assert "\x1b[7m\\x1b" in written  # the escape is shown, highlighted
+
+
+def test_visible_counts_space_runs_and_spells_tabs_and_look_alike_spaces() -> None:
+    command = terminal.visible("git status" + " " * 170 + "; echo pwned > f")
+    assert command.plain == "git status⟨170 spaces⟩; echo pwned > f"
+    assert terminal.visible(" ls\t-la\u00a0x ").plain == "⟨1 space⟩ls\\t-la\\xa0x⟨1 space⟩"
+    assert terminal.visible("a b  c").plain == "a b⟨2 spaces⟩c"
+    assert terminal.visible("rm\u202e-rf").plain == "rm\\u202e-rf"
+    assert terminal.visible("échec 中文").plain == "échec 中文"
+    content = terminal.visible("    x = 1  # two spaces" + " " * 9 + "y ", indent=True, run=8)
+    assert content.plain == "    x = 1  # two spaces⟨9 spaces⟩y⟨1 space⟩"
+    assert terminal.visible("   ", indent=True, run=8).plain == "⟨3 spaces⟩"
+    assert isinstance(command, Text) and any(span.style == terminal.ESCAPE_STYLE for span in command.spans)
 
 
 def test_log_records_are_made_safe() -> None:
