@@ -1,8 +1,13 @@
 """The ``cubicle`` command line: run a task, serve the API, build the image, sweep orphans.
 
 Exit codes of ``cubicle run``: 0 the agent finished its turn; 2 usage or configuration
-error (bad flags, missing API key); 3 a limit ended the turn (steps, token budget,
-wall clock); 4 sandbox, Docker or model API failure; 130 interrupted (Ctrl-C).
+error (bad flags, missing API key, ``--approve`` without a terminal); 3 a limit ended the turn
+(steps, token budget, wall clock); 4 sandbox, Docker or model API failure; 130 interrupted
+(Ctrl-C); 129 and 143 stopped by SIGHUP and SIGTERM (128 + the signal). Ctrl-C, SIGTERM and
+SIGHUP all end the session the same way: the running command is killed, the container is
+removed and the end is recorded (``session_finished`` with reason ``cancelled``).
+
+Everything the model or the sandbox wrote reaches the terminal through ``controller.terminal``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +38,8 @@ from .model import SYSTEM_PROMPT, AnthropicModel
 from .sandbox import DockerSandbox
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
 EXIT_CODES = {
     "end_turn": EXIT_OK,
     "max_steps": EXIT_LIMIT,
@@ -40,11 +48,15 @@ EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
     "error": EXIT_INFRA,
 }
-RUN_HELP = """Run TASK on the repository REPO; every tool call runs in a fresh hardened container.
-
-Exit codes: 0 the agent finished its turn · 2 usage/config error (e.g. no ANTHROPIC_API_KEY)
-· 3 a limit was reached (steps, token budget, wall clock) · 4 sandbox, Docker or model API error
-· 130 interrupted with Ctrl-C (the running command is killed and the container removed)."""
+RUN_HELP = (
+    "Run TASK on the repository REPO; every tool call runs in a fresh hardened container.\n\n"
+    "Exit codes: 0 the agent finished its turn · 2 usage/config error (e.g. no ANTHROPIC_API_KEY, "
+    "--approve without a terminal) · 3 a limit was reached (steps, token budget, wall clock) "
+    "· 4 sandbox, Docker or model API error · 130 interrupted with Ctrl-C "
+    "· 143 / 129 stopped by SIGTERM / SIGHUP (128 + the signal).\n\n"
+    "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
+    "session's end recorded (a session_finished event with reason cancelled)."
+)
 
 app = typer.Typer(
     name="cubicle",
@@ -126,8 +138,29 @@ def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Set
 
 
 async def _run_session(
-    settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool
+    settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool, signals: list[int]
 ) -> TurnOutcome:
+    """The session, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def stop(signum: int) -> None:
+        if not signals:
+            signals.append(signum)
+            if not main.cancelling():  # already ending (Ctrl-C): a second cancel would cut its cleanup short
+                main.cancel()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await _session(settings, repo, task, limits, sink, approve)
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+async def _session(settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool) -> TurnOutcome:
     model = AnthropicModel.from_settings(settings)
     client = await asyncio.to_thread(images.connect)
     await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
@@ -215,20 +248,26 @@ def run(
     except ValueError as err:
         raise fail(f"invalid limit: {err}", EXIT_USAGE) from None
     console = terminal.console(stderr=json_events)
+    signals: list[int] = []
     try:
         with _scripted_endpoint(settings, scenario) as effective:
             if json_events:
                 sink: Any = JsonSink()
-                outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve=False))
+                session = _run_session(effective, repo.resolve(), task, limits, sink, False, signals)
+                outcome = asyncio.run(session)
             else:
                 with LiveSink(console) as sink:
-                    outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve))
+                    outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve, signals))
     except ConfigError as err:
         raise fail(err, EXIT_USAGE) from None
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
     except KeyboardInterrupt:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
+    except asyncio.CancelledError:  # a signal arrived before the agent's turn began
+        if not signals:
+            raise
+        raise fail(f"stopped by {signal.Signals(signals[0]).name}", 128 + signals[0]) from None
     finished = sink.finished
     if not json_events and finished is not None:
         summary = Text.assemble(
@@ -237,8 +276,10 @@ def run(
         )
         if outcome.detail:
             summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
+        if signals:
+            summary.append(f" · stopped by {signal.Signals(signals[0]).name}")
         console.print(summary)
-    raise typer.Exit(EXIT_CODES[outcome.reason])
+    raise typer.Exit(128 + signals[0] if signals else EXIT_CODES[outcome.reason])
 
 
 def _is_loopback(host: str) -> bool:

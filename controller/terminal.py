@@ -17,9 +17,12 @@ spaces, tabs, leading and trailing spaces and look-alike spaces become visible t
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import re
+import sys
 import unicodedata
+from typing import IO, cast
 
 from rich.console import Console
 from rich.text import Text
@@ -110,9 +113,46 @@ def _visible_pattern(run: int) -> re.Pattern[str]:
     return re.compile(f" {{{run},}}|^ +| +$|[^\\x21-\\x7e ]")
 
 
+class TolerantStream(io.TextIOBase):
+    """A terminal stream whose writes are dropped once the terminal is gone (hang-up: EIO; closed pipe: EPIPE).
+
+    The session must still clean up and record its end after the terminal closes; a failed write
+    would instead end it with a traceback and leave the container behind.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._gone = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                self._stream.write(text)
+            except OSError:
+                self._gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except OSError:
+                self._gone = True
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A Rich console on stdout or stderr, for text made safe here."""
-    return Console(stderr=stderr)
+    """A Rich console on stdout or stderr that outlives its terminal (see ``TolerantStream``)."""
+    return Console(file=cast(IO[str], TolerantStream(sys.stderr if stderr else sys.stdout)), stderr=stderr)
 
 
 class SafeFormatter(logging.Formatter):

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .pty_helpers import owned_by
 
 SCENARIO = {
@@ -241,3 +243,33 @@ def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
     # stdout is no terminal, so Rich writes no escape of its own: any there would be the attacker's.
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "\\x1b]0;PWNED\\x07[conceal]x[/conceal]" in done.stdout and " 1 sessions " in done.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_clean_up_like_ctrl_c(
+    signum: signal.Signals, tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    long = {
+        "name": "long",
+        "turns": [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300"}}]}],
+    }
+    instance = f"signal-{signum.name.lower()}-test"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller", "run", str(make_repo()), "wait", "--json", "--command-timeout", "600",
+         "--scenario", scenario_file(tmp_path, long)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, "CUBICLE_INSTANCE": instance},
+    )  # fmt: skip
+    assert process.stdout is not None
+    for line in process.stdout:
+        if json.loads(line)["type"] == "tool_call":
+            break
+    time.sleep(0.5)
+    assert owned_by(docker_client, instance)
+    process.send_signal(signum)
+    rest, errors = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum, errors
+    finished = json.loads(rest.splitlines()[-1])
+    assert finished["type"] == "session_finished" and finished["reason"] == "cancelled"
+    assert owned_by(docker_client, instance) == []

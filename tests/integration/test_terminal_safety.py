@@ -158,3 +158,24 @@ def test_ctrl_c_at_the_approval_prompt_exits_at_once_and_removes_the_container(
     assert took < 1.0, f"took {took:.2f}s"
     assert owned_by(docker_client, instance) == [], term.text
     assert "cancelled" in term.text
+
+
+def test_closing_the_terminal_cleans_up_like_ctrl_c(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    instance = "hangup-test"
+    long = _one_call_each({"name": "run_command", "input": {"command": "sleep 300", "timeout_s": 600}})
+    term = Terminal(
+        "run", str(make_repo()), "x", "--command-timeout", "600", "--scenario", scenario_file(tmp_path, long),
+        env={"CUBICLE_INSTANCE": instance},
+    )  # fmt: skip
+    try:
+        term.expect("▸ run_command sleep 300")
+        time.sleep(0.5)
+        assert owned_by(docker_client, instance)
+        term.hang_up()  # the kernel sends SIGHUP, and every later write to the terminal fails
+        code = term.process.wait(timeout=30)
+    finally:
+        term.close()
+    assert code == 129
+    assert owned_by(docker_client, instance) == []

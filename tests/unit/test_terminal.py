@@ -61,3 +61,13 @@ def test_visible_counts_space_runs_and_spells_tabs_and_look_alike_spaces() -> No
 def test_log_records_are_made_safe() -> None:
     record = logging.LogRecord("x", logging.WARNING, "f", 1, "tool said %s", ("\x1b]0;PWNED\x07",), None)
     assert terminal.SafeFormatter("%(message)s").format(record) == "tool said \\x1b]0;PWNED\\x07"
+
+
+def test_a_console_outlives_its_terminal() -> None:
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(5, "Input/output error")
+
+    stream = terminal.TolerantStream(Gone())
+    console = Console(file=stream)
+    console.print("still fine")  # no exception: the session goes on to clean up
