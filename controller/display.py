@@ -57,13 +57,24 @@ def cut(text: str, limit: int = PREVIEW_CHARS) -> str:
 
 
 def preview(output: str) -> str:
-    """The first line of a result (for a command, its status and first line of output) and how many follow."""
+    """The first line of a result and how many follow; a command's exit status line is left to the result mark."""
     lines = [line for line in output.strip().splitlines() if line.strip() and line not in TAGS]
+    if lines and lines[0].startswith("exit code "):
+        lines = lines[1:]
     if not lines:
         return ""
-    shown = 2 if lines[0].startswith(("exit code", "timed out")) and len(lines) > 1 else 1
-    first = " · ".join(lines[:shown])[:PREVIEW_CHARS]
+    shown = 2 if lines[0].startswith("timed out") and len(lines) > 1 else 1
+    first = cut(" · ".join(lines[:shown]))
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
+
+
+def result_mark(event: ToolResult) -> Text:
+    """✓ for a call that succeeded; ✗ with the exit code for a command that failed, ✗ for any other error."""
+    if event.exit_code is not None and event.exit_code != 0:
+        return Text(f"  ✗ exit {event.exit_code} ", style="red")
+    if event.is_error:
+        return Text("  ✗ ", style="red")
+    return Text("  ✓ ", style="green")
 
 
 def plural(count: int, noun: str) -> str:
@@ -214,7 +225,8 @@ class LiveSink:
         self._tokens = 0
         self._step = 0
         self._running: dict[str, str] = {}
-        self._live = Live(console=console, refresh_per_second=8, transient=True, get_renderable=self._footer)
+        self._spinner = Spinner("dots")
+        self._live = Live(console=console, refresh_per_second=8, transient=True, get_renderable=self.footer)
 
     def __enter__(self) -> LiveSink:
         self._live.start()
@@ -243,7 +255,7 @@ class LiveSink:
             self._running.pop(event.id, None)
             self.console.print(
                 Text.assemble(
-                    ("  ✗ ", "red") if event.is_error else ("  ✓ ", "green"),
+                    result_mark(event),
                     (f"{event.duration_s:.2f}s ", "dim"),
                     terminal.safe_text(preview(event.output), "dim"),
                 )
@@ -291,7 +303,8 @@ class LiveSink:
             self.console.print(terminal.safe_text(self._partial))
             self._partial = ""
 
-    def _footer(self) -> Group:
+    def footer(self) -> Group:
+        """What the live view redraws: the line being streamed, and one spinner with step, tokens, time and running calls."""
         elapsed = time.monotonic() - self._started
         status = f"step {self._step} · {self._tokens:,} tokens · {elapsed:.1f}s"
         if self._running:
@@ -299,5 +312,8 @@ class LiveSink:
         parts: list[Any] = []
         if self._partial:
             parts.append(terminal.safe_text(self._partial[-400:]))
-        parts.append(Spinner("dots", text=terminal.safe_text(status, "dim")))
+        line = terminal.safe_text(status, "dim")
+        line.no_wrap, line.overflow = True, "ellipsis"
+        self._spinner.update(text=line)
+        parts.append(self._spinner)
         return Group(*parts)

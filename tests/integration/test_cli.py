@@ -227,6 +227,21 @@ def test_bad_environment_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "limits.max_steps" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_live_view_marks_a_failed_command(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    failing = {
+        "name": "failing",
+        "turns": [
+            {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "echo nope >&2; exit 1"}}]},
+            {"content": [{"type": "text", "text": "It failed."}]},
+        ],
+    }
+    done = cubicle("run", str(make_repo()), "x", "--scenario", scenario_file(tmp_path, failing))
+    assert done.returncode == 0, done.stderr
+    result = next(line for line in done.stdout.splitlines() if line.lstrip().startswith(("✓", "✗")))
+    assert result.lstrip().startswith("✗ exit 1 ") and "nope" in result
+    assert "end_turn · 2 steps · " in done.stdout
+
+
 def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
     from controller.config import Limits
     from controller.events import Usage

@@ -75,6 +75,7 @@ def test_model_text_tool_input_and_command_output_reach_the_terminal_inert(
     for spelled in ("\\x1b]52;c;cHduZWQ=\\x07", "\\x1b[2J", "\\x9b2J", "\\rOVERWRITE", "\\x08", "\\u202eevil"):
         assert spelled in text, spelled
     assert "[conceal]MARKUP[/conceal]" in text and "done\\x9b31m" in text
+    assert "✗ exit 3" in text  # and the failed command is not a ✓
 
 
 def test_an_error_message_quoting_the_model_api_is_inert(tmp_path: Path, make_repo: Callable[..., Path]) -> None:

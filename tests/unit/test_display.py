@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from controller.display import APPROVAL_ROWS, JsonSink, LiveSink, approval, preview, summarize_args
-from controller.events import TextDelta
+from controller.display import APPROVAL_ROWS, JsonSink, LiveSink, approval, preview, result_mark, summarize_args
+from controller.events import TextDelta, ToolResult
 
 
 def _console(width: int = 100, clock: list[float] | None = None) -> Console:
@@ -32,16 +32,42 @@ def _render(renderable: object, width: int = 100) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 
+def _result(exit_code: int | None, is_error: bool = False) -> ToolResult:
+    return ToolResult(
+        session_id="s", id="t", name="run_command", is_error=is_error, output="", model_chars=0, duration_s=0.1,
+        exit_code=exit_code,
+    )  # fmt: skip
+
+
 def test_result_preview_for_the_live_view() -> None:
-    assert (
-        preview("exit code 0 after 0.1s\n<stdout>\nLinux x86_64\n1000\n</stdout>\n")
-        == "exit code 0 after 0.1s · Linux x86_64  (+1 lines)"
-    )
+    assert preview("exit code 0 after 0.1s\n<stdout>\nLinux x86_64\n1000\n</stdout>\n") == "Linux x86_64  (+1 lines)"
+    assert preview("timed out after 1.0s; killed (exit code -9)\n<stdout>\nhalf\n</stdout>\n").startswith("timed out")
     assert preview("Wrote 5 bytes to a.txt.") == "Wrote 5 bytes to a.txt."
     assert preview("") == ""
     assert summarize_args("write_file", {"path": "a.py", "content": "x" * 10}) == "a.py (10 chars)"
     assert summarize_args("run_command", {"command": "make\ntest", "timeout_s": 5}) == "make ⏎ test timeout_s=5"
     assert summarize_args("run_command", {"command": "x" * 200}) == "x" * 160 + "… (+40 characters)"
+
+
+def test_a_failed_command_is_marked_with_its_exit_code() -> None:
+    assert result_mark(_result(1)).plain == "  ✗ exit 1 "
+    assert result_mark(_result(137, is_error=True)).plain == "  ✗ exit 137 "
+    assert result_mark(_result(0)).plain == "  ✓ "
+    assert result_mark(_result(None)).plain == "  ✓ "
+    assert result_mark(_result(None, is_error=True)).plain == "  ✗ "
+
+
+def test_the_spinner_turns() -> None:
+    clock = [100.0]
+    console = _console(clock=clock)
+    sink = LiveSink(console)
+    frames = []
+    for step in range(4):
+        clock[0] = 100.0 + step * 0.25
+        with console.capture() as capture:
+            console.print(sink.footer())
+        frames.append(capture.get()[0])
+    assert len(set(frames)) == 4, frames
 
 
 def test_approval_shows_the_whole_command_without_markup() -> None:
