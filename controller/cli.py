@@ -24,14 +24,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
+import annotated_types
 import typer
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 from rich.text import Text
 
 from . import images, owners, scripted, terminal
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
-from .display import JsonSink, LiveSink
+from .display import JsonSink, LiveSink, plural
 from .errors import ConfigError, CubicleError
 from .events import SessionStarted
 from .model import SYSTEM_PROMPT, AnthropicModel
@@ -57,6 +58,30 @@ RUN_HELP = (
     "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
     "session's end recorded (a session_finished event with reason cancelled)."
 )
+LIMIT_FLAGS = {
+    "max_steps": "--max-steps",
+    "token_budget": "--token-budget",
+    "wall_clock_s": "--timeout",
+    "command_timeout_s": "--command-timeout",
+    "memory_mb": "--memory",
+    "cpus": "--cpus",
+    "network": "--network",
+}
+"""The ``cubicle run`` flag that sets each limit."""
+SECRET_SETTINGS = {"api_key", "api_token"}
+WRONG = {
+    "greater_than": "is too small",
+    "greater_than_equal": "is too small",
+    "less_than": "is too large",
+    "less_than_equal": "is too large",
+    "int_parsing": "is not a whole number",
+    "int_from_float": "is not a whole number",
+    "float_parsing": "is not a number",
+    "bool_parsing": "is not true or false",
+    "extra_forbidden": "is not a setting",
+    "path_type": "is not a path",
+}
+"""What is wrong, for pydantic's error types a person meets in flags and variables."""
 
 app = typer.Typer(
     name="cubicle",
@@ -76,13 +101,71 @@ def fail(error: CubicleError | str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _expected(model: type[BaseModel], name: str) -> str:
+    """What a valid value of ``model.name`` looks like, from the field's type and bounds."""
+    field = model.model_fields.get(name)
+    if field is None:
+        return ""
+    low: Any = None
+    high: Any = None
+    low_word, high_word = "at least", "at most"
+    for rule in field.metadata:
+        if isinstance(rule, annotated_types.Ge):
+            low = rule.ge
+        elif isinstance(rule, annotated_types.Gt):
+            low, low_word = rule.gt, "above"
+        elif isinstance(rule, annotated_types.Le):
+            high = rule.le
+        elif isinstance(rule, annotated_types.Lt):
+            high, high_word = rule.lt, "below"
+    if name == "repo_roots":
+        return 'a JSON list of directories such as ["/srv/repos"], or directories separated by commas'
+    kind = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}.get(
+        field.annotation,  # type: ignore[arg-type]
+        "",
+    )
+    if field.annotation is int and low_word == "at least" and high_word == "at most" and None not in (low, high):
+        return f"{kind} from {low} to {high}"
+    bounds = [f"{word} {value}" for word, value in ((low_word, low), (high_word, high)) if value is not None]
+    return " ".join([kind, " and ".join(bounds)]).strip()
+
+
+def _problem(subject: str, model: type[BaseModel], error: Any, show_value: bool = True) -> str:
+    """One sentence: what was given, what is wrong with it, and what would be right."""
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "value_error":
+        wrong = str(error.get("ctx", {}).get("error", error["msg"]))
+    else:
+        wrong = WRONG.get(error["type"], error["msg"][:1].lower() + error["msg"][1:])
+    given = f"{subject}={error['input']!r}"[:120] if show_value and "input" in error else subject
+    if error["type"] == "extra_forbidden":
+        kind = "limits" if model is Limits else "settings"
+        return f"{given} {wrong}; the {kind} are: {', '.join(model.model_fields)}."
+    expected = _expected(model, field)
+    return f"{given} {wrong}" + (f"; use {expected}." if expected else ".")
+
+
+def _variable(loc: tuple[Any, ...]) -> str:
+    """The environment variable behind a settings error location: ('limits', 'max_steps') is CUBICLE_LIMITS__MAX_STEPS."""
+    names = [str(part) for part in loc if not isinstance(part, int)]
+    if names and names[0].isupper():
+        return names[0]
+    return "CUBICLE_" + "__".join(name.upper() for name in names)
+
+
 def load_settings() -> Settings:
     """Settings from the environment; a bad variable is a usage error that names it, not a traceback."""
     try:
         return Settings()
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in err.errors())
-        raise fail(f"invalid configuration in the environment: {problems}", EXIT_USAGE) from None
+        problems = []
+        for error in err.errors():
+            loc = tuple(error["loc"])
+            model: type[BaseModel] = Limits if len(loc) > 1 and loc[0] in ("limits", "max_limits") else Settings
+            inner = {**error, "loc": loc[1:]} if model is Limits else error
+            secret = bool(loc) and loc[0] in SECRET_SETTINGS
+            problems.append(_problem(_variable(loc), model, inner, show_value=not secret))
+        raise fail("invalid environment: " + " ".join(problems), EXIT_USAGE) from None
 
 
 @image_app.command("build")
@@ -123,16 +206,38 @@ def gc(
     print(f"{len(result.removed)} removed, {len(result.kept)} kept")
 
 
+def _load_scenario(name: str) -> scripted.Scenario:
+    """``--scenario``: a scenario file, or the name of one shipped in controller/scenarios."""
+    shipped = sorted(path.stem for path in scripted.SCENARIOS_DIR.glob("*.json"))
+    file = Path(name)
+    if not file.is_file():
+        if name not in shipped:
+            raise ConfigError(
+                f"--scenario {name}: no such file, and no shipped scenario has that name. "
+                f"Give a scenario JSON file, or one of: {', '.join(shipped)}."
+            )
+        file = scripted.SCENARIOS_DIR / f"{name}.json"
+    try:
+        return scripted.Scenario.model_validate_json(file.read_bytes())
+    except OSError as err:
+        raise ConfigError(f"--scenario {name}: cannot read {file}: {err.strerror}.") from None
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in err.errors(include_url=False)[:3]
+        )
+        raise ConfigError(
+            f"--scenario {name}: {file} is not a valid scenario ({problems}). "
+            f"See {scripted.SCENARIOS_DIR / 'demo.json'} for the format."
+        ) from None
+
+
 @contextlib.contextmanager
 def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Settings]:
     """With --scenario, serve it locally and point the SDK at it (a real HTTP round trip, no API key needed)."""
     if scenario is None:
         yield settings
         return
-    try:
-        server = scripted.ScriptedServer([scripted.Scenario.load(scenario)])
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"Cannot load scenario {scenario}: {err}") from None
+    server = scripted.ScriptedServer([_load_scenario(scenario)])
     with scripted.serve_in_thread(server.app) as url:
         yield settings.model_copy(update={"base_url": url, "api_key": settings.api_key or SecretStr("scripted")})
 
@@ -219,8 +324,10 @@ def run(
         str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
     ] = None,
 ) -> None:
+    if not repo.exists():
+        raise fail(f"REPO {repo} does not exist; give the path of the repository's directory.", EXIT_USAGE)
     if not repo.is_dir():
-        raise fail(f"{repo} is not a directory.", EXIT_USAGE)
+        raise fail(f"REPO {repo} is a file, not a directory; give the repository's directory.", EXIT_USAGE)
     if approve and json_events:
         raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
     if approve and not sys.stdin.isatty():
@@ -241,12 +348,17 @@ def run(
         "cpus": cpus,
         "network": network or None,
     }
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        limits = Limits.model_validate(
-            {**settings.limits.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
-        )
-    except ValueError as err:
-        raise fail(f"invalid limit: {err}", EXIT_USAGE) from None
+        limits = Limits.model_validate({**settings.limits.model_dump(), **given})
+    except ValidationError as err:
+        problems = []
+        for error in err.errors():
+            field = str(error["loc"][0])
+            flag = LIMIT_FLAGS.get(field) if field in given else None
+            subject = flag or f"CUBICLE_LIMITS__{field.upper()}"
+            problems.append(_problem(subject, Limits, error).replace(f"{subject}=", f"{subject} ", 1))
+        raise fail(" ".join(problems), EXIT_USAGE) from None
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     try:
@@ -272,7 +384,7 @@ def run(
     if not json_events and finished is not None:
         summary = Text.assemble(
             (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
-            f" · {finished.steps} steps · {finished.usage.total:,} tokens",
+            f" · {plural(finished.steps, 'step')} · {plural(finished.usage.total, 'token')}",
         )
         if outcome.detail:
             summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
@@ -323,7 +435,7 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
     store = Store(settings.data_dir / "cubicle.db")
     records, total = store.page(limit, 0)
     store.close()
-    table = Table("id", "status", "finish", "steps", "tokens", "repo", "task", title=f"{total} sessions")
+    table = Table("id", "status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
     for r in records:
         cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
         table.add_row(*(terminal.safe_text(cell) for cell in cells))

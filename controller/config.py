@@ -128,6 +128,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):
-                return json.loads(text)
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as err:
+                    raise ValueError(
+                        f"starts with '[' but is not a JSON list ({err.msg} at character {err.pos + 1})"
+                    ) from None
             return [part.strip() for part in text.split(",") if part.strip()]
         return value

@@ -105,11 +105,38 @@ def test_docker_not_running_says_what_to_do(make_repo: Callable[..., Path], tmp_
     assert "Traceback" not in done.stderr
 
 
+def _usage_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The one-sentence-per-problem message of a usage error, on one line."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "pydantic" not in done.stderr and "http" not in done.stderr
+    return " ".join(done.stderr.split())
+
+
 def test_usage_errors(tmp_path: Path) -> None:
-    assert cubicle("run", str(tmp_path / "missing"), "x").returncode == 2
-    assert cubicle("run", str(tmp_path), "x", "--max-steps", "0", "--scenario", "demo").returncode == 2
-    help_text = cubicle("run", "--help").stdout
-    assert "Exit codes" in help_text and "130" in help_text
+    missing = _usage_error(cubicle("run", str(tmp_path / "missing"), "x"))
+    assert f"REPO {tmp_path / 'missing'} does not exist; give the path of the repository's directory." in missing
+    (tmp_path / "file").write_text("x")
+    assert "is a file, not a directory" in _usage_error(cubicle("run", str(tmp_path / "file"), "x"))
+    zero = _usage_error(cubicle("run", str(tmp_path), "x", "--max-steps", "0", "--scenario", "demo"))
+    assert "--max-steps 0 is too small; use a whole number from 1 to 10000." in zero
+    cpus = _usage_error(cubicle("run", str(tmp_path), "x", "--cpus", "0", "--memory", "9999999"))
+    assert "--cpus 0.0 is too small; use a number above 0 and at most 64." in cpus
+    assert "--memory 9999999 is too large; use a whole number from 64 to 65536." in cpus
+    help_text = " ".join(cubicle("run", "--help").stdout.split())
+    assert (
+        "Exit codes" in help_text
+        and "130 interrupted" in help_text
+        and "143 / 129 stopped by SIGTERM / SIGHUP" in help_text
+    )
+
+
+def test_an_unknown_scenario_lists_the_shipped_ones(tmp_path: Path) -> None:
+    unknown = _usage_error(cubicle("run", str(tmp_path), "x", "--scenario", "nosuch"))
+    assert "--scenario nosuch: no such file, and no shipped scenario has that name" in unknown
+    assert "one of: demo." in unknown
+    (tmp_path / "broken.json").write_text('{"turns": 3}')
+    broken = _usage_error(cubicle("run", str(tmp_path), "x", "--scenario", str(tmp_path / "broken.json")))
+    assert "is not a valid scenario (turns: Input should be a valid array)" in broken
 
 
 def test_approve_without_a_terminal_is_a_usage_error_before_any_container(
@@ -120,8 +147,8 @@ def test_approve_without_a_terminal_is_a_usage_error_before_any_container(
         "run", str(make_repo()), "x", "--approve", "--scenario", scenario_file(tmp_path, SCENARIO),
         env={"CUBICLE_INSTANCE": instance},
     )  # fmt: skip
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "--approve asks y/n before each change, so it needs a terminal on stdin" in " ".join(done.stderr.split())
+    message = _usage_error(done)
+    assert "--approve asks y/n before each change, so it needs a terminal on stdin" in message
     assert owned_by(docker_client, instance) == []
 
 
@@ -203,7 +230,10 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
     store.close()
     done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path)})
     assert (
-        done.returncode == 0 and "s_listed" in done.stdout and "end_turn" in done.stdout and "1 sessions" in done.stdout
+        done.returncode == 0
+        and "s_listed" in done.stdout
+        and "end_turn" in done.stdout
+        and " 1 session " in done.stdout
     )
 
 
@@ -223,11 +253,19 @@ def test_serve_refuses_a_public_address_without_a_token() -> None:
 
 
 def test_bad_environment_is_a_usage_error(tmp_path: Path) -> None:
-    done = cubicle("run", str(tmp_path), "x", env={"CUBICLE_LIMITS__MAX_STEPS": "many"})
-    assert done.returncode == 2 and "limits.max_steps" in done.stderr and "Traceback" not in done.stderr
+    steps = _usage_error(cubicle("run", str(tmp_path), "x", env={"CUBICLE_LIMITS__MAX_STEPS": "many"}))
+    assert "CUBICLE_LIMITS__MAX_STEPS='many' is not a whole number; use a whole number from 1 to 10000." in steps
+    roots = _usage_error(cubicle("run", str(tmp_path), "x", env={"CUBICLE_REPO_ROOTS": "[bad"}))
+    assert "CUBICLE_REPO_ROOTS='[bad' starts with '[' but is not a JSON list" in roots
+    assert 'use a JSON list of directories such as ["/srv/repos"], or directories separated by commas.' in roots
+    many = _usage_error(
+        cubicle("run", str(tmp_path), "x", env={"CUBICLE_AUTO_BUILD_IMAGE": "maybe", "CUBICLE_LIMITS__BOGUS": "1"})
+    )
+    assert "CUBICLE_AUTO_BUILD_IMAGE='maybe' is not true or false; use true or false." in many
+    assert "CUBICLE_LIMITS__BOGUS='1' is not a setting; the limits are: memory_mb," in many
 
 
-def test_live_view_marks_a_failed_command(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+def test_live_view_counts_steps_and_marks_a_failed_command(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
     failing = {
         "name": "failing",
         "turns": [
@@ -240,6 +278,17 @@ def test_live_view_marks_a_failed_command(tmp_path: Path, make_repo: Callable[..
     result = next(line for line in done.stdout.splitlines() if line.lstrip().startswith(("✓", "✗")))
     assert result.lstrip().startswith("✗ exit 1 ") and "nope" in result
     assert "end_turn · 2 steps · " in done.stdout
+    single = {"name": "single", "turns": [{"content": [{"type": "text", "text": "Nothing to do."}]}]}
+    done = cubicle("run", str(make_repo("other")), "x", "--scenario", scenario_file(tmp_path, single))
+    assert "end_turn · 1 step · " in done.stdout
+
+
+def test_an_unreachable_model_api_is_one_sentence(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    env = {"ANTHROPIC_API_KEY": "x", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "CUBICLE_MODEL_RETRIES": "0"}
+    done = cubicle("run", str(make_repo()), "x", env=env)
+    assert done.returncode == 4
+    summary = " ".join(done.stdout.split())
+    assert "error · 1 step · 0 tokens · Could not reach the model API: Connection error. Check" in summary
 
 
 def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
@@ -257,7 +306,7 @@ def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     # stdout is no terminal, so Rich writes no escape of its own: any there would be the attacker's.
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
-    assert "\\x1b]0;PWNED\\x07[conceal]x[/conceal]" in done.stdout and " 1 sessions " in done.stdout
+    assert "\\x1b]0;PWNED\\x07[conceal]x[/conceal]" in done.stdout and " 1 session " in done.stdout
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
