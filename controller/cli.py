@@ -29,7 +29,7 @@ import typer
 from pydantic import BaseModel, SecretStr, ValidationError
 from rich.text import Text
 
-from . import images, owners, scripted, terminal
+from . import __version__, images, owners, scripted, terminal
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink, plural
@@ -58,6 +58,7 @@ RUN_HELP = (
     "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
     "session's end recorded (a session_finished event with reason cancelled)."
 )
+TOKEN_MIN_CHARS = 32
 LIMIT_FLAGS = {
     "max_steps": "--max-steps",
     "token_budget": "--token-budget",
@@ -88,7 +89,7 @@ app = typer.Typer(
     help="Run a coding agent on a repository; every tool call runs inside a hardened per-session container.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 image_app = typer.Typer(help="Manage the sandbox image.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
@@ -99,6 +100,21 @@ def fail(error: CubicleError | str, code: int) -> typer.Exit:
     """Print ``error:`` and the message (which may quote the model or the sandbox: shown terminal-safe)."""
     err_console.print(Text.assemble(("error:", "bold red"), " ", terminal.safe_text(str(error))))
     return typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cubicle {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Run a coding agent on a repository; every tool call runs inside a hardened per-session container."""
 
 
 def _expected(model: type[BaseModel], name: str) -> str:
@@ -394,6 +410,10 @@ def run(
     raise typer.Exit(128 + signals[0] if signals else EXIT_CODES[outcome.reason])
 
 
+def _warn(message: str) -> None:
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", terminal.safe_text(message)))
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -419,8 +439,21 @@ def serve(
             "Set a token, or bind 127.0.0.1.",
             EXIT_USAGE,
         )
+    if settings.api_token is not None and len(settings.api_token.get_secret_value()) < TOKEN_MIN_CHARS:
+        _warn(
+            f"CUBICLE_API_TOKEN has only {len(settings.api_token.get_secret_value())} characters; use at least "
+            f"{TOKEN_MIN_CHARS} random ones, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`."
+        )
+    for root in settings.repo_roots:
+        if not root.is_dir():
+            what = "is not a directory" if root.exists() else "does not exist"
+            raise fail(
+                f"CUBICLE_REPO_ROOTS: {root} {what}; list directories that exist "
+                '(comma-separated, or a JSON list such as ["/srv/repos"]).',
+                EXIT_USAGE,
+            )
     if not settings.repo_roots:
-        err_console.print("[yellow]warning:[/] CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
+        _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
     uvicorn.run(create_app(settings), host=bind, port=port or settings.port, log_level="info")
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+import controller
+
 from .pty_helpers import owned_by
 
 SCENARIO = {
@@ -337,3 +339,22 @@ def test_sigterm_and_sighup_clean_up_like_ctrl_c(
     finished = json.loads(rest.splitlines()[-1])
     assert finished["type"] == "session_finished" and finished["reason"] == "cancelled"
     assert owned_by(docker_client, instance) == []
+
+
+def test_version_and_shell_completion() -> None:
+    assert cubicle("--version").stdout.strip() == f"cubicle {controller.__version__}"
+    script = Path(sys.executable).parent / "cubicle"
+    shown = subprocess.run([script, "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "_cubicle_completion" in shown.stdout
+    env = {**os.environ, "_CUBICLE_COMPLETE": "complete_bash", "COMP_WORDS": "cubicle ses", "COMP_CWORD": "1"}
+    completed = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
+    assert completed.stdout.split() == ["sessions"]
+
+
+def test_serve_warns_about_a_short_token_and_refuses_a_missing_repo_root(tmp_path: Path) -> None:
+    done = cubicle(
+        "serve", env={"CUBICLE_API_TOKEN": "short", "CUBICLE_REPO_ROOTS": f"{tmp_path},{tmp_path / 'gone'}"}, timeout=30
+    )
+    message = _usage_error(done)
+    assert "warning: CUBICLE_API_TOKEN has only 5 characters; use at least 32 random ones" in message
+    assert f"error: CUBICLE_REPO_ROOTS: {tmp_path / 'gone'} does not exist; list directories that exist" in message
