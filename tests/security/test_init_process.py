@@ -1,0 +1,50 @@
+"""Pid 1 holds the toolbox's stdio too, so it is as unreachable from commands as the toolbox itself.
+
+Docker's own init ran dumpable as the agent's uid: a command opened /proc/1/fd/0 and /proc/1/fd/1,
+stole the controller's requests, forged their answers and injected commands of its own that the
+sweep then left running. The image's init is an execute-only tini, which the kernel starts undumpable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from controller.sandbox import DockerSandbox
+from tests.integration.helpers import sh
+from tests.security.conftest import SECURE_LIMITS
+from tests.security.test_toolbox_takeover import OPEN, TRACE
+
+INJECT = """
+import json, os
+request = {"id": 900001, "op": "run_command", "args": {"command": "touch /workspace/INJECTED", "timeout_s": 5}}
+try:
+    fd = os.open("/proc/1/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+    os.write(fd, json.dumps(request).encode() + b"\\n")
+    print("injected")
+except OSError as err:
+    print(err.strerror)
+"""
+
+
+@pytest.mark.parametrize("uid", [1000, None], ids=["repo-uid", "root-owned-repo"])
+async def test_commands_cannot_reach_pid_1(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox], uid: int | None
+) -> None:
+    box = sandbox_factory(make_repo(uid=uid), SECURE_LIMITS)
+    who = await sh(box, "id -u; cat /proc/1/comm")
+    assert who.stdout.text == f"{uid or 0}\ntini\n", who
+    traced = await sh(box, f"python3 -c '{TRACE.format(pid=1)}'")
+    assert traced.stdout.text == "-1 1\n", traced  # EPERM
+    opened = await sh(box, f"python3 -c '{OPEN.format(pid=1)}'")
+    assert opened.stdout.text.splitlines() == [
+        "fd/1 Permission denied",
+        "fd/0 Permission denied",
+        "mem Permission denied",
+        "environ Permission denied",
+    ]
+    injected = await sh(box, f"python3 -c '{INJECT}'; sleep 0.5; ls /workspace/INJECTED")
+    assert injected.stdout.text == "Permission denied\n" and injected.exit_code != 0, injected
+    assert not (box.repo / "INJECTED").exists()
