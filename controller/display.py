@@ -77,6 +77,11 @@ def result_mark(event: ToolResult) -> Text:
     return Text("  ✓ ", style="green")
 
 
+RECAP_AFTER_ROWS = 10
+RECAP_AFTER_CHARS = 1000
+RECAP_FIRST_LINE_CHARS = 200
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
@@ -102,6 +107,17 @@ def _rows(lines: list[str]) -> tuple[list[str], str]:
     if cut:
         parts.append(f"the rest of line {len(shown)}")
     return shown, f"… {' and '.join(parts)} not shown ({plural(more_chars, 'character')})"
+
+
+def _recap(command: str) -> list[Text]:
+    """For a long command, its size and first line again beside the question, where no flood can scroll them away."""
+    lines = command.split("\n")
+    if len(lines) <= RECAP_AFTER_ROWS and len(command) <= RECAP_AFTER_CHARS:
+        return []
+    first = lines[0][:RECAP_FIRST_LINE_CHARS]
+    cut = f" … ({plural(len(lines[0]) - len(first), 'more character')})" if len(first) < len(lines[0]) else ""
+    size = f"That is {plural(len(lines), 'line')} and {plural(len(command), 'character')}, starting: $ "
+    return [Text.assemble((size, "yellow"), terminal.visible(first), cut)]
 
 
 def _grid() -> Table:
@@ -152,10 +168,11 @@ def approval(name: str, args: dict[str, Any]) -> RenderableType:
         head = Text.assemble(tool, " wants to run")
         if args.get("timeout_s") is not None:
             head.append(f" (timeout {args['timeout_s']}s)")
+        command = str(args.get("command", ""))
         grid = _grid()
-        for number, line in enumerate(str(args.get("command", "")).split("\n")):
+        for number, line in enumerate(command.split("\n")):
             grid.add_row("$" if number == 0 else ">", terminal.visible(line))
-        return Group(head.append(":"), grid)
+        return Group(head.append(":"), grid, *_recap(command))
     if name in ("write_file", "edit_file"):
         path = terminal.visible(str(args.get("path", "")))
         if name == "write_file":

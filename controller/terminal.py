@@ -9,7 +9,7 @@ query; ``\\r``, backspace and the bidi overrides rearrange what a line appears t
 So such text reaches a ``Console`` only as a ``rich.text.Text`` built here: never parsed as
 markup, with every C0/C1 control character (but newline and tab), DEL, Unicode format and
 bidi control (U+200B-U+200F, U+202A-U+202E, U+2060-U+2069, U+FEFF, ...), line/paragraph
-separator and lone surrogate shown as a visible, highlighted escape such as ``\\x1b``,
+separator, blank-looking letter (U+3164, U+2800, ...) and lone surrogate shown as a visible, highlighted escape such as ``\\x1b``,
 ``\\x9b`` or ``\\u202e``. ``visible`` goes further for what a person approves: runs of
 spaces, tabs, leading and trailing spaces and look-alike spaces become visible too.
 """
@@ -37,9 +37,14 @@ _CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
 _INDENT = re.compile(r"[ \t]+(?=\S)")
 
 
+_BLANK_LETTERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0")
+"""Letters and symbols a terminal draws as blank space (Hangul fillers, braille blank, ...): runs of them
+could push the rest of a line out of sight while looking empty."""
+
+
 def _hidden(char: str) -> bool:
     """A character a terminal acts on or draws as nothing: controls, format and bidi characters, separators."""
-    return unicodedata.category(char) in _HIDDEN_CATEGORIES
+    return unicodedata.category(char) in _HIDDEN_CATEGORIES or char in _BLANK_LETTERS
 
 
 def escape(char: str) -> str:

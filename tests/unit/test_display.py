@@ -79,6 +79,19 @@ def test_approval_shows_the_whole_command_without_markup() -> None:
     assert "[conceal]tail[/conceal]" in shown and "\n> rm -rf build" in shown and "(timeout 9s)" in shown
 
 
+def test_a_long_command_is_recapped_beside_the_question() -> None:
+    """A flood of rows or blank-looking letters cannot scroll the first line away or pass for empty space."""
+    filler = "\u3164" * 400 + "\u2800" * 3 + "\uffa0"
+    shown = _render(
+        approval("run_command", {"command": "rm -rf /workspace/src " + filler + "\n" + ":\n" * 2000 + "echo hi"})
+    )
+    assert "\u3164" not in shown and "\u2800" not in shown and "\uffa0" not in shown
+    recap = "".join(shown[shown.index("> echo hi") :].split())  # the rows after the command, unwrapped
+    assert recap.startswith(">echohiThatis2,002linesand") and "$rm-rf/workspace/src\\u3164" in recap
+    assert recap.endswith("(226morecharacters)")
+    assert "That is" not in _render(approval("run_command", {"command": "make test"}))
+
+
 def test_approval_of_a_write_shows_its_content_bounded() -> None:
     content = "".join(f"line {i}\n" for i in range(100))
     shown = _render(approval("write_file", {"path": "notes.md", "content": content}))
