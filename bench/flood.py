@@ -151,11 +151,11 @@ def start_flood(client: Any, sid: str, prefix: str, trickle_s: float, timeout: f
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for container in client.containers.list(filters={"label": f"org.cubicle.session={sid}"}):
-            top = container.top()
+            top = container.top(ps_args="-o pid,args -ww")  # -ww: whole command lines
             processes = [dict(zip(top["Titles"], p, strict=True)) for p in top["Processes"] or []]
-            if any(f"sleep {ATTACK_COMMAND_S}" in p["CMD"] for p in processes):
-                toolbox = next(p["PID"] for p in processes if "toolbox.py" in p["CMD"])
-                return subprocess.Popen([sys.executable, "-c", FLOOD, toolbox, prefix, str(trickle_s)])
+            toolbox = [p["PID"] for p in processes if p["COMMAND"].startswith("/usr/bin/python3 -I -S")]
+            if toolbox and any(f"sleep {ATTACK_COMMAND_S}" in p["COMMAND"] for p in processes):
+                return subprocess.Popen([sys.executable, "-c", FLOOD, toolbox[0], prefix, str(trickle_s)])
         time.sleep(0.05)
     raise TimeoutError(f"the attacker's command never started in session {sid}")
 
@@ -176,7 +176,8 @@ def measure(
             writer.wait(TRICKLE_S + 30)
     writer.kill()
     attacked = FloodRun(Sample(list(health)), step_latencies(events))
-    attacked.attacker = next(e for e in controller.finished(attacker) if e["type"] == "tool_result")
+    results = [e for e in controller.finished(attacker) if e["type"] == "tool_result"]
+    attacked.attacker = results[0] if results else {"is_error": False, "output": "(the attacker's call never ended)"}
     return baseline, attacked
 
 
