@@ -154,25 +154,18 @@ def test_approve_without_a_terminal_is_a_usage_error_before_any_container(
     assert owned_by(docker_client, instance) == []
 
 
-def test_ctrl_c_kills_the_command_and_removes_the_container(
-    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
-) -> None:
+def _start_long_run(tmp_path: Path, repo: Path, docker_client: Any, instance: str) -> subprocess.Popen[str]:
+    """`cubicle run --json` on a command that sleeps 300 s, returned once the command runs in its container."""
     long = {
         "name": "long",
-        "turns": [
-            {
-                "content": [
-                    {"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300", "timeout_s": 600}}
-                ]
-            }
-        ],
+        "turns": [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300"}}]}],
     }
-    instance = "ctrl-c-test"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "controller", "run", str(make_repo()), "wait", "--json", "--command-timeout", "600",
+        [sys.executable, "-m", "controller", "run", str(repo), "wait", "--json", "--command-timeout", "600",
          "--scenario", scenario_file(tmp_path, long)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**base, "CUBICLE_INSTANCE": instance},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, "CUBICLE_INSTANCE": instance},
     )  # fmt: skip
     assert process.stdout is not None
     for line in process.stdout:
@@ -180,6 +173,14 @@ def test_ctrl_c_kills_the_command_and_removes_the_container(
             break
     time.sleep(0.5)
     assert owned_by(docker_client, instance)
+    return process
+
+
+def test_ctrl_c_kills_the_command_and_removes_the_container(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    instance = "ctrl-c-test"
+    process = _start_long_run(tmp_path, make_repo(), docker_client, instance)
     started = time.monotonic()
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=30)
@@ -315,24 +316,8 @@ def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
 def test_sigterm_and_sighup_clean_up_like_ctrl_c(
     signum: signal.Signals, tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
-    long = {
-        "name": "long",
-        "turns": [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300"}}]}],
-    }
     instance = f"signal-{signum.name.lower()}-test"
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controller", "run", str(make_repo()), "wait", "--json", "--command-timeout", "600",
-         "--scenario", scenario_file(tmp_path, long)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**base, "CUBICLE_INSTANCE": instance},
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        if json.loads(line)["type"] == "tool_call":
-            break
-    time.sleep(0.5)
-    assert owned_by(docker_client, instance)
+    process = _start_long_run(tmp_path, make_repo(), docker_client, instance)
     process.send_signal(signum)
     rest, errors = process.communicate(timeout=30)
     assert process.returncode == 128 + signum, errors
