@@ -121,7 +121,8 @@ async def test_inspect_shows_the_hardening(sandbox: DockerSandbox, docker_client
     assert host["ReadonlyRootfs"] is True and host["Privileged"] is False
     assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
     assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == limits.pids
-    assert host["NetworkMode"] == "none" and host["Init"] is True
+    assert host["NetworkMode"] == "none" and not host.get("Init")  # the image's own tini is pid 1, not Docker's
+    assert attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "--"]
     assert host["LogConfig"]["Type"] == "none"
     assert not host["Devices"] and host["IpcMode"] == "private"
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
