@@ -62,6 +62,7 @@ OWN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 _out_lock = threading.Lock()
 _active_groups: set[int] = set()
 _groups_lock = threading.Lock()
+_spawning = 0  # requests that are starting or running a process; under _groups_lock
 _command_env: dict[str, str] | None = None  # what the container was started with; commands get it
 
 
@@ -409,7 +410,7 @@ def search(args: JSON) -> JSON:
     cmd += ["--regexp", args["pattern"]]
     if target != WORKSPACE:
         cmd += ["--", _display(target)]
-    run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S, new_session=False)
+    run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S, new_session=True)
     code = run["exit_code"]
     errors = str(run["stderr"]["text"]).strip()
     if code == 2 and (
@@ -502,7 +503,28 @@ def _run(
     job: Job | None = None,
     env: dict[str, str] | None = None,
 ) -> JSON:
+    global _spawning
     start = time.monotonic()
+    with _groups_lock:
+        _spawning += 1
+    try:
+        return _run_counted(cmd, cap, timeout, new_session, job, env, start)
+    finally:
+        with _groups_lock:
+            _spawning -= 1
+            if new_session and _spawning == 0:
+                _kill_everything_else()
+
+
+def _run_counted(
+    cmd: list[str],
+    cap: int,
+    timeout: float,
+    new_session: bool,
+    job: Job | None,
+    env: dict[str, str] | None,
+    start: float,
+) -> JSON:
     if job and job.cancelled:  # cancelled before it started: it never runs
         return _outcome(128 + signal.SIGKILL, Capture(0), Capture(0), False, start)
     proc = subprocess.Popen(
@@ -635,6 +657,18 @@ def _signal(proc: subprocess.Popen[bytes], group: int | None, sig: int) -> None:
 def _kill_group(group: int, sig: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(group, sig)
+
+
+def _kill_everything_else() -> None:
+    """With no other request running a process, nothing but pid 1 and the toolbox may live: kill(-1) ends the rest.
+
+    The sweep lists /proc and then kills, so a chain of processes that each fork and exit within
+    microseconds is gone from the list by the time it is killed, and slips through. kill(-1) is one
+    atomic act against fork in the kernel. The caller holds _groups_lock, so no request starts a
+    process meanwhile.
+    """
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
 
 
 def _sweep_strays() -> None:
