@@ -410,7 +410,7 @@ def search(args: JSON) -> JSON:
     cmd += ["--regexp", args["pattern"]]
     if target != WORKSPACE:
         cmd += ["--", _display(target)]
-    run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S, new_session=True)
+    run = _run(cmd, args.get("max_output") or 64 * 1024, SEARCH_TIMEOUT_S)
     code = run["exit_code"]
     errors = str(run["stderr"]["text"]).strip()
     if code == 2 and (
@@ -423,7 +423,7 @@ def search(args: JSON) -> JSON:
 def run_command(args: JSON, job: Job | None = None) -> JSON:
     cmd = ["bash", "-lc", args["command"]]
     timeout = float(args.get("timeout_s") or 60)
-    result = _run(cmd, args.get("max_output") or 1 << 20, timeout, new_session=True, job=job, env=_command_env)
+    result = _run(cmd, args.get("max_output") or 1 << 20, timeout, job=job, env=_command_env)
     result["cancelled"] = bool(job and job.cancelled)
     return result
 
@@ -495,35 +495,23 @@ def _raise_oom_score(pid: int) -> None:
         pass
 
 
-def _run(
-    cmd: list[str],
-    cap: int,
-    timeout: float,
-    new_session: bool,
-    job: Job | None = None,
-    env: dict[str, str] | None = None,
-) -> JSON:
+def _run(cmd: list[str], cap: int, timeout: float, job: Job | None = None, env: dict[str, str] | None = None) -> JSON:
+    """Run ``cmd`` in a session of its own; when it ends, nothing it started is left (see _kill_everything_else)."""
     global _spawning
     start = time.monotonic()
     with _groups_lock:
         _spawning += 1
     try:
-        return _run_counted(cmd, cap, timeout, new_session, job, env, start)
+        return _run_counted(cmd, cap, timeout, job, env, start)
     finally:
         with _groups_lock:
             _spawning -= 1
-            if new_session and _spawning == 0:
+            if _spawning == 0:
                 _kill_everything_else()
 
 
 def _run_counted(
-    cmd: list[str],
-    cap: int,
-    timeout: float,
-    new_session: bool,
-    job: Job | None,
-    env: dict[str, str] | None,
-    start: float,
+    cmd: list[str], cap: int, timeout: float, job: Job | None, env: dict[str, str] | None, start: float
 ) -> JSON:
     if job and job.cancelled:  # cancelled before it started: it never runs
         return _outcome(128 + signal.SIGKILL, Capture(0), Capture(0), False, start)
@@ -534,27 +522,25 @@ def _run_counted(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=new_session,
+        start_new_session=True,
     )
     _raise_oom_score(proc.pid)
-    group = proc.pid if new_session else None
-    if group:
-        with _groups_lock:
-            _active_groups.add(group)
-        if job:
-            with _jobs_lock:
-                job.group = group
+    group = proc.pid
+    with _groups_lock:
+        _active_groups.add(group)
+    if job:
+        with _jobs_lock:
+            job.group = group
     try:
         out, err, timed_out = _pump(proc, cap, start + timeout, group, job)
     finally:
         if job:
             with _jobs_lock:
                 job.finished = True
-        if group:
-            _kill_group(group, signal.SIGKILL)
-            with _groups_lock:
-                _active_groups.discard(group)
-            _sweep_strays()
+        _kill_group(group, signal.SIGKILL)
+        with _groups_lock:
+            _active_groups.discard(group)
+        _sweep_strays()
         for pipe in (proc.stdout, proc.stderr):
             if pipe:
                 pipe.close()
@@ -584,7 +570,7 @@ def _exit_fd(pid: int) -> int | None:
 
 
 def _pump(
-    proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int | None, job: Job | None = None
+    proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int, job: Job | None = None
 ) -> tuple[Capture, Capture, bool]:
     """Read both pipes until the command exits (and its pipes drain), times out or is cancelled.
 
@@ -613,9 +599,9 @@ def _pump(
             now = time.monotonic()
             if not timed_out and not cancelled_at and now >= deadline:
                 timed_out, term_at = True, now
-                _signal(proc, group, signal.SIGTERM)
+                _kill_group(group, signal.SIGTERM)
             if timed_out and now >= term_at + KILL_GRACE_S:
-                _signal(proc, group, signal.SIGKILL)
+                _kill_group(group, signal.SIGKILL)
                 if now >= term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S:
                     break  # stuck in the kernel; report it rather than wait forever
             if not exited_at and proc.poll() is not None:
@@ -635,7 +621,7 @@ def _pump(
                 elif job and key.fd == job.wake:
                     sel.unregister(job.wake)
                     cancelled_at = now
-                    _signal(proc, group, signal.SIGKILL)  # in case the cancel came before the group existed
+                    _kill_group(group, signal.SIGKILL)  # the cancel may have come before the job knew its group
                 elif data := os.read(key.fd, READ_CHUNK):
                     captures[key.fd].feed(data)
                 else:
@@ -645,13 +631,6 @@ def _pump(
         if exit_fd is not None:
             os.close(exit_fd)
     return out, err, timed_out
-
-
-def _signal(proc: subprocess.Popen[bytes], group: int | None, sig: int) -> None:
-    if group:
-        _kill_group(group, sig)
-    elif proc.poll() is None:
-        proc.send_signal(sig)
 
 
 def _kill_group(group: int, sig: int) -> None:
