@@ -82,7 +82,7 @@ class Conversation:
         return bool(dangling)
 
 
-Checkpoint = Callable[["Conversation"], Awaitable[None]]
+SaveTranscript = Callable[["Conversation"], Awaitable[None]]
 """Called after every change to the transcript, so it can be persisted before anything else happens."""
 
 
@@ -105,7 +105,7 @@ class Agent:
         limits: Limits,
         system: str,
         approver: Approver | None = None,
-        checkpoint: Checkpoint | None = None,
+        save_transcript: SaveTranscript | None = None,
     ) -> None:
         self.session_id = session_id
         self.model = model
@@ -114,7 +114,7 @@ class Agent:
         self.limits = limits
         self.system = system
         self.approver = approver
-        self.checkpoint = checkpoint
+        self.save_transcript = save_transcript
         self._tool_definitions = tools.definitions()
         self._answered: dict[str, dict[str, Any]] = {}
         """Results of the current step's calls as they finish, kept for a turn stopped mid-step."""
@@ -238,8 +238,8 @@ class Agent:
         return block
 
     async def _save(self, convo: Conversation) -> None:
-        if self.checkpoint is not None:
-            await self.checkpoint(convo)
+        if self.save_transcript is not None:
+            await self.save_transcript(convo)
 
     async def _on_text(self, text: str) -> None:
         await self._emit(TextDelta(session_id=self.session_id, text=text))

@@ -224,7 +224,7 @@ class Manager:
             live.idle_timer.cancel()
             live.idle_timer = None
         live.convo.add_user_text(text)
-        self._checkpoint_now(live)
+        self._save_transcript_now(live)
         agent = Agent(
             session_id=live.record_id,
             model=self._model(live.model),
@@ -232,7 +232,7 @@ class Manager:
             sink=_StoreSink(self, live),
             limits=live.limits,
             system=self.settings.system_prompt or SYSTEM_PROMPT,
-            checkpoint=lambda convo: self._checkpoint(live),
+            save_transcript=lambda convo: self._save_transcript(live),
         )
         live.failure = None
         live.task = asyncio.create_task(self._run_turn(live, agent), name=f"turn-{live.record_id}")
@@ -252,10 +252,10 @@ class Manager:
             live.notify()
             return None
 
-    async def _checkpoint(self, live: Live) -> None:
-        self._checkpoint_now(live)
+    async def _save_transcript(self, live: Live) -> None:
+        self._save_transcript_now(live)
 
-    def _checkpoint_now(self, live: Live) -> None:
+    def _save_transcript_now(self, live: Live) -> None:
         self.store.save_messages(live.record_id, live.convo.messages, max(0, live.saved - 1))
         live.saved = len(live.convo.messages)
 

@@ -1,6 +1,10 @@
-"""A testcontainers container for Cubicle: the controller image, the Docker socket, a ready API.
+"""Test doubles that ship with Cubicle, for its own tests and for yours.
 
-Use it to test your own integration against a real Cubicle (the README has a complete,
+``CubicleContainer`` is a testcontainers container: the controller image, the Docker socket,
+a ready API. ``NoSandbox`` is a sandbox that refuses every call, for API tests that never
+reach a tool. Nothing in Settings, the CLI or the API can select either; code passes them in.
+
+Use ``CubicleContainer`` to test your own integration against a real Cubicle (the README has a complete,
 tested example):
 
     with CubicleContainer(token="t", repo_roots=[repos_dir], scenario=scenario_file) as cubicle:
@@ -23,11 +27,25 @@ import httpx
 from testcontainers.core.container import DockerContainer
 
 from .owners import MANAGED
+from .protocol import Failure, Outcome
 
 DEFAULT_IMAGE = "cubicle-controller:latest"
 PORT = 8750
 SCRIPTED_PORT = 8123
 SCENARIO_PATH = "/etc/cubicle/scenario.json"
+
+
+class NoSandbox:
+    """A sandbox that refuses every call: for tests that never reach a tool."""
+
+    async def start(self) -> None:
+        return None
+
+    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
+        return Failure(kind="unavailable", message="This test runs without a sandbox.")
+
+    async def stop(self) -> None:
+        return None
 
 
 class CubicleContainer(DockerContainer):

@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from controller.api import create_app
 from controller.config import Settings
 from controller.scripted import serve_in_thread
-from tests.unit.test_api import NoSandbox
+from controller.testing import NoSandbox
 
 TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

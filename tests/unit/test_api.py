@@ -12,22 +12,9 @@ from fastapi.testclient import TestClient
 
 from controller.api import create_app
 from controller.config import Limits, Settings
-from controller.protocol import Failure, Outcome
+from controller.testing import NoSandbox
 
 TOKEN = "unit-test-token"
-
-
-class NoSandbox:
-    """A sandbox seam that refuses every call: these tests never reach a tool."""
-
-    async def start(self) -> None:
-        return None
-
-    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
-        return Failure(kind="unavailable", message="no sandbox in unit tests")
-
-    async def stop(self) -> None:
-        return None
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from controller.api import create_app
 from controller.config import Settings
-from tests.unit.test_api import NoSandbox
+from controller.testing import NoSandbox
 
 TOKEN = "docs-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

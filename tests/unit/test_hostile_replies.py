@@ -24,9 +24,9 @@ from controller.api import create_app
 from controller.config import Settings
 from controller.model import INVALID_INPUT, collect, parse_tool_input
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from controller.testing import NoSandbox
 from tests.agent_harness import register, text
 from tests.integration.api_helpers import Api
-from tests.unit.test_api import NoSandbox
 
 TOKEN = "hostile-token"
 LONE = "\ud800"
