@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_sync
-from controller import owners, tools
+from controller import owners, protocol, tools
 from controller.config import Limits, Settings
 from controller.protocol import CommandResult, PingResult
 from controller.sandbox import DockerSandbox
@@ -49,14 +49,16 @@ async def tool_overhead(report: Report, client: Any, image: str, root: Path, qui
     await box.start()
     try:
         n, m = (100, 30) if quick else (500, 100)
-        ours = await time_async(lambda: box.call("read_file", {"path": "README.md"}, 30), n)
+        ours = await time_async(lambda: box.call(protocol.call("read_file", path="README.md"), 30), n)
         container = box.container
         exec_cat = time_sync(lambda: container.exec_run(["cat", "/workspace/README.md"]), m)
         met = report.check(
             ours.p50 <= exec_cat.p50 / 25, f"read_file p50 {ms(ours.p50)} > 1/25 of docker exec {ms(exec_cat.p50)}"
         )
         report.rows.append(Row("read_file round trip", ours, "docker exec cat (SDK)", exec_cat, "≤ 1/25 of exec", met))
-        ours_cmd = await time_async(lambda: box.call("run_command", {"command": "true", "timeout_s": 10}, 30), n // 2)
+        ours_cmd = await time_async(
+            lambda: box.call(protocol.call("run_command", command="true", timeout_s=10), 30), n // 2
+        )
         exec_true = time_sync(lambda: container.exec_run(["true"]), m)
         report.rows.append(Row('run_command("true")', ours_cmd, "docker exec true (SDK)", exec_true))
     finally:
@@ -76,11 +78,11 @@ async def command_tail_latency(report: Report, client: Any, image: str, root: Pa
     await box.start()
     try:
         n = 200 if quick else 1000
-        ping = await time_async(lambda: box.call("ping", {}, 30), n, warmup=20)
+        ping = await time_async(lambda: box.call(protocol.call("ping"), 30), n, warmup=20)
         inside: list[float] = []
 
         async def true() -> None:
-            result = await box.call("run_command", {"command": "true", "timeout_s": 10}, 30)
+            result = await box.call(protocol.call("run_command", command="true", timeout_s=10), 30)
             assert isinstance(result, CommandResult) and result.exit_code == 0, result
             inside.append(result.duration_s)
 
@@ -159,7 +161,7 @@ async def output_flood(report: Report, client: Any, image: str, root: Path) -> N
     box = sandbox(client, image, make_repo(root, "flood"))
     await box.start()
     try:
-        ping = await box.call("ping", {}, 30)
+        ping = await box.call(protocol.call("ping"), 30)
         assert isinstance(ping, PingResult)
         rss_before = current_rss_mb()
         start = time.perf_counter()
@@ -168,7 +170,9 @@ async def output_flood(report: Report, client: Any, image: str, root: Path) -> N
         )
         took = time.perf_counter() - start
         rss_growth = current_rss_mb() - rss_before
-        hwm = await box.call("run_command", {"command": f"grep VmHWM /proc/{ping.pid}/status", "timeout_s": 10}, 30)
+        hwm = await box.call(
+            protocol.call("run_command", command=f"grep VmHWM /proc/{ping.pid}/status", timeout_s=10), 30
+        )
         toolbox_kb = int(hwm.stdout.text.split()[1]) if hasattr(hwm, "stdout") else -1
         container = box.container
 
@@ -333,7 +337,7 @@ async def peer(report: Report, client: Any, image: str, root: Path, quick: bool)
         ours_open.append(time.perf_counter() - start)
         ours_cmd += (
             await time_async(
-                lambda b=box: b.call("run_command", {"command": "true", "timeout_s": 10}, 30), 10, warmup=1
+                lambda b=box: b.call(protocol.call("run_command", command="true", timeout_s=10), 30), 10, warmup=1
             )
         ).values
         start = time.perf_counter()

@@ -17,15 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import socket
 import struct
 from collections.abc import Iterator
-from typing import Any
 
 from .errors import ToolboxGoneError
-from .protocol import Response
+from .protocol import Call, Cancel, CancelArgs, Response
 
 log = logging.getLogger(__name__)
 
@@ -100,12 +98,12 @@ class ToolboxChannel:
         """The last few KiB the toolbox wrote to stderr, for error messages."""
         return self._stderr.decode("utf-8", "replace")
 
-    async def request(self, op: str, args: dict[str, Any], timeout: float, *, interruptible: bool = False) -> Response:
+    async def request(self, call: Call, timeout: float) -> Response:
         """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError.
 
-        With ``interruptible``, cancelling the caller asks the toolbox to stop the operation and
-        returns what it answered (a command's output so far) instead of raising, if that answer comes
-        within CANCEL_WAIT_S; the caller then sees ``current_task().cancelling()`` and must re-raise.
+        For an ``interruptible`` call (a command), cancelling the caller asks the toolbox to stop it and
+        returns what it answered (the output so far) instead of raising, if that answer comes within
+        CANCEL_WAIT_S; the caller then sees ``current_task().cancelling()`` and must re-raise.
         """
         if self._closed_reason is not None:
             raise ToolboxGoneError(self._closed_reason)
@@ -113,13 +111,13 @@ class ToolboxChannel:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            self._send(rid, op, args)
+            self._send(call.model_copy(update={"id": rid}))
             try:
                 async with asyncio.timeout(timeout):
                     await self._writer.drain()
                     return await asyncio.shield(future)
             except asyncio.CancelledError:
-                if not interruptible or future.done() or self._closed_reason is not None:
+                if not call.interruptible or future.done() or self._closed_reason is not None:
                     raise
                 return await self._interrupt(rid, future)
         except TimeoutError:
@@ -129,12 +127,12 @@ class ToolboxChannel:
         finally:
             self._pending.pop(rid, None)
 
-    def _send(self, rid: int, op: str, args: dict[str, Any]) -> None:
-        self._writer.write(json.dumps({"id": rid, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n")
+    def _send(self, call: Call) -> None:
+        self._writer.write(call.model_dump_json().encode() + b"\n")
 
     async def _interrupt(self, rid: int, future: asyncio.Future[Response]) -> Response:
         """Ask the toolbox to stop request ``rid`` and wait briefly for its (partial) answer."""
-        self._send(next(self._ids), "cancel", {"id": rid})
+        self._send(Cancel(id=next(self._ids), args=CancelArgs(id=rid)))
         try:
             async with asyncio.timeout(CANCEL_WAIT_S):
                 return await asyncio.shield(future)

@@ -1,22 +1,34 @@
-"""The wire between the controller and the toolbox, as pydantic models.
+"""The wire between the controller and the toolbox, typed in both directions.
 
-A request is ``{"id", "op", "args"}``; a response is ``{"id", "ok", "result" | "error"}``.
+A request is ``{"id", "op", "args"}``: one model per operation, ``op`` its discriminator,
+``args`` its argument model and ``result`` (a class attribute) the model its answer must
+fit. ``REQUESTS`` is the one table of operations; everything else (the op names, the tools'
+schemas, how answers are validated) is derived from it. A response is
+``{"id", "ok", "result" | "error"}``.
+
 Every model rejects unknown keys, so a toolbox and a controller that drifted apart fail
-loudly instead of silently dropping fields. The argument models double as the tools'
-input schemas, so what the model is told and what is validated can never disagree.
+loudly instead of silently dropping fields. The tools' argument models double as their
+input schemas, so what the model is told and what is validated can never disagree; the
+fields only the toolbox sees (the resolved timeout, the output cap) live in subclasses.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-Op = Literal["list_files", "read_file", "write_file", "edit_file", "search", "run_command", "ping", "cancel"]
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 MAX_PATH = 4096
 MAX_CONTENT = 10 * 1024 * 1024
 MAX_COMMAND = 256 * 1024
+DEFAULT_COMMAND_TIMEOUT_S = 60
+"""What the toolbox falls back to when a run_command names no timeout (the controller always names one)."""
+DEFAULT_COMMAND_OUTPUT = 1 << 20
+"""Bytes of each of stdout and stderr a command keeps when the request names no cap."""
+DEFAULT_SEARCH_OUTPUT = 64 * 1024
+"""Bytes of matches a search keeps when the request names no cap."""
+KILL_GRACE_S = 2.0
+"""Between the toolbox's SIGTERM and SIGKILL of a command that outlived its timeout."""
 
 
 class Strict(BaseModel):
@@ -71,14 +83,27 @@ class RunCommandArgs(Strict):
     )
 
 
-ARGS: dict[str, type[Strict]] = {
-    "list_files": ListFilesArgs,
-    "read_file": ReadFileArgs,
-    "write_file": WriteFileArgs,
-    "edit_file": EditFileArgs,
-    "search": SearchArgs,
-    "run_command": RunCommandArgs,
-}
+class SearchOptions(SearchArgs):
+    """A search as the toolbox gets it: the model's arguments plus the output cap."""
+
+    max_output: int = Field(DEFAULT_SEARCH_OUTPUT, ge=1, le=1 << 30)
+
+
+class RunCommandOptions(RunCommandArgs):
+    """A command as the toolbox gets it: the timeout resolved against the session's limits, and the output cap."""
+
+    timeout_s: int = Field(DEFAULT_COMMAND_TIMEOUT_S, ge=1, le=86400)
+    max_output: int = Field(DEFAULT_COMMAND_OUTPUT, ge=1, le=1 << 30)
+
+
+class PingArgs(Strict):
+    pass
+
+
+class CancelArgs(Strict):
+    """Stop the command started by request ``id`` now; that request then answers with what it captured."""
+
+    id: int
 
 
 # --------------------------------------------------------------------------- results
@@ -137,12 +162,6 @@ class CommandResult(Strict):
     cancelled: bool = False
 
 
-class CancelArgs(Strict):
-    """Stop the command started by request ``id`` now; that request then answers with what it captured."""
-
-    id: int
-
-
 class PingResult(Strict):
     pid: int
     uid: int
@@ -152,25 +171,90 @@ class CancelResult(Strict):
     cancelled: bool = Field(description="False when no command of that request was running any more.")
 
 
-RESULTS: dict[str, type[Strict]] = {
-    "list_files": ListResult,
-    "read_file": ReadResult,
-    "write_file": WriteResult,
-    "edit_file": EditResult,
-    "search": SearchResult,
-    "run_command": CommandResult,
-    "ping": PingResult,
-    "cancel": CancelResult,
-}
+# --------------------------------------------------------------------------- requests
+
+
+class Call(Strict):
+    """One request to the toolbox. The channel sets ``id``; subclasses fix ``op``, ``args`` and ``result``."""
+
+    id: int = 0
+    op: str
+    args: Strict
+    result: ClassVar[type[Strict]]
+    interruptible: ClassVar[bool] = False
+    """A cancelled caller asks the toolbox to stop it and still gets its (partial) answer."""
+
+    @classmethod
+    def op_name(cls) -> str:
+        default = cls.model_fields["op"].default
+        assert isinstance(default, str), f"{cls.__name__} has no fixed op"
+        return default
+
+
+class ListFiles(Call):
+    op: Literal["list_files"] = "list_files"
+    args: ListFilesArgs
+    result = ListResult
+
+
+class ReadFile(Call):
+    op: Literal["read_file"] = "read_file"
+    args: ReadFileArgs
+    result = ReadResult
+
+
+class WriteFile(Call):
+    op: Literal["write_file"] = "write_file"
+    args: WriteFileArgs
+    result = WriteResult
+
+
+class EditFile(Call):
+    op: Literal["edit_file"] = "edit_file"
+    args: EditFileArgs
+    result = EditResult
+
+
+class Search(Call):
+    op: Literal["search"] = "search"
+    args: SearchOptions
+    result = SearchResult
+
+
+class RunCommand(Call):
+    op: Literal["run_command"] = "run_command"
+    args: RunCommandOptions
+    result = CommandResult
+    interruptible = True
+
+
+class Ping(Call):
+    op: Literal["ping"] = "ping"
+    args: PingArgs = Field(default_factory=PingArgs)
+    result = PingResult
+
+
+class Cancel(Call):
+    op: Literal["cancel"] = "cancel"
+    args: CancelArgs
+    result = CancelResult
+
+
+REQUESTS: tuple[type[Call], ...] = (ListFiles, ReadFile, WriteFile, EditFile, Search, RunCommand, Ping, Cancel)
+"""Every operation the toolbox answers, named once."""
+OPS: dict[str, type[Call]] = {request.op_name(): request for request in REQUESTS}
+AnyCall = Annotated[
+    ListFiles | ReadFile | WriteFile | EditFile | Search | RunCommand | Ping | Cancel, Field(discriminator="op")
+]
+_CALL_ADAPTER: TypeAdapter[Call] = TypeAdapter(AnyCall)
+
+
+def call(op: str, **args: Any) -> Call:
+    """The typed request for ``op`` with ``args``; raises pydantic's ValidationError for a bad op or argument."""
+    return _CALL_ADAPTER.validate_python({"op": op, "args": args})
 
 
 # --------------------------------------------------------------------------- envelope
-
-
-class Request(Strict):
-    id: int
-    op: Op
-    args: dict[str, Any]
 
 
 class Failure(Strict):

@@ -28,7 +28,7 @@ from . import images, owners
 from .channel import ToolboxChannel
 from .config import Limits
 from .errors import SandboxError, ToolboxGoneError
-from .protocol import RESULTS, Failure, Outcome
+from .protocol import Call, Failure, Outcome, Ping
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Sandbox(Protocol):
 
     async def start(self) -> None: ...
 
-    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome: ...
+    async def call(self, request: Call, timeout: float) -> Outcome: ...
 
     async def stop(self) -> None: ...
 
@@ -177,13 +177,13 @@ class DockerSandbox:
                 await self._discard()
                 await self._launch()
 
-    async def call(self, op: str, args: dict[str, Any], timeout: float) -> Outcome:
+    async def call(self, request: Call, timeout: float) -> Outcome:
         await self.start()
         channel = self._channel
         if channel is None:  # stopped by someone else between start() and here
             return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
         try:
-            response = await channel.request(op, args, timeout, interruptible=op == "run_command")
+            response = await channel.request(request, timeout)
         except TimeoutError:
             await self._replace_after_failure(channel)
             return Failure(
@@ -203,9 +203,11 @@ class DockerSandbox:
                 kind="internal", message="The toolbox returned neither a result nor an error."
             )
         try:
-            return RESULTS[op].model_validate(response.result)
+            return request.result.model_validate(response.result)
         except ValidationError as err:
-            return Failure(kind="protocol", message=f"The toolbox answered {op} with an unexpected shape: {err}")
+            return Failure(
+                kind="protocol", message=f"The toolbox answered {request.op} with an unexpected shape: {err}"
+            )
 
     async def stop(self) -> None:
         """Kill and remove the container at once (no stop grace)."""
@@ -232,7 +234,7 @@ class DockerSandbox:
             )
             self._channel = await ToolboxChannel.open(_raw_socket(attached))
             await asyncio.to_thread(self.container.start)
-            await self._channel.request("ping", {}, READY_TIMEOUT_S)
+            await self._channel.request(Ping(), READY_TIMEOUT_S)
         except SandboxError:
             await self._discard()
             raise

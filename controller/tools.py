@@ -19,16 +19,28 @@ from .config import Limits
 from .model import INVALID_INPUT
 from .output import truncate_middle
 from .protocol import (
-    ARGS,
+    KILL_GRACE_S,
+    Call,
     CommandResult,
+    EditFile,
+    EditFileArgs,
     EditResult,
     Failure,
+    ListFiles,
+    ListFilesArgs,
     ListResult,
+    ReadFile,
+    ReadFileArgs,
     ReadResult,
+    RunCommand,
     RunCommandArgs,
+    Search,
+    SearchArgs,
     SearchResult,
     Stream,
     Strict,
+    WriteFile,
+    WriteFileArgs,
     WriteResult,
 )
 from .sandbox import Sandbox
@@ -36,20 +48,27 @@ from .sandbox import Sandbox
 Approver = Callable[[str, dict[str, Any]], Awaitable[bool]]
 """Asked before a tool that changes things runs; False declines the call."""
 
-KILL_GRACE_S = 2.0
 DEADLINE_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
 class Tool:
-    name: str
+    """A tool: the toolbox operation it runs, the arguments the model gives it, and how its result reads.
+
+    ``args`` is the model's half of the request's argument model (a run_command's request adds the
+    resolved timeout and the output cap), so the schema the model sees is generated from the same
+    model the toolbox request is built from.
+    """
+
+    request: type[Call]
+    args: type[Strict]
     description: str
     read_only: bool
     render: Callable[[Any], str]
 
     @property
-    def args(self) -> type[Strict]:
-        return ARGS[self.name]
+    def name(self) -> str:
+        return self.request.op_name()
 
     def definition(self) -> dict[str, Any]:
         schema = self.args.model_json_schema()
@@ -131,28 +150,32 @@ TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
         Tool(
-            "list_files",
+            ListFiles,
+            ListFilesArgs,
             "List files and directories under a path in the repository, with type and size in bytes. "
             "Descends `depth` levels (default 2); .git is shown but not entered. At most 1000 entries.",
             read_only=True,
             render=_render_list,
         ),
         Tool(
-            "read_file",
+            ReadFile,
+            ReadFileArgs,
             "Read a text file. Lines come back numbered (`number<TAB>text`); the numbers are not part of the file. "
             "Shows up to `limit` lines from line `offset`; long lines are cut. Use offset to page through big files.",
             read_only=True,
             render=_render_read,
         ),
         Tool(
-            "write_file",
+            WriteFile,
+            WriteFileArgs,
             "Create or overwrite a file with the complete `content`; parent directories are created. "
             "For a small change to an existing file prefer edit_file.",
             read_only=False,
             render=_render_write,
         ),
         Tool(
-            "edit_file",
+            EditFile,
+            EditFileArgs,
             "Replace the exact text `old_string` with `new_string` in a file. old_string must match the file exactly, "
             "whitespace included, and be unique unless replace_all is true; include a few surrounding lines to make it unique. "
             "Read the file first.",
@@ -160,14 +183,16 @@ TOOLS: dict[str, Tool] = {
             render=_render_edit,
         ),
         Tool(
-            "search",
+            Search,
+            SearchArgs,
             "Search file contents with ripgrep (regular expression). Returns `path:line:text` matches, at most 100 per file; "
             "respects .gitignore. Narrow with path and glob.",
             read_only=True,
             render=_render_search,
         ),
         Tool(
-            "run_command",
+            RunCommand,
+            RunCommandArgs,
             "Run a shell command with `bash -lc` in the repository root inside an isolated Linux container and return "
             "exit code, stdout and stderr (long output is cut in the middle). The command is killed at its timeout. "
             "Background processes are stopped when the command returns, so start a server and its client in the same "
@@ -203,17 +228,17 @@ def _invalid_arguments(name: str, err: ValidationError) -> str:
     return f"Invalid arguments for {name}: " + "; ".join(problems) + f". Its arguments are: {allowed}."
 
 
-def _sandbox_args(name: str, args: Strict, limits: Limits) -> tuple[dict[str, Any], float]:
-    """The toolbox request and the controller's deadline for it."""
-    payload = args.model_dump()
+def _request(tool: Tool, args: Strict, limits: Limits) -> tuple[Call, float]:
+    """The toolbox request for the model's ``args`` under ``limits``, and the controller's deadline for it."""
+    added: dict[str, Any] = {}
+    deadline = float(limits.op_timeout_s)
     if isinstance(args, RunCommandArgs):
         timeout = min(args.timeout_s or limits.default_command_timeout_s, limits.command_timeout_s)
-        payload["timeout_s"] = timeout
-        payload["max_output"] = limits.event_output_chars
-        return payload, timeout + KILL_GRACE_S + DEADLINE_MARGIN_S
-    if name == "search":
-        payload["max_output"] = limits.event_output_chars
-    return payload, float(limits.op_timeout_s)
+        added = {"timeout_s": timeout, "max_output": limits.event_output_chars}
+        deadline = timeout + KILL_GRACE_S + DEADLINE_MARGIN_S
+    elif isinstance(args, SearchArgs):
+        added = {"max_output": limits.event_output_chars}
+    return tool.request.model_validate({"args": {**args.model_dump(), **added}}), deadline
 
 
 def _outcome(text: str, is_error: bool, limits: Limits, started: float, exit_code: int | None = None) -> ToolOutcome:
@@ -246,8 +271,8 @@ async def execute(
                 started,
             )
         started = time.monotonic()  # the duration is the call's, not the time the user took to answer
-    payload, deadline = _sandbox_args(name, args, limits)
-    result = await sandbox.call(name, payload, deadline)
+    request, deadline = _request(tool, args, limits)
+    result = await sandbox.call(request, deadline)
     if isinstance(result, Failure):
         return _outcome(result.message, True, limits, started)
     if isinstance(result, CommandResult):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from controller import protocol
 from controller.protocol import CommandResult, Failure, Outcome, Strict
 from controller.sandbox import DockerSandbox
 
@@ -22,7 +23,7 @@ def failure(outcome: Outcome, kind: str) -> Failure:
 
 
 async def call(box: DockerSandbox, op: str, **args: Any) -> Outcome:
-    return await box.call(op, args, 60)
+    return await box.call(protocol.call(op, **args), 60)
 
 
 async def sh(box: DockerSandbox, command: str, timeout_s: int = 30) -> CommandResult:

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+from controller import protocol
 from controller.protocol import CommandResult, ReadResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, expect, failure, sh
@@ -31,7 +32,7 @@ async def test_toolbox_killed_from_inside(sandbox: DockerSandbox) -> None:
 
 async def test_controller_deadline_when_toolbox_is_silent(sandbox: DockerSandbox) -> None:
     started = time.monotonic()
-    outcome = await sandbox.call("run_command", {"command": "sleep 60", "timeout_s": 60}, 1.0)
+    outcome = await sandbox.call(protocol.call("run_command", command="sleep 60", timeout_s=60), 1.0)
     assert time.monotonic() - started < 3
     err = failure(outcome, "deadline")
     assert "restarted" in err.message

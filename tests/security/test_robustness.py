@@ -11,7 +11,7 @@ import pytest
 
 from controller import tools
 from controller.events import ToolResult
-from controller.protocol import Failure, ReadResult
+from controller.protocol import Failure, ListFiles, ListFilesArgs, ReadResult
 from controller.sandbox import DockerSandbox
 from tests.agent_harness import LIMITS, run_scenario, text, tool
 from tests.integration.helpers import call, sh
@@ -117,7 +117,8 @@ async def test_listing_a_directory_ten_thousand_levels_deep(box: DockerSandbox) 
         assert made.exit_code == 0
         listing = await call(box, "list_files", path=".", depth=10)
         assert not isinstance(listing, Failure) and len(listing.entries) < 1000  # type: ignore[union-attr]
-        deep = await call(box, "list_files", path="/".join(["d"] * 3000))
+        too_long = ListFilesArgs.model_construct(path="/".join(["d"] * 3000), depth=2)  # past MAX_PATH: the
+        deep = await box.call(ListFiles(args=too_long), 60)  # toolbox is checked on what a check would stop
         assert isinstance(deep, Failure) and deep.kind == "name_too_long"
         searched = await call(box, "search", pattern="nothing-here")
         assert not isinstance(searched, Failure)

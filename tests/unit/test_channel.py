@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from controller import protocol
 from controller.channel import ToolboxChannel
 from controller.errors import ToolboxGoneError
 
@@ -48,8 +49,8 @@ async def pair() -> AsyncIterator[tuple[ToolboxChannel, FakeEngine]]:
 
 async def test_answers_are_matched_by_id_in_any_order(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, engine = pair
-    first = asyncio.create_task(channel.request("read_file", {"path": "a"}, 5))
-    second = asyncio.create_task(channel.request("read_file", {"path": "b"}, 5))
+    first = asyncio.create_task(channel.request(protocol.call("read_file", path="a"), 5))
+    second = asyncio.create_task(channel.request(protocol.call("read_file", path="b"), 5))
     sent = await engine.requests(2)
     by_path = {r["args"]["path"]: r["id"] for r in sent}  # type: ignore[index]
     answer_b = json.dumps({"id": by_path["b"], "ok": True, "result": {"x": "b"}}).encode()
@@ -63,26 +64,26 @@ async def test_answers_are_matched_by_id_in_any_order(pair: tuple[ToolboxChannel
 
 async def test_end_of_stream_fails_every_pending_call(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, engine = pair
-    pending = asyncio.create_task(channel.request("run_command", {"command": "x"}, 5))
+    pending = asyncio.create_task(channel.request(protocol.call("run_command", command="x"), 5))
     await engine.requests(1)
     engine.sock.close()
     with pytest.raises(ToolboxGoneError, match="exited"):
         await pending
     assert not channel.alive
     with pytest.raises(ToolboxGoneError):
-        await channel.request("ping", {}, 5)
+        await channel.request(protocol.call("ping"), 5)
 
 
 async def test_silence_is_a_timeout(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, _ = pair
     with pytest.raises(TimeoutError):
-        await channel.request("ping", {}, 0.05)
+        await channel.request(protocol.call("ping"), 0.05)
     assert channel.alive
 
 
 async def test_an_endless_line_closes_the_channel_instead_of_growing(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, engine = pair  # the fixture's channel takes lines of at most 1 MiB
-    pending = asyncio.create_task(channel.request("ping", {}, 5))
+    pending = asyncio.create_task(channel.request(protocol.call("ping"), 5))
     await engine.requests(1)
     await engine.send(1, b'{"id":')  # looks like a response, then never ends
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the channel hangs up on us
@@ -99,7 +100,7 @@ async def test_anything_but_a_response_closes_the_channel_at_once(
 ) -> None:
     """A sandbox that reaches the toolbox's stream loses its own channel: pending calls fail now, not at their deadline."""
     channel, engine = pair
-    pending = asyncio.create_task(channel.request("run_command", {"command": "sleep 60"}, 60))
+    pending = asyncio.create_task(channel.request(protocol.call("run_command", command="sleep 60"), 60))
     await engine.requests(1)
     await engine.send(1, garbage)
     with pytest.raises(ToolboxGoneError, match="not a toolbox response"):
@@ -109,8 +110,8 @@ async def test_anything_but_a_response_closes_the_channel_at_once(
 
 async def test_garbage_after_answers_keeps_the_answers(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, engine = pair
-    first = asyncio.create_task(channel.request("ping", {}, 5))
-    second = asyncio.create_task(channel.request("ping", {}, 5))
+    first = asyncio.create_task(channel.request(protocol.call("ping"), 5))
+    second = asyncio.create_task(channel.request(protocol.call("ping"), 5))
     sent = await engine.requests(2)
     answer = json.dumps({"id": sent[0]["id"], "ok": True, "result": {"pid": 1, "uid": 2}}).encode()
     await engine.send(1, answer + b"\n" + json.dumps({"id": 12345, "ok": True, "result": {}}).encode() + b"\nrubbish")
@@ -134,7 +135,7 @@ async def test_receiving_is_linear_in_the_bytes_received() -> None:
 async def test_a_cancelled_command_returns_its_output_so_far(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     """Cancelling an interruptible call sends `cancel` for its id and hands back the toolbox's partial answer."""
     channel, engine = pair
-    running = asyncio.create_task(channel.request("run_command", {"command": "x"}, 60, interruptible=True))
+    running = asyncio.create_task(channel.request(protocol.call("run_command", command="x"), 60))
     (sent,) = await engine.requests(1)
     running.cancel()
     cancel = (await engine.requests(1))[0]
@@ -147,12 +148,12 @@ async def test_a_cancelled_command_returns_its_output_so_far(pair: tuple[Toolbox
 
 async def test_a_cancel_the_toolbox_does_not_answer_still_cancels(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
     channel, engine = pair
-    running = asyncio.create_task(channel.request("run_command", {"command": "x"}, 60, interruptible=True))
+    running = asyncio.create_task(channel.request(protocol.call("run_command", command="x"), 60))
     await engine.requests(1)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    reads = asyncio.create_task(channel.request("ping", {}, 60))  # not interruptible: cancels plainly
+    reads = asyncio.create_task(channel.request(protocol.call("ping"), 60))  # not interruptible: cancels plainly
     await engine.requests(2)
     reads.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -5,19 +5,45 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from controller import protocol
 from controller.config import Limits, Settings
-from controller.protocol import ARGS, RESULTS, CommandResult, Failure, ReadFileArgs, Request, Response
+from controller.protocol import OPS, REQUESTS, CommandResult, Failure, ReadFile, ReadFileArgs, Response, RunCommand
+from controller.tools import TOOLS
 
 
 def test_request_rejects_unknown_keys() -> None:
-    Request.model_validate({"id": 1, "op": "read_file", "args": {"path": "a"}})
+    ReadFile.model_validate({"id": 1, "op": "read_file", "args": {"path": "a"}})
     with pytest.raises(ValidationError, match="extra"):
-        Request.model_validate({"id": 1, "op": "read_file", "args": {}, "sudo": True})
+        ReadFile.model_validate({"id": 1, "op": "read_file", "args": {"path": "a"}, "sudo": True})
+    with pytest.raises(ValidationError, match="extra"):
+        protocol.call("read_file", path="a", sudo=True)
 
 
 def test_request_rejects_unknown_op() -> None:
     with pytest.raises(ValidationError):
-        Request.model_validate({"id": 1, "op": "exec_on_host", "args": {}})
+        protocol.call("exec_on_host")
+
+
+def test_a_request_goes_on_the_wire_as_id_op_args() -> None:
+    request = protocol.call("run_command", command="ls", timeout_s=5).model_copy(update={"id": 7})
+    assert request.model_dump_json() == (
+        '{"id":7,"op":"run_command","args":{"command":"ls","timeout_s":5,"max_output":1048576}}'
+    )
+    assert isinstance(request, RunCommand) and RunCommand.interruptible and RunCommand.result is CommandResult
+
+
+def test_the_table_names_each_operation_once() -> None:
+    assert list(OPS) == [r.op_name() for r in REQUESTS] and len(set(OPS)) == len(REQUESTS)
+    assert {"ping", "cancel"} | set(TOOLS) == set(OPS)
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_each_tool_schema_is_the_model_half_of_its_request(name: str) -> None:
+    """What the model is told is what the request is built from; only toolbox-side fields are added."""
+    tool = TOOLS[name]
+    wire = tool.request.model_fields["args"].annotation
+    assert isinstance(wire, type) and issubclass(wire, tool.args)
+    assert set(wire.model_fields) - set(tool.args.model_fields) <= {"max_output"}
 
 
 def test_response_rejects_unknown_keys() -> None:
@@ -41,10 +67,11 @@ def test_results_reject_unknown_keys() -> None:
         CommandResult.model_validate({**good, "pid": 4})
 
 
-@pytest.mark.parametrize("op", sorted(ARGS))
+@pytest.mark.parametrize("op", sorted(OPS))
 def test_every_argument_model_forbids_extra_fields(op: str) -> None:
-    assert ARGS[op].model_json_schema()["additionalProperties"] is False
-    assert op in RESULTS
+    args = OPS[op].model_fields["args"].annotation
+    assert isinstance(args, type) and args.model_json_schema()["additionalProperties"] is False
+    assert OPS[op].result.model_json_schema()["additionalProperties"] is False
 
 
 def test_argument_bounds() -> None:
