@@ -1,4 +1,8 @@
-"""Run the real agent loop on a scenario: the real SDK over HTTP to the scripted server, a real Docker sandbox."""
+"""Run the real agent loop on a scenario: the real SDK over HTTP to the scripted server.
+
+``run_scenario`` runs it against a real Docker sandbox; ``run_in_memory`` against a
+MemorySandbox holding the same small repository, for loop tests that need no container.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +18,14 @@ from controller.agent import Agent, Conversation, TurnOutcome
 from controller.config import Limits
 from controller.events import ListSink
 from controller.model import SYSTEM_PROMPT, AnthropicModel
-from controller.sandbox import DockerSandbox
+from controller.sandbox import DockerSandbox, Sandbox
 from controller.scripted import Scenario, ScriptedServer
+from controller.testing import MemorySandbox, Reply
 from controller.tools import Approver
 
 LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, max_steps=20)
+REPO_FILES = {"README.md": "# demo\n", "src/app.py": "def total(items):\n    return sum(items)\n"}
+"""What every scenario's repository holds, in Docker (see make_repo) and in memory alike."""
 
 
 def register(server: ScriptedServer, turns: list[dict[str, Any]], prefix: str = "t") -> str:
@@ -40,8 +47,15 @@ class Run:
     """One scripted session: its scenario, the sink's events and what the server recorded."""
 
     def __init__(
-        self, server: ScriptedServer, name: str, sink: ListSink, convo: Conversation, outcome: TurnOutcome
+        self,
+        server: ScriptedServer,
+        name: str,
+        sink: ListSink,
+        convo: Conversation,
+        outcome: TurnOutcome,
+        sandbox: Sandbox,
     ) -> None:
+        self.sandbox = sandbox
         self.requests = server.requests_for(name)
         self.events = sink.events
         self.convo = convo
@@ -57,28 +71,57 @@ class Run:
         return [e for e in self.events if isinstance(e, kind)]
 
 
+async def run_turn(
+    server: ScriptedServer,
+    sandbox: Sandbox,
+    turns: list[dict[str, Any]],
+    limits: Limits = LIMITS,
+    approver: Approver | None = None,
+    retries: int = 3,
+) -> Run:
+    """One turn of the real loop on ``turns``, answering "do the task"."""
+    name = register(server, turns)
+    client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=retries)  # type: ignore[attr-defined]
+    sink, convo = ListSink(), Conversation()
+    agent = Agent(
+        session_id=name,
+        model=AnthropicModel(client, name, 1024),
+        sandbox=sandbox,
+        sink=sink,
+        limits=limits,
+        system=SYSTEM_PROMPT,
+        approver=approver,
+    )
+    convo.add_user_text("do the task")
+    try:
+        outcome = await agent.run_turn(convo)
+    finally:
+        await client.close()
+    return Run(server, name, sink, convo, outcome, sandbox)
+
+
 @pytest.fixture
 def run_scenario(
     model_server: ScriptedServer, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
 ) -> Callable[..., Any]:
+    async def run(turns: list[dict[str, Any]], limits: Limits = LIMITS, **options: Any) -> Run:
+        return await run_turn(model_server, sandbox_factory(make_repo(), limits), turns, limits, **options)
+
+    return run
+
+
+@pytest.fixture
+def run_in_memory(model_server: ScriptedServer) -> Callable[..., Any]:
+    """Like run_scenario, on a MemorySandbox; ``commands`` answers run_command (see controller.testing)."""
+
     async def run(
-        turns: list[dict[str, Any]], limits: Limits = LIMITS, approver: Approver | None = None, retries: int = 3
+        turns: list[dict[str, Any]],
+        limits: Limits = LIMITS,
+        commands: dict[str, Reply] | None = None,
+        sandbox: Sandbox | None = None,
+        **options: Any,
     ) -> Run:
-        name = register(model_server, turns)
-        client = anthropic.AsyncAnthropic(api_key="test", base_url=model_server.url, max_retries=retries)  # type: ignore[attr-defined]
-        sink, convo = ListSink(), Conversation()
-        agent = Agent(
-            session_id=name,
-            model=AnthropicModel(client, name, 1024),
-            sandbox=sandbox_factory(make_repo(), limits),
-            sink=sink,
-            limits=limits,
-            system=SYSTEM_PROMPT,
-            approver=approver,
-        )
-        convo.add_user_text("do the task")
-        outcome = await agent.run_turn(convo)
-        await client.close()
-        return Run(model_server, name, sink, convo, outcome)
+        box = sandbox or MemorySandbox(REPO_FILES, commands)
+        return await run_turn(model_server, box, turns, limits, **options)
 
     return run
