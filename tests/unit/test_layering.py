@@ -1,0 +1,66 @@
+"""The package's layering: each module imports only modules of its own layer or below, and nothing imports in a cycle.
+
+A new module must be placed in a layer here; that placement is the design decision.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import controller
+
+PACKAGE = Path(controller.__file__).parent
+LAYERS: list[set[str]] = [
+    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "scripted"},
+    {"usage", "channel", "images", "repos", "model", "store", "display"},
+    {"sandbox"},
+    {"tools"},
+    {"agent"},
+    {"testing", "sessions"},
+    {"api"},
+    {"cli", "__main__"},
+]
+LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
+
+
+def imports() -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports (at any depth of its code)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).with_suffix("")
+        if relative.parts[0] == "sandbox_image":
+            continue  # the toolbox runs inside the container and imports nothing of ours
+        name = ".".join(relative.parts).removesuffix(".__init__")
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                graph[name] |= {node.module} if node.module else {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("controller."):
+                graph[name].add(node.module.split(".", 1)[1])  # type: ignore[union-attr]
+    graph.pop("__init__", None)
+    for targets in graph.values():
+        targets.discard("__version__")
+    return graph
+
+
+def test_every_module_has_a_layer() -> None:
+    assert set(imports()) - set(LAYER_OF) == set(), "place the new module in LAYERS"
+
+
+def test_no_module_imports_one_above_it() -> None:
+    upward = [
+        f"{source} (layer {LAYER_OF[source]}) imports {target} (layer {LAYER_OF[target]})"
+        for source, targets in imports().items()
+        for target in targets
+        if LAYER_OF.get(target, -1) > LAYER_OF.get(source, -1)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    try:
+        tuple(TopologicalSorter(imports()).static_order())
+    except CycleError as err:
+        raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
