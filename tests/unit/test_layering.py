@@ -13,7 +13,7 @@ import controller
 
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
-    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "scripted"},
+    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "scripted", "context"},
     {"usage", "channel", "images", "repos", "model", "store", "display"},
     {"sandbox"},
     {"tools"},

@@ -1,0 +1,230 @@
+"""Context management: the store keeps the whole transcript; the model sees a bounded view of it.
+
+The view is a pure, deterministic function of the stored messages and a list of edits, so a
+reloaded session rebuilds the identical request, and between two edits each request starts
+with the previous one (the prompt cache keeps hitting). Edits are watermarks that only move
+forward:
+
+- ``mask`` up to message *i*: every tool result before *i* becomes a short placeholder that
+  says what was cleared and how to get it back (``is_error`` kept), and large file contents
+  in write_file/edit_file calls before *i* are cleared the same way;
+- ``compact`` up to message *k* (an assistant message): everything before *k* becomes one
+  user message holding the user's own words verbatim (the task and every follow-up), the
+  summary, and the files the agent wrote or edited; ``trim`` is the same without a summary.
+
+Tool-use/tool-result pairing and role alternation hold by construction: a compaction cuts
+right before an assistant message, and masking changes content, never structure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Message = dict[str, Any]
+EditKind = Literal["mask", "compact", "trim"]
+CLEARED_INPUT_CHARS = 2000
+"""write_file/edit_file string arguments longer than this are cleared by a mask."""
+CHARS_PER_TOKEN = 4
+
+
+class ContextPolicy(BaseModel):
+    """When the view is edited. Sizes are in tokens; thresholds are fractions of ``window``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: Literal["auto", "mask", "off"] = Field(
+        "auto", description="auto: mask, then summarize; mask: mask and trim only; off: send everything."
+    )
+    window: int = Field(200_000, ge=4096, le=10_000_000, description="The model's context window.")
+    mask_at: float = Field(0.5, gt=0, le=1, description="Mask old tool results from this share of the window.")
+    keep_results: int = Field(5, ge=0, le=1000, description="Messages of newest tool results a mask keeps.")
+    min_free: int = Field(20_000, ge=0, description="Mask only when that frees this many tokens (one cache miss).")
+    compact_at: float = Field(0.75, gt=0, le=1, description="Summarize older turns from this share of the window.")
+    keep_recent: int = Field(20_000, ge=0, description="Tokens of the newest messages a compaction keeps as they are.")
+    margin: int = Field(10_000, ge=0, description="Kept free below the window, besides the reply's max_tokens.")
+
+    def ceiling(self, max_tokens: int) -> int:
+        """The largest prompt that leaves room for the reply."""
+        return self.window - max_tokens - self.margin
+
+
+class Edit(BaseModel):
+    """One context edit, recorded beside the transcript (which it never changes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: EditKind
+    upto: int = Field(ge=0, description="Messages before this index are masked, or compacted away.")
+    summary: str = Field("", description="The summary that replaces the compacted messages (compact only).")
+    tokens_before: int = Field(0, ge=0)
+    tokens_after: int = Field(0, ge=0)
+
+
+def view(messages: list[Message], edits: Iterable[Edit]) -> list[Message]:
+    """The messages the model is sent: ``messages`` with ``edits`` applied; neither argument is changed."""
+    mask_upto = cut = 0
+    summary: str | None = None
+    for edit in edits:
+        if edit.kind == "mask":
+            mask_upto = max(mask_upto, edit.upto)
+        elif edit.upto >= cut:
+            cut, summary = edit.upto, (edit.summary if edit.kind == "compact" else None)
+    if cut and (cut >= len(messages) or messages[cut]["role"] != "assistant"):
+        raise ValueError(f"a compaction must cut right before an assistant message, not at message {cut}")
+    names = _tool_names(messages)
+    head = [_compacted(messages[:cut], summary)] if cut else []
+    body = [_masked(m, names) if index < mask_upto else m for index, m in enumerate(messages) if index >= cut]
+    return head + body
+
+
+def plan(messages: list[Message], edits: list[Edit], policy: ContextPolicy, max_tokens: int) -> Edit | None:
+    """The edit the next request needs, if any: mask first, compact (summarize) rarely, trim at the ceiling.
+
+    A ``compact`` edit comes back without its summary; the caller asks the model for one (or, if
+    that fails, records it as ``trim``).
+    """
+    if policy.strategy == "off":
+        return None
+    before = estimate_tokens(view(messages, edits))
+    masked = max([e.upto for e in edits if e.kind == "mask"], default=0)
+    if before >= policy.mask_at * policy.window and (upto := mask_keeping(messages, policy.keep_results)) > masked:
+        after = estimate_tokens(view(messages, [*edits, Edit(kind="mask", upto=upto)]))
+        if before - after >= policy.min_free:
+            return Edit(kind="mask", upto=upto, tokens_before=before, tokens_after=after)
+    over = before >= policy.compact_at * policy.window if policy.strategy == "auto" else False
+    if over or before > policy.ceiling(max_tokens):
+        cut = _cut_keeping(messages, edits, policy.keep_recent)
+        if cut is not None:
+            kind: EditKind = "compact" if over else "trim"
+            return Edit(kind=kind, upto=cut, tokens_before=before)
+    return None
+
+
+def _cut_keeping(messages: list[Message], edits: list[Edit], keep: int) -> int | None:
+    """The latest cut point that keeps at least ``keep`` tokens after it and moves past earlier cuts."""
+    done = max([e.upto for e in edits if e.kind != "mask"], default=0)
+    kept, cut = 0, None
+    points = set(cut_points(messages))
+    for index in range(len(messages) - 1, done, -1):
+        kept += estimate_tokens([messages[index]])
+        if index in points and kept >= keep:
+            cut = index
+            break
+    return cut
+
+
+def estimate_tokens(messages: list[Message], extra_chars: int = 0) -> int:
+    """A rough size of ``messages`` as a prompt: serialized characters over four."""
+    return (len(json.dumps(messages, ensure_ascii=False)) + extra_chars) // CHARS_PER_TOKEN
+
+
+def cut_points(messages: list[Message]) -> list[int]:
+    """Indexes where a compaction may cut: assistant messages after the first message."""
+    return [i for i, m in enumerate(messages) if i > 0 and m["role"] == "assistant"]
+
+
+def result_indexes(messages: list[Message]) -> list[int]:
+    """Indexes of the messages that carry tool results, oldest first."""
+    return [i for i, m in enumerate(messages) if any(_is_result(b) for b in _blocks(m))]
+
+
+def mask_keeping(messages: list[Message], keep_results: int) -> int:
+    """The mask watermark that clears every tool result but those in the newest ``keep_results`` messages.
+
+    Counted in messages, not blocks: a watermark is a message index, and one message answers all the
+    calls of one step.
+    """
+    holders = result_indexes(messages)
+    if len(holders) <= keep_results:
+        return 0
+    return holders[-keep_results] if keep_results else len(messages)
+
+
+def user_words(messages: list[Message]) -> list[str]:
+    """Every text the user wrote (the task, then each follow-up), in order."""
+    return [b["text"] for m in messages if m["role"] == "user" for b in _blocks(m) if b.get("type") == "text"]
+
+
+def files_changed(messages: list[Message]) -> list[str]:
+    """Paths the agent wrote or edited, first change first, each once."""
+    paths: dict[str, None] = {}
+    for block in _tool_uses(messages):
+        path = block.get("input", {}).get("path") if isinstance(block.get("input"), dict) else None
+        if block.get("name") in ("write_file", "edit_file") and isinstance(path, str):
+            paths.setdefault(path, None)
+    return list(paths)
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _is_result(block: dict[str, Any]) -> bool:
+    return block.get("type") == "tool_result"
+
+
+def _tool_uses(messages: list[Message]) -> Iterator[dict[str, Any]]:
+    for message in messages:
+        if message["role"] == "assistant":
+            yield from (b for b in _blocks(message) if b.get("type") == "tool_use")
+
+
+def _tool_names(messages: list[Message]) -> dict[str, str]:
+    return {b["id"]: b["name"] for b in _tool_uses(messages)}
+
+
+def _masked(message: Message, names: dict[str, str]) -> Message:
+    blocks = [_masked_block(b, names) for b in _blocks(message)]
+    return {**message, "content": blocks}
+
+
+def _masked_block(block: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    if _is_result(block):
+        size = len(_text_of(block.get("content")))
+        name = names.get(block.get("tool_use_id", ""), "tool")
+        cleared = f"[cleared to save context: {name} output, {size:,} characters. Call {name} again if you need it.]"
+        return {**block, "content": cleared}
+    if block.get("type") == "tool_use" and block.get("name") in ("write_file", "edit_file"):
+        return {**block, "input": _cleared_input(block.get("input"))}
+    return block
+
+
+def _cleared_input(arguments: Any) -> Any:
+    if not isinstance(arguments, dict):
+        return arguments
+    return {
+        key: f"[cleared to save context: {len(value):,} characters]"
+        if isinstance(value, str) and len(value) > CLEARED_INPUT_CHARS
+        else value
+        for key, value in arguments.items()
+    }
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return ""
+
+
+def _compacted(dropped: list[Message], summary: str | None) -> Message:
+    """The one user message that stands for ``dropped``: the user's words, the summary, the files changed."""
+    parts = ["Earlier in this session (older messages were compacted to save context). What the user wrote:"]
+    parts += [f"<user>\n{text}\n</user>" for text in user_words(dropped)]
+    if summary:
+        parts.append(f"<summary>\n{summary}\n</summary>")
+    else:
+        parts.append("(The older turns were trimmed without a summary; re-read files before relying on them.)")
+    changed = files_changed(dropped)
+    if changed:
+        parts.append("Files written or edited so far: " + ", ".join(changed))
+    return {"role": "user", "content": [{"type": "text", "text": "\n\n".join(parts)}]}
