@@ -164,7 +164,10 @@ class Agent:
                 return TurnOutcome("token_budget", f"{convo.usage.total} tokens used of {self.limits.token_budget}")
             steps += 1
             convo.steps += 1
-            reply = await self.model.reply(self.system, self._tool_definitions, convo.messages, self._on_text)
+            replies = sum(1 for m in convo.messages if m["role"] == "assistant")
+            reply = await self.model.reply(
+                self.system, self._tool_definitions, convo.messages, self._on_text, turn=replies
+            )
             convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
             await self._save(convo)
             await self._count(convo, reply, steps)

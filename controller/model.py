@@ -32,6 +32,10 @@ INVALID_INPUT = "cubicle_invalid_json"
 MAX_INPUT_DEPTH = 64
 """The key a tool input gets when the model streamed JSON that could not be parsed."""
 CACHE: dict[str, str] = {"type": "ephemeral"}
+TURN_HEADER = "x-cubicle-turn"
+"""Sent with each request: how many replies the session's whole transcript holds. The scripted server picks
+its reply by it (a count taken from the request alone breaks once context edits drop messages); the real
+API ignores it."""
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 """Where requests go when ``ANTHROPIC_BASE_URL`` is unset or blank (the SDK's own default)."""
 
@@ -50,8 +54,10 @@ class Model(Protocol):
     name: str
 
     async def reply(
-        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText
-    ) -> Message: ...
+        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText, turn: int = 0
+    ) -> Message:
+        """``turn`` counts the replies before this one in the whole transcript, even if ``messages`` is edited."""
+        ...
 
 
 def with_cache_breakpoints(
@@ -111,7 +117,7 @@ class AnthropicModel:
         return cls(make_client(settings), model or settings.model, settings.max_tokens)
 
     async def reply(
-        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText
+        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText, turn: int = 0
     ) -> Message:
         system_blocks, sent = with_cache_breakpoints(system, messages)
         try:
@@ -122,6 +128,7 @@ class AnthropicModel:
                 tools=tools,  # type: ignore[arg-type]
                 messages=sent,  # type: ignore[arg-type]
                 stream=True,
+                extra_headers={TURN_HEADER: str(turn)},
             )
             async with stream:
                 return await collect(stream, on_text)

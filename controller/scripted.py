@@ -1,11 +1,20 @@
 """A scripted Anthropic-compatible server, for tests and offline demos.
 
 It serves ``POST /v1/messages`` (streaming SSE and plain JSON) from a scenario: the
-reply is chosen by the number of assistant messages in the request, so the server
-keeps no conversation state and any number of sessions can share it. A scenario turn
-can first answer with injected error statuses (with ``retry-after``), stream tool
-input as raw (partial or malformed) JSON, wait before answering, and report chosen
-token usage. Every request body is recorded; ``GET /_requests`` returns them.
+reply is chosen by the ``x-cubicle-turn`` header when the client sends one (Cubicle
+sends the number of assistant messages in its full transcript, which survives context
+edits), else by the number of assistant messages in the request. So the server keeps no
+conversation state and any number of sessions can share it. A scenario turn can first
+answer with injected error statuses (with ``retry-after``), stream tool input as raw
+(partial or malformed) JSON, wait before answering, and report chosen token usage.
+
+Like the real API it counts the whole prompt (tools, system, messages: serialized
+characters over four), splits it into cache reads, cache writes and uncached input by
+the prefixes marked with ``cache_control`` it has seen before, answers 400 "prompt is
+too long" above a scenario's ``context_window``, and answers 400 to a request whose
+tool results do not answer the tool calls of the message before, or that marks more
+than four cache breakpoints. Every request body is recorded; ``GET /_requests``
+returns them.
 
 Run it: ``cubicle scripted-server controller/scenarios/demo.json --port 8123``, then
 point ``ANTHROPIC_BASE_URL`` at it.
@@ -32,7 +41,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .model import TURN_HEADER
+
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
+CHARS_PER_TOKEN = 4
+FRAMING_TOKENS = 3
+MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20
 
 
 class _Model(BaseModel):
@@ -69,6 +84,7 @@ class Scenario(_Model):
     name: str = "scenario"
     turns: list[Turn]
     final_text: str = "The scripted scenario has no more turns."
+    context_window: int | None = Field(None, ge=1, description="Prompts above this many tokens get the real 400.")
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
@@ -88,6 +104,7 @@ class ScriptedServer:
         self.default = scenarios[0]
         self.requests: list[dict[str, Any]] = []
         self._errors_served: Counter[str] = Counter()
+        self._cached: set[str] = set()
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -108,7 +125,11 @@ class ScriptedServer:
         body = await request.json()
         self.requests.append(body)
         scenario = self.scenarios.get(body.get("model", ""), self.default)
-        index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+        usage = prompt_usage(body, self._cached)
+        refusal = invalid_request(body) or _too_long(usage, scenario.context_window)
+        if refusal is not None:
+            return _error_response(InjectedError(status=400, type="invalid_request_error", message=refusal))
+        index = _turn_index(request, body)
         turn = (
             scenario.turns[index]
             if index < len(scenario.turns)
@@ -119,7 +140,7 @@ class ScriptedServer:
             return _error_response(injected)
         if turn.delay_s:
             await asyncio.sleep(turn.delay_s)
-        message = _message(body, index, turn)
+        message = _message(body, index, turn, usage)
         if body.get("stream"):
             return StreamingResponse(_sse(message, index, turn), media_type="text/event-stream")
         return JSONResponse(_final_message(message, index, turn))
@@ -141,9 +162,101 @@ def _error_response(error: InjectedError) -> Response:
     return JSONResponse(payload, status_code=error.status, headers=headers)
 
 
-def _message(body: dict[str, Any], index: int, turn: Turn) -> dict[str, Any]:
+def _turn_index(request: Request, body: dict[str, Any]) -> int:
+    header = request.headers.get(TURN_HEADER, "")
+    if header.isascii() and header.isdigit():
+        return int(header)
+    return sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+
+
+def prompt_usage(body: dict[str, Any], cached: set[str]) -> dict[str, int]:
+    """The prompt's tokens as the API reports them: cache reads, cache writes, and the uncached rest.
+
+    The prompt is tools, then system, then messages, block by block. A block with ``cache_control``
+    ends a cacheable prefix; at each such block the longest prefix cached before, ending at it or
+    up to 20 blocks earlier, is read from the cache, and the rest up to the last breakpoint is written
+    to it. A few tokens of framing are never cached, as in the real API.
+    """
+    digest = hashlib.sha256(str(body.get("model")).encode())
+    prefixes: list[tuple[int, str]] = []  # (characters so far, digest of the prefix) after each block
+    chars = read = written = 0
+    marks: list[str] = []
+    for block in _prompt_blocks(body):
+        marked = isinstance(block, dict) and "cache_control" in block
+        text = json.dumps({k: v for k, v in block.items() if k != "cache_control"} if marked else block)
+        digest.update(text.encode())
+        chars += len(text)
+        prefixes.append((chars, digest.copy().hexdigest()))
+        if marked:
+            hits = [size for size, key in prefixes[-1 - LOOKBACK_BLOCKS :] if key in cached]
+            read, written = max([read, *hits]), chars
+            marks.append(prefixes[-1][1])
+    cached.update(marks)  # written by this request: a hit only for the next one
+    total = chars // CHARS_PER_TOKEN
+    read_tokens = read // CHARS_PER_TOKEN
+    written_tokens = max(0, written // CHARS_PER_TOKEN - read_tokens)
+    return {
+        "input_tokens": total - read_tokens - written_tokens + FRAMING_TOKENS,
+        "cache_read_input_tokens": read_tokens,
+        "cache_creation_input_tokens": written_tokens,
+    }
+
+
+def _prompt_blocks(body: dict[str, Any]) -> Iterator[Any]:
+    yield from body.get("tools") or []
+    system = body.get("system") or []
+    yield from ([{"type": "text", "text": system}] if isinstance(system, str) else system)
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        yield {"role": message.get("role")}
+        yield from ([{"type": "text", "text": content}] if isinstance(content, str) else content or [])
+
+
+def invalid_request(body: dict[str, Any]) -> str | None:
+    """What the real API refuses with a 400 that a client bug could cause: unanswered or stray tool results,
+    and more than four cache breakpoints. (Consecutive messages of one role are allowed: the API merges them.)"""
+    messages = body.get("messages") or []
+    for index, message in enumerate(messages):
+        asked = _ids(message, "tool_use", "id") if message.get("role") == "assistant" else []
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if asked and following is not None and _ids(following, "tool_result", "tool_use_id") != asked:
+            return (
+                f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(asked)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+            )
+        answered = _ids(message, "tool_result", "tool_use_id")
+        previous = messages[index - 1] if index else {}
+        if answered and _ids(previous, "tool_use", "id") != answered:
+            return (
+                f"messages.{index}: unexpected `tool_use_id` found in `tool_result` blocks: {', '.join(answered)}. "
+                "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+            )
+    marks = sum(1 for block in _prompt_blocks(body) if isinstance(block, dict) and "cache_control" in block)
+    if marks > MAX_BREAKPOINTS:
+        return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {marks}."
+    return None
+
+
+def _ids(message: dict[str, Any], kind: str, key: str) -> list[str]:
+    content = message.get("content")
+    return (
+        [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
+        if isinstance(content, list)
+        else []
+    )
+
+
+def _too_long(usage: dict[str, int], window: int | None) -> str | None:
+    tokens = sum(usage.values())
+    if window is None or tokens <= window:
+        return None
+    return f"prompt is too long: {tokens} tokens > {window} maximum"
+
+
+def _message(body: dict[str, Any], index: int, turn: Turn, usage: dict[str, int]) -> dict[str, Any]:
     has_tools = any(b.type == "tool_use" for b in turn.content)
-    input_tokens = turn.input_tokens if turn.input_tokens is not None else len(json.dumps(body.get("messages"))) // 4
+    if turn.input_tokens is not None:
+        usage = {"input_tokens": turn.input_tokens}
     return {
         "id": f"msg_scripted_{index:03d}",
         "type": "message",
@@ -152,7 +265,7 @@ def _message(body: dict[str, Any], index: int, turn: Turn) -> dict[str, Any]:
         "content": [],
         "stop_reason": turn.stop_reason or ("tool_use" if has_tools else "end_turn"),
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 0},
+        "usage": {**usage, "output_tokens": 0},
     }
 
 

@@ -13,9 +13,9 @@ import controller
 
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
-    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "scripted", "context"},
+    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context"},
     {"usage", "channel", "images", "repos", "model", "store", "display"},
-    {"sandbox"},
+    {"sandbox", "scripted"},
     {"tools"},
     {"agent"},
     {"testing", "sessions"},
