@@ -329,7 +329,11 @@ def test_sigterm_and_sighup_clean_up_like_ctrl_c(
 def test_version_and_shell_completion() -> None:
     assert cubicle("--version").stdout.strip() == f"cubicle {controller.__version__}"
     script = Path(sys.executable).parent / "cubicle"
-    shown = subprocess.run([script, "--show-completion", "bash"], capture_output=True, text=True, timeout=60)
+    # From a shell, as a user runs it: typer names the shell by looking at its parent processes
+    # (the trailing `true` keeps bash from exec'ing the command in its own place).
+    shown = subprocess.run(
+        ["bash", "-c", f"'{script}' --show-completion; true"], capture_output=True, text=True, timeout=60
+    )
     assert shown.returncode == 0 and "_cubicle_completion" in shown.stdout
     env = {**os.environ, "_CUBICLE_COMPLETE": "complete_bash", "COMP_WORDS": "cubicle ses", "COMP_CWORD": "1"}
     completed = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
