@@ -14,15 +14,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from anthropic.types import Message
 
 from . import tools
+from .compactor import Compactor
 from .config import Limits
-from .errors import ModelError, SandboxError
+from .context import ContextPolicy, view
+from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
+from .conversation import tool_result
+from .errors import ContextOverflowError, ModelError, SandboxError
 from .events import (
+    EditReason,
     ErrorEvent,
     EventSink,
     FinishReason,
@@ -45,41 +50,6 @@ CUT_OFF_TOOL_CALL = (
     "This tool call was cut off by the output token limit before its input was complete, so it was not run. "
     "Send it again with less input: split a large file into several smaller writes or edits."
 )
-
-
-@dataclass
-class Conversation:
-    """What persists across turns: the transcript as sent to the model, and session totals."""
-
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    steps: int = 0
-
-    def add_user_text(self, text: str) -> None:
-        """A new user message, merged into a trailing user message so roles keep alternating."""
-        block = {"type": "text", "text": text}
-        if self.messages and self.messages[-1]["role"] == "user":
-            last = self.messages[-1]
-            content = last["content"]
-            last["content"] = [*([{"type": "text", "text": content}] if isinstance(content, str) else content), block]
-        else:
-            self.messages.append({"role": "user", "content": [block]})
-
-    def answer_dangling(self, why: str, answered: dict[str, dict[str, Any]] | None = None) -> bool:
-        """Answer a trailing assistant message's tool calls, so the history stays valid for the API.
-
-        A call in ``answered`` (it finished, or was stopped with its output) keeps that result;
-        any other gets an error result saying it was interrupted.
-        """
-        if not self.messages or self.messages[-1]["role"] != "assistant":
-            return False
-        dangling = [b for b in self.messages[-1]["content"] if b.get("type") == "tool_use"]
-        if dangling:
-            text = f"Interrupted before it returned a result ({why}); it may have run in part."
-            known = answered or {}
-            blocks = [known.get(b["id"]) or _result(b["id"], text, True) for b in dangling]
-            self.messages.append({"role": "user", "content": blocks})
-        return bool(dangling)
 
 
 SaveTranscript = Callable[["Conversation"], Awaitable[None]]
@@ -106,6 +76,7 @@ class Agent:
         system: str,
         approver: Approver | None = None,
         save_transcript: SaveTranscript | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         self.session_id = session_id
         self.model = model
@@ -116,6 +87,8 @@ class Agent:
         self.approver = approver
         self.save_transcript = save_transcript
         self._tool_definitions = tools.definitions()
+        self.context = context or ContextPolicy()
+        self.compactor = Compactor(session_id, model, system, self._tool_definitions, self.context, self._emit)
         self._answered: dict[str, dict[str, Any]] = {}
         """Results of the current step's calls as they finish, kept for a turn stopped mid-step."""
 
@@ -137,7 +110,8 @@ class Agent:
             await self._emit(ErrorEvent(session_id=self.session_id, kind="sandbox", message=str(err)))
         except ModelError as err:
             outcome = TurnOutcome("error", str(err))
-            await self._emit(ErrorEvent(session_id=self.session_id, kind="model", message=str(err)))
+            kind = "context" if isinstance(err, ContextOverflowError) else "model"
+            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
         except Exception as err:
             log.exception("turn of session %s failed", self.session_id)
             outcome = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}")
@@ -164,10 +138,7 @@ class Agent:
                 return TurnOutcome("token_budget", f"{convo.usage.total} tokens used of {self.limits.token_budget}")
             steps += 1
             convo.steps += 1
-            replies = sum(1 for m in convo.messages if m["role"] == "assistant")
-            reply = await self.model.reply(
-                self.system, self._tool_definitions, convo.messages, self._on_text, turn=replies
-            )
+            reply = await self._ask(convo, steps)
             convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
             await self._save(convo)
             await self._count(convo, reply, steps)
@@ -176,17 +147,44 @@ class Agent:
                 uses = [b for b in reply.content if b.type == "tool_use"]
                 convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
                 await self._save(convo)
-            elif reply.stop_reason == "max_tokens":
+            elif reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):
                 await self._after_max_tokens(convo, reply)
                 await self._save(convo)
+                if reply.stop_reason == "model_context_window_exceeded":
+                    await self._fit(convo, steps, "overflow")
             elif reply.stop_reason != "pause_turn":
                 return TurnOutcome("end_turn")
+
+    async def _ask(self, convo: Conversation, step: int) -> Message:
+        """The model's reply to the view of ``convo``; a prompt the API finds too long is compacted once and resent."""
+        await self._fit(convo, step, "threshold")
+        replies = sum(1 for m in convo.messages if m["role"] == "assistant")
+        for attempt in (1, 2):
+            try:
+                shown = view(convo.messages, convo.edits)
+                return await self.model.reply(self.system, self._tool_definitions, shown, self._on_text, turn=replies)
+            except ContextOverflowError:
+                if attempt == 2 or not await self._fit(convo, step, "overflow"):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _fit(self, convo: Conversation, step: int, reason: EditReason) -> bool:
+        if self.context.strategy == "off" or not await self.compactor.fit(convo, step, reason):
+            return False
+        await self._save(convo)
+        return True
 
     async def _count(self, convo: Conversation, reply: Message, step: int) -> None:
         turn = Usage()
         turn.add(reply.usage)
         convo.usage.add(reply.usage)
-        await self._emit(UsageEvent(session_id=self.session_id, step=step, turn=turn, session=convo.usage.model_copy()))
+        prompt = turn.input_tokens + turn.cache_read_input_tokens + turn.cache_creation_input_tokens
+        await self._emit(
+            UsageEvent(
+                session_id=self.session_id, step=step, turn=turn, session=convo.usage.model_copy(),
+                prompt_tokens=prompt, context_window=self.context.window,
+            )
+        )  # fmt: skip
 
     async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
         """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""
@@ -195,7 +193,7 @@ class Agent:
         complete = [b for b in reply.content if b.type == "tool_use" and b is not cut]
         content = await self._run_tools(complete)
         if cut is not None:
-            content.append(_result(cut.id, CUT_OFF_TOOL_CALL, True))
+            content.append(tool_result(cut.id, CUT_OFF_TOOL_CALL, True))
         else:
             content.append({"type": "text", "text": CONTINUE_AFTER_MAX_TOKENS})
         convo.messages.append({"role": "user", "content": content})
@@ -234,7 +232,7 @@ class Agent:
                 exit_code=outcome.exit_code,
             )
         )
-        self._answered[use.id] = block = _result(use.id, outcome.model_text, outcome.is_error)
+        self._answered[use.id] = block = tool_result(use.id, outcome.model_text, outcome.is_error)
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise asyncio.CancelledError  # the sandbox stopped the call and gave back its output; now stop the turn
@@ -254,10 +252,3 @@ class Agent:
         """Kill whatever runs in the sandbox; the next call starts a fresh container on the same workspace."""
         with contextlib.suppress(Exception):
             await asyncio.shield(self.sandbox.stop())
-
-
-def _result(tool_use_id: str, text: str, is_error: bool) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text or "(no output)"}
-    if is_error:
-        block["is_error"] = True
-    return block

@@ -81,11 +81,14 @@ def view(messages: list[Message], edits: Iterable[Edit]) -> list[Message]:
     return head + body
 
 
-def plan(messages: list[Message], edits: list[Edit], policy: ContextPolicy, max_tokens: int) -> Edit | None:
+def plan(
+    messages: list[Message], edits: list[Edit], policy: ContextPolicy, max_tokens: int, force: bool = False
+) -> Edit | None:
     """The edit the next request needs, if any: mask first, compact (summarize) rarely, trim at the ceiling.
 
-    A ``compact`` edit comes back without its summary; the caller asks the model for one (or, if
-    that fails, records it as ``trim``).
+    ``force`` compacts whatever the thresholds say (the API refused the prompt as too long). A
+    ``compact`` edit comes back without its summary; the caller asks the model for one (or, if that
+    fails, records it as ``trim``). Call again after applying an edit: one may not be enough.
     """
     if policy.strategy == "off":
         return None
@@ -95,11 +98,11 @@ def plan(messages: list[Message], edits: list[Edit], policy: ContextPolicy, max_
         after = estimate_tokens(view(messages, [*edits, Edit(kind="mask", upto=upto)]))
         if before - after >= policy.min_free:
             return Edit(kind="mask", upto=upto, tokens_before=before, tokens_after=after)
-    over = before >= policy.compact_at * policy.window if policy.strategy == "auto" else False
+    over = force or (policy.strategy == "auto" and before >= policy.compact_at * policy.window)
     if over or before > policy.ceiling(max_tokens):
         cut = _cut_keeping(messages, edits, policy.keep_recent)
         if cut is not None:
-            kind: EditKind = "compact" if over else "trim"
+            kind: EditKind = "compact" if over and policy.strategy == "auto" else "trim"
             return Edit(kind=kind, upto=cut, tokens_before=before)
     return None
 

@@ -8,6 +8,7 @@
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
     ├── ModelError                         the model API failed after retries
+    │   └── ContextOverflowError            the prompt is larger than the model's context window
     ├── StoreError                         the session database cannot be written
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
@@ -61,6 +62,12 @@ class ForbiddenRepoError(CubicleError, PermissionError):
 
 class ModelError(CubicleError):
     """The model API failed and retries did not help."""
+
+
+class ContextOverflowError(ModelError):
+    """The prompt does not fit the model's context window, even after compacting the context."""
+
+    hint = "Lower CUBICLE_CONTEXT__WINDOW to the model's real window, or start a new session for the next step."
 
 
 class StoreError(CubicleError):

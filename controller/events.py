@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 FinishReason = Literal["end_turn", "max_steps", "token_budget", "timeout", "cancelled", "error"]
 Status = Literal["running", "idle", "interrupted", "cancelled", "failed"]
+EditReason = Literal["threshold", "overflow", "manual"]
 
 
 class Usage(BaseModel):
@@ -79,6 +80,20 @@ class UsageEvent(_Event):
     step: int
     turn: Usage
     session: Usage
+    prompt_tokens: int = Field(0, description="Size of the prompt this step sent (input plus cache reads and writes).")
+    context_window: int = Field(0, description="The context window the session's policy assumes.")
+
+
+class ContextEdited(_Event):
+    """The model's view of the transcript was edited (the stored transcript never is)."""
+
+    type: Literal["context_edited"] = "context_edited"
+    kind: Literal["mask", "compact", "trim"]
+    reason: EditReason
+    upto: int = Field(description="Messages before this index were masked, or compacted away.")
+    tokens_before: int
+    tokens_after: int
+    duration_s: float
 
 
 class StatusEvent(_Event):
@@ -102,7 +117,15 @@ class ErrorEvent(_Event):
 
 
 Event = Annotated[
-    SessionStarted | TextDelta | ToolCall | ToolResult | UsageEvent | StatusEvent | SessionFinished | ErrorEvent,
+    SessionStarted
+    | TextDelta
+    | ToolCall
+    | ToolResult
+    | UsageEvent
+    | ContextEdited
+    | StatusEvent
+    | SessionFinished
+    | ErrorEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -23,7 +23,7 @@ from anthropic import AsyncStream
 from anthropic.types import Message, RawMessageStreamEvent
 
 from .config import Settings
-from .errors import ConfigError, ModelError
+from .errors import ConfigError, ContextOverflowError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,9 @@ INVALID_INPUT = "cubicle_invalid_json"
 MAX_INPUT_DEPTH = 64
 """The key a tool input gets when the model streamed JSON that could not be parsed."""
 CACHE: dict[str, str] = {"type": "ephemeral"}
+PURPOSE_HEADER = "x-cubicle-purpose"
+"""``compact`` on a summary request, so the scripted server answers it without using up a turn."""
+SUMMARY_MAX_TOKENS = 4096
 TURN_HEADER = "x-cubicle-turn"
 """Sent with each request: how many replies the session's whole transcript holds. The scripted server picks
 its reply by it (a count taken from the request alone breaks once context edits drop messages); the real
@@ -52,11 +55,18 @@ class Model(Protocol):
     """Sends the history and the tool definitions; returns the whole assistant message."""
 
     name: str
+    max_tokens: int
 
     async def reply(
         self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText, turn: int = 0
     ) -> Message:
         """``turn`` counts the replies before this one in the whole transcript, even if ``messages`` is edited."""
+        ...
+
+    async def summarize(
+        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], instruction: str, turn: int = 0
+    ) -> Message:
+        """A text-only reply to ``messages`` plus ``instruction``: same system prompt and tools, so the prefix is cached."""
         ...
 
 
@@ -119,16 +129,42 @@ class AnthropicModel:
     async def reply(
         self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText, turn: int = 0
     ) -> Message:
+        return await self._send(system, tools, messages, on_text, {TURN_HEADER: str(turn)})
+
+    async def summarize(
+        self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], instruction: str, turn: int = 0
+    ) -> Message:
+        asked = [*messages, {"role": "user", "content": [{"type": "text", "text": instruction}]}]
+        if messages and messages[-1]["role"] == "user":  # merged, so roles keep alternating
+            last = messages[-1]
+            blocks = (
+                [{"type": "text", "text": last["content"]}] if isinstance(last["content"], str) else last["content"]
+            )
+            asked = [*messages[:-1], {"role": "user", "content": [*blocks, {"type": "text", "text": instruction}]}]
+        headers = {TURN_HEADER: str(turn), PURPOSE_HEADER: "compact"}
+        return await self._send(system, tools, asked, _ignore_text, headers, summary=True)
+
+    async def _send(
+        self,
+        system: str,
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        on_text: OnText,
+        headers: dict[str, str],
+        summary: bool = False,
+    ) -> Message:
+        """One streamed request; a summary may not call tools and gets at most SUMMARY_MAX_TOKENS."""
         system_blocks, sent = with_cache_breakpoints(system, messages)
         try:
             stream: AsyncStream[RawMessageStreamEvent] = await self._client.messages.create(  # type: ignore[assignment]
                 model=self.name,
-                max_tokens=self.max_tokens,
+                max_tokens=min(self.max_tokens, SUMMARY_MAX_TOKENS) if summary else self.max_tokens,
                 system=system_blocks,  # type: ignore[arg-type]
                 tools=tools,  # type: ignore[arg-type]
                 messages=sent,  # type: ignore[arg-type]
+                tool_choice={"type": "none"} if summary else anthropic.omit,
                 stream=True,
-                extra_headers={TURN_HEADER: str(turn)},
+                extra_headers=headers,
             )
             async with stream:
                 return await collect(stream, on_text)
@@ -137,7 +173,10 @@ class AnthropicModel:
                 f"The model API rejected the API key ({err.status_code}).", hint="Check ANTHROPIC_API_KEY."
             ) from None
         except anthropic.APIStatusError as err:
-            raise ModelError(f"The model API answered {err.status_code}: {clean_text(_detail(err))}") from None
+            detail = clean_text(_detail(err))
+            if err.status_code == 400 and "prompt is too long" in detail:
+                raise ContextOverflowError(f"The model API answered 400: {detail}") from None
+            raise ModelError(f"The model API answered {err.status_code}: {detail}") from None
         except anthropic.APIConnectionError as err:
             raise ModelError(
                 f"Could not reach the model API: {_sentence(str(err))}",
@@ -145,6 +184,10 @@ class AnthropicModel:
             ) from None
         except (ValueError, KeyError, IndexError) as err:
             raise ModelError(f"The model's reply could not be read: {clean_text(str(err)[:300])}") from None
+
+
+async def _ignore_text(text: str) -> None:
+    return None
 
 
 async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:

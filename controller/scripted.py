@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .model import TURN_HEADER
+from .model import PURPOSE_HEADER, TURN_HEADER
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 CHARS_PER_TOKEN = 4
@@ -85,6 +85,13 @@ class Scenario(_Model):
     turns: list[Turn]
     final_text: str = "The scripted scenario has no more turns."
     context_window: int | None = Field(None, ge=1, description="Prompts above this many tokens get the real 400.")
+    summary: str = Field(
+        "Summary: the task is in progress; the newest messages show where it stands.",
+        description="The answer to every summary request (x-cubicle-purpose: compact); it uses up no turn.",
+    )
+    summary_errors: list[InjectedError] = Field(
+        default_factory=list, description="Answered, in order, to summary requests before the summary."
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
@@ -130,11 +137,12 @@ class ScriptedServer:
         if refusal is not None:
             return _error_response(InjectedError(status=400, type="invalid_request_error", message=refusal))
         index = _turn_index(request, body)
-        turn = (
-            scenario.turns[index]
-            if index < len(scenario.turns)
-            else Turn(content=[Block(type="text", text=scenario.final_text)])
-        )
+        if request.headers.get(PURPOSE_HEADER) == "compact":
+            turn = Turn(content=[Block(type="text", text=scenario.summary)], errors=scenario.summary_errors)
+        elif index < len(scenario.turns):
+            turn = scenario.turns[index]
+        else:
+            turn = Turn(content=[Block(type="text", text=scenario.final_text)])
         injected = self._next_error(scenario.name, index, body, turn)
         if injected is not None:
             return _error_response(injected)

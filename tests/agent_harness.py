@@ -16,6 +16,7 @@ import pytest
 
 from controller.agent import Agent, Conversation, TurnOutcome
 from controller.config import Limits
+from controller.context import ContextPolicy
 from controller.events import ListSink
 from controller.model import SYSTEM_PROMPT, AnthropicModel
 from controller.sandbox import DockerSandbox, Sandbox
@@ -28,10 +29,10 @@ REPO_FILES = {"README.md": "# demo\n", "src/app.py": "def total(items):\n    ret
 """What every scenario's repository holds, in Docker (see make_repo) and in memory alike."""
 
 
-def register(server: ScriptedServer, turns: list[dict[str, Any]], prefix: str = "t") -> str:
+def register(server: ScriptedServer, turns: list[dict[str, Any]], prefix: str = "t", **scenario: Any) -> str:
     """Add a scenario under a fresh model name; requests naming that model get its turns."""
     name = f"{prefix}-{secrets.token_hex(4)}"
-    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns})
+    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns, **scenario})
     return name
 
 
@@ -78,11 +79,14 @@ async def run_turn(
     limits: Limits = LIMITS,
     approver: Approver | None = None,
     retries: int = 3,
+    context: ContextPolicy | None = None,
+    convo: Conversation | None = None,
+    name: str | None = None,
 ) -> Run:
-    """One turn of the real loop on ``turns``, answering "do the task"."""
-    name = register(server, turns)
+    """One turn of the real loop on ``turns`` answering "do the task" (or continuing ``convo`` under ``name``)."""
+    name = name or register(server, turns)
     client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=retries)  # type: ignore[attr-defined]
-    sink, convo = ListSink(), Conversation()
+    sink, convo = ListSink(), convo or Conversation()
     agent = Agent(
         session_id=name,
         model=AnthropicModel(client, name, 1024),
@@ -91,6 +95,7 @@ async def run_turn(
         limits=limits,
         system=SYSTEM_PROMPT,
         approver=approver,
+        context=context,
     )
     convo.add_user_text("do the task")
     try:

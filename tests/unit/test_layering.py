@@ -14,8 +14,8 @@ import controller
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context"},
-    {"usage", "channel", "images", "repos", "model", "store", "display"},
-    {"sandbox", "scripted"},
+    {"usage", "channel", "images", "repos", "model", "store", "display", "conversation"},
+    {"sandbox", "scripted", "compactor"},
     {"tools"},
     {"agent"},
     {"testing", "sessions"},
