@@ -22,7 +22,7 @@ from anthropic.types import Message
 from . import tools
 from .compactor import Compactor
 from .config import Limits
-from .context import ContextPolicy, view
+from .context import ContextPolicy
 from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
 from .conversation import tool_result
 from .errors import ContextOverflowError, ModelError, SandboxError
@@ -161,7 +161,7 @@ class Agent:
         replies = sum(1 for m in convo.messages if m["role"] == "assistant")
         for attempt in (1, 2):
             try:
-                shown = view(convo.messages, convo.edits)
+                shown = convo.view()
                 return await self.model.reply(self.system, self._tool_definitions, shown, self._on_text, turn=replies)
             except ContextOverflowError:
                 if attempt == 2 or not await self._fit(convo, step, "overflow"):

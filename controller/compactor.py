@@ -16,7 +16,7 @@ from typing import Any
 
 from anthropic.types import Message
 
-from .context import ContextPolicy, Edit, estimate_tokens, plan, view
+from .context import ContextPolicy, Edit, plan, tokens
 from .conversation import Conversation
 from .errors import ModelError
 from .events import ContextEdited, EditReason, ErrorEvent, Event, Usage, UsageEvent
@@ -53,11 +53,11 @@ class Compactor:
         ``reason="overflow"`` forces one compaction first (the API said the prompt was too long).
         """
         edited, force = False, reason == "overflow"
-        while (edit := plan(convo.messages, convo.edits, self.policy, self.model.max_tokens, force)) is not None:
+        while (edit := self._plan(convo, force)) is not None:
             started = time.monotonic()
             if edit.kind == "compact":
                 edit = await self._summarized(convo, edit, step)
-            after = estimate_tokens(view(convo.messages, [*convo.edits, edit]))
+            after = tokens(convo.messages, [*convo.edits, edit], convo.measure)
             convo.edits.append(edit.model_copy(update={"tokens_after": after}))
             await self._emit(
                 ContextEdited(
@@ -68,13 +68,14 @@ class Compactor:
             edited, force = True, False
         return edited
 
+    def _plan(self, convo: Conversation, force: bool) -> Edit | None:
+        return plan(convo.messages, convo.edits, self.policy, self.model.max_tokens, force, convo.measure)
+
     async def _summarized(self, convo: Conversation, edit: Edit, step: int) -> Edit:
         """The compaction with the model's summary, or a trim of the same messages when no summary comes."""
         replies = sum(1 for m in convo.messages if m["role"] == "assistant")
         try:
-            reply = await self.model.summarize(
-                self.system, self.tools, view(convo.messages, convo.edits), SUMMARY_INSTRUCTION, turn=replies
-            )
+            reply = await self.model.summarize(self.system, self.tools, convo.view(), SUMMARY_INSTRUCTION, turn=replies)
             await self._count(convo, reply, step)
             summary = "".join(b.text for b in reply.content if b.type == "text").strip()
             if not summary:

@@ -29,6 +29,8 @@ EditKind = Literal["mask", "compact", "trim"]
 CLEARED_INPUT_CHARS = 2000
 """write_file/edit_file string arguments longer than this are cleared by a mask."""
 CHARS_PER_TOKEN = 4
+SETTLED_VIEWS = 4
+"""Views a Measure remembers: the current one and the planner's trial views."""
 
 
 class ContextPolicy(BaseModel):
@@ -64,8 +66,82 @@ class Edit(BaseModel):
     tokens_after: int = Field(0, ge=0)
 
 
-def view(messages: list[Message], edits: Iterable[Edit]) -> list[Message]:
+class Measure:
+    """What view and plan remember between the steps of one conversation, so a step costs what it added.
+
+    Entries are keyed by message object and checked against its content list, which is replaced
+    (never changed in place) when a user text merges into the message. One per conversation: it
+    holds the messages it has measured.
+    """
+
+    def __init__(self) -> None:
+        self._plain: dict[int, tuple[Message, Any, int]] = {}
+        self._masked: dict[int, tuple[Message, Any, Message, int]] = {}
+        self._names: dict[str, str] = {}
+        self._named = 0
+        self._settled: dict[tuple[int, int, str | None], tuple[list[tuple[Message, int]], int]] = {}
+
+    def size(self, message: Message) -> int:
+        """Characters of ``message`` as JSON."""
+        hit = self._plain.get(id(message))
+        if hit is not None and hit[0] is message and hit[1] is message["content"]:
+            return hit[2]
+        size = len(json.dumps(message, ensure_ascii=False))
+        self._plain[id(message)] = (message, message["content"], size)
+        return size
+
+    def masked(self, message: Message, messages: list[Message]) -> tuple[Message, int]:
+        """``message`` with its tool results (and large file contents) cleared, and its size."""
+        hit = self._masked.get(id(message))
+        if hit is not None and hit[0] is message and hit[1] is message["content"]:
+            return hit[2], hit[3]
+        shown = _masked(message, self.names(messages))
+        size = len(json.dumps(shown, ensure_ascii=False))
+        self._masked[id(message)] = (message, message["content"], shown, size)
+        return shown, size
+
+    def settled(
+        self, messages: list[Message], key: tuple[int, int, str | None], upto: int
+    ) -> list[tuple[Message, int]]:
+        """The view of ``messages[:upto]`` under the watermarks ``key`` (cut, mask, summary), a new list.
+
+        Remembered per key and extended as ``upto`` grows: between edits, a step adds only its own messages.
+        """
+        cut, mask_upto, summary = key
+        items, done = self._settled.pop(key, ([], 0))
+        if not items or upto < done:
+            head = _compacted(messages[:cut], summary) if cut else None
+            items, done = ([(head, len(json.dumps(head, ensure_ascii=False)))] if head else []), cut
+        for index in range(done, upto):
+            message = messages[index]
+            items.append(self.masked(message, messages) if index < mask_upto else (message, self.size(message)))
+        self._settled[key] = (items, max(done, upto))  # newest last; the planner's trial views come and go
+        while len(self._settled) > SETTLED_VIEWS:
+            del self._settled[next(iter(self._settled))]
+        return list(items)
+
+    def names(self, messages: list[Message]) -> dict[str, str]:
+        """Tool names by tool_use id, read from assistant messages not read before."""
+        if len(messages) < self._named:
+            self._names, self._named = {}, 0
+        self._names.update(_tool_names(messages[self._named :]))
+        self._named = len(messages)
+        return self._names
+
+
+def view(messages: list[Message], edits: Iterable[Edit], measure: Measure | None = None) -> list[Message]:
     """The messages the model is sent: ``messages`` with ``edits`` applied; neither argument is changed."""
+    return [shown for shown, _ in _shown(messages, list(edits), measure or Measure())]
+
+
+def tokens(messages: list[Message], edits: Iterable[Edit], measure: Measure | None = None) -> int:
+    """``estimate_tokens(view(messages, edits))``, from remembered sizes."""
+    sizes = [size for _, size in _shown(messages, list(edits), measure or Measure())]
+    return (sum(sizes) + 2 * len(sizes)) // CHARS_PER_TOKEN
+
+
+def _shown(messages: list[Message], edits: list[Edit], measure: Measure) -> list[tuple[Message, int]]:
+    """Each message of the view with its size in characters."""
     mask_upto = cut = 0
     summary: str | None = None
     for edit in edits:
@@ -75,14 +151,21 @@ def view(messages: list[Message], edits: Iterable[Edit]) -> list[Message]:
             cut, summary = edit.upto, (edit.summary if edit.kind == "compact" else None)
     if cut and (cut >= len(messages) or messages[cut]["role"] != "assistant"):
         raise ValueError(f"a compaction must cut right before an assistant message, not at message {cut}")
-    names = _tool_names(messages)
-    head = [_compacted(messages[:cut], summary)] if cut else []
-    body = [_masked(m, names) if index < mask_upto else m for index, m in enumerate(messages) if index >= cut]
-    return head + body
+    settled = max(cut, min(mask_upto, len(messages) - 1))  # before the last message, nothing changes any more
+    shown = measure.settled(messages, (cut, mask_upto, summary), settled)
+    for index in range(settled, len(messages)):
+        message = messages[index]
+        shown.append(measure.masked(message, messages) if index < mask_upto else (message, measure.size(message)))
+    return shown
 
 
 def plan(
-    messages: list[Message], edits: list[Edit], policy: ContextPolicy, max_tokens: int, force: bool = False
+    messages: list[Message],
+    edits: list[Edit],
+    policy: ContextPolicy,
+    max_tokens: int,
+    force: bool = False,
+    measure: Measure | None = None,
 ) -> Edit | None:
     """The edit the next request needs, if any: mask first, compact (summarize) rarely, trim at the ceiling.
 
@@ -92,32 +175,31 @@ def plan(
     """
     if policy.strategy == "off":
         return None
-    before = estimate_tokens(view(messages, edits))
+    measure = measure or Measure()
+    before = tokens(messages, edits, measure)
     masked = max([e.upto for e in edits if e.kind == "mask"], default=0)
     if before >= policy.mask_at * policy.window and (upto := mask_keeping(messages, policy.keep_results)) > masked:
-        after = estimate_tokens(view(messages, [*edits, Edit(kind="mask", upto=upto)]))
+        after = tokens(messages, [*edits, Edit(kind="mask", upto=upto)], measure)
         if before - after >= policy.min_free:
             return Edit(kind="mask", upto=upto, tokens_before=before, tokens_after=after)
     over = force or (policy.strategy == "auto" and before >= policy.compact_at * policy.window)
     if over or before > policy.ceiling(max_tokens):
-        cut = _cut_keeping(messages, edits, policy.keep_recent)
+        cut = _cut_keeping(messages, edits, policy.keep_recent, measure)
         if cut is not None:
             kind: EditKind = "compact" if over and policy.strategy == "auto" else "trim"
             return Edit(kind=kind, upto=cut, tokens_before=before)
     return None
 
 
-def _cut_keeping(messages: list[Message], edits: list[Edit], keep: int) -> int | None:
+def _cut_keeping(messages: list[Message], edits: list[Edit], keep: int, measure: Measure) -> int | None:
     """The latest cut point that keeps at least ``keep`` tokens after it and moves past earlier cuts."""
     done = max([e.upto for e in edits if e.kind != "mask"], default=0)
-    kept, cut = 0, None
-    points = set(cut_points(messages))
+    kept = 0
     for index in range(len(messages) - 1, done, -1):
-        kept += estimate_tokens([messages[index]])
-        if index in points and kept >= keep:
-            cut = index
-            break
-    return cut
+        kept += measure.size(messages[index]) // CHARS_PER_TOKEN
+        if kept >= keep and messages[index]["role"] == "assistant":
+            return index
+    return None
 
 
 def estimate_tokens(messages: list[Message], extra_chars: int = 0) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import Edit
+from .context import Edit, Measure, view
 from .events import Usage
 
 
@@ -21,6 +21,12 @@ class Conversation:
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     edits: list[Edit] = field(default_factory=list)
+    measure: Measure = field(default_factory=Measure, repr=False, compare=False)
+    """Remembered message sizes, so keeping the view in the window costs each step only what it added."""
+
+    def view(self) -> list[dict[str, Any]]:
+        """What the model is sent: the transcript with the context edits applied."""
+        return view(self.messages, self.edits, self.measure)
 
     def add_user_text(self, text: str) -> None:
         """A new user message, merged into a trailing user message so roles keep alternating."""

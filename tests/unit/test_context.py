@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 from controller.context import (
     ContextPolicy,
     Edit,
+    Measure,
     cut_points,
     estimate_tokens,
     files_changed,
     mask_keeping,
     plan,
+    tokens,
     user_words,
     view,
 )
@@ -184,3 +186,21 @@ def test_off_never_edits_and_mask_never_summarizes() -> None:
     _apply_policy(messages, edits, ContextPolicy(strategy="mask", window=30_000, min_free=3000, margin=1000))
     assert edits and "compact" not in {e.kind for e in edits}
     assert estimate_tokens(view(messages, edits)) <= 30_000 - 1024 - 1000
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(edited())
+def test_remembered_sizes_give_the_same_view_as_a_fresh_count(case: tuple[list[Message], list[Edit]]) -> None:
+    """One Measure carried along a growing transcript (edits arriving as they become valid) never goes stale."""
+    messages, edits = case
+    work = copy.deepcopy(messages)
+    measure, applied = Measure(), []
+    for n in range(1, len(work) + 1):
+        applied = [e for e in edits if (e.upto <= n if e.kind == "mask" else e.upto < n)]
+        remembered = view(work[:n], applied, measure)
+        assert remembered == view(work[:n], applied)
+        assert tokens(work[:n], applied, measure) == estimate_tokens(remembered)
+    last = work[-1]  # a user text merged into the last message replaces its content list, same message object
+    last["content"] = [*last["content"], {"type": "text", "text": "one more thing"}]
+    assert view(work, applied, measure) == view(work, applied)
+    assert tokens(work, applied, measure) == estimate_tokens(view(work, applied))

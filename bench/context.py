@@ -1,0 +1,114 @@
+"""Context management over a long session: 300 steps of 16,000-character outputs in a 200k-token window.
+
+The real loop runs against the scripted server (which counts prompts and cache reads like the
+real API and refuses prompts above the window) and a MemorySandbox, once with the default
+policy and once unmanaged (the baseline, which hits the window near step 45). The context
+overhead per step is the time ``plan`` and ``view`` take at each step of the same session,
+replayed with the same policy. ``python -m bench.context`` prints this table alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import anthropic
+
+from bench.measure import Report
+from controller.agent import Agent, Conversation, TurnOutcome
+from controller.config import Limits
+from controller.context import ContextPolicy, Edit, Measure, estimate_tokens, plan, view
+from controller.events import ContextEdited, ListSink
+from controller.model import AnthropicModel
+from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.testing import MemorySandbox, Reply
+
+STEPS = 300
+OUTPUT_CHARS = 16_000
+WINDOW = 200_000
+MAX_TOKENS = 8192
+
+
+async def _session(url: str, server: ScriptedServer, name: str, policy: ContextPolicy) -> tuple[TurnOutcome, Any]:
+    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "make test"}}]}] * STEPS
+    turns.append({"content": [{"type": "text", "text": "Done."}]})
+    server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns, "context_window": WINDOW})
+    client = anthropic.AsyncAnthropic(api_key="bench", base_url=url, max_retries=0)
+    limits = Limits(max_steps=STEPS + 5, token_budget=1_000_000_000, model_output_chars=OUTPUT_CHARS)
+    sandbox = MemorySandbox(commands={"make test": Reply(stdout="E" * (OUTPUT_CHARS - 60))})
+    sink, convo = ListSink(), Conversation()
+    agent = Agent(
+        session_id=name, model=AnthropicModel(client, name, MAX_TOKENS), sandbox=sandbox, sink=sink,
+        limits=limits, system="You are a careful engineer.", context=policy,
+    )  # fmt: skip
+    convo.add_user_text("Fix the failing tests.")
+    try:
+        outcome = await agent.run_turn(convo)
+    finally:
+        await client.close()
+    return outcome, (convo, sink)
+
+
+def _overhead(messages: list[dict[str, Any]], policy: ContextPolicy) -> list[float]:
+    """Seconds of plan + view at each step, replaying the session's growth with the same policy."""
+    edits: list[Edit] = []
+    measure, spent = Measure(), []
+    for end in range(3, len(messages) + 1, 2):  # each step adds an assistant message and its results
+        grown = messages[:end]
+        started = time.perf_counter()
+        while (edit := plan(grown, edits, policy, MAX_TOKENS, measure=measure)) is not None:
+            edits.append(edit.model_copy(update={"summary": "summary"}) if edit.kind == "compact" else edit)
+        view(grown, edits, measure)
+        spent.append(time.perf_counter() - started)
+    return spent
+
+
+def _row(label: str, server: ScriptedServer, name: str, outcome: TurnOutcome, state: Any) -> list[str]:
+    convo, sink = state
+    usages = [r for r in server.requests if r.get("model") == name]
+    sizes = sorted(estimate_tokens(r["messages"]) for r in usages)
+    edits = [e for e in sink.events if isinstance(e, ContextEdited)]
+    steps = sum(1 for m in convo.messages if m["role"] == "assistant")
+    return [label, f"{steps}", outcome.reason, f"{sizes[-1]:,}", f"{sizes[round(0.95 * (len(sizes) - 1))]:,}",
+            f"{len(edits)}", f"{len(convo.messages)}"]  # fmt: skip
+
+
+async def table(report: Report) -> None:
+    server = ScriptedServer([Scenario(name="default", turns=[])])
+    policy = ContextPolicy(window=WINDOW)
+    with serve_in_thread(server.app) as url:
+        managed = await _session(url, server, "bench-managed", policy)
+        unmanaged = await _session(url, server, "bench-unmanaged", policy.model_copy(update={"strategy": "off"}))
+    usage = managed[1][0].usage
+    prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    cached = usage.cache_read_input_tokens / prompt if prompt else 0.0
+    spent = sorted(await asyncio.to_thread(_overhead, managed[1][0].messages, policy))
+    p95 = spent[round(0.95 * (len(spent) - 1))]
+    header = ["policy", "steps done", "ended", "largest prompt (est.)", "p95 prompt (est.)", "edits", "messages stored"]
+    rows = [
+        _row("auto (default)", server, "bench-managed", *managed),
+        _row("off (baseline)", server, "bench-unmanaged", *unmanaged),
+    ]
+    rows.append([f"cache reads {cached:.0%} of prompt tokens", "", "", "",
+                 f"context overhead p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})", "", ""])  # fmt: skip
+    report.extra.append(
+        (f"Context: {STEPS} steps of {OUTPUT_CHARS:,}-character outputs, {WINDOW:,}-token window", header, rows)
+    )
+    largest = int(rows[0][3].replace(",", ""))
+    report.check(managed[0].reason == "end_turn", "context: the managed session ends with end_turn")
+    report.check(largest <= WINDOW - MAX_TOKENS - policy.margin, f"context: largest prompt {largest:,} ≤ 182k")
+    report.check(int(rows[0][5]) <= 12, f"context: {rows[0][5]} edits ≤ 12")
+    report.check(cached >= 0.8, f"context: {cached:.0%} of prompt tokens from cache ≥ 80%")
+    report.check(p95 <= 0.002, f"context: overhead p95 {p95 * 1000:.2f} ms ≤ 2 ms per step")
+
+
+def main() -> None:
+    report = Report()
+    asyncio.run(table(report))
+    print(report.render())
+
+
+if __name__ == "__main__":
+    main()
