@@ -13,7 +13,7 @@ import platform
 import sys
 from pathlib import Path
 
-from bench import flood, rows
+from bench import context, flood, rows
 from bench.measure import Report
 from controller import images, owners
 from controller.config import DEFAULT_IMAGE
@@ -42,6 +42,7 @@ async def run(args: argparse.Namespace) -> Report:
             await rows.concurrency(report, client, args.image, root, sizes, exec_sizes)
             await rows.peer(report, client, args.image, root, args.quick)
             await asyncio.to_thread(flood.table, report, client, root)
+            await context.table(report)
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)
             for container in client.containers.list(all=True, filters={"label": f"{owners.MANAGED}=bench"}):
