@@ -15,6 +15,8 @@ BUILD_COMMAND = "cubicle image build"
 DOCKERFILE = "Dockerfile"
 CONTEXT = Path(__file__).resolve().parent / "sandbox_image"
 """The image's build context: package data, so a wheel install can build the image as well as a checkout."""
+TOOLBOX = "toolbox"
+"""The toolbox's directory in the context; the image runs it as a directory (see its ``__main__``)."""
 
 
 def connect(timeout: float = 120) -> Any:
@@ -29,7 +31,7 @@ def connect(timeout: float = 120) -> Any:
 
 def build_context() -> Path | None:
     """The directory holding the sandbox's Dockerfile and toolbox, or None if this installation lacks it."""
-    return CONTEXT if (CONTEXT / DOCKERFILE).is_file() and (CONTEXT / "toolbox.py").is_file() else None
+    return CONTEXT if (CONTEXT / DOCKERFILE).is_file() and (CONTEXT / TOOLBOX / "__main__.py").is_file() else None
 
 
 def build(client: Any, tag: str, base: str | None = None, on_line: Callable[[str], None] | None = None) -> str:

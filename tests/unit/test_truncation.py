@@ -7,9 +7,7 @@ import re
 import pytest
 
 from controller.output import truncate_middle
-from tests.toolbox_module import load
-
-toolbox = load()
+from controller.sandbox_image.toolbox.capture import Capture
 
 
 def test_text_within_limit_is_unchanged() -> None:
@@ -30,7 +28,7 @@ def test_keeps_exact_head_and_tail(limit: int) -> None:
 
 
 def test_capture_keeps_bounded_head_and_tail() -> None:
-    capture = toolbox.Capture(10)
+    capture = Capture(10)
     for i in range(1000):
         capture.feed(f"{i:04d}".encode())
     result = capture.result()
@@ -42,19 +40,19 @@ def test_capture_keeps_bounded_head_and_tail() -> None:
 
 
 def test_capture_small_stream_is_whole_and_invalid_utf8_is_replaced() -> None:
-    capture = toolbox.Capture(100)
+    capture = Capture(100)
     capture.feed(b"ok \xff\xfe end")
     result = capture.result()
     assert result == {"text": "ok \ufffd\ufffd end", "total_bytes": 9, "truncated": False}
 
 
 def test_capture_memory_stays_bounded_for_many_chunks() -> None:
-    capture = toolbox.Capture(1 << 16)
+    capture = Capture(1 << 16)
     chunk = b"y\n" * 32768
     for _ in range(2000):  # 128 MiB through the capture
         capture.feed(chunk)
     assert len(capture.head) == 1 << 15
     assert capture.tail_len < (1 << 15) + len(chunk)
-    text = capture.result()["text"]
+    text = str(capture.result()["text"])
     omitted = int(re.search(r"\[\.\.\. (\d+) bytes omitted", text).group(1))  # type: ignore[union-attr]
     assert omitted == 2000 * len(chunk) - (1 << 16)

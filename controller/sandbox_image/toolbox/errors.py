@@ -1,0 +1,16 @@
+"""The one failure type the operations raise: what the model reads when a tool call fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+class ToolError(Exception):
+    """A failure the model should read: ``kind`` is stable, ``message`` says what to do."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message

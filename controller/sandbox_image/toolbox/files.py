@@ -1,0 +1,196 @@
+"""list_files, read_file and write_file: bounded views of the workspace, and whole-file writes.
+
+Every answer is bounded whatever the workspace holds (a million files, a file of one
+endless line, a sparse file of terabytes), and nothing blocks on a FIFO or device.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from typing import IO
+
+from .capture import decode
+from .errors import JSON, ToolError
+from .limits import (
+    DEFAULT_READ_LINES,
+    MAX_LINE_CHARS,
+    MAX_LIST_ENTRIES,
+    MAX_READ_BYTES,
+    MAX_SCAN_BYTES,
+    READ_CHUNK,
+)
+from .workspace import Workspace
+
+
+def list_files(ws: Workspace, args: JSON) -> JSON:
+    """Entries under a directory to ``depth`` levels (never into .git), at most MAX_LIST_ENTRIES of them."""
+    root = ws.resolve(args.get("path") or ".")
+    depth = args.get("depth") or 2
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            raise ToolError("not_a_directory", f"{ws.display(root)} is a file, not a directory. Use read_file on it.")
+    except OSError as err:
+        raise ws.os_error(err, root) from None
+    entries: list[JSON] = []
+    truncated = False
+    stack = [(root, 1)]
+    while stack and not truncated:
+        directory, level = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                children = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for child in children:
+            if len(entries) >= MAX_LIST_ENTRIES:
+                truncated = True
+                break
+            entries.append(_entry(ws, child))
+            if child.is_dir(follow_symlinks=False) and level < depth and child.name != ".git":
+                stack.append((child.path, level + 1))
+    entries.sort(key=lambda e: e["path"])
+    return {"entries": entries, "truncated": truncated}
+
+
+def _entry(ws: Workspace, child: os.DirEntry[str]) -> JSON:
+    """One entry, its symlinks shown as symlinks (not followed), so a link loop or a link to / costs nothing."""
+    rel = _clean(ws.display(os.path.normpath(child.path)))
+    try:
+        st = child.stat(follow_symlinks=False)
+    except OSError:
+        return {"path": rel, "type": "unknown", "size": 0}
+    kind = (
+        "dir"
+        if stat.S_ISDIR(st.st_mode)
+        else "file"
+        if stat.S_ISREG(st.st_mode)
+        else "symlink"
+        if stat.S_ISLNK(st.st_mode)
+        else "other"
+    )
+    return {"path": rel, "type": kind, "size": st.st_size if kind == "file" else 0}
+
+
+def _clean(name: str) -> str:
+    """File names may hold bytes that are not UTF-8; show them replaced, never crash."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def read_file(ws: Workspace, args: JSON) -> JSON:
+    """Numbered lines from ``offset`` (1-based), ``limit`` of them, each cut at MAX_LINE_CHARS; binary files refused."""
+    full = ws.resolve(args["path"])
+    offset = max(1, args.get("offset") or 1)
+    limit = args.get("limit") or DEFAULT_READ_LINES
+    fd = ws.open_regular(full, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        if b"\x00" in f.read(8192):
+            size = os.fstat(f.fileno()).st_size
+            raise ToolError(
+                "binary",
+                f"{ws.display(full)} looks binary ({size} bytes). Inspect it with run_command, e.g. `xxd | head`.",
+            )
+        f.seek(0)
+        return _read_lines(ws, f, full, offset, limit)
+
+
+def _lines(f: IO[bytes], state: JSON) -> Iterator[tuple[bytes, int]]:
+    """Yield each line's first bytes and full length, never holding a long line whole.
+
+    Stops after MAX_SCAN_BYTES in all, so a huge sparse file or one endless line costs
+    a bounded read, not a walk through gigabytes of holes.
+    """
+    keep = MAX_LINE_CHARS * 4
+    budget = MAX_SCAN_BYTES
+    while budget > 0:
+        raw = f.readline(min(keep, budget))
+        if not raw:
+            return
+        length = len(raw)
+        while not raw.endswith(b"\n") and length < budget:
+            more = f.readline(min(READ_CHUNK, budget - length))
+            if not more:
+                break
+            length += len(more)
+            if more.endswith(b"\n"):
+                break
+        budget -= length
+        yield raw, length
+    state["exhausted"] = True
+
+
+def _read_lines(ws: Workspace, f: IO[bytes], full: str, offset: int, limit: int) -> JSON:
+    """The page of lines read_file answers with; an offset past the end or a page that is all scan budget fails."""
+    lines: list[str] = []
+    number = shown = 0
+    state = {"exhausted": False}
+    truncated = False
+    for raw, length in _lines(f, state):
+        number += 1
+        if number < offset:
+            continue
+        if len(lines) >= limit or shown >= MAX_READ_BYTES:
+            truncated = True
+            break
+        text = decode(raw.rstrip(b"\r\n"))
+        if len(text) > MAX_LINE_CHARS or length > len(raw):
+            text = text[:MAX_LINE_CHARS] + f" [line truncated: {length} bytes]"
+        shown += len(text)
+        lines.append(f"{number:6}\t{text}")
+    if state["exhausted"]:
+        if not lines:
+            raise ToolError(
+                "too_large",
+                f"Nothing to show within the first {MAX_SCAN_BYTES} bytes of {ws.display(full)} from line {offset}; "
+                "use run_command with sed, head or tail instead.",
+            )
+        truncated = True
+    elif number < offset and number:
+        raise ToolError(
+            "out_of_range", f"offset {offset} is past the end of {ws.display(full)}, which has {number} lines."
+        )
+    size = os.fstat(f.fileno()).st_size
+    return {
+        "content": "\n".join(lines),
+        "first_line": offset,
+        "lines": len(lines),
+        "truncated": truncated,
+        "size": size,
+    }
+
+
+def write_file(ws: Workspace, args: JSON) -> JSON:
+    """Create or overwrite a file, and its missing parent directories; a FIFO or device is refused, not opened."""
+    full = ws.resolve(args["path"])
+    data = _encode(args["content"])
+    parent = os.path.dirname(full)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        raise ToolError("not_a_directory", f"A part of {ws.display(parent)} is a file, not a directory.") from None
+    except OSError as err:
+        raise ws.os_error(err, parent) from None
+    try:
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        raise ws.os_error(err, full) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError("not_regular", f"{ws.display(full)} is not a regular file (a device, FIFO or socket).")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as err:
+        raise ws.os_error(err, full) from None
+    finally:
+        os.close(fd)
+    return {"path": ws.display(full), "bytes_written": len(data)}
+
+
+def _encode(text: str) -> bytes:
+    """Round-trip bytes that edit_file decoded with surrogateescape; replace any other lone surrogate."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")

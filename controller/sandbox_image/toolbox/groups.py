@@ -1,0 +1,111 @@
+"""Which processes may live: the process groups of running commands, pid 1 and the toolbox. Everything else dies.
+
+A command may setsid, double fork or leave threads running behind an exited leader, so
+killing its group is not enough; after each command /proc is swept, and when no other
+request is running a process, kill(-1) ends whatever the sweep could not catch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from threading import Lock
+
+from .limits import SWEEP_PASSES
+
+_lock = Lock()
+_active: set[int] = set()  # process groups of commands still running; the sweep spares them
+_spawning = 0  # requests that are starting or running a process
+
+
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    """Count a request that starts a process; when the last one ends, nothing but pid 1 and the toolbox is left."""
+    global _spawning
+    with _lock:
+        _spawning += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _spawning -= 1
+            if _spawning == 0:
+                _kill_everything_else()
+
+
+def add(group: int) -> None:
+    """Spare ``group`` from sweeps while its command runs."""
+    with _lock:
+        _active.add(group)
+
+
+def discard(group: int) -> None:
+    with _lock:
+        _active.discard(group)
+
+
+def kill_group(group: int, sig: int) -> None:
+    """Signal a whole group; one that is already gone is no error."""
+    with contextlib.suppress(OSError):
+        os.killpg(group, sig)
+
+
+def _kill_everything_else() -> None:
+    """With no other request running a process, nothing but pid 1 and the toolbox may live: kill(-1) ends the rest.
+
+    The sweep lists /proc and then kills, so a chain of processes that each fork and exit within
+    microseconds is gone from the list by the time it is killed, and slips through. kill(-1) is one
+    atomic act against fork in the kernel. The caller holds _lock, so no request starts a
+    process meanwhile.
+    """
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+
+
+def sweep_strays() -> None:
+    """Kill what escaped its group (setsid, double fork): nothing outlives its command.
+
+    Repeated until a pass finds nothing, because a fork bomb forks while we kill.
+    """
+    for _ in range(SWEEP_PASSES):
+        if not _sweep_once():
+            return
+        time.sleep(0.005)
+
+
+def _sweep_once() -> int:
+    """One pass over /proc: SIGKILL every process outside the spared groups; how many were signalled."""
+    keep = {os.getpgrp()}
+    with _lock:
+        keep |= _active
+    me = os.getpid()
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in keep or (fields[0] == b"Z" and not _has_live_threads(name)):
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(int(name), signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def _has_live_threads(pid: str) -> bool:
+    """A `Z` entry is a leader whose own thread exited; its other threads may still run (and write).
+
+    A true zombie (every thread gone, waiting for its parent to reap it) lists only itself
+    under task/; killing it again would change nothing and keep the sweep going round.
+    """
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False

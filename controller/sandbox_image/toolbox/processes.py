@@ -1,0 +1,94 @@
+"""run_command (and ripgrep for search): run a command in a session of its own, to its end and no further.
+
+Every command gets a bounded capture of each pipe, a deadline (TERM, then KILL after
+KILL_GRACE_S), and when it ends its group is killed and strays are swept, so nothing it
+started outlives it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+from . import groups
+from .capture import Capture
+from .errors import JSON
+from .jobs import Job
+from .limits import DEFAULT_COMMAND_OUTPUT, DEFAULT_COMMAND_TIMEOUT_S, UNKILLABLE_WAIT_S
+from .pump import pump
+
+
+def run_command(args: JSON, cwd: str, env: dict[str, str] | None, job: Job | None = None) -> JSON:
+    """Run ``args["command"]`` with bash as a login shell in ``cwd``, with the environment the container started with."""
+    cmd = ["bash", "-lc", args["command"]]
+    timeout = float(args.get("timeout_s") or DEFAULT_COMMAND_TIMEOUT_S)
+    result = run(cmd, args.get("max_output") or DEFAULT_COMMAND_OUTPUT, timeout, cwd, job=job, env=env)
+    result["cancelled"] = bool(job and job.cancelled)
+    return result
+
+
+def run(
+    cmd: list[str], cap: int, timeout: float, cwd: str, job: Job | None = None, env: dict[str, str] | None = None
+) -> JSON:
+    """Run ``cmd`` in a session of its own; when it ends, nothing it started is left (see groups.spawning)."""
+    start = time.monotonic()
+    with groups.spawning():
+        return _run_counted(cmd, cap, timeout, cwd, job, env, start)
+
+
+def _run_counted(
+    cmd: list[str], cap: int, timeout: float, cwd: str, job: Job | None, env: dict[str, str] | None, start: float
+) -> JSON:
+    """Start, pump, then kill the group and sweep before the exit status is collected, so the answer comes last."""
+    if job and job.cancelled:  # cancelled before it started: it never runs
+        return _outcome(128 + signal.SIGKILL, Capture(0), Capture(0), False, start)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    _raise_oom_score(proc.pid)
+    group = proc.pid
+    groups.add(group)
+    if job:
+        job.started(group)
+    try:
+        out, err, timed_out = pump(proc, cap, start + timeout, group, job)
+    finally:
+        if job:
+            job.settle()
+        groups.kill_group(group, signal.SIGKILL)
+        groups.discard(group)
+        groups.sweep_strays()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+    try:
+        code = proc.wait(timeout=UNKILLABLE_WAIT_S)
+    except subprocess.TimeoutExpired:  # stuck in the kernel (e.g. D state); answer anyway
+        code = -signal.SIGKILL
+    return _outcome(code if code >= 0 else 128 - code, out, err, timed_out, start)
+
+
+def _outcome(code: int, out: Capture, err: Capture, timed_out: bool, start: float) -> JSON:
+    return {
+        "exit_code": code,
+        "stdout": out.result(),
+        "stderr": err.result(),
+        "timed_out": timed_out,
+        "duration_s": round(time.monotonic() - start, 4),
+    }
+
+
+def _raise_oom_score(pid: int) -> None:
+    """Make the agent's processes, not the toolbox, the OOM killer's first choice."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass

@@ -1,0 +1,77 @@
+"""The op table and the answers: one JSON line out per request, whatever the operation does.
+
+The wire format is the controller's contract (controller/protocol.py): key order and
+separators here are what it has always read, so change them only together with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import BinaryIO
+
+from . import jobs, processes
+from .edits import edit_file
+from .errors import JSON, ToolError
+from .files import list_files, read_file, write_file
+from .search import search
+from .workspace import Workspace
+
+Operation = Callable[[JSON], JSON]
+
+NO_THREADS = (
+    "The sandbox has no free processes (its pids limit is reached). Wait for running commands to end, or kill them."
+)
+
+
+class Toolbox:
+    """One toolbox: the workspace its operations act on, the environment its commands get, and where it answers."""
+
+    def __init__(self, workspace: Workspace, command_env: dict[str, str] | None, output: BinaryIO) -> None:
+        self.workspace = workspace
+        self.command_env = command_env
+        self.output = output
+        self._out_lock = threading.Lock()
+        self.operations: dict[str, Operation] = {
+            "list_files": partial(list_files, workspace),
+            "read_file": partial(read_file, workspace),
+            "write_file": partial(write_file, workspace),
+            "edit_file": partial(edit_file, workspace),
+            "search": partial(search, workspace),
+            "run_command": self.run_command,
+            "cancel": jobs.cancel,
+            "ping": lambda args: {"pid": os.getpid(), "uid": os.getuid()},
+        }
+
+    def run_command(self, args: JSON, job: jobs.Job | None = None) -> JSON:
+        """Commands run in the workspace with the environment the container was started with, not the toolbox's."""
+        return processes.run_command(args, self.workspace.root, self.command_env, job)
+
+    def send(self, message: JSON) -> None:
+        """Write one response line whole: requests answer from many threads, and a line must never interleave."""
+        line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
+        with self._out_lock:
+            self.output.write(line)
+            self.output.flush()
+
+    def handle(self, request: JSON, job: jobs.Job | None = None) -> None:
+        """Answer one request, on its own thread: every request gets exactly one answer, even on a bug."""
+        rid = request.get("id")
+        try:
+            op = self.operations.get(request.get("op", ""))
+            if op is None:
+                raise ToolError("unknown_op", f"Unknown operation {request.get('op')!r}.")
+            args = request.get("args") or {}
+            self.send({"id": rid, "ok": True, "result": self.run_command(args, job) if job else op(args)})
+        except ToolError as err:
+            self.send({"id": rid, "ok": False, "error": {"kind": err.kind, "message": err.message}})
+        except Exception as err:  # noqa: BLE001 - the toolbox must answer every request
+            self.send(
+                {"id": rid, "ok": False, "error": {"kind": "internal", "message": f"{type(err).__name__}: {err}"}}
+            )
+        finally:
+            if job:
+                jobs.forget(job)

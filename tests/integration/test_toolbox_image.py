@@ -1,0 +1,86 @@
+"""The toolbox as the image runs it: a root-owned directory, imported only from itself and the stdlib.
+
+The image runs ``python3 -I -S -u /opt/cubicle/toolbox``. The agent's commands share the
+toolbox's uid and write the workspace and its environment, so what the toolbox imports must
+come from places they cannot write: Python's verbose import trace (``-vv``, which names every
+location it tries) shows it never looks anywhere else, even with the workspace full of
+stdlib-shadowing modules, PYTHONPATH pointing at it and the workspace as the current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from controller import owners
+from controller.config import DEFAULT_IMAGE
+from tests.conftest import AGENT_UID, TEST_INSTANCE
+from tests.security.test_toolbox_takeover import markers, plant_shadow_modules
+
+STDLIB = re.compile(r"^/usr/lib/python3[.\d]*(/|\.zip|$)")
+
+
+def run_in_image(docker_client: Any, command: list[str], repo: Path | None = None, **extra: Any) -> str:
+    """Run ``command`` in a throwaway sandbox container as the agent's uid; its output, stderr included."""
+    options: dict[str, Any] = {
+        "user": f"{AGENT_UID}:{AGENT_UID}",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "network_mode": "none",
+        "labels": owners.labels(TEST_INSTANCE, "test-" + secrets.token_hex(4)),
+        "remove": True,
+        "stdout": True,
+        "stderr": True,
+    }
+    if repo is not None:
+        options["volumes"] = {str(repo): {"bind": "/workspace", "mode": "rw"}}
+    out: bytes = docker_client.containers.run(DEFAULT_IMAGE, command, **options, **extra)
+    return out.decode("utf-8", "replace")
+
+
+def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
+    docker_client: Any, make_repo: Callable[..., Path]
+) -> None:
+    repo = make_repo()
+    plant_shadow_modules(repo)
+    (repo / "toolbox").mkdir()
+    (repo / "toolbox" / "__init__.py").write_text("open('/workspace/HIJACKED-toolbox', 'w').write('x')\n")
+    cmd = docker_client.images.get(DEFAULT_IMAGE).attrs["Config"]["Cmd"]
+    assert cmd == ["/usr/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox"]
+    environment = {"PYTHONPATH": "/workspace", "PYTHONHOME": "/workspace", "PYTHONSTARTUP": "/workspace/json.py"}
+    trace = run_in_image(
+        docker_client, [*cmd[:-1], "-vv", cmd[-1]], repo, environment=environment, working_dir="/workspace"
+    )
+
+    tried = {m.rsplit("/", 1)[0] for m in re.findall(r"^# trying (\S+)", trace, re.M)}
+    loaded = set(re.findall(r"^# code object from '?([^'\s]+)", trace, re.M))
+    assert tried and loaded, trace[-2000:]
+    assert {d for d in tried if not STDLIB.match(d)} == {"/opt/cubicle", "/opt/cubicle/toolbox"}
+    toolbox_code = {p for p in loaded if not STDLIB.match(p)}
+    assert toolbox_code == {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    assert "import 'toolbox.protocol'" in trace and "import 'protocol'" not in trace
+    assert markers(repo) == []
+
+
+def test_the_toolbox_files_are_root_owned_and_read_only_to_the_agent(docker_client: Any) -> None:
+    script = (
+        "import os, json; top = '/opt/cubicle'; paths = [top] + [os.path.join(d, n) for d, ds, fs in os.walk(top) "
+        "for n in ds + fs]; print(json.dumps({p: [os.lstat(p).st_uid, os.lstat(p).st_mode & 0o7777, "
+        "os.access(p, os.W_OK)] for p in paths}))"
+    )
+    listing = json.loads(run_in_image(docker_client, ["/usr/bin/python3", "-I", "-S", "-c", script]))
+    expected = {"/opt/cubicle", "/opt/cubicle/toolbox"} | {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    assert set(listing) == expected  # no __pycache__, nothing else that could be imported
+    for path, (uid, mode, writable) in listing.items():
+        assert uid == 0 and not mode & 0o022 and not writable, (path, uid, oct(mode), writable)
+
+
+def _package_sources() -> list[Path]:
+    from controller.sandbox_image import toolbox
+
+    return sorted(Path(toolbox.__file__).parent.glob("*.py"))
