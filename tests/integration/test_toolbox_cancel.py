@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
+from controller import protocol
 from controller.channel import ToolboxChannel
 from controller.protocol import CancelResult, CommandResult, Response
 from controller.sandbox import DockerSandbox
@@ -26,7 +28,7 @@ async def _start(box: DockerSandbox, command: str) -> tuple[int, asyncio.Task[Re
     """Send a run_command and return its request id (the one pending on the channel) and its answer-to-be."""
     channel = _channel(box)
     before = set(channel._pending)
-    task = asyncio.create_task(channel.request("run_command", {"command": command, "timeout_s": 60}, 90))
+    task = asyncio.create_task(channel.request(protocol.call("run_command", command=command, timeout_s=60), 90))
     while not set(channel._pending) - before:
         await asyncio.sleep(0)
     (rid,) = set(channel._pending) - before
@@ -42,7 +44,10 @@ async def _wait_for(path: Path) -> None:
 
 
 async def _cancel(box: DockerSandbox, rid: Any) -> bool:
-    response = await _channel(box).request("cancel", {"id": rid}, 30)
+    unchecked = protocol.CancelArgs.model_construct(id=rid)  # the toolbox's own check is under test
+    with warnings.catch_warnings():  # pydantic warns that it serializes a non-int id: that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        response = await _channel(box).request(protocol.Cancel(args=unchecked), 30)
     assert response.ok and response.result is not None, response
     return CancelResult.model_validate(response.result).cancelled
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import owners
+from controller import owners, protocol
 from controller.channel import ToolboxChannel
 from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult, PingResult
@@ -66,9 +66,9 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         )
         channel = await ToolboxChannel.open(_raw_socket(attached))
         await asyncio.to_thread(container.start)
-        ping = await channel.request("ping", {}, 30)
+        ping = await channel.request(protocol.call("ping"), 30)
         assert ping.ok, ping
-        ran = await channel.request("run_command", {"command": "echo $PYTHONPATH"}, 30)
+        ran = await channel.request(protocol.call("run_command", command="echo $PYTHONPATH"), 30)
         assert ran.ok and ran.result is not None, ran
         assert CommandResult.model_validate(ran.result).stdout.text == "/workspace\n"
         assert markers(repo) == []

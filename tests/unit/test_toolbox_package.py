@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller import images
-from controller.protocol import RESULTS, Response
+from controller.protocol import OPS, Response
 from controller.sandbox_image import toolbox
 from controller.sandbox_image.toolbox.__main__ import serve
 from controller.sandbox_image.toolbox.capture import Capture
@@ -137,7 +137,7 @@ def test_answers_are_compact_utf8_json_lines(box: tuple[Toolbox, io.BytesIO]) ->
     line = out.getvalue()
     assert line == expected.encode() + b"\n"  # not ASCII-escaped: the controller reads UTF-8
     response = Response.model_validate_json(line)
-    RESULTS["read_file"].model_validate(response.result)
+    OPS["read_file"].result.model_validate(response.result)
 
 
 @pytest.mark.parametrize(
@@ -184,3 +184,11 @@ def test_serve_answers_bad_lines_with_id_null_and_skips_blank_ones(box: tuple[To
 
 def test_busy_message_says_what_to_do() -> None:
     assert "pids limit" in NO_THREADS and "kill them" in NO_THREADS
+
+
+def test_the_sweep_refuses_to_run_outside_the_sandbox() -> None:
+    """Imported on a host (as these tests do), the toolbox must never kill every other process."""
+    from controller.sandbox_image.toolbox import groups
+
+    with pytest.raises(RuntimeError, match="only inside its sandbox"):
+        groups.sweep_strays()

@@ -34,7 +34,7 @@ import signal
 import threading
 from collections.abc import Iterable
 
-from . import jobs
+from . import groups, jobs
 from .protocol import NO_THREADS, Toolbox
 from .workspace import Workspace
 
@@ -89,6 +89,7 @@ def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
 
 def main() -> None:
     command_env = guard_self()
+    groups.arm()
     os.chdir(WORKSPACE)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     serve(Toolbox(Workspace(WORKSPACE), command_env, sys.stdout.buffer), sys.stdin.buffer)

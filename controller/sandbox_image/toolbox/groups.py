@@ -47,6 +47,21 @@ def discard(group: int) -> None:
         _active.discard(group)
 
 
+_armed = False
+"""Set by the entry point inside the sandbox only: on a host, sweeping every other process would be a disaster."""
+
+
+def arm() -> None:
+    """Allow the sweep and kill(-1): called by ``__main__.main`` as pid 1's child in the container, never on import."""
+    global _armed
+    _armed = True
+
+
+def _check_armed() -> None:
+    if not _armed:
+        raise RuntimeError("the toolbox kills every stray process only inside its sandbox; call groups.arm() there")
+
+
 def kill_group(group: int, sig: int) -> None:
     """Signal a whole group; one that is already gone is no error."""
     with contextlib.suppress(OSError):
@@ -61,6 +76,7 @@ def _kill_everything_else() -> None:
     atomic act against fork in the kernel. The caller holds _lock, so no request starts a
     process meanwhile.
     """
+    _check_armed()
     with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
 
@@ -78,6 +94,7 @@ def sweep_strays() -> None:
 
 def _sweep_once() -> int:
     """One pass over /proc: SIGKILL every process outside the spared groups; how many were signalled."""
+    _check_armed()
     keep = {os.getpgrp()}
     with _lock:
         keep |= _active
