@@ -1,0 +1,102 @@
+"""The checkout as it was when the session started: one cheap identity per entry.
+
+``apply`` must not overwrite what the user changed while the agent worked, so it needs
+to know what each path looked like at the start. Recording an ``lstat`` (and a symlink's
+target) per entry costs one syscall each; nothing is read or hashed except the ignore
+files, which are kept so the session judges "ignored" by the rules it started with.
+Nothing under a ``.git`` directory (any case) is recorded: it is never applied.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from . import beneath
+from .ignore import EXCLUDE, IgnoreRules
+from .records import Identity, identity_row, read_json, write_json
+
+MAX_IGNORE_FILE = 1 << 20
+MAX_DEPTH = 256
+
+
+def is_git_name(name: str) -> bool:
+    """Git (and case-insensitive filesystems) treat any case of ``.git`` as the git directory."""
+    return name.casefold() == ".git"
+
+
+def is_git_path(rel: str) -> bool:
+    return any(is_git_name(part) for part in rel.split("/"))
+
+
+class Baseline:
+    """Entries by relative path, plus the ignore files, as recorded at session start."""
+
+    def __init__(self, entries: dict[str, list[object]], ignore_files: dict[str, str]) -> None:
+        self._entries = entries
+        self.ignore_files = ignore_files
+        self.rules = IgnoreRules(ignore_files)
+
+    def get(self, rel: str) -> Identity | None:
+        row = self._entries.get(rel)
+        return Identity.from_row(row) if row is not None else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def save(self, path: Path) -> None:
+        write_json(path, {"entries": self._entries, "ignore_files": self.ignore_files})
+
+    @classmethod
+    def load(cls, path: Path) -> Baseline:
+        data = read_json(path)
+        return cls(data["entries"], data["ignore_files"])
+
+
+def record(repo: Path) -> Baseline:
+    """Walk the checkout without following symlinks and fingerprint every entry outside ``.git``."""
+    entries: dict[str, list[object]] = {}
+    ignore_files: dict[str, str] = {}
+    root = beneath.open_root(repo)
+    try:
+        _walk(root, "", entries, ignore_files, 0)
+        exclude = _read_small(root, EXCLUDE)
+        if exclude is not None:
+            ignore_files[EXCLUDE] = exclude
+    finally:
+        os.close(root)
+    return Baseline(entries, ignore_files)
+
+
+def _walk(dir_fd: int, prefix: str, entries: dict[str, list[object]], ignores: dict[str, str], depth: int) -> None:
+    with os.scandir(dir_fd) as it:
+        listing = [(e.name, e.stat(follow_symlinks=False)) for e in it if not is_git_name(e.name)]
+    for name, st in listing:
+        rel = f"{prefix}{name}"
+        target = os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else None
+        entries[rel] = identity_row(st, target)
+        if name == ".gitignore" and stat.S_ISREG(st.st_mode):
+            text = _read_small(dir_fd, name)
+            if text is not None:
+                ignores[prefix.rstrip("/")] = text
+        if stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+            child = beneath.open_dir(dir_fd, name)
+            try:
+                _walk(child, rel + "/", entries, ignores, depth + 1)
+            finally:
+                os.close(child)
+
+
+def _read_small(dir_fd: int, rel: str) -> str | None:
+    """A small ignore file's text, or None if it is absent, not a regular file or too big."""
+    try:
+        with beneath.parent(dir_fd, rel) as (parent_fd, name):
+            fd = beneath.open_file(parent_fd, name)
+        try:
+            data = os.read(fd, MAX_IGNORE_FILE + 1)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return None if len(data) > MAX_IGNORE_FILE else data.decode("utf-8", "surrogateescape")
