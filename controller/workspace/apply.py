@@ -23,12 +23,13 @@ import contextlib
 import os
 import stat
 from collections.abc import Collection, Iterator
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from . import beneath
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
-from .checkout import SAFE_BITS, Checkout
+from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
 from .layer import Layer
@@ -130,10 +131,17 @@ class _Plan:
         self.dirs = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.DIR}
         self.removed = {c.path for c in chosen if _removes(c)}
         self.links = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.SYMLINK}
+        self.undirs = _undirs(chosen)
+
+
+def _undirs(chosen: list[Change]) -> set[str]:
+    """Non-directories a directory replaces: nothing can be below them in the checkout yet."""
+    return {c.path for c in chosen if c.kind == Kind.MODIFIED and c.type == FileType.DIR and c.previous != FileType.DIR}
 
 
 def _conflict(checkout: Checkout, change: Change, expect: Expectations, forced: bool, plan: _Plan) -> str:
-    current = checkout.identity(change.path)
+    replaced = any(a in plan.undirs for a in _ancestors(change.path))
+    current = None if replaced else checkout.identity(change.path)
     if current is not None and current.type in UNSAFE_TYPES:
         return f"the checkout holds a {current.type.value} here"
     if not forced and not expect.matches(change.path, current):
@@ -175,7 +183,10 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
     removals = sorted((c for c in chosen if _removes(c)), key=lambda c: (-c.path.count("/"), c.path))
     creations = sorted((c for c in chosen if c.kind != Kind.DELETED), key=lambda c: (c.path.count("/"), c.path))
     order = removals + [c for c in creations if not _removes(c)]
-    steps = [Step(path=c.path, change=c, prior=checkout.save(c.path, folder / str(i))) for i, c in enumerate(order)]
+    undirs = _undirs(chosen)
+    steps = [
+        Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i))) for i, c in enumerate(order)
+    ]
     record = ApplyRecord(number=number, status=Status.PENDING, steps=steps)
     write(layer, record)
     try:
@@ -188,6 +199,13 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
         write(layer, record)
         raise WorkspaceError(f"Apply failed at the checkout and was rolled back: {err}.") from err
     return record
+
+
+def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
+    """What ``rel`` holds; nothing when an ancestor is a non-directory being replaced by a directory."""
+    if any(a in undirs for a in _ancestors(rel)):
+        return Prior()
+    return checkout.save(rel, blob)
 
 
 def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change]) -> None:
@@ -212,14 +230,19 @@ def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: 
 
 
 def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
-    """Drop applied paths from the upper layer, deepest first, except under opaque dirs with work left."""
+    """Drop applied paths from the upper layer, deepest first, except under opaque dirs with work left.
+
+    An opaque directory with nothing left to apply below it now matches the checkout, so its
+    marker goes too (else it would hide what was just applied), and it goes when empty.
+    """
     upper = beneath.open_root(layer.upper)
     try:
         left = [c.path for c in changes if c.path not in applied]
         blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
-        for path in sorted(applied, key=lambda p: -p.count("/")):
+        parents = {a for path in applied for a in _ancestors(path)}
+        for path in sorted(applied | parents, key=lambda p: -p.count("/")):
             if not any(path == b or path.startswith(b + "/") for b in blocked):
-                _drop(upper, path)
+                _drop(upper, path, only_if_empty=path not in applied)
     finally:
         os.close(upper)
 
@@ -236,10 +259,16 @@ def _opaque(upper: int, rel: str) -> bool:
         return False
 
 
-def _drop(upper: int, rel: str) -> None:
+def _drop(upper: int, rel: str, only_if_empty: bool) -> None:
     with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
+            child = beneath.open_dir(fd, name)
+            try:
+                with contextlib.suppress(OSError):
+                    os.removexattr(child, OPAQUE)
+            finally:
+                os.close(child)
             os.rmdir(name, dir_fd=fd)  # only when empty: what is left in it is still a change
-        else:
+        elif not only_if_empty:
             os.unlink(name, dir_fd=fd)

@@ -47,10 +47,24 @@ class Checkout:
         self.owner = owner
 
     def identity(self, rel: str) -> Identity | None:
-        st = beneath.lstat(self.fd, rel)
+        """What ``rel`` holds; None when absent, also when a parent is a file. A symlinked parent raises."""
+        try:
+            st = beneath.lstat(self.fd, rel)
+        except UnsafePathError:
+            if self._symlinked_parent(rel):
+                raise
+            return None
         if st is None:
             return None
         return Identity.of(st, beneath.readlink(self.fd, rel) if stat.S_ISLNK(st.st_mode) else None)
+
+    def _symlinked_parent(self, rel: str) -> bool:
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            st = beneath.lstat(self.fd, "/".join(parts[:depth]))
+            if st is None or not stat.S_ISDIR(st.st_mode):
+                return st is not None and stat.S_ISLNK(st.st_mode)
+        return False
 
     def names(self, rel: str) -> set[str]:
         with beneath.parent(self.fd, rel) as (parent_fd, name):

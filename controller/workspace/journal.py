@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .changes import Change
 from .checkout import Checkout, Prior
-from .errors import LayerMissingError
+from .errors import LayerMissingError, UnsafePathError
 from .layer import Layer
 from .records import Identity, load, read_json, save, write_json
 
@@ -99,7 +99,10 @@ class Expectations:
         """Record what ``paths`` hold now; returns those rows."""
         fresh: dict[str, list[Any] | None] = {}
         for rel in paths:
-            now = checkout.identity(rel)
+            try:
+                now = checkout.identity(rel)
+            except UnsafePathError:  # below a symlink the user put there: nothing of ours
+                now = None
             fresh[rel] = None if now is None else now.as_row()
         self.rows.update(fresh)
         write_json(self.layer.expected_file, self.rows)
