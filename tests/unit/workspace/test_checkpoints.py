@@ -1,0 +1,93 @@
+"""Checkpoints keep the upper layer per turn; rewind puts it back exactly."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from controller.workspace import LayerMissingError, apply, checkpoint, discard, rewind, scan
+
+from .conftest import Workspace, snapshot
+
+
+def upper_state(ws: Workspace) -> dict[str, tuple[object, ...]]:
+    """The upper tree with its overlay markers: whiteouts show as char devices, xattrs listed."""
+    tree = snapshot(ws.layer.upper)
+    marks = {}
+    for rel in tree:
+        path = ws.layer.upper / rel
+        if not path.is_symlink():
+            marks[rel] = sorted((a, os.getxattr(path, a)) for a in os.listxattr(path) if a.startswith("user."))
+    return {rel: (*entry, tuple(marks.get(rel, []))) for rel, entry in tree.items()}
+
+
+def test_rewind_returns_the_upper_to_a_checkpoint_exactly(ws: Workspace) -> None:
+    ws.agent("echo one > new.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt; rm old/gone.txt; chmod 700 src")
+    ws.stop()
+    assert checkpoint(ws.layer) == 1
+    turn1 = upper_state(ws)
+    assert any(entry[0] == stat.S_IFCHR for entry in turn1.values())  # the whiteout is kept
+    assert ("user.overlay.opaque", b"y") in turn1["docs"][5]
+    ws.agent("echo two > new.txt; echo more > more.txt; rm -rf docs; rm README.md; chmod 4755 src/app.py")
+    ws.stop()
+    assert checkpoint(ws.layer) == 2
+    rewind(ws.layer, 1)
+    assert upper_state(ws) == turn1
+    assert [p.name for p in sorted(ws.layer.checkpoints.iterdir())] == ["1", "1.json"]
+    result = apply(ws.layer)
+    assert sorted(result.applied) == [
+        "docs/a.txt",
+        "docs/d.txt",
+        "docs/sub",
+        "docs/sub/b.txt",
+        "new.txt",
+        "old/gone.txt",
+        "src",
+    ]
+    assert (ws.repo / "new.txt").read_text() == "one\n" and (ws.repo / "README.md").exists()
+    assert not (ws.repo / "more.txt").exists()
+
+
+def test_unchanged_files_are_shared_between_checkpoints_never_with_the_live_upper(ws: Workspace) -> None:
+    ws.agent("echo keep > keep.txt; echo edit > edit.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    ws.agent("echo edited >> edit.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    first, second, upper = (ws.layer.checkpoints / "1", ws.layer.checkpoints / "2", ws.layer.upper)
+    assert os.stat(first / "keep.txt").st_ino == os.stat(second / "keep.txt").st_ino
+    assert os.stat(first / "edit.txt").st_ino != os.stat(second / "edit.txt").st_ino
+    assert os.stat(upper / "keep.txt").st_ino != os.stat(first / "keep.txt").st_ino
+    ws.agent("echo in-place >> keep.txt")  # written through the live inode: the checkpoints must not see it
+    ws.stop()
+    assert (second / "keep.txt").read_text() == "keep\n"
+    checkpoint(ws.layer)
+    assert (ws.layer.checkpoints / "3" / "keep.txt").read_text() == "keep\nin-place\n"
+
+
+def test_rewind_to_an_unknown_checkpoint_raises(ws: Workspace) -> None:
+    with pytest.raises(LayerMissingError):
+        rewind(ws.layer, 7)
+
+
+def test_rewind_after_an_apply_lists_only_what_still_differs(ws: Workspace) -> None:
+    ws.agent("echo one > new.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    apply(ws.layer)
+    rewind(ws.layer, 1)
+    assert scan(ws.layer) == []  # new.txt is in the checkout now, identical
+
+
+def test_discard_removes_the_layer_and_the_kernels_work_dir(ws: Workspace) -> None:
+    ws.agent("rm README.md; mkdir -p locked/in; echo x > locked/in/f; chmod 000 locked/in locked")
+    ws.stop()
+    checkpoint(ws.layer)
+    work = Path(ws.layer.work / "work")
+    assert work.exists() and stat.S_IMODE(os.stat(work).st_mode) == 0
+    assert discard(ws.layer) == []
+    assert not ws.layer.root.exists()
