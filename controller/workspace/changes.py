@@ -21,52 +21,18 @@ from __future__ import annotations
 
 import os
 import stat
-from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
-from . import beneath, textdiff
+from . import beneath, gitlike, textdiff
 from .baseline import Baseline, is_git_name, is_git_path
 from .layer import Layer
-from .records import FileType, file_type
+from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
 MAX_DEPTH = 256
 MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the checkout
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
-
-
-class Kind(StrEnum):
-    ADDED = "added"
-    MODIFIED = "modified"
-    DELETED = "deleted"
-
-
-class Disposition(StrEnum):
-    APPLY = "apply"  # applied by default
-    IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
-    DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
-    UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
-
-
-class Change(BaseModel):
-    """One path the agent changed. ``path`` holds the agent's bytes (non-UTF-8 as surrogates): escape it to display."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str
-    kind: Kind
-    type: FileType  # what the layer holds there; for a deletion, what the checkout held
-    previous: FileType | None = None  # what the checkout held; None when added
-    disposition: Disposition = Disposition.APPLY
-    reason: str = ""  # why the disposition is not "apply"
-    mode: int = 0  # permission bits in the layer, setuid/setgid/sticky included (apply strips them)
-    size: int = 0
-    binary: bool = False
-    diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones
-    target: str | None = None  # a symlink's target
-    renamed_from: str | None = None  # a deleted path with identical content, when cheaply found
+__all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
 
 
 def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
@@ -81,6 +47,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         for change in found:
             _describe(change, upper, lower, with_diffs)
             _judge(change, base)
+        gitlike.guard(found, lower)
         _find_renames(found, upper, lower)
     finally:
         os.close(upper)

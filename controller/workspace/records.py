@@ -1,4 +1,4 @@
-"""What the layer keeps on disk: atomic JSON records and the identity of a checkout entry.
+"""What the layer keeps and reports: atomic JSON records, the identity of a checkout entry, a change.
 
 Every piece of state lives in a file under the session's layer directory, written to a
 temporary name, fsynced and renamed, so a controller killed at any instant leaves either
@@ -86,6 +86,38 @@ def identity_row(st: os.stat_result, target: str | None = None) -> list[Any]:
     kind = file_type(st.st_mode)
     size = st.st_size if kind != FileType.DIR else 0
     return [kind.value, stat.S_IMODE(st.st_mode), size, st.st_mtime_ns, st.st_ino, target]
+
+
+class Kind(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+
+
+class Disposition(StrEnum):
+    APPLY = "apply"  # applied by default
+    IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
+    DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
+    UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
+
+
+class Change(BaseModel):
+    """One path the agent changed. ``path`` holds the agent's bytes (non-UTF-8 as surrogates): escape it to display."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    kind: Kind
+    type: FileType  # what the layer holds there; for a deletion, what the checkout held
+    previous: FileType | None = None  # what the checkout held; None when added
+    disposition: Disposition = Disposition.APPLY
+    reason: str = ""  # why the disposition is not "apply"
+    mode: int = 0  # permission bits in the layer, setuid/setgid/sticky included (apply strips them)
+    size: int = 0
+    binary: bool = False
+    diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones
+    target: str | None = None  # a symlink's target
+    renamed_from: str | None = None  # a deleted path with identical content, when cheaply found
 
 
 def write_json(path: Path, data: Any) -> None:

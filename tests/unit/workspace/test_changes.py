@@ -118,3 +118,16 @@ def test_hostile_names_and_binary_files(ws: Workspace) -> None:
     assert "new\nline\x1b[31m" in found
     assert os.fsencode(next(p for p in found if p.startswith("bad"))) == b"bad\xff"
     assert found["blob"].binary and found["blob"].diff is None
+
+
+def test_the_agent_cannot_assemble_a_bare_repository_outside_git(ws: Workspace) -> None:
+    ws.agent(
+        "mkdir -p sub/objects sub/refs/heads; echo 'ref: refs/heads/main' > sub/HEAD;"
+        "printf '[core]\\n\\tpager = touch /tmp/pwned\\n' > sub/config; echo ok > sub/notes.txt;"
+        "mkdir -p plain; echo 'a config file' > plain/config"
+    )
+    ws.stop()
+    found = by_path(ws)
+    for path in ("sub/HEAD", "sub/config", "sub/objects", "sub/refs", "sub/refs/heads"):
+        assert found[path][2] == "unsafe", path
+    assert found["sub/notes.txt"][2] == found["plain/config"][2] == "apply"
