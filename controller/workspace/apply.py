@@ -32,7 +32,7 @@ from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition,
 from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
-from .layer import Layer
+from .layer import Layer, ensure_unmounted
 from .records import FileType
 
 
@@ -58,6 +58,7 @@ def apply(
     layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = ()
 ) -> ApplyResult:
     """Apply the selected changes, or nothing at all when any of them conflicts."""
+    ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored)
     with open_checkout(layer) as checkout:

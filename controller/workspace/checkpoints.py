@@ -30,7 +30,7 @@ from typing import Any
 
 from . import beneath
 from .errors import LayerMissingError
-from .layer import Layer
+from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
 
 Manifest = dict[str, list[int]]
@@ -62,6 +62,7 @@ def rewind(layer: Layer, number: int) -> None:
     """Make the upper layer exactly as checkpoint ``number`` kept it; later checkpoints are dropped."""
     if number not in numbers(layer):
         raise LayerMissingError(f"There is no checkpoint {number}.")
+    ensure_unmounted(layer)
     for entry in os.listdir(layer.upper):
         _remove(layer.upper / entry)
     source = beneath.open_root(layer.checkpoints / str(number))

@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from . import baseline
-from .errors import LayerMissingError, WorkspaceError
+from .errors import LayerInUseError, LayerMissingError, WorkspaceError
 from .records import load, save
 
 OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
@@ -130,6 +130,20 @@ def volume_kwargs(layer: Layer, name: str, labels: dict[str, str]) -> dict[str, 
     """
     opts = {"type": "overlay", "device": "overlay", "o": mount_options(layer)}
     return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
+
+
+def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:
+    """Refuse to rewrite an upper layer an overlay still uses: the kernel calls that undefined.
+
+    The engine mounts the volume in its own mount namespace; this sees it when the controller
+    shares it (on the host). A controller in a container must stop the sandbox first anyway.
+    """
+    needle = f"upperdir={layer.upper}".encode()
+    with contextlib.suppress(OSError):
+        for line in mountinfo.read_bytes().splitlines():
+            fields = line.split(b" - ", 1)[-1].split(b" ")
+            if fields[0] == b"overlay" and needle in fields[-1].split(b","):
+                raise LayerInUseError(f"The workspace layer of {layer.repo} is still mounted.")
 
 
 def discard(layer: Layer) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import LayerMissingError, apply, checkpoint, discard, rewind, scan
+from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, rewind, scan
 
 from .conftest import Workspace, snapshot
 
@@ -91,3 +91,14 @@ def test_discard_removes_the_layer_and_the_kernels_work_dir(ws: Workspace) -> No
     assert work.exists() and stat.S_IMODE(os.stat(work).st_mode) == 0
     assert discard(ws.layer) == []
     assert not ws.layer.root.exists()
+
+
+def test_the_upper_is_not_rewritten_while_mounted(ws: Workspace) -> None:
+    ws.agent("echo one > new.txt")
+    checkpoint(ws.layer)  # reading a mounted upper is fine
+    with pytest.raises(LayerInUseError):
+        rewind(ws.layer, 1)
+    with pytest.raises(LayerInUseError):
+        apply(ws.layer)
+    ws.stop()
+    assert apply(ws.layer).applied == ["new.txt"]
