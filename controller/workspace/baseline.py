@@ -31,59 +31,77 @@ def is_git_path(rel: str) -> bool:
 
 
 class Baseline:
-    """Entries by relative path, plus the ignore files, as recorded at session start."""
+    """Entries by relative path, plus the ignore files, as recorded at session start.
 
-    def __init__(self, entries: dict[str, list[object]], ignore_files: dict[str, str]) -> None:
+    An entry is kept as one string ("type mode size mtime_ns ino", symlink targets apart):
+    JSON decodes 20,000 strings several times faster than 20,000 small lists.
+    """
+
+    def __init__(self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str]) -> None:
         self._entries = entries
+        self._targets = targets
         self.ignore_files = ignore_files
-        self.rules = IgnoreRules(ignore_files)
 
     def get(self, rel: str) -> Identity | None:
-        row = self._entries.get(rel)
-        return Identity.from_row(row) if row is not None else None
+        packed = self._entries.get(rel)
+        if packed is None:
+            return None
+        kind, *numbers = packed.split(" ")
+        return Identity.from_row([kind, *map(int, numbers), self._targets.get(rel)])
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def paths(self) -> list[str]:
+        return list(self._entries)
 
     def save(self, path: Path) -> None:
-        write_json(path, {"entries": self._entries, "ignore_files": self.ignore_files})
+        """Entries to ``path``; ignore files apart (``ignore.json``), so listing changes skips the big file."""
+        write_json(path, {"entries": self._entries, "targets": self._targets})
+        write_json(path.with_name("ignore.json"), self.ignore_files)
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
         data = read_json(path)
-        return cls(data["entries"], data["ignore_files"])
+        return cls(data["entries"], data["targets"], read_json(path.with_name("ignore.json")))
+
+
+def load_rules(path: Path) -> IgnoreRules:
+    """The ignore rules recorded beside the baseline at ``path``."""
+    return IgnoreRules(read_json(path.with_name("ignore.json")))
 
 
 def record(repo: Path) -> Baseline:
     """Walk the checkout without following symlinks and fingerprint every entry outside ``.git``."""
-    entries: dict[str, list[object]] = {}
+    entries: dict[str, str] = {}
+    targets: dict[str, str] = {}
     ignore_files: dict[str, str] = {}
     root = beneath.open_root(repo)
     try:
-        _walk(root, "", entries, ignore_files, 0)
+        _walk(root, "", (entries, targets, ignore_files), 0)
         exclude = _read_small(root, EXCLUDE)
         if exclude is not None:
             ignore_files[EXCLUDE] = exclude
     finally:
         os.close(root)
-    return Baseline(entries, ignore_files)
+    return Baseline(entries, targets, ignore_files)
 
 
-def _walk(dir_fd: int, prefix: str, entries: dict[str, list[object]], ignores: dict[str, str], depth: int) -> None:
+def _walk(dir_fd: int, prefix: str, into: tuple[dict[str, str], dict[str, str], dict[str, str]], depth: int) -> None:
+    entries, targets, ignores = into
     with os.scandir(dir_fd) as it:
         listing = [(e.name, e.stat(follow_symlinks=False)) for e in it if not is_git_name(e.name)]
     for name, st in listing:
         rel = f"{prefix}{name}"
-        target = os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else None
-        entries[rel] = identity_row(st, target)
-        if name == ".gitignore" and stat.S_ISREG(st.st_mode):
+        row = identity_row(st)
+        entries[rel] = " ".join(map(str, row[:5]))
+        if stat.S_ISLNK(st.st_mode):
+            targets[rel] = os.readlink(name, dir_fd=dir_fd)
+        elif name == ".gitignore" and stat.S_ISREG(st.st_mode):
             text = _read_small(dir_fd, name)
             if text is not None:
                 ignores[prefix.rstrip("/")] = text
-        if stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
+        elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
             child = beneath.open_dir(dir_fd, name)
             try:
-                _walk(child, rel + "/", entries, ignores, depth + 1)
+                _walk(child, rel + "/", into, depth + 1)
             finally:
                 os.close(child)
 

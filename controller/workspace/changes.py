@@ -23,7 +23,8 @@ import os
 import stat
 
 from . import beneath, gitlike, textdiff
-from .baseline import Baseline, is_git_name, is_git_path
+from .baseline import is_git_name, is_git_path, load_rules
+from .ignore import IgnoreRules
 from .layer import Layer
 from .records import Change, Disposition, FileType, Kind, file_type
 
@@ -36,19 +37,24 @@ __all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
 
 
 def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
-    """Every change in the layer, sorted by path, each with its disposition."""
+    """Every change in the layer, sorted by path, each with its disposition.
+
+    Without ``with_diffs`` (what ``apply`` needs) no file's contents are read: no diff,
+    binary flag or rename hint.
+    """
     upper = beneath.open_root(layer.upper)
     lower = beneath.open_root(layer.repo)
     try:
         walker = _Walker(lower)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
-        base = layer.baseline()
+        rules = load_rules(layer.baseline_file)
         for change in found:
             _describe(change, upper, lower, with_diffs)
-            _judge(change, base)
+            _judge(change, rules)
         gitlike.guard(found, lower)
-        _find_renames(found, upper, lower)
+        if with_diffs:
+            _find_renames(found, upper, lower)
     finally:
         os.close(upper)
         os.close(lower)
@@ -206,7 +212,7 @@ def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
     """Fill in the symlink target, the binary flag and the diff, reading each side at most once, boundedly."""
     if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
         change.target = beneath.readlink(upper, change.path)
-    if change.type != FileType.FILE and change.previous != FileType.FILE:
+    if not with_diffs or (change.type != FileType.FILE and change.previous != FileType.FILE):
         return
     new = _head(upper, change.path) if change.kind != Kind.DELETED and change.type == FileType.FILE else None
     old = _head(lower, change.path) if change.previous == FileType.FILE else None
@@ -223,14 +229,14 @@ def _head(root: int, path: str) -> bytes | None:
         return None
 
 
-def _judge(change: Change, base: Baseline) -> None:
+def _judge(change: Change, rules: IgnoreRules) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
     elif problem:
         change.disposition, change.reason = Disposition.UNSAFE, problem
-    elif base.rules.ignored(change.path, change.type == FileType.DIR):
+    elif rules.ignored(change.path, change.type == FileType.DIR):
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
 
 

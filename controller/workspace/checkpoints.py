@@ -1,28 +1,31 @@
 """Checkpoints of the upper layer at the end of a turn, and rewinding to one.
 
-A checkpoint is a copy of the upper directory — whiteouts, opaque markers (xattrs),
-modes, owners and mtimes included — so its cost follows what the agent changed, never
-the repository's size. Sharing inodes with the live upper would be wrong: the agent can
-rewrite an upper file in place and so change the checkpoint. Sharing between checkpoints
-is safe, since nothing writes them: a file whose upper inode has the same number, ctime,
-size and mtime as when the previous checkpoint copied it (ctime moves on every write,
-chmod or xattr change, and cannot be set by the agent) is hardlinked from that previous
-checkpoint instead of copied. So a checkpoint costs one walk of the upper plus the bytes
-changed since the last one.
+A checkpoint is a manifest of the upper directory — every entry's type, mode, owner,
+mtime and user xattrs (overlay's opaque markers among them), whiteouts and symlink
+targets — plus the bytes of its regular files in a content-addressed blob store shared
+by all checkpoints. No directory is created and no unchanged byte is copied, so a
+checkpoint costs one walk of the upper, one JSON file, and the bytes changed since the
+last checkpoint.
 
-Layout: ``checkpoints/<n>/`` is the tree, ``checkpoints/<n>.json`` its manifest, written
-last: a checkpoint without a manifest is incomplete and ignored. Hardlinks inside the
-upper are copied as separate files; sockets are not kept (they are never applied).
+A file is known unchanged when its upper inode still has the number, ctime, size and
+mtime recorded last time: ctime moves on every write, chmod or xattr change and cannot
+be set by the agent. Its blob is then reused without reading it. Blobs are never shared
+with the live upper (the agent could rewrite such an inode in place): they are copies,
+written under a temporary name and renamed to their SHA-256.
 
-``rewind`` replaces the upper's contents with fresh copies of a checkpoint (new inodes,
-so the agent cannot reach a checkpoint through them) and forgets later checkpoints. It
-must run while the overlay is unmounted.
+Layout: ``checkpoints/<n>.json`` (written last; its presence makes the checkpoint) and
+``checkpoints/blobs/<sha256>``. Hardlinks inside the upper come back as separate files;
+sockets are not kept (they are never applied). ``rewind`` rebuilds the upper from a
+manifest with fresh inodes, forgets later checkpoints and their unshared blobs; it must
+run while the overlay is unmounted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import secrets
 import shutil
 import stat
 from pathlib import Path
@@ -33,7 +36,9 @@ from .errors import LayerMissingError
 from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
 
-Manifest = dict[str, list[int]]
+# One manifest entry: [path, kind, mode, uid, gid, mtime_ns, {xattr: hex}, detail, key]
+# kind: d(ir) f(ile) l(ink) w(hiteout) p (fifo); detail: blob sha256 or link target; key: reuse key of a file.
+Entry = list[Any]
 
 
 def numbers(layer: Layer) -> list[int]:
@@ -41,127 +46,149 @@ def numbers(layer: Layer) -> list[int]:
 
 
 def checkpoint(layer: Layer) -> int:
-    """Copy the upper layer as the next checkpoint; returns its number (1, 2, ...)."""
+    """Record the upper layer as the next checkpoint; returns its number (1, 2, ...)."""
     done = numbers(layer)
     number = (done or [0])[-1] + 1
-    previous = (layer.checkpoints / str(done[-1]), read_json(layer.checkpoints / f"{done[-1]}.json")) if done else None
-    tree = layer.checkpoints / str(number)
-    _remove(tree)  # left by a checkpoint that died before its manifest
-    tree.mkdir(mode=0o700)
-    copier = _Copier(previous)
+    known = {e[0]: e for e in _load(layer, done[-1])} if done else {}
+    blobs = layer.checkpoints / "blobs"
+    blobs.mkdir(mode=0o700, exist_ok=True)
+    entries: list[Entry] = []
     upper = beneath.open_root(layer.upper)
     try:
-        copier.tree(upper, tree, "")
+        _walk(upper, "", entries, known, blobs)
     finally:
         os.close(upper)
-    write_json(layer.checkpoints / f"{number}.json", copier.manifest)
+    write_json(layer.checkpoints / f"{number}.json", entries)
     return number
 
 
 def rewind(layer: Layer, number: int) -> None:
-    """Make the upper layer exactly as checkpoint ``number`` kept it; later checkpoints are dropped."""
+    """Make the upper layer exactly as checkpoint ``number`` recorded it; later checkpoints are dropped."""
     if number not in numbers(layer):
         raise LayerMissingError(f"There is no checkpoint {number}.")
     ensure_unmounted(layer)
-    for entry in os.listdir(layer.upper):
-        _remove(layer.upper / entry)
-    source = beneath.open_root(layer.checkpoints / str(number))
-    try:
-        _Copier(None).tree(source, layer.upper, "")
-    finally:
-        os.close(source)
+    entries = _load(layer, number)
+    for name in os.listdir(layer.upper):
+        _remove(layer.upper / name)
+    for entry in entries:
+        _create(layer.upper / entry[0], entry, layer.checkpoints / "blobs")
+    for entry in sorted(entries, key=lambda e: -e[0].count("/")):
+        _finish(layer.upper / entry[0], entry)
     for later in numbers(layer):
         if later > number:
             (layer.checkpoints / f"{later}.json").unlink()
-            _remove(layer.checkpoints / str(later))
+    _collect_garbage(layer)
 
 
-class _Copier:
-    """Copies a tree read through fds into a private destination, reusing unchanged files of ``previous``."""
+def _load(layer: Layer, number: int) -> list[Entry]:
+    entries: list[Entry] = read_json(layer.checkpoints / f"{number}.json")
+    return entries
 
-    def __init__(self, previous: tuple[Path, Any] | None) -> None:
-        self.previous = previous
-        self.manifest: Manifest = {}
 
-    def tree(self, src_fd: int, dest: Path, prefix: str) -> None:
-        with os.scandir(src_fd) as it:
-            entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
-        for name, st in entries:
-            rel, target = prefix + name, dest / name
-            if stat.S_ISDIR(st.st_mode):
-                self.directory(src_fd, name, target, rel, st)
-            elif stat.S_ISREG(st.st_mode):
-                self.file(src_fd, name, target, rel, st)
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(name, dir_fd=src_fd), target)
-            elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                os.mknod(target, stat.S_IFCHR | 0o000, os.makedev(0, 0))  # a whiteout; unprivileged since Linux 5.8
-            elif stat.S_ISFIFO(st.st_mode):
-                os.mkfifo(target, 0o600)
-            else:
-                continue
-            _finish(target, st)
-
-    def directory(self, src_fd: int, name: str, target: Path, rel: str, st: os.stat_result) -> None:
-        target.mkdir(mode=0o700)
-        child = beneath.open_dir(src_fd, name)
-        try:
-            _copy_xattrs(child, target)
-            self.tree(child, target, rel + "/")
-        finally:
-            os.close(child)
-
-    def file(self, src_fd: int, name: str, target: Path, rel: str, st: os.stat_result) -> None:
-        key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
-        if self.previous is not None and self.previous[1].get(rel) == key:
-            with contextlib.suppress(OSError):
-                os.link(self.previous[0] / rel, target)
-                self.manifest[rel] = key
-                return
-        fd = beneath.open_file(src_fd, name)
-        try:
-            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry], blobs: Path) -> None:
+    with os.scandir(dir_fd) as it:
+        listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+    for name, st in listing:
+        rel = prefix + name
+        meta = [rel, "", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, {}, None, None]
+        if stat.S_ISDIR(st.st_mode):
+            child = beneath.open_dir(dir_fd, name)
             try:
-                beneath.copy_fd(fd, out)
+                meta[1], meta[6] = "d", _xattrs(child)
+                entries.append(meta)
+                _walk(child, rel + "/", entries, known, blobs)
             finally:
-                os.close(out)
-            _copy_xattrs(fd, target)
-            after = os.fstat(fd)
+                os.close(child)
+            continue
+        if stat.S_ISREG(st.st_mode):
+            key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
+            old = known.get(rel)
+            if old is not None and old[8] == key:
+                meta[1], meta[6], meta[7], meta[8] = "f", old[6], old[7], key
+            else:
+                meta[1] = "f"
+                meta[6], meta[7], meta[8] = _store(dir_fd, name, blobs, key)
+        elif stat.S_ISLNK(st.st_mode):
+            meta[1], meta[7] = "l", os.readlink(name, dir_fd=dir_fd)
+        elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            meta[1] = "w"
+        elif stat.S_ISFIFO(st.st_mode):
+            meta[1] = "p"
+        else:
+            continue
+        entries.append(meta)
+
+
+def _store(dir_fd: int, name: str, blobs: Path, key: list[int]) -> tuple[dict[str, str], str, list[int] | None]:
+    """Copy a file into the blob store while hashing it; returns (xattrs, sha256, reuse key or None)."""
+    fd = beneath.open_file(dir_fd, name)
+    try:
+        digest = hashlib.sha256()
+        tmp = blobs / f".{secrets.token_hex(8)}.tmp"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while data := os.read(fd, 1 << 20):
+                digest.update(data)
+                beneath.write_all(out, data)
         finally:
-            os.close(fd)
-        if after.st_ctime_ns == st.st_ctime_ns:  # written to while we copied: do not share it later
-            self.manifest[rel] = key
+            os.close(out)
+        xattrs, after = _xattrs(fd), os.fstat(fd)
+    finally:
+        os.close(fd)
+    sha = digest.hexdigest()
+    os.replace(tmp, blobs / sha)
+    return xattrs, sha, key if after.st_ctime_ns == key[1] else None  # written to meanwhile: never reuse
 
 
-def _copy_xattrs(src_fd: int, target: Path) -> None:
-    """Overlay's markers and the agent's own (escaped) user xattrs, before the mode can forbid writing them."""
-    for attr in os.listxattr(src_fd):
-        if attr.startswith("user."):
-            os.setxattr(target, attr, os.getxattr(src_fd, attr), follow_symlinks=False)
+def _xattrs(fd: int) -> dict[str, str]:
+    """User xattrs: overlay's markers and the agent's own (stored escaped by the kernel)."""
+    return {a: os.getxattr(fd, a).hex() for a in os.listxattr(fd) if a.startswith("user.")}
 
 
-def _finish(target: Path, st: os.stat_result) -> None:
-    """Owner, mode and mtime last: chown clears setuid bits, and a read-only mode would block the rest."""
+def _create(path: Path, entry: Entry, blobs: Path) -> None:
+    kind, detail = entry[1], entry[7]
+    if kind == "d":
+        path.mkdir(mode=0o700)
+    elif kind == "f":
+        shutil.copyfile(blobs / detail, path, follow_symlinks=False)
+        os.chmod(path, 0o600)
+    elif kind == "l":
+        os.symlink(detail, path)
+    elif kind == "w":
+        os.mknod(path, stat.S_IFCHR | 0o000, os.makedev(0, 0))  # a whiteout; unprivileged since Linux 5.8
+    elif kind == "p":
+        os.mkfifo(path, 0o600)
+    for attr, value in entry[6].items():
+        os.setxattr(path, attr, bytes.fromhex(value), follow_symlinks=False)
+
+
+def _finish(path: Path, entry: Entry) -> None:
+    """Owner, mode and mtime last (deepest first): chown clears setuid bits, a read-only mode blocks the rest."""
     if os.geteuid() == 0:
-        os.chown(target, st.st_uid, st.st_gid, follow_symlinks=False)
-    if not stat.S_ISLNK(st.st_mode):
-        os.chmod(target, stat.S_IMODE(st.st_mode))
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        os.chown(path, entry[3], entry[4], follow_symlinks=False)
+    if entry[1] != "l":
+        os.chmod(path, entry[2])
+    os.utime(path, ns=(entry[5], entry[5]), follow_symlinks=False)
+
+
+def _collect_garbage(layer: Layer) -> None:
+    blobs = layer.checkpoints / "blobs"
+    used = {e[7] for n in numbers(layer) for e in _load(layer, n) if e[1] == "f"}
+    for blob in blobs.iterdir():
+        if blob.name not in used:
+            blob.unlink()
 
 
 def _remove(path: Path) -> None:
-    """Remove a tree we own whatever modes it has (the agent may leave directories at 000)."""
-    if path.is_symlink() or not path.exists():
+    """Remove a tree we own whatever modes the agent left on it (directories at 000 included)."""
+    if path.is_symlink() or not path.is_dir():
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         return
-    if not path.is_dir():
-        path.unlink()
-        return
     os.chmod(path, 0o700)
     for root, dirs, _files in os.walk(path):
-        for d in dirs:
-            child = os.path.join(root, d)
+        for name in dirs:
+            child = os.path.join(root, name)
             if not os.path.islink(child):
                 with contextlib.suppress(OSError):
                     os.chmod(child, 0o700)

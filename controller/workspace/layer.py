@@ -17,7 +17,7 @@ Layout under ``<data_dir>/workspaces/<session>/`` (mode 0700, so nothing the age
 in ``upper`` — a setuid binary, say — is reachable by other host users)::
 
     layer.json      the repository path and owner
-    baseline.json   the checkout at session start (see ``baseline``)
+    baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
     expected.json   what this session last wrote or restored, per path (see ``apply``)
     upper/ work/    the overlay's upper and work directories
     checkpoints/    one tree per checkpoint, plus its manifest (see ``checkpoints``)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, rewind, scan
+from controller.workspace.records import read_json
 
 from .conftest import Workspace, snapshot
 
@@ -36,7 +37,7 @@ def test_rewind_returns_the_upper_to_a_checkpoint_exactly(ws: Workspace) -> None
     assert checkpoint(ws.layer) == 2
     rewind(ws.layer, 1)
     assert upper_state(ws) == turn1
-    assert [p.name for p in sorted(ws.layer.checkpoints.iterdir())] == ["1", "1.json"]
+    assert sorted(p.name for p in ws.layer.checkpoints.iterdir()) == ["1.json", "blobs"]
     result = apply(ws.layer)
     assert sorted(result.applied) == [
         "docs/a.txt",
@@ -51,22 +52,30 @@ def test_rewind_returns_the_upper_to_a_checkpoint_exactly(ws: Workspace) -> None
     assert not (ws.repo / "more.txt").exists()
 
 
-def test_unchanged_files_are_shared_between_checkpoints_never_with_the_live_upper(ws: Workspace) -> None:
+def test_unchanged_files_are_not_copied_again_and_blobs_never_share_the_live_inode(ws: Workspace) -> None:
     ws.agent("echo keep > keep.txt; echo edit > edit.txt")
     ws.stop()
     checkpoint(ws.layer)
     ws.agent("echo edited >> edit.txt")
     ws.stop()
     checkpoint(ws.layer)
-    first, second, upper = (ws.layer.checkpoints / "1", ws.layer.checkpoints / "2", ws.layer.upper)
-    assert os.stat(first / "keep.txt").st_ino == os.stat(second / "keep.txt").st_ino
-    assert os.stat(first / "edit.txt").st_ino != os.stat(second / "edit.txt").st_ino
-    assert os.stat(upper / "keep.txt").st_ino != os.stat(first / "keep.txt").st_ino
+    blobs = ws.layer.checkpoints / "blobs"
+    first, second = (manifest(ws, n) for n in (1, 2))
+    assert first["keep.txt"] == second["keep.txt"] and first["edit.txt"] != second["edit.txt"]
+    assert len(list(blobs.iterdir())) == 3
+    assert all(os.stat(b).st_ino != os.stat(ws.layer.upper / "keep.txt").st_ino for b in blobs.iterdir())
     ws.agent("echo in-place >> keep.txt")  # written through the live inode: the checkpoints must not see it
     ws.stop()
-    assert (second / "keep.txt").read_text() == "keep\n"
+    assert (blobs / second["keep.txt"]).read_text() == "keep\n"
     checkpoint(ws.layer)
-    assert (ws.layer.checkpoints / "3" / "keep.txt").read_text() == "keep\nin-place\n"
+    assert (blobs / manifest(ws, 3)["keep.txt"]).read_text() == "keep\nin-place\n"
+    rewind(ws.layer, 1)
+    assert len(list(blobs.iterdir())) == 2  # blobs only later checkpoints used are gone
+
+
+def manifest(ws: Workspace, number: int) -> dict[str, str]:
+    """Each file's blob name in checkpoint ``number``."""
+    return {e[0]: e[7] for e in read_json(ws.layer.checkpoints / f"{number}.json") if e[1] == "f"}
 
 
 def test_rewind_to_an_unknown_checkpoint_raises(ws: Workspace) -> None:

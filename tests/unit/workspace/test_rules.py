@@ -61,10 +61,11 @@ def test_baseline_records_everything_but_git_without_following_links(tmp_path: P
     (tmp_path / "f").write_text("hello")
     os.symlink("/etc", tmp_path / "etc-link")
     base = record(tmp_path)
-    assert sorted(base._entries) == ["etc-link", "f", "sub", "sub/.gitignore"]
+    assert sorted(base.paths()) == ["etc-link", "f", "sub", "sub/.gitignore"]
     assert base.get("etc-link").target == "/etc"  # type: ignore[union-attr]
     assert base.get("f").size == 5  # type: ignore[union-attr]
-    assert base.rules.ignored("a.tmp", False) and base.rules.ignored("sub/out/x", False)
+    rules = IgnoreRules(base.ignore_files)
+    assert rules.ignored("a.tmp", False) and rules.ignored("sub/out/x", False)
 
 
 def test_diffs_are_bounded() -> None:
