@@ -21,9 +21,17 @@ MAX_IGNORE_FILE = 1 << 20
 MAX_DEPTH = 256
 
 
+# Code points HFS+ ignores in names, so ".g\u200cit" is ".git" there (git's own is_hfs_dotgit list).
+HFS_IGNORED = dict.fromkeys(
+    map(ord, "\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206a\u206b\u206c\u206d\u206e\u206f\ufeff")
+)
+
+
 def is_git_name(name: str) -> bool:
-    """Git (and case-insensitive filesystems) treat any case of ``.git`` as the git directory."""
-    return name.casefold() == ".git"
+    """Any name some filesystem git runs on would take for ``.git``: any case, HFS+-ignored
+    code points, NTFS's trailing dots and spaces, and the 8.3 short name ``git~1``."""
+    folded = name.translate(HFS_IGNORED).casefold().rstrip(" .")
+    return folded in (".git", "git~1")
 
 
 def is_git_path(rel: str) -> bool:

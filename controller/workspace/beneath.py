@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,44 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove ``name`` and everything below it, never following a symlink, whatever the modes.
+
+    Each subdirectory met is emptied of files and its own subdirectories are moved up into
+    ``name`` itself, so a hostile depth costs neither recursion nor file descriptors (two at
+    most). Directories are opened up (chmod 0700) first: the agent may leave them at 000.
+    """
+    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=parent_fd)
+        return
+    os.chmod(name, 0o700, dir_fd=parent_fd)
+    top = open_dir(parent_fd, name)
+    try:
+        while entries := os.listdir(top):
+            for entry in entries:
+                _empty_into(top, entry)
+    finally:
+        os.close(top)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _empty_into(top: int, entry: str) -> None:
+    """Remove ``entry`` of ``top`` if it is a file; if a directory, move its subdirectories up into ``top``."""
+    if not stat.S_ISDIR(os.stat(entry, dir_fd=top, follow_symlinks=False).st_mode):
+        os.unlink(entry, dir_fd=top)
+        return
+    os.chmod(entry, 0o700, dir_fd=top)
+    sub = open_dir(top, entry)
+    try:
+        for inner in os.listdir(sub):
+            if stat.S_ISDIR(os.stat(inner, dir_fd=sub, follow_symlinks=False).st_mode):
+                os.chmod(inner, 0o700, dir_fd=sub)
+                os.rename(inner, f".rm-{secrets.token_hex(8)}", src_dir_fd=sub, dst_dir_fd=top)
+            else:
+                os.unlink(inner, dir_fd=sub)
+    finally:
+        os.close(sub)
+    os.rmdir(entry, dir_fd=top)

@@ -22,7 +22,6 @@ run while the overlay is unmounted.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import secrets
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import beneath
+from .changes import MAX_DEPTH
 from .errors import LayerMissingError
 from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
@@ -68,8 +68,12 @@ def rewind(layer: Layer, number: int) -> None:
         raise LayerMissingError(f"There is no checkpoint {number}.")
     ensure_unmounted(layer)
     entries = _load(layer, number)
-    for name in os.listdir(layer.upper):
-        _remove(layer.upper / name)
+    upper = beneath.open_root(layer.upper)
+    try:
+        for name in os.listdir(upper):
+            beneath.remove_tree(upper, name)
+    finally:
+        os.close(upper)
     for entry in entries:
         _create(layer.upper / entry[0], entry, layer.checkpoints / "blobs")
     for entry in sorted(entries, key=lambda e: -e[0].count("/")):
@@ -86,6 +90,8 @@ def _load(layer: Layer, number: int) -> list[Entry]:
 
 
 def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry], blobs: Path) -> None:
+    if prefix.count("/") >= MAX_DEPTH:
+        return  # deeper entries are not kept; ``scan`` lists such a tree as unsafe and it is never applied
     with os.scandir(dir_fd) as it:
         listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
     for name, st in listing:
@@ -177,19 +183,3 @@ def _collect_garbage(layer: Layer) -> None:
     for blob in blobs.iterdir():
         if blob.name not in used:
             blob.unlink()
-
-
-def _remove(path: Path) -> None:
-    """Remove a tree we own whatever modes the agent left on it (directories at 000 included)."""
-    if path.is_symlink() or not path.is_dir():
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        return
-    os.chmod(path, 0o700)
-    for root, dirs, _files in os.walk(path):
-        for name in dirs:
-            child = os.path.join(root, name)
-            if not os.path.islink(child):
-                with contextlib.suppress(OSError):
-                    os.chmod(child, 0o700)
-    shutil.rmtree(path)

@@ -29,14 +29,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from . import baseline
+from . import baseline, beneath
 from .errors import LayerInUseError, LayerMissingError, WorkspaceError
 from .records import load, save
 
@@ -150,22 +149,18 @@ def discard(layer: Layer) -> list[str]:
     """Remove the whole layer; returns what could not be removed (empty when all went).
 
     The kernel leaves ``work/work`` (and whiteouts it keeps there) owned by root with mode
-    000. Root removes it after a chmod; a non-root controller can still remove it when it is
-    empty (only the parent's write bit matters), and otherwise reports it here: it holds no
-    agent data, and the next root process (or ``rm -rf`` by an admin) can clear it.
+    000, and the agent may leave its own directories at 000. Root opens each up before
+    removing it. A controller that is not root removes what it owns; a root-owned
+    ``work/work`` that is not empty stays and is reported here — it holds no agent data,
+    and ``rm -rf`` by root clears it.
     """
-    failed: list[str] = []
-    if layer.root.exists():
-        _unlock(layer.root)
-        shutil.rmtree(layer.root, onerror=lambda _func, path, _exc: failed.append(path))
-    return failed
-
-
-def _unlock(path: Path) -> None:
-    """Make every directory under ``path`` listable and writable, never following a symlink."""
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
-    with contextlib.suppress(OSError), os.scandir(path) as it:
-        for entry in it:
-            if entry.is_dir(follow_symlinks=False):
-                _unlock(Path(entry.path))
+    if not layer.root.exists():
+        return []
+    parent = beneath.open_root(layer.root.parent)
+    try:
+        beneath.remove_tree(parent, layer.root.name)
+    except OSError as err:
+        return [str(err.filename or layer.root)]
+    finally:
+        os.close(parent)
+    return []

@@ -111,3 +111,18 @@ def test_the_upper_is_not_rewritten_while_mounted(ws: Workspace) -> None:
         apply(ws.layer)
     ws.stop()
     assert apply(ws.layer).applied == ["new.txt"]
+
+
+def test_a_hostile_depth_and_locked_directories_cost_no_recursion(ws: Workspace) -> None:
+    ws.agent(
+        'i=0; while [ $i -lt 1200 ]; do mkdir d; cd d; i=$((i+1)); done; echo x > f; cd /; chmod 000 "$OLDPWD" || true'
+    )
+    ws.agent("mkdir -p locked/in; chmod 000 locked/in locked")
+    ws.stop()
+    found = {c.path: c for c in scan(ws.layer)}
+    deepest = max((p for p in found if p.startswith("d/")), key=len)
+    assert found[deepest].disposition.value == "unsafe" and deepest.count("/") < 300
+    checkpoint(ws.layer)
+    rewind(ws.layer, 1)
+    assert (ws.layer.upper / "locked").exists()
+    assert discard(ws.layer) == [] and not ws.layer.root.exists()

@@ -27,7 +27,7 @@ def test_ignore_rules_follow_git_precedence() -> None:
 
 
 def test_git_paths_in_any_case() -> None:
-    for path in (".git", ".git/config", "a/.GIT/hooks/x", "a/b/.Git"):
+    for path in (".git", ".git/config", "a/.GIT/hooks/x", "a/b/.Git", ".g\u200cit/config", ".git. ", "GIT~1/hooks"):
         assert is_git_path(path)
     for path in (".gitignore", "a/.git2/x", "git"):
         assert not is_git_path(path)
