@@ -14,8 +14,9 @@ with the live upper (the agent could rewrite such an inode in place): they are c
 written under a temporary name and renamed to their SHA-256.
 
 Layout: ``checkpoints/<n>.json`` (written last; its presence makes the checkpoint) and
-``checkpoints/blobs/<sha256>``. Hardlinks inside the upper come back as separate files;
-sockets are not kept (they are never applied). ``rewind`` rebuilds the upper from a
+``checkpoints/blobs/<sha256>``. Hardlinks inside the upper come back as separate files.
+Not kept, since they are never applied: sockets, files over ``MAX_APPLY_BYTES``, and
+entries deeper than ``MAX_DEPTH``. ``rewind`` rebuilds the upper from a
 manifest with fresh inodes, forgets later checkpoints and their unshared blobs; it must
 run while the overlay is unmounted.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import beneath
-from .changes import MAX_DEPTH
+from .changes import MAX_APPLY_BYTES, MAX_DEPTH
 from .errors import LayerMissingError
 from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
@@ -106,6 +107,8 @@ def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry
             finally:
                 os.close(child)
             continue
+        if stat.S_ISREG(st.st_mode) and st.st_size > MAX_APPLY_BYTES:
+            continue  # never applied either; keeping it would let the agent fill the data dir twice
         if stat.S_ISREG(st.st_mode):
             key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
             old = known.get(rel)

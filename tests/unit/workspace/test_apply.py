@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import stat
 
-from controller.workspace import apply, revert, scan
+import pytest
+
+from controller.workspace import LayerMissingError, apply, open_layer, revert, scan
 from controller.workspace.records import FileType
 
 from .conftest import OWNER, Workspace, snapshot
@@ -146,3 +148,16 @@ def test_type_changes_apply_and_revert(ws: Workspace) -> None:
     assert {c.type for c in scan(ws.layer)} <= {FileType.DIR}  # nothing left but, at most, kept merge dirs
     assert revert(ws.layer).conflicts == []
     assert snapshot(ws.repo) == before
+
+
+def test_hostile_names_apply_and_revert_and_state_survives_a_restart(ws: Workspace) -> None:
+    before = snapshot(ws.repo)
+    ws.agent("echo x > \"$(printf 'bad\\377name')\"; echo y > \"$(printf 'new\\nline\\033[2J')\"")
+    ws.stop()
+    assert sorted(os.fsencode(p) for p in apply(ws.layer).applied) == [b"bad\xffname", b"new\nline\x1b[2J"]
+    assert (ws.repo / os.fsdecode(b"bad\xffname")).read_text() == "x\n"
+    reopened = open_layer(ws.data, "s1")  # a restarted controller knows only what is on disk
+    assert len(revert(reopened).reverted) == 2
+    assert snapshot(ws.repo) == before
+    with pytest.raises(LayerMissingError):
+        revert(reopened)

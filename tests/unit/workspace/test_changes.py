@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from controller.workspace import Disposition, Kind, scan
 from controller.workspace.records import FileType
@@ -131,3 +132,21 @@ def test_the_agent_cannot_assemble_a_bare_repository_outside_git(ws: Workspace) 
     for path in ("sub/HEAD", "sub/config", "sub/objects", "sub/refs", "sub/refs/heads"):
         assert found[path][2] == "unsafe", path
     assert found["sub/notes.txt"][2] == found["plain/config"][2] == "apply"
+
+
+def test_whiteouts_in_both_forms_in_a_hand_built_upper(ws: Workspace) -> None:
+    """The xattr form (a zero-size file with user.overlay.whiteout) is what newer kernels may write; set as root."""
+    upper = ws.layer.upper
+    os.mknod(upper / "README.md", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    (upper / "docs").mkdir()
+    (upper / "docs/a.txt").touch()
+    os.setxattr(upper / "docs/a.txt", "user.overlay.whiteout", b"")
+    (upper / "src").mkdir()
+    os.setxattr(upper / "src", "user.overlay.opaque", b"y")
+    (upper / "src/app.py").write_text("replaced\n")
+    assert by_path(ws) == {
+        "README.md": ("deleted", "file", "apply"),
+        "docs/a.txt": ("deleted", "file", "apply"),
+        "src/app.py": ("modified", "file", "apply"),
+        "src/util.py": ("deleted", "file", "apply"),
+    }
