@@ -115,7 +115,8 @@ class _Walker:
             self.add(path, Kind.MODIFIED, st, previous=low)
 
     def deleted_tree(self, path: str, st: os.stat_result) -> None:
-        if stat.S_ISDIR(st.st_mode):
+        """A lower entry and everything below it; inside ``.git`` (discarded anyway) only the top entry, not every object."""
+        if stat.S_ISDIR(st.st_mode) and not is_git_path(path):
             for child, child_st in _listing(self.lower, path):
                 self.deleted_tree(f"{path}/{child}", child_st)
         self.found.append(
