@@ -96,36 +96,42 @@ def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry
     with os.scandir(dir_fd) as it:
         listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
     for name, st in listing:
-        rel = prefix + name
-        meta = [rel, "", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, {}, None, None]
-        if stat.S_ISDIR(st.st_mode):
-            child = beneath.open_dir(dir_fd, name)
-            try:
-                meta[1], meta[6] = "d", _xattrs(child)
-                entries.append(meta)
-                _walk(child, rel + "/", entries, known, blobs)
-            finally:
-                os.close(child)
+        if not stat.S_ISDIR(st.st_mode):
+            entry = _leaf(dir_fd, name, prefix + name, st, known.get(prefix + name), blobs)
+            if entry is not None:
+                entries.append(entry)
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_size > MAX_APPLY_BYTES:
-            continue  # never applied either; keeping it would let the agent fill the data dir twice
-        if stat.S_ISREG(st.st_mode):
-            key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
-            old = known.get(rel)
-            if old is not None and old[8] == key:
-                meta[1], meta[6], meta[7], meta[8] = "f", old[6], old[7], key
-            else:
-                meta[1] = "f"
-                meta[6], meta[7], meta[8] = _store(dir_fd, name, blobs, key)
-        elif stat.S_ISLNK(st.st_mode):
-            meta[1], meta[7] = "l", os.readlink(name, dir_fd=dir_fd)
-        elif stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-            meta[1] = "w"
-        elif stat.S_ISFIFO(st.st_mode):
-            meta[1] = "p"
-        else:
-            continue
-        entries.append(meta)
+        child = beneath.open_dir(dir_fd, name)
+        try:
+            entries.append(_entry(prefix + name, st, "d", _xattrs(child)))
+            _walk(child, prefix + name + "/", entries, known, blobs)
+        finally:
+            os.close(child)
+
+
+def _entry(
+    rel: str, st: os.stat_result, kind: str, xattrs: dict[str, str], detail: str | None = None, key: Any = None
+) -> Entry:
+    return [rel, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, xattrs, detail, key]
+
+
+def _leaf(dir_fd: int, name: str, rel: str, st: os.stat_result, old: Entry | None, blobs: Path) -> Entry | None:
+    """A non-directory's entry; a file's bytes are stored unless its inode is provably unchanged since ``old``."""
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > MAX_APPLY_BYTES:
+            return None  # never applied either; keeping it would let the agent fill the data dir twice
+        key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
+        if old is not None and old[8] == key:
+            return _entry(rel, st, "f", old[6], old[7], key)
+        xattrs, sha, reuse = _store(dir_fd, name, blobs, key)
+        return _entry(rel, st, "f", xattrs, sha, reuse)
+    if stat.S_ISLNK(st.st_mode):
+        return _entry(rel, st, "l", {}, os.readlink(name, dir_fd=dir_fd))
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+        return _entry(rel, st, "w", {})
+    if stat.S_ISFIFO(st.st_mode):
+        return _entry(rel, st, "p", {})
+    return None  # sockets: never applied, nothing to keep
 
 
 def _store(dir_fd: int, name: str, blobs: Path, key: list[int]) -> tuple[dict[str, str], str, list[int] | None]:
