@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict
 from .apply import open_checkout, under_any
 from .checkout import Checkout
 from .errors import UnsafePathError
-from .journal import Conflict, Expectations, Status, newest_unreverted, write
+from .journal import ApplyRecord, Conflict, Expectations, Status, newest_unreverted, write
 from .layer import Layer
+from .records import FileType
 
 
 class RevertResult(BaseModel):
@@ -34,11 +35,7 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     folder = layer.applies / str(record.number)
     with open_checkout(layer) as checkout:
         expect = Expectations(layer)
-        conflicts = []
-        if record.status == Status.APPLIED:  # a pending record's writes are unknown: restore them all
-            for step in record.steps:
-                if not under_any(step.path, force) and not _unchanged(checkout, expect, step.path):
-                    conflicts.append(Conflict(path=step.path, reason="changed in the checkout since it was applied"))
+        conflicts = _conflicts(checkout, expect, record, force)
         if conflicts:
             return RevertResult(record=record.number, conflicts=conflicts)
         for step in reversed(record.steps):
@@ -47,6 +44,37 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     record.status = Status.REVERTED
     write(layer, record)
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
+
+
+def _conflicts(checkout: Checkout, expect: Expectations, record: ApplyRecord, force: Collection[str]) -> list[Conflict]:
+    """Paths changed since the apply (unless forced), and directories to remove that gained entries meanwhile.
+
+    A pending record (the controller died mid-apply) has no known after-state: all its priors are restored.
+    """
+    conflicts = []
+    touched = {step.path for step in record.steps}
+    for step in record.steps:
+        if (
+            record.status == Status.APPLIED
+            and not under_any(step.path, force)
+            and not _unchanged(checkout, expect, step.path)
+        ):
+            conflicts.append(Conflict(path=step.path, reason="changed in the checkout since it was applied"))
+        elif step.prior.type != FileType.DIR and _is_dir(checkout, step.path):
+            added = sorted(n for n in checkout.names(step.path) if f"{step.path}/{n}" not in touched)
+            if added:
+                conflicts.append(
+                    Conflict(path=step.path, reason=f"the directory holds entries added since: {added[:5]}")
+                )
+    return conflicts
+
+
+def _is_dir(checkout: Checkout, rel: str) -> bool:
+    try:
+        held = checkout.identity(rel)
+    except UnsafePathError:
+        return False
+    return held is not None and held.type == FileType.DIR
 
 
 def _unchanged(checkout: Checkout, expect: Expectations, rel: str) -> bool:

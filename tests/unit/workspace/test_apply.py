@@ -161,3 +161,12 @@ def test_hostile_names_apply_and_revert_and_state_survives_a_restart(ws: Workspa
     assert snapshot(ws.repo) == before
     with pytest.raises(LayerMissingError):
         revert(reopened)
+
+
+def test_revert_refuses_to_remove_a_directory_the_user_filled_since(ws: Workspace) -> None:
+    ws.agent("mkdir -p made; echo a > made/a")
+    ws.stop()
+    apply(ws.layer)
+    (ws.repo / "made/mine.txt").write_text("mine\n")
+    result = revert(ws.layer)
+    assert [c.path for c in result.conflicts] == ["made"] and (ws.repo / "made/a").exists()
