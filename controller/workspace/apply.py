@@ -47,6 +47,13 @@ class ApplyResult(BaseModel):
 
 @contextlib.contextmanager
 def open_checkout(layer: Layer) -> Iterator[Checkout]:
+    """The checkout, written as its owner: root chowns what it creates; anyone else must be the owner."""
+    euid = os.geteuid()
+    if euid not in (0, layer.info.uid):
+        raise WorkspaceError(
+            f"Only root or the checkout's owner (uid {layer.info.uid}) may write {layer.repo}; this is uid {euid}.",
+            hint="Run the controller as the repository's owner, or as root.",
+        )
     fd = beneath.open_root(layer.repo)
     try:
         yield Checkout(fd, (layer.info.uid, layer.info.gid) if os.geteuid() == 0 else None)
