@@ -6,6 +6,7 @@ Modules, each one concern::
     baseline     the checkout at session start (cheap identity per entry, ignore files)
     ignore       the repository's ignore rules, matched in-process (pathspec)
     changes      the upper layer read against the checkout: added / modified / deleted
+    gitlike      refusing agent entries that would make a directory look like a git repository
     textdiff     bounded in-process unified diffs
     checkout     the only writer of the real checkout (no symlink followed, new inodes)
     apply        preflight, all-or-nothing apply, retiring applied paths from the layer

@@ -13,6 +13,7 @@ for absent). A path not in it is expected to be as the baseline recorded it.
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -54,7 +55,7 @@ class ApplyRecord(BaseModel):
     steps: list[Step]
 
 
-def record_path(layer: Layer, number: int) -> Any:
+def record_path(layer: Layer, number: int) -> Path:
     return layer.applies / f"{number}.json"
 
 
