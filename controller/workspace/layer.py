@@ -61,12 +61,29 @@ class Layer:
         self.info = info
         self.repo = Path(info.repo)
 
-    upper = property(lambda self: self.root / "upper")
-    work = property(lambda self: self.root / "work")
-    checkpoints = property(lambda self: self.root / "checkpoints")
-    applies = property(lambda self: self.root / "applies")
-    baseline_file = property(lambda self: self.root / "baseline.json")
-    expected_file = property(lambda self: self.root / "expected.json")
+    @property
+    def upper(self) -> Path:
+        return self.root / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def applies(self) -> Path:
+        return self.root / "applies"
+
+    @property
+    def baseline_file(self) -> Path:
+        return self.root / "baseline.json"
+
+    @property
+    def expected_file(self) -> Path:
+        return self.root / "expected.json"
 
     def baseline(self) -> baseline.Baseline:
         return baseline.Baseline.load(self.baseline_file)
