@@ -1,0 +1,59 @@
+"""The copy-on-write workspace: the agent writes an overlay layer; the checkout changes only through ``apply``.
+
+Modules, each one concern::
+
+    layer        per-session directories, the overlay volume's options, discard
+    baseline     the checkout at session start (cheap identity per entry, ignore files)
+    ignore       the repository's ignore rules, matched in-process (pathspec)
+    changes      the upper layer read against the checkout: added / modified / deleted
+    gitlike      refusing agent entries that would make a directory look like a git repository
+    textdiff     bounded in-process unified diffs
+    checkout     the only writer of the real checkout (no symlink followed, new inodes)
+    apply        preflight, all-or-nothing apply, retiring applied paths from the layer
+    journal      apply records and per-path expectations, on disk
+    revert       undo the newest apply
+    checkpoints  per-turn copies of the upper layer, and rewind
+    beneath      opening paths under a directory fd without following symlinks
+    records      atomic JSON and the Identity model
+
+Typical life of a session::
+
+    layer = create(data_dir, session_id, repo)          # records the baseline
+    client.volumes.create(**volume_kwargs(layer, name, labels))
+    ... turn ...; checkpoint(layer)                       # after each turn
+    scan(layer)                                           # review
+    apply(layer) / revert(layer) / rewind(layer, n)       # sandbox stopped
+    discard(layer)
+"""
+
+from .apply import ApplyResult, apply
+from .changes import Change, Disposition, Kind, scan
+from .checkpoints import checkpoint, rewind
+from .errors import LayerInUseError, LayerMissingError, UnsafePathError, WorkspaceError
+from .journal import Conflict
+from .layer import Layer, create, discard, mount_options, open_layer, volume_kwargs
+from .revert import RevertResult, revert
+
+__all__ = [
+    "ApplyResult",
+    "Change",
+    "Conflict",
+    "Disposition",
+    "Kind",
+    "Layer",
+    "LayerInUseError",
+    "LayerMissingError",
+    "RevertResult",
+    "UnsafePathError",
+    "WorkspaceError",
+    "apply",
+    "checkpoint",
+    "create",
+    "discard",
+    "mount_options",
+    "open_layer",
+    "revert",
+    "rewind",
+    "scan",
+    "volume_kwargs",
+]

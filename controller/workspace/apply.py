@@ -1,0 +1,282 @@
+"""Apply the layer's changes to the real checkout: checked first, written all or nothing, undoable.
+
+1. ``scan`` lists the changes; only disposition ``apply`` (and ``ignored`` when asked)
+   are candidates, optionally narrowed to named paths.
+2. Preflight writes nothing. A path conflicts when the checkout no longer holds what the
+   session expects (the baseline, or what this session last wrote there); a removal
+   conflicts when the directory holds entries this apply would not remove. Any conflict
+   (not forced by name) returns the list and stops. Symlinks whose target passes through
+   a symlink in the checkout are skipped as unsafe.
+3. What every touched path holds is saved (``journal``), then the checkout is written
+   through ``Checkout`` only: removals deepest first, then creations shallowest first,
+   then directory modes. A failure midway restores the saved state and raises.
+4. Applied paths leave the upper layer, so the sandbox sees the checkout's new state
+   and the changes list no longer shows them. Inside an opaque directory that still has
+   unapplied changes nothing is dropped, since dropping would hide the lower entries.
+
+The upper layer must not be rewritten while mounted: call this with the sandbox stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from . import beneath
+from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
+from .checkout import SAFE_BITS, Checkout, Prior
+from .errors import UnsafePathError, WorkspaceError
+from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
+from .layer import Layer, ensure_unmounted
+from .records import FileType
+
+
+class ApplyResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    applied: list[str] = []  # paths written (or removed) in the checkout
+    conflicts: list[Conflict] = []  # when not empty, nothing was written
+    skipped: list[Change] = []  # discarded, unsafe, and (unless included) ignored changes
+    record: int | None = None  # the apply's number, for revert
+
+
+@contextlib.contextmanager
+def open_checkout(layer: Layer) -> Iterator[Checkout]:
+    """The checkout, written as its owner: root chowns what it creates; anyone else must be the owner."""
+    euid = os.geteuid()
+    if euid not in (0, layer.info.uid):
+        raise WorkspaceError(
+            f"Only root or the checkout's owner (uid {layer.info.uid}) may write {layer.repo}; this is uid {euid}.",
+            hint="Run the controller as the repository's owner, or as root.",
+        )
+    fd = beneath.open_root(layer.repo)
+    try:
+        yield Checkout(fd, (layer.info.uid, layer.info.gid) if os.geteuid() == 0 else None)
+    finally:
+        os.close(fd)
+
+
+def apply(
+    layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = ()
+) -> ApplyResult:
+    """Apply the selected changes, or nothing at all when any of them conflicts."""
+    ensure_unmounted(layer)
+    changes = scan(layer, with_diffs=False)
+    chosen, skipped = _select(changes, paths, include_ignored)
+    with open_checkout(layer) as checkout:
+        expect = Expectations(layer)
+        conflicts, unsafe = _preflight(checkout, chosen, expect, force)
+        skipped += unsafe
+        chosen = [c for c in chosen if c.path not in {u.path for u in unsafe}]
+        if conflicts or not chosen:
+            return ApplyResult(conflicts=conflicts, skipped=skipped)
+        record = _execute(layer, checkout, chosen)
+        after = expect.update(checkout, [step.path for step in record.steps])
+        for step in record.steps:
+            step.after = after[step.path]
+        record.status = Status.APPLIED
+        write(layer, record)
+    _retire(layer, changes, {c.path for c in chosen})
+    return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number)
+
+
+def _select(
+    changes: list[Change], paths: Collection[str] | None, include_ignored: bool
+) -> tuple[list[Change], list[Change]]:
+    allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
+    eligible = [c for c in changes if c.disposition in allowed]
+    skipped = [c for c in changes if c.disposition not in allowed]
+    if paths is None:
+        return eligible, skipped
+    named = [c for c in eligible if under_any(c.path, paths)]
+    needed = {parent for c in named for parent in _ancestors(c.path)}
+    made = [c for c in eligible if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED]
+    return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path), skipped
+
+
+def under_any(path: str, roots: Collection[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _removes(change: Change) -> bool:
+    """Whether the checkout's entry must go first: a deletion, or a change between directory and non-directory."""
+    if change.kind == Kind.DELETED:
+        return True
+    return change.kind == Kind.MODIFIED and (change.previous == FileType.DIR) != (change.type == FileType.DIR)
+
+
+def _preflight(
+    checkout: Checkout, chosen: list[Change], expect: Expectations, force: Collection[str]
+) -> tuple[list[Conflict], list[Change]]:
+    conflicts: list[Conflict] = []
+    unsafe: list[Change] = []
+    plan = _Plan(chosen)
+    for change in chosen:
+        try:
+            reason = _conflict(checkout, change, expect, under_any(change.path, force), plan)
+            problem = _symlink_detour(checkout, change, plan)
+        except UnsafePathError:
+            reason, problem = "a parent directory in the checkout is a symlink or not a directory", ""
+        if reason:
+            conflicts.append(Conflict(path=change.path, reason=reason))
+        elif problem:
+            unsafe.append(change.model_copy(update={"disposition": Disposition.UNSAFE, "reason": problem}))
+    return conflicts, unsafe
+
+
+class _Plan:
+    def __init__(self, chosen: list[Change]) -> None:
+        self.dirs = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.DIR}
+        self.removed = {c.path for c in chosen if _removes(c)}
+        self.links = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.SYMLINK}
+        self.undirs = _undirs(chosen)
+
+
+def _undirs(chosen: list[Change]) -> set[str]:
+    """Non-directories a directory replaces: nothing can be below them in the checkout yet."""
+    return {c.path for c in chosen if c.kind == Kind.MODIFIED and c.type == FileType.DIR and c.previous != FileType.DIR}
+
+
+def _conflict(checkout: Checkout, change: Change, expect: Expectations, forced: bool, plan: _Plan) -> str:
+    replaced = any(a in plan.undirs for a in _ancestors(change.path))
+    current = None if replaced else checkout.identity(change.path)
+    if current is not None and current.type in UNSAFE_TYPES:
+        return f"the checkout holds a {current.type.value} here"
+    if not forced and not expect.matches(change.path, current):
+        return "changed in the checkout since the session started (or since this session last applied it)"
+    if _removes(change) and current is not None and current.type == FileType.DIR:
+        kept = sorted(n for n in checkout.names(change.path) if f"{change.path}/{n}" not in plan.removed)
+        if kept:
+            return f"the directory holds entries this apply does not remove: {kept[:5]}"
+    parent = change.path.rpartition("/")[0]
+    if change.kind != Kind.DELETED and parent and parent not in plan.dirs:
+        held = checkout.identity(parent)
+        if held is None or held.type != FileType.DIR or parent in plan.removed:
+            return "its parent directory no longer exists in the checkout"
+    return ""
+
+
+def _symlink_detour(checkout: Checkout, change: Change, plan: _Plan) -> str:
+    """Why a symlink's target, walked as the kernel would from the checkout, passes through a symlink."""
+    if change.kind == Kind.DELETED or change.type != FileType.SYMLINK:
+        return ""
+    where = change.path.split("/")[:-1]
+    for part in (change.target or "").split("/"):
+        if part == "..":
+            where.pop()
+        elif part not in ("", "."):
+            where.append(part)
+            rel = "/".join(where)
+            held = checkout.identity(rel)
+            if rel in plan.links or (held is not None and held.type == FileType.SYMLINK and rel not in plan.removed):
+                return "the symlink's target passes through another symlink"
+    return ""
+
+
+def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRecord:
+    """Save what every touched path holds, then write; on failure put it all back and raise."""
+    number = (numbers(layer) or [0])[-1] + 1
+    folder = layer.applies / str(number)
+    folder.mkdir(mode=0o700)
+    removals = sorted((c for c in chosen if _removes(c)), key=lambda c: (-c.path.count("/"), c.path))
+    creations = sorted((c for c in chosen if c.kind != Kind.DELETED), key=lambda c: (c.path.count("/"), c.path))
+    order = removals + [c for c in creations if not _removes(c)]
+    undirs = _undirs(chosen)
+    steps = [
+        Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i))) for i, c in enumerate(order)
+    ]
+    record = ApplyRecord(number=number, status=Status.PENDING, steps=steps)
+    write(layer, record)
+    try:
+        _write(layer, checkout, removals, creations)
+    except (OSError, WorkspaceError) as err:
+        for step in reversed(steps):
+            with contextlib.suppress(OSError, WorkspaceError):
+                checkout.restore(step.path, step.prior, folder)
+        record.status = Status.REVERTED
+        write(layer, record)
+        raise WorkspaceError(f"Apply failed at the checkout and was rolled back: {err}.") from err
+    return record
+
+
+def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
+    """What ``rel`` holds; nothing when an ancestor is a non-directory being replaced by a directory."""
+    if any(a in undirs for a in _ancestors(rel)):
+        return Prior()
+    return checkout.save(rel, blob)
+
+
+def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change]) -> None:
+    upper = beneath.open_root(layer.upper)
+    try:
+        for change in removals:
+            with contextlib.suppress(FileNotFoundError):
+                checkout.remove(change.path)
+        for change in creations:
+            if change.type == FileType.DIR:
+                checkout.make_dir(change.path)
+            elif change.type == FileType.SYMLINK:
+                checkout.write_symlink(change.path, change.target or "")
+            else:
+                with beneath.reading(upper, change.path) as src:
+                    checkout.write_file(change.path, src, change.mode, MAX_APPLY_BYTES)
+        for change in reversed(creations):
+            if change.type == FileType.DIR:
+                checkout.set_mode(change.path, change.mode & SAFE_BITS)
+    finally:
+        os.close(upper)
+
+
+def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
+    """Drop applied paths from the upper layer, deepest first, except under opaque dirs with work left.
+
+    An opaque directory with nothing left to apply below it now matches the checkout, so its
+    marker goes too (else it would hide what was just applied), and it goes when empty.
+    """
+    upper = beneath.open_root(layer.upper)
+    try:
+        left = [c.path for c in changes if c.path not in applied]
+        blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
+        parents = {a for path in applied for a in _ancestors(path)}
+        for path in sorted(applied | parents, key=lambda p: -p.count("/")):
+            if not any(path == b or path.startswith(b + "/") for b in blocked):
+                _drop(upper, path, only_if_empty=path not in applied)
+    finally:
+        os.close(upper)
+
+
+def _opaque(upper: int, rel: str) -> bool:
+    try:
+        with beneath.parent(upper, rel) as (parent_fd, name):
+            fd = beneath.open_dir(parent_fd, name)
+        try:
+            return os.getxattr(fd, OPAQUE) == b"y"
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+
+
+def _drop(upper: int, rel: str, only_if_empty: bool) -> None:
+    with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            child = beneath.open_dir(fd, name)
+            try:
+                with contextlib.suppress(OSError):
+                    os.removexattr(child, OPAQUE)
+            finally:
+                os.close(child)
+            os.rmdir(name, dir_fd=fd)  # only when empty: what is left in it is still a change
+        elif not only_if_empty:
+            os.unlink(name, dir_fd=fd)

@@ -1,0 +1,290 @@
+"""What the agent changed: the upper layer read against the checkout, path by path.
+
+Only the upper directory is walked; the lower (the checkout) is consulted per changed
+path, so listing costs what the agent touched, not what the repository holds. Overlay's
+vocabulary, as this kernel writes it with ``userxattr``:
+
+- a whiteout (char device 0:0, or a zero-size file carrying ``user.overlay.whiteout``)
+  deletes the lower entry of that name — a whole tree when it was a directory;
+- an opaque directory (``user.overlay.opaque`` = "y") hides everything below it in the
+  lower layer: lower entries not in the upper are deletions (``rm -rf d; mkdir d``);
+- any other upper entry adds or replaces the lower one; a type change (file <-> dir)
+  deletes the lower tree first. A copied-up file identical to the lower is no change.
+
+The agent cannot forge these markers: with ``userxattr`` its own ``user.overlay.*``
+writes are stored as ``user.overlay.overlay.*``, and overlay refuses to create a 0:0
+device through the mount. Each change carries a disposition; only ``apply`` (and
+``ignored`` when asked) ever reach the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from . import beneath, gitlike, textdiff
+from .baseline import is_git_name, is_git_path, load_rules
+from .ignore import IgnoreRules
+from .layer import Layer
+from .records import Change, Disposition, FileType, Kind, file_type
+
+OPAQUE = "user.overlay.opaque"
+WHITEOUT = "user.overlay.whiteout"
+MAX_DEPTH = 256
+MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the checkout
+UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
+__all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
+
+
+def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
+    """Every change in the layer, sorted by path, each with its disposition.
+
+    Without ``with_diffs`` (what ``apply`` needs) no file's contents are read: no diff,
+    binary flag or rename hint.
+    """
+    upper = beneath.open_root(layer.upper)
+    lower = beneath.open_root(layer.repo)
+    try:
+        walker = _Walker(lower)
+        walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
+        found = sorted(walker.found, key=lambda c: c.path)
+        rules = load_rules(layer.baseline_file)
+        for change in found:
+            _describe(change, upper, lower, with_diffs)
+            _judge(change, rules)
+        gitlike.guard(found, lower)
+        if with_diffs:
+            _find_renames(found, upper, lower)
+    finally:
+        os.close(upper)
+        os.close(lower)
+    return found
+
+
+class _Walker:
+    """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
+
+    def __init__(self, lower_fd: int) -> None:
+        self.lower = lower_fd
+        self.found: list[Change] = []
+
+    def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
+        with os.scandir(fd) as it:
+            entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+        for name, st in entries:
+            low = beneath.lstat(self.lower, prefix + name) if lower_is_dir else None
+            if _is_whiteout(fd, name, st):
+                if low is not None:
+                    self.deleted_tree(prefix + name, low)
+            elif stat.S_ISDIR(st.st_mode):
+                self.subdir(fd, prefix + name, name, st, low, opaque, depth)
+            else:
+                self.leaf(fd, prefix + name, name, st, low)
+        if opaque and lower_is_dir and prefix:
+            seen = {name for name, _ in entries}
+            for name, st in _listing(self.lower, prefix.rstrip("/")):
+                if name not in seen:
+                    self.deleted_tree(prefix + name, st)
+
+    def subdir(
+        self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None, opaque: bool, depth: int
+    ) -> None:
+        low_is_dir = low is not None and stat.S_ISDIR(low.st_mode)
+        if depth >= MAX_DEPTH:
+            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low, reason="deeper than the walk goes")
+            return
+        if low is None:
+            self.add(path, Kind.ADDED, st)
+        elif not low_is_dir or stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode):
+            self.add(path, Kind.MODIFIED, st, low)
+        child = beneath.open_dir(fd, name)
+        try:
+            is_opaque = low_is_dir and (opaque or _has_marker(child, OPAQUE, b"y"))
+            self.directory(child, path + "/", low_is_dir, is_opaque, depth + 1)
+        finally:
+            os.close(child)
+
+    def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
+        if low is None:
+            self.add(path, Kind.ADDED, st)
+        elif stat.S_ISDIR(low.st_mode):
+            for child, child_st in _listing(self.lower, path):
+                self.deleted_tree(f"{path}/{child}", child_st)
+            self.add(path, Kind.MODIFIED, st, previous=low)
+        elif not _identical(fd, name, st, self.lower, path, low):
+            self.add(path, Kind.MODIFIED, st, previous=low)
+
+    def deleted_tree(self, path: str, st: os.stat_result) -> None:
+        """A lower entry and everything below it; inside ``.git`` (discarded anyway) only the top entry, not every object."""
+        if stat.S_ISDIR(st.st_mode) and not is_git_path(path):
+            for child, child_st in _listing(self.lower, path):
+                self.deleted_tree(f"{path}/{child}", child_st)
+        self.found.append(
+            Change(
+                path=path,
+                kind=Kind.DELETED,
+                type=file_type(st.st_mode),
+                previous=file_type(st.st_mode),
+                mode=stat.S_IMODE(st.st_mode),
+                size=st.st_size,
+            )
+        )
+
+    def add(
+        self, path: str, kind: Kind, st: os.stat_result, previous: os.stat_result | None = None, reason: str = ""
+    ) -> None:
+        self.found.append(
+            Change(
+                path=path,
+                kind=kind,
+                type=file_type(st.st_mode),
+                previous=None if previous is None else file_type(previous.st_mode),
+                mode=stat.S_IMODE(st.st_mode),
+                size=st.st_size if stat.S_ISREG(st.st_mode) else 0,
+                disposition=Disposition.UNSAFE if reason else Disposition.APPLY,
+                reason=reason,
+            )
+        )
+
+
+def _is_whiteout(dir_fd: int, name: str, st: os.stat_result) -> bool:
+    if stat.S_ISCHR(st.st_mode):
+        return st.st_rdev == 0
+    if not stat.S_ISREG(st.st_mode) or st.st_size != 0:
+        return False
+    try:
+        fd = beneath.open_file(dir_fd, name)
+    except OSError:
+        return False
+    try:
+        return _has_marker(fd, WHITEOUT, None)
+    finally:
+        os.close(fd)
+
+
+def _has_marker(fd: int, name: str, value: bytes | None) -> bool:
+    """Whether overlay's own xattr ``name`` is set (to ``value``, unless None); the agent's are escaped."""
+    try:
+        found = os.getxattr(fd, name)
+    except OSError:
+        return False
+    return value is None or found == value
+
+
+def _listing(root_fd: int, rel: str) -> list[tuple[str, os.stat_result]]:
+    """The entries of the checkout directory ``rel``, without following symlinks; ``.git`` included."""
+    with beneath.parent(root_fd, rel) as (parent_fd, name):
+        fd = beneath.open_dir(parent_fd, name)
+    try:
+        with os.scandir(fd) as it:
+            return sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
+    finally:
+        os.close(fd)
+
+
+def _identical(dir_fd: int, name: str, st: os.stat_result, lower: int, path: str, low: os.stat_result) -> bool:
+    """A copy-up that changed nothing (``touch``, ``chmod`` to the same mode, a rewrite of the same bytes)."""
+    if file_type(st.st_mode) != file_type(low.st_mode) or stat.S_IMODE(st.st_mode) != stat.S_IMODE(low.st_mode):
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        return os.readlink(name, dir_fd=dir_fd) == beneath.readlink(lower, path)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != low.st_size:
+        return False
+    fd = beneath.open_file(dir_fd, name)
+    try:
+        with beneath.reading(lower, path) as old:
+            return _same_bytes(fd, old)
+    finally:
+        os.close(fd)
+
+
+def _same_bytes(a: int, b: int) -> bool:
+    offset = 0
+    while True:
+        left, right = os.pread(a, 1 << 20, offset), os.pread(b, 1 << 20, offset)
+        if left != right:
+            return False
+        if not left:
+            return True
+        offset += len(left)
+
+
+def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
+    """Fill in the symlink target, the binary flag and the diff, reading each side at most once, boundedly."""
+    if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
+        change.target = beneath.readlink(upper, change.path)
+    if not with_diffs or (change.type != FileType.FILE and change.previous != FileType.FILE):
+        return
+    new = _head(upper, change.path) if change.kind != Kind.DELETED and change.type == FileType.FILE else None
+    old = _head(lower, change.path) if change.previous == FileType.FILE else None
+    change.binary = any(data is not None and textdiff.is_binary(data) for data in (old, new))
+    if with_diffs and not change.binary and not is_git_path(change.path):
+        change.diff = textdiff.unified(change.path, old, new)
+
+
+def _head(root: int, path: str) -> bytes | None:
+    try:
+        with beneath.reading(root, path) as fd:
+            return textdiff.read_head(fd)
+    except OSError:
+        return None
+
+
+def _judge(change: Change, rules: IgnoreRules) -> None:
+    """Decide what may reach the checkout; the first reason that applies wins."""
+    problem = unsafe_reason(change)
+    if is_git_path(change.path):
+        change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
+    elif problem:
+        change.disposition, change.reason = Disposition.UNSAFE, problem
+    elif rules.ignored(change.path, change.type == FileType.DIR):
+        change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
+
+
+def unsafe_reason(change: Change) -> str:
+    if change.reason:
+        return change.reason
+    if change.kind == Kind.DELETED:
+        return ""
+    if change.type in UNSAFE_TYPES:
+        return f"a {change.type.value} is never applied"
+    if change.type == FileType.FILE and change.size > MAX_APPLY_BYTES:
+        return f"larger than {MAX_APPLY_BYTES} bytes"
+    if change.type == FileType.SYMLINK:
+        return symlink_problem(change.path, change.target or "")
+    return ""
+
+
+def symlink_problem(link: str, target: str) -> str:
+    """Why a symlink at ``link`` pointing to ``target`` may not enter the checkout, judged by its text alone."""
+    if not target or target.startswith("/"):
+        return "the symlink's target is absolute or empty"
+    where = link.split("/")[:-1]
+    for part in target.split("/"):
+        if part == "..":
+            if not where:
+                return "the symlink's target leaves the repository"
+            where.pop()
+        elif part not in ("", "."):
+            where.append(part)
+    if not where:
+        return "the symlink points at the repository root"
+    if any(is_git_name(part) for part in where):
+        return "the symlink points into .git"
+    return ""
+
+
+def _find_renames(found: list[Change], upper: int, lower: int) -> None:
+    """Pair an added file with a deleted one of the same small size and bytes; a hint for the reviewer only."""
+    deleted: dict[int, list[Change]] = {}
+    for c in found:
+        if c.kind == Kind.DELETED and c.type == FileType.FILE and c.size <= textdiff.MAX_INPUT:
+            deleted.setdefault(c.size, []).append(c)
+    for change in found:
+        if change.kind != Kind.ADDED or change.type != FileType.FILE or change.size not in deleted:
+            continue
+        new = _head(upper, change.path)
+        for old in deleted[change.size]:
+            if _head(lower, old.path) == new:
+                change.renamed_from = old.path
+                break

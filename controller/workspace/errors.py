@@ -1,0 +1,35 @@
+"""The workspace layer's exceptions, under Cubicle's one root.
+
+    CubicleError
+    └── WorkspaceError                       the layer cannot do what was asked
+        ├── UnsafePathError(PermissionError) a path walks through a symlink, a non-directory or ``..``
+        ├── LayerMissingError(LookupError)   no layer (or checkpoint, or apply) with that name
+        └── LayerInUseError                  an operation that rewrites the layer needs the sandbox stopped
+
+Conflicts are not errors: ``apply`` and ``revert`` return them as values, because the
+person reviewing decides what to do about each path.
+"""
+
+from __future__ import annotations
+
+from ..errors import CubicleError
+
+
+class WorkspaceError(CubicleError):
+    """The workspace layer cannot do what was asked."""
+
+
+class UnsafePathError(WorkspaceError, PermissionError):
+    """A path would leave its root or pass through a symlink; nothing was written through it."""
+
+    hint = "The path is reported and skipped; nothing outside the checkout was touched."
+
+
+class LayerMissingError(WorkspaceError, LookupError):
+    """The session's layer, checkpoint or apply record does not exist."""
+
+
+class LayerInUseError(WorkspaceError):
+    """The overlay is still mounted, so its upper directory must not be rewritten."""
+
+    hint = "Stop the session's sandbox (the volume is unmounted when its last container stops), then retry."

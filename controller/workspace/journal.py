@@ -1,0 +1,110 @@
+"""What each apply did, kept on disk so a later apply or revert (or a restarted controller) knows.
+
+``applies/<n>.json`` lists the steps of apply ``n``: for each path, the change applied,
+what the checkout held before (``Prior``; file bytes saved beside it in ``applies/<n>/``)
+and the identity right after. It is written once as ``pending`` before the first write
+to the checkout, and again as ``applied`` when done; a ``pending`` record found later
+means the controller died mid-apply, and revert restores every prior it lists.
+
+``expected.json`` holds, per path, what this session last wrote or restored there (None
+for absent). A path not in it is expected to be as the baseline recorded it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .changes import Change
+from .checkout import Checkout, Prior
+from .errors import LayerMissingError, UnsafePathError
+from .layer import Layer
+from .records import Identity, load, read_json, save, write_json
+
+
+class Status(StrEnum):
+    PENDING = "pending"
+    APPLIED = "applied"
+    REVERTED = "reverted"
+
+
+class Conflict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    reason: str
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    change: Change
+    prior: Prior
+    after: list[Any] | None = None  # Identity row right after the apply; None: absent
+
+
+class ApplyRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    number: int
+    status: Status
+    steps: list[Step]
+
+
+def record_path(layer: Layer, number: int) -> Path:
+    return layer.applies / f"{number}.json"
+
+
+def numbers(layer: Layer) -> list[int]:
+    return sorted(int(p.stem) for p in layer.applies.glob("*.json") if p.stem.isdigit())
+
+
+def write(layer: Layer, record: ApplyRecord) -> None:
+    save(record_path(layer, record.number), record)
+
+
+def newest_unreverted(layer: Layer) -> ApplyRecord:
+    for number in reversed(numbers(layer)):
+        record = load(record_path(layer, number), ApplyRecord)
+        if record.status != Status.REVERTED:
+            return record
+    raise LayerMissingError("No apply of this session is left to revert.")
+
+
+class Expectations:
+    """What each path should hold now, as far as this session knows."""
+
+    def __init__(self, layer: Layer) -> None:
+        self.layer = layer
+        self.baseline = layer.baseline()
+        path = layer.expected_file
+        self.rows: dict[str, list[Any] | None] = read_json(path) if path.exists() else {}
+
+    def get(self, rel: str) -> Identity | None:
+        if rel in self.rows:
+            row = self.rows[rel]
+            return None if row is None else Identity.from_row(row)
+        return self.baseline.get(rel)
+
+    def matches(self, rel: str, current: Identity | None) -> bool:
+        expected = self.get(rel)
+        if expected is None or current is None:
+            return expected is None and current is None
+        return expected.same(current)
+
+    def update(self, checkout: Checkout, paths: list[str]) -> dict[str, list[Any] | None]:
+        """Record what ``paths`` hold now; returns those rows."""
+        fresh: dict[str, list[Any] | None] = {}
+        for rel in paths:
+            try:
+                now = checkout.identity(rel)
+            except UnsafePathError:  # below a symlink the user put there: nothing of ours
+                now = None
+            fresh[rel] = None if now is None else now.as_row()
+        self.rows.update(fresh)
+        write_json(self.layer.expected_file, self.rows)
+        return fresh

@@ -1,0 +1,183 @@
+"""One session's copy-on-write workspace: where its pieces live and how Docker mounts them.
+
+The container's ``/workspace`` is an overlay whose lower layer is the user's checkout and
+whose upper layer is a directory the controller owns. The kernel never writes a lower
+layer, so whatever the agent does lands in ``upper``; the checkout changes only through
+``apply``. Options, and why:
+
+- ``userxattr``: overlay keeps its markers (opaque dirs) in ``user.overlay.*`` xattrs we
+  can read without root, and escapes the agent's own ``user.overlay.*`` writes to
+  ``user.overlay.overlay.*`` — the agent cannot forge a marker.
+- ``redirect_dir=nofollow``: renaming a lower directory copies it instead of leaving a
+  redirect xattr, so the upper layer alone says what each path holds.
+- ``metacopy=off``: a copied-up file carries its data, never a pointer into the lower.
+- ``index=off``: no inode index shared across mounts; the layer is a plain tree.
+
+Layout under ``<data_dir>/workspaces/<session>/`` (mode 0700, so nothing the agent left
+in ``upper`` — a setuid binary, say — is reachable by other host users)::
+
+    layer.json      the repository path and owner
+    baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
+    expected.json   what this session last wrote or restored, per path (see ``apply``)
+    upper/ work/    the overlay's upper and work directories
+    checkpoints/    one tree per checkpoint, plus its manifest (see ``checkpoints``)
+    applies/        one record and saved originals per apply (see ``apply``)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from . import baseline, beneath
+from .errors import LayerInUseError, LayerMissingError, WorkspaceError
+from .records import load, save
+
+OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# Overlay's option string is split on ',' and lowerdir on ':'; '\' escapes. Refuse rather than escape.
+UNSAFE_IN_OPTIONS = re.compile(r"[,:\\=\s\x00-\x1f\x7f]")
+
+
+class LayerInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str  # the checkout (the overlay's lower layer), absolute and already vetted by ``repos.resolve``
+    uid: int  # the checkout's owner: applied files belong to them
+    gid: int
+
+
+class Layer:
+    """Paths of one session's layer; everything else is read from the files under ``root``."""
+
+    def __init__(self, root: Path, info: LayerInfo) -> None:
+        self.root = root
+        self.info = info
+        self.repo = Path(info.repo)
+
+    @property
+    def upper(self) -> Path:
+        return self.root / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def applies(self) -> Path:
+        return self.root / "applies"
+
+    @property
+    def baseline_file(self) -> Path:
+        return self.root / "baseline.json"
+
+    @property
+    def expected_file(self) -> Path:
+        return self.root / "expected.json"
+
+    def baseline(self) -> baseline.Baseline:
+        return baseline.Baseline.load(self.baseline_file)
+
+
+def layer_dir(data_dir: Path, session_id: str) -> Path:
+    if not SESSION_ID.fullmatch(session_id):
+        raise WorkspaceError(f"Not a usable session id for a layer: {session_id!r}.")
+    return data_dir / "workspaces" / session_id
+
+
+def create(data_dir: Path, session_id: str, repo: Path) -> Layer:
+    """Make the layer's directories and record the checkout's baseline; the repo must be vetted already."""
+    root = layer_dir(data_dir, session_id)
+    st = os.stat(repo, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
+    root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root.mkdir(mode=0o700)
+    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid)
+    layer = Layer(root, info)
+    for sub in (layer.work, layer.checkpoints, layer.applies):
+        sub.mkdir(mode=0o700)
+    _make_upper(layer.upper, st)
+    baseline.record(repo).save(layer.baseline_file)
+    save(root / "layer.json", info)
+    return layer
+
+
+def _make_upper(upper: Path, repo_st: os.stat_result) -> None:
+    """The upper root's owner and mode become /workspace's, so they copy the checkout's root."""
+    upper.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(upper, repo_st.st_uid, repo_st.st_gid)
+    os.chmod(upper, stat.S_IMODE(repo_st.st_mode) & 0o777)
+
+
+def open_layer(data_dir: Path, session_id: str) -> Layer:
+    root = layer_dir(data_dir, session_id)
+    try:
+        return Layer(root, load(root / "layer.json", LayerInfo))
+    except FileNotFoundError:
+        raise LayerMissingError(f"Session {session_id} has no workspace layer.") from None
+
+
+def mount_options(layer: Layer) -> str:
+    paths = {"lowerdir": layer.repo, "upperdir": layer.upper, "workdir": layer.work}
+    for key, path in paths.items():
+        if UNSAFE_IN_OPTIONS.search(str(path)):
+            raise WorkspaceError(f"The {key} path {str(path)!r} has a character overlay options cannot carry.")
+    return ",".join(f"{key}={path}" for key, path in paths.items()) + "," + OVERLAY_OPTIONS
+
+
+def volume_kwargs(layer: Layer, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Arguments for ``client.volumes.create``: a ``local`` volume that mounts the overlay.
+
+    The engine mounts it when the first container using it starts and unmounts it when the
+    last one stops. The paths are the engine's paths: a controller in a container must see
+    its data dir and the repository at the same paths as the host does.
+    """
+    opts = {"type": "overlay", "device": "overlay", "o": mount_options(layer)}
+    return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
+
+
+def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:
+    """Refuse to rewrite an upper layer an overlay still uses: the kernel calls that undefined.
+
+    The engine mounts the volume in its own mount namespace; this sees it when the controller
+    shares it (on the host). A controller in a container must stop the sandbox first anyway.
+    """
+    needle = f"upperdir={layer.upper}".encode()
+    with contextlib.suppress(OSError):
+        for line in mountinfo.read_bytes().splitlines():
+            fields = line.split(b" - ", 1)[-1].split(b" ")
+            if fields[0] == b"overlay" and needle in fields[-1].split(b","):
+                raise LayerInUseError(f"The workspace layer of {layer.repo} is still mounted.")
+
+
+def discard(layer: Layer) -> list[str]:
+    """Remove the whole layer; returns what could not be removed (empty when all went).
+
+    The kernel leaves ``work/work`` (and whiteouts it keeps there) owned by root with mode
+    000, and the agent may leave its own directories at 000. Root opens each up before
+    removing it. A controller that is not root removes what it owns; a root-owned
+    ``work/work`` that is not empty stays and is reported here — it holds no agent data,
+    and ``rm -rf`` by root clears it.
+    """
+    if not layer.root.exists():
+        return []
+    parent = beneath.open_root(layer.root.parent)
+    try:
+        beneath.remove_tree(parent, layer.root.name)
+    except OSError as err:
+        return [str(err.filename or layer.root)]
+    finally:
+        os.close(parent)
+    return []

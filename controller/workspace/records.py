@@ -1,0 +1,144 @@
+"""What the layer keeps and reports: atomic JSON records, the identity of a checkout entry, a change.
+
+Every piece of state lives in a file under the session's layer directory, written to a
+temporary name, fsynced and renamed, so a controller killed at any instant leaves either
+the old record or the new one, never half of one. Paths may hold any bytes the agent
+chose; they are kept as ``os.fsdecode`` strings (lone surrogates for non-UTF-8 bytes),
+which the stdlib ``json`` module round-trips and pydantic's Rust serializer does not —
+hence ``json.dumps(model.model_dump())`` rather than ``model_dump_json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .beneath import write_all
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class FileType(StrEnum):
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+    FIFO = "fifo"
+    SOCKET = "socket"
+    DEVICE = "device"
+
+
+def file_type(mode: int) -> FileType:
+    if stat.S_ISREG(mode):
+        return FileType.FILE
+    if stat.S_ISDIR(mode):
+        return FileType.DIR
+    if stat.S_ISLNK(mode):
+        return FileType.SYMLINK
+    if stat.S_ISFIFO(mode):
+        return FileType.FIFO
+    if stat.S_ISSOCK(mode):
+        return FileType.SOCKET
+    return FileType.DEVICE
+
+
+class Identity(BaseModel):
+    """A cheap fingerprint of one checkout entry, enough to notice that someone changed it.
+
+    Directories compare by type and mode only: their size and mtime move whenever an entry
+    inside them changes, which is the entries' business, not theirs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: FileType
+    mode: int  # permission bits, setuid/setgid/sticky included
+    size: int = 0
+    mtime_ns: int = 0
+    ino: int = 0
+    target: str | None = None  # a symlink's target, never followed
+
+    def same(self, other: Identity | None) -> bool:
+        if other is None or other.type != self.type or other.mode != self.mode:
+            return False
+        return self.type == FileType.DIR or self == other
+
+    def as_row(self) -> list[Any]:
+        return [self.type.value, self.mode, self.size, self.mtime_ns, self.ino, self.target]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> Identity:
+        kind, mode, size, mtime_ns, ino, target = row
+        return cls(type=FileType(kind), mode=mode, size=size, mtime_ns=mtime_ns, ino=ino, target=target)
+
+    @classmethod
+    def of(cls, st: os.stat_result, target: str | None = None) -> Identity:
+        return cls.from_row(identity_row(st, target))
+
+
+def identity_row(st: os.stat_result, target: str | None = None) -> list[Any]:
+    """An Identity as a plain list: the baseline holds tens of thousands, and models cost ~10x more."""
+    kind = file_type(st.st_mode)
+    size = st.st_size if kind != FileType.DIR else 0
+    return [kind.value, stat.S_IMODE(st.st_mode), size, st.st_mtime_ns, st.st_ino, target]
+
+
+class Kind(StrEnum):
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+
+
+class Disposition(StrEnum):
+    APPLY = "apply"  # applied by default
+    IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
+    DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
+    UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
+
+
+class Change(BaseModel):
+    """One path the agent changed. ``path`` holds the agent's bytes (non-UTF-8 as surrogates): escape it to display."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    kind: Kind
+    type: FileType  # what the layer holds there; for a deletion, what the checkout held
+    previous: FileType | None = None  # what the checkout held; None when added
+    disposition: Disposition = Disposition.APPLY
+    reason: str = ""  # why the disposition is not "apply"
+    mode: int = 0  # permission bits in the layer, setuid/setgid/sticky included (apply strips them)
+    size: int = 0
+    binary: bool = False
+    diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones
+    target: str | None = None  # a symlink's target
+    renamed_from: str | None = None  # a deleted path with identical content, when cheaply found
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` atomically with ``data`` as JSON."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        write_all(fd, json.dumps(data, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_bytes().decode("utf-8", "surrogatepass"))
+
+
+def save(path: Path, model: BaseModel) -> None:
+    write_json(path, model.model_dump(mode="python"))
+
+
+def load(path: Path, model: type[M]) -> M:
+    return model.model_validate(read_json(path))

@@ -1,0 +1,66 @@
+"""Bounded unified diffs, computed in-process with difflib.
+
+Never ``git diff``: git with its cwd or GIT_DIR in the layer would read configuration the
+agent wrote. Inputs and output are capped so a hostile file (huge, one endless line,
+millions of lines) costs the reviewer a fixed amount of time and screen.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable
+
+MAX_INPUT = 256 * 1024  # bytes per side; larger files are summarised, not diffed
+MAX_LINES = 5000  # lines per side; difflib is quadratic in the worst case
+MAX_OUTPUT = 64 * 1024  # characters of diff text
+SNIFF = 8000  # like git: a NUL in the first 8000 bytes means binary
+
+
+def read_head(fd: int, limit: int = MAX_INPUT + 1) -> bytes:
+    """Up to ``limit`` bytes from the start of ``fd``."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        data = os.pread(fd, limit - got, got)
+        if not data:
+            break
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+def is_binary(data: bytes) -> bool:
+    if b"\0" in data[:SNIFF]:
+        return True
+    try:
+        data[:MAX_INPUT].decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start < min(len(data), MAX_INPUT) - 4  # a character cut at the cap is not binary
+    return False
+
+
+def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
+    """The diff from ``old`` to ``new`` (None = absent), or None when either side is too big to diff."""
+    sides = [b"" if data is None else data for data in (old, new)]
+    if any(len(data) > MAX_INPUT for data in sides):
+        return None
+    texts = [data.decode("utf-8", "replace").splitlines(keepends=True) for data in sides]
+    if any(len(lines) > MAX_LINES for lines in texts):
+        return None
+    before = "/dev/null" if old is None else f"a/{path}"
+    after = "/dev/null" if new is None else f"b/{path}"
+    return _capped(difflib.unified_diff(texts[0], texts[1], before, after))
+
+
+def _capped(lines: Iterable[str]) -> str:
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        text = line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        size += len(text)
+        if size > MAX_OUTPUT:
+            out.append("[diff truncated]\n")
+            break
+        out.append(text)
+    return "".join(out)

@@ -1,0 +1,172 @@
+"""Apply, conflicts and revert against a real checkout owned by uid 1000."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from controller.workspace import LayerMissingError, apply, open_layer, revert, scan
+from controller.workspace.records import FileType
+
+from .conftest import OWNER, Workspace, snapshot
+
+TURN = (
+    "printf 'v2\\n' > src/app.py; echo new > new.txt; rm old/gone.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt;"
+    "chmod 755 src/util.py; cp /bin/true suid; chmod 6755 suid; mkfifo pipe; ln -s src/app.py link;"
+    "ln -s ../outside/secret.txt escape; echo evil >> .git/config; mkdir -p sub/.GIT; echo x > sub/.GIT/config;"
+    "mkdir -p empty; echo l > app.log"
+)
+
+
+def test_apply_writes_exactly_the_safe_changes(ws: Workspace) -> None:
+    git_before, outside_before = snapshot(ws.repo / ".git"), snapshot(ws.outside)
+    ws.agent(TURN)
+    ws.stop()
+    assert snapshot(ws.repo)["src/app.py"][4] != snapshot(ws.data / "workspaces/s1/upper")["src/app.py"][4]
+    result = apply(ws.layer)
+    assert result.conflicts == []
+    assert sorted(result.applied) == sorted(
+        [
+            "src/app.py",
+            "new.txt",
+            "old/gone.txt",
+            "docs/a.txt",
+            "docs/sub",
+            "docs/sub/b.txt",
+            "docs/d.txt",
+            "src/util.py",
+            "suid",
+            "link",
+            "empty",
+            "sub",
+        ]
+    )  # fmt: skip  ("sub" is created empty: its only entry is a discarded .GIT)
+    assert {c.path for c in result.skipped} >= {"pipe", "escape", ".git/config", "sub/.GIT", "app.log"}
+    tree = snapshot(ws.repo)
+    assert (ws.repo / "src/app.py").read_text() == "v2\n" and not (ws.repo / "old/gone.txt").exists()
+    assert sorted(os.listdir(ws.repo / "docs")) == ["d.txt"]
+    assert tree["suid"][1] == 0o755 and tree["src/util.py"][1] == 0o755
+    assert os.readlink(ws.repo / "link") == "src/app.py"
+    for name in ("pipe", "escape", "app.log", "sub/.GIT"):
+        assert not os.path.lexists(ws.repo / name), name
+    assert all(entry[2:4] == (OWNER, OWNER) for entry in tree.values())
+    assert snapshot(ws.repo / ".git") == git_before and snapshot(ws.outside) == outside_before
+    assert {c.path for c in scan(ws.layer)} == {c.path for c in result.skipped}
+
+
+def test_revert_restores_the_checkout_byte_for_byte(ws: Workspace) -> None:
+    os.chmod(ws.repo / "src/app.py", 0o4640)  # the user's own odd mode comes back as it was
+    ws.restart()
+    before = snapshot(ws.repo)
+    ws.agent(TURN)
+    ws.stop()
+    assert apply(ws.layer).applied
+    assert snapshot(ws.repo) != before
+    result = revert(ws.layer)
+    assert result.conflicts == [] and result.record == 1
+    assert snapshot(ws.repo) == before
+    assert os.stat(ws.repo / "src/app.py").st_mtime_ns == ws.layer.baseline().get("src/app.py").mtime_ns  # type: ignore[union-attr]
+
+
+def test_a_user_edit_since_start_conflicts_and_nothing_is_written(ws: Workspace) -> None:
+    ws.agent("echo agent > src/app.py; echo agent > new.txt")
+    ws.stop()
+    (ws.repo / "src/app.py").write_text("the user's edit\n")
+    before = snapshot(ws.repo)
+    result = apply(ws.layer)
+    assert [c.path for c in result.conflicts] == ["src/app.py"] and result.applied == []
+    assert snapshot(ws.repo) == before
+    forced = apply(ws.layer, force=["src/app.py"])
+    assert sorted(forced.applied) == ["new.txt", "src/app.py"]
+    assert (ws.repo / "src/app.py").read_text() == "agent\n"
+
+
+def test_a_second_apply_checks_against_what_the_first_wrote(ws: Workspace) -> None:
+    ws.agent("echo one > new.txt")
+    ws.stop()
+    assert apply(ws.layer).applied == ["new.txt"]
+    ws.agent("echo two > new.txt")
+    ws.stop()
+    assert apply(ws.layer).applied == ["new.txt"]
+    (ws.repo / "new.txt").write_text("user\n")
+    assert [c.path for c in revert(ws.layer).conflicts] == ["new.txt"]
+    assert revert(ws.layer, force=["new.txt"]).reverted == ["new.txt"]
+    assert (ws.repo / "new.txt").read_text() == "one\n"
+
+
+def test_a_symlinked_parent_in_the_checkout_is_never_followed(ws: Workspace) -> None:
+    ws.agent("echo agent > docs/a.txt; echo x > docs/new.txt")
+    ws.stop()
+    os.rename(ws.repo / "docs", ws.repo / "docs.real")
+    os.symlink(ws.outside, ws.repo / "docs")
+    outside = snapshot(ws.outside)
+    result = apply(ws.layer)
+    assert [c.path for c in result.conflicts] == ["docs", "docs/a.txt"] and result.applied == []
+    forced = apply(ws.layer, force=["docs"])  # the user's symlink is replaced by the agent's directory
+    assert sorted(forced.applied) == ["docs", "docs/a.txt", "docs/new.txt"]
+    assert not os.path.islink(ws.repo / "docs") and snapshot(ws.outside) == outside
+    assert revert(ws.layer).conflicts == [] and os.readlink(ws.repo / "docs") == str(ws.outside)
+
+
+def test_a_symlink_through_a_checkout_symlink_is_skipped(ws: Workspace) -> None:
+    os.symlink("../outside", ws.repo / "out")
+    ws.agent("ln -s out/secret.txt via")
+    ws.stop()
+    result = apply(ws.layer)
+    assert [c.path for c in result.skipped] == ["via"] and "through another symlink" in result.skipped[0].reason
+    assert not os.path.lexists(ws.repo / "via")
+
+
+def test_deleting_a_directory_the_user_added_to_conflicts(ws: Workspace) -> None:
+    ws.agent("rm -rf docs")
+    ws.stop()
+    (ws.repo / "docs/mine.txt").write_text("keep\n")
+    result = apply(ws.layer)
+    assert [c.path for c in result.conflicts] == ["docs/mine.txt"]  # the agent's rm -rf now reaches it
+    assert (ws.repo / "docs/mine.txt").exists() and (ws.repo / "docs/a.txt").exists()
+
+
+def test_ignored_paths_apply_only_when_asked_and_paths_narrow_the_apply(ws: Workspace) -> None:
+    ws.agent("mkdir -p build/x; echo o > build/x/out.o; echo a > a.txt; echo b > b.txt")
+    ws.stop()
+    assert apply(ws.layer, paths=["a.txt"]).applied == ["a.txt"]
+    assert apply(ws.layer).applied == ["b.txt"]
+    assert sorted(apply(ws.layer, include_ignored=True).applied) == ["build", "build/x", "build/x/out.o"]
+    assert stat.S_ISREG(os.lstat(ws.repo / "build/x/out.o").st_mode)
+    assert scan(ws.layer) == []
+
+
+def test_type_changes_apply_and_revert(ws: Workspace) -> None:
+    before = snapshot(ws.repo)
+    ws.agent("rm README.md; mkdir README.md; echo in > README.md/x; rm -rf old; echo file > old")
+    ws.stop()
+    result = apply(ws.layer)
+    assert result.conflicts == []
+    assert (ws.repo / "README.md/x").read_text() == "in\n" and (ws.repo / "old").read_text() == "file\n"
+    assert {c.type for c in scan(ws.layer)} <= {FileType.DIR}  # nothing left but, at most, kept merge dirs
+    assert revert(ws.layer).conflicts == []
+    assert snapshot(ws.repo) == before
+
+
+def test_hostile_names_apply_and_revert_and_state_survives_a_restart(ws: Workspace) -> None:
+    before = snapshot(ws.repo)
+    ws.agent("echo x > \"$(printf 'bad\\377name')\"; echo y > \"$(printf 'new\\nline\\033[2J')\"")
+    ws.stop()
+    assert sorted(os.fsencode(p) for p in apply(ws.layer).applied) == [b"bad\xffname", b"new\nline\x1b[2J"]
+    assert (ws.repo / os.fsdecode(b"bad\xffname")).read_text() == "x\n"
+    reopened = open_layer(ws.data, "s1")  # a restarted controller knows only what is on disk
+    assert len(revert(reopened).reverted) == 2
+    assert snapshot(ws.repo) == before
+    with pytest.raises(LayerMissingError):
+        revert(reopened)
+
+
+def test_revert_refuses_to_remove_a_directory_the_user_filled_since(ws: Workspace) -> None:
+    ws.agent("mkdir -p made; echo a > made/a")
+    ws.stop()
+    apply(ws.layer)
+    (ws.repo / "made/mine.txt").write_text("mine\n")
+    result = revert(ws.layer)
+    assert [c.path for c in result.conflicts] == ["made"] and (ws.repo / "made/a").exists()

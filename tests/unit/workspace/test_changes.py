@@ -1,0 +1,152 @@
+"""The changes list, from what the kernel really writes into the upper layer."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from controller.workspace import Disposition, Kind, scan
+from controller.workspace.records import FileType
+
+from .conftest import Workspace
+
+
+def by_path(ws: Workspace) -> dict[str, tuple[str, str, str]]:
+    return {c.path: (c.kind.value, c.type.value, c.disposition.value) for c in scan(ws.layer)}
+
+
+def test_an_untouched_layer_has_no_changes(ws: Workspace) -> None:
+    ws.agent("cat README.md >/dev/null; touch src/app.py; chmod 644 src/util.py")
+    ws.stop()
+    assert scan(ws.layer) == []
+
+
+def test_edits_adds_and_deletes_with_a_diff(ws: Workspace) -> None:
+    ws.agent(
+        "printf 'def total(items):\\n    return sum(items) + 1\\n' > src/app.py; echo new > new.txt; rm old/gone.txt"
+    )
+    ws.stop()
+    changes = {c.path: c for c in scan(ws.layer)}
+    assert {p: c.kind for p, c in changes.items()} == {
+        "src/app.py": Kind.MODIFIED,
+        "new.txt": Kind.ADDED,
+        "old/gone.txt": Kind.DELETED,
+    }
+    assert changes["src/app.py"].diff is not None and "+    return sum(items) + 1" in changes["src/app.py"].diff
+    assert changes["old/gone.txt"].diff is not None and "-gone" in changes["old/gone.txt"].diff
+
+
+def test_a_directory_emptied_and_recreated_deletes_everything_below(ws: Workspace) -> None:
+    ws.agent("rm -rf docs; mkdir docs; echo fresh > docs/a.txt; echo z > docs/z.txt")
+    ws.stop()
+    assert by_path(ws) == {
+        "docs/a.txt": ("modified", "file", "apply"),
+        "docs/sub": ("deleted", "dir", "apply"),
+        "docs/sub/b.txt": ("deleted", "file", "apply"),
+        "docs/z.txt": ("added", "file", "apply"),
+    }
+
+
+def test_whole_directory_removed_and_a_directory_renamed(ws: Workspace) -> None:
+    ws.agent("rm -rf old; mv docs documents")
+    ws.stop()
+    found = by_path(ws)
+    assert found["old"] == ("deleted", "dir", "apply") and found["old/gone.txt"][0] == "deleted"
+    assert found["docs/sub/b.txt"][0] == "deleted" and found["documents/sub/b.txt"] == ("added", "file", "apply")
+    renamed = {c.path: c.renamed_from for c in scan(ws.layer)}
+    assert renamed["documents/sub/b.txt"] == "docs/sub/b.txt"
+
+
+def test_mode_only_type_changes_links_and_empty_dirs(ws: Workspace) -> None:
+    ws.agent(
+        "chmod 755 src/util.py; rm README.md; mkdir README.md; echo in > README.md/x;"
+        "rm -rf old; echo now-a-file > old; ln src/util.py hard; ln -s src/app.py link; mkdir -p empty/deeper"
+    )
+    ws.stop()
+    found = {c.path: c for c in scan(ws.layer)}
+    assert (found["src/util.py"].kind, found["src/util.py"].mode) == (Kind.MODIFIED, 0o755)
+    assert (found["README.md"].type, found["README.md"].previous) == (FileType.DIR, FileType.FILE)
+    assert (found["old"].type, found["old"].previous) == (FileType.FILE, FileType.DIR)
+    assert found["old/gone.txt"].kind == Kind.DELETED
+    assert found["hard"].kind == Kind.ADDED and found["link"].target == "src/app.py"
+    assert found["empty/deeper"].type == FileType.DIR
+
+
+def test_git_paths_in_any_case_are_discarded_and_ignored_paths_listed_apart(ws: Workspace) -> None:
+    ws.agent(
+        "echo '[core] fsmonitor = touch /tmp/pwned' >> .git/config; mkdir -p sub/.GIT; echo x > sub/.GIT/config;"
+        "echo 'gitdir: /tmp' > sub/.git2; mkdir -p nested; echo 'gitdir: ../.git' > nested/.git;"
+        "mkdir build; echo o > build/out.o; echo l > app.log"
+    )
+    ws.stop()
+    found = by_path(ws)
+    for path in (".git/config", "sub/.GIT", "sub/.GIT/config", "nested/.git"):
+        assert found[path][2] == "discarded", path
+    assert found["sub/.git2"][2] == "apply"
+    assert found["build"][2] == found["build/out.o"][2] == found["app.log"][2] == "ignored"
+
+
+def test_unsafe_entries_are_listed_not_applied(ws: Workspace) -> None:
+    ws.agent(
+        "mkfifo pipe; ln -s /etc/passwd abs; ln -s ../../outside/secret.txt up; ln -s .git/config into-git;"
+        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"; cp /bin/true suid; chmod 4755 suid"
+    )
+    ws.stop()
+    found = {c.path: c for c in scan(ws.layer)}
+    for path in ("pipe", "abs", "up", "into-git", "sock"):
+        assert found[path].disposition == Disposition.UNSAFE, path
+    assert found["suid"].disposition == Disposition.APPLY and found["suid"].mode == 0o4755
+
+
+def test_forged_overlay_markers_are_not_believed(ws: Workspace) -> None:
+    """The agent's user.overlay.* xattrs are escaped by the kernel, so they mark nothing."""
+    ws.agent(
+        'touch docs/fake-whiteout; python3 -c "import os;'
+        "os.setxattr('docs', 'user.overlay.opaque', b'y');"
+        "os.setxattr('docs/fake-whiteout', 'user.overlay.whiteout', b'y')\""
+    )
+    ws.stop()
+    found = by_path(ws)
+    assert found == {"docs/fake-whiteout": ("added", "file", "apply")}
+
+
+def test_hostile_names_and_binary_files(ws: Workspace) -> None:
+    ws.agent(
+        "printf 'x' > \"$(printf 'new\\nline\\033[31m')\"; printf '\\000\\001' > blob; echo t > \"$(printf 'bad\\377')\""
+    )
+    ws.stop()
+    found = {c.path: c for c in scan(ws.layer)}
+    assert "new\nline\x1b[31m" in found
+    assert os.fsencode(next(p for p in found if p.startswith("bad"))) == b"bad\xff"
+    assert found["blob"].binary and found["blob"].diff is None
+
+
+def test_the_agent_cannot_assemble_a_bare_repository_outside_git(ws: Workspace) -> None:
+    ws.agent(
+        "mkdir -p sub/objects sub/refs/heads; echo 'ref: refs/heads/main' > sub/HEAD;"
+        "printf '[core]\\n\\tpager = touch /tmp/pwned\\n' > sub/config; echo ok > sub/notes.txt;"
+        "mkdir -p plain; echo 'a config file' > plain/config"
+    )
+    ws.stop()
+    found = by_path(ws)
+    for path in ("sub/HEAD", "sub/config", "sub/objects", "sub/refs", "sub/refs/heads"):
+        assert found[path][2] == "unsafe", path
+    assert found["sub/notes.txt"][2] == found["plain/config"][2] == "apply"
+
+
+def test_whiteouts_in_both_forms_in_a_hand_built_upper(ws: Workspace) -> None:
+    """The xattr form (a zero-size file with user.overlay.whiteout) is what newer kernels may write; set as root."""
+    upper = ws.layer.upper
+    os.mknod(upper / "README.md", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    (upper / "docs").mkdir()
+    (upper / "docs/a.txt").touch()
+    os.setxattr(upper / "docs/a.txt", "user.overlay.whiteout", b"")
+    (upper / "src").mkdir()
+    os.setxattr(upper / "src", "user.overlay.opaque", b"y")
+    (upper / "src/app.py").write_text("replaced\n")
+    assert by_path(ws) == {
+        "README.md": ("deleted", "file", "apply"),
+        "docs/a.txt": ("deleted", "file", "apply"),
+        "src/app.py": ("modified", "file", "apply"),
+        "src/util.py": ("deleted", "file", "apply"),
+    }

@@ -1,0 +1,87 @@
+"""Pieces that need no mount: ignore rules, baseline, diffs, symlink judgement, volume options."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller.workspace import WorkspaceError, textdiff
+from controller.workspace.baseline import is_git_path, record
+from controller.workspace.changes import symlink_problem
+from controller.workspace.ignore import EXCLUDE, IgnoreRules
+from controller.workspace.layer import Layer, LayerInfo, volume_kwargs
+
+
+def test_ignore_rules_follow_git_precedence() -> None:
+    rules = IgnoreRules(
+        {"": "*.log\nbuild/\n!keep.log\n", "sub": "!*.log\nlocal/\n", EXCLUDE: "secret.txt\nkeep.log\n"}
+    )
+    assert rules.ignored("a.log", False) and not rules.ignored("keep.log", False)
+    assert not rules.ignored("sub/a.log", False)  # the deeper file re-includes
+    assert rules.ignored("build", True) and rules.ignored("build/x/y.c", False)
+    assert not rules.ignored("build", False)  # "build/" matches directories only
+    assert rules.ignored("sub/local/x", False) and not rules.ignored("local/x", False)
+    assert rules.ignored("secret.txt", False) and rules.ignored("deep/secret.txt", False)
+
+
+def test_git_paths_in_any_case() -> None:
+    for path in (".git", ".git/config", "a/.GIT/hooks/x", "a/b/.Git", ".g\u200cit/config", ".git. ", "GIT~1/hooks"):
+        assert is_git_path(path)
+    for path in (".gitignore", "a/.git2/x", "git"):
+        assert not is_git_path(path)
+
+
+@pytest.mark.parametrize(
+    ("link", "target", "ok"),
+    [
+        ("a/l", "b", True),
+        ("a/l", "../c", True),
+        ("l", "../x", False),
+        ("a/l", "../../x", False),
+        ("l", "/etc/passwd", False),
+        ("l", "", False),
+        ("l", ".", False),
+        ("a/l", "../.git/config", False),
+        ("a/l", "x/.GIT", False),
+        ("a/l", "./b/../c", True),
+    ],
+)
+def test_symlink_targets_judged_by_their_text(link: str, target: str, ok: bool) -> None:
+    assert (symlink_problem(link, target) == "") is ok
+
+
+def test_baseline_records_everything_but_git_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / ".git/info").mkdir(parents=True)
+    (tmp_path / ".git/info/exclude").write_text("*.tmp\n")
+    (tmp_path / "sub/.GIT").mkdir(parents=True)
+    (tmp_path / "sub/.GIT/config").write_text("x")
+    (tmp_path / "sub/.gitignore").write_text("out/\n")
+    (tmp_path / "f").write_text("hello")
+    os.symlink("/etc", tmp_path / "etc-link")
+    base = record(tmp_path)
+    assert sorted(base.paths()) == ["etc-link", "f", "sub", "sub/.gitignore"]
+    assert base.get("etc-link").target == "/etc"  # type: ignore[union-attr]
+    assert base.get("f").size == 5  # type: ignore[union-attr]
+    rules = IgnoreRules(base.ignore_files)
+    assert rules.ignored("a.tmp", False) and rules.ignored("sub/out/x", False)
+
+
+def test_diffs_are_bounded() -> None:
+    big = b"x\n" * (textdiff.MAX_LINES + 1)
+    assert textdiff.unified("f", b"", big) is None
+    wide = b"".join(b"%040d\n" % i for i in range(4000))
+    diff = textdiff.unified("f", None, wide)
+    assert diff is not None and len(diff) <= textdiff.MAX_OUTPUT + 100 and diff.endswith("[diff truncated]\n")
+    assert textdiff.is_binary(b"a\0b") and textdiff.is_binary(b"\xff\xfe bad") and not textdiff.is_binary("é".encode())
+
+
+def test_volume_options_refuse_paths_overlay_cannot_carry(tmp_path: Path) -> None:
+    layer = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "repo"), uid=1000, gid=1000))
+    opts = volume_kwargs(layer, "v", {"a": "b"})
+    assert opts["driver"] == "local" and opts["driver_opts"]["type"] == "overlay"
+    assert opts["driver_opts"]["o"].endswith(",userxattr,redirect_dir=nofollow,metacopy=off,index=off")
+    for bad in ("re,po", "re:po", "re po", "re\npo"):
+        with pytest.raises(WorkspaceError):
+            volume_kwargs(Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / bad), uid=0, gid=0)), "v", {})
