@@ -14,7 +14,7 @@ import controller
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context"},
-    {"usage", "channel", "images", "repos", "model", "store", "display", "conversation"},
+    {"usage", "channel", "images", "repos", "model", "store", "display", "conversation", "workspace"},
     {"sandbox", "scripted", "compactor"},
     {"tools"},
     {"agent"},
@@ -25,24 +25,37 @@ LAYERS: list[set[str]] = [
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 
-def imports() -> dict[str, set[str]]:
-    """Each module of the package and the package modules it imports (at any depth of its code)."""
+def modules() -> dict[str, set[str]]:
+    """Each module of the package (dotted, e.g. ``workspace.apply``) and the package modules it imports."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE).with_suffix("")
-        if relative.parts[0] == "sandbox_image":
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[0] == "sandbox_image":
             continue  # the toolbox runs inside the container and imports nothing of ours
-        name = ".".join(relative.parts).removesuffix(".__init__")
-        graph[name] = set()
+        package = parts[:-1]
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        targets = graph.setdefault(name, set())
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                graph[name] |= {node.module} if node.module else {alias.name for alias in node.names}
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - (node.level - 1)]
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+                targets |= {".".join((*base, n)) for n in names}
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("controller."):
-                graph[name].add(node.module.split(".", 1)[1])  # type: ignore[union-attr]
-    graph.pop("__init__", None)
-    for targets in graph.values():
-        targets.discard("__version__")
-    return graph
+                targets.add(node.module.split(".", 1)[1])  # type: ignore[union-attr]
+    graph.pop("", None)
+    known = set(graph)
+    return {name: {t for t in targets if t in known and t != name} for name, targets in graph.items()}
+
+
+def imports() -> dict[str, set[str]]:
+    """The same graph between top-level units: a subpackage (``workspace``) is one unit of one layer."""
+    units: dict[str, set[str]] = {}
+    for name, targets in modules().items():
+        unit = name.split(".")[0]
+        units.setdefault(unit, set()).update(t.split(".")[0] for t in targets)
+    for unit, targets in units.items():
+        targets.discard(unit)
+    return units
 
 
 def test_every_module_has_a_layer() -> None:
@@ -62,5 +75,6 @@ def test_no_module_imports_one_above_it() -> None:
 def test_no_import_cycles() -> None:
     try:
         tuple(TopologicalSorter(imports()).static_order())
+        tuple(TopologicalSorter(modules()).static_order())
     except CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
