@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bench import context, flood, rows
 from bench.measure import Report
-from controller import images, owners
-from controller.config import DEFAULT_IMAGE
+from controller import engine, images, owners
+from controller.config import DEFAULT_IMAGE, Settings
 from controller.errors import CubicleError
 
 
@@ -27,7 +27,7 @@ def machine(client: object) -> str:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    client = images.connect()
+    client = engine.connect(Settings().docker_host)
     images.ensure(client, args.image, auto_build=True)
     report = Report()
     sizes = [10] if args.quick else [10, 50, 100]

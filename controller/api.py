@@ -177,7 +177,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=E
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionRecord)
 async def create_session(body: CreateSession, manager: ManagerDep, settings: SettingsDep) -> SessionRecord:
     """Start a session on a repository; the first turn runs in the background."""
-    protected = [settings.docker_socket, settings.data_dir]
+    protected = [path for path in (settings.docker_socket, settings.data_dir) if path is not None]
     repo = repos.resolve(body.repo, settings.repo_roots, protected)
     asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
     limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)

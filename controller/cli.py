@@ -28,7 +28,7 @@ import typer
 from pydantic import SecretStr, ValidationError
 from rich.text import Text
 
-from . import __version__, images, owners, scripted, terminal, usage
+from . import __version__, engine, images, owners, scripted, terminal, usage
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink, plural
@@ -108,7 +108,7 @@ def image_build(
     settings = load_settings()
     target = tag or settings.image
     try:
-        client = images.connect()
+        client = engine.connect(settings.docker_host)
         with err_console.status(f"building {target}") as status:
 
             def show(line: str) -> None:
@@ -129,7 +129,7 @@ def gc(
     """Remove sandbox containers whose controller process is gone."""
     settings = load_settings()
     try:
-        result = owners.sweep(images.connect(), settings.instance, everything=everything)
+        result = owners.sweep(engine.connect(settings.docker_host), settings.instance, everything=everything)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
     for name in result.removed:
@@ -198,7 +198,7 @@ async def _run_session(
 
 async def _session(settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool) -> TurnOutcome:
     model = AnthropicModel.from_settings(settings)
-    client = await asyncio.to_thread(images.connect)
+    client = await asyncio.to_thread(engine.connect, settings.docker_host)
     await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
     session_id = "cli-" + secrets.token_hex(6)
     sandbox = DockerSandbox(

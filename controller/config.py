@@ -1,8 +1,9 @@
 """Settings and limits: one pydantic-settings ``Settings``, read once, passed everywhere.
 
 Environment variables use the prefix ``CUBICLE_`` (nested limits with ``__``, e.g.
-``CUBICLE_LIMITS__MAX_STEPS=80``). ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``
-are read under their usual names. Nothing else in the package reads the environment.
+``CUBICLE_LIMITS__MAX_STEPS=80``). ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL`` and
+``DOCKER_HOST`` are read under their usual names. Nothing else in the package reads the
+environment.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import json
 import socket
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
 class Limits(BaseModel):
@@ -111,7 +114,11 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body the API accepts.")
     sse_heartbeat_s: float = Field(15, gt=0, description="Seconds between SSE keep-alive comments.")
-    docker_socket: Path = Field(Path("/var/run/docker.sock"), description="Never mountable as (part of) a repo.")
+    docker_host: str = Field(
+        DEFAULT_DOCKER_HOST,
+        validation_alias=AliasChoices("DOCKER_HOST", "CUBICLE_DOCKER_HOST"),
+        description="The Docker engine every client connects to (unix:// or plain tcp://).",
+    )
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 
@@ -120,6 +127,22 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty variable (as compose passes an unset one) means unset."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("docker_host", mode="before")
+    @classmethod
+    def _blank_is_default_engine(cls, value: Any) -> Any:
+        """An empty DOCKER_HOST means the local socket, as it does for the docker CLI."""
+        return DEFAULT_DOCKER_HOST if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def docker_socket(self) -> Path | None:
+        """The engine's socket file, which no repository may contain or sit in; None for a tcp:// engine.
+
+        A tcp:// engine has no file on this host that hands it over; the usual socket path stays
+        refused anyway, because it lies in a system directory.
+        """
+        parts = urlsplit(self.docker_host)
+        return Path(parts.netloc + parts.path) if parts.scheme == "unix" else None
 
     @field_validator("repo_roots", mode="before")
     @classmethod

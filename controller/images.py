@@ -1,4 +1,4 @@
-"""The sandbox image: connect to the engine, find the image, build it from the context shipped in this package."""
+"""The sandbox image: find it on the engine, build it from the context shipped in this package."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import docker
-from docker.errors import APIError, BuildError, DockerException, ImageNotFound
+from docker.errors import APIError, BuildError, ImageNotFound
 
-from .errors import DockerUnavailableError, ImageMissingError, SandboxError
+from .errors import ImageMissingError, SandboxError
 
 BUILD_COMMAND = "cubicle image build"
 DOCKERFILE = "Dockerfile"
@@ -17,16 +16,6 @@ CONTEXT = Path(__file__).resolve().parent / "sandbox_image"
 """The image's build context: package data, so a wheel install can build the image as well as a checkout."""
 TOOLBOX = "toolbox"
 """The toolbox's directory in the context; the image runs it as a directory (see its ``__main__``)."""
-
-
-def connect(timeout: float = 120) -> Any:
-    """A docker client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-    except DockerException as err:
-        raise DockerUnavailableError(f"Docker is not reachable: {err}.") from None
-    return client
 
 
 def build_context() -> Path | None:

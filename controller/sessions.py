@@ -20,7 +20,7 @@ from typing import Any
 
 import anthropic
 
-from . import images, owners
+from . import engine, owners
 from .agent import Agent, Conversation, TurnOutcome
 from .config import Limits, Settings
 from .errors import CapacityError, ConflictError, NotFoundError
@@ -288,7 +288,7 @@ class Manager:
 
     def _docker_client(self) -> Any:
         if self._docker is None:
-            self._docker = images.connect()
+            self._docker = engine.connect(self.settings.docker_host)
         return self._docker
 
     def _docker_sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:

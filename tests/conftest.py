@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from controller import images, owners
-from controller.config import DEFAULT_IMAGE, Limits
+from controller import engine, images, owners
+from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.sandbox import DockerSandbox
 
 TEST_INSTANCE = "cubicle-tests"
@@ -30,7 +30,7 @@ AGENT_UID = 1000
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
-    client = images.connect()
+    client = engine.connect(Settings().docker_host)
     images.ensure(client, DEFAULT_IMAGE, auto_build=True)
     yield client
     # This run's containers and those of dead test processes; another pytest run's stay untouched.

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller import images
+from controller import engine
+from controller.config import Settings
 from tests.agent_harness import run_scenario, text, tool
 from tests.integration.helpers import container_running
 
@@ -76,7 +77,7 @@ async def test_dockerd_restart_mid_session(run_scenario: Any, docker_client: Any
     assert first["is_error"] is True
     if run.outcome.reason == "error":
         assert run.outcome.detail
-    fresh = images.connect()
+    fresh = engine.connect(Settings().docker_host)
     assert fresh.ping()
     fresh.close()
     docker_client.close()  # drop pooled connections to the old engine; the client reconnects on next use

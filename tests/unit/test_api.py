@@ -38,7 +38,7 @@ def client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
         api_token=TOKEN,
         repo_roots=[roots],
         data_dir=roots / "data",
-        docker_socket=roots / "sockdir" / "docker.sock",
+        docker_host=f"unix://{roots}/sockdir/docker.sock",
         max_body_bytes=64 * 1024,
         max_limits=Limits(memory_mb=4096, max_steps=40, network=False),
     )
