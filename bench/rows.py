@@ -14,9 +14,10 @@ from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, 
 from controller import owners, protocol, tools
 from controller.config import Limits, Settings
 from controller.protocol import CommandResult, PingResult
+from controller.runtime import Runtime
 from controller.sandbox import DockerSandbox
 from controller.scripted import Scenario, ScriptedServer, serve_in_thread
-from controller.sessions import Manager
+from controller.sessions import Sessions
 from controller.store import Store
 
 INSTANCE = "cubicle-bench"
@@ -240,11 +241,12 @@ async def concurrency(
             settings = Settings(api_key="bench", base_url=url, repo_roots=[root], data_dir=root / f"data-{n}", instance=INSTANCE,
                                 limits=LIMITS, max_concurrent_sessions=n + 1, image=image)  # fmt: skip
             store = Store(settings.data_dir / "cubicle.db")
-            manager = Manager(settings, store)
+            runtime = Runtime(settings)
+            sessions = Sessions(settings, store, runtime)
             repos = [make_repo(root, f"c{n}-{i}") for i in range(n)]
             start = time.perf_counter()
-            records = [await manager.create(repo, "bench", "bench-flow", LIMITS) for repo in repos]
-            await asyncio.gather(*(manager.join(r.id) for r in records))
+            records = [await sessions.create(repo, "bench", "bench-flow", LIMITS) for repo in repos]
+            await asyncio.gather(*(sessions.join(r.id) for r in records))
             wall = time.perf_counter() - start
             finals = [store.get(r.id) for r in records]
             errors = sum(1 for f in finals if f is None or f.finish_reason != "end_turn")
@@ -259,7 +261,8 @@ async def concurrency(
                 for c in client.containers.list(filters={"label": f"{owners.OWNER}"})
                 if c.labels.get(owners.SESSION, "").startswith("s_")
             ]
-            await manager.close()
+            await sessions.close()
+            await runtime.close()
             store.close()
             per_container = sum(mems) / len(mems) if mems else float("nan")
             rows.append(

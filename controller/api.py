@@ -1,6 +1,6 @@
 """The HTTP API (``/v1``): start sessions on a repository and follow them live.
 
-Routes are thin; the work lives in ``sessions.Manager``. Every route but ``/healthz``
+Routes are thin; the work lives in ``sessions.Sessions``. Every route but ``/healthz``
 needs the bearer token when one is configured, the docs (``/docs``, ``/openapi.json``)
 included; Swagger UI's files come from a package, not a CDN. All errors pass through one handler
 that maps the exception tree to a status code and a ``detail``.
@@ -12,7 +12,7 @@ import functools
 import importlib.resources
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
@@ -37,7 +37,8 @@ from .errors import (
     SandboxError,
     StoreError,
 )
-from .sessions import Manager, SandboxFactory
+from .runtime import Runtime, SandboxFactory
+from .sessions import Sessions
 from .store import SessionRecord, Store
 
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
@@ -141,9 +142,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _manager(request: Request) -> Manager:
-    manager: Manager = request.app.state.manager
-    return manager
+def _sessions(request: Request) -> Sessions:
+    sessions: Sessions = request.app.state.sessions
+    return sessions
 
 
 def _settings(request: Request) -> Settings:
@@ -151,7 +152,7 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-ManagerDep = Annotated[Manager, Depends(_manager)]
+SessionsDep = Annotated[Sessions, Depends(_sessions)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 _bearer = HTTPBearer(auto_error=False)
 
@@ -175,36 +176,36 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=E
 
 
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionRecord)
-async def create_session(body: CreateSession, manager: ManagerDep, settings: SettingsDep) -> SessionRecord:
+async def create_session(body: CreateSession, sessions: SessionsDep, settings: SettingsDep) -> SessionRecord:
     """Start a session on a repository; the first turn runs in the background."""
     protected = [path for path in (settings.docker_socket, settings.data_dir) if path is not None]
     repo = repos.resolve(body.repo, settings.repo_roots, protected)
     asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
     limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)
-    return await manager.create(repo, body.task, body.model, limits)
+    return await sessions.create(repo, body.task, body.model, limits)
 
 
 @router.get("/sessions", response_model=SessionPage)
 async def list_sessions(
-    manager: ManagerDep,
+    sessions: SessionsDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_INDEX)] = 0,
 ) -> SessionPage:
     """Sessions, newest first."""
-    items, total = manager.store.page(limit, offset)
+    items, total = sessions.page(limit, offset)
     return SessionPage(items=items, total=total, limit=limit, offset=offset)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionRecord)
-async def get_session(session_id: str, manager: ManagerDep) -> SessionRecord:
+async def get_session(session_id: str, sessions: SessionsDep) -> SessionRecord:
     """Status, finish reason, usage, steps and timestamps of one session."""
-    return manager.get(session_id)
+    return sessions.get(session_id)
 
 
 @router.get("/sessions/{session_id}/events", response_class=EventSourceResponse)
 async def session_events(
     session_id: str,
-    manager: ManagerDep,
+    sessions: SessionsDep,
     settings: SettingsDep,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_INDEX, description="Replay events after this sequence number.")
@@ -212,55 +213,36 @@ async def session_events(
     last_event_id: Annotated[str | None, Header(description="Standard SSE resume header.")] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
-    manager.get(session_id)
     resume = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
-    start = after if after is not None else min(resume, MAX_INDEX)
-    return EventSourceResponse(
-        _event_stream(manager, session_id, start, settings.sse_heartbeat_s), ping=settings.sse_heartbeat_s
-    )
-
-
-async def _event_stream(
-    manager: Manager, session_id: str, last: int, heartbeat: float
-) -> AsyncIterator[ServerSentEvent]:
-    while True:
-        waiter = manager.waiter(session_id)
-        events = manager.store.events_after(session_id, last)
-        for event in events:
-            last = event.seq
-            yield ServerSentEvent(data=event.model_dump_json(), event=event.type, id=str(event.seq))
-        if events:
-            continue
-        if not manager.is_live(session_id):
-            return
-        await manager.wait(waiter, heartbeat)
+    events = sessions.follow(session_id, after if after is not None else min(resume, MAX_INDEX))
+    frames = (ServerSentEvent(data=e.model_dump_json(), event=e.type, id=str(e.seq)) async for e in events)
+    return EventSourceResponse(frames, ping=settings.sse_heartbeat_s)
 
 
 @router.get("/sessions/{session_id}/messages", response_model=Transcript)
-async def get_messages(session_id: str, manager: ManagerDep) -> Transcript:
+async def get_messages(session_id: str, sessions: SessionsDep) -> Transcript:
     """The transcript exactly as sent to the model."""
-    manager.get(session_id)
-    return Transcript(messages=manager.store.messages(session_id))
+    return Transcript(messages=sessions.transcript(session_id))
 
 
 @router.post("/sessions/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SessionRecord)
-async def post_message(session_id: str, body: FollowUp, manager: ManagerDep) -> SessionRecord:
+async def post_message(session_id: str, body: FollowUp, sessions: SessionsDep) -> SessionRecord:
     """A follow-up turn in the same conversation (409 while a turn runs); continues interrupted sessions."""
-    return await manager.follow_up(session_id, body.text)
+    return await sessions.follow_up(session_id, body.text)
 
 
 @router.post("/sessions/{session_id}/cancel", response_model=SessionRecord)
-async def cancel_session(session_id: str, manager: ManagerDep) -> SessionRecord:
+async def cancel_session(session_id: str, sessions: SessionsDep) -> SessionRecord:
     """Stop the running turn within two seconds and kill any running command."""
-    return await manager.cancel(session_id)
+    return await sessions.cancel(session_id)
 
 
 @router.delete("/sessions/{session_id}", response_model=SessionRecord, responses={204: {"description": "Purged"}})
 async def delete_session(
-    session_id: str, manager: ManagerDep, purge: Annotated[bool, Query(description="Also delete the record.")] = False
+    session_id: str, sessions: SessionsDep, purge: Annotated[bool, Query(description="Also delete the record.")] = False
 ) -> Any:
     """Remove the session's container; keep its record unless ``purge``."""
-    record = await manager.delete(session_id, purge)
+    record = await sessions.delete(session_id, purge)
     return record if record is not None else Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -342,33 +324,29 @@ def _too_large(limit: int) -> JSONResponse:
     return JSONResponse({"detail": f"The request body is larger than {limit} bytes."}, status_code=413)
 
 
-def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None) -> FastAPI:
-    """The API for ``settings``; tests pass their own settings and, without Docker, their own sandbox factory."""
+def _lifespan(
+    settings: Settings, sandbox_factory: SandboxFactory | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Sessions (over one store and one runtime) live as long as the app: recovered at start, stopped at the end."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = Store(settings.data_dir / "cubicle.db")
-        manager = Manager(settings, store, sandbox_factory)
-        app.state.manager = manager
-        await manager.start()
+        runtime = Runtime(settings, sandbox_factory)
+        app.state.sessions = sessions = Sessions(settings, store, runtime)
+        await sessions.start()
         try:
             yield
         finally:
-            await manager.close()
+            await sessions.close()
+            await runtime.close()
             store.close()
 
-    app = FastAPI(
-        title="Cubicle", version=__version__, lifespan=lifespan, description=DESCRIPTION,
-        openapi_url=None, docs_url=None, redoc_url=None,  # served by docs_router, behind the token
-    )  # fmt: skip
-    app.state.settings = settings
-    app.include_router(router)
-    app.include_router(docs_router)
+    return lifespan
 
-    @app.get("/healthz", response_model=Health)
-    async def healthz(request: Request) -> Health:
-        """Liveness: answers without auth and without touching Docker."""
-        return Health(status="ok", version=__version__, running_sessions=_manager(request).running_count)
+
+def _handle_errors(app: FastAPI) -> None:
+    """The one mapping from errors to status codes and a ``detail``."""
 
     @app.exception_handler(CubicleError)
     async def cubicle_error(request: Request, err: CubicleError) -> JSONResponse:
@@ -389,5 +367,22 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
             {"detail": "A valid bearer token is required."}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
         )
 
+
+def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None) -> FastAPI:
+    """The API for ``settings``; tests pass their own settings and, without Docker, their own sandbox factory."""
+    app = FastAPI(
+        title="Cubicle", version=__version__, lifespan=_lifespan(settings, sandbox_factory), description=DESCRIPTION,
+        openapi_url=None, docs_url=None, redoc_url=None,  # served by docs_router, behind the token
+    )  # fmt: skip
+    app.state.settings = settings
+    app.include_router(router)
+    app.include_router(docs_router)
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz(request: Request) -> Health:
+        """Liveness: answers without auth and without touching Docker."""
+        return Health(status="ok", version=__version__, running_sessions=_sessions(request).running_count)
+
+    _handle_errors(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     return app

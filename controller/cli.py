@@ -29,13 +29,12 @@ from pydantic import SecretStr, ValidationError
 from rich.text import Text
 
 from . import __version__, engine, images, owners, scripted, terminal, usage
-from .agent import Agent, Conversation, TurnOutcome
+from .agent import Conversation, TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink, plural
 from .errors import ConfigError, CubicleError
 from .events import SessionStarted
-from .model import SYSTEM_PROMPT, AnthropicModel
-from .sandbox import DockerSandbox
+from .runtime import Runtime
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -197,28 +196,17 @@ async def _run_session(
 
 
 async def _session(settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool) -> TurnOutcome:
-    model = AnthropicModel.from_settings(settings)
-    client = await asyncio.to_thread(engine.connect, settings.docker_host)
-    await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
+    """One turn in a fresh container, assembled by the same Runtime as the API's sessions."""
+    runtime = Runtime(settings)
+    runtime.check_model()  # a missing key is a usage error before Docker is even asked
+    await runtime.ensure_image()
     session_id = "cli-" + secrets.token_hex(6)
-    sandbox = DockerSandbox(
-        lambda: client,
-        repo=repo,
-        session_id=session_id,
-        limits=limits,
-        image=settings.image,
-        instance=settings.instance,
+    sandbox = runtime.sandbox(repo, session_id, limits)
+    approver = sink.approve if approve and isinstance(sink, LiveSink) else None
+    agent = runtime.agent(
+        session_id=session_id, model=settings.model, sandbox=sandbox, sink=sink, limits=limits, approver=approver
     )
-    agent = Agent(
-        session_id=session_id,
-        model=model,
-        sandbox=sandbox,
-        sink=sink,
-        limits=limits,
-        system=settings.system_prompt or SYSTEM_PROMPT,
-        approver=sink.approve if approve and isinstance(sink, LiveSink) else None,
-    )
-    await sink.emit(SessionStarted(session_id=session_id, repo=str(repo), task=task, model=model.name))
+    await sink.emit(SessionStarted(session_id=session_id, repo=str(repo), task=task, model=settings.model))
     warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())
     try:
@@ -227,6 +215,7 @@ async def _session(settings: Settings, repo: Path, task: str, limits: Limits, si
         return await agent.run_turn(convo)
     finally:
         await asyncio.shield(sandbox.stop())
+        await runtime.close()
 
 
 @app.command(help=RUN_HELP)

@@ -1,0 +1,55 @@
+"""The event feed: a session's stored events, replayed and then followed live.
+
+Events reach the feed only after the store has committed them (see ``recorder``), so
+whatever a follower sees survives a crash. A follower is woken by ``notify``, or checks
+again after ``poll_s`` at the latest; it stops when it has read everything and no turn
+is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Callable
+
+from .events import Event
+from .store import Store
+
+
+class Feed:
+    """Replay-then-live iterators over each session's events, and the wake-up that drives them."""
+
+    def __init__(self, store: Store, running: Callable[[str], bool], poll_s: float) -> None:
+        self._store = store
+        self._running = running
+        self._poll_s = poll_s
+        self._changed: weakref.WeakValueDictionary[str, asyncio.Event] = weakref.WeakValueDictionary()
+        """One event per session that someone waits on; it goes away with its last follower."""
+
+    def notify(self, session_id: str) -> None:
+        """Wake everyone following the session: there are new events, or its turn has ended."""
+        changed = self._changed.pop(session_id, None)
+        if changed is not None:
+            changed.set()
+
+    async def follow(self, session_id: str, after: int = 0) -> AsyncIterator[Event]:
+        """Every event of the session after sequence number ``after``, then each new one as it is stored."""
+        while True:
+            changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
+            events = self._store.events_after(session_id, after)
+            for event in events:
+                after = event.seq
+                yield event
+            if events:
+                continue
+            if not self._running(session_id):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self._poll_s)
+
+    def _waiter(self, session_id: str) -> asyncio.Event:
+        changed = self._changed.get(session_id)
+        if changed is None:
+            changed = self._changed[session_id] = asyncio.Event()
+        return changed

@@ -1,0 +1,50 @@
+"""The recorder: a session's event sink that commits before anyone can see.
+
+Each event, the session counters it changes (usage, steps, status) and every change to
+the transcript are written to the store first; only then are the session's followers
+woken. A controller that dies therefore loses nothing it has streamed or acknowledged.
+"""
+
+from __future__ import annotations
+
+from .agent import Conversation
+from .events import Event, FinishReason, SessionFinished, Status, UsageEvent
+from .feed import Feed
+from .store import Store
+
+STATUS_AFTER: dict[FinishReason, Status] = {
+    "end_turn": "idle", "max_steps": "idle", "token_budget": "idle", "timeout": "idle", "cancelled": "cancelled", "error": "failed",
+}  # fmt: skip
+
+
+class Recorder:
+    """Writes one session's events, counters and transcript to the store, then wakes its followers."""
+
+    def __init__(self, store: Store, feed: Feed, session_id: str, convo: Conversation) -> None:
+        self.store = store
+        self.feed = feed
+        self.session_id = session_id
+        self.convo = convo
+        self.saved = len(convo.messages)
+        """How many of the transcript's messages the store holds (the last of them may have changed since)."""
+        self.interrupting = False
+        """Set when the controller stops: a turn cancelled then is ``interrupted``, to be continued later."""
+
+    async def emit(self, event: Event) -> None:
+        if isinstance(event, UsageEvent):
+            self.store.update(self.session_id, usage=event.session, steps=self.convo.steps)
+        elif isinstance(event, SessionFinished):
+            self.store.update(
+                self.session_id, status=self.status_after(event.reason), finish_reason=event.reason,
+                detail=event.detail, usage=event.usage, steps=event.steps,
+            )  # fmt: skip
+        self.store.append_event(event)
+        self.feed.notify(self.session_id)
+
+    async def save_transcript(self, convo: Conversation) -> None:
+        """Write what changed since the last save: new messages, and the last saved one (a user text may have merged into it)."""
+        self.store.save_messages(self.session_id, convo.messages, max(0, self.saved - 1))
+        self.saved = len(convo.messages)
+
+    def status_after(self, reason: FinishReason) -> Status:
+        return "interrupted" if self.interrupting and reason == "cancelled" else STATUS_AFTER[reason]

@@ -1,0 +1,94 @@
+"""The runtime: what a session runs on, assembled from Settings in one place for the CLI and the API alike.
+
+It owns the Docker engine's client and the model SDK client (each made once, on first use)
+and builds each session's sandbox and each turn's agent from them. A new capability (a
+workspace layer, another kind of environment, MCP tools) is a module of its own plus a
+line here, not a branch in the CLI and the API.
+
+Settings cannot choose the sandbox implementation: only ``DockerSandbox`` is built from
+them. Tests pass a ``sandbox_factory`` in code to run without Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+
+from . import images, owners
+from .agent import Agent, SaveTranscript
+from .config import Limits, Settings
+from .engine import Engine
+from .events import EventSink
+from .model import SYSTEM_PROMPT, AnthropicModel, make_client
+from .sandbox import DockerSandbox, Sandbox
+from .tools import Approver
+
+SandboxFactory = Callable[[Path, str, Limits], Sandbox]
+"""Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""
+
+
+class Runtime:
+    """The engine, the model client, and the sandboxes and agents made from them."""
+
+    def __init__(self, settings: Settings, sandbox_factory: SandboxFactory | None = None) -> None:
+        self.settings = settings
+        self.engine = Engine(settings.docker_host)
+        self._sandbox_factory = sandbox_factory or self._docker_sandbox
+        self._model_client: anthropic.AsyncAnthropic | None = None
+
+    def check_model(self) -> None:
+        """Make the model client now, so a missing API key fails before any container exists."""
+        self._client()
+
+    async def ensure_image(self) -> None:
+        """Connect to the engine and make sure the sandbox image is there (building it when allowed)."""
+        client = await asyncio.to_thread(self.engine.client)
+        await asyncio.to_thread(images.ensure, client, self.settings.image, self.settings.auto_build_image)
+
+    async def sweep(self) -> owners.Sweep:
+        """Remove the containers of this instance's dead controllers."""
+        client = await asyncio.to_thread(self.engine.client)
+        return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
+
+    def sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
+        return self._sandbox_factory(repo, session_id, limits)
+
+    def agent(
+        self,
+        *,
+        session_id: str,
+        model: str,
+        sandbox: Sandbox,
+        sink: EventSink,
+        limits: Limits,
+        approver: Approver | None = None,
+        save_transcript: SaveTranscript | None = None,
+    ) -> Agent:
+        """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``."""
+        return Agent(
+            session_id=session_id,
+            model=AnthropicModel(self._client(), model, self.settings.max_tokens),
+            sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
+            approver=approver, save_transcript=save_transcript,
+        )  # fmt: skip
+
+    async def close(self) -> None:
+        """Close both clients; the sandboxes are their owners' to stop first."""
+        if self._model_client is not None:
+            await self._model_client.close()
+        await asyncio.to_thread(self.engine.close)
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        if self._model_client is None:
+            self._model_client = make_client(self.settings)
+        return self._model_client
+
+    def _docker_sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
+        settings = self.settings
+        return DockerSandbox(
+            self.engine.client, repo=repo, session_id=session_id, limits=limits, image=settings.image,
+            instance=settings.instance, auto_build=settings.auto_build_image,
+        )  # fmt: skip
