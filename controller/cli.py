@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import SecretStr, ValidationError
+from rich.console import Console
 from rich.text import Text
 
 from . import __version__, engine, images, owners, scripted, terminal, usage
@@ -33,7 +34,7 @@ from .agent import Conversation, TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink, plural
 from .errors import ConfigError, CubicleError
-from .events import SessionStarted
+from .events import SessionFinished, SessionStarted
 from .runtime import Runtime
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
@@ -218,6 +219,71 @@ async def _session(settings: Settings, repo: Path, task: str, limits: Limits, si
         await runtime.close()
 
 
+def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
+    """Usage errors that need no settings, found before anything starts."""
+    if not repo.exists():
+        raise fail(f"REPO {repo} does not exist; give the path of the repository's directory.", EXIT_USAGE)
+    if not repo.is_dir():
+        raise fail(f"REPO {repo} is a file, not a directory; give the repository's directory.", EXIT_USAGE)
+    if approve and json_events:
+        raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
+    if approve and not sys.stdin.isatty():
+        raise fail(
+            "--approve asks y/n before each change, so it needs a terminal on stdin; run it in a terminal, "
+            "or drop --approve.",
+            EXIT_USAGE,
+        )
+
+
+def _limits(settings: Settings, flags: dict[str, Any]) -> Limits:
+    """The session's limits: the settings' defaults with the flags that were given on top."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return Limits.model_validate({**settings.limits.model_dump(), **given})
+    except ValidationError as err:
+        raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
+
+
+@contextlib.contextmanager
+def _view(json_events: bool, console: Console) -> Iterator[JsonSink | LiveSink]:
+    """Where the run's events go: one JSON line each, or the live terminal view."""
+    if json_events:
+        yield JsonSink()
+    else:
+        with LiveSink(console) as sink:
+            yield sink
+
+
+@contextlib.contextmanager
+def _exit_codes(signals: list[int]) -> Iterator[None]:
+    """Whatever ends a run before its turn does becomes its exit code and a one-line message."""
+    try:
+        yield
+    except ConfigError as err:
+        raise fail(err, EXIT_USAGE) from None
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    except asyncio.CancelledError:  # a signal arrived before the agent's turn began
+        if not signals:
+            raise
+        raise fail(f"stopped by {signal.Signals(signals[0]).name}", 128 + signals[0]) from None
+
+
+def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]) -> Text:
+    """The last line of the live view: why the turn ended, steps and tokens."""
+    summary = Text.assemble(
+        (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
+        f" · {plural(finished.steps, 'step')} · {plural(finished.usage.total, 'token')}",
+    )
+    if outcome.detail:
+        summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
+    if signals:
+        summary.append(f" · stopped by {signal.Signals(signals[0]).name}")
+    return summary
+
+
 @app.command(help=RUN_HELP)
 def run(
     repo: Annotated[Path, typer.Argument(help="The repository to work on (mounted at /workspace).")],
@@ -244,67 +310,16 @@ def run(
         str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
     ] = None,
 ) -> None:
-    if not repo.exists():
-        raise fail(f"REPO {repo} does not exist; give the path of the repository's directory.", EXIT_USAGE)
-    if not repo.is_dir():
-        raise fail(f"REPO {repo} is a file, not a directory; give the repository's directory.", EXIT_USAGE)
-    if approve and json_events:
-        raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
-    if approve and not sys.stdin.isatty():
-        raise fail(
-            "--approve asks y/n before each change, so it needs a terminal on stdin; run it in a terminal, "
-            "or drop --approve.",
-            EXIT_USAGE,
-        )
-    settings = load_settings()
-    if model:
-        settings = settings.model_copy(update={"model": model})
-    overrides = {
-        "max_steps": max_steps,
-        "token_budget": token_budget,
-        "wall_clock_s": timeout,
-        "command_timeout_s": command_timeout,
-        "memory_mb": memory,
-        "cpus": cpus,
-        "network": network or None,
-    }
-    given = {k: v for k, v in overrides.items() if v is not None}
-    try:
-        limits = Limits.model_validate({**settings.limits.model_dump(), **given})
-    except ValidationError as err:
-        raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
+    _check_run_args(repo, approve, json_events)
+    settings = load_settings().model_copy(update={"model": model} if model else {})
+    limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
+                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network or None})  # fmt: skip
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
-    try:
-        with _scripted_endpoint(settings, scenario) as effective:
-            if json_events:
-                sink: Any = JsonSink()
-                session = _run_session(effective, repo.resolve(), task, limits, sink, False, signals)
-                outcome = asyncio.run(session)
-            else:
-                with LiveSink(console) as sink:
-                    outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve, signals))
-    except ConfigError as err:
-        raise fail(err, EXIT_USAGE) from None
-    except CubicleError as err:
-        raise fail(err, EXIT_INFRA) from None
-    except KeyboardInterrupt:
-        raise fail("interrupted", EXIT_INTERRUPTED) from None
-    except asyncio.CancelledError:  # a signal arrived before the agent's turn began
-        if not signals:
-            raise
-        raise fail(f"stopped by {signal.Signals(signals[0]).name}", 128 + signals[0]) from None
-    finished = sink.finished
-    if not json_events and finished is not None:
-        summary = Text.assemble(
-            (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
-            f" · {plural(finished.steps, 'step')} · {plural(finished.usage.total, 'token')}",
-        )
-        if outcome.detail:
-            summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
-        if signals:
-            summary.append(f" · stopped by {signal.Signals(signals[0]).name}")
-        console.print(summary)
+    with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
+        outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve, signals))
+    if not json_events and sink.finished is not None:
+        console.print(_summary(outcome, sink.finished, signals))
     raise typer.Exit(128 + signals[0] if signals else EXIT_CODES[outcome.reason])
 
 
