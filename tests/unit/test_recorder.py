@@ -1,0 +1,171 @@
+"""The Recorder and the Feed against a real Store: committed before visible, replayed then live."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.agent import Conversation
+from controller.config import Limits
+from controller.events import Event, FinishReason, SessionFinished, StatusEvent, TextDelta, Usage, UsageEvent
+from controller.feed import Feed
+from controller.recorder import Recorder
+from controller.store import SessionRecord, Store
+
+SID = "s_feedtest"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store(tmp_path / "cubicle.db")
+    now = time.time()
+    record = SessionRecord(id=SID, repo="/r", task="t", model="m", status="running", usage=Usage(), steps=0,
+                           limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
+    store.insert(record)
+    yield store
+    store.close()
+
+
+class Turn:
+    """Whether the session's turn runs: what the Feed asks before it stops following."""
+
+    def __init__(self) -> None:
+        self.running = True
+
+    def __call__(self, session_id: str) -> bool:
+        return self.running
+
+
+def text(n: int) -> TextDelta:
+    return TextDelta(session_id=SID, text=f"t{n}")
+
+
+def finished(reason: FinishReason) -> SessionFinished:
+    return SessionFinished(session_id=SID, reason=reason, steps=2, usage=Usage(output_tokens=9))
+
+
+async def collect(feed: Feed, after: int = 0) -> list[Event]:
+    return [event async for event in feed.follow(SID, after)]
+
+
+async def test_follow_replays_after_a_sequence_number_and_ends_when_no_turn_runs(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    for n in range(3):
+        await recorder.emit(text(n))
+    turn.running = False
+    assert [e.seq for e in await collect(feed)] == [1, 2, 3]
+    assert [(e.seq, e.text) for e in await collect(feed, after=2) if isinstance(e, TextDelta)] == [(3, "t2")]
+    assert await collect(feed, after=3) == []
+
+
+async def test_a_follower_is_woken_by_each_event_and_by_the_end_of_the_turn(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)  # far longer than the test: only notify can wake the follower in time
+    recorder = Recorder(store, feed, SID, Conversation())
+    seen: list[Event] = []
+
+    async def follow() -> None:
+        async for event in feed.follow(SID):
+            seen.append(event)
+
+    follower = asyncio.create_task(follow())
+    for n in range(3):
+        await asyncio.sleep(0.05)
+        await recorder.emit(text(n))
+    await asyncio.sleep(0.05)
+    assert [e.seq for e in seen] == [1, 2, 3] and not follower.done()
+    turn.running = False
+    feed.notify(SID)
+    await asyncio.wait_for(follower, 2)
+
+
+async def test_every_follower_is_woken_not_just_the_first(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    followers = [asyncio.create_task(collect(feed)) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    await recorder.emit(text(0))
+    turn.running = False
+    await recorder.emit(finished("end_turn"))
+    for follower in followers:
+        assert [e.type for e in await asyncio.wait_for(follower, 2)] == ["text", "session_finished"]
+
+
+async def test_counters_are_committed_before_a_follower_sees_the_event(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    convo = Conversation(steps=4)
+    recorder = Recorder(store, feed, SID, convo)
+    observed: list[tuple[str, str, int, int]] = []
+
+    async def follow() -> None:
+        async for event in feed.follow(SID):
+            record = store.get(SID)
+            assert record is not None
+            observed.append((event.type, record.status, record.usage.input_tokens, record.steps))
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.01)
+    await recorder.emit(UsageEvent(session_id=SID, step=1, turn=Usage(input_tokens=7), session=Usage(input_tokens=70)))
+    await asyncio.sleep(0.01)  # the follower reads the record as it gets the event, before the next one
+    turn.running = False
+    await recorder.emit(finished("end_turn"))
+    await asyncio.wait_for(follower, 2)
+    assert observed == [("usage", "running", 70, 4), ("session_finished", "idle", 0, 2)]
+
+
+@pytest.mark.parametrize(
+    ("reason", "interrupting", "status"),
+    [
+        ("end_turn", False, "idle"),
+        ("max_steps", False, "idle"),
+        ("cancelled", False, "cancelled"),
+        ("cancelled", True, "interrupted"),
+        ("error", True, "failed"),
+    ],
+)
+async def test_the_status_a_finished_turn_leaves(
+    store: Store, reason: FinishReason, interrupting: bool, status: str
+) -> None:
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation())
+    recorder.interrupting = interrupting
+    await recorder.emit(finished(reason))
+    record = store.get(SID)
+    assert record is not None and (record.status, record.finish_reason) == (status, reason)
+
+
+async def test_save_transcript_writes_new_messages_and_the_merged_last_one(store: Store) -> None:
+    convo = Conversation()
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, convo)
+    convo.add_user_text("first")
+    await recorder.save_transcript(convo)
+    convo.add_user_text("merged into the same user message")
+    await recorder.save_transcript(convo)
+    convo.messages.append({"role": "assistant", "content": [{"type": "text", "text": "ok"}]})
+    await recorder.save_transcript(convo)
+    assert store.messages(SID) == convo.messages
+    assert len(store.messages(SID)[0]["content"]) == 2
+
+
+async def test_a_recorder_over_a_stored_transcript_starts_where_the_store_ends(store: Store) -> None:
+    convo = Conversation()
+    convo.add_user_text("before the restart")
+    store.save_messages(SID, convo.messages, 0)
+    reloaded = Conversation(messages=store.messages(SID))
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, reloaded)
+    reloaded.add_user_text("after it")
+    await recorder.save_transcript(reloaded)
+    assert [b["text"] for b in store.messages(SID)[0]["content"]] == ["before the restart", "after it"]
+
+
+async def test_status_events_need_no_conversation_state(store: Store) -> None:
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation())
+    await recorder.emit(StatusEvent(session_id=SID, status="interrupted", detail="controller restarted"))
+    assert [e.type for e in store.events_after(SID, 0)] == ["status"]

@@ -1,0 +1,155 @@
+"""Sessions and the life of a turn, without Docker: the real SDK against the scripted server, a sandbox passed in."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.config import Limits, Settings
+from controller.errors import ConflictError, NotFoundError
+from controller.events import Usage
+from controller.runtime import Runtime
+from controller.scripted import ScriptedServer
+from controller.sessions import Sessions
+from controller.store import SessionRecord, Store
+from controller.testing import NoSandbox
+from tests.agent_harness import register, text, tool
+
+
+class CountingSandbox(NoSandbox):
+    """Refuses every call like NoSandbox, and counts the containers it would have removed."""
+
+    def __init__(self, made: list[CountingSandbox]) -> None:
+        self.stops = 0
+        made.append(self)
+
+    async def stop(self) -> None:
+        self.stops += 1
+
+
+class Controller:
+    """Sessions over a Store in a temp dir, with the sandboxes it made."""
+
+    def __init__(self, sessions: Sessions, made: list[CountingSandbox]) -> None:
+        self.sessions = sessions
+        self.made = made
+
+
+@pytest.fixture
+async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncIterator[Controller]:
+    settings = Settings(
+        api_key="test", base_url=model_server.url, model_retries=0, data_dir=tmp_path / "data",  # type: ignore[attr-defined]
+        idle_timeout_s=0.3, docker_host=f"unix://{tmp_path}/no-docker.sock",
+    )  # fmt: skip
+    made: list[CountingSandbox] = []
+    store = Store(settings.data_dir / "cubicle.db")
+    runtime = Runtime(settings, sandbox_factory=lambda *_: CountingSandbox(made))
+    sessions = Sessions(settings, store, runtime)
+    await sessions.start()
+    yield Controller(sessions, made)
+    await sessions.close()
+    await runtime.close()
+    store.close()
+
+
+async def wait_until(check: Any, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("hello"), tool("list_files")]}, {"content": [text("done")]}])
+    record = await sessions.create(tmp_path, "look", model, Limits())
+    events = [event.type async for event in sessions.follow(record.id, 0)]
+    assert events[0] == "session_started" and events[-1] == "session_finished"
+    assert events.count("tool_call") == 1 == events.count("tool_result")
+    finished = sessions.get(record.id)
+    assert (finished.status, finished.finish_reason, finished.steps) == ("idle", "end_turn", 2)
+    assert [m["role"] for m in sessions.transcript(record.id)] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_an_idle_container_is_removed_and_a_follow_up_gets_a_fresh_one(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions, made = controller.sessions, controller.made
+    model = register(model_server, [{"content": [text("one")]}, {"content": [text("two")]}])
+    record = await sessions.create(tmp_path, "first", model, Limits())
+    await sessions.join(record.id)
+    await wait_until(lambda: made[0].stops == 1)  # the idle timeout (0.3 s) removed the container
+    await sessions.follow_up(record.id, "second")
+    await sessions.join(record.id)
+    assert len(made) == 2, "the follow-up reloaded the session onto a new sandbox"
+    texts = [b["text"] for m in sessions.transcript(record.id) for b in m["content"]]
+    assert texts == ["first", "one", "second", "two"]
+
+
+async def test_a_follow_up_while_a_turn_runs_is_a_conflict_and_cancel_ends_it(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
+    record = await sessions.create(tmp_path, "wait", model, Limits())
+    await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
+    with pytest.raises(ConflictError):
+        await sessions.follow_up(record.id, "again")
+    started = time.monotonic()
+    cancelled = await sessions.cancel(record.id)
+    assert time.monotonic() - started < 2.5
+    assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
+
+
+async def test_closing_the_controller_leaves_a_running_turn_interrupted(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
+    record = await sessions.create(tmp_path, "wait", model, Limits())
+    await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
+    await sessions.close()
+    stopped = sessions.get(record.id)
+    assert (stopped.status, stopped.finish_reason) == ("interrupted", "cancelled")
+    assert controller.made[0].stops >= 1
+
+
+async def test_delete_keeps_the_record_unless_purged(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("hi")]}])
+    kept = await sessions.create(tmp_path, "x", model, Limits())
+    await sessions.join(kept.id)
+    assert (await sessions.delete(kept.id, purge=False)) is not None and controller.made[0].stops == 1
+    assert await sessions.delete(kept.id, purge=True) is None
+    with pytest.raises(NotFoundError):
+        sessions.get(kept.id)
+    with pytest.raises(NotFoundError):
+        sessions.follow("s_missing", 0)
+
+
+async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_call(tmp_path: Path) -> None:
+    settings = Settings(api_key="test", data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/no-docker.sock")
+    store = Store(settings.data_dir / "cubicle.db")
+    now = time.time()
+    left = SessionRecord(id="s_left", repo=str(tmp_path), task="go", model="m", status="running", usage=Usage(),
+                         steps=1, limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
+    store.insert(left)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {"command": "sleep 9"}}
+    store.save_messages(left.id, [{"role": "user", "content": "go"}, {"role": "assistant", "content": [call]}], 0)
+    sessions = Sessions(settings, store, Runtime(settings, sandbox_factory=lambda *_: NoSandbox()))
+    await sessions.start()
+    assert sessions.get(left.id).status == "interrupted"
+    answer = sessions.transcript(left.id)[-1]["content"][0]
+    assert answer["tool_use_id"] == "toolu_1" and answer["is_error"] and "controller stopped" in answer["content"]
+    assert [(e.type, getattr(e, "status", "")) for e in store.events_after(left.id, 0)] == [("status", "interrupted")]
+    await sessions.close()
+    store.close()
