@@ -1,0 +1,124 @@
+"""Only code can choose a test double: Settings, variables, flags and request bodies always get Docker.
+
+The doubles in ``controller.testing`` (and any added there later) are found by reading that
+module, so these tests keep covering them without being edited.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+from controller.api import create_app
+from controller.config import Limits, Settings
+from controller.errors import DockerUnavailableError
+from controller.runtime import Runtime
+from controller.sandbox import DockerSandbox
+from controller.scripted import ScriptedServer, serve_in_thread
+from controller.testing import NoSandbox
+from tests.agent_harness import register, tool
+from tests.integration.api_helpers import Api
+from tests.unit.imports import modules, reachable, tree
+
+ENTRY_POINTS = ("cli", "__main__", "api")
+"""What runs Cubicle: the console script and ``python -m controller`` (cli), and create_app (api)."""
+DATA_TYPES: set[Any] = {str, int, float, bool, Path, SecretStr, type(None)}
+
+
+def test_doubles_is_what_this_test_reads() -> None:
+    assert {"NoSandbox", "CubicleContainer"} <= _doubles()
+
+
+def _doubles() -> set[str]:
+    """The classes ``controller.testing`` defines: today NoSandbox, tomorrow an in-memory sandbox too."""
+    return {node.name for node in tree("testing").body if isinstance(node, ast.ClassDef)}
+
+
+def test_no_entry_point_reaches_the_test_doubles() -> None:
+    for entry in ENTRY_POINTS:
+        assert "testing" not in reachable(entry), f"controller.{entry} imports controller.testing"
+
+
+@pytest.mark.parametrize("module", [m for m in modules() if m != "testing"])
+def test_no_module_names_a_test_double(module: str) -> None:
+    """Not by import, not by attribute, not as a string to import later."""
+    names = _doubles() | {"testing", "controller.testing"}
+    for node in ast.walk(tree(module)):
+        found = {
+            ast.Name: lambda n: n.id,
+            ast.Attribute: lambda n: n.attr,
+            ast.alias: lambda n: n.name,
+            ast.Constant: lambda n: n.value if isinstance(n.value, str) else None,
+        }.get(type(node), lambda n: None)(node)
+        assert found not in names, f"controller/{module}.py line {getattr(node, 'lineno', '?')} names {found!r}"
+
+
+def _plain_data(annotation: Any, where: str) -> None:
+    """Fail unless ``annotation`` can only ever hold data: no class, callable, import path or Any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        for name, field in annotation.model_fields.items():
+            _plain_data(field.annotation, f"{where}.{name}")
+    elif typing.get_origin(annotation) in (list, typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            _plain_data(arg, where)
+    else:
+        assert annotation in DATA_TYPES, f"Settings field {where} is {annotation!r}, which could select code"
+
+
+def test_settings_hold_only_data() -> None:
+    """So no variable, and no flag (flags only override Settings), can name a class to construct."""
+    _plain_data(Settings, "Settings")
+    assert set(Limits.model_fields) <= set(Settings.model_fields["limits"].annotation.model_fields)  # type: ignore[union-attr]
+
+
+async def test_settings_build_a_docker_sandbox_on_the_configured_engine(tmp_path: Path) -> None:
+    host = f"unix://{tmp_path}/engine.sock"
+    runtime = Runtime(Settings(docker_host=host, api_key="unused"))
+    sandbox = runtime.sandbox(tmp_path, "s_runtime", Limits())
+    assert isinstance(sandbox, DockerSandbox)
+    with pytest.raises(DockerUnavailableError, match=f"not reachable at {host}"):
+        await sandbox.start()
+    await runtime.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Any]:
+    """An API from Settings alone (no sandbox passed in), with a Docker engine that is not there."""
+
+    def serve(**code: Any) -> Any:
+        (tmp_path / "roots" / "repo").mkdir(parents=True, exist_ok=True)
+        settings = Settings(
+            api_key="test", base_url=model_server.url, api_token="t", repo_roots=[tmp_path / "roots"],  # type: ignore[attr-defined]
+            data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/engine.sock", sse_heartbeat_s=1,
+        )  # fmt: skip
+        return serve_in_thread(create_app(settings, **code))
+
+    yield serve
+
+
+def _tool_outcome(url: str, tmp_path: Path, model_server: ScriptedServer) -> list[dict[str, Any]]:
+    """The tool result (or error) of a session whose model lists the files once."""
+    api = Api(url, "t")
+    model = register(model_server, [{"content": [tool("list_files")]}])
+    sid = api.create(str(tmp_path / "roots" / "repo"), model, limits={"max_steps": 2})["id"]
+    outcome = [e for e in api.events(sid) if e["type"] in ("tool_result", "error")]
+    api.http.close()
+    return outcome
+
+
+def test_the_api_runs_tools_in_docker_unless_code_passes_a_sandbox(
+    served: Any, tmp_path: Path, model_server: ScriptedServer
+) -> None:
+    with served() as url:
+        docker = _tool_outcome(url, tmp_path, model_server)
+    assert "Docker is not reachable" in str(docker), docker
+    with served(sandbox_factory=lambda *_: NoSandbox()) as url:
+        double = _tool_outcome(url, tmp_path, model_server)
+    assert "without a sandbox" in str(double) and "Docker" not in str(double), double
