@@ -30,8 +30,9 @@ from rich.console import Console
 from rich.text import Text
 
 from . import __version__, engine, images, owners, scripted, terminal, usage
-from .agent import Conversation, TurnOutcome
+from .agent import TurnOutcome
 from .config import Limits, Settings
+from .conversation import Conversation
 from .display import JsonSink, LiveSink, plural
 from .errors import ConfigError, CubicleError
 from .events import SessionFinished, SessionStarted

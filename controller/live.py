@@ -15,7 +15,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from .agent import Agent, Conversation, TurnOutcome
+from .agent import Agent, TurnOutcome
+from .conversation import Conversation
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import SessionRecord

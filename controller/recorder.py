@@ -7,7 +7,7 @@ woken. A controller that dies therefore loses nothing it has streamed or acknowl
 
 from __future__ import annotations
 
-from .agent import Conversation
+from .conversation import Conversation
 from .events import Event, FinishReason, SessionFinished, Status, UsageEvent
 from .feed import Feed
 from .store import Store

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from .agent import Conversation
 from .config import Limits, Settings
+from .conversation import Conversation
 from .errors import CapacityError, ConflictError, NotFoundError
 from .events import Event, SessionStarted, StatusEvent, Usage
 from .feed import Feed

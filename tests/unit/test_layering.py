@@ -14,11 +14,12 @@ import controller
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context"},
-    {"usage", "channel", "images", "repos", "model", "store", "display", "conversation", "workspace"},
+    {"usage", "channel", "engine", "images", "repos", "model", "store", "display", "conversation", "workspace"},
     {"sandbox", "scripted", "compactor"},
     {"tools"},
     {"agent"},
-    {"testing", "sessions"},
+    {"runtime"},
+    {"testing", "feed", "recorder", "live", "sessions"},
     {"api"},
     {"cli", "__main__"},
 ]
