@@ -75,12 +75,12 @@ class LiveSession:
             log.exception("turn of %s could not be recorded", self.session_id)
             self.failure = f"the turn failed and could not be fully recorded: {err}"
             with contextlib.suppress(Exception):
-                self.recorder.store.update(self.session_id, status="failed", finish_reason="error", detail=self.failure)
+                self.recorder.mark_failed(self.failure)
             return None
 
     def after(self) -> None:
         """The turn has ended: wake its followers, and remove the container if no turn comes soon."""
-        self.recorder.feed.notify(self.session_id)
+        self.recorder.wake()
         if not self._discarded:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self.idle_timeout_s, self.idle_stop)
@@ -90,7 +90,7 @@ class LiveSession:
         if self.running or not self._forget(self):
             return
         self._discarded = True
-        self.recorder.feed.notify(self.session_id)
+        self.recorder.wake()
         _background(self.sandbox.stop())
 
     async def cancel(self, wait_s: float) -> None:
@@ -112,7 +112,7 @@ class LiveSession:
         self._discarded = True
         self._cancel_idle_timer()
         await self.sandbox.stop()
-        self.recorder.feed.notify(self.session_id)
+        self.recorder.wake()
 
     def _agent(self) -> Agent:
         record = self.record

@@ -39,12 +39,20 @@ class Recorder:
                 detail=event.detail, usage=event.usage, steps=event.steps,
             )  # fmt: skip
         self.store.append_event(event)
-        self.feed.notify(self.session_id)
+        self.wake()
 
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, and the last saved one (a user text may have merged into it)."""
         self.store.save_messages(self.session_id, convo.messages, max(0, self.saved - 1))
         self.saved = len(convo.messages)
+
+    def mark_failed(self, detail: str) -> None:
+        """The turn failed so badly that its end could not be recorded as an event; keep at least the status."""
+        self.store.update(self.session_id, status="failed", finish_reason="error", detail=detail)
+
+    def wake(self) -> None:
+        """Wake the session's followers without an event: its turn ended, or it was unloaded."""
+        self.feed.notify(self.session_id)
 
     def status_after(self, reason: FinishReason) -> Status:
         return "interrupted" if self.interrupting and reason == "cancelled" else STATUS_AFTER[reason]
