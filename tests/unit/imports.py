@@ -1,4 +1,8 @@
-"""The package's own import graph, read from the source (function-level imports included)."""
+"""The package's own import graph, read from the source (function-level imports included).
+
+Modules are named relative to the package (``sessions``, ``workspace.apply``); a subpackage is
+its ``__init__``. The toolbox (``sandbox_image``) runs inside the container and is left out.
+"""
 
 from __future__ import annotations
 
@@ -11,26 +15,48 @@ PACKAGE = Path(controller.__file__).parent
 
 
 def modules() -> list[str]:
-    """Every module of the package, by its short name (``sessions``, ``__main__``)."""
-    return sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
+    """Every module of the package but the toolbox's, by dotted name relative to the package."""
+    names = []
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[0] != "sandbox_image" and parts != ("__init__",):
+            names.append(".".join(parts).removesuffix(".__init__"))
+    return sorted(names)
+
+
+def _path(module: str) -> Path | None:
+    base = PACKAGE.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def tree(module: str) -> ast.Module:
-    return ast.parse((PACKAGE / f"{module}.py").read_text())
+    path = _path(module)
+    assert path is not None, module
+    return ast.parse(path.read_text())
 
 
 def imports(module: str) -> set[str]:
     """The package modules that ``module`` imports, anywhere in it."""
+    package = (
+        module.split(".")
+        if _path(module) == PACKAGE.joinpath(*module.split("."), "__init__.py")
+        else module.split(".")[:-1]
+    )
     found: set[str] = set()
     for node in ast.walk(tree(module)):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module} if node.module else {alias.name for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1]
+            prefix = ".".join([*base, *([node.module] if node.module else [])])
+            found |= {prefix} | {f"{prefix}.{a.name}".lstrip(".") for a in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("controller"):
-            name = (node.module or "").removeprefix("controller").removeprefix(".")
-            found |= {name.split(".")[0]} if name else {alias.name for alias in node.names}
+            prefix = (node.module or "").removeprefix("controller").removeprefix(".")
+            found |= {prefix} | {f"{prefix}.{a.name}".lstrip(".") for a in node.names}
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("controller.")}
-    return {name for name in found if (PACKAGE / f"{name}.py").is_file()}
+            found |= {a.name.removeprefix("controller.") for a in node.names if a.name.startswith("controller.")}
+    return {name for name in found if name and _path(name) is not None and name != module}
 
 
 def reachable(start: str) -> set[str]:
