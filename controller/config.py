@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .context import ContextPolicy
+
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -89,6 +91,9 @@ class Settings(BaseSettings):
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
+    context: ContextPolicy = Field(
+        default_factory=ContextPolicy, description="How the model's view is kept inside its context window."
+    )
     max_limits: Limits = Field(
         default_factory=lambda: Limits(
             memory_mb=8192,

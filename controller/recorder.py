@@ -27,6 +27,7 @@ class Recorder:
         self.convo = convo
         self.saved = len(convo.messages)
         """How many of the transcript's messages the store holds (the last of them may have changed since)."""
+        self.saved_edits = len(convo.edits)
         self.interrupting = False
         """Set when the controller stops: a turn cancelled then is ``interrupted``, to be continued later."""
 
@@ -42,9 +43,13 @@ class Recorder:
         self.wake()
 
     async def save_transcript(self, convo: Conversation) -> None:
-        """Write what changed since the last save: new messages, and the last saved one (a user text may have merged into it)."""
+        """Write what changed since the last save: new messages, the last saved one (a user text may have merged
+        into it), and new context edits, so a reload rebuilds exactly the view the model would have been sent."""
         self.store.save_messages(self.session_id, convo.messages, max(0, self.saved - 1))
         self.saved = len(convo.messages)
+        if len(convo.edits) > self.saved_edits:
+            self.store.add_edits(self.session_id, convo.edits, self.saved_edits)
+            self.saved_edits = len(convo.edits)
 
     def mark_failed(self, detail: str) -> None:
         """The turn failed so badly that its end could not be recorded as an event; keep at least the status."""

@@ -72,7 +72,7 @@ class Runtime:
             session_id=session_id,
             model=AnthropicModel(self._client(), model, self.settings.max_tokens),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
-            approver=approver, save_transcript=save_transcript,
+            approver=approver, save_transcript=save_transcript, context=self.settings.context,
         )  # fmt: skip
 
     async def close(self) -> None:

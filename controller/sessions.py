@@ -156,8 +156,9 @@ class Sessions:
     async def _restore(self, record: SessionRecord) -> Recorder:
         """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result."""
         convo = Conversation(
-            messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps
-        )
+            messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps,
+            edits=self.store.edits(record.id),
+        )  # fmt: skip
         recorder = Recorder(self.store, self.feed, record.id, convo)
         if convo.answer_dangling("the controller stopped before this call finished"):
             await recorder.save_transcript(convo)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import Limits
+from .context import Edit
 from .errors import StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
@@ -64,6 +65,12 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     type TEXT NOT NULL,
     data TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS context_edits (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    edit TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 );
 CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
@@ -139,7 +146,13 @@ class Store:
     def delete(self, session_id: str) -> None:
         with self._db:
             self._db.execute("BEGIN")
-            for table, key in (("events", "session_id"), ("messages", "session_id"), ("sessions", "id")):
+            tables = (
+                ("events", "session_id"),
+                ("messages", "session_id"),
+                ("context_edits", "session_id"),
+                ("sessions", "id"),
+            )
+            for table, key in tables:
                 self._db.execute(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
 
     # ------------------------------------------------------------------ transcript
@@ -154,6 +167,23 @@ class Store:
                 [(session_id, i, json.dumps(messages[i])) for i in range(start, len(messages))],
             )
             self._db.execute("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
+
+    @_writes
+    def add_edits(self, session_id: str, edits: list[Edit], start: int) -> None:
+        """Write edits[start:]: context edits are only ever appended."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO context_edits VALUES (?,?,?)",
+                [(session_id, i, edits[i].model_dump_json()) for i in range(start, len(edits))],
+            )
+
+    def edits(self, session_id: str) -> list[Edit]:
+        """The context edits of the session's view, oldest first (the transcript itself is never edited)."""
+        rows = self._db.execute(
+            "SELECT edit FROM context_edits WHERE session_id = ? ORDER BY seq", (session_id,)
+        ).fetchall()
+        return [Edit.model_validate_json(r[0]) for r in rows]
 
     def messages(self, session_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute(

@@ -11,6 +11,7 @@ import pytest
 
 from controller.agent import Conversation
 from controller.config import Limits
+from controller.context import Edit
 from controller.events import Event, FinishReason, SessionFinished, StatusEvent, TextDelta, Usage, UsageEvent
 from controller.feed import Feed
 from controller.recorder import Recorder
@@ -169,3 +170,29 @@ async def test_status_events_need_no_conversation_state(store: Store) -> None:
     recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation())
     await recorder.emit(StatusEvent(session_id=SID, status="interrupted", detail="controller restarted"))
     assert [e.type for e in store.events_after(SID, 0)] == ["status"]
+
+
+async def test_context_edits_are_stored_so_a_reload_sends_the_same_view(store: Store, tmp_path: Path) -> None:
+    """The model's next request after a restart equals the one an uninterrupted run would send."""
+    convo = Conversation()
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, convo)
+    convo.add_user_text("fix it")
+    for i in range(6):
+        use = {"type": "tool_use", "id": f"t{i}", "name": "run_command", "input": {"command": "make"}}
+        convo.messages.append({"role": "assistant", "content": [use]})
+        convo.messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 500}]}
+        )
+        if i == 3:
+            convo.edits.append(Edit(kind="mask", upto=4, tokens_before=900, tokens_after=400))
+        await recorder.save_transcript(convo)
+    convo.edits.append(Edit(kind="compact", upto=7, summary="made twice, failed twice"))
+    await recorder.save_transcript(convo)
+    store.close()
+    reopened = Store(tmp_path / "cubicle.db")
+    try:
+        reloaded = Conversation(messages=reopened.messages(SID), edits=reopened.edits(SID))
+        assert reloaded.edits == convo.edits and reloaded.view() == convo.view()
+        assert reloaded.messages == convo.messages, "the stored transcript stays whole"
+    finally:
+        reopened.close()

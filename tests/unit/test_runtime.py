@@ -65,6 +65,8 @@ def _plain_data(annotation: Any, where: str) -> None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         for name, field in annotation.model_fields.items():
             _plain_data(field.annotation, f"{where}.{name}")
+    elif typing.get_origin(annotation) is typing.Literal:
+        assert all(isinstance(arg, str | int | bool) for arg in typing.get_args(annotation)), where
     elif typing.get_origin(annotation) in (list, typing.Union, types.UnionType):
         for arg in typing.get_args(annotation):
             _plain_data(arg, where)
