@@ -15,6 +15,7 @@ from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.scripted import ScriptedServer, free_port, serve_in_thread
 from tests.agent_harness import register, text, tool
+from tests.eventually import eventually
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 from tests.integration.helpers import container_running
 
@@ -62,13 +63,6 @@ def api(api_factory: Callable[..., Api]) -> Api:
 
 def containers_of(docker_client: Any, session_id: str) -> list[Any]:
     return list(docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={session_id}"}))
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return result
 
 
 WORK = [
@@ -159,7 +153,7 @@ def test_cancel_mid_command_leaves_nothing(
         str(make_repo()), register(model_server, prefix="api", turns=turns), limits={"command_timeout_s": 600}
     )["id"]
     api.wait_for_event(sid, "tool_call")
-    assert eventually(lambda: container_running(docker_client, "sleep 300"))  # the command runs
+    eventually(lambda: container_running(docker_client, "sleep 300"), what="the command runs", timeout=10)
     started = time.monotonic()
     cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")
     assert time.monotonic() - started < 2.5
@@ -192,10 +186,12 @@ def test_idle_timeout_removes_the_container_and_follow_up_starts_fresh(
              {"content": [tool("run_command", command="echo two")]}, {"content": [text("b")]}]  # fmt: skip
     sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=turns))["id"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
-    deadline = time.monotonic() + 10
-    while containers_of(docker_client, sid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert containers_of(docker_client, sid) == []
+    eventually(
+        lambda: containers_of(docker_client, sid),
+        until=lambda found: found == [],
+        what="the idle session's container is removed",
+        timeout=10,
+    )
     api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
     assert api.wait_for(sid, lambda r: r["status"] == "idle")["finish_reason"] == "end_turn"
 
@@ -227,7 +223,7 @@ def test_controller_restart_while_running(
     try:
         sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
         api.wait_for_event(sid, "tool_call")
-        assert eventually(lambda: containers_of(docker_client, sid))
+        eventually(lambda: containers_of(docker_client, sid), what="the session's container starts", timeout=10)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
