@@ -13,11 +13,9 @@ from typing import Any
 import pytest
 
 from controller import images
-from tests.agent_harness import run_scenario, text, tool
+from tests.agent_harness import text, tool
 from tests.eventually import eventually, eventually_async
 from tests.integration.helpers import container_running
-
-__all__ = ["run_scenario"]
 
 
 def _restart_dockerd() -> None:

@@ -6,11 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from tests.agent_harness import run_scenario, text, tool
+from tests.agent_harness import text, tool
 from tests.eventually import eventually_async
 from tests.integration.helpers import container_running
-
-__all__ = ["run_scenario"]
 
 
 async def test_container_killed_from_outside_mid_command(run_scenario: Any, docker_client: Any) -> None:

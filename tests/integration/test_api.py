@@ -12,12 +12,13 @@ import pytest
 
 from controller import owners
 from controller.api import create_app
-from controller.config import Limits, Settings
+from controller.config import Settings
 from controller.scripted import ScriptedServer, free_port, serve_in_thread
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 from tests.integration.helpers import container_running
+from tests.sandbox_defaults import LIMITS, TEST_INSTANCE
 
 TOKEN = "integration-token"
 
@@ -29,8 +30,8 @@ def settings_for(tmp_path: Path, model_server: ScriptedServer, **overrides: Any)
         "api_token": TOKEN,
         "repo_roots": [tmp_path],
         "data_dir": tmp_path / "data",
-        "instance": "cubicle-tests",
-        "limits": Limits(memory_mb=512, pids=256, tmpfs_mb=64),
+        "instance": TEST_INSTANCE,
+        "limits": LIMITS,
         "sse_heartbeat_s": 1,
         **overrides,
     }

@@ -14,8 +14,8 @@ import pytest
 
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
-from tests.security.conftest import SECURE_LIMITS
-from tests.security.test_toolbox_takeover import OPEN, TRACE
+from tests.sandbox_defaults import SECURE_LIMITS
+from tests.security.probes import OPEN, TRACE
 
 INJECT = """
 import json, os

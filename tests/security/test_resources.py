@@ -17,7 +17,7 @@ from controller.protocol import CommandResult, ListResult
 from controller.sandbox import DockerSandbox
 from controller.scripted import serve_in_thread
 from tests.integration.helpers import call, sh
-from tests.security.conftest import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS
 
 
 @pytest.fixture

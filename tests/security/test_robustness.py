@@ -13,10 +13,8 @@ from controller import tools
 from controller.events import ToolResult
 from controller.protocol import Failure, ListFiles, ListFilesArgs, ReadResult
 from controller.sandbox import DockerSandbox
-from tests.agent_harness import LIMITS, run_scenario, text, tool
+from tests.agent_harness import LIMITS, text, tool
 from tests.integration.helpers import call, sh
-
-__all__ = ["run_scenario"]
 
 
 def rss_mb() -> float:

@@ -18,9 +18,9 @@ from controller.channel import ToolboxChannel
 from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult, PingResult
 from controller.sandbox import DockerSandbox, _raw_socket, container_options
-from tests.conftest import TEST_INSTANCE
 from tests.integration.helpers import call, expect, failure, sh
-from tests.security.conftest import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
+from tests.security.probes import OPEN, TRACE
 
 SHADOWED = ["selectors", "json", "threading", "subprocess", "signal", "collections", "contextlib", "stat", "typing"]
 
@@ -76,28 +76,6 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         if channel is not None:
             await channel.close()
         await asyncio.to_thread(container.remove, force=True)
-
-
-TRACE = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-rc = libc.ptrace(16, {pid}, None, None)  # PTRACE_ATTACH
-print(rc, ctypes.get_errno())
-if rc == 0:
-    os.waitpid({pid}, 0)
-    libc.ptrace(17, {pid}, None, None)  # PTRACE_DETACH
-"""
-
-OPEN = """
-import os
-for path, flags in (("fd/1", os.O_WRONLY), ("fd/0", os.O_RDONLY), ("mem", os.O_RDWR), ("environ", os.O_RDONLY)):
-    try:
-        os.close(os.open("/proc/{pid}/" + path, flags | os.O_NONBLOCK))
-        print(path, "opened")
-    except OSError as err:
-        print(path, err.strerror)
-"""
 
 
 async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
