@@ -86,6 +86,8 @@ async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
 
 
 async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSandbox) -> None:
+    """So no command can write into the toolbox's stream (what happens if a sandbox got there anyway:
+    tests/security/test_channel_flood.py). Pid 1 holds the same stream: tests/security/test_init_process.py."""
     ping = expect(await call(box, "ping"), PingResult)
     opened = await sh(box, f"python3 -c '{OPEN.format(pid=ping.pid)}'; ls /proc/{ping.pid}/fd")
     assert opened.stdout.text.splitlines() == [
@@ -95,7 +97,7 @@ async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSan
         "environ Permission denied",
     ]
     assert "Permission denied" in opened.stderr.text
-    assert (await sh(box, "echo fine")).stdout.text == "fine\n"
+    assert (await sh(box, "echo fine")).stdout.text == "fine\n" and box.restarts == 0
 
 
 async def test_the_undumpable_toolbox_still_does_its_own_work(box: DockerSandbox) -> None:
