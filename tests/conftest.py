@@ -16,7 +16,7 @@ import pytest
 from controller import images, owners
 from controller.config import DEFAULT_IMAGE, Limits
 from controller.sandbox import DockerSandbox
-from tests.sandbox_defaults import AGENT_UID, LIMITS, TEST_INSTANCE
+from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
 # The run_scenario fixture: the real agent loop on a scripted scenario, for any test that names it.
 pytest_plugins = ["tests.agent_harness"]
@@ -80,7 +80,7 @@ async def sandbox_factory(docker_client: Any) -> AsyncIterator[Callable[..., Doc
             lambda: docker_client,
             repo=repo,
             session_id="test-" + secrets.token_hex(4),
-            limits=limits or LIMITS,
+            limits=limits or SANDBOX_LIMITS,
             image=DEFAULT_IMAGE,
             instance=TEST_INSTANCE,
         )

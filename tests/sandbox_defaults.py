@@ -10,7 +10,8 @@ AGENT_UID = 1000
 # The owner instance on every container the tests start; the session-end sweep removes only these.
 TEST_INSTANCE = "cubicle-tests"
 
-LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)
+# Small, so that many sandboxes run side by side; the fixtures' default.
+SANDBOX_LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)
 
 # The red-team battery's sandboxes (tests/security) also get one CPU.
 SECURE_LIMITS = Limits(memory_mb=512, cpus=1.0, pids=256, tmpfs_mb=64)

@@ -16,7 +16,7 @@ from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api
 from tests.integration.helpers import container_running, containers_of
-from tests.sandbox_defaults import LIMITS, TEST_INSTANCE
+from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
 
 TOKEN = "integration-token"
 
@@ -29,7 +29,7 @@ def settings_for(tmp_path: Path, model_server: ScriptedServer, **overrides: Any)
         "repo_roots": [tmp_path],
         "data_dir": tmp_path / "data",
         "instance": TEST_INSTANCE,
-        "limits": LIMITS,
+        "limits": SANDBOX_LIMITS,
         "sse_heartbeat_s": 1,
         **overrides,
     }

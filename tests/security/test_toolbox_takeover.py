@@ -86,8 +86,11 @@ async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
 
 
 async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSandbox) -> None:
-    """So no command can write into the toolbox's stream (what happens if a sandbox got there anyway:
-    tests/security/test_channel_flood.py). Pid 1 holds the same stream: tests/security/test_init_process.py."""
+    """Its channel (stdin, stdout), memory and environment are closed to commands.
+
+    What happens if a sandbox reaches the stream anyway: test_channel_flood.py. Pid 1, which holds
+    the same stream: test_init_process.py.
+    """
     ping = expect(await call(box, "ping"), PingResult)
     opened = await sh(box, f"python3 -c '{OPEN.format(pid=ping.pid)}'; ls /proc/{ping.pid}/fd")
     assert opened.stdout.text.splitlines() == [
