@@ -7,7 +7,7 @@ from controller.config import Limits
 # The uid that owns a test repository (when the tests run as root) and so the one commands run as.
 AGENT_UID = 1000
 
-# The owner instance on every container the tests start; the session-end sweep removes only these.
+# The owner instance on the containers the fixtures start; the session-end sweep looks at no others.
 TEST_INSTANCE = "cubicle-tests"
 
 # Small, so that many sandboxes run side by side; the fixtures' default.
