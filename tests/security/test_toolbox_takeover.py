@@ -21,20 +21,7 @@ from controller.sandbox import DockerSandbox, _raw_socket, container_options
 from tests.integration.helpers import call, expect, failure, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 from tests.security.probes import OPEN, TRACE
-
-SHADOWED = ["selectors", "json", "threading", "subprocess", "signal", "collections", "contextlib", "stat", "typing"]
-
-
-def plant_shadow_modules(repo: Path) -> None:
-    """Stdlib-shadowing modules that drop a marker file into the repository when anything imports them."""
-    for name in SHADOWED:
-        (repo / f"{name}.py").write_text(f"open('/workspace/HIJACKED-{name}', 'w').write('toolbox code ran')\n")
-    (repo / "sitecustomize.py").write_text("open('/workspace/HIJACKED-sitecustomize', 'w').write('x')\n")
-    (repo / "usercustomize.py").write_text("open('/workspace/HIJACKED-usercustomize', 'w').write('x')\n")
-
-
-def markers(repo: Path) -> list[str]:
-    return sorted(p.name for p in repo.glob("HIJACKED-*"))
+from tests.shadow_modules import markers, plant_shadow_modules
 
 
 async def test_workspace_modules_do_not_run_in_a_restarted_toolbox(box: DockerSandbox) -> None:
