@@ -16,16 +16,15 @@ import pytest
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.sandbox import DockerSandbox
+from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
-TEST_INSTANCE = "cubicle-tests"
+# The run_scenario fixture: the real agent loop on a scripted scenario, for any test that names it.
+pytest_plugins = ["tests.agent_harness"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that restart the Docker engine run last, so they cannot disturb the others."""
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
-
-
-AGENT_UID = 1000
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +80,7 @@ async def sandbox_factory(docker_client: Any) -> AsyncIterator[Callable[..., Doc
             lambda: docker_client,
             repo=repo,
             session_id="test-" + secrets.token_hex(4),
-            limits=limits or Limits(memory_mb=512, pids=256, tmpfs_mb=64),
+            limits=limits or SANDBOX_LIMITS,
             image=DEFAULT_IMAGE,
             instance=TEST_INSTANCE,
         )

@@ -13,46 +13,42 @@ from typing import Any
 
 import pytest
 
-from controller import owners
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.scripted import ScriptedServer, free_port, serve_in_thread
-from tests.agent_harness import register
+from tests.agent_harness import register, text, tool
+from tests.eventually import eventually
 from tests.integration.api_helpers import Api, parse_events, serve_env, serve_subprocess
+from tests.integration.helpers import containers_of
 
 TOKEN = "faults-token"
 
 
-def test_sigkill_mid_session_loses_no_acknowledged_event(
+def test_sigkill_mid_command_loses_no_acknowledged_event_and_the_session_resumes(
     tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     port = free_port()
     env = serve_env(model_server.url, TOKEN, tmp_path, "faults-kill")  # type: ignore[attr-defined]
     turns = [
-        {"content": [{"type": "text", "text": "step one"}, {"type": "tool_use", "name": "list_files", "input": {}}]},
-        {
-            "content": [
-                {
-                    "type": "tool_use",
-                    "name": "run_command",
-                    "input": {"command": "echo partial > p.txt; sleep 300", "timeout_s": 600},
-                }
-            ]
-        },
-        {"content": [{"type": "text", "text": "resumed"}]},
+        {"content": [text("Starting a long job."), tool("list_files")]},
+        {"content": [tool("run_command", command="echo partial > p.txt; sleep 300", timeout_s=600)]},
+        {"content": [tool("read_file", path="README.md")]},
+        {"content": [text("Continued after the restart.")]},
     ]
     name = register(model_server, turns, prefix="faults-kill")
+    repo = make_repo()
     process = serve_subprocess(env, port)
     api = Api(f"http://127.0.0.1:{port}", TOKEN)
     try:
-        sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
+        sid = api.create(str(repo), name, limits={"command_timeout_s": 600})["id"]
         acknowledged = []
         with api.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=60) as response:
             for event in parse_events(response.iter_lines()):
                 acknowledged.append(event)
                 if event["type"] == "tool_call" and event["name"] == "run_command":
                     break
-        time.sleep(0.3)
+        eventually((repo / "p.txt").exists, what="the long command runs")
+        assert containers_of(docker_client, sid), "the session's sandbox is up when the controller dies"
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -60,14 +56,23 @@ def test_sigkill_mid_session_loses_no_acknowledged_event(
     try:
         replay = api.events(sid)
         assert replay[: len(acknowledged)] == acknowledged, "an acknowledged event changed or vanished"
+        kinds = [e["type"] for e in replay]
+        assert kinds[:3] == ["session_started", "status", "text"] and "tool_call" in kinds and kinds[-1] == "status"
         assert api.get(sid)["status"] == "interrupted"
-        assert docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={sid}"}) == []
-        api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "go on"})
-        assert api.wait_for(sid, lambda r: r["status"] != "running")["finish_reason"] == "end_turn"
+        assert containers_of(docker_client, sid) == [], "the restarted controller sweeps the dead one's containers"
+        transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+        assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant", "user"]
+        assert transcript[3]["content"][0]["type"] == "tool_use" and transcript[4]["content"][0]["is_error"] is True
+        assert api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "please continue"}).status_code == 202
+        done = api.wait_for(sid, lambda r: r["status"] != "running")
+        assert (done["status"], done["finish_reason"]) == ("idle", "end_turn")
+        last = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"][-1]
+        assert last["content"][0]["text"] == "Continued after the restart."
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
         api.http.close()
+    assert containers_of(docker_client, sid) == []
 
 
 @pytest.fixture

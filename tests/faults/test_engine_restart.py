@@ -14,10 +14,9 @@ import pytest
 
 from controller import engine
 from controller.config import Settings
-from tests.agent_harness import run_scenario, text, tool
+from tests.agent_harness import text, tool
+from tests.eventually import eventually, eventually_async
 from tests.integration.helpers import container_running
-
-__all__ = ["run_scenario"]
 
 
 def _restart_dockerd() -> None:
@@ -31,20 +30,18 @@ def _restart_dockerd() -> None:
     pid = int(subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=True).stdout.split()[0])
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: not Path(f"/proc/{pid}").exists(), what="dockerd exits on SIGTERM", timeout=60)
     launch = 'setsid nohup "$@" >> /var/log/cubicle-dockerd-restarted.log 2>&1 < /dev/null &'
     subprocess.run(["sh", "-c", launch, "sh", *(a.decode() for a in argv)], check=True)
 
 
 def _wait_for_engine(timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise AssertionError("dockerd did not come back")
+    eventually(
+        lambda: subprocess.run(["docker", "info"], capture_output=True).returncode == 0,
+        what="dockerd comes back",
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 @pytest.mark.disruptive
@@ -53,12 +50,12 @@ async def test_dockerd_restart_mid_session(run_scenario: Any, docker_client: Any
         pytest.skip("restarting the Docker engine needs root")
 
     async def restart_when_busy() -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if await asyncio.to_thread(container_running, docker_client, "sleep 88"):
-                await asyncio.to_thread(_restart_dockerd)
-                return
-            await asyncio.sleep(0.1)
+        await eventually_async(
+            lambda: asyncio.to_thread(container_running, docker_client, "sleep 88"),
+            what="the sandbox runs `sleep 88`",
+            timeout=30,
+        )
+        await asyncio.to_thread(_restart_dockerd)
 
     restarter = asyncio.create_task(restart_when_busy())
     started = time.monotonic()

@@ -6,21 +6,19 @@ import asyncio
 import time
 from typing import Any
 
-from tests.agent_harness import run_scenario, text, tool
+from tests.agent_harness import text, tool
+from tests.eventually import eventually_async
 from tests.integration.helpers import container_running
-
-__all__ = ["run_scenario"]
 
 
 async def test_container_killed_from_outside_mid_command(run_scenario: Any, docker_client: Any) -> None:
     async def killer() -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            container = await asyncio.to_thread(container_running, docker_client, "sleep 77")
-            if container is not None:
-                container.kill()
-                return
-            await asyncio.sleep(0.1)
+        container = await eventually_async(
+            lambda: asyncio.to_thread(container_running, docker_client, "sleep 77"),
+            what="the sandbox runs `sleep 77`",
+            timeout=30,
+        )
+        container.kill()
 
     task = asyncio.create_task(killer())
     started = time.monotonic()

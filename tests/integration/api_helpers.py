@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.eventually import eventually
 
 
 class Api:
@@ -41,23 +42,19 @@ class Api:
         return seen
 
     def wait_for(self, sid: str, predicate: Any, timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            record = self.get(sid)
-            if predicate(record):
-                return record
-            time.sleep(0.05)
-        raise AssertionError(f"session {sid} never reached the expected state: {self.get(sid)}")
+        """The session's record once ``predicate`` holds for it."""
+        what = f"session {sid} reaches the expected state"
+        return eventually(lambda: self.get(sid), until=predicate, what=what, timeout=timeout, interval=0.05)
 
     def wait_for_event(self, sid: str, kind: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=timeout) as response:
-                for event in parse_events(response.iter_lines()):
-                    if event["type"] == kind:
-                        return
-            time.sleep(0.05)
-        raise AssertionError(f"no {kind} event in session {sid}")
+        """Until the session's event stream (read live, from its start) shows a ``kind`` event."""
+        what = f"a {kind} event in session {sid}"
+        eventually(lambda: self._shows_event(sid, kind, timeout), what=what, timeout=timeout, interval=0.05)
+
+    def _shows_event(self, sid: str, kind: str, timeout: float) -> bool:
+        """Whether the stream shows a ``kind`` event before it closes; it is left as soon as one arrives."""
+        with self.http.stream("GET", f"/v1/sessions/{sid}/events", timeout=timeout) as response:
+            return any(event["type"] == kind for event in parse_events(response.iter_lines()))
 
 
 def parse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -87,12 +84,13 @@ def serve_subprocess(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
     """Start `cubicle serve` as its own process and wait until /healthz answers."""
     process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise AssertionError("cubicle serve did not come up")
+    try:
+        eventually(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
+            what="cubicle serve answers /healthz",
+            ignoring=(httpx.HTTPError,),
+        )
+    except AssertionError:
+        process.kill()
+        raise
+    return process

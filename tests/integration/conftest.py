@@ -1,11 +1,33 @@
-"""Everything under tests/integration talks to a real Docker engine."""
+"""Everything under tests/integration talks to a real Docker engine; some tests run the controller's own image."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
+
+from controller.testing import DEFAULT_IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def controller_image(docker_client: Any) -> str:
+    """The controller's own image, built from this repository when the engine does not have it."""
+    try:
+        docker_client.images.get(DEFAULT_IMAGE)
+    except Exception:  # noqa: BLE001 - any lookup failure means: build it
+        subprocess.run(
+            [str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}
+        )
+    return DEFAULT_IMAGE

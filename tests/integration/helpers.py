@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from controller import protocol
+from controller import owners, protocol
 from controller.protocol import CommandResult, Failure, Outcome, Strict
 from controller.sandbox import DockerSandbox
 
@@ -28,6 +28,11 @@ async def call(box: DockerSandbox, op: str, **args: Any) -> Outcome:
 
 async def sh(box: DockerSandbox, command: str, timeout_s: int = 30) -> CommandResult:
     return expect(await call(box, "run_command", command=command, timeout_s=timeout_s), CommandResult)
+
+
+def containers_of(client: Any, session_id: str) -> list[Any]:
+    """Every container (running or not) labelled with the session ``session_id``."""
+    return list(client.containers.list(all=True, filters={"label": f"{owners.SESSION}={session_id}"}))
 
 
 def container_running(client: Any, needle: str) -> Any:

@@ -12,9 +12,10 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.eventually import eventually
 
 # The sequences Rich itself writes (SGR styles, cursor show/hide, erase line, cursor up): stripped to read the text.
 RICH_CSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -74,15 +75,18 @@ class Terminal:
 
     def expect(self, needle: str, timeout: float = 60) -> str:
         """Wait until ``needle`` appears in :attr:`text` after the previous match; the text up to its end since then."""
-        deadline = time.monotonic() + timeout
-        while (found := self.text.find(needle, self._mark)) < 0:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._read(min(left, 0.2)):
-                if (found := self.text.find(needle, self._mark)) >= 0:
-                    break
-                raise AssertionError(f"{needle!r} did not appear; the terminal shows:\n{self.text[-3000:]}")
+        shown = eventually(
+            self._more,
+            until=lambda text: needle in text[self._mark :] or self._closed,
+            what=f"{needle!r} appears on the terminal",
+            timeout=timeout,
+            interval=0,
+        )
+        found = shown.find(needle, self._mark)
+        if found < 0:
+            raise AssertionError(f"the terminal closed before {needle!r} appeared; it shows:\n{shown[-3000:]}")
         start, self._mark = self._mark, found + len(needle)
-        return self.text[start : self._mark]
+        return shown[start : self._mark]
 
     def send(self, data: bytes) -> None:
         os.write(self.master, data)
@@ -92,14 +96,27 @@ class Terminal:
 
     def wait(self, timeout: float = 60) -> int:
         """Read until the process exits and its pty closes; the exit status (negative: killed by a signal)."""
-        deadline = time.monotonic() + timeout
-        while self._read(min(max(deadline - time.monotonic(), 0), 0.2)):
-            if time.monotonic() > deadline:
-                self.process.kill()
-                raise AssertionError(f"still running after {timeout}s; the terminal shows:\n{self.text[-3000:]}")
-            if self.process.poll() is not None and not select.select([self.master], [], [], 0)[0]:
-                break
-        return self.process.wait(timeout=max(deadline - time.monotonic(), 1))
+        try:
+            eventually(
+                self._more,
+                until=lambda _: self._finished(),
+                what="the process exits and its terminal has nothing more to read",
+                timeout=timeout,
+                interval=0,
+            )
+        except AssertionError:
+            self.process.kill()
+            raise
+        return self.process.wait(timeout=timeout)
+
+    def _more(self) -> str:
+        """What the terminal shows after waiting up to 0.2 s for more output."""
+        self._read(0.2)
+        return self.text
+
+    def _finished(self) -> bool:
+        """The pty closed, or the process exited and left nothing unread."""
+        return self._closed or (self.process.poll() is not None and not select.select([self.master], [], [], 0)[0])
 
     def hang_up(self) -> None:
         """Close the terminal, as closing its window does: the kernel sends SIGHUP and later writes fail."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.agent_harness import run_scenario, text, tool
-
-__all__ = ["run_scenario"]
+from tests.agent_harness import text, tool
 
 
 async def test_parallel_calls_answered_in_one_message_in_order(run_scenario: Callable[..., Any]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from controller import owners
 from controller.api import create_app
-from controller.config import Limits, Settings
-from controller.scripted import ScriptedServer, free_port, serve_in_thread
+from controller.config import Settings
+from controller.scripted import ScriptedServer, serve_in_thread
 from tests.agent_harness import register, text, tool
-from tests.integration.api_helpers import Api, serve_env, serve_subprocess
-from tests.integration.helpers import container_running
+from tests.eventually import eventually
+from tests.integration.api_helpers import Api
+from tests.integration.helpers import container_running, containers_of
+from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
 
 TOKEN = "integration-token"
 
@@ -28,8 +28,8 @@ def settings_for(tmp_path: Path, model_server: ScriptedServer, **overrides: Any)
         "api_token": TOKEN,
         "repo_roots": [tmp_path],
         "data_dir": tmp_path / "data",
-        "instance": "cubicle-tests",
-        "limits": Limits(memory_mb=512, pids=256, tmpfs_mb=64),
+        "instance": TEST_INSTANCE,
+        "limits": SANDBOX_LIMITS,
         "sse_heartbeat_s": 1,
         **overrides,
     }
@@ -58,17 +58,6 @@ def api_factory(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Callab
 @pytest.fixture
 def api(api_factory: Callable[..., Api]) -> Api:
     return api_factory()
-
-
-def containers_of(docker_client: Any, session_id: str) -> list[Any]:
-    return list(docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={session_id}"}))
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return result
 
 
 WORK = [
@@ -159,7 +148,7 @@ def test_cancel_mid_command_leaves_nothing(
         str(make_repo()), register(model_server, prefix="api", turns=turns), limits={"command_timeout_s": 600}
     )["id"]
     api.wait_for_event(sid, "tool_call")
-    assert eventually(lambda: container_running(docker_client, "sleep 300"))  # the command runs
+    eventually(lambda: container_running(docker_client, "sleep 300"), what="the command runs", timeout=10)
     started = time.monotonic()
     cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")
     assert time.monotonic() - started < 2.5
@@ -192,10 +181,12 @@ def test_idle_timeout_removes_the_container_and_follow_up_starts_fresh(
              {"content": [tool("run_command", command="echo two")]}, {"content": [text("b")]}]  # fmt: skip
     sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=turns))["id"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
-    deadline = time.monotonic() + 10
-    while containers_of(docker_client, sid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert containers_of(docker_client, sid) == []
+    eventually(
+        lambda: containers_of(docker_client, sid),
+        until=lambda found: found == [],
+        what="the idle session's container is removed",
+        timeout=10,
+    )
     api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "again"})
     assert api.wait_for(sid, lambda r: r["status"] == "idle")["finish_reason"] == "end_turn"
 
@@ -209,47 +200,3 @@ def test_429_over_the_concurrency_cap(
     over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": slow})
     assert over.status_code == 429 and "Retry" in over.json()["detail"]
     api.http.post(f"/v1/sessions/{first['id']}/cancel")
-
-
-def test_controller_restart_while_running(
-    tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
-) -> None:
-    port = free_port()
-    env = serve_env(model_server.url, TOKEN, tmp_path, "restart-test")  # type: ignore[attr-defined]
-    turns = [
-        {"content": [text("Starting a long job."), tool("run_command", command="sleep 300", timeout_s=600)]},
-        {"content": [tool("read_file", path="README.md")]},
-        {"content": [text("Continued after the restart.")]},
-    ]
-    name = register(model_server, prefix="api", turns=turns)
-    process = serve_subprocess(env, port)
-    api = Api(f"http://127.0.0.1:{port}", TOKEN)
-    try:
-        sid = api.create(str(make_repo()), name, limits={"command_timeout_s": 600})["id"]
-        api.wait_for_event(sid, "tool_call")
-        assert eventually(lambda: containers_of(docker_client, sid))
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    process = serve_subprocess(env, port)
-    try:
-        record = api.get(sid)
-        assert record["status"] == "interrupted"
-        assert containers_of(docker_client, sid) == [], "the restarted controller sweeps the dead one's containers"
-        transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
-        assert [m["role"] for m in transcript] == ["user", "assistant", "user"]
-        assert transcript[1]["content"][1]["type"] == "tool_use" and transcript[2]["content"][0]["is_error"] is True
-        kinds = [e["type"] for e in api.events(sid)]
-        assert kinds[:3] == ["session_started", "status", "text"] and "tool_call" in kinds and kinds[-1] == "status"
-        assert api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "please continue"}).status_code == 202
-        done = api.wait_for(sid, lambda r: r["status"] == "idle")
-        assert done["finish_reason"] == "end_turn"
-        assert (
-            api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"][-1]["content"][0]["text"]
-            == "Continued after the restart."
-        )
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-        api.http.close()
-    assert containers_of(docker_client, sid) == []

@@ -16,6 +16,7 @@ from controller.events import ListSink, ToolCall, ToolResult
 from controller.model import SYSTEM_PROMPT, AnthropicModel
 from controller.sandbox import DockerSandbox
 from tests.agent_harness import LIMITS, register, text, tool
+from tests.eventually import eventually_async
 
 TURNS = [
     {
@@ -50,8 +51,11 @@ async def test_cancelling_the_turn_reports_the_command_with_its_output(
     convo = Conversation()
     convo.add_user_text("go")
     turn = asyncio.create_task(agent.run_turn(convo))
-    while not any(isinstance(e, ToolCall) and e.name == "run_command" for e in sink.events):
-        await asyncio.sleep(0.02)
+    await eventually_async(
+        lambda: any(isinstance(e, ToolCall) and e.name == "run_command" for e in sink.events),
+        what="the agent calls run_command",
+        interval=0.02,
+    )
     await asyncio.sleep(1.0)
     started = time.monotonic()
     turn.cancel()

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import controller
-
-from .pty_helpers import owned_by
+from tests.integration.pty_helpers import owned_by
 
 SCENARIO = {
     "name": "cli",

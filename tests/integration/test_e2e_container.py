@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from controller import owners
-from controller.testing import DEFAULT_IMAGE, CubicleContainer
+from controller.testing import CubicleContainer
 from tests.integration.api_helpers import Api
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def controller_image(docker_client: Any) -> str:
-    try:
-        docker_client.images.get(DEFAULT_IMAGE)
-    except Exception:  # noqa: BLE001 - any lookup failure means: build it
-        subprocess.run(
-            [str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}
-        )
-    return DEFAULT_IMAGE
 
 
 def test_session_through_the_containerized_controller(

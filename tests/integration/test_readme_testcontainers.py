@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.test_e2e_container import controller_image  # noqa: F401 - the fixture
-
 README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "### Testing your integration against Cubicle"
 
@@ -24,7 +22,7 @@ def readme_example() -> str:
     return match.group(1)
 
 
-def test_the_readme_example_runs(controller_image: str, tmp_path: Path) -> None:  # noqa: F811
+def test_the_readme_example_runs(controller_image: str, tmp_path: Path) -> None:
     script = tmp_path / "readme_example.py"
     script.write_text(readme_example())
     env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true"}

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .pty_helpers import Terminal, owned_by, scenario_file
+from tests.eventually import eventually
+from tests.integration.pty_helpers import Terminal, owned_by, scenario_file
 
 ESC = "\x1b"
 # Every escape sequence Rich writes for this view: SGR styles, cursor hide/show, erase line, cursor up.
@@ -145,10 +146,7 @@ def test_ctrl_c_at_the_approval_prompt_exits_at_once_and_removes_the_container(
     )  # fmt: skip
     try:
         term.expect("Allow run_command? [y/N] ")
-        deadline = time.monotonic() + 30
-        while not owned_by(docker_client, instance) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert owned_by(docker_client, instance), "the sandbox did not start while the prompt was shown"
+        eventually(lambda: owned_by(docker_client, instance), what="the sandbox starts while the prompt is shown")
         started = time.monotonic()
         term.send(b"\x03")  # Ctrl-C, typed at the terminal: the line discipline sends SIGINT
         code = term.wait(30)

@@ -16,6 +16,7 @@ from controller import protocol
 from controller.channel import ToolboxChannel
 from controller.protocol import CancelResult, CommandResult, Response
 from controller.sandbox import DockerSandbox
+from tests.eventually import eventually_async
 from tests.integration.helpers import sh
 
 
@@ -29,18 +30,14 @@ async def _start(box: DockerSandbox, command: str) -> tuple[int, asyncio.Task[Re
     channel = _channel(box)
     before = set(channel._pending)
     task = asyncio.create_task(channel.request(protocol.call("run_command", command=command, timeout_s=60), 90))
-    while not set(channel._pending) - before:
-        await asyncio.sleep(0)
-    (rid,) = set(channel._pending) - before
+    (rid,) = await eventually_async(
+        lambda: set(channel._pending) - before, what="the request is pending on the channel", interval=0
+    )
     return rid, task
 
 
 async def _wait_for(path: Path) -> None:
-    for _ in range(500):
-        if path.exists():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path.name} never appeared: the command did not start")
+    await eventually_async(path.exists, what=f"{path.name} appears: the command started", timeout=10, interval=0.02)
 
 
 async def _cancel(box: DockerSandbox, rid: Any) -> bool:

@@ -18,8 +18,8 @@ from typing import Any
 
 from controller import owners
 from controller.config import DEFAULT_IMAGE
-from tests.conftest import AGENT_UID, TEST_INSTANCE
-from tests.security.test_toolbox_takeover import markers, plant_shadow_modules
+from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
+from tests.shadow_modules import markers, plant_shadow_modules
 
 STDLIB = re.compile(r"^/usr/lib/python3[.\d]*(/|\.zip|$)")
 

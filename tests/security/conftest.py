@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller.config import Limits
 from controller.sandbox import DockerSandbox
-
-SECURE_LIMITS = Limits(memory_mb=512, cpus=1.0, pids=256, tmpfs_mb=64)
+from tests.sandbox_defaults import SECURE_LIMITS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,13 +15,14 @@ import pytest
 
 from bench import flood
 from tests.integration.helpers import container_running
+from tests.sandbox_defaults import TEST_INSTANCE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writing into a container's process from the host needs root")
 
 
 @pytest.fixture
 def controller(model_server: Any, tmp_path: Path) -> Iterator[flood.Controller]:
-    served = flood.Controller(model_server.url, tmp_path, "cubicle-tests")
+    served = flood.Controller(model_server.url, tmp_path, TEST_INSTANCE)
     yield served
     served.close()
 

@@ -1,4 +1,4 @@
-"""Filesystem attacks: traversal, symlinks, races, git hooks, device nodes, /proc."""
+"""Filesystem attacks: traversal, symlinks, races, git hooks, device nodes, /proc, the read-only root."""
 
 from __future__ import annotations
 
@@ -10,17 +10,26 @@ from typing import Any
 
 import pytest
 
-from controller.protocol import Failure
+from controller.protocol import Failure, ListResult, ReadResult, WriteResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, sh
+from tests.sandbox_defaults import SECURE_LIMITS
 
 
 @pytest.mark.parametrize(
-    "path", ["../host-secret.txt", "../../host-secret.txt", "../../../../../../host-secret.txt", "./../host-secret.txt"]
+    "path",
+    [
+        "../host-secret.txt",
+        "../../host-secret.txt",
+        "../../../../../../host-secret.txt",
+        "./../host-secret.txt",
+        "/etc/../../host-secret.txt",
+    ],
 )
 async def test_relative_escape_reads(box: DockerSandbox, path: str, assert_clean: Callable[..., None]) -> None:
+    """`..` resolves inside the container, where no such file exists."""
     outcome = await call(box, "read_file", path=path)
-    assert isinstance(outcome, Failure)
+    assert isinstance(outcome, Failure) and outcome.kind == "not_found", outcome
     assert_clean(outcome)
 
 
@@ -33,25 +42,53 @@ async def test_absolute_host_path_read(box: DockerSandbox, tmp_path: Path, asser
 async def test_symlink_to_root_and_host_dirs(
     box: DockerSandbox, tmp_path: Path, assert_clean: Callable[..., None]
 ) -> None:
+    """Symlinks resolve inside the container: to its own root, and to host paths that do not exist there."""
     await sh(box, f"ln -s / r; ln -s {tmp_path} h; ln -s {tmp_path}/host-secret.txt s; ln -s /proc/1/root p1")
-    outcomes = [
+    reads = [
         await call(box, "read_file", path=p)
         for p in ("s", "h/host-secret.txt", f"r{tmp_path}/host-secret.txt", f"p1{tmp_path}/host-secret.txt")
     ]
-    assert all(isinstance(o, Failure) for o in outcomes)
-    assert_clean(*outcomes, await call(box, "search", pattern="SENTINEL", path="r/tmp"))
+    assert all(isinstance(o, Failure) for o in reads)
+    root = await call(box, "list_files", path="r", depth=2)
+    assert isinstance(root, ListResult) and any(e.path == "r/etc" for e in root.entries)
+    assert_clean(
+        *reads,
+        root,
+        await call(box, "list_files", path=".."),
+        await call(box, "search", pattern="SENTINEL", path="r/tmp"),
+        await call(box, "run_command", command="cat ../host-secret.txt s; ls -la .. /"),
+    )
 
 
-@pytest.mark.parametrize("path", ["../escape.txt", "/escape.txt", "/tmp/escape.txt", "h/escape.txt", "r/escape2.txt"])
+async def test_whole_container_holds_no_host_secret(box: DockerSandbox, assert_clean: Callable[..., None]) -> None:
+    result = await sh(
+        box, "grep -rsl --exclude-dir=proc --exclude-dir=sys SENTINEL- / | head; echo scanned", timeout_s=120
+    )
+    assert result.stdout.text.endswith("scanned\n")
+    assert_clean(result)
+
+
+# Whether a write through each path lands (in the container's own /tmp) or is refused; never on the host.
+ESCAPE_WRITES = {
+    "../escape.txt": False,
+    "/escape.txt": False,
+    "/tmp/escape.txt": True,
+    "h/escape.txt": False,
+    "r/escape2.txt": False,
+    "r/tmp/escape.txt": True,
+}
+
+
+@pytest.mark.parametrize("path", list(ESCAPE_WRITES))
 async def test_escape_writes_stay_in_the_container(box: DockerSandbox, tmp_path: Path, path: str) -> None:
     await sh(box, f"ln -s {tmp_path} h; ln -s / r")
-    await call(box, "write_file", path=path, content="pwned")
-    assert (
-        not (tmp_path / "escape.txt").exists()
-        and not Path("/escape.txt").exists()
-        and not Path("/escape2.txt").exists()
-    )
+    written = await call(box, "write_file", path=path, content="pwned")
+    on_host = [tmp_path / "escape.txt", Path("/escape.txt"), Path("/escape2.txt"), Path("/tmp/escape.txt")]
+    assert [p for p in on_host if p.exists()] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["host-secret.txt", "repo"]
+    read = await call(box, "read_file", path=path)
+    landed = ESCAPE_WRITES[path]
+    assert (isinstance(written, WriteResult), isinstance(read, ReadResult)) == (landed, landed), (written, read)
 
 
 async def test_symlink_swap_race_during_writes(
@@ -101,10 +138,47 @@ async def test_git_hooks_and_config_cannot_be_written(box: DockerSandbox, op: st
     assert list((box.repo / ".git/hooks").iterdir()) == []
 
 
+async def test_git_hooks_and_config_cannot_be_changed_by_commands(box: DockerSandbox) -> None:
+    result = await sh(
+        box, "echo evil > .git/hooks/x; echo $?; echo evil >> .git/config; echo $?; rm -rf .git/hooks; echo $?"
+    )
+    assert result.stdout.text.splitlines()[:2] == ["1", "1"]
+    assert not (box.repo / ".git/hooks/x").exists()
+    assert "evil" not in (box.repo / ".git/config").read_text()
+    assert (box.repo / ".git/hooks").is_dir()
+
+
 async def test_git_directory_cannot_be_replaced(box: DockerSandbox) -> None:
-    result = await sh(box, "mv .git .g; mv .git/hooks .git/h; rm -rf .git/hooks; ln -sf /tmp .git/hooks; echo done")
+    """Neither moved aside nor emptied and rebuilt with hooks of the agent's own."""
+    result = await sh(
+        box,
+        "mv .git .g; echo $?; mv .git/hooks .git/h; rm -rf .git/hooks; ln -sf /tmp .git/hooks;"
+        " rm -rf .git 2>/dev/null; mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; echo $?",
+    )
+    assert result.stdout.text.splitlines() == ["1", "1"]
     assert "Device or resource busy" in result.stderr.text
     assert (box.repo / ".git/hooks").is_dir() and not (box.repo / ".g").exists() and not (box.repo / ".git/h").exists()
+    assert not (box.repo / ".git/hooks/post-checkout").exists()
+    assert (box.repo / ".git/config").read_text().startswith("[core]")
+
+
+async def test_missing_hooks_directory_is_created_and_protected(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    repo = make_repo("nohooks")
+    (repo / ".git/hooks").rmdir()
+    box = sandbox_factory(repo, SECURE_LIMITS)
+    result = await sh(box, "echo evil > .git/hooks/post-checkout; echo $?")
+    assert result.stdout.text == "1\n"
+    assert not (repo / ".git/hooks/post-checkout").exists()
+
+
+async def test_root_filesystem_is_read_only_and_only_tmp_and_home_are_writable(box: DockerSandbox) -> None:
+    result = await sh(box, "touch /usr/evil; echo $?; touch /etc/evil; echo $?")
+    assert result.stdout.text == "1\n1\n"
+    assert result.stderr.text.count("Read-only file system") == 2
+    tmp = await sh(box, "echo ok > /tmp/x && cat /tmp/x && echo ok > $HOME/y && cat $HOME/y")
+    assert tmp.stdout.text == "ok\nok\n"
 
 
 async def test_mknod_fails(box: DockerSandbox) -> None:
@@ -138,6 +212,7 @@ async def test_no_file_is_left_that_the_owner_cannot_remove(box: DockerSandbox) 
         "mkdir -p a/b/c && touch a/b/c/f && chmod 000 a/b && mkdir -p /tmp/x && cp -r /etc/apt apt-copy; ln -s /etc/shadow sh-link; mkfifo p",
     )
     await call(box, "write_file", path="deep/er/file.txt", content="x")
+    await call(box, "write_file", path="a/by-tool.txt", content="x")  # into a directory a command made
     await box.stop()
     owner = box.repo.stat().st_uid
     strangers = [str(p) for p in _walk(box.repo) if p.lstat().st_uid != owner]

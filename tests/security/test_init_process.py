@@ -14,8 +14,8 @@ import pytest
 
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
-from tests.security.conftest import SECURE_LIMITS
-from tests.security.test_toolbox_takeover import OPEN, TRACE
+from tests.sandbox_defaults import SECURE_LIMITS
+from tests.security.probes import OPEN, TRACE
 
 INJECT = """
 import json, os
@@ -48,3 +48,4 @@ async def test_commands_cannot_reach_pid_1(
     injected = await sh(box, f"python3 -c '{INJECT}'; sleep 0.5; ls /workspace/INJECTED")
     assert injected.stdout.text == "Permission denied\n" and injected.exit_code != 0, injected
     assert not (box.repo / "INJECTED").exists()
+    assert (await sh(box, "echo fine")).stdout.text == "fine\n" and box.restarts == 0

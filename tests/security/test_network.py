@@ -1,13 +1,15 @@
-"""Network: with network none only the container's own loopback exists, and nothing resolves."""
+"""Network: with network none only the container's own loopback exists, and nothing resolves; a session may opt in."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from controller.config import Limits
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
 
@@ -64,3 +66,11 @@ async def test_no_route_out(box: DockerSandbox) -> None:
         box, "python3 -c \"import socket; s=socket.socket(); s.settimeout(1); s.connect(('192.0.2.1', 80))\""
     )
     assert "Network is unreachable" in result.stderr.text
+
+
+async def test_network_can_be_enabled_per_session(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    box = sandbox_factory(make_repo("net"), Limits(memory_mb=512, network=True))
+    result = await sh(box, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort")
+    assert result.stdout.text == "eth0\nlo\n"

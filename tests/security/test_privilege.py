@@ -3,23 +3,39 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from controller import owners
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
+from tests.sandbox_defaults import SECURE_LIMITS
 
 
 async def test_uid_and_capabilities(box: DockerSandbox) -> None:
     result = await sh(
-        box, "id -u; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
+        box, "id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status"
     )
     lines = result.stdout.text.splitlines()
-    assert lines[0] == str(box.repo.stat().st_uid)
-    fields = dict(line.split(":\t") for line in lines[1:])
+    assert lines[:2] == [str(box.repo.stat().st_uid), str(box.repo.stat().st_gid)]
+    fields = dict(line.split(":\t") for line in lines[2:])
     assert all(fields[k] == "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
     assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a repository owned by root needs root to create")
+async def test_root_owned_repo_runs_as_root_without_capabilities(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    box = sandbox_factory(make_repo("rootrepo", uid=None), SECURE_LIMITS)
+    result = await sh(box, "id -u; grep -E '^(CapEff|CapPrm|CapBnd)' /proc/self/status; touch /usr/x")
+    lines = result.stdout.text.splitlines()
+    assert lines[0] == "0"
+    assert all(line.endswith("0000000000000000") for line in lines[1:])
+    assert "Read-only file system" in result.stderr.text
 
 
 async def test_setuid_binaries_do_not_raise_privileges(box: DockerSandbox) -> None:
@@ -56,12 +72,19 @@ async def test_namespace_and_mount_tricks_fail(box: DockerSandbox, command: str)
     assert (await sh(box, command)).exit_code != 0
 
 
+DEVICES = {"core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
+           "urandom", "zero"}  # fmt: skip
+
+
 async def test_no_docker_socket_and_no_block_devices(box: DockerSandbox) -> None:
     result = await sh(
         box,
-        "find / -xdev \\( -type s -o -type b -o -name 'docker.sock' \\) 2>/dev/null; find /dev -type b; ls /run /var/run",
+        "find / -xdev \\( -type s -o -type b -o -name 'docker.sock' \\) 2>/dev/null; find /dev -type b; ls /run /var/run;"
+        " echo ---; ls /dev",
     )
-    assert "docker" not in result.stdout.text and "/dev/" not in result.stdout.text
+    found, devices = result.stdout.text.split("---\n")
+    assert "docker" not in found and "/dev/" not in found
+    assert set(devices.split()) <= DEVICES
 
 
 async def test_host_environment_does_not_reach_the_sandbox(
@@ -78,21 +101,31 @@ async def test_host_environment_does_not_reach_the_sandbox(
 
 async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_client: Any) -> None:
     attrs = docker_client.api.inspect_container(box.container.id)
-    host = attrs["HostConfig"]
+    host, limits = attrs["HostConfig"], box.limits
     assert host["Privileged"] is False and host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert host["SecurityOpt"] == ["no-new-privileges:true"] and host["ReadonlyRootfs"] is True
     assert host["NetworkMode"] == "none" and not host["PortBindings"] and not host["Links"]
     assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UsernsMode"] == ""
     assert not host["Devices"] and not host["DeviceCgroupRules"] and not host["Binds"] and not host["VolumesFrom"]
-    assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] > 0 and host["NanoCpus"] > 0
+    assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
+    assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == limits.pids
     assert not host.get("Init") and attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "--"]  # undumpable pid 1
     assert host["LogConfig"] == {"Type": "none", "Config": {}}
     assert host["AutoRemove"] is False and host["RestartPolicy"]["Name"] in ("", "no")
-    assert {m["Destination"] for m in attrs["Mounts"]} == {
+    assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
+    assert all("size=" in opts and "nosuid" in opts for opts in host["Tmpfs"].values())
+    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
+    assert set(mounts) == {
         "/workspace",
         "/workspace/.git",
         "/workspace/.git/hooks",
         "/workspace/.git/config",
         "/workspace/.git/modules",
     }
-    assert attrs["Config"]["User"] != "" and attrs["Config"]["WorkingDir"] == "/workspace"
+    assert mounts["/workspace"]["RW"] is True and mounts["/workspace/.git"]["RW"] is True
+    assert mounts["/workspace/.git/hooks"]["RW"] is False and mounts["/workspace/.git/config"]["RW"] is False
+    assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])
+    labels = attrs["Config"]["Labels"]
+    assert labels[owners.MANAGED] == "true" and labels[owners.SESSION] == box.session_id
+    assert attrs["Config"]["User"] == f"{box.repo.stat().st_uid}:{box.repo.stat().st_gid}"
+    assert attrs["Config"]["WorkingDir"] == "/workspace"

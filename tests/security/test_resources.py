@@ -17,7 +17,7 @@ from controller.protocol import CommandResult, ListResult
 from controller.sandbox import DockerSandbox
 from controller.scripted import serve_in_thread
 from tests.integration.helpers import call, sh
-from tests.security.conftest import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS
 
 
 @pytest.fixture
@@ -70,8 +70,9 @@ async def test_attack_is_contained(box: DockerSandbox, neighbour: DockerSandbox,
         assert isinstance(listing, ListResult) and listing.truncated and len(listing.entries) == 1000
 
 
-async def test_memory_limit_holds(box: DockerSandbox, docker_client: Any) -> None:
+async def test_memory_limit_kills_the_hog_not_the_toolbox(box: DockerSandbox, docker_client: Any) -> None:
     result = await sh(box, "python3 -c 'x = bytearray(900 << 20); print(len(x))'")
     assert isinstance(result, CommandResult) and result.exit_code == 137 and result.stdout.text == ""
+    assert (await sh(box, "echo alive")).stdout.text == "alive\n" and box.restarts == 0
     stats = docker_client.api.inspect_container(box.container.id)["HostConfig"]
     assert stats["Memory"] == 512 << 20

@@ -18,23 +18,10 @@ from controller.channel import ToolboxChannel
 from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult, PingResult
 from controller.sandbox import DockerSandbox, _raw_socket, container_options
-from tests.conftest import TEST_INSTANCE
 from tests.integration.helpers import call, expect, failure, sh
-from tests.security.conftest import SECURE_LIMITS
-
-SHADOWED = ["selectors", "json", "threading", "subprocess", "signal", "collections", "contextlib", "stat", "typing"]
-
-
-def plant_shadow_modules(repo: Path) -> None:
-    """Stdlib-shadowing modules that drop a marker file into the repository when anything imports them."""
-    for name in SHADOWED:
-        (repo / f"{name}.py").write_text(f"open('/workspace/HIJACKED-{name}', 'w').write('toolbox code ran')\n")
-    (repo / "sitecustomize.py").write_text("open('/workspace/HIJACKED-sitecustomize', 'w').write('x')\n")
-    (repo / "usercustomize.py").write_text("open('/workspace/HIJACKED-usercustomize', 'w').write('x')\n")
-
-
-def markers(repo: Path) -> list[str]:
-    return sorted(p.name for p in repo.glob("HIJACKED-*"))
+from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
+from tests.security.probes import OPEN, TRACE
+from tests.shadow_modules import markers, plant_shadow_modules
 
 
 async def test_workspace_modules_do_not_run_in_a_restarted_toolbox(box: DockerSandbox) -> None:
@@ -78,28 +65,6 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         await asyncio.to_thread(container.remove, force=True)
 
 
-TRACE = """
-import ctypes, os
-libc = ctypes.CDLL(None, use_errno=True)
-libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-rc = libc.ptrace(16, {pid}, None, None)  # PTRACE_ATTACH
-print(rc, ctypes.get_errno())
-if rc == 0:
-    os.waitpid({pid}, 0)
-    libc.ptrace(17, {pid}, None, None)  # PTRACE_DETACH
-"""
-
-OPEN = """
-import os
-for path, flags in (("fd/1", os.O_WRONLY), ("fd/0", os.O_RDONLY), ("mem", os.O_RDWR), ("environ", os.O_RDONLY)):
-    try:
-        os.close(os.open("/proc/{pid}/" + path, flags | os.O_NONBLOCK))
-        print(path, "opened")
-    except OSError as err:
-        print(path, err.strerror)
-"""
-
-
 async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
     ping = expect(await call(box, "ping"), PingResult)
     traced = await sh(box, f"python3 -c '{TRACE.format(pid=ping.pid)}'")
@@ -108,6 +73,11 @@ async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:
 
 
 async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSandbox) -> None:
+    """Its channel (stdin, stdout), memory and environment are closed to commands.
+
+    What happens if a sandbox reaches the stream anyway: test_channel_flood.py. Pid 1, which holds
+    the same stream: test_init_process.py.
+    """
     ping = expect(await call(box, "ping"), PingResult)
     opened = await sh(box, f"python3 -c '{OPEN.format(pid=ping.pid)}'; ls /proc/{ping.pid}/fd")
     assert opened.stdout.text.splitlines() == [
@@ -117,7 +87,7 @@ async def test_commands_cannot_open_the_toolbox_memory_or_channel(box: DockerSan
         "environ Permission denied",
     ]
     assert "Permission denied" in opened.stderr.text
-    assert (await sh(box, "echo fine")).stdout.text == "fine\n"
+    assert (await sh(box, "echo fine")).stdout.text == "fine\n" and box.restarts == 0
 
 
 async def test_the_undumpable_toolbox_still_does_its_own_work(box: DockerSandbox) -> None:

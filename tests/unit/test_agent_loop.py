@@ -15,9 +15,8 @@ from controller.errors import SandboxError
 from controller.events import ErrorEvent, SessionFinished, ToolResult
 from controller.protocol import Call, Outcome
 from controller.testing import MemorySandbox, Reply
-from tests.agent_harness import LIMITS, REPO_FILES, run_in_memory, text, tool
-
-__all__ = ["run_in_memory"]
+from tests.agent_harness import LIMITS, REPO_FILES, text, tool
+from tests.eventually import eventually_async
 
 
 async def test_bad_calls_become_errors_and_the_session_goes_on(run_in_memory: Callable[..., Any]) -> None:
@@ -220,9 +219,7 @@ async def test_cancelling_the_turn_keeps_the_running_commands_output(run_in_memo
     turn = asyncio.create_task(
         run_in_memory([{"content": [tool("run_command", command="make test")]}], sandbox=sandbox)
     )
-    async with asyncio.timeout(10):
-        while not sandbox.calls:
-            await asyncio.sleep(0.01)
+    await eventually_async(lambda: sandbox.calls, what="the command to start", timeout=10, interval=0.01)
     turn.cancel()
     run = await turn
     assert run.outcome.reason == "cancelled"

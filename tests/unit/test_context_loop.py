@@ -11,9 +11,7 @@ from controller.conversation import Conversation
 from controller.events import ContextEdited, ErrorEvent, UsageEvent
 from controller.scripted import ScriptedServer, invalid_request, prompt_usage
 from controller.testing import MemorySandbox, Reply
-from tests.agent_harness import LIMITS, REPO_FILES, register, run_in_memory, text, tool
-
-__all__ = ["run_in_memory"]
+from tests.agent_harness import LIMITS, REPO_FILES, register, text, tool
 
 OUTPUT = {"make test": Reply(stdout="E" * 8000)}
 """Each step's command prints 8,000 characters, about 2,000 tokens."""
