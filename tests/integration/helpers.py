@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from docker.errors import APIError, NotFound
+
 from controller import owners, protocol
 from controller.protocol import CommandResult, Failure, Outcome, Strict
 from controller.sandbox import DockerSandbox
@@ -36,8 +38,16 @@ def containers_of(client: Any, session_id: str) -> list[Any]:
 
 
 def container_running(client: Any, needle: str) -> Any:
-    """The Cubicle sandbox whose processes include ``needle``, or None."""
+    """The Cubicle sandbox whose processes include ``needle``, or None.
+
+    Other tests' containers come and go meanwhile: one that stops between the listing and
+    ``top`` (409, or 404 once removed) simply is not the one.
+    """
     for container in client.containers.list(filters={"label": "org.cubicle.managed=true"}):
-        if any(needle in " ".join(p) for p in (container.top()["Processes"] or [])):
+        try:
+            processes = container.top()["Processes"] or []
+        except (APIError, NotFound):
+            continue
+        if any(needle in " ".join(p) for p in processes):
             return container
     return None
