@@ -13,7 +13,7 @@ import importlib.resources
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from . import __version__, repos
 from .config import Limits, Settings
+from .context import Edit, estimate_tokens
 from .errors import (
     CapacityError,
     ConfigError,
@@ -113,7 +114,12 @@ class SessionPage(BaseModel):
 
 
 class Transcript(BaseModel):
-    messages: list[dict[str, Any]] = Field(description="The conversation exactly as sent to the model.")
+    messages: list[dict[str, Any]] = Field(
+        description="The whole stored transcript; with view=model, what the model is sent next (context edits applied)."
+    )
+    estimated_tokens: int | None = Field(None, description="With view=model: the view's size, estimated.")
+    window: int | None = Field(None, description="With view=model: the context window the policy keeps it inside.")
+    edits: list[Edit] | None = Field(None, description="With view=model: the context edits, oldest first.")
 
 
 class ErrorBody(BaseModel):
@@ -219,10 +225,26 @@ async def session_events(
     return EventSourceResponse(frames, ping=settings.sse_heartbeat_s)
 
 
-@router.get("/sessions/{session_id}/messages", response_model=Transcript)
-async def get_messages(session_id: str, sessions: SessionsDep) -> Transcript:
-    """The transcript exactly as sent to the model."""
-    return Transcript(messages=sessions.transcript(session_id))
+@router.get("/sessions/{session_id}/messages", response_model=Transcript, response_model_exclude_none=True)
+async def get_messages(
+    session_id: str,
+    sessions: SessionsDep,
+    settings: SettingsDep,
+    view: Annotated[Literal["stored", "model"], Query(description="model: what the model is sent next.")] = "stored",
+) -> Transcript:
+    """The whole transcript as stored, or (view=model) the bounded view the model is sent, with its size."""
+    if view == "stored":
+        return Transcript(messages=sessions.transcript(session_id))
+    shown, edits = sessions.model_view(session_id)
+    return Transcript(
+        messages=shown, estimated_tokens=estimate_tokens(shown), window=settings.context.window, edits=edits
+    )
+
+
+@router.post("/sessions/{session_id}/compact", response_model=SessionRecord)
+async def compact_session(session_id: str, sessions: SessionsDep) -> SessionRecord:
+    """Summarize the session's older turns now (409 while a turn runs); the stored transcript stays whole."""
+    return await sessions.compact(session_id)
 
 
 @router.post("/sessions/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=SessionRecord)

@@ -50,9 +50,10 @@ class Compactor:
     async def fit(self, convo: Conversation, step: int, reason: EditReason = "threshold") -> bool:
         """Edit ``convo``'s view until the plan needs nothing more; True when anything was edited.
 
-        ``reason="overflow"`` forces one compaction first (the API said the prompt was too long).
+        ``reason="overflow"`` (the API said the prompt was too long) and ``"manual"`` (the user asked)
+        force one compaction first, whatever the thresholds say.
         """
-        edited, force = False, reason == "overflow"
+        edited, force = False, reason in ("overflow", "manual")
         while (edit := self._plan(convo, force)) is not None:
             started = time.monotonic()
             if edit.kind == "compact":

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import anthropic
 
-from . import images, owners
+from . import images, owners, tools
 from .agent import Agent, SaveTranscript
+from .compactor import Compactor
 from .config import Limits, Settings
 from .engine import Engine
 from .events import EventSink
@@ -73,6 +74,13 @@ class Runtime:
             model=AnthropicModel(self._client(), model, self.settings.max_tokens),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
             approver=approver, save_transcript=save_transcript, context=self.settings.context,
+        )  # fmt: skip
+
+    def compactor(self, session_id: str, model: str, sink: EventSink) -> Compactor:
+        """What compacts a session's context between turns (``POST /compact``), as its agent would."""
+        return Compactor(
+            session_id, AnthropicModel(self._client(), model, self.settings.max_tokens),
+            self.settings.system_prompt or SYSTEM_PROMPT, tools.definitions(), self.settings.context, sink.emit,
         )  # fmt: skip
 
     async def close(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Limits, Settings
+from .context import Edit
 from .conversation import Conversation
 from .errors import CapacityError, ConflictError, NotFoundError
 from .events import Event, SessionStarted, StatusEvent, Usage
@@ -124,7 +125,25 @@ class Sessions:
             return None
         return self.get(session_id)
 
+    async def compact(self, session_id: str) -> SessionRecord:
+        """Compact the session's context now (a summary of its older turns), between turns only."""
+        record = self.get(session_id)
+        live = self._live.get(session_id)
+        if (live is not None and live.running) or (live is None and record.status == "running"):
+            raise ConflictError(f"Session {session_id} is running a turn; compact it when the turn has ended.")
+        recorder = live.recorder if live is not None else await self._restore(record)
+        convo = recorder.convo
+        if await self.runtime.compactor(session_id, record.model, recorder).fit(convo, convo.steps, "manual"):
+            await recorder.save_transcript(convo)
+        return self.get(session_id)
+
     # ------------------------------------------------------------------ queries
+
+    def model_view(self, session_id: str) -> tuple[list[dict[str, Any]], list[Edit]]:
+        """What the model would be sent next (the transcript with its context edits applied), and the edits."""
+        self.get(session_id)
+        convo = Conversation(messages=self.store.messages(session_id), edits=self.store.edits(session_id))
+        return convo.view(), convo.edits
 
     def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
         return self.store.page(limit, offset)

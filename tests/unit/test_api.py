@@ -61,7 +61,7 @@ def test_healthz_needs_no_token(client: TestClient) -> None:
 def test_every_route_needs_the_token(client: TestClient, header: str | None) -> None:
     headers = {"Authorization": header or ""}
     for method, path in [("get", "/v1/sessions"), ("post", "/v1/sessions"), ("get", "/v1/sessions/x"), ("get", "/v1/sessions/x/events"),
-                         ("get", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/cancel"),
+                         ("get", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/cancel"), ("post", "/v1/sessions/x/compact"),
                          ("delete", "/v1/sessions/x")]:  # fmt: skip
         response = client.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (method, path)
