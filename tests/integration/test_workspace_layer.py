@@ -38,8 +38,7 @@ from controller.workspace import (
     volume_kwargs,
 )
 from controller.workspace.layer import Layer
-
-from ..conftest import TEST_INSTANCE
+from tests.sandbox_defaults import TEST_INSTANCE
 
 OWNER = 1000
 FILES = {

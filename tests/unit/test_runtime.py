@@ -33,11 +33,11 @@ DATA_TYPES: set[Any] = {str, int, float, bool, Path, SecretStr, type(None)}
 
 
 def test_doubles_is_what_this_test_reads() -> None:
-    assert {"NoSandbox", "CubicleContainer"} <= _doubles()
+    assert {"NoSandbox", "MemorySandbox", "CubicleContainer"} <= _doubles()
 
 
 def _doubles() -> set[str]:
-    """The classes ``controller.testing`` defines: today NoSandbox, tomorrow an in-memory sandbox too."""
+    """The classes ``controller.testing`` defines: NoSandbox, MemorySandbox and whatever double comes next."""
     return {node.name for node in tree("testing").body if isinstance(node, ast.ClassDef)}
 
 

@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,6 +18,7 @@ from controller.sessions import Sessions
 from controller.store import SessionRecord, Store
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text, tool
+from tests.eventually import eventually_async
 
 
 class CountingSandbox(NoSandbox):
@@ -57,13 +57,6 @@ async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncItera
     store.close()
 
 
-async def wait_until(check: Any, timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "the condition never held"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
     controller: Controller, model_server: ScriptedServer, tmp_path: Path
 ) -> None:
@@ -85,7 +78,8 @@ async def test_an_idle_container_is_removed_and_a_follow_up_gets_a_fresh_one(
     model = register(model_server, [{"content": [text("one")]}, {"content": [text("two")]}])
     record = await sessions.create(tmp_path, "first", model, Limits())
     await sessions.join(record.id)
-    await wait_until(lambda: made[0].stops == 1)  # the idle timeout (0.3 s) removed the container
+    # the idle timeout (0.3 s) removes the container
+    await eventually_async(lambda: made[0].stops == 1, what="the idle sandbox to be stopped", timeout=5, interval=0.02)
     await sessions.follow_up(record.id, "second")
     await sessions.join(record.id)
     assert len(made) == 2, "the follow-up reloaded the session onto a new sandbox"

@@ -13,7 +13,6 @@ import ast
 import io
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from controller.sandbox_image.toolbox.__main__ import serve
 from controller.sandbox_image.toolbox.capture import Capture
 from controller.sandbox_image.toolbox.protocol import NO_THREADS, Toolbox
 from controller.sandbox_image.toolbox.workspace import Workspace
+from tests.eventually import eventually
 
 PACKAGE = Path(toolbox.__file__).parent
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
@@ -170,9 +170,8 @@ def test_ping_names_the_toolbox_process(box: tuple[Toolbox, io.BytesIO]) -> None
 def test_serve_answers_bad_lines_with_id_null_and_skips_blank_ones(box: tuple[Toolbox, io.BytesIO]) -> None:
     toolbox, out = box
     serve(toolbox, [b"\n", b"  \n", b"{not json\n", b"[1, 2]\n", b'{"id": 3, "op": "ping", "args": {}}\n'])
-    deadline = time.monotonic() + 10
-    while out.getvalue().count(b"\n") < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)  # the ping is answered on a thread of its own
+    # the ping is answered on a thread of its own
+    eventually(lambda: out.getvalue().count(b"\n") >= 3, what="three answers", timeout=10, interval=0.01)
     lines = out.getvalue().splitlines()
     assert lines[0] == (
         b'{"id":null,"ok":false,"error":{"kind":"bad_request",'

@@ -35,52 +35,80 @@ def pump(
     polling delay. A cancel wakes it too: the group is already dead, and what the pipes
     still hold is drained the same way.
     """
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = Capture(cap), Capture(cap)
-    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
-    sel = selectors.DefaultSelector()
-    for fd in captures:
-        sel.register(fd, selectors.EVENT_READ)
-    exit_fd = _exit_fd(proc.pid)
-    if exit_fd is not None:
-        sel.register(exit_fd, selectors.EVENT_READ)
-    if job:
-        sel.register(job.wake, selectors.EVENT_READ)
-    timed_out, term_at, exited_at, cancelled_at = False, 0.0, 0.0, 0.0
+    pumping = _Pump(proc, cap, deadline, group, job)
     try:
+        pumping.run()
+    finally:
+        pumping.close()
+    return pumping.out, pumping.err, pumping.timed_out
+
+
+class _Pump:
+    """The state of one command's pump: its pipes and wake-ups in a selector, and when it timed out or ended."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int, job: Job | None) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc, self.deadline, self.group, self.job = proc, deadline, group, job
+        self.out, self.err = Capture(cap), Capture(cap)
+        self.captures = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
+        self.sel = selectors.DefaultSelector()
+        for fd in self.captures:
+            self.sel.register(fd, selectors.EVENT_READ)
+        self.exit_fd = _exit_fd(proc.pid)
+        if self.exit_fd is not None:
+            self.sel.register(self.exit_fd, selectors.EVENT_READ)
+        if job:
+            self.sel.register(job.wake, selectors.EVENT_READ)
+        self.timed_out, self.term_at, self.exited_at, self.cancelled_at = False, 0.0, 0.0, 0.0
+
+    def run(self) -> None:
         while True:
             now = time.monotonic()
-            if not timed_out and not cancelled_at and now >= deadline:
-                timed_out, term_at = True, now
-                kill_group(group, signal.SIGTERM)
-            if timed_out and now >= term_at + KILL_GRACE_S:
-                kill_group(group, signal.SIGKILL)
-                if now >= term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S:
-                    break  # stuck in the kernel; report it rather than wait forever
-            if not exited_at and proc.poll() is not None:
-                exited_at = now
-            ended = exited_at or cancelled_at
-            pipes_open = any(fd in captures for fd in sel.get_map())
-            if ended and (not pipes_open or now >= ended + DRAIN_AFTER_EXIT_S):
-                break  # pipes drained, or background children hold them open; they die with the group
-            wake = [deadline if not timed_out else term_at + KILL_GRACE_S]
-            if ended:
-                wake.append(ended + DRAIN_AFTER_EXIT_S)
-            elif exit_fd is None:
-                wake.append(now + 0.005)  # no pidfd: poll for the exit
-            for key, _ in sel.select(max(0.0, min(wake) - now)):
-                if key.fd == exit_fd:
-                    sel.unregister(exit_fd)  # it stays readable; proc.poll() above collects the exit
-                elif job and key.fd == job.wake:
-                    sel.unregister(job.wake)
-                    cancelled_at = now
-                    kill_group(group, signal.SIGKILL)  # the cancel may have come before the job knew its group
-                elif data := os.read(key.fd, READ_CHUNK):
-                    captures[key.fd].feed(data)
-                else:
-                    sel.unregister(key.fd)
-    finally:
-        sel.close()
-        if exit_fd is not None:
-            os.close(exit_fd)
-    return out, err, timed_out
+            if self._enforce_deadline(now) or self._finished(now):
+                return
+            for key, _ in self.sel.select(max(0.0, self._wake_at(now) - now)):
+                self._handle(key.fd, now)
+
+    def _enforce_deadline(self, now: float) -> bool:
+        """TERM at the deadline, KILL after the grace; True when the group is stuck in the kernel even so."""
+        if not self.timed_out and not self.cancelled_at and now >= self.deadline:
+            self.timed_out, self.term_at = True, now
+            kill_group(self.group, signal.SIGTERM)
+        if self.timed_out and now >= self.term_at + KILL_GRACE_S:
+            kill_group(self.group, signal.SIGKILL)
+            return now >= self.term_at + KILL_GRACE_S + UNKILLABLE_WAIT_S  # report it rather than wait forever
+        return False
+
+    def _finished(self, now: float) -> bool:
+        """Ended (exited or cancelled) and drained, or background children hold the pipes past the drain."""
+        if not self.exited_at and self.proc.poll() is not None:
+            self.exited_at = now
+        ended = self.exited_at or self.cancelled_at
+        pipes_open = any(fd in self.captures for fd in self.sel.get_map())
+        return bool(ended) and (not pipes_open or now >= ended + DRAIN_AFTER_EXIT_S)
+
+    def _wake_at(self, now: float) -> float:
+        wake = [self.deadline if not self.timed_out else self.term_at + KILL_GRACE_S]
+        ended = self.exited_at or self.cancelled_at
+        if ended:
+            wake.append(ended + DRAIN_AFTER_EXIT_S)
+        elif self.exit_fd is None:
+            wake.append(now + 0.005)  # no pidfd: poll for the exit
+        return min(wake)
+
+    def _handle(self, fd: int, now: float) -> None:
+        if fd == self.exit_fd:
+            self.sel.unregister(fd)  # it stays readable; proc.poll() collects the exit
+        elif self.job and fd == self.job.wake:
+            self.sel.unregister(fd)
+            self.cancelled_at = now
+            kill_group(self.group, signal.SIGKILL)  # the cancel may have come before the job knew its group
+        elif data := os.read(fd, READ_CHUNK):
+            self.captures[fd].feed(data)
+        else:
+            self.sel.unregister(fd)
+
+    def close(self) -> None:
+        self.sel.close()
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)

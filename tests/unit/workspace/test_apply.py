@@ -9,8 +9,7 @@ import pytest
 
 from controller.workspace import LayerMissingError, apply, open_layer, revert, scan
 from controller.workspace.records import FileType
-
-from .conftest import OWNER, Workspace, snapshot
+from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
 
 TURN = (
     "printf 'v2\\n' > src/app.py; echo new > new.txt; rm old/gone.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt;"

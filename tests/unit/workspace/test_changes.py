@@ -7,8 +7,7 @@ import stat
 
 from controller.workspace import Disposition, Kind, scan
 from controller.workspace.records import FileType
-
-from .conftest import Workspace
+from tests.unit.workspace.overlay import Workspace
 
 
 def by_path(ws: Workspace) -> dict[str, tuple[str, str, str]]:

@@ -10,8 +10,7 @@ import pytest
 
 from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, rewind, scan
 from controller.workspace.records import read_json
-
-from .conftest import Workspace, snapshot
+from tests.unit.workspace.overlay import Workspace, snapshot
 
 
 def upper_state(ws: Workspace) -> dict[str, tuple[object, ...]]:
