@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import terminal
-from .events import Event, SessionFinished, TextDelta, ToolCall, ToolResult, UsageEvent
+from .events import ContextEdited, Event, SessionFinished, TextDelta, ToolCall, ToolResult, UsageEvent
 
 PREVIEW_CHARS = 160
 TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
@@ -66,6 +66,18 @@ def preview(output: str) -> str:
     shown = 2 if lines[0].startswith("timed out") and len(lines) > 1 else 1
     first = cut(" · ".join(lines[:shown]))
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
+
+
+CONTEXT_EDITS = {"mask": "old tool results cleared", "compact": "older turns summarized", "trim": "older turns dropped"}
+
+
+def context_line(event: ContextEdited) -> Text:
+    """One dim line when the model's view was edited: what was done and how much smaller the prompt became."""
+    return Text(
+        f"↺ context: {CONTEXT_EDITS[event.kind]} ({event.reason}), "
+        f"~{event.tokens_before:,} → ~{event.tokens_after:,} tokens",
+        "dim",
+    )
 
 
 def result_mark(event: ToolResult) -> Text:
@@ -279,6 +291,9 @@ class LiveSink:
             )
         elif isinstance(event, UsageEvent):
             self._tokens, self._step = event.session.total, event.step
+        elif isinstance(event, ContextEdited):
+            self._flush_text()
+            self.console.print(context_line(event))
         elif isinstance(event, SessionFinished):
             self._flush_text()
             self.finished = event

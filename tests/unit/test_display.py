@@ -12,8 +12,17 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from controller.display import APPROVAL_ROWS, JsonSink, LiveSink, approval, preview, result_mark, summarize_args
-from controller.events import TextDelta, ToolResult
+from controller.display import (
+    APPROVAL_ROWS,
+    JsonSink,
+    LiveSink,
+    approval,
+    context_line,
+    preview,
+    result_mark,
+    summarize_args,
+)
+from controller.events import ContextEdited, TextDelta, ToolResult
 
 
 def _console(width: int = 100, clock: list[float] | None = None) -> Console:
@@ -146,3 +155,19 @@ async def test_json_events_are_ascii_so_a_terminal_shows_them_inert(capsys: pyte
     line = capsys.readouterr().out
     assert line.isascii() and "\x1b" not in line
     assert json.loads(line)["text"] == hostile
+
+
+def test_a_context_edit_is_one_dim_line_in_the_live_view() -> None:
+    event = ContextEdited(
+        session_id="s",
+        kind="mask",
+        reason="threshold",
+        upto=40,
+        tokens_before=104_000,
+        tokens_after=61_500,
+        duration_s=0.01,
+    )
+    assert (
+        _render(context_line(event)).strip()
+        == "↺ context: old tool results cleared (threshold), ~104,000 → ~61,500 tokens"
+    )
