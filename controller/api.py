@@ -25,7 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from . import __version__, repos
 from .config import Limits, Settings
-from .context import Edit, estimate_tokens
+from .context import ContextPolicy, Edit, estimate_tokens
 from .errors import (
     CapacityError,
     ConfigError,
@@ -81,6 +81,7 @@ def _optional(model: type[BaseModel], name: str) -> type[BaseModel]:
 
 
 LimitsRequest = _optional(Limits, "LimitsRequest")
+ContextRequest = _optional(ContextPolicy, "ContextRequest")
 
 
 class CreateSession(BaseModel):
@@ -96,6 +97,7 @@ class CreateSession(BaseModel):
         None, max_length=200, pattern=r"^[A-Za-z0-9._:@/-]+$", description="Model id; default from settings."
     )
     limits: LimitsRequest | None = Field(None, description="Limits to lower (or raise up to the server's maximums).")  # type: ignore[valid-type]
+    context: ContextRequest | None = Field(None, description="Context policy fields that differ from the server's.")  # type: ignore[valid-type]
 
 
 class FollowUp(BaseModel):
@@ -188,7 +190,10 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
     repo = repos.resolve(body.repo, settings.repo_roots, protected)
     asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
     limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)
-    return await sessions.create(repo, body.task, body.model, limits)
+    context = None
+    if body.context is not None:
+        context = settings.context.model_copy(update=body.context.model_dump(exclude_none=True))
+    return await sessions.create(repo, body.task, body.model, limits, context)
 
 
 @router.get("/sessions", response_model=SessionPage)
@@ -229,16 +234,13 @@ async def session_events(
 async def get_messages(
     session_id: str,
     sessions: SessionsDep,
-    settings: SettingsDep,
     view: Annotated[Literal["stored", "model"], Query(description="model: what the model is sent next.")] = "stored",
 ) -> Transcript:
     """The whole transcript as stored, or (view=model) the bounded view the model is sent, with its size."""
     if view == "stored":
         return Transcript(messages=sessions.transcript(session_id))
-    shown, edits = sessions.model_view(session_id)
-    return Transcript(
-        messages=shown, estimated_tokens=estimate_tokens(shown), window=settings.context.window, edits=edits
-    )
+    shown, edits, policy = sessions.model_view(session_id)
+    return Transcript(messages=shown, estimated_tokens=estimate_tokens(shown), window=policy.window, edits=edits)
 
 
 @router.post("/sessions/{session_id}/compact", response_model=SessionRecord)

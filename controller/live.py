@@ -118,7 +118,7 @@ class LiveSession:
         record = self.record
         return self.runtime.agent(
             session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.recorder,
-            limits=record.limits, save_transcript=self.recorder.save_transcript,
+            limits=record.limits, save_transcript=self.recorder.save_transcript, context=record.context,
         )  # fmt: skip
 
     def _cancel_idle_timer(self) -> None:

@@ -21,6 +21,7 @@ from . import images, owners, tools
 from .agent import Agent, SaveTranscript
 from .compactor import Compactor
 from .config import Limits, Settings
+from .context import ContextPolicy
 from .engine import Engine
 from .events import EventSink
 from .model import SYSTEM_PROMPT, AnthropicModel, make_client
@@ -67,20 +68,25 @@ class Runtime:
         limits: Limits,
         approver: Approver | None = None,
         save_transcript: SaveTranscript | None = None,
+        context: ContextPolicy | None = None,
     ) -> Agent:
-        """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``."""
+        """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``.
+
+        ``context`` is the session's own policy; without one, the server's (``Settings.context``).
+        """
         return Agent(
             session_id=session_id,
             model=AnthropicModel(self._client(), model, self.settings.max_tokens),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
-            approver=approver, save_transcript=save_transcript, context=self.settings.context,
+            approver=approver, save_transcript=save_transcript, context=context or self.settings.context,
         )  # fmt: skip
 
-    def compactor(self, session_id: str, model: str, sink: EventSink) -> Compactor:
+    def compactor(self, session_id: str, model: str, sink: EventSink, context: ContextPolicy | None) -> Compactor:
         """What compacts a session's context between turns (``POST /compact``), as its agent would."""
         return Compactor(
             session_id, AnthropicModel(self._client(), model, self.settings.max_tokens),
-            self.settings.system_prompt or SYSTEM_PROMPT, tools.definitions(), self.settings.context, sink.emit,
+            self.settings.system_prompt or SYSTEM_PROMPT, tools.definitions(), context or self.settings.context,
+            sink.emit,
         )  # fmt: skip
 
     async def close(self) -> None:

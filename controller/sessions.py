@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Limits, Settings
-from .context import Edit
+from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .errors import CapacityError, ConflictError, NotFoundError
 from .events import Event, SessionStarted, StatusEvent, Usage
@@ -83,13 +83,15 @@ class Sessions:
             return record.model_copy(update={"status": "failed", "finish_reason": "error", "detail": live.failure})
         return record
 
-    async def create(self, repo: Path, task: str, model: str | None, limits: Limits) -> SessionRecord:
+    async def create(
+        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None
+    ) -> SessionRecord:
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
         now = time.time()
         record = SessionRecord(
             id="s_" + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model, status="running",
-            usage=Usage(), steps=0, limits=limits, created_at=now, updated_at=now,
+            usage=Usage(), steps=0, limits=limits, context=context, created_at=now, updated_at=now,
         )  # fmt: skip
         self.store.insert(record)
         live = await self._load(record)
@@ -133,17 +135,18 @@ class Sessions:
             raise ConflictError(f"Session {session_id} is running a turn; compact it when the turn has ended.")
         recorder = live.recorder if live is not None else await self._restore(record)
         convo = recorder.convo
-        if await self.runtime.compactor(session_id, record.model, recorder).fit(convo, convo.steps, "manual"):
+        compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
+        if await compactor.fit(convo, convo.steps, "manual"):
             await recorder.save_transcript(convo)
         return self.get(session_id)
 
     # ------------------------------------------------------------------ queries
 
-    def model_view(self, session_id: str) -> tuple[list[dict[str, Any]], list[Edit]]:
-        """What the model would be sent next (the transcript with its context edits applied), and the edits."""
-        self.get(session_id)
+    def model_view(self, session_id: str) -> tuple[list[dict[str, Any]], list[Edit], ContextPolicy]:
+        """What the model would be sent next (the transcript with its context edits applied), the edits, the policy."""
+        record = self.get(session_id)
         convo = Conversation(messages=self.store.messages(session_id), edits=self.store.edits(session_id))
-        return convo.view(), convo.edits
+        return convo.view(), convo.edits, record.context or self.settings.context
 
     def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
         return self.store.page(limit, offset)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import Limits
-from .context import Edit
+from .context import ContextPolicy, Edit
 from .errors import StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
@@ -75,6 +75,12 @@ CREATE TABLE IF NOT EXISTS context_edits (
 );
 CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
 """
+COLUMNS = (
+    "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
+    "updated_at", "context",
+)  # fmt: skip
+"""The sessions table's columns in the order _record reads them (``context`` was added later, by _migrate)."""
+SELECTED = ", ".join(COLUMNS)
 
 
 class SessionRecord(BaseModel):
@@ -92,6 +98,7 @@ class SessionRecord(BaseModel):
     usage: Usage
     steps: int = Field(description="Model requests made, over all turns.")
     limits: Limits
+    context: ContextPolicy | None = Field(None, description="This session's context policy; none: the server's.")
     created_at: float
     updated_at: float
 
@@ -107,18 +114,26 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(SCHEMA)
+        self._migrate()
 
     def close(self) -> None:
         self._db.close()
+
+    def _migrate(self) -> None:
+        """Bring a database made by an earlier version up to this schema, in place."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        if "context" not in columns:
+            self._db.execute("ALTER TABLE sessions ADD COLUMN context TEXT")
 
     # ------------------------------------------------------------------ sessions
 
     @_writes
     def insert(self, record: SessionRecord) -> None:
         self._db.execute(
-            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
             (record.id, record.repo, record.task, record.model, record.status, record.finish_reason, record.detail,
-             record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at),
+             record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at,
+             record.context.model_dump_json() if record.context else None),
         )  # fmt: skip
 
     @_writes
@@ -129,18 +144,19 @@ class Store:
         self._db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
 
     def get(self, session_id: str) -> SessionRecord | None:
-        row = self._db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = self._db.execute(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return _record(row) if row else None
 
     def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
         rows = self._db.execute(
-            "SELECT * FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
+            f"SELECT {SELECTED} FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
         total = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
         return [_record(r) for r in rows], total
 
     def with_status(self, status: str) -> list[SessionRecord]:
-        return [_record(r) for r in self._db.execute("SELECT * FROM sessions WHERE status = ?", (status,)).fetchall()]
+        rows = self._db.execute(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
+        return [_record(r) for r in rows]
 
     @_writes
     def delete(self, session_id: str) -> None:
@@ -215,9 +231,9 @@ class Store:
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
-    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated) = row
+    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context) = row
     return SessionRecord(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
-        created_at=created, updated_at=updated,
+        context=ContextPolicy.model_validate_json(context) if context else None, created_at=created, updated_at=updated,
     )  # fmt: skip

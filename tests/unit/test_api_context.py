@@ -63,3 +63,31 @@ def test_compaction_waits_for_the_turn_to_end(api: Api, model_server: ScriptedSe
     assert refused.status_code == 409 and "running a turn" in refused.json()["detail"]
     api.http.post(f"/v1/sessions/{sid}/cancel")
     assert api.http.post("/v1/sessions/nope/compact").status_code == 404
+
+
+def test_a_session_can_carry_its_own_context_policy(api: Api, model_server: ScriptedServer, tmp_path: Path) -> None:
+    """The server manages context; a session that asks for ``off`` hits the window, as unmanaged loops do."""
+    steps = [{"content": [tool("run_command", command="make test")]}] * 30 + [{"content": [text("Done.")]}]
+    name = register(model_server, steps, context_window=20_000)
+    repo = str(tmp_path / "roots" / "repo")
+    managed = api.create(repo, name, context={"window": 20_000})
+    unmanaged = api.create(repo, name, context={"strategy": "off"})
+    assert unmanaged["context"]["strategy"] == "off" and unmanaged["context"]["window"] == POLICY.window
+    ended = {sid: api.wait_for(sid, lambda s: s["status"] != "running") for sid in (managed["id"], unmanaged["id"])}
+    assert ended[managed["id"]]["finish_reason"] == "end_turn"
+    assert (
+        ended[unmanaged["id"]]["finish_reason"] == "error" and "prompt is too long" in ended[unmanaged["id"]]["detail"]
+    )
+    view = api.http.get(f"/v1/sessions/{managed['id']}/messages", params={"view": "model"}).json()
+    assert view["window"] == 20_000 and view["edits"]
+
+
+def test_a_policy_outside_its_bounds_is_refused(api: Api, tmp_path: Path) -> None:
+    response = api.http.post(
+        "/v1/sessions", json={"repo": str(tmp_path / "roots" / "repo"), "task": "t", "context": {"window": 10}}
+    )
+    assert response.status_code == 422
+    response = api.http.post(
+        "/v1/sessions", json={"repo": str(tmp_path / "roots" / "repo"), "task": "t", "context": {"strategy": "magic"}}
+    )
+    assert response.status_code == 422
