@@ -107,11 +107,10 @@ class Measure:
 
         Remembered per key and extended as ``upto`` grows: between edits, a step adds only its own messages.
         """
-        cut, mask_upto, summary = key
+        mask_upto = key[1]
         items, done = self._settled.pop(key, ([], 0))
         if not items or upto < done:
-            head = _compacted(messages[:cut], summary) if cut else None
-            items, done = ([(head, len(json.dumps(head, ensure_ascii=False)))] if head else []), cut
+            items, done = self._derived(messages, key, upto)
         for index in range(done, upto):
             message = messages[index]
             items.append(self.masked(message, messages) if index < mask_upto else (message, self.size(message)))
@@ -119,6 +118,24 @@ class Measure:
         while len(self._settled) > SETTLED_VIEWS:
             del self._settled[next(iter(self._settled))]
         return list(items)
+
+    def _derived(
+        self, messages: list[Message], key: tuple[int, int, str | None], upto: int
+    ) -> tuple[list[tuple[Message, int]], int]:
+        """A start for a new key's settled view: a remembered one with the same cut and a lower mask, masked
+        further (a mask edit then costs the messages it clears, not the whole view), or just the head."""
+        cut, mask_upto, summary = key
+        offset = 1 if cut else 0
+        bases = [(k[1], v) for k, v in self._settled.items() if (k[0], k[2]) == (cut, summary) and k[1] <= mask_upto]
+        if not bases:
+            head = _compacted(messages[:cut], summary) if cut else None
+            return ([(head, len(json.dumps(head, ensure_ascii=False)))] if head else []), cut
+        lower, (base, base_done) = max(bases, key=lambda b: b[0])
+        done = min(base_done, upto)
+        items = base[: offset + done - cut]
+        for index in range(max(cut, lower), min(mask_upto, done)):
+            items[offset + index - cut] = self.masked(messages[index], messages)
+        return items, done
 
     def names(self, messages: list[Message]) -> dict[str, str]:
         """Tool names by tool_use id, read from assistant messages not read before."""
