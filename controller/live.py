@@ -17,6 +17,7 @@ from typing import Any
 
 from .agent import Agent, TurnOutcome
 from .conversation import Conversation
+from .events import SessionFinished
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import SessionRecord
@@ -64,7 +65,7 @@ class LiveSession:
         await self.recorder.save_transcript(self.convo)
         self.failure = None
         self.task = asyncio.create_task(self.run(self._agent()), name=f"turn-{self.session_id}")
-        self.task.add_done_callback(lambda _: self.after())
+        self.task.add_done_callback(self._ended)
         _background(self.sandbox.start())
 
     async def run(self, agent: Agent) -> TurnOutcome | None:
@@ -77,6 +78,23 @@ class LiveSession:
             with contextlib.suppress(Exception):
                 self.recorder.mark_failed(self.failure)
             return None
+
+    def _ended(self, task: asyncio.Task[TurnOutcome | None]) -> None:
+        """The turn's task is done. A task cancelled before its first line never recorded an end: record it now."""
+        if task.cancelled():
+            _background(self._record_unbegun_end())
+        self.after()
+
+    async def _record_unbegun_end(self) -> None:
+        if self.convo.answer_dangling("the turn was cancelled"):
+            await self.recorder.save_transcript(self.convo)
+        convo = self.convo
+        await self.recorder.emit(
+            SessionFinished(
+                session_id=self.session_id, reason="cancelled", steps=convo.steps, usage=convo.usage,
+                detail="the turn was cancelled before it began",
+            )
+        )  # fmt: skip
 
     def after(self) -> None:
         """The turn has ended: wake its followers, and remove the container if no turn comes soon."""

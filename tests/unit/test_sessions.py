@@ -147,3 +147,19 @@ async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_ca
     assert [(e.type, getattr(e, "status", "")) for e in store.events_after(left.id, 0)] == [("status", "interrupted")]
     await sessions.close()
     store.close()
+
+
+async def test_a_turn_cancelled_before_it_began_still_records_its_end(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    """Cancel in the same step as create: the turn's task never ran a line, yet the session ends cancelled."""
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("never sent")]}])
+    record = await sessions.create(tmp_path, "start and stop", model, Limits())
+    await sessions.cancel(record.id)
+    ended = await eventually_async(
+        lambda: sessions.get(record.id), what="the session to leave running", until=lambda r: r.status != "running"
+    )
+    assert (ended.status, ended.finish_reason) == ("cancelled", "cancelled")
+    kinds = [event.type async for event in sessions.follow(record.id, 0)]
+    assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
