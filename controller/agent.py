@@ -36,8 +36,6 @@ from .events import (
     TextDelta,
     ToolCall,
     ToolResult,
-    Usage,
-    UsageEvent,
 )
 from .model import Model, block_to_param
 from .sandbox import Sandbox
@@ -158,7 +156,7 @@ class Agent:
     async def _ask(self, convo: Conversation, step: int) -> Message:
         """The model's reply to the view of ``convo``; a prompt the API finds too long is compacted once and resent."""
         await self._fit(convo, step, "threshold")
-        replies = sum(1 for m in convo.messages if m["role"] == "assistant")
+        replies = convo.replies
         for attempt in (1, 2):
             try:
                 shown = convo.view()
@@ -175,16 +173,7 @@ class Agent:
         return True
 
     async def _count(self, convo: Conversation, reply: Message, step: int) -> None:
-        turn = Usage()
-        turn.add(reply.usage)
-        convo.usage.add(reply.usage)
-        prompt = turn.input_tokens + turn.cache_read_input_tokens + turn.cache_creation_input_tokens
-        await self._emit(
-            UsageEvent(
-                session_id=self.session_id, step=step, turn=turn, session=convo.usage.model_copy(),
-                prompt_tokens=prompt, context_window=self.context.window,
-            )
-        )  # fmt: skip
+        await self._emit(convo.count(self.session_id, step, reply.usage, self.context.window))
 
     async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
         """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""

@@ -14,12 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from anthropic.types import Message
-
 from .context import ContextPolicy, Edit, plan, tokens
 from .conversation import Conversation
 from .errors import ModelError
-from .events import ContextEdited, EditReason, ErrorEvent, Event, Usage, UsageEvent
+from .events import ContextEdited, EditReason, ErrorEvent, Event
 from .model import Model
 
 SUMMARY_INSTRUCTION = """Context is running out, so the conversation so far will be replaced by your summary. Write it now, \
@@ -74,10 +72,12 @@ class Compactor:
 
     async def _summarized(self, convo: Conversation, edit: Edit, step: int) -> Edit:
         """The compaction with the model's summary, or a trim of the same messages when no summary comes."""
-        replies = sum(1 for m in convo.messages if m["role"] == "assistant")
         try:
-            reply = await self.model.summarize(self.system, self.tools, convo.view(), SUMMARY_INSTRUCTION, turn=replies)
-            await self._count(convo, reply, step)
+            reply = await self.model.summarize(
+                self.system, self.tools, convo.view(), SUMMARY_INSTRUCTION, turn=convo.replies
+            )
+            # a summary's tokens count toward the session's usage and budget like any other request
+            await self._emit(convo.count(self.session_id, step, reply.usage, self.policy.window))
             summary = "".join(b.text for b in reply.content if b.type == "text").strip()
             if not summary:
                 raise ModelError("the summary came back empty")
@@ -86,10 +86,3 @@ class Compactor:
             await self._emit(ErrorEvent(session_id=self.session_id, kind="context", message=message))
             return edit.model_copy(update={"kind": "trim"})
         return edit.model_copy(update={"summary": summary})
-
-    async def _count(self, convo: Conversation, reply: Message, step: int) -> None:
-        """A summary's tokens count toward the session's usage and budget like any other request."""
-        used = Usage()
-        used.add(reply.usage)
-        convo.usage.add(reply.usage)
-        await self._emit(UsageEvent(session_id=self.session_id, step=step, turn=used, session=convo.usage.model_copy()))

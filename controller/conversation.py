@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .context import Edit, Measure, view
-from .events import Usage
+from .events import Usage, UsageEvent
 
 
 @dataclass
@@ -23,6 +23,23 @@ class Conversation:
     edits: list[Edit] = field(default_factory=list)
     measure: Measure = field(default_factory=Measure, repr=False, compare=False)
     """Remembered message sizes, so keeping the view in the window costs each step only what it added."""
+
+    @property
+    def replies(self) -> int:
+        """How many replies the whole transcript holds: the turn number the next request answers (the view may
+        hold fewer, once older turns are compacted)."""
+        return sum(1 for m in self.messages if m["role"] == "assistant")
+
+    def count(self, session_id: str, step: int, used: Any, window: int) -> UsageEvent:
+        """Add a reply's usage to the session's totals; the event that reports both."""
+        turn = Usage()
+        turn.add(used)
+        self.usage.add(used)
+        prompt = turn.input_tokens + turn.cache_read_input_tokens + turn.cache_creation_input_tokens
+        return UsageEvent(
+            session_id=session_id, step=step, turn=turn, session=self.usage.model_copy(), prompt_tokens=prompt,
+            context_window=window,
+        )  # fmt: skip
 
     def view(self) -> list[dict[str, Any]]:
         """What the model is sent: the transcript with the context edits applied."""

@@ -102,8 +102,7 @@ class Sessions:
     async def follow_up(self, session_id: str, text: str) -> SessionRecord:
         record = self.get(session_id)
         live = self._live.get(session_id)
-        if (live is not None and live.running) or (live is None and record.status == "running"):
-            raise ConflictError(f"Session {session_id} is running a turn; wait for it to finish or cancel it.")
+        self._refuse_while_running(record, live, "wait for it to finish or cancel it")
         self._check_capacity()
         live = live or await self._load(record)
         self.store.update(session_id, status="running", finish_reason=None, detail="")
@@ -131,8 +130,7 @@ class Sessions:
         """Compact the session's context now (a summary of its older turns), between turns only."""
         record = self.get(session_id)
         live = self._live.get(session_id)
-        if (live is not None and live.running) or (live is None and record.status == "running"):
-            raise ConflictError(f"Session {session_id} is running a turn; compact it when the turn has ended.")
+        self._refuse_while_running(record, live, "compact it when the turn has ended")
         recorder = live.recorder if live is not None else await self._restore(record)
         convo = recorder.convo
         compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
@@ -167,6 +165,12 @@ class Sessions:
             await asyncio.wait([live.task])
 
     # ------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _refuse_while_running(record: SessionRecord, live: LiveSession | None, advice: str) -> None:
+        """A turn runs here, or in a controller that stopped without recording its end (restart will interrupt it)."""
+        if (live is not None and live.running) or (live is None and record.status == "running"):
+            raise ConflictError(f"Session {record.id} is running a turn; {advice}.")
 
     def _check_capacity(self) -> None:
         cap = self.settings.max_concurrent_sessions
