@@ -60,6 +60,10 @@ class TurnOutcome:
     detail: str = ""
 
 
+TurnEnd = Callable[[TurnOutcome], Awaitable[None]]
+"""Called when a turn has ended, just before its ``session_finished``: the workspace's checkpoint goes here."""
+
+
 class Agent:
     """Runs turns of one session against a model and a sandbox, reporting to a sink."""
 
@@ -75,8 +79,10 @@ class Agent:
         approver: Approver | None = None,
         save_transcript: SaveTranscript | None = None,
         context: ContextPolicy | None = None,
+        on_turn_end: TurnEnd | None = None,
     ) -> None:
         self.session_id = session_id
+        self.on_turn_end = on_turn_end
         self.model = model
         self.sandbox = sandbox
         self.sink = sink
@@ -116,6 +122,8 @@ class Agent:
             await self._emit(ErrorEvent(session_id=self.session_id, kind="internal", message=outcome.detail))
         if convo.answer_dangling(f"the turn stopped: {outcome.detail}", self._answered):
             await self._save(convo)
+        if self.on_turn_end is not None:
+            await self.on_turn_end(outcome)
         await self._emit(
             SessionFinished(
                 session_id=self.session_id,

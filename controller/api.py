@@ -40,7 +40,9 @@ from .errors import (
 )
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
-from .store import SessionRecord, Store
+from .store import ApplyPolicy, SessionRecord, Store
+from .workspace import ApplyResult, Change, Conflict, RevertResult
+from .workspaces import ApplyConflictError, Checkpoint, printable, printable_conflict, shown
 
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
 
@@ -98,6 +100,38 @@ class CreateSession(BaseModel):
     )
     limits: LimitsRequest | None = Field(None, description="Limits to lower (or raise up to the server's maximums).")  # type: ignore[valid-type]
     context: ContextRequest | None = Field(None, description="Context policy fields that differ from the server's.")  # type: ignore[valid-type]
+    apply: ApplyPolicy = Field(
+        "never",
+        description="on_finish: apply the changes to the checkout after a turn the agent ended itself "
+        "(not after a limit, cancel or error); never: keep them for review (GET .../changes, POST .../apply).",
+    )
+
+
+class ApplyRequest(BaseModel):
+    """Apply the session's changes to the checkout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [], max_length=10_000, description="Paths (or directories) to write even though the checkout changed there."
+    )
+    include_ignored: bool = Field(False, description="Also apply paths the repository's ignore rules matched.")
+
+
+class RevertRequest(BaseModel):
+    """Undo the newest apply not yet reverted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [], max_length=10_000, description="Paths to restore even though the checkout changed there since the apply."
+    )
+
+
+class RewindRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int = Field(ge=1, le=MAX_INDEX, description="The checkpoint (end of a turn) to return the files to.")
 
 
 class FollowUp(BaseModel):
@@ -126,6 +160,7 @@ class Transcript(BaseModel):
 
 class ErrorBody(BaseModel):
     detail: Any
+    conflicts: list[Conflict] | None = Field(None, description="With 409 from apply or revert: what changed where.")
 
 
 class Health(BaseModel):
@@ -141,7 +176,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         401: "Missing or wrong bearer token",
         403: "Repository outside the allowed roots or a system path",
         404: "No such session",
-        409: "A turn is running",
+        409: "A turn is running, the repository overlaps a running session's, or the checkout changed (conflicts)",
         413: "Request body too large",
         429: "Too many sessions running",
         507: "The session database cannot be written (disk full)",
@@ -193,7 +228,7 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
     context = None
     if body.context is not None:
         context = settings.context.model_copy(update=body.context.model_dump(exclude_none=True))
-    return await sessions.create(repo, body.task, body.model, limits, context)
+    return await sessions.create(repo, body.task, body.model, limits, context, body.apply)
 
 
 @router.get("/sessions", response_model=SessionPage)
@@ -268,6 +303,54 @@ async def delete_session(
     """Remove the session's container; keep its record unless ``purge``."""
     record = await sessions.delete(session_id, purge)
     return record if record is not None else Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/sessions/{session_id}/changes", response_model=list[Change], response_model_exclude_none=True)
+async def get_changes(
+    session_id: str, sessions: SessionsDep,
+    diff: Annotated[bool, Query(description="Add a bounded unified diff to each text file.")] = False,
+) -> list[Change]:  # fmt: skip
+    """What the session changed in its workspace layer, path by path; the checkout has none of it until applied.
+
+    ``disposition`` says what apply does with each path: ``apply``; ``ignored`` (only with
+    include_ignored); ``discarded`` (under .git) and ``unsafe`` (devices, FIFOs, sockets, links
+    leaving the repository) never.
+    """
+    return [printable(change) for change in await sessions.changes(session_id, diff)]
+
+
+@router.post("/sessions/{session_id}/apply", response_model=ApplyResult)
+async def apply_changes(session_id: str, body: ApplyRequest, sessions: SessionsDep) -> ApplyResult:
+    """Copy the changes into the checkout (409 while a turn runs, or with ``conflicts``: nothing was written)."""
+    result = await sessions.apply(session_id, body.force, body.include_ignored)
+    return result.model_copy(
+        update={"applied": [shown(p) for p in result.applied], "skipped": [printable(c) for c in result.skipped]}
+    )
+
+
+@router.post("/sessions/{session_id}/revert", response_model=RevertResult)
+async def revert_changes(session_id: str, sessions: SessionsDep, body: RevertRequest | None = None) -> RevertResult:
+    """Restore the checkout, byte for byte, to how it was before the newest apply not yet reverted."""
+    result = await sessions.revert(session_id, (body or RevertRequest()).force)
+    return result.model_copy(update={"reverted": [shown(p) for p in result.reverted]})
+
+
+@router.post("/sessions/{session_id}/discard", response_model=SessionRecord)
+async def discard_changes(session_id: str, sessions: SessionsDep) -> SessionRecord:
+    """Drop the session's workspace layer and its checkpoints; what was applied stays in the checkout."""
+    return await sessions.discard(session_id)
+
+
+@router.get("/sessions/{session_id}/checkpoints", response_model=list[Checkpoint])
+async def list_checkpoints(session_id: str, sessions: SessionsDep) -> list[Checkpoint]:
+    """The layer's checkpoints, one per turn, oldest first."""
+    return await sessions.checkpoints(session_id)
+
+
+@router.post("/sessions/{session_id}/rewind", response_model=SessionRecord)
+async def rewind_changes(session_id: str, body: RewindRequest, sessions: SessionsDep) -> SessionRecord:
+    """Return the layer's files to the end of turn ``turn`` (the checkout is untouched; later checkpoints go)."""
+    return await sessions.rewind(session_id, body.turn)
 
 
 docs_router = APIRouter(dependencies=[Depends(_authorize)], include_in_schema=False)
@@ -375,7 +458,10 @@ def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(CubicleError)
     async def cubicle_error(request: Request, err: CubicleError) -> JSONResponse:
         code = next((code for kind, code in STATUS_OF if isinstance(err, kind)), 500)
-        return JSONResponse({"detail": str(err)}, status_code=code)
+        body: dict[str, Any] = {"detail": str(err)}
+        if isinstance(err, ApplyConflictError):
+            body["conflicts"] = [printable_conflict(c).model_dump() for c in err.conflicts]
+        return JSONResponse(body, status_code=code)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:

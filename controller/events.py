@@ -110,6 +110,48 @@ class SessionFinished(_Event):
     detail: str = ""
 
 
+class ChangeSummary(BaseModel):
+    """What a session's workspace layer holds, counted (``GET /changes`` lists it path by path)."""
+
+    files: int = Field(0, description="Changed paths that apply would write.")
+    added: int = 0
+    modified: int = 0
+    deleted: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    held_back: int = Field(0, description="Changed paths apply skips: under .git, unsafe, or ignored.")
+
+
+class ChangesEvent(_Event):
+    """A turn ended: the layer's changes so far, and the checkpoint that keeps them."""
+
+    type: Literal["changes"] = "changes"
+    summary: ChangeSummary
+    checkpoint: int | None = Field(None, description="Rewind to this number to get these files back.")
+
+
+class AppliedEvent(_Event):
+    type: Literal["applied"] = "applied"
+    apply: int = Field(description="The apply's number (revert undoes the newest).")
+    paths: list[str]
+    skipped: int = Field(description="Changed paths not applied (under .git, unsafe, or ignored).")
+
+
+class RevertedEvent(_Event):
+    type: Literal["reverted"] = "reverted"
+    apply: int
+    paths: list[str]
+
+
+class RewoundEvent(_Event):
+    type: Literal["rewound"] = "rewound"
+    turn: int
+
+
+class DiscardedEvent(_Event):
+    type: Literal["discarded"] = "discarded"
+
+
 class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     kind: str
@@ -125,6 +167,11 @@ Event = Annotated[
     | ContextEdited
     | StatusEvent
     | SessionFinished
+    | ChangesEvent
+    | AppliedEvent
+    | RevertedEvent
+    | RewoundEvent
+    | DiscardedEvent
     | ErrorEvent,
     Field(discriminator="type"),
 ]

@@ -17,10 +17,13 @@ from typing import Any
 
 from .agent import Agent, TurnOutcome
 from .conversation import Conversation
-from .events import SessionFinished
+from .errors import ConflictError
+from .events import ErrorEvent, SessionFinished
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import SessionRecord
+from .workspace import WorkspaceError
+from .workspaces import apply_and_report, record_changes
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,26 @@ class LiveSession:
             with contextlib.suppress(Exception):
                 self.recorder.mark_failed(self.failure)
             return None
+
+    async def _settle(self, outcome: TurnOutcome) -> None:
+        """After the turn: checkpoint the layer and report its changes; apply them if the session asked to.
+
+        ``on_finish`` applies only after a turn the agent ended itself (``end_turn``); a limit,
+        a cancel or an error keeps the changes for review. A conflict is reported, never forced.
+        """
+        workspaces = self.runtime.workspaces
+        summary = await record_changes(workspaces, self.session_id, self.recorder)
+        if self.record.apply != "on_finish" or outcome.reason != "end_turn" or summary is None or not summary.files:
+            return
+        await self.sandbox.stop()
+        try:
+            await apply_and_report(workspaces, self.session_id, self.recorder)
+        except (ConflictError, WorkspaceError) as err:
+            await self.recorder.emit(
+                ErrorEvent(
+                    session_id=self.session_id, kind="apply", message=f"The changes were kept, not applied: {err}"
+                )
+            )
 
     def _ended(self, task: asyncio.Task[TurnOutcome | None]) -> None:
         """The turn's task is done. A task cancelled before its first line never recorded an end: record it now."""
@@ -137,6 +160,7 @@ class LiveSession:
         return self.runtime.agent(
             session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.recorder,
             limits=record.limits, save_transcript=self.recorder.save_transcript, context=record.context,
+            on_turn_end=self._settle,
         )  # fmt: skip
 
     def _cancel_idle_timer(self) -> None:

@@ -41,7 +41,7 @@ def labels(instance: str, session_id: str) -> dict[str, str]:
     return {MANAGED: "true", SESSION: session_id, OWNER: owner_token(instance)}
 
 
-def _owner_alive(token: str) -> bool:
+def owner_alive(token: str) -> bool:
     parts = token.rsplit(":", 2)
     if len(parts) != 3 or not parts[1].isdigit():
         return False
@@ -71,21 +71,34 @@ def is_orphan(
         return False
     if token == owner_token(instance):
         return container_labels.get(SESSION, "") not in live_sessions
-    return not _owner_alive(token)
+    return not owner_alive(token)
 
 
 def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), everything: bool = False) -> Sweep:
-    """Remove orphaned sandboxes (all Cubicle containers with ``everything``); blocking."""
+    """Remove orphaned sandboxes (all Cubicle containers with ``everything``), then their workspace volumes; blocking.
+
+    A volume only names the overlay's directories (the layer itself is files in the data dir),
+    so removing one loses nothing; the engine refuses to remove a volume a container still uses.
+    """
     removed, kept = [], []
-    for container in client.containers.list(all=True, filters={"label": f"{MANAGED}=true"}):
-        name = f"{container.name} (session {container.labels.get(SESSION, '?')})"
-        if not is_orphan(container.labels, instance, live_sessions, everything):
+    managed = {"label": f"{MANAGED}=true"}
+    for item in [*client.containers.list(all=True, filters=managed), *client.volumes.list(filters=managed)]:
+        labels = item.labels if hasattr(item, "labels") else item.attrs.get("Labels") or {}  # volumes have no .labels
+        name = f"{item.name} (session {labels.get(SESSION, '?')})"
+        if not is_orphan(labels, instance, live_sessions, everything):
             kept.append(name)
             continue
         try:
-            container.remove(force=True)
+            item.remove(force=True)
             removed.append(name)
         except Exception as err:  # noqa: BLE001 - one stuck container must not stop the sweep
             log.warning("could not remove %s: %s", name, err)
             kept.append(name)
     return Sweep(removed, kept)
+
+
+def remove_session(client: Any, session_id: str) -> None:
+    """Remove every container and volume of one session, whoever made them; blocking."""
+    found = {"label": f"{SESSION}={session_id}"}
+    for item in [*client.containers.list(all=True, filters=found), *client.volumes.list(filters=found)]:
+        item.remove(force=True)

@@ -16,17 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
+from docker.errors import DockerException
 
 from . import images, owners, tools
-from .agent import Agent, SaveTranscript
+from .agent import Agent, SaveTranscript, TurnEnd
 from .compactor import Compactor
 from .config import Limits, Settings
 from .context import ContextPolicy
 from .engine import Engine
+from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
 from .model import SYSTEM_PROMPT, AnthropicModel, make_client
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
+from .workspaces import Workspaces
 
 SandboxFactory = Callable[[Path, str, Limits], Sandbox]
 """Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""
@@ -39,6 +42,8 @@ class Runtime:
         self.settings = settings
         self.engine = Engine(settings.docker_host)
         self._sandbox_factory = sandbox_factory or self._docker_sandbox
+        self._uses_docker = sandbox_factory is None
+        self.workspaces = Workspaces(settings.data_dir)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
     def check_model(self) -> None:
@@ -55,6 +60,23 @@ class Runtime:
         client = await asyncio.to_thread(self.engine.client)
         return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
 
+    async def remove_containers(self, session_id: str) -> None:
+        """Remove the session's container and volume wherever they came from (a sandbox of another process too).
+
+        Without an engine there is nothing of the session's to remove. Sandboxes from a
+        ``sandbox_factory`` run no containers, so there is nothing to ask the engine then either.
+        """
+        if not self._uses_docker:
+            return
+        try:
+            client = await asyncio.to_thread(self.engine.client)
+        except DockerUnavailableError:
+            return
+        try:
+            await asyncio.to_thread(owners.remove_session, client, session_id)
+        except DockerException as err:
+            raise SandboxError(f"The container of session {session_id} could not be removed: {err}.") from None
+
     def sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
         return self._sandbox_factory(repo, session_id, limits)
 
@@ -69,6 +91,7 @@ class Runtime:
         approver: Approver | None = None,
         save_transcript: SaveTranscript | None = None,
         context: ContextPolicy | None = None,
+        on_turn_end: TurnEnd | None = None,
     ) -> Agent:
         """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``.
 
@@ -79,6 +102,7 @@ class Runtime:
             model=AnthropicModel(self._client(), model, self.settings.max_tokens),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
             approver=approver, save_transcript=save_transcript, context=context or self.settings.context,
+            on_turn_end=on_turn_end,
         )  # fmt: skip
 
     def compactor(self, session_id: str, model: str, sink: EventSink, context: ContextPolicy | None) -> Compactor:
@@ -101,8 +125,9 @@ class Runtime:
         return self._model_client
 
     def _docker_sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
+        """The session's container over its workspace layer (made by ``workspaces.create`` with the session)."""
         settings = self.settings
         return DockerSandbox(
-            self.engine.client, repo=repo, session_id=session_id, limits=limits, image=settings.image,
+            self.engine.client, layer=self.workspaces.open(session_id), session_id=session_id, limits=limits, image=settings.image,
             instance=settings.instance, auto_build=settings.auto_build_image,
         )  # fmt: skip

@@ -1,7 +1,8 @@
 """The sandbox seam and its Docker implementation.
 
-A sandbox is one container per session with the repository bind-mounted at
-``/workspace``. The toolbox inside it answers requests over the attached stdio
+A sandbox is one container per session whose ``/workspace`` is the session's
+copy-on-write layer over the repository (``workspace``): the checkout itself is never
+written from inside. The toolbox inside it answers requests over the attached stdio
 stream (see ``channel``). The controller keeps its own deadline on every call: when
 the toolbox does not answer in time or its stream ends, the call returns a Failure,
 the container is removed, and the next call starts a fresh one on the same
@@ -13,22 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig, Mount
 from pydantic import ValidationError
 
-from . import images, owners
+from . import images, owners, workspace
 from .channel import ToolboxChannel
 from .config import Limits
 from .errors import SandboxError, ToolboxGoneError
 from .protocol import Call, Failure, Outcome, Ping
+from .workspace import Layer, WorkspaceError
 
 log = logging.getLogger(__name__)
 
@@ -52,54 +51,18 @@ class Sandbox(Protocol):
     async def stop(self) -> None: ...
 
 
-def repo_owner(repo: Path) -> tuple[int, int]:
-    st = repo.stat()
-    return st.st_uid, st.st_gid
+def volume_name(session_id: str) -> str:
+    """The Docker volume that mounts a session's overlay; it lives exactly as long as the session's container."""
+    return f"cubicle-ws-{session_id}"
 
 
-def _git_mounts(repo: Path) -> list[Mount]:
-    """What git on the host would execute is read-only: ``.git/hooks``, ``.git/config`` and ``.git/modules``
-    (submodules keep their own hooks and config there); hooks and modules are created if missing.
+def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str, str]) -> dict[str, Any]:
+    """Everything a sandbox container is created with; the hardening lives here and only here.
 
-    ``.git`` itself is mounted too (read-write), only so that it is a mount point: the agent
-    can then neither rename it away nor replace it with a fresh one whose hooks are writable.
+    ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
+    checkout and writes only the layer. It runs as the checkout's owner, never as root.
     """
-    git = repo / ".git"
-    if not git.is_dir() or git.is_symlink():
-        return []
-    uid, gid = repo_owner(repo)
-    for name in ("hooks", "modules"):
-        if not (git / name).exists():
-            with contextlib.suppress(OSError):
-                (git / name).mkdir()
-                os.chown(git / name, uid, gid)
-    mounts = [Mount(f"{WORKSPACE}/.git", str(git), type="bind")]
-    for part in (git / "hooks", git / "config", git / "modules"):
-        if part.exists() and not part.is_symlink():
-            mounts.append(Mount(f"{WORKSPACE}/.git/{part.name}", str(part), type="bind", read_only=True))
-    return mounts
-
-
-def quarantine_git_redirects(repo: Path) -> list[Path]:
-    """Rename a ``.git/commondir`` away: it would point git on the host at a config and hooks the agent wrote.
-
-    A repository's own ``.git`` never holds one (only linked worktrees' gitdirs do), so this runs
-    before every container starts and after it is removed.
-    """
-    moved = []
-    target = repo / ".git" / "commondir"
-    if target.is_file() or target.is_symlink():
-        aside = target.with_name(f"commondir.quarantined-by-cubicle-{int(time.time())}")
-        with contextlib.suppress(OSError):
-            target.rename(aside)
-            moved.append(aside)
-            log.warning("moved %s aside to %s: it would redirect git to files the agent wrote", target, aside.name)
-    return moved
-
-
-def container_options(image: str, repo: Path, limits: Limits, labels: dict[str, str]) -> dict[str, Any]:
-    """Everything a sandbox container is created with; the hardening lives here and only here."""
-    uid, gid = repo_owner(repo)
+    uid, gid = layer.info.uid, layer.info.gid
     tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
     memory = f"{limits.memory_mb}m"
     return {
@@ -111,7 +74,7 @@ def container_options(image: str, repo: Path, limits: Limits, labels: dict[str, 
         "environment": {"HOME": HOME},
         "labels": labels,
         "hostname": "cubicle",
-        "mounts": [Mount(WORKSPACE, str(repo), type="bind"), *_git_mounts(repo)],
+        "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
         "tmpfs": {"/tmp": f"{tmpfs_opts},mode=1777", HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}"},
         "read_only": True,
         "cap_drop": ["ALL"],
@@ -150,7 +113,7 @@ class DockerSandbox:
         self,
         connect: Callable[[], Any],
         *,
-        repo: Path,
+        layer: Layer,
         session_id: str,
         limits: Limits,
         image: str,
@@ -159,7 +122,8 @@ class DockerSandbox:
     ) -> None:
         self._connect = connect
         self._client: Any = None
-        self.repo = repo
+        self.layer = layer
+        self.repo = layer.repo
         self.session_id = session_id
         self.limits = limits
         self.image = image
@@ -225,9 +189,9 @@ class DockerSandbox:
             if self._client is None:
                 self._client = await asyncio.to_thread(self._connect)
             await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
-            options = container_options(
-                self.image, self.repo, self.limits, owners.labels(self.instance, self.session_id)
-            )
+            labels = owners.labels(self.instance, self.session_id)
+            await asyncio.to_thread(self._make_volume, labels)
+            options = container_options(self.image, self.layer, self.limits, labels)
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -238,6 +202,9 @@ class DockerSandbox:
         except SandboxError:
             await self._discard()
             raise
+        except WorkspaceError as err:
+            await self._discard()
+            raise SandboxError(str(err)) from None
         except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
             detail = self._channel.stderr_tail.strip() if self._channel else ""
             await self._discard()
@@ -253,7 +220,15 @@ class DockerSandbox:
             await channel.close()
         if container is not None:
             await _remove(container)
-            quarantine_git_redirects(self.repo)
+        if self._client is not None:
+            await remove_volume(self._client, self.session_id)
+
+    def _make_volume(self, labels: dict[str, str]) -> None:
+        """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""
+        workspace.check_repo(self.layer)
+        with contextlib.suppress(NotFound):
+            self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
+        self._client.volumes.create(**workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels))
 
 
 async def _remove(container: Any) -> None:
@@ -265,3 +240,16 @@ async def _remove(container: Any) -> None:
     except (APIError, DockerException, OSError) as err:  # the engine may be gone; the container with it
         if "already in progress" not in str(err):
             log.warning("could not remove sandbox %s: %s", container.short_id, err)
+
+
+async def remove_volume(client: Any, session_id: str) -> None:
+    """Remove the session's overlay volume (the engine unmounts it when its container goes); idempotent."""
+
+    def remove() -> None:
+        with contextlib.suppress(NotFound):
+            client.volumes.get(volume_name(session_id)).remove(force=True)
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(remove), DOCKER_CALL_TIMEOUT_S)
+    except (APIError, DockerException, OSError, TimeoutError) as err:
+        log.warning("could not remove the workspace volume of %s: %s", session_id, err)

@@ -1,9 +1,11 @@
 """Sessions served by the API: the commands on them, each turn a task, nothing lost on restart.
 
-``Sessions`` answers the API's commands (create, follow up, cancel, delete, get) and keeps
-the sessions loaded in this controller (``live.LiveSession``). On startup, sessions the
-previous controller left ``running`` become ``interrupted`` (their containers are swept)
-and can be continued with a follow-up message.
+``Sessions`` answers the commands of the API and the CLI (create, follow up, cancel,
+delete, get, and the workspace's changes, apply, revert, rewind, discard) and keeps the
+sessions loaded in this process (``live.LiveSession``). Each session row names its owner,
+the process running it; on startup, sessions left ``running`` by an owner that is gone
+become ``interrupted`` (their containers are swept) and can be continued with a follow-up
+message. A ``cubicle run`` in another process is alive and is left alone.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from . import owners
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .errors import CapacityError, ConflictError, NotFoundError
-from .events import Event, SessionStarted, StatusEvent, Usage
+from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage
 from .feed import Feed
 from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
-from .store import SessionRecord, Store
+from .store import ApplyPolicy, SessionRecord, Store
+from .workspace import ApplyResult, Change, RevertResult
+from .workspaces import Checkpoint, apply_and_report, pin, refuse_overlap
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +47,17 @@ class Sessions:
         self.store = store
         self.runtime = runtime
         self.feed = Feed(store, self.is_running, settings.sse_heartbeat_s)
+        self.workspaces = runtime.workspaces
+        self.owner = owners.owner_token(settings.instance)
         self._live: dict[str, LiveSession] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Mark what a previous controller left running as interrupted, and sweep its containers."""
+        """Mark what a controller that is gone left running as interrupted, and sweep its containers."""
         for record in self.store.with_status("running"):
+            if self._owner_alive(record):
+                continue
             recorder = await self._restore(record)
             self.store.update(record.id, status="interrupted", detail="the controller restarted during this turn")
             await recorder.emit(StatusEvent(session_id=record.id, status="interrupted", detail="controller restarted"))
@@ -84,15 +93,21 @@ class Sessions:
         return record
 
     async def create(
-        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None
-    ) -> SessionRecord:
+        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
+        apply: ApplyPolicy = "never", prefix: str = "s_",
+    ) -> SessionRecord:  # fmt: skip
+        """A new session on ``repo`` (pinned: its real path, not root-owned, overlapping no running session)."""
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
+        repo = pin(repo)
+        refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._owner_alive(r)))
         now = time.time()
         record = SessionRecord(
-            id="s_" + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model, status="running",
-            usage=Usage(), steps=0, limits=limits, context=context, created_at=now, updated_at=now,
+            id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
+            status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
+            created_at=now, updated_at=now,
         )  # fmt: skip
+        await asyncio.to_thread(self.workspaces.create, record.id, repo)
         self.store.insert(record)
         live = await self._load(record)
         await live.recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
@@ -105,7 +120,7 @@ class Sessions:
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
         self._check_capacity()
         live = live or await self._load(record)
-        self.store.update(session_id, status="running", finish_reason=None, detail="")
+        self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
         await live.begin(text)
         return self.get(session_id)
 
@@ -117,10 +132,14 @@ class Sessions:
         return self.get(session_id)
 
     async def delete(self, session_id: str, purge: bool) -> SessionRecord | None:
+        """Cancel and unload the session; its layer goes too unless an apply of it may still be reverted."""
         await self.cancel(session_id)
         live = self._live.pop(session_id, None)
         if live is not None:
             await live.discard()
+        if not await asyncio.to_thread(self.workspaces.has_applied, session_id):
+            await self._stop_sandbox(session_id)
+            await asyncio.to_thread(self.workspaces.discard, session_id)
         if purge:
             self.store.delete(session_id)
             return None
@@ -136,6 +155,52 @@ class Sessions:
         compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
         if await compactor.fit(convo, convo.steps, "manual"):
             await recorder.save_transcript(convo)
+        return self.get(session_id)
+
+    # ------------------------------------------------------------------ the workspace layer
+
+    async def changes(self, session_id: str, diff: bool = False) -> list[Change]:
+        self.get(session_id)
+        return await asyncio.to_thread(self.workspaces.changes, session_id, diff)
+
+    async def checkpoints(self, session_id: str) -> list[Checkpoint]:
+        self.get(session_id)
+        return await asyncio.to_thread(self.workspaces.checkpoints, session_id)
+
+    async def apply(
+        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False
+    ) -> ApplyResult:
+        """Copy the layer's changes into the checkout (sandbox stopped first); ApplyConflictError writes nothing."""
+        recorder = await self._quiesce(session_id, "apply when the turn has ended")
+        return await apply_and_report(self.workspaces, session_id, recorder, force or (), include_ignored)
+
+    async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
+        """Restore the checkout to its state before the newest apply not yet reverted."""
+        recorder = await self._quiesce(session_id, "revert when the turn has ended")
+        result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
+        await recorder.emit(RevertedEvent(session_id=session_id, apply=result.record, paths=result.reverted))
+        return result
+
+    async def rewind(self, session_id: str, turn: int) -> SessionRecord:
+        """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
+        recorder = await self._quiesce(session_id, "rewind when the turn has ended")
+        await asyncio.to_thread(self.workspaces.rewind, session_id, turn)
+        convo = recorder.convo
+        convo.add_user_text(
+            f"[cubicle] The files in /workspace were rewound to how they were at the end of turn {turn}; "
+            "changes made after it are gone."
+        )
+        await recorder.save_transcript(convo)
+        await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
+        return self.get(session_id)
+
+    async def discard(self, session_id: str) -> SessionRecord:
+        """Drop the layer: the session's changes are gone; the checkout keeps what was applied."""
+        recorder = await self._quiesce(session_id, "cancel it first")
+        left = await asyncio.to_thread(self.workspaces.discard, session_id)
+        if left:
+            log.warning("discarding %s left %s (root-owned kernel files; root can remove them)", session_id, left)
+        await recorder.emit(DiscardedEvent(session_id=session_id))
         return self.get(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -171,6 +236,27 @@ class Sessions:
         """A turn runs here, or in a controller that stopped without recording its end (restart will interrupt it)."""
         if (live is not None and live.running) or (live is None and record.status == "running"):
             raise ConflictError(f"Session {record.id} is running a turn; {advice}.")
+
+    def _owner_alive(self, record: SessionRecord) -> bool:
+        """Whether another process that is still alive runs this session (this process knows its own)."""
+        return bool(record.owner) and record.owner != self.owner and owners.owner_alive(record.owner)
+
+    async def _quiesce(self, session_id: str, advice: str) -> Recorder:
+        """Between turns only: stop the session's container (the overlay is then unmounted); its recorder."""
+        record = self.get(session_id)
+        live = self._live.get(session_id)
+        stale = live is None and record.status == "running" and not self._owner_alive(record)
+        if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
+            self._refuse_while_running(record, live, advice)
+        await self._stop_sandbox(session_id)
+        return live.recorder if live is not None else await self._restore(record)
+
+    async def _stop_sandbox(self, session_id: str) -> None:
+        """Remove the session's container wherever it came from (this process, or another one's idle session)."""
+        live = self._live.get(session_id)
+        if live is not None:
+            await live.sandbox.stop()
+        await self.runtime.remove_containers(session_id)
 
     def _check_capacity(self) -> None:
         cap = self.settings.max_concurrent_sessions

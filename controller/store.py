@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,9 +77,11 @@ CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
 """
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
-    "updated_at", "context",
+    "updated_at", "context", "owner", "apply",
 )  # fmt: skip
-"""The sessions table's columns in the order _record reads them (``context`` was added later, by _migrate)."""
+"""The sessions table's columns in the order _record reads them (the last three were added later, by _migrate)."""
+ADDED_COLUMNS = {"context": "TEXT", "owner": "TEXT NOT NULL DEFAULT ''", "apply": "TEXT NOT NULL DEFAULT 'never'"}
+ApplyPolicy = Literal["never", "on_finish"]
 SELECTED = ", ".join(COLUMNS)
 
 
@@ -99,6 +101,10 @@ class SessionRecord(BaseModel):
     steps: int = Field(description="Model requests made, over all turns.")
     limits: Limits
     context: ContextPolicy | None = Field(None, description="This session's context policy; none: the server's.")
+    owner: str = Field("", description="The controller process running it (`cubicle serve` or a `cubicle run`).")
+    apply: ApplyPolicy = Field(
+        "never", description="on_finish: apply the changes after a turn that ended with end_turn; never: keep them."
+    )
     created_at: float
     updated_at: float
 
@@ -122,8 +128,9 @@ class Store:
     def _migrate(self) -> None:
         """Bring a database made by an earlier version up to this schema, in place."""
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
-        if "context" not in columns:
-            self._db.execute("ALTER TABLE sessions ADD COLUMN context TEXT")
+        for name, kind in ADDED_COLUMNS.items():
+            if name not in columns:
+                self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
 
     # ------------------------------------------------------------------ sessions
 
@@ -133,7 +140,7 @@ class Store:
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
             (record.id, record.repo, record.task, record.model, record.status, record.finish_reason, record.detail,
              record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at,
-             record.context.model_dump_json() if record.context else None),
+             record.context.model_dump_json() if record.context else None, record.owner, record.apply),
         )  # fmt: skip
 
     @_writes
@@ -231,9 +238,12 @@ class Store:
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
-    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context) = row
+    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply) = (
+        row
+    )
     return SessionRecord(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
-        context=ContextPolicy.model_validate_json(context) if context else None, created_at=created, updated_at=updated,
+        context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,
+        created_at=created, updated_at=updated,
     )  # fmt: skip

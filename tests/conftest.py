@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller import engine, images, owners
+from controller import engine, images, owners, workspace
 from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.sandbox import DockerSandbox
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
@@ -72,14 +72,16 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-async def sandbox_factory(docker_client: Any) -> AsyncIterator[Callable[..., DockerSandbox]]:
+async def sandbox_factory(docker_client: Any, tmp_path: Path) -> AsyncIterator[Callable[..., DockerSandbox]]:
+    """Sandboxes as sessions get them: each over a fresh workspace layer of its repository."""
     made: list[DockerSandbox] = []
 
     def factory(repo: Path, limits: Limits | None = None) -> DockerSandbox:
+        session_id = "test-" + secrets.token_hex(4)
         box = DockerSandbox(
             lambda: docker_client,
-            repo=repo,
-            session_id="test-" + secrets.token_hex(4),
+            layer=workspace.create(tmp_path / "data", session_id, repo),
+            session_id=session_id,
             limits=limits or SANDBOX_LIMITS,
             image=DEFAULT_IMAGE,
             instance=TEST_INSTANCE,

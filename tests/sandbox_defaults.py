@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from controller.config import Limits
 
 # The uid that owns a test repository (when the tests run as root) and so the one commands run as.
@@ -15,3 +18,11 @@ SANDBOX_LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)
 
 # The red-team battery's sandboxes (tests/security) also get one CPU.
 SECURE_LIMITS = Limits(memory_mb=512, cpus=1.0, pids=256, tmpfs_mb=64)
+
+
+def owned_dir(path: Path) -> Path:
+    """Make ``path`` (and parents) a directory a session may use: not root's (chowned to AGENT_UID when we are root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, AGENT_UID, AGENT_UID)
+    return path

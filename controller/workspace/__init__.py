@@ -29,9 +29,9 @@ Typical life of a session::
 from .apply import ApplyResult, apply
 from .changes import Change, Disposition, Kind, scan
 from .checkpoints import checkpoint, rewind
-from .errors import LayerInUseError, LayerMissingError, UnsafePathError, WorkspaceError
+from .errors import LayerInUseError, LayerMissingError, RepoChangedError, UnsafePathError, WorkspaceError
 from .journal import Conflict
-from .layer import Layer, create, discard, mount_options, open_layer, volume_kwargs
+from .layer import Layer, check_repo, create, discard, mount_options, open_layer, volume_kwargs
 from .revert import RevertResult, revert
 
 __all__ = [
@@ -43,10 +43,12 @@ __all__ = [
     "Layer",
     "LayerInUseError",
     "LayerMissingError",
+    "RepoChangedError",
     "RevertResult",
     "UnsafePathError",
     "WorkspaceError",
     "apply",
+    "check_repo",
     "checkpoint",
     "create",
     "discard",

@@ -4,7 +4,8 @@
     └── WorkspaceError                       the layer cannot do what was asked
         ├── UnsafePathError(PermissionError) a path walks through a symlink, a non-directory or ``..``
         ├── LayerMissingError(LookupError)   no layer (or checkpoint, or apply) with that name
-        └── LayerInUseError                  an operation that rewrites the layer needs the sandbox stopped
+        ├── LayerInUseError                  an operation that rewrites the layer needs the sandbox stopped
+        └── RepoChangedError                 the repository path no longer leads where the session began
 
 Conflicts are not errors: ``apply`` and ``revert`` return them as values, because the
 person reviewing decides what to do about each path.
@@ -33,3 +34,9 @@ class LayerInUseError(WorkspaceError):
     """The overlay is still mounted, so its upper directory must not be rewritten."""
 
     hint = "Stop the session's sandbox (the volume is unmounted when its last container stops), then retry."
+
+
+class RepoChangedError(WorkspaceError):
+    """The repository path was moved, replaced or symlinked since the session began."""
+
+    hint = "Start a new session on the repository's real path; this one's changes stay reviewable in its layer."

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from . import baseline, beneath
-from .errors import LayerInUseError, LayerMissingError, WorkspaceError
+from .errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
 from .records import load, save
 
 OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
@@ -51,6 +51,8 @@ class LayerInfo(BaseModel):
     repo: str  # the checkout (the overlay's lower layer), absolute and already vetted by ``repos.resolve``
     uid: int  # the checkout's owner: applied files belong to them
     gid: int
+    dev: int  # the checkout directory's identity when the session began: every mount checks it again
+    ino: int
 
 
 class Layer:
@@ -103,7 +105,7 @@ def create(data_dir: Path, session_id: str, repo: Path) -> Layer:
         raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
     root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.mkdir(mode=0o700)
-    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid)
+    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino)
     layer = Layer(root, info)
     for sub in (layer.work, layer.checkpoints, layer.applies):
         sub.mkdir(mode=0o700)
@@ -127,6 +129,27 @@ def open_layer(data_dir: Path, session_id: str) -> Layer:
         return Layer(root, load(root / "layer.json", LayerInfo))
     except FileNotFoundError:
         raise LayerMissingError(f"Session {session_id} has no workspace layer.") from None
+
+
+def check_repo(layer: Layer) -> None:
+    """Refuse to mount a checkout path that now leads somewhere else than when the session began.
+
+    The path was resolved (every symlink followed) at creation; it must still be a real
+    directory, reached without a symlink at any level, with the same device and inode. A
+    swapped directory (say, replaced by a symlink to ``/``) would otherwise be what the
+    engine mounts under the agent.
+    """
+    repo = layer.repo
+    try:
+        st = os.stat(repo, follow_symlinks=False)
+        real = os.path.realpath(repo, strict=True)
+    except OSError as err:
+        raise RepoChangedError(f"The repository {repo} is gone ({err.strerror}).") from None
+    if real != str(repo) or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (layer.info.dev, layer.info.ino):
+        raise RepoChangedError(
+            f"The repository path {repo} no longer leads to the directory this session began on "
+            "(it was moved, replaced or turned into a symlink); the session's sandbox will not start on it."
+        )
 
 
 def mount_options(layer: Layer) -> str:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.testing import NoSandbox
+from tests.sandbox_defaults import owned_dir
 
 TOKEN = "unit-test-token"
 
@@ -20,7 +21,7 @@ TOKEN = "unit-test-token"
 @pytest.fixture
 def roots(tmp_path: Path) -> Path:
     root = tmp_path / "roots"
-    (root / "project").mkdir(parents=True)
+    owned_dir(root / "project")
     (root / "sockdir").mkdir()
     (root / "sockdir" / "docker.sock").touch()
     (root / "afile").write_text("x")

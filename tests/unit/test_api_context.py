@@ -14,6 +14,7 @@ from controller.scripted import ScriptedServer, serve_in_thread
 from controller.testing import MemorySandbox, Reply
 from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api
+from tests.sandbox_defaults import owned_dir
 
 TOKEN = "context-token"
 POLICY = ContextPolicy(window=60_000, keep_recent=3000, margin=1000)
@@ -21,7 +22,7 @@ POLICY = ContextPolicy(window=60_000, keep_recent=3000, margin=1000)
 
 @pytest.fixture
 def api(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Api]:
-    (tmp_path / "roots" / "repo").mkdir(parents=True)
+    owned_dir(tmp_path / "roots" / "repo")
     settings = Settings(
         api_key="test", base_url=model_server.url, model_retries=0, api_token=TOKEN,  # type: ignore[attr-defined]
         repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data", sse_heartbeat_s=1, context=POLICY,

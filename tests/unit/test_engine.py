@@ -12,6 +12,7 @@ from controller.api import create_app
 from controller.config import DEFAULT_DOCKER_HOST, Settings
 from controller.errors import DockerUnavailableError
 from controller.testing import NoSandbox
+from tests.sandbox_defaults import owned_dir
 
 
 def test_docker_host_is_read_from_its_usual_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def test_an_engine_client_is_made_on_first_use_only(tmp_path: Path) -> None:
 )
 def test_the_repository_holding_the_engines_socket_is_refused(tmp_path: Path, host: str, refused: bool) -> None:
     roots = tmp_path / "roots"
-    (roots / "sockdir").mkdir(parents=True)
+    owned_dir(roots / "sockdir")
     (roots / "sockdir" / "docker.sock").touch()
     settings = Settings(
         api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, repo_roots=[roots], data_dir=tmp_path / "data",

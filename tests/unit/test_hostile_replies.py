@@ -27,6 +27,7 @@ from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_th
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text
 from tests.integration.api_helpers import Api
+from tests.sandbox_defaults import owned_dir
 
 TOKEN = "hostile-token"
 LONE = "\ud800"
@@ -43,7 +44,7 @@ def model_server() -> Iterator[ScriptedServer]:
 
 @contextmanager
 def _api(tmp_path: Path, model_url: str) -> Iterator[Api]:
-    (tmp_path / "roots" / "repo").mkdir(parents=True, exist_ok=True)
+    owned_dir(tmp_path / "roots" / "repo")
     settings = Settings(
         api_key="test", base_url=model_url, model_retries=0, api_token=TOKEN, repo_roots=[tmp_path / "roots"],
         data_dir=tmp_path / "data", sse_heartbeat_s=1,
@@ -128,7 +129,7 @@ def _failed_session_still_answers(api: Api, tmp_path: Path) -> str:
     """A session whose every model request fails: it ends failed, and every route still answers."""
     sid = api.create(str(tmp_path / "roots" / "repo"), "any-model")["id"]
     events = api.events(sid)
-    assert [e["type"] for e in events][-2:] == ["error", "session_finished"], events
+    assert [e["type"] for e in events][-3:] == ["error", "changes", "session_finished"], events
     record = api.get(sid)
     assert record["status"] == "failed" and record["finish_reason"] == "error"
     assert api.http.get(f"/v1/sessions/{sid}/messages").status_code == 200

@@ -25,6 +25,7 @@ from controller.scripted import ScriptedServer, serve_in_thread
 from controller.testing import NoSandbox
 from tests.agent_harness import register, tool
 from tests.integration.api_helpers import Api
+from tests.sandbox_defaults import owned_dir
 from tests.unit.imports import modules, reachable, tree
 
 ENTRY_POINTS = ("cli", "__main__", "api")
@@ -82,8 +83,9 @@ def test_settings_hold_only_data() -> None:
 
 async def test_settings_build_a_docker_sandbox_on_the_configured_engine(tmp_path: Path) -> None:
     host = f"unix://{tmp_path}/engine.sock"
-    runtime = Runtime(Settings(docker_host=host, api_key="unused"))
-    sandbox = runtime.sandbox(tmp_path, "s_runtime", Limits())
+    runtime = Runtime(Settings(docker_host=host, api_key="unused", data_dir=tmp_path / "data"))
+    runtime.workspaces.create("s_runtime", owned_dir(tmp_path / "repo"))
+    sandbox = runtime.sandbox(tmp_path / "repo", "s_runtime", Limits())
     assert isinstance(sandbox, DockerSandbox)
     with pytest.raises(DockerUnavailableError, match=f"not reachable at {host}"):
         await sandbox.start()
@@ -95,7 +97,7 @@ def served(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Any]:
     """An API from Settings alone (no sandbox passed in), with a Docker engine that is not there."""
 
     def serve(**code: Any) -> Any:
-        (tmp_path / "roots" / "repo").mkdir(parents=True, exist_ok=True)
+        owned_dir(tmp_path / "roots" / "repo")
         settings = Settings(
             api_key="test", base_url=model_server.url, api_token="t", repo_roots=[tmp_path / "roots"],  # type: ignore[attr-defined]
             data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/engine.sock", sse_heartbeat_s=1,

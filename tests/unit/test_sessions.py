@@ -19,6 +19,7 @@ from controller.store import SessionRecord, Store
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
+from tests.sandbox_defaults import owned_dir
 
 
 class CountingSandbox(NoSandbox):
@@ -62,7 +63,7 @@ async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("hello"), tool("list_files")]}, {"content": [text("done")]}])
-    record = await sessions.create(tmp_path, "look", model, Limits())
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "look", model, Limits())
     events = [event.type async for event in sessions.follow(record.id, 0)]
     assert events[0] == "session_started" and events[-1] == "session_finished"
     assert events.count("tool_call") == 1 == events.count("tool_result")
@@ -76,7 +77,7 @@ async def test_an_idle_container_is_removed_and_a_follow_up_gets_a_fresh_one(
 ) -> None:
     sessions, made = controller.sessions, controller.made
     model = register(model_server, [{"content": [text("one")]}, {"content": [text("two")]}])
-    record = await sessions.create(tmp_path, "first", model, Limits())
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "first", model, Limits())
     await sessions.join(record.id)
     # the idle timeout (0.3 s) removes the container
     await eventually_async(lambda: made[0].stops == 1, what="the idle sandbox to be stopped", timeout=5, interval=0.02)
@@ -92,7 +93,7 @@ async def test_a_follow_up_while_a_turn_runs_is_a_conflict_and_cancel_ends_it(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
-    record = await sessions.create(tmp_path, "wait", model, Limits())
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "wait", model, Limits())
     await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
     with pytest.raises(ConflictError):
         await sessions.follow_up(record.id, "again")
@@ -107,7 +108,7 @@ async def test_closing_the_controller_leaves_a_running_turn_interrupted(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
-    record = await sessions.create(tmp_path, "wait", model, Limits())
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "wait", model, Limits())
     await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
     await sessions.close()
     stopped = sessions.get(record.id)
@@ -120,7 +121,7 @@ async def test_delete_keeps_the_record_unless_purged(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("hi")]}])
-    kept = await sessions.create(tmp_path, "x", model, Limits())
+    kept = await sessions.create(owned_dir(tmp_path / "repo"), "x", model, Limits())
     await sessions.join(kept.id)
     assert (await sessions.delete(kept.id, purge=False)) is not None and controller.made[0].stops == 1
     assert await sessions.delete(kept.id, purge=True) is None
@@ -155,7 +156,7 @@ async def test_a_turn_cancelled_before_it_began_still_records_its_end(
     """Cancel in the same step as create: the turn's task never ran a line, yet the session ends cancelled."""
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("never sent")]}])
-    record = await sessions.create(tmp_path, "start and stop", model, Limits())
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "start and stop", model, Limits())
     await sessions.cancel(record.id)
     ended = await eventually_async(
         lambda: sessions.get(record.id), what="the session to leave running", until=lambda r: r.status != "running"

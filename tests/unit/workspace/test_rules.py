@@ -78,10 +78,12 @@ def test_diffs_are_bounded() -> None:
 
 
 def test_volume_options_refuse_paths_overlay_cannot_carry(tmp_path: Path) -> None:
-    layer = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "repo"), uid=1000, gid=1000))
+    layer = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "repo"), uid=1000, gid=1000, dev=0, ino=0))
     opts = volume_kwargs(layer, "v", {"a": "b"})
     assert opts["driver"] == "local" and opts["driver_opts"]["type"] == "overlay"
     assert opts["driver_opts"]["o"].endswith(",userxattr,redirect_dir=nofollow,metacopy=off,index=off")
     for bad in ("re,po", "re:po", "re po", "re\npo"):
         with pytest.raises(WorkspaceError):
-            volume_kwargs(Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / bad), uid=0, gid=0)), "v", {})
+            volume_kwargs(
+                Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / bad), uid=0, gid=0, dev=0, ino=0)), "v", {}
+            )

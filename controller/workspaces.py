@@ -1,0 +1,240 @@
+"""The workspace layers of one data directory: pinned at session start, reviewed, applied, rewound, discarded.
+
+``workspace`` is the library (one layer, no knowledge of sessions); this module is what
+the CLI and the API share on top of it. It decides which checkouts may have a layer at
+all, names a session's layer by its id, summarizes changes for events and the terminal,
+and turns the library's result values into the errors the interfaces report. Every
+method blocks (filesystem work): callers on the event loop use ``asyncio.to_thread``.
+
+Rewriting a layer (apply, revert, rewind, discard) needs the session's container gone;
+``Sessions`` stops it first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections.abc import Collection, Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import workspace
+from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError
+from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
+from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
+from .workspace import checkpoints as checkpoint_files
+
+log = logging.getLogger(__name__)
+
+
+class ApplyConflictError(ConflictError):
+    """The checkout changed under paths the apply (or revert) would write; nothing was written."""
+
+    def __init__(self, message: str, conflicts: list[Conflict]) -> None:
+        super().__init__(message, hint="Review them, then force the paths to overwrite, or leave them.")
+        self.conflicts = conflicts
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int = Field(description="Rewinding to this number returns the files to the end of that turn.")
+    created_at: float
+
+
+def pin(raw: Path) -> Path:
+    """The checkout's real path (every symlink resolved), refused when no sandbox may run on it.
+
+    A root-owned checkout is refused: the sandbox runs as the checkout's owner and never as uid 0.
+    """
+    try:
+        real = Path(os.path.realpath(raw, strict=True))
+        st = os.stat(real)
+    except OSError:
+        raise RepoError(f"The repository {raw} does not exist.") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RepoError(f"The repository {raw} is not a directory.")
+    if st.st_uid == 0:
+        raise ForbiddenRepoError(
+            f"The repository {real} is owned by root; the sandbox runs as the repository's owner and never as root.",
+            hint=f"Give it to an unprivileged user (e.g. `chown -R 1000:1000 {real}`), or copy it to one's home.",
+        )
+    return real
+
+
+def refuse_overlap(repo: Path, others: Iterable[tuple[str, str]]) -> None:
+    """Refuse a checkout that contains, or lies inside, one that another running session ``(id, repo)`` uses."""
+    for session_id, other in others:
+        theirs = Path(other)
+        if repo == theirs or theirs in repo.parents or repo in theirs.parents:
+            raise ConflictError(
+                f"Session {session_id} is running on {theirs}, which overlaps {repo}.",
+                hint="Wait for it to finish (or cancel it), then start this one.",
+            )
+
+
+def summarize(changes: list[Change]) -> ChangeSummary:
+    """Counts for an event or a terminal line: files per kind, lines added and removed, paths held back."""
+    summary = ChangeSummary()
+    for change in changes:
+        if change.disposition != Disposition.APPLY:
+            summary.held_back += 1
+            continue
+        summary.files += 1
+        if change.kind == Kind.ADDED:
+            summary.added += 1
+        elif change.kind == Kind.MODIFIED:
+            summary.modified += 1
+        else:
+            summary.deleted += 1
+        for line in (change.diff or "").splitlines():
+            if line.startswith("+") and not line.startswith("+++"):
+                summary.lines_added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                summary.lines_removed += 1
+    return summary
+
+
+class Workspaces:
+    """The layers under ``<data_dir>/workspaces``, one per session id."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def create(self, session_id: str, repo: Path) -> Layer:
+        """A new session's layer over ``repo`` (already pinned), with the checkout's baseline."""
+        return workspace.create(self.data_dir, session_id, repo)
+
+    def open(self, session_id: str) -> Layer:
+        try:
+            return workspace.open_layer(self.data_dir, session_id)
+        except workspace.LayerMissingError as err:
+            raise NotFoundError(
+                str(err), hint="Its changes were discarded, or it was made before layers existed."
+            ) from None
+
+    def changes(self, session_id: str, diff: bool = False) -> list[Change]:
+        """Every change in the layer; with ``diff``, bounded unified diffs of text files."""
+        found = workspace.scan(self.open(session_id), with_diffs=True)
+        if not diff:
+            found = [change.model_copy(update={"diff": None}) for change in found]
+        return found
+
+    def summary(self, session_id: str) -> ChangeSummary:
+        return summarize(workspace.scan(self.open(session_id), with_diffs=True))
+
+    def checkpoint(self, session_id: str) -> int:
+        """Keep the layer as it is now (the end of a turn); returns the checkpoint's number."""
+        return workspace.checkpoint(self.open(session_id))
+
+    def checkpoints(self, session_id: str) -> list[Checkpoint]:
+        layer = self.open(session_id)
+        return [
+            Checkpoint(turn=n, created_at=(layer.checkpoints / f"{n}.json").stat().st_mtime)
+            for n in checkpoint_files.numbers(layer)
+        ]
+
+    def apply(
+        self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
+        paths: Collection[str] | None = None,
+    ) -> ApplyResult:  # fmt: skip
+        """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
+        result = workspace.apply(self.open(session_id), paths=paths, include_ignored=include_ignored, force=force)
+        if result.conflicts:
+            raise ApplyConflictError(_conflict_message("apply", result.conflicts), result.conflicts)
+        return result
+
+    def revert(self, session_id: str, force: Collection[str] = ()) -> RevertResult:
+        """Undo the newest apply not yet reverted; ApplyConflictError when the user changed its paths since."""
+        layer = self.open(session_id)
+        try:
+            result = workspace.revert(layer, force=force)
+        except workspace.LayerMissingError:
+            raise NotFoundError(f"Session {session_id} has no apply to revert.") from None
+        if result.conflicts:
+            raise ApplyConflictError(_conflict_message("revert", result.conflicts), result.conflicts)
+        return result
+
+    def rewind(self, session_id: str, turn: int) -> None:
+        layer = self.open(session_id)
+        try:
+            workspace.rewind(layer, turn)
+        except workspace.LayerMissingError:
+            have = ", ".join(str(n) for n in checkpoint_files.numbers(layer)) or "none yet"
+            raise NotFoundError(f"Session {session_id} has no checkpoint {turn} (it has: {have}).") from None
+
+    def has_applied(self, session_id: str) -> bool:
+        """Whether any apply of this session was recorded (its layer then stays, so it can be reverted)."""
+        try:
+            layer = self.open(session_id)
+        except NotFoundError:
+            return False
+        return any(layer.applies.glob("*.json"))
+
+    def discard(self, session_id: str) -> list[str]:
+        """Drop the layer; returns what could not be removed (see ``workspace.discard``)."""
+        try:
+            layer = self.open(session_id)
+        except NotFoundError:
+            return []
+        return workspace.discard(layer)
+
+    def sessions(self) -> list[str]:
+        """The ids of every layer on disk."""
+        root = self.data_dir / "workspaces"
+        return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def shown(path: str) -> str:
+    """A path as text that any encoder takes: the agent's non-UTF-8 bytes become ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def printable(change: Change) -> Change:
+    """The change with its names made encodable (for JSON and the terminal); the layer keeps the real bytes."""
+    fields = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target}
+    return change.model_copy(update={k: shown(v) for k, v in fields.items() if v is not None})
+
+
+def printable_conflict(conflict: Conflict) -> Conflict:
+    return conflict.model_copy(update={"path": shown(conflict.path)})
+
+
+def _conflict_message(what: str, conflicts: list[Conflict]) -> str:
+    listed = "; ".join(f"{shown(c.path)}: {c.reason}" for c in conflicts[:20])
+    more = f" (and {len(conflicts) - 20} more)" if len(conflicts) > 20 else ""
+    return f"Nothing was written: the checkout changed under {len(conflicts)} path(s) the {what} would write: {listed}{more}."
+
+
+async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSink) -> ChangeSummary | None:
+    """End of a turn: keep the layer as a checkpoint and report its changes (a ``changes`` event).
+
+    A layer that cannot be read is reported as an ``error`` event (kind ``workspace``) and
+    ends nothing: the transcript and the layer stay as they are.
+    """
+    try:
+        number = await asyncio.to_thread(workspaces.checkpoint, session_id)
+        summary = await asyncio.to_thread(workspaces.summary, session_id)
+    except (workspace.WorkspaceError, NotFoundError, OSError) as err:
+        log.warning("could not checkpoint the layer of %s: %s", session_id, err)
+        await sink.emit(
+            ErrorEvent(session_id=session_id, kind="workspace", message=f"No checkpoint of the files: {err}")
+        )
+        return None
+    await sink.emit(ChangesEvent(session_id=session_id, summary=summary, checkpoint=number))
+    return summary
+
+
+async def apply_and_report(
+    workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False
+) -> ApplyResult:
+    """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
+    result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored)
+    if result.record is not None:
+        await sink.emit(
+            AppliedEvent(session_id=session_id, apply=result.record, paths=result.applied, skipped=len(result.skipped))
+        )
+    return result
