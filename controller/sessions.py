@@ -100,7 +100,7 @@ class Sessions:
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
         repo = pin(repo)
-        refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._owner_alive(r)))
+        refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         now = time.time()
         record = SessionRecord(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
@@ -236,6 +236,10 @@ class Sessions:
         """A turn runs here, or in a controller that stopped without recording its end (restart will interrupt it)."""
         if (live is not None and live.running) or (live is None and record.status == "running"):
             raise ConflictError(f"Session {record.id} is running a turn; {advice}.")
+
+    def _active(self, record: SessionRecord) -> bool:
+        """A turn of it runs now, here or in another live process (its overlay is mounted over its checkout)."""
+        return self.is_running(record.id) or self._owner_alive(record)
 
     def _owner_alive(self, record: SessionRecord) -> bool:
         """Whether another process that is still alive runs this session (this process knows its own)."""

@@ -70,9 +70,8 @@ def test_a_session_can_carry_its_own_context_policy(api: Api, model_server: Scri
     """The server manages context; a session that asks for ``off`` hits the window, as unmanaged loops do."""
     steps = [{"content": [tool("run_command", command="make test")]}] * 30 + [{"content": [text("Done.")]}]
     name = register(model_server, steps, context_window=20_000)
-    repo = str(tmp_path / "roots" / "repo")
-    managed = api.create(repo, name, context={"window": 20_000})
-    unmanaged = api.create(repo, name, context={"strategy": "off"})
+    managed = api.create(str(tmp_path / "roots" / "repo"), name, context={"window": 20_000})
+    unmanaged = api.create(str(owned_dir(tmp_path / "roots" / "other")), name, context={"strategy": "off"})
     assert unmanaged["context"]["strategy"] == "off" and unmanaged["context"]["window"] == POLICY.window
     ended = {sid: api.wait_for(sid, lambda s: s["status"] != "running") for sid in (managed["id"], unmanaged["id"])}
     assert ended[managed["id"]]["finish_reason"] == "end_turn"
