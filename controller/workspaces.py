@@ -105,8 +105,18 @@ class Workspaces:
         self.data_dir = data_dir
 
     def create(self, session_id: str, repo: Path) -> Layer:
-        """A new session's layer over ``repo`` (already pinned), with the checkout's baseline."""
-        return workspace.create(self.data_dir, session_id, repo)
+        """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
+
+        A path the overlay's options cannot carry (a comma, colon, '=' or control character in
+        the repository's or the data directory's path) is refused here, not at the first mount.
+        """
+        layer = workspace.create(self.data_dir, session_id, repo)
+        try:
+            workspace.mount_options(layer)
+        except workspace.WorkspaceError as err:
+            workspace.discard(layer)
+            raise RepoError(str(err), hint="Move or rename the directory so its path has none of , : = \\.") from None
+        return layer
 
     def open(self, session_id: str) -> Layer:
         try:

@@ -42,7 +42,8 @@ from .records import load, save
 OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Overlay's option string is split on ',' and lowerdir on ':'; '\' escapes. Refuse rather than escape.
-UNSAFE_IN_OPTIONS = re.compile(r"[,:\\=\s\x00-\x1f\x7f]")
+# A space is fine (the engine hands the string to mount(2) as is); control characters are not.
+UNSAFE_IN_OPTIONS = re.compile(r"[,:\\=\x00-\x1f\x7f]")
 
 
 class LayerInfo(BaseModel):
@@ -177,7 +178,7 @@ def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo"
     The engine mounts the volume in its own mount namespace; this sees it when the controller
     shares it (on the host). A controller in a container must stop the sandbox first anyway.
     """
-    needle = f"upperdir={layer.upper}".encode()
+    needle = f"upperdir={layer.upper}".replace(" ", "\\040").encode()  # mountinfo escapes a space as \040
     with contextlib.suppress(OSError):
         for line in mountinfo.read_bytes().splitlines():
             fields = line.split(b" - ", 1)[-1].split(b" ")

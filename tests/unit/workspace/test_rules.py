@@ -82,7 +82,9 @@ def test_volume_options_refuse_paths_overlay_cannot_carry(tmp_path: Path) -> Non
     opts = volume_kwargs(layer, "v", {"a": "b"})
     assert opts["driver"] == "local" and opts["driver_opts"]["type"] == "overlay"
     assert opts["driver_opts"]["o"].endswith(",userxattr,redirect_dir=nofollow,metacopy=off,index=off")
-    for bad in ("re,po", "re:po", "re po", "re\npo"):
+    spaced = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "my repo"), uid=0, gid=0, dev=0, ino=0))
+    assert f"lowerdir={tmp_path}/my repo," in volume_kwargs(spaced, "v", {})["driver_opts"]["o"], "spaces are common"
+    for bad in ("re,po", "re:po", "re=po", "re\npo", "re\tpo"):
         with pytest.raises(WorkspaceError):
             volume_kwargs(
                 Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / bad), uid=0, gid=0, dev=0, ino=0)), "v", {}
