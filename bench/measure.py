@@ -41,6 +41,24 @@ async def time_async(fn: Callable[[], Awaitable[Any]], repeat: int, warmup: int 
     return Sample(values)
 
 
+async def time_pair(
+    first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]], repeat: int, rounds: int = 10
+) -> tuple[Sample, Sample]:
+    """Time two operations in alternating batches, so that a busy moment of the machine hits both alike."""
+    for _ in range(3):
+        await first()
+        await second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    batch = max(1, repeat // rounds)
+    for _ in range(rounds):
+        for fn, values in ((first, samples[0]), (second, samples[1])):
+            for _ in range(batch):
+                start = time.perf_counter()
+                await fn()
+                values.append(time.perf_counter() - start)
+    return Sample(samples[0]), Sample(samples[1])
+
+
 def time_sync(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> Sample:
     for _ in range(warmup):
         fn()
@@ -98,6 +116,8 @@ class Report:
             "| measurement | Cubicle p50 | Cubicle p95 | baseline | baseline p50 | baseline p95 | ratio (p50) | target | met |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
+        if not self.rows:
+            out = []
         for r in self.rows:
             met = "" if r.met is None else ("yes" if r.met else "**no**")
             out.append(
