@@ -86,7 +86,7 @@ async def tool_overhead(report: Report, client: Any, image: str, root: Path, qui
     await box.start()
     await bound.start()
     try:
-        n, m = (100, 20) if quick else (500, 50)
+        n, m = (100, 20) if quick else (500, 30)
 
         def read(b: DockerSandbox) -> Callable[[], Awaitable[Any]]:
             return lambda: b.call(protocol.call("read_file", path="README.md"), 30)
@@ -195,7 +195,7 @@ async def ready_and_teardown(report: Report, client: Any, image: str, root: Path
     its teardown includes removing that volume.
     """
     repo = make_repo(root, "lifecycle")
-    n = 6 if quick else 12
+    n = 6 if quick else 10
     layered, bound = sandbox(client, image, repo), sandbox(client, image, repo, bind=True)
     ready: dict[str, list[float]] = {"layer": [], "bind": [], "bare": []}
     teardown, removals = [], []
