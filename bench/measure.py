@@ -42,20 +42,18 @@ async def time_async(fn: Callable[[], Awaitable[Any]], repeat: int, warmup: int 
 
 
 async def time_pair(
-    first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]], repeat: int, rounds: int = 10
+    first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]], repeat: int
 ) -> tuple[Sample, Sample]:
-    """Time two operations in alternating batches, so that a busy moment of the machine hits both alike."""
+    """Time two operations call by call in turn, so that a busy moment of the machine hits both alike."""
     for _ in range(3):
         await first()
         await second()
     samples: tuple[list[float], list[float]] = ([], [])
-    batch = max(1, repeat // rounds)
-    for _ in range(rounds):
-        for fn, values in ((first, samples[0]), (second, samples[1])):
-            for _ in range(batch):
-                start = time.perf_counter()
-                await fn()
-                values.append(time.perf_counter() - start)
+    for i in range(2 * repeat):
+        fn, values = (first, samples[0]) if i % 2 == 0 else (second, samples[1])
+        start = time.perf_counter()
+        await fn()
+        values.append(time.perf_counter() - start)
     return Sample(samples[0]), Sample(samples[1])
 
 

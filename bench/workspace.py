@@ -162,16 +162,25 @@ async def measure(client: Any, image: str, root: Path, repeat: int) -> tuple[lis
 
     listing = timed(lambda: scan(layer), repeat)
     recorded = timed(lambda: baseline.record(layer.repo).save(root / "b.json"), repeat)
-    fresh = lambda: shutil.rmtree(layer.checkpoints) or layer.checkpoints.mkdir()  # noqa: E731
-    first = timed(lambda: checkpoint(layer), repeat, fresh)
+
+    def no_checkpoints() -> None:
+        shutil.rmtree(layer.checkpoints)
+        layer.checkpoints.mkdir()
+
+    first = timed(lambda: checkpoint(layer), repeat, no_checkpoints)
     number = checkpoint(layer)
+
+    def unapplied() -> None:
+        undo(layer)
+        rewind(layer, number)
+
+    def applied_once() -> None:
+        unapplied()
+        check_applied(apply(layer))
+
     again = timed(lambda: checkpoint(layer), repeat, forget_after(layer, number))
-    applied = timed(
-        lambda: check_applied(apply(layer)), repeat, lambda: (undo(layer), rewind(layer, number))
-    )  # fmt: skip
-    reverted = timed(
-        lambda: revert(layer), repeat, lambda: (undo(layer), rewind(layer, number), check_applied(apply(layer)))
-    )  # fmt: skip
+    applied = timed(lambda: check_applied(apply(layer)), repeat, unapplied)
+    reverted = timed(lambda: revert(layer), repeat, applied_once)
     undo(layer)
     rewind(layer, number)
     settled = checkpoint(layer)  # rewind made fresh inodes: record them, so only the big file is new below
