@@ -1,7 +1,10 @@
-"""`python -m bench`: measure Cubicle against baselines run side by side, and print a markdown table.
+"""`python -m bench`: measure Cubicle against baselines run side by side, and print markdown tables.
 
-It needs a Docker engine and the sandbox image. It exits non-zero only when it cannot
-run; targets that are missed are listed under the table.
+It needs a Docker engine and the sandbox image (and root for the channel-flood table). It
+exits non-zero only when it cannot run; targets that are missed are listed under the
+tables. Each section's wall time goes to stderr as it ends. The default run takes about
+three minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
+50-container concurrency rows (several minutes more).
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ import asyncio
 import os
 import platform
 import sys
+import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
-from bench import context, flood, rows
+from bench import context, flood, rows, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -30,30 +36,42 @@ async def run(args: argparse.Namespace) -> Report:
     client = engine.connect(Settings().docker_host)
     images.ensure(client, args.image, auto_build=True)
     report = Report()
-    sizes = [10] if args.quick else [10, 50, 100]
-    exec_sizes = [10] if args.quick else [10, 50]
+    sizes = [10, 50, 100] if args.full else [10]
+    exec_sizes = [10, 50] if args.full else [10]
+    began = time.perf_counter()
+
+    async def section(name: str, work: Awaitable[Any]) -> None:
+        start = time.perf_counter()
+        await work
+        print(f"bench: {name} took {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
     with rows.workdir() as tmp:
         root = Path(tmp)
         try:
-            await rows.tool_overhead(report, client, args.image, root, args.quick)
-            await rows.command_tail_latency(report, client, args.image, root, args.quick)
-            await rows.ready_and_teardown(report, client, args.image, root, args.quick)
-            await rows.output_flood(report, client, args.image, root)
-            await rows.concurrency(report, client, args.image, root, sizes, exec_sizes)
-            await rows.peer(report, client, args.image, root, args.quick)
-            await asyncio.to_thread(flood.table, report, client, root)
-            await context.table(report)
+            await section("tool overhead", rows.tool_overhead(report, client, args.image, root, args.quick))
+            await section("command tail", rows.command_tail_latency(report, client, args.image, root, args.quick))
+            await section("ready and teardown", rows.ready_and_teardown(report, client, args.image, root, args.quick))
+            await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
+            await section("output flood", rows.output_flood(report, client, args.image, root))
+            await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))
+            await section("peer", rows.peer(report, client, args.image, root, args.quick))
+            await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
+            await section("context", context.table(report))
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)
             for container in client.containers.list(all=True, filters={"label": f"{owners.MANAGED}=bench"}):
                 container.remove(force=True)
+    print(f"bench: everything took {time.perf_counter() - began:.0f} s", file=sys.stderr)
     print(f"Machine: {machine(client)}\n")
     return report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and only N=10 for concurrency")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--full", action="store_true", help="also N=50 and N=100 sessions and 50 docker-exec containers"
+    )
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
     args = parser.parse_args()
     try:

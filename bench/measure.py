@@ -41,6 +41,22 @@ async def time_async(fn: Callable[[], Awaitable[Any]], repeat: int, warmup: int 
     return Sample(values)
 
 
+async def time_pair(
+    first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]], repeat: int
+) -> tuple[Sample, Sample]:
+    """Time two operations call by call in turn, so that a busy moment of the machine hits both alike."""
+    for _ in range(3):
+        await first()
+        await second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(2 * repeat):
+        fn, values = (first, samples[0]) if i % 2 == 0 else (second, samples[1])
+        start = time.perf_counter()
+        await fn()
+        values.append(time.perf_counter() - start)
+    return Sample(samples[0]), Sample(samples[1])
+
+
 def time_sync(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> Sample:
     for _ in range(warmup):
         fn()
@@ -98,6 +114,8 @@ class Report:
             "| measurement | Cubicle p50 | Cubicle p95 | baseline | baseline p50 | baseline p95 | ratio (p50) | target | met |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
+        if not self.rows:
+            out = []
         for r in self.rows:
             met = "" if r.met is None else ("yes" if r.met else "**no**")
             out.append(

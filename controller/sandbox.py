@@ -191,7 +191,7 @@ class DockerSandbox:
             await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
             labels = owners.labels(self.instance, self.session_id)
             await asyncio.to_thread(self._make_volume, labels)
-            options = container_options(self.image, self.layer, self.limits, labels)
+            options = self._options(labels)
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -222,6 +222,10 @@ class DockerSandbox:
             await _remove(container)
         if self._client is not None:
             await remove_volume(self._client, self.session_id)
+
+    def _options(self, labels: dict[str, str]) -> dict[str, Any]:
+        """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
+        return container_options(self.image, self.layer, self.limits, labels)
 
     def _make_volume(self, labels: dict[str, str]) -> None:
         """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,7 +205,14 @@ def _command(
 
 
 class CubicleContainer(DockerContainer):
-    """The Cubicle controller in a container, started and waited for until ``/healthz`` answers."""
+    """The Cubicle controller in a container, started and waited for until ``/healthz`` answers.
+
+    The repository roots and the data directory are mounted at the same paths inside as
+    outside: the engine resolves the sandboxes' overlay volumes (the repository below, the
+    session's layer in the data directory above) on the host. Without ``data_dir`` a fresh
+    temporary directory is used and removed on ``stop`` (as far as this process may: the
+    controller runs as root in its container, and the layers it leaves belong to root).
+    """
 
     def __init__(
         self,
@@ -212,6 +221,7 @@ class CubicleContainer(DockerContainer):
         token: str,
         repo_roots: list[Path],
         scenario: Path | None = None,
+        data_dir: Path | None = None,
         instance: str = "testcontainers",
         env: dict[str, str] | None = None,
         docker_socket: str = "/var/run/docker.sock",
@@ -225,10 +235,15 @@ class CubicleContainer(DockerContainer):
         self.with_volume_mapping(docker_socket, "/var/run/docker.sock", "rw")
         for root in repo_roots:
             self.with_volume_mapping(str(root), str(root), "rw")
+        self._own_data_dir = data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="cubicle-data-")) if data_dir is None else data_dir.absolute()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.with_volume_mapping(str(self.data_dir), str(self.data_dir), "rw")
         settings = {
             "CUBICLE_API_TOKEN": token,
             "CUBICLE_REPO_ROOTS": ",".join(map(str, repo_roots)),
             "CUBICLE_INSTANCE": instance,
+            "CUBICLE_DATA_DIR": str(self.data_dir),
         }
         if scenario is not None:
             self.with_volume_mapping(str(scenario.resolve()), SCENARIO_PATH, "ro")
@@ -264,6 +279,8 @@ class CubicleContainer(DockerContainer):
             with contextlib.suppress(Exception):  # removal below still runs
                 container.stop(timeout=15)
         super().stop(force=force, delete_volume=delete_volume)
+        if self._own_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s

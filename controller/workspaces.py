@@ -26,6 +26,7 @@ from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
 from .workspace import checkpoints as checkpoint_files
+from .workspace.layer import UNSAFE_IN_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def pin(raw: Path) -> Path:
     """The checkout's real path (every symlink resolved), refused when no sandbox may run on it.
 
     A root-owned checkout is refused: the sandbox runs as the checkout's owner and never as uid 0.
+    So is a path the overlay's mount options cannot carry, here rather than when the sandbox starts.
     """
     try:
         real = Path(os.path.realpath(raw, strict=True))
@@ -57,6 +59,12 @@ def pin(raw: Path) -> Path:
         raise RepoError(f"The repository {raw} does not exist.") from None
     if not stat.S_ISDIR(st.st_mode):
         raise RepoError(f"The repository {raw} is not a directory.")
+    if UNSAFE_IN_OPTIONS.search(str(real)):
+        raise RepoError(
+            f"The repository path {shown(str(real))!r} holds a comma, colon, backslash, '=', whitespace or a "
+            "control character, which the overlay's mount options cannot carry.",
+            hint="Move it to a path without them (a symlink does not help: sessions use the real path).",
+        )
     if st.st_uid == 0:
         raise ForbiddenRepoError(
             f"The repository {real} is owned by root; the sandbox runs as the repository's owner and never as root.",
