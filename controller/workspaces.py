@@ -61,8 +61,8 @@ def pin(raw: Path) -> Path:
         raise RepoError(f"The repository {raw} is not a directory.")
     if UNSAFE_IN_OPTIONS.search(str(real)):
         raise RepoError(
-            f"The repository path {shown(str(real))!r} holds a comma, colon, backslash, '=', whitespace or a "
-            "control character, which the overlay's mount options cannot carry.",
+            f"The repository path {shown(str(real))!r} holds a comma, colon, backslash, '=' or a control "
+            "character, which the overlay's mount options cannot carry.",
             hint="Move it to a path without them (a symlink does not help: sessions use the real path).",
         )
     if st.st_uid == 0:
