@@ -15,30 +15,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import os
-import secrets
 import signal
 import sys
-from collections.abc import Iterator
+import termios
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import SecretStr, ValidationError
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from . import __version__, engine, images, owners, scripted, terminal, usage
+from . import __version__, engine, images, owners, review, scripted, terminal, usage
 from .agent import TurnOutcome
 from .config import Limits, Settings
-from .conversation import Conversation
 from .display import JsonSink, LiveSink, plural
-from .errors import ConfigError, CubicleError
-from .events import SessionFinished, SessionStarted
+from .errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
+from .events import Event, SessionFinished, SessionStarted
+from .recorder import Recorder
 from .runtime import Runtime
+from .sessions import Sessions
+from .store import SessionRecord, Store
+from .workspace import ApplyResult, LayerMissingError
+from .workspaces import ApplyConflictError, Workspaces, printable, record_changes, summarize
 
-EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_CONFLICT, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
 EXIT_CODES = {
@@ -127,7 +134,7 @@ def image_build(
 def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
 ) -> None:
-    """Remove sandbox containers whose controller process is gone."""
+    """Remove sandbox containers and volumes whose controller process is gone, and the layers of purged sessions."""
     settings = load_settings()
     try:
         result = owners.sweep(engine.connect(settings.docker_host), settings.instance, everything=everything)
@@ -136,6 +143,13 @@ def gc(
     for name in result.removed:
         print(f"removed {name}")
     print(f"{len(result.removed)} removed, {len(result.kept)} kept")
+    store = Store(settings.data_dir / "cubicle.db")
+    try:
+        layers = Workspaces(settings.data_dir).sweep(lambda session_id: store.get(session_id) is not None)
+    finally:
+        store.close()
+    for session_id in layers:
+        print(f"removed the workspace layer of purged session {terminal.safe(session_id)}")
 
 
 def _load_scenario(name: str) -> scripted.Scenario:
@@ -174,9 +188,18 @@ def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Set
         yield settings.model_copy(update={"base_url": url, "api_key": settings.api_key or SecretStr("scripted")})
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What a run leaves for the review after it: the session, its (pinned) checkout, how the turn ended."""
+
+    session_id: str
+    repo: Path
+    outcome: TurnOutcome
+
+
 async def _run_session(
     settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool, signals: list[int]
-) -> TurnOutcome:
+) -> Ran:
     """The session, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -197,27 +220,62 @@ async def _run_session(
             loop.remove_signal_handler(signum)
 
 
-async def _session(settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool) -> TurnOutcome:
-    """One turn in a fresh container, assembled by the same Runtime as the API's sessions."""
+class Tee:
+    """The run's events: committed by the session's recorder first (the API and ``cubicle sessions`` see them), then shown."""
+
+    def __init__(self, recorder: Recorder, view: JsonSink | LiveSink) -> None:
+        self.recorder = recorder
+        self.view = view
+
+    async def emit(self, event: Event) -> None:
+        await self.recorder.emit(event)
+        await self.view.emit(event)
+
+
+async def _session(
+    settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool
+) -> Ran:
+    """One turn in a fresh container, recorded in the API's database as a session of this process."""
     runtime = Runtime(settings)
-    runtime.check_model()  # a missing key is a usage error before Docker is even asked
-    await runtime.ensure_image()
-    session_id = "cli-" + secrets.token_hex(6)
-    sandbox = runtime.sandbox(repo, session_id, limits)
-    approver = sink.approve if approve and isinstance(sink, LiveSink) else None
-    agent = runtime.agent(
-        session_id=session_id, model=settings.model, sandbox=sandbox, sink=sink, limits=limits, approver=approver
-    )
-    await sink.emit(SessionStarted(session_id=session_id, repo=str(repo), task=task, model=settings.model))
+    try:
+        runtime.check_model()  # a missing key is a usage error before Docker is even asked
+        await runtime.ensure_image()
+        store = Store(settings.data_dir / "cubicle.db")
+        try:
+            sessions = Sessions(settings, store, runtime)
+            record = await sessions.register(repo, task, settings.model, limits, prefix="cli-")
+            return await _turn(sessions, record, view, approve)
+        finally:
+            store.close()
+    finally:
+        await runtime.close()
+
+
+async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | LiveSink, approve: bool) -> Ran:
+    """The session's first turn; at its end the layer is checkpointed and its changes reported (``changes``)."""
+    recorder = await sessions.recorder(record)
+    sink = Tee(recorder, view)
+    sandbox = sessions.runtime.sandbox(Path(record.repo), record.id, record.limits)
+
+    async def settle(outcome: TurnOutcome) -> None:
+        await record_changes(sessions.workspaces, record.id, sink)
+
+    agent = sessions.runtime.agent(
+        session_id=record.id, model=record.model, sandbox=sandbox, sink=sink, limits=record.limits,
+        approver=view.approve if approve and isinstance(view, LiveSink) else None,
+        save_transcript=recorder.save_transcript, on_turn_end=settle,
+    )  # fmt: skip
+    await sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=record.task, model=record.model))
     warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
     warm.add_done_callback(lambda t: t.cancelled() or t.exception())
     try:
-        convo = Conversation()
-        convo.add_user_text(task)
-        return await agent.run_turn(convo)
+        recorder.convo.add_user_text(record.task)
+        return Ran(record.id, Path(record.repo), await agent.run_turn(recorder.convo))
     finally:
         await asyncio.shield(sandbox.stop())
-        await runtime.close()
+        stored = sessions.store.get(record.id)
+        if stored is not None and stored.status == "running":  # stopped before the turn could record its end
+            sessions.store.update(record.id, status="cancelled", finish_reason="cancelled", detail="stopped at start")
 
 
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
@@ -310,6 +368,17 @@ def run(
     scenario: Annotated[
         str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
     ] = None,
+    apply: Annotated[
+        bool | None,
+        typer.Option(
+            "--apply/--no-apply",
+            help="After a turn the agent ended itself, apply the changes to REPO without asking (--apply), or keep "
+            "them for review (--no-apply). Without either: ask on a terminal, keep them otherwise.",
+        ),
+    ] = None,
+    include_ignored: Annotated[
+        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+    ] = False,
 ) -> None:
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
@@ -318,10 +387,234 @@ def run(
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
-        outcome = asyncio.run(_run_session(effective, repo.resolve(), task, limits, sink, approve, signals))
+        ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals))
     if not json_events and sink.finished is not None:
-        console.print(_summary(outcome, sink.finished, signals))
-    raise typer.Exit(128 + signals[0] if signals else EXIT_CODES[outcome.reason])
+        console.print(_summary(ran.outcome, sink.finished, signals))
+    code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
+    choice = Choice(apply, include_ignored, interactive=sys.stdin.isatty() and not json_events)
+    raise typer.Exit(_after_turn(settings, ran, choice, sink, console, bool(signals)) or code)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to do with a run's changes: apply (True), keep (False) or ask (None, on a terminal only)."""
+
+    apply: bool | None
+    include_ignored: bool
+    interactive: bool
+
+
+def _after_turn(settings: Settings, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
+    """Show what the turn changed, then apply, keep or ask; an exit code that replaces the turn's, or None."""
+    session_id = ran.session_id
+    with _review_errors():
+        changes = _with_sessions(settings, lambda s: s.changes(session_id, diff=True))
+    console.print(review.change_list(changes, review.MAX_LISTED))
+    if not summarize(changes).files:
+        return None
+    wanted = choice.apply
+    if wanted and (ran.outcome.reason != "end_turn" or stopped):
+        console.print(Text(f"Not applied: the turn ended with {ran.outcome.reason}, not end_turn.", "yellow"))
+        wanted = False
+    elif wanted is None and choice.interactive and not stopped:
+        wanted = _ask_apply(console, ran)
+    if not wanted:
+        console.print(review.how_to_apply(session_id))
+        return None
+    return _apply_after_run(settings, ran, choice.include_ignored, view, console)
+
+
+def _ask_apply(console: Console, ran: Ran) -> bool:
+    """Ask y/n on the terminal (what was typed before the question does not answer it); Ctrl-C keeps the changes."""
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+    question = Text.assemble("Apply these changes to ", review.path_text(str(ran.repo), "bold"), "? [y/N] ")
+    while True:
+        try:
+            answer = console.input(question).strip().lower()
+        except EOFError:
+            console.print()
+            return False
+        except KeyboardInterrupt:
+            console.print()
+            console.print(review.how_to_apply(ran.session_id))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False
+        console.print("Please answer y or n.", style="yellow")
+
+
+def _apply_after_run(settings: Settings, ran: Ran, include_ignored: bool, view: Any, console: Console) -> int | None:
+    """Apply the run's changes; with --json the ``applied`` event follows the run's events on stdout."""
+
+    async def apply(sessions: Sessions) -> ApplyResult:
+        result = await sessions.apply(ran.session_id, include_ignored=include_ignored)
+        if isinstance(view, JsonSink):
+            for event in sessions.store.events_after(ran.session_id, view.seq):
+                await view.emit(event)
+        return result
+
+    try:
+        with _review_errors():
+            result = _with_sessions(settings, apply)
+    except typer.Exit as done:
+        if done.exit_code == EXIT_CONFLICT:
+            console.print(review.how_to_apply(ran.session_id))
+        raise
+    console.print(_applied_line(ran.session_id, ran.repo, result))
+    return None
+
+
+# ----------------------------------------------------------------------------- reviewing a session's changes
+
+T = TypeVar("T")
+SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
+ForceOpt = Annotated[
+    list[str] | None,
+    typer.Option("--force", metavar="PATH", help="Overwrite PATH even though the checkout changed there (repeatable)."),
+]
+
+
+def _with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) -> T:
+    """Run one command on the sessions of the database, as the API would (no turn is started)."""
+
+    async def go() -> T:
+        store = Store(settings.data_dir / "cubicle.db")
+        runtime = Runtime(settings)
+        try:
+            return await op(Sessions(settings, store, runtime))
+        finally:
+            await runtime.close()
+            store.close()
+
+    return asyncio.run(go())
+
+
+@contextlib.contextmanager
+def _review_errors() -> Iterator[None]:
+    """2 unknown session, checkpoint or apply · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
+    try:
+        yield
+    except ApplyConflictError as err:
+        err_console.print(
+            Text.assemble(
+                ("conflict:", "bold red"),
+                f" nothing was written; the checkout changed under "
+                f"{plural(len(err.conflicts), 'path')} since the session saw it:",
+            )
+        )
+        err_console.print(review.conflict_list(err.conflicts))
+        err_console.print("Look at them, then repeat with --force PATH for each one to overwrite, or leave them.")
+        raise typer.Exit(EXIT_CONFLICT) from None
+    except (NotFoundError, LayerMissingError, ConfigError, RepoError) as err:
+        raise fail(err, EXIT_USAGE) from None
+    except ConflictError as err:
+        raise fail(err, EXIT_CONFLICT) from None
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    except OSError as err:
+        raise fail(f"the workspace layer could not be read or written: {err}", EXIT_INFRA) from None
+
+
+def _review(op: Callable[[Sessions], Awaitable[T]]) -> T:
+    settings = load_settings()
+    with _review_errors():
+        return _with_sessions(settings, op)
+
+
+def _applied_line(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
+    rows = [
+        Text.assemble(
+            ("applied", "green"), f" {plural(len(result.applied), 'path')} to ", review.path_text(str(repo)),
+            f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
+        )
+    ]  # fmt: skip
+    rows.extend(Text.assemble("  ", review.path_text(path)) for path in result.applied)
+    if result.skipped:
+        rows.append(Text(f"{plural(len(result.skipped), 'path')} held back:", "yellow"))
+        rows.extend(review.change_row(change) for change in result.skipped)
+    return Group(*rows)
+
+
+@app.command()
+def changes(
+    session_id: SessionArg,
+    diff: Annotated[bool, typer.Option("--diff", help="Show each text file's unified diff.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
+) -> None:
+    """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
+    found = _review(lambda s: s.changes(session_id, diff=True))
+    if json_out:
+        shown = [
+            printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
+        ]
+        print(json.dumps(shown, ensure_ascii=True, indent=2))
+        return
+    out = terminal.console()
+    out.print(review.change_list(found))
+    for change in found if diff else ():
+        out.print(review.diff_view(change))
+
+
+@app.command("apply")
+def apply_command(
+    session_id: SessionArg,
+    force: ForceOpt = None,
+    include_ignored: Annotated[
+        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+    ] = False,
+) -> None:
+    """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5)."""
+
+    async def apply(sessions: Sessions) -> tuple[ApplyResult, Path]:
+        return await sessions.apply(session_id, force, include_ignored), Path(sessions.get(session_id).repo)
+
+    result, repo = _review(apply)
+    terminal.console().print(_applied_line(session_id, repo, result))
+
+
+@app.command()
+def revert(session_id: SessionArg, force: ForceOpt = None) -> None:
+    """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
+    result = _review(lambda s: s.revert(session_id, force))
+    out = terminal.console()
+    out.print(
+        Text.assemble(("reverted", "green"), f" apply {result.record}: {plural(len(result.reverted), 'path')} restored")
+    )
+    for path in result.reverted:
+        out.print(Text.assemble("  ", review.path_text(path)))
+
+
+@app.command()
+def discard(session_id: SessionArg) -> None:
+    """Drop a session's workspace layer and checkpoints; what was applied stays in the checkout."""
+    _review(lambda s: s.discard(session_id))
+    terminal.console().print(Text.assemble(("discarded", "green"), f" the changes of {session_id}"))
+
+
+@app.command()
+def rewind(
+    session_id: SessionArg,
+    turn: Annotated[int, typer.Argument(min=1, help="The checkpoint (end of that turn) to return the files to.")],
+) -> None:
+    """Return a session's files to how they were at the end of turn TURN (the checkout is untouched)."""
+    _review(lambda s: s.rewind(session_id, turn))
+    terminal.console().print(
+        Text.assemble(("rewound", "green"), f" {session_id} to the end of turn {turn}; later changes are gone")
+    )
+
+
+@app.command()
+def checkpoints(session_id: SessionArg) -> None:
+    """List a session's checkpoints, one per turn (`cubicle rewind ID TURN` returns to one)."""
+    found = _review(lambda s: s.checkpoints(session_id))
+    out = terminal.console()
+    for point in found:
+        out.print(f"turn {point.turn}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(point.created_at))}")
+    if not found:
+        out.print("no checkpoints yet")
 
 
 def _warn(message: str) -> None:
@@ -382,7 +675,10 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
     store = Store(settings.data_dir / "cubicle.db")
     records, total = store.page(limit, 0)
     store.close()
-    table = Table("id", "status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
+    table = Table("status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
+    # The id is what every other command takes, so it is never cut short.
+    table.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in records), default=2))
+    table.columns.insert(0, table.columns.pop())
     for r in records:
         cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
