@@ -1,13 +1,27 @@
-"""The ``cubicle`` command line: run a task, serve the API, build the image, sweep orphans.
+"""The ``cubicle`` command line: run a task, review and apply its changes, serve the API, build the image, sweep.
+
+``cubicle run`` is a session like the API's: recorded in the same database (owned by this
+process, so ``cubicle sessions`` lists it and a ``cubicle serve`` leaves it alone while it
+runs), working in its own workspace layer. The checkout changes only when the changes are
+applied: at the end of the run (``--apply``, or yes to the question on a terminal) or later
+with ``cubicle apply ID``.
 
 Exit codes of ``cubicle run``: 0 the agent finished its turn; 2 usage or configuration
-error (bad flags, missing API key, ``--approve`` without a terminal); 3 a limit ended the turn
-(steps, token budget, wall clock); 4 sandbox, Docker or model API failure; 130 interrupted
-(Ctrl-C); 129 and 143 stopped by SIGHUP and SIGTERM (128 + the signal). Ctrl-C, SIGTERM and
-SIGHUP all end the session the same way: the running command is killed, the container is
-removed and the end is recorded (``session_finished`` with reason ``cancelled``).
+error (bad flags, missing API key, ``--approve`` without a terminal, a root-owned repository);
+3 a limit ended the turn (steps, token budget, wall clock); 4 sandbox, Docker, model API or
+filesystem failure; 5 ``--apply`` met a conflict (the changes are kept, nothing was written),
+or the repository overlaps one a running session uses; 130 interrupted (Ctrl-C); 129 and 143
+stopped by SIGHUP and SIGTERM (128 + the signal). Ctrl-C, SIGTERM and SIGHUP all end the
+session the same way: the running command is killed, the container is removed and the end
+is recorded (``session_finished`` with reason ``cancelled``); the changes are kept.
 
-Everything the model or the sandbox wrote reaches the terminal through ``controller.terminal``.
+The review commands (``changes``, ``apply``, ``revert``, ``rewind``, ``discard``,
+``checkpoints``) work on any session, the API's too: 0 done; 2 usage (an unknown session,
+checkpoint or apply); 5 a conflict (the paths are listed, nothing was written) or a turn is
+running; 4 Docker or filesystem failure.
+
+Everything the model or the sandbox wrote reaches the terminal through ``controller.terminal``
+(file names and diffs through ``controller.review``).
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ from . import __version__, engine, images, owners, review, scripted, terminal, u
 from .agent import TurnOutcome
 from .config import Limits, Settings
 from .display import JsonSink, LiveSink, plural
-from .errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
+from .errors import ConfigError, ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError
 from .events import Event, SessionFinished, SessionStarted
 from .recorder import Recorder
 from .runtime import Runtime
@@ -57,13 +71,17 @@ EXIT_CODES = {
     "error": EXIT_INFRA,
 }
 RUN_HELP = (
-    "Run TASK on the repository REPO; every tool call runs in a fresh hardened container.\n\n"
+    "Run TASK on the repository REPO; every tool call runs in a fresh hardened container, and every change the "
+    "agent makes goes to the session's own layer until it is applied.\n\n"
+    "At the end the changes are summarized, then applied (--apply, only after a turn the agent ended itself), kept "
+    "(--no-apply), or, without either flag, asked about on a terminal and kept otherwise; review kept changes with "
+    "`cubicle changes ID --diff` and apply them with `cubicle apply ID`.\n\n"
     "Exit codes: 0 the agent finished its turn · 2 usage/config error (e.g. no ANTHROPIC_API_KEY, "
-    "--approve without a terminal) · 3 a limit was reached (steps, token budget, wall clock) "
-    "· 4 sandbox, Docker or model API error · 130 interrupted with Ctrl-C "
-    "· 143 / 129 stopped by SIGTERM / SIGHUP (128 + the signal).\n\n"
+    "--approve without a terminal, a root-owned repository) · 3 a limit was reached (steps, token budget, wall clock) "
+    "· 4 sandbox, Docker, model API or filesystem error · 5 --apply met a conflict (changes kept, paths listed) "
+    "· 130 interrupted with Ctrl-C · 143 / 129 stopped by SIGTERM / SIGHUP (128 + the signal).\n\n"
     "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
-    "session's end recorded (a session_finished event with reason cancelled)."
+    "session's end recorded (a session_finished event with reason cancelled); the changes are kept."
 )
 TOKEN_MIN_CHARS = 32
 app = typer.Typer(
@@ -318,8 +336,10 @@ def _exit_codes(signals: list[int]) -> Iterator[None]:
     """Whatever ends a run before its turn does becomes its exit code and a one-line message."""
     try:
         yield
-    except ConfigError as err:
+    except (ConfigError, RepoError, ForbiddenRepoError) as err:
         raise fail(err, EXIT_USAGE) from None
+    except ConflictError as err:  # the repository overlaps one a running session uses
+        raise fail(err, EXIT_CONFLICT) from None
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
     except KeyboardInterrupt:
@@ -666,7 +686,7 @@ def serve(
 
 @app.command()
 def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20) -> None:
-    """List the API's sessions from its database."""
+    """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
     from rich.table import Table
 
     from .store import Store
