@@ -17,10 +17,16 @@ from typing import Any
 
 import pytest
 
+from controller.config import Settings
+from controller.runtime import Runtime
+from controller.scripted import ScriptedServer
+from controller.sessions import Sessions
+from controller.store import Store
 from controller.workspaces import Workspaces
+from tests.agent_harness import register, text, tool
 from tests.integration.cli_helpers import SESSION_ID, cubicle, environment, tree
 from tests.integration.pty_helpers import Terminal, scenario_file
-from tests.sandbox_defaults import AGENT_UID
+from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
 HOSTILE_NAME = "evil\x1b]0;PWNED\x07.txt"
 WRITES = {
@@ -256,3 +262,41 @@ def test_gc_removes_the_layers_of_purged_sessions(tmp_path: Path, make_repo: Cal
     assert swept.returncode == 0, swept.stderr
     assert "removed the workspace layer of purged session s_purged" in swept.stdout
     assert layers.sessions() == sorted([kept, "s_fresh"])
+
+
+async def _two_turns(data_dir: Path, repo: Path, model_server: ScriptedServer) -> str:
+    """An API session (made in this process, as `cubicle serve` makes them) whose two turns each write a file."""
+    settings = Settings(
+        api_key="test", base_url=model_server.url, model_retries=0, data_dir=data_dir, instance=TEST_INSTANCE,  # type: ignore[attr-defined]
+    )  # fmt: skip
+    turns = [{"content": [tool("write_file", path=f"turn{n}.txt", content=f"{n}\n")]} for n in (1, 2)]
+    model = register(model_server, [turns[0], {"content": [text("one")]}, turns[1], {"content": [text("two")]}])
+    store = Store(data_dir / "cubicle.db")
+    runtime = Runtime(settings)
+    sessions = Sessions(settings, store, runtime)
+    try:
+        record = await sessions.create(repo, "first", model, SANDBOX_LIMITS)
+        await sessions.join(record.id)
+        await sessions.follow_up(record.id, "second")
+        await sessions.join(record.id)
+    finally:
+        await sessions.close()
+        await runtime.close()
+        store.close()
+    return record.id
+
+
+async def test_rewind_an_api_session_to_its_first_turn(
+    tmp_path: Path, make_repo: Callable[..., Path], model_server: ScriptedServer, docker_client: Any
+) -> None:
+    repo = make_repo()
+    session_id = await _two_turns(tmp_path / "data", repo, model_server)
+    points = cubicle("checkpoints", session_id)
+    assert [line.split()[:2] for line in points.stdout.splitlines()] == [["turn", "1"], ["turn", "2"]]
+    assert "A turn2.txt" in cubicle("changes", session_id).stdout
+    rewound = cubicle("rewind", session_id, "1")
+    assert rewound.returncode == 0, rewound.stderr
+    listed = json.loads(cubicle("changes", session_id, "--json").stdout)
+    assert [c["path"] for c in listed] == ["turn1.txt"]
+    assert cubicle("apply", session_id).returncode == 0
+    assert (repo / "turn1.txt").read_text() == "1\n" and not (repo / "turn2.txt").exists()
