@@ -8,13 +8,15 @@ diffs of hostile content. Every such string becomes a ``Text`` here through
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from . import terminal
 from .display import plural
 from .events import ChangeSummary
-from .workspace import Change, Conflict, Disposition, Kind
+from .workspace import ApplyResult, Change, Conflict, Disposition, Kind
 from .workspaces import shown, summarize
 
 MAX_LISTED = 50
@@ -100,6 +102,21 @@ def conflict_list(conflicts: list[Conflict]) -> RenderableType:
     return Group(
         *(Text.assemble("  ", path_text(c.path, "bold"), ": ", terminal.safe_text(c.reason)) for c in conflicts)
     )
+
+
+def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
+    """What an apply wrote (and its number, to revert it), and what it held back."""
+    rows = [
+        Text.assemble(
+            ("applied", "green"), f" {plural(len(result.applied), 'path')} to ", path_text(str(repo)),
+            f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
+        )
+    ]  # fmt: skip
+    rows.extend(Text.assemble("  ", path_text(path)) for path in result.applied)
+    if result.skipped:
+        rows.append(Text(f"{plural(len(result.skipped), 'path')} held back:", "yellow"))
+        rows.extend(change_row(change) for change in result.skipped)
+    return Group(*rows)
 
 
 def how_to_apply(session_id: str) -> RenderableType:
