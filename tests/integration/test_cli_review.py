@@ -248,7 +248,12 @@ def test_a_terminal_is_asked_before_the_changes_are_applied(tmp_path: Path, make
     assert (repo / "notes.txt").read_text() == "one\ntwo\n"
 
 
-def test_gc_removes_the_layers_of_purged_sessions(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+def test_gc_removes_orphan_volumes_and_the_layers_of_purged_sessions(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    instance = "gc-layers-test"
+    dead = {"org.cubicle.managed": "true", "org.cubicle.session": "s_dead", "org.cubicle.owner": f"{instance}:999999:1"}
+    volume = docker_client.volumes.create(name=f"cubicle-ws-gc-test-{os.getpid()}", labels=dead)
     repo = make_repo()
     kept, done = _run(tmp_path, repo, "--no-apply")
     assert done.returncode == 0, done.stderr
@@ -258,8 +263,10 @@ def test_gc_removes_the_layers_of_purged_sessions(tmp_path: Path, make_repo: Cal
     old = time.time() - 3600
     for session_id in ("s_purged", kept):
         os.utime(tmp_path / "data" / "workspaces" / session_id, (old, old))
-    swept = cubicle("gc", env={"CUBICLE_INSTANCE": "gc-layers-test"})
+    swept = cubicle("gc", env={"CUBICLE_INSTANCE": instance})
     assert swept.returncode == 0, swept.stderr
+    assert f"removed {volume.name} (session s_dead)" in swept.stdout
+    assert not docker_client.volumes.list(filters={"name": volume.name})
     assert "removed the workspace layer of purged session s_purged" in swept.stdout
     assert layers.sessions() == sorted([kept, "s_fresh"])
 
