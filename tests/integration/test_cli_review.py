@@ -190,7 +190,8 @@ WAIT_FOR_GO = "for i in $(seq 600); do [ -e /tmp/go ] && exit 0; sleep 0.1; done
 def test_a_running_session_refuses_apply_and_a_conflicting_run_apply_exits_5(
     tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
-    """While a turn runs, apply is refused (5); the user then writes a path the agent wrote: run --apply exits 5."""
+    """While a turn runs, apply and an overlapping run are refused (5); then the user writes a path the agent wrote
+    and the run's --apply exits 5."""
     repo = make_repo()
     scenario = {
         "name": "slow",
@@ -218,6 +219,11 @@ def test_a_running_session_refuses_apply_and_a_conflicting_run_apply_exits_5(
                 break
         refused = cubicle("apply", session_id)
         assert refused.returncode == 5 and "is running a turn" in refused.stderr
+        overlapping = cubicle(
+            "run", str(repo / "src"), "x", "--scenario", scenario_file(tmp_path, WRITES), env={"COLUMNS": "400"}
+        )
+        assert overlapping.returncode == 5, overlapping.stderr
+        assert f"Session {session_id} is running on {repo}, which overlaps {repo / 'src'}" in overlapping.stderr
         assert "running" in cubicle("sessions", env={"COLUMNS": "200"}).stdout
         (repo / "notes.txt").write_text("mine\n")
         os.chown(repo / "notes.txt", AGENT_UID, AGENT_UID)
