@@ -105,3 +105,5 @@ def review_errors() -> Iterator[None]:
         raise fail(err, EXIT_INFRA) from None
     except OSError as err:
         raise fail(f"the workspace layer could not be read or written: {err}", EXIT_INFRA) from None
+    except KeyboardInterrupt:  # an apply already begun finishes first (it runs in a thread), so none is left half done
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
