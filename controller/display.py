@@ -233,6 +233,11 @@ class JsonSink:
         self.finished: SessionFinished | None = None
         self._seq = 0
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last event printed."""
+        return self._seq
+
     async def emit(self, event: Event) -> None:
         self._seq += 1
         event.seq = self._seq

@@ -58,7 +58,7 @@ class Sessions:
         for record in self.store.with_status("running"):
             if self._owner_alive(record):
                 continue
-            recorder = await self._restore(record)
+            recorder = await self.recorder(record)
             self.store.update(record.id, status="interrupted", detail="the controller restarted during this turn")
             await recorder.emit(StatusEvent(session_id=record.id, status="interrupted", detail="controller restarted"))
         with contextlib.suppress(Exception):
@@ -96,9 +96,24 @@ class Sessions:
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
         apply: ApplyPolicy = "never", prefix: str = "s_",
     ) -> SessionRecord:  # fmt: skip
-        """A new session on ``repo`` (pinned: its real path, not root-owned, overlapping no running session)."""
+        """A new session on ``repo``, its first turn started in the background (see ``register``)."""
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
+        record = await self.register(repo, task, model, limits, context, apply, prefix)
+        live = await self._load(record)
+        await live.recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
+        await live.begin(task)
+        return record
+
+    async def register(
+        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
+        apply: ApplyPolicy = "never", prefix: str = "s_",
+    ) -> SessionRecord:  # fmt: skip
+        """The record of a new session (running, owned by this process) and its workspace layer; no turn starts.
+
+        ``repo`` is pinned (its real path, never root-owned) and must not overlap a session
+        that a live process is running. The API's ``create`` and ``cubicle run`` both start here.
+        """
         repo = pin(repo)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         now = time.time()
@@ -109,9 +124,6 @@ class Sessions:
         )  # fmt: skip
         await asyncio.to_thread(self.workspaces.create, record.id, repo)
         self.store.insert(record)
-        live = await self._load(record)
-        await live.recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
-        await live.begin(task)
         return record
 
     async def follow_up(self, session_id: str, text: str) -> SessionRecord:
@@ -150,7 +162,7 @@ class Sessions:
         record = self.get(session_id)
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "compact it when the turn has ended")
-        recorder = live.recorder if live is not None else await self._restore(record)
+        recorder = live.recorder if live is not None else await self.recorder(record)
         convo = recorder.convo
         compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
         if await compactor.fit(convo, convo.steps, "manual"):
@@ -253,7 +265,7 @@ class Sessions:
         if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
             self._refuse_while_running(record, live, advice)
         await self._stop_sandbox(session_id)
-        return live.recorder if live is not None else await self._restore(record)
+        return live.recorder if live is not None else await self.recorder(record)
 
     async def _stop_sandbox(self, session_id: str) -> None:
         """Remove the session's container wherever it came from (this process, or another one's idle session)."""
@@ -269,7 +281,7 @@ class Sessions:
                 f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
             )
 
-    async def _restore(self, record: SessionRecord) -> Recorder:
+    async def recorder(self, record: SessionRecord) -> Recorder:
         """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result."""
         convo = Conversation(
             messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps,
@@ -281,7 +293,7 @@ class Sessions:
         return recorder
 
     async def _load(self, record: SessionRecord) -> LiveSession:
-        recorder = await self._restore(record)
+        recorder = await self.recorder(record)
         live = LiveSession(record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget)
         self._live[record.id] = live
         return live

@@ -13,10 +13,12 @@ Rewriting a layer (apply, revert, rewind, discard) needs the session's container
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import stat
-from collections.abc import Collection, Iterable
+import time
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +31,9 @@ from .workspace import checkpoints as checkpoint_files
 from .workspace.layer import UNSAFE_IN_OPTIONS
 
 log = logging.getLogger(__name__)
+
+SWEEP_GRACE_S = 60.0
+"""``sweep`` leaves a layer without a session alone this long: its session's row may be about to be written."""
 
 
 class ApplyConflictError(ConflictError):
@@ -204,6 +209,26 @@ class Workspaces:
         """The ids of every layer on disk."""
         root = self.data_dir / "workspaces"
         return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+    def sweep(self, known: Callable[[str], bool], grace_s: float = SWEEP_GRACE_S) -> list[str]:
+        """Discard the layers of sessions ``known`` does not know (purged); returns their ids.
+
+        A layer is made just before its session's row is written, so one younger than
+        ``grace_s`` may belong to a session being created and is left alone.
+        """
+        removed = []
+        for session_id in self.sessions():
+            root = self.data_dir / "workspaces" / session_id
+            with contextlib.suppress(OSError):
+                if known(session_id) or time.time() - root.stat().st_mtime < grace_s:
+                    continue
+                left = self.discard(session_id)
+                if left:
+                    log.warning(
+                        "the layer of %s left %s (root-owned kernel files; root can remove them)", session_id, left
+                    )
+                removed.append(session_id)
+        return removed
 
 
 def shown(path: str) -> str:

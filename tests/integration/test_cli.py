@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import controller
-from tests.integration.pty_helpers import owned_by
+from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.pty_helpers import owned_by, scenario_file
 
 SCENARIO = {
     "name": "cli",
@@ -31,22 +32,10 @@ SCENARIO = {
 }
 
 
-def cubicle(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "controller", *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env={**base, **(env or {})},
-        timeout=timeout,
-    )
-
-
-def scenario_file(tmp_path: Path, data: dict[str, Any]) -> str:
-    path = tmp_path / f"{data['name']}.json"
-    path.write_text(json.dumps(data))
-    return str(path)
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's sessions and layers go to a database of its own, never the user's."""
+    monkeypatch.setenv("CUBICLE_DATA_DIR", str(tmp_path / "data"))
 
 
 def test_json_events_sequence(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
@@ -55,7 +44,9 @@ def test_json_events_sequence(tmp_path: Path, make_repo: Callable[..., Path]) ->
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     kinds = [e["type"] for e in events if e["type"] != "text"]
-    assert kinds == ["session_started", "status", "usage", "tool_call", "tool_result", "usage", "session_finished"]
+    assert kinds == [
+        "session_started", "status", "usage", "tool_call", "tool_result", "usage", "changes", "session_finished",
+    ]  # fmt: skip
     assert "".join(e["text"] for e in events if e["type"] == "text") == "Reading.All done."
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert len({e["session_id"] for e in events}) == 1
@@ -159,12 +150,11 @@ def _start_long_run(tmp_path: Path, repo: Path, docker_client: Any, instance: st
         "name": "long",
         "turns": [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300"}}]}],
     }
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_"))}
     process = subprocess.Popen(
         [sys.executable, "-m", "controller", "run", str(repo), "wait", "--json", "--command-timeout", "600",
          "--scenario", scenario_file(tmp_path, long)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**base, "CUBICLE_INSTANCE": instance},
+        env=environment({"CUBICLE_INSTANCE": instance}),
     )  # fmt: skip
     assert process.stdout is not None
     for line in process.stdout:

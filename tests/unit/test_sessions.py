@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from controller import owners
 from controller.config import Limits, Settings
 from controller.errors import ConflictError, NotFoundError
 from controller.events import Usage
@@ -164,3 +165,23 @@ async def test_a_turn_cancelled_before_it_began_still_records_its_end(
     assert (ended.status, ended.finish_reason) == ("cancelled", "cancelled")
     kinds = [event.type async for event in sessions.follow(record.id, 0)]
     assert kinds[0] == "session_started" and kinds[-1] == "session_finished"
+
+
+async def test_register_makes_the_record_and_layer_and_refuses_a_repo_a_live_process_works_in(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """What `cubicle run` starts from: a running record owned by this process and its layer; no turn, no sandbox."""
+    sessions = controller.sessions
+    repo = owned_dir(tmp_path / "repo")
+    record = await sessions.register(repo, "task", None, Limits(), prefix="cli-")
+    assert record.id.startswith("cli-") and record.owner == sessions.owner and record.status == "running"
+    assert sessions.store.get(record.id) == record
+    assert sessions.workspaces.sessions() == [record.id] and controller.made == []
+    assert not sessions.is_running(record.id)
+
+    elsewhere = f"{sessions.settings.instance}:1:{owners._start_ticks(1)}"  # pid 1: alive, and not us
+    sessions.store.update(record.id, owner=elsewhere)
+    with pytest.raises(ConflictError, match=f"Session {record.id} is running on"):
+        await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())
+    sessions.store.update(record.id, owner=f"{sessions.settings.instance}:999999:1")  # gone: no longer in the way
+    await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())

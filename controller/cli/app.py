@@ -1,0 +1,109 @@
+"""The ``cubicle`` Typer app and what every command shares: settings, exit codes, the error line, the sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Annotated, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.text import Text
+
+from .. import __version__, review, terminal, usage
+from ..config import Settings
+from ..display import plural
+from ..errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
+from ..runtime import Runtime
+from ..sessions import Sessions
+from ..store import Store
+from ..workspace import LayerMissingError
+from ..workspaces import ApplyConflictError
+
+EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_CONFLICT, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
+app = typer.Typer(
+    name="cubicle",
+    help="Run a coding agent on a repository; every tool call runs inside a hardened per-session container.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+image_app = typer.Typer(help="Manage the sandbox image.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+err_console = terminal.console(stderr=True)
+
+
+def fail(error: CubicleError | str, code: int) -> typer.Exit:
+    """Print ``error:`` and the message (which may quote the model or the sandbox: shown terminal-safe)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", terminal.safe_text(str(error))))
+    return typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cubicle {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Run a coding agent on a repository; every tool call runs inside a hardened per-session container."""
+
+
+def load_settings() -> Settings:
+    """Settings from the environment; a bad variable is a usage error that names it, not a traceback."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise fail("invalid environment: " + usage.environment_problems(err), EXIT_USAGE) from None
+
+
+T = TypeVar("T")
+
+
+def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) -> T:
+    """Run one command on the sessions of the database, as the API would (no turn is started)."""
+
+    async def go() -> T:
+        store = Store(settings.data_dir / "cubicle.db")
+        runtime = Runtime(settings)
+        try:
+            return await op(Sessions(settings, store, runtime))
+        finally:
+            await runtime.close()
+            store.close()
+
+    return asyncio.run(go())
+
+
+@contextlib.contextmanager
+def review_errors() -> Iterator[None]:
+    """2 unknown session, checkpoint or apply · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
+    try:
+        yield
+    except ApplyConflictError as err:
+        err_console.print(
+            Text.assemble(
+                ("conflict:", "bold red"),
+                f" nothing was written; the checkout changed under "
+                f"{plural(len(err.conflicts), 'path')} since the session saw it:",
+            )
+        )
+        err_console.print(review.conflict_list(err.conflicts))
+        err_console.print("Look at them, then repeat with --force PATH for each one to overwrite, or leave them.")
+        raise typer.Exit(EXIT_CONFLICT) from None
+    except (NotFoundError, LayerMissingError, ConfigError, RepoError) as err:
+        raise fail(err, EXIT_USAGE) from None
+    except ConflictError as err:
+        raise fail(err, EXIT_CONFLICT) from None
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    except OSError as err:
+        raise fail(f"the workspace layer could not be read or written: {err}", EXIT_INFRA) from None
+    except KeyboardInterrupt:  # an apply already begun finishes first (it runs in a thread), so none is left half done
+        raise fail("interrupted", EXIT_INTERRUPTED) from None

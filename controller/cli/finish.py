@@ -1,0 +1,105 @@
+"""The end of ``cubicle run``: the changes are shown, then applied, kept, or asked about on a terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import termios
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from .. import review
+from ..agent import TurnOutcome
+from ..config import Settings
+from ..display import JsonSink
+from ..sessions import Sessions
+from ..workspace import ApplyResult, Disposition
+from ..workspaces import summarize
+from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a run leaves for the review after it: the session, its (pinned) checkout, how the turn ended."""
+
+    session_id: str
+    repo: Path
+    outcome: TurnOutcome
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to do with a run's changes: apply (True), keep (False) or ask (None, on a terminal only)."""
+
+    apply: bool | None
+    include_ignored: bool
+    interactive: bool
+
+
+def after_turn(settings: Settings, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
+    """Show what the turn changed, then apply, keep or ask; an exit code that replaces the turn's, or None."""
+    session_id = ran.session_id
+    with review_errors():
+        changes = with_sessions(settings, lambda s: s.changes(session_id, diff=True))
+    console.print(review.change_list(changes, review.MAX_LISTED))
+    ignored = choice.include_ignored and any(c.disposition == Disposition.IGNORED for c in changes)
+    if not summarize(changes).files and not ignored:
+        return None
+    wanted = choice.apply
+    if wanted and (ran.outcome.reason != "end_turn" or stopped):
+        console.print(Text(f"Not applied: the turn ended with {ran.outcome.reason}, not end_turn.", "yellow"))
+        wanted = False
+    elif wanted is None and choice.interactive and not stopped:
+        wanted = _ask_apply(console, ran)
+    if not wanted:
+        console.print(review.how_to_apply(session_id))
+        return None
+    _apply_after_run(settings, ran, choice.include_ignored, view, console)
+    return None
+
+
+def _ask_apply(console: Console, ran: Ran) -> bool:
+    """Ask y/n on the terminal (what was typed before the question does not answer it); Ctrl-C keeps the changes."""
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+    question = Text.assemble("Apply these changes to ", review.path_text(str(ran.repo), "bold"), "? [y/N] ")
+    while True:
+        try:
+            answer = console.input(question).strip().lower()
+        except EOFError:
+            console.print()
+            return False
+        except KeyboardInterrupt:
+            console.print()
+            console.print(review.how_to_apply(ran.session_id))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False
+        console.print("Please answer y or n.", style="yellow")
+
+
+def _apply_after_run(settings: Settings, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
+    """Apply the run's changes (a conflict: exit 5); with --json the ``applied`` event follows the run's events."""
+
+    async def apply(sessions: Sessions) -> ApplyResult:
+        result = await sessions.apply(ran.session_id, include_ignored=include_ignored)
+        if isinstance(view, JsonSink):
+            for event in sessions.store.events_after(ran.session_id, view.seq):
+                await view.emit(event)
+        return result
+
+    try:
+        with review_errors():
+            result = with_sessions(settings, apply)
+    except typer.Exit as done:
+        if done.exit_code == EXIT_CONFLICT:
+            console.print(review.how_to_apply(ran.session_id))
+        raise
+    console.print(review.applied(ran.session_id, ran.repo, result))

@@ -1,0 +1,298 @@
+"""``cubicle run``: one turn on a repository, shown live and recorded as a session of this process.
+
+The session starts where the API's do (``Sessions.register``: the record, the pinned
+repository, the workspace layer); its events go to the session's recorder first and then
+to the live view or ``--json``. At the turn's end the layer is checkpointed and the
+changes reported; ``finish.after_turn`` then applies them, keeps them or asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+from rich.text import Text
+
+from .. import scripted, terminal, usage
+from ..agent import TurnOutcome
+from ..config import Limits, Settings
+from ..display import JsonSink, LiveSink, plural
+from ..errors import ConfigError, ConflictError, CubicleError, ForbiddenRepoError, RepoError
+from ..events import Event, SessionFinished, SessionStarted
+from ..recorder import Recorder
+from ..runtime import Runtime
+from ..sessions import Sessions
+from ..store import SessionRecord, Store
+from ..workspaces import record_changes
+from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
+from .finish import Choice, Ran, after_turn
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
+EXIT_CODES = {
+    "end_turn": EXIT_OK,
+    "max_steps": EXIT_LIMIT,
+    "token_budget": EXIT_LIMIT,
+    "timeout": EXIT_LIMIT,
+    "cancelled": EXIT_INTERRUPTED,
+    "error": EXIT_INFRA,
+}
+RUN_HELP = (
+    "Run TASK on the repository REPO; every tool call runs in a fresh hardened container, and every change the "
+    "agent makes goes to the session's own layer until it is applied.\n\n"
+    "At the end the changes are summarized, then applied (--apply, only after a turn the agent ended itself), kept "
+    "(--no-apply), or, without either flag, asked about on a terminal and kept otherwise; review kept changes with "
+    "`cubicle changes ID --diff` and apply them with `cubicle apply ID`.\n\n"
+    "Exit codes: 0 the agent finished its turn · 2 usage/config error (e.g. no ANTHROPIC_API_KEY, "
+    "--approve without a terminal, a root-owned repository) · 3 a limit was reached (steps, token budget, wall clock) "
+    "· 4 sandbox, Docker, model API or filesystem error · 5 --apply met a conflict (changes kept, paths listed) "
+    "· 130 interrupted with Ctrl-C · 143 / 129 stopped by SIGTERM / SIGHUP (128 + the signal).\n\n"
+    "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
+    "session's end recorded (a session_finished event with reason cancelled); the changes are kept."
+)
+
+
+def _load_scenario(name: str) -> scripted.Scenario:
+    """``--scenario``: a scenario file, or the name of one shipped in controller/scenarios."""
+    shipped = sorted(path.stem for path in scripted.SCENARIOS_DIR.glob("*.json"))
+    file = Path(name)
+    if not file.is_file():
+        if name not in shipped:
+            raise ConfigError(
+                f"--scenario {name}: no such file, and no shipped scenario has that name. "
+                f"Give a scenario JSON file, or one of: {', '.join(shipped)}."
+            )
+        file = scripted.SCENARIOS_DIR / f"{name}.json"
+    try:
+        return scripted.Scenario.model_validate_json(file.read_bytes())
+    except OSError as err:
+        raise ConfigError(f"--scenario {name}: cannot read {file}: {err.strerror}.") from None
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in err.errors(include_url=False)[:3]
+        )
+        raise ConfigError(
+            f"--scenario {name}: {file} is not a valid scenario ({problems}). "
+            f"See {scripted.SCENARIOS_DIR / 'demo.json'} for the format."
+        ) from None
+
+
+@contextlib.contextmanager
+def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Settings]:
+    """With --scenario, serve it locally and point the SDK at it (a real HTTP round trip, no API key needed)."""
+    if scenario is None:
+        yield settings
+        return
+    server = scripted.ScriptedServer([_load_scenario(scenario)])
+    with scripted.serve_in_thread(server.app) as url:
+        yield settings.model_copy(update={"base_url": url, "api_key": settings.api_key or SecretStr("scripted")})
+
+
+async def _run_session(
+    settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool, signals: list[int]
+) -> Ran:
+    """The session, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def stop(signum: int) -> None:
+        if not signals:
+            signals.append(signum)
+            if not main.cancelling():  # already ending (Ctrl-C): a second cancel would cut its cleanup short
+                main.cancel()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await _session(settings, repo, task, limits, sink, approve)
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+class Tee:
+    """The run's events: committed by the session's recorder first (the API and ``cubicle sessions`` see them), then shown."""
+
+    def __init__(self, recorder: Recorder, view: JsonSink | LiveSink) -> None:
+        self.recorder = recorder
+        self.view = view
+
+    async def emit(self, event: Event) -> None:
+        await self.recorder.emit(event)
+        await self.view.emit(event)
+
+
+async def _session(
+    settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool
+) -> Ran:
+    """One turn in a fresh container, recorded in the API's database as a session of this process."""
+    runtime = Runtime(settings)
+    try:
+        runtime.check_model()  # a missing key is a usage error before Docker is even asked
+        await runtime.ensure_image()
+        store = Store(settings.data_dir / "cubicle.db")
+        try:
+            sessions = Sessions(settings, store, runtime)
+            record = await sessions.register(repo, task, settings.model, limits, prefix="cli-")
+            return await _turn(sessions, record, view, approve)
+        finally:
+            store.close()
+    finally:
+        await runtime.close()
+
+
+async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | LiveSink, approve: bool) -> Ran:
+    """The session's first turn; at its end the layer is checkpointed and its changes reported (``changes``)."""
+    recorder = await sessions.recorder(record)
+    sink = Tee(recorder, view)
+    sandbox = sessions.runtime.sandbox(Path(record.repo), record.id, record.limits)
+
+    async def settle(outcome: TurnOutcome) -> None:
+        await record_changes(sessions.workspaces, record.id, sink)
+
+    agent = sessions.runtime.agent(
+        session_id=record.id, model=record.model, sandbox=sandbox, sink=sink, limits=record.limits,
+        approver=view.approve if approve and isinstance(view, LiveSink) else None,
+        save_transcript=recorder.save_transcript, on_turn_end=settle,
+    )  # fmt: skip
+    await sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=record.task, model=record.model))
+    warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
+    warm.add_done_callback(lambda t: t.cancelled() or t.exception())
+    try:
+        recorder.convo.add_user_text(record.task)
+        return Ran(record.id, Path(record.repo), await agent.run_turn(recorder.convo))
+    finally:
+        await asyncio.shield(sandbox.stop())
+        stored = sessions.store.get(record.id)
+        if stored is not None and stored.status == "running":  # stopped before the turn could record its end
+            sessions.store.update(record.id, status="cancelled", finish_reason="cancelled", detail="stopped at start")
+
+
+def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
+    """Usage errors that need no settings, found before anything starts."""
+    if not repo.exists():
+        raise fail(f"REPO {repo} does not exist; give the path of the repository's directory.", EXIT_USAGE)
+    if not repo.is_dir():
+        raise fail(f"REPO {repo} is a file, not a directory; give the repository's directory.", EXIT_USAGE)
+    if approve and json_events:
+        raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
+    if approve and not sys.stdin.isatty():
+        raise fail(
+            "--approve asks y/n before each change, so it needs a terminal on stdin; run it in a terminal, "
+            "or drop --approve.",
+            EXIT_USAGE,
+        )
+
+
+def _limits(settings: Settings, flags: dict[str, Any]) -> Limits:
+    """The session's limits: the settings' defaults with the flags that were given on top."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return Limits.model_validate({**settings.limits.model_dump(), **given})
+    except ValidationError as err:
+        raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
+
+
+@contextlib.contextmanager
+def _view(json_events: bool, console: Console) -> Iterator[JsonSink | LiveSink]:
+    """Where the run's events go: one JSON line each, or the live terminal view."""
+    if json_events:
+        yield JsonSink()
+    else:
+        with LiveSink(console) as sink:
+            yield sink
+
+
+@contextlib.contextmanager
+def _exit_codes(signals: list[int]) -> Iterator[None]:
+    """Whatever ends a run before its turn does becomes its exit code and a one-line message."""
+    try:
+        yield
+    except (ConfigError, RepoError, ForbiddenRepoError) as err:
+        raise fail(err, EXIT_USAGE) from None
+    except ConflictError as err:  # the repository overlaps one a running session uses
+        raise fail(err, EXIT_CONFLICT) from None
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    except asyncio.CancelledError:  # a signal arrived before the agent's turn began
+        if not signals:
+            raise
+        raise fail(f"stopped by {signal.Signals(signals[0]).name}", 128 + signals[0]) from None
+
+
+def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]) -> Text:
+    """The last line of the live view: why the turn ended, steps and tokens."""
+    summary = Text.assemble(
+        (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
+        f" · {plural(finished.steps, 'step')} · {plural(finished.usage.total, 'token')}",
+    )
+    if outcome.detail:
+        summary.append(" · ").append_text(terminal.safe_text(outcome.detail))
+    if signals:
+        summary.append(f" · stopped by {signal.Signals(signals[0]).name}")
+    return summary
+
+
+@app.command(help=RUN_HELP)
+def run(
+    repo: Annotated[
+        Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
+    ],
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None,
+    token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None,
+    timeout: Annotated[int | None, typer.Option(help="Wall-clock seconds for the turn.")] = None,
+    command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
+    memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
+    cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
+    network: Annotated[bool, typer.Option("--network/--no-network", help="Give the sandbox a network.")] = False,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve",
+            help="Show each write_file, edit_file and run_command whole and ask y/n before it runs (needs a terminal).",
+        ),
+    ] = False,
+    json_events: Annotated[
+        bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")
+    ] = False,
+    scenario: Annotated[
+        str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
+    ] = None,
+    apply: Annotated[
+        bool | None,
+        typer.Option(
+            "--apply/--no-apply",
+            help="After a turn the agent ended itself, apply the changes to REPO without asking (--apply), or keep "
+            "them for review (--no-apply). Without either: ask on a terminal, keep them otherwise.",
+        ),
+    ] = None,
+    include_ignored: Annotated[
+        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+    ] = False,
+) -> None:
+    _check_run_args(repo, approve, json_events)
+    settings = load_settings().model_copy(update={"model": model} if model else {})
+    limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
+                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network or None})  # fmt: skip
+    console = terminal.console(stderr=json_events)
+    signals: list[int] = []
+    with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
+        ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals))
+    if not json_events and sink.finished is not None:
+        console.print(_summary(ran.outcome, sink.finished, signals))
+    code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
+    choice = Choice(apply, include_ignored, interactive=sys.stdin.isatty() and not json_events)
+    raise typer.Exit(after_turn(settings, ran, choice, sink, console, bool(signals)) or code)

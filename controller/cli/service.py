@@ -1,0 +1,139 @@
+"""The commands around sessions: serve the API, list sessions, build the image, sweep orphans, a scripted model."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from .. import engine, images, owners, scripted, terminal
+from ..display import plural
+from ..errors import CubicleError
+from ..store import Store
+from ..workspaces import Workspaces
+from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings
+
+TOKEN_MIN_CHARS = 32
+
+
+@image_app.command("build")
+def image_build(
+    tag: Annotated[str | None, typer.Option(help="Image tag (default: CUBICLE_IMAGE).")] = None,
+    base: Annotated[str | None, typer.Option(help="Base image (build argument BASE).")] = None,
+) -> None:
+    """Build the sandbox image (its Dockerfile ships in the package), showing progress."""
+    settings = load_settings()
+    target = tag or settings.image
+    try:
+        client = engine.connect(settings.docker_host)
+        with err_console.status(f"building {target}") as status:
+
+            def show(line: str) -> None:
+                if line.startswith("Step "):
+                    err_console.print(terminal.safe_text(line, "dim"))
+                status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
+
+            image_id = images.build(client, target, base=base, on_line=show)
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
+
+
+@app.command()
+def gc(
+    everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
+) -> None:
+    """Remove sandbox containers and volumes whose controller process is gone, and the layers of purged sessions."""
+    settings = load_settings()
+    try:
+        result = owners.sweep(engine.connect(settings.docker_host), settings.instance, everything=everything)
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    for name in result.removed:
+        print(f"removed {name}")
+    print(f"{len(result.removed)} removed, {len(result.kept)} kept")
+    store = Store(settings.data_dir / "cubicle.db")
+    try:
+        layers = Workspaces(settings.data_dir).sweep(lambda session_id: store.get(session_id) is not None)
+    finally:
+        store.close()
+    for session_id in layers:
+        print(f"removed the workspace layer of purged session {terminal.safe(session_id)}")
+
+
+def _warn(message: str) -> None:
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", terminal.safe_text(message)))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind (default: CUBICLE_HOST, 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: CUBICLE_PORT, 8750).")] = None,
+) -> None:
+    """Serve the HTTP API (/v1) with uvicorn."""
+    import uvicorn
+
+    from ..api import create_app
+
+    settings = load_settings()
+    bind = host or settings.host
+    if settings.api_token is None and not _is_loopback(bind):
+        raise fail(
+            f"Refusing to serve on {bind} without CUBICLE_API_TOKEN: the API can start containers on this host. "
+            "Set a token, or bind 127.0.0.1.",
+            EXIT_USAGE,
+        )
+    if settings.api_token is not None and len(settings.api_token.get_secret_value()) < TOKEN_MIN_CHARS:
+        _warn(
+            f"CUBICLE_API_TOKEN has only {len(settings.api_token.get_secret_value())} characters; use at least "
+            f"{TOKEN_MIN_CHARS} random ones, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`."
+        )
+    for root in settings.repo_roots:
+        if not root.is_dir():
+            what = "is not a directory" if root.exists() else "does not exist"
+            raise fail(
+                f"CUBICLE_REPO_ROOTS: {root} {what}; list directories that exist "
+                '(comma-separated, or a JSON list such as ["/srv/repos"]).',
+                EXIT_USAGE,
+            )
+    if not settings.repo_roots:
+        _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
+    uvicorn.run(create_app(settings), host=bind, port=port or settings.port, log_level="info")
+
+
+@app.command()
+def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20) -> None:
+    """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
+    from rich.table import Table
+
+    settings = load_settings()
+    store = Store(settings.data_dir / "cubicle.db")
+    records, total = store.page(limit, 0)
+    store.close()
+    table = Table("status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
+    # The id is what every other command takes, so it is never cut short.
+    table.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in records), default=2))
+    table.columns.insert(0, table.columns.pop())
+    for r in records:
+        cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
+        table.add_row(*(terminal.safe_text(cell) for cell in cells))
+    terminal.console().print(table)
+
+
+@app.command("scripted-server")
+def scripted_server(
+    scenarios: Annotated[list[str], typer.Argument(help="Scenario files (or names shipped in controller/scenarios).")],
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = 8123,
+) -> None:
+    """Serve a scripted Anthropic-compatible model for tests and offline demos."""
+    scripted.run(scenarios, host, port)

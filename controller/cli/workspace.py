@@ -1,0 +1,117 @@
+"""The commands on a session's workspace layer: changes, apply, revert, rewind, discard, checkpoints.
+
+They work on any session of the database, the API's too, through ``Sessions`` as the API
+calls it, without starting a turn. Exit codes: 0 done; 2 an unknown session, checkpoint or
+apply; 5 a conflict (paths listed, nothing written) or a turn of the session is running;
+4 Docker or filesystem failure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.text import Text
+
+from .. import review, terminal
+from ..display import plural
+from ..sessions import Sessions
+from ..workspace import ApplyResult
+from ..workspaces import printable
+from .app import app, load_settings, review_errors, with_sessions
+
+T = TypeVar("T")
+SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
+ForceOpt = Annotated[
+    list[str] | None,
+    typer.Option("--force", metavar="PATH", help="Overwrite PATH even though the checkout changed there (repeatable)."),
+]
+
+
+def _review(op: Callable[[Sessions], Awaitable[T]]) -> T:
+    settings = load_settings()
+    with review_errors():
+        return with_sessions(settings, op)
+
+
+@app.command()
+def changes(
+    session_id: SessionArg,
+    diff: Annotated[bool, typer.Option("--diff", help="Show each text file's unified diff.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
+) -> None:
+    """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
+    found = _review(lambda s: s.changes(session_id, diff=True))
+    if json_out:
+        shown = [
+            printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
+        ]
+        print(json.dumps(shown, ensure_ascii=True, indent=2))
+        return
+    out = terminal.console()
+    out.print(review.change_list(found))
+    for change in found if diff else ():
+        out.print(review.diff_view(change))
+
+
+@app.command("apply")
+def apply_command(
+    session_id: SessionArg,
+    force: ForceOpt = None,
+    include_ignored: Annotated[
+        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+    ] = False,
+) -> None:
+    """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5)."""
+
+    async def apply(sessions: Sessions) -> tuple[ApplyResult, Path]:
+        return await sessions.apply(session_id, force, include_ignored), Path(sessions.get(session_id).repo)
+
+    result, repo = _review(apply)
+    terminal.console().print(review.applied(session_id, repo, result))
+
+
+@app.command()
+def revert(session_id: SessionArg, force: ForceOpt = None) -> None:
+    """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
+    result = _review(lambda s: s.revert(session_id, force))
+    out = terminal.console()
+    out.print(
+        Text.assemble(("reverted", "green"), f" apply {result.record}: {plural(len(result.reverted), 'path')} restored")
+    )
+    for path in result.reverted:
+        out.print(Text.assemble("  ", review.path_text(path)))
+
+
+@app.command()
+def discard(session_id: SessionArg) -> None:
+    """Drop a session's workspace layer and checkpoints; what was applied stays in the checkout."""
+    _review(lambda s: s.discard(session_id))
+    terminal.console().print(Text.assemble(("discarded", "green"), f" the changes of {session_id}"))
+
+
+@app.command()
+def rewind(
+    session_id: SessionArg,
+    turn: Annotated[int, typer.Argument(min=1, help="The checkpoint (end of that turn) to return the files to.")],
+) -> None:
+    """Return a session's files to how they were at the end of turn TURN (the checkout is untouched)."""
+    _review(lambda s: s.rewind(session_id, turn))
+    terminal.console().print(
+        Text.assemble(("rewound", "green"), f" {session_id} to the end of turn {turn}; later changes are gone")
+    )
+
+
+@app.command()
+def checkpoints(session_id: SessionArg) -> None:
+    """List a session's checkpoints, one per turn (`cubicle rewind ID TURN` returns to one)."""
+    found = _review(lambda s: s.checkpoints(session_id))
+    out = terminal.console()
+    for point in found:
+        out.print(f"turn {point.turn}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(point.created_at))}")
+    if not found:
+        out.print("no checkpoints yet")

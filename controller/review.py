@@ -1,0 +1,130 @@
+"""How the terminal shows a session's workspace: its changes, their diffs, an apply's conflicts.
+
+The layer holds the agent's bytes: file names with escape sequences or non-UTF-8 bytes,
+diffs of hostile content. Every such string becomes a ``Text`` here through
+``workspaces.shown`` (bytes a terminal cannot encode become ``\\xNN``) and then
+``terminal.safe_text`` (controls become highlighted escapes); only the styles are ours.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from . import terminal
+from .display import plural
+from .events import ChangeSummary
+from .workspace import ApplyResult, Change, Conflict, Disposition, Kind
+from .workspaces import shown, summarize
+
+MAX_LISTED = 50
+"""At most this many changed paths are listed after a run; ``cubicle changes`` lists them all."""
+MARKS = {Kind.ADDED: ("A", "green"), Kind.MODIFIED: ("M", "yellow"), Kind.DELETED: ("D", "red")}
+DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
+
+
+def path_text(path: str, style: str = "") -> Text:
+    """A path from the layer, shown inert."""
+    return terminal.safe_text(shown(path), style)
+
+
+def summary_line(summary: ChangeSummary) -> Text:
+    """``3 files changed (2 added, 1 modified) · +12 -1 · 1 held back``."""
+    if not summary.files and not summary.held_back:
+        return Text("no changes to the files")
+    kinds = [f"{n} {name}" for n, name in ((summary.added, "added"), (summary.modified, "modified"),
+                                            (summary.deleted, "deleted")) if n]  # fmt: skip
+    line = Text(f"{plural(summary.files, 'file')} changed")
+    if kinds:
+        line.append(f" ({', '.join(kinds)})")
+    line.append(" · ").append(f"+{summary.lines_added:,}", "green").append(" ")
+    line.append(f"−{summary.lines_removed:,}", "red")
+    if summary.held_back:
+        line.append(f" · {summary.held_back:,} held back (not applied)", "yellow")
+    return line
+
+
+def counts(change: Change) -> tuple[int, int]:
+    """Lines added and removed by one change (0, 0 for binary and oversized files)."""
+    one = summarize([change.model_copy(update={"disposition": Disposition.APPLY})])
+    return one.lines_added, one.lines_removed
+
+
+def change_row(change: Change) -> Text:
+    """One line per path: its mark, the path, lines added and removed, and what it is when not a plain text file."""
+    mark, style = MARKS[change.kind]
+    row = Text.assemble(("  " + mark + " ", style), path_text(change.path))
+    if change.renamed_from is not None:
+        row.append(" (from ").append_text(path_text(change.renamed_from)).append(")")
+    if change.target is not None:
+        row.append(" → ").append_text(path_text(change.target))
+    added, removed = counts(change)
+    if added or removed:
+        row.append(" ").append(f"+{added}", "green").append(" ").append(f"−{removed}", "red")
+    elif change.binary:
+        row.append(f" (binary, {plural(change.size, 'byte')})", "dim")
+    if change.disposition != Disposition.APPLY:
+        row.append(f"  held back: {change.disposition.value}", "yellow")
+        if change.reason:
+            row.append(" (", "yellow").append_text(terminal.safe_text(change.reason, "yellow")).append(")", "yellow")
+    return row
+
+
+def change_list(changes: list[Change], limit: int | None = None) -> RenderableType:
+    """The summary line, then one row per changed path (the first ``limit`` of them, the rest counted)."""
+    rows = [summary_line(summarize(changes))]
+    listed = changes if limit is None else changes[:limit]
+    rows.extend(change_row(change) for change in listed)
+    if len(listed) < len(changes):
+        rows.append(Text(f"  … and {plural(len(changes) - len(listed), 'more path')}", "dim"))
+    return Group(*rows)
+
+
+def diff_view(change: Change) -> RenderableType:
+    """A change's unified diff, each line coloured by its first character, its content shown inert."""
+    head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
+    if change.diff is None:
+        what = f"binary, {plural(change.size, 'byte')}" if change.binary else "no text diff"
+        if change.type.value != "file":
+            what = change.type.value + (" → " + shown(change.target) if change.target else "")
+        return Group(head, terminal.safe_text(f"   ({what})", "dim"))
+    lines = [head]
+    for line in change.diff.splitlines():
+        style = "bold" if line.startswith(("+++", "---")) else DIFF_STYLES.get(line[:1], "")
+        lines.append(terminal.safe_text(line, style))
+    return Group(*lines)
+
+
+def conflict_list(conflicts: list[Conflict]) -> RenderableType:
+    """Each path the checkout changed under, and why it conflicts."""
+    return Group(
+        *(Text.assemble("  ", path_text(c.path, "bold"), ": ", terminal.safe_text(c.reason)) for c in conflicts)
+    )
+
+
+def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
+    """What an apply wrote (and its number, to revert it), and what it held back."""
+    rows = [
+        Text.assemble(
+            ("applied", "green"), f" {plural(len(result.applied), 'path')} to ", path_text(str(repo)),
+            f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
+        )
+    ]  # fmt: skip
+    rows.extend(Text.assemble("  ", path_text(path)) for path in result.applied)
+    if result.skipped:
+        rows.append(Text(f"{plural(len(result.skipped), 'path')} held back:", "yellow"))
+        rows.extend(change_row(change) for change in result.skipped)
+    return Group(*rows)
+
+
+def how_to_apply(session_id: str) -> RenderableType:
+    """What to run next when the changes were kept: one command per line, so none is wrapped apart."""
+    return Group(
+        Text.assemble("The changes are kept in session ", (session_id, "bold"), "; the checkout is untouched."),
+        *(Text.assemble(f"  {what:<8} ", (command, "bold")) for what, command in (
+            ("review:", f"cubicle changes {session_id} --diff"), ("apply:", f"cubicle apply {session_id}"),
+            ("drop:", f"cubicle discard {session_id}"),
+        )),
+    )  # fmt: skip

@@ -1,0 +1,61 @@
+"""The terminal's view of a session's changes: counts, rows and diffs, with the agent's bytes shown inert."""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console, RenderableType
+
+from controller import review
+from controller.events import ChangeSummary
+from controller.workspace import Change, Conflict, Disposition, Kind
+from controller.workspace.records import FileType
+
+
+def _shown(renderable: RenderableType) -> str:
+    console = Console(width=200, color_system="truecolor", force_terminal=True)
+    with console.capture() as captured:
+        console.print(renderable)
+    return captured.get()
+
+
+def _plain(renderable: RenderableType) -> str:
+    console = Console(width=200, color_system=None)
+    with console.capture() as captured:
+        console.print(renderable)
+    return captured.get()
+
+
+def test_the_summary_counts_files_lines_and_what_is_held_back() -> None:
+    summary = ChangeSummary(files=3, added=2, modified=1, lines_added=12, lines_removed=1, held_back=2)
+    assert _plain(review.summary_line(summary)).strip() == (
+        "3 files changed (2 added, 1 modified) · +12 −1 · 2 held back (not applied)"
+    )
+    assert _plain(review.summary_line(ChangeSummary())).strip() == "no changes to the files"
+
+
+def test_a_hostile_path_and_diff_reach_the_terminal_inert() -> None:
+    name = "evil\x1b]0;PWNED\x07" + os.fsdecode(b"\xff") + ".txt"
+    diff = f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+\x1b]52;c;eA==\x07 \u202eevil\r\n"
+    change = Change(path=name, kind=Kind.ADDED, type=FileType.FILE, size=20, diff=diff)
+    out = _shown(review.change_list([change])) + _shown(review.diff_view(change))
+    out += _shown(review.conflict_list([Conflict(path=name, reason="changed \x1b[2J")]))
+    for raw in ("\x1b]", "\x07", "\u202e", "\r"):
+        assert raw not in out
+    assert "evil\\x1b]0;PWNED\\x07\\xff.txt" in _plain(review.change_row(change))
+    assert "+1 −0" in _plain(review.change_row(change))
+
+
+def test_a_held_back_change_says_why() -> None:
+    change = Change(
+        path=".git/hooks/post-checkout", kind=Kind.ADDED, type=FileType.FILE, disposition=Disposition.DISCARDED,
+        reason="under .git", diff="+x\n",
+    )  # fmt: skip
+    row = _plain(review.change_row(change))
+    assert "A .git/hooks/post-checkout +1 −0  held back: discarded (under .git)" in row
+
+
+def test_a_long_list_is_cut_and_counted() -> None:
+    changes = [Change(path=f"f{i}", kind=Kind.ADDED, type=FileType.FILE) for i in range(60)]
+    shown = _plain(review.change_list(changes, review.MAX_LISTED))
+    assert "f49" in shown and "f50" not in shown and "… and 10 more paths" in shown
