@@ -7,10 +7,12 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,11 @@ def _take_terminal() -> None:
 
 
 class Terminal:
-    """``python -m controller ARGS`` with stdin, stdout and stderr on a pty of a fixed size."""
+    """``python -m controller ARGS`` with stdin, stdout and stderr on a pty of a fixed size.
+
+    Its ``CUBICLE_*`` environment is its own: none of ours, and a fresh data directory
+    (the session database and workspace layers), removed on ``close``.
+    """
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, cols: int = 100, rows: int = 40) -> None:
         base = {
@@ -35,6 +41,7 @@ class Terminal:
             for k, v in os.environ.items()
             if not k.startswith(("ANTHROPIC_", "CUBICLE_")) and k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
         }
+        self.data_dir = tempfile.mkdtemp(prefix="cubicle-pty-")
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.process = subprocess.Popen(
@@ -42,7 +49,7 @@ class Terminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env={**base, "TERM": "xterm-256color", **(env or {})},
+            env={**base, "TERM": "xterm-256color", "CUBICLE_DATA_DIR": self.data_dir, **(env or {})},
             start_new_session=True,
             preexec_fn=_take_terminal,
         )
@@ -135,6 +142,7 @@ class Terminal:
                 self.process.kill()
                 self.process.wait()
         self.hang_up()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def scenario_file(tmp_path: Path, data: dict[str, Any]) -> str:

@@ -125,6 +125,9 @@ def test_the_approval_prompt_shows_what_will_run_whole(
         shown = term.expect("Allow edit_file? [y/N] ")
         assert "- # demo" in shown and "+ # owned" in shown
         term.send(b"n\n")
+        shown = term.expect("? [y/N] ")  # the run's end: apply what was allowed?
+        assert "Apply these changes" in shown and "g" in shown and "big.py" in shown
+        term.send(b"y\n")
         assert term.wait(120) == 0, term.text
         _assert_terminal_safe(bytes(term.raw))
     finally:
