@@ -9,11 +9,13 @@ import typer
 from rich.text import Text
 
 from .. import engine, images, owners, scripted, terminal
+from ..context import Edit
 from ..display import plural
 from ..errors import CubicleError
+from ..sessions import Sessions
 from ..store import Store
 from ..workspaces import Workspaces
-from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings
+from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
 
 TOKEN_MIN_CHARS = 32
 
@@ -127,6 +129,34 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
         cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
     terminal.console().print(table)
+
+
+@app.command()
+def compact(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")],
+) -> None:
+    """Summarize a session's older turns now, as the API's POST /compact does; the stored transcript stays whole.
+
+    Exit codes: 0 done (or nothing old enough to summarize) · 2 unknown session or no API key ·
+    5 a turn of the session is running · 4 the model API failed.
+    """
+
+    async def run(sessions: Sessions) -> tuple[int, Edit | None]:
+        before = len(sessions.store.edits(session_id))
+        await sessions.compact(session_id)
+        edits = sessions.store.edits(session_id)
+        return len(edits) - before, edits[-1] if edits else None
+
+    settings = load_settings()
+    with review_errors():
+        added, edit = with_sessions(settings, run)
+    if not added or edit is None:
+        print("nothing to compact: the session has no older turns to summarize")
+        return
+    line = (
+        f"{edit.kind}: messages before {edit.upto} summarized · ~{edit.tokens_before:,} → ~{edit.tokens_after:,} tokens"
+    )
+    terminal.console().print(terminal.safe_text(line))
 
 
 @app.command("scripted-server")
