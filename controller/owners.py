@@ -16,6 +16,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from docker.errors import APIError, NotFound
+
 log = logging.getLogger(__name__)
 
 MANAGED = "org.cubicle.managed"
@@ -81,10 +83,9 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
     so removing one loses nothing; the engine refuses to remove a volume a container still uses.
     """
     removed, kept = [], []
-    managed = {"label": f"{MANAGED}=true"}
-    for item in [*client.containers.list(all=True, filters=managed), *client.volumes.list(filters=managed)]:
-        labels = item.labels if hasattr(item, "labels") else item.attrs.get("Labels") or {}  # volumes have no .labels
-        name = f"{item.name} (session {labels.get(SESSION, '?')})"
+    for item in _listed(client, {"label": f"{MANAGED}=true"}):
+        labels = item.attrs.get("Labels") or {}
+        name = f"{_name(item)} (session {labels.get(SESSION, '?')})"
         if not is_orphan(labels, instance, live_sessions, everything):
             kept.append(name)
             continue
@@ -99,6 +100,25 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
 
 def remove_session(client: Any, session_id: str) -> None:
     """Remove every container and volume of one session, whoever made them; blocking."""
-    found = {"label": f"{SESSION}={session_id}"}
-    for item in [*client.containers.list(all=True, filters=found), *client.volumes.list(filters=found)]:
-        item.remove(force=True)
+    for item in _listed(client, {"label": f"{SESSION}={session_id}"}):
+        try:
+            item.remove(force=True)
+        except NotFound:  # gone already: removed by its owner meanwhile
+            pass
+        except APIError as err:
+            if "already in progress" not in str(err):
+                raise
+
+
+def _name(item: Any) -> str:
+    """A volume's name, or a sparse container's (which has no ``.name``, only the list's ``Names``)."""
+    return str(item.name or (item.attrs.get("Names") or [item.short_id])[0].lstrip("/"))
+
+
+def _listed(client: Any, filters: dict[str, str]) -> list[Any]:
+    """Containers, then volumes, matching ``filters``, as the engine's list shows them.
+
+    Sparse: the SDK would otherwise inspect each listed container in turn, and one removed
+    in between (by its own controller, any time) failed the whole listing with NotFound.
+    """
+    return [*client.containers.list(all=True, filters=filters, sparse=True), *client.volumes.list(filters=filters)]
