@@ -25,7 +25,7 @@ import stat
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
 from .ignore import IgnoreRules
-from .layer import Layer
+from .layer import Layer, open_repo
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -42,8 +42,8 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     Without ``with_diffs`` (what ``apply`` needs) no file's contents are read: no diff,
     binary flag or rename hint.
     """
+    lower = open_repo(layer)
     upper = beneath.open_root(layer.upper)
-    lower = beneath.open_root(layer.repo)
     try:
         walker = _Walker(lower)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
