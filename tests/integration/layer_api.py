@@ -33,10 +33,11 @@ class LayerApi(Api):
     @classmethod
     @contextlib.contextmanager
     def serve(cls, base: Path, server: ScriptedServer, **overrides: Any) -> Iterator[LayerApi]:
-        settings = Settings(
-            api_key="test", base_url=server.url, api_token=TOKEN, repo_roots=[base], data_dir=base / "data",  # type: ignore[attr-defined]
-            instance=TEST_INSTANCE, limits=SANDBOX_LIMITS, sse_heartbeat_s=1, **overrides,
-        )  # fmt: skip
+        values: dict[str, Any] = {
+            "api_key": "test", "base_url": server.url, "api_token": TOKEN, "repo_roots": [base],  # type: ignore[attr-defined]
+            "data_dir": base / "data", "instance": TEST_INSTANCE, "limits": SANDBOX_LIMITS, "sse_heartbeat_s": 1,
+        }  # fmt: skip
+        settings = Settings(**(values | overrides))
         with serve_in_thread(create_app(settings)) as url:
             api = cls(url, server, settings.data_dir)
             try:
@@ -46,7 +47,7 @@ class LayerApi(Api):
 
     def session(self, repo: Path, turns: list[dict[str, Any]], **extra: Any) -> str:
         """Start a session on ``repo`` whose model plays ``turns``; return once its first turn has ended."""
-        sid = self.create(str(repo), register(self.server, turns, prefix="layer"), **extra)["id"]
+        sid = str(self.create(str(repo), register(self.server, turns, prefix="layer"), **extra)["id"])
         self.finish(sid)
         return sid
 

@@ -25,9 +25,9 @@ FILES = {
 SPECIAL = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
-def tree(root: Path) -> dict[str, tuple[object, ...]]:
+def tree(root: Path) -> dict[str, tuple[int, int, int, object]]:
     """Type, mode, owner and bytes (or link target) of every entry below ``root``, symlinks not followed."""
-    found: dict[str, tuple[object, ...]] = {}
+    found: dict[str, tuple[int, int, int, object]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)

@@ -17,6 +17,7 @@ import secrets
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,19 +47,19 @@ def hook(host: Host) -> str:
     return f"#!/bin/sh\ntouch {host.marker}\n"
 
 
-def git_entries(host: Host) -> dict[str, tuple[object, ...]]:
+def git_entries(host: Host) -> dict[str, tuple[int, int, int, object]]:
     return {p: e for p, e in tree(host.repo).items() if p.startswith(".git/")}
 
 
-def write(path: str, content: str) -> dict[str, object]:
+def write(path: str, content: str) -> dict[str, Any]:
     return {"content": [tool("write_file", path=path, content=content)]}
 
 
-def run(command: str) -> dict[str, object]:
+def run(command: str) -> dict[str, Any]:
     return {"content": [tool("run_command", command=command)]}
 
 
-DONE = {"content": [text("done")]}
+DONE: dict[str, Any] = {"content": [text("done")]}
 
 
 def test_hooks_and_config_in_git_never_run_on_the_host(layer_api: LayerApi, host: Host) -> None:
@@ -132,9 +133,9 @@ def test_a_broken_head_and_a_repository_at_the_root_are_refused(layer_api: Layer
     for planted in ("config", "HEAD", "objects", "refs", "hooks", "packed-refs"):
         assert not (host.repo / planted).exists(), planted
     host.check()
-    planted = {".git/HEAD": "garbage\n", "HEAD": "ref: refs/heads/main\n", "config": CONFIG + payload(host),
+    bare = {".git/HEAD": "garbage\n", "HEAD": "ref: refs/heads/main\n", "config": CONFIG + payload(host),
                "objects/info/x": "", "refs/heads/x": ""}  # fmt: skip
-    assert host.fires(planted, "st")
+    assert host.fires(bare, "st")
 
 
 def test_commit_editmsg_and_friends_symlinked_outside_write_nothing_there(layer_api: LayerApi, host: Host) -> None:
