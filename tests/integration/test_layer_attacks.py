@@ -162,17 +162,22 @@ def test_commit_editmsg_and_friends_symlinked_outside_write_nothing_there(layer_
     assert victim.read_text() != "untouched\n"
 
 
-@pytest.mark.parametrize("where", ["worktree", "root"])
+@pytest.mark.parametrize("where", ["worktree", "root", "root-symlink"])
 def test_a_git_file_pointing_at_a_repository_of_the_agents_is_never_applied(
     layer_api: LayerApi, host: Host, where: str
 ) -> None:
+    """A worktree's ``.git`` file; the root's ``.git`` made such a file, or a symlink to the agent's repository."""
     git_before = git_entries(host)
     link = "wt/.git" if where == "worktree" else ".git"
-    gitdir = "../evilgit" if where == "worktree" else "evilgit"
+    plant = {
+        "worktree": "printf 'gitdir: ../evilgit\\n' > wt/.git",
+        "root": "rm -rf .git; printf 'gitdir: evilgit\\n' > .git",
+        "root-symlink": "rm -rf .git; ln -s evilgit .git",
+    }[where]
     turns = [
         run("git init -q --bare evilgit; mkdir -p wt .git/worktrees/wt; echo ../../../wt/.git > .git/worktrees/wt/gitdir;"
             "echo ../.. > .git/worktrees/wt/commondir; echo 'ref: refs/heads/main' > .git/worktrees/wt/HEAD;"
-            f"if [ {where} = root ]; then rm -rf .git; fi; printf 'gitdir: {gitdir}\\n' > {link}; echo x > wt/file.txt"),
+            f"{plant}; echo x > wt/file.txt"),
         write("evilgit/config", CONFIG + payload(host)),
         write("evilgit/hooks/pre-commit", hook(host)),
         run("chmod +x evilgit/hooks/pre-commit; echo more >> README.md"),
@@ -183,7 +188,8 @@ def test_a_git_file_pointing_at_a_repository_of_the_agents_is_never_applied(
     assert changes[link]["disposition"] == "discarded" and changes["evilgit/config"]["disposition"] == "unsafe"
     applied = layer_api.apply(sid)["applied"]
     assert "wt/file.txt" in applied and not [p for p in applied if p.startswith(".git")]
-    assert git_entries(host) == git_before and (host.repo / ".git").is_dir() and not (host.repo / "wt/.git").exists()
+    assert git_entries(host) == git_before and not (host.repo / ".git").is_symlink()
+    assert (host.repo / ".git").is_dir() and not (host.repo / "wt/.git").exists()
     for name in ("HEAD", "config", "objects", "refs", "hooks"):  # only its harmless leftovers may be applied
         assert not (host.repo / "evilgit" / name).exists(), name
     host.check("wt")
