@@ -15,8 +15,9 @@ tested example):
 
 With ``scenario`` the container also runs the scripted model server on its own
 loopback, so no API key or network is needed; without it, pass ``ANTHROPIC_API_KEY``
-in ``env``. Repository roots are mounted at the same paths inside and outside,
-because the Docker daemon resolves the sandbox's bind mounts on the host.
+in ``env``. Repository roots, and the data directory (a temporary one unless
+``data_dir`` names one), are mounted at the same paths inside and outside, because
+the Docker daemon resolves the sandbox's mounts (its workspace overlay) on the host.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,6 +214,7 @@ class CubicleContainer(DockerContainer):
         *,
         token: str,
         repo_roots: list[Path],
+        data_dir: Path | None = None,
         scenario: Path | None = None,
         instance: str = "testcontainers",
         env: dict[str, str] | None = None,
@@ -225,9 +229,14 @@ class CubicleContainer(DockerContainer):
         self.with_volume_mapping(docker_socket, "/var/run/docker.sock", "rw")
         for root in repo_roots:
             self.with_volume_mapping(str(root), str(root), "rw")
+        # The workspace layers live in the data dir, and the daemon mounts them by host path too.
+        self._own_data_dir = None if data_dir else Path(tempfile.mkdtemp(prefix="cubicle-data-"))
+        self.data_dir = data_dir or self._own_data_dir
+        self.with_volume_mapping(str(self.data_dir), str(self.data_dir), "rw")
         settings = {
             "CUBICLE_API_TOKEN": token,
             "CUBICLE_REPO_ROOTS": ",".join(map(str, repo_roots)),
+            "CUBICLE_DATA_DIR": str(self.data_dir),
             "CUBICLE_INSTANCE": instance,
         }
         if scenario is not None:
@@ -264,6 +273,8 @@ class CubicleContainer(DockerContainer):
             with contextlib.suppress(Exception):  # removal below still runs
                 container.stop(timeout=15)
         super().stop(force=force, delete_volume=delete_volume)
+        if self._own_data_dir is not None:
+            shutil.rmtree(self._own_data_dir, ignore_errors=True)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
