@@ -13,8 +13,10 @@ Rewriting a layer (apply, revert, rewind, discard) needs the session's container
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import shutil
 import stat
 from collections.abc import Collection, Iterable
 from pathlib import Path
@@ -22,12 +24,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import workspace
-from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError
+from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
 from .workspace import checkpoints as checkpoint_files
+from .workspace.layer import layer_dir
 
 log = logging.getLogger(__name__)
+
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+"""What a data dir answers when it cannot take more: the layer is then a StoreError (507), like the database."""
 
 
 class ApplyConflictError(ConflictError):
@@ -105,8 +111,20 @@ class Workspaces:
         self.data_dir = data_dir
 
     def create(self, session_id: str, repo: Path) -> Layer:
-        """A new session's layer over ``repo`` (already pinned), with the checkout's baseline."""
-        return workspace.create(self.data_dir, session_id, repo)
+        """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
+
+        A data dir that cannot take it (full, read-only) is StoreError, like the database on it;
+        what was made of the layer goes.
+        """
+        try:
+            return workspace.create(self.data_dir, session_id, repo)
+        except OSError as err:
+            if err.errno not in STORAGE_ERRNOS:
+                raise
+            shutil.rmtree(layer_dir(self.data_dir, session_id), ignore_errors=True)
+            raise StoreError(
+                f"The workspace layer of session {session_id} could not be written: {err.strerror}."
+            ) from None
 
     def open(self, session_id: str) -> Layer:
         try:
