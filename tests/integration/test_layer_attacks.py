@@ -281,3 +281,25 @@ def test_symlinks_out_of_the_repository_or_into_git_are_never_applied(layer_api:
     assert links == {"ok", "sub/ok2", "sub/deep/up"}
     assert (host.repo / "sub/deep/up").resolve() == host.repo / "sub"
     host.check("sub")
+
+
+def test_a_users_symlink_out_of_the_checkout_is_replaced_never_written_through(layer_api: LayerApi, host: Host) -> None:
+    """The checkout's own link to a directory outside: the agent turns it into a directory; apply must not follow it."""
+    (host.repo / "lib").symlink_to("../outside/notes")
+    os.lchown(host.repo / "lib", OWNER, OWNER)
+    host.run_git("add", "lib")
+    host.run_git("commit", "-qm", "link the notes")
+    turns = [
+        write("lib/todo.txt", "planted through the link\n"),  # in the container the link leads nowhere
+        run("rm lib && mkdir lib && echo planted > lib/todo.txt && echo new > lib/new.txt"),
+        DONE,
+    ]
+    sid = layer_api.session(host.repo, turns)
+    changes = layer_api.changes(sid)
+    assert (changes["lib"]["type"], changes["lib"]["previous"]) == ("dir", "symlink")
+    layer_api.apply(sid)
+    assert (host.repo / "lib").is_dir() and not (host.repo / "lib").is_symlink()
+    assert (host.repo / "lib/todo.txt").read_text() == "planted\n"
+    host.check()  # the sentinel directory, the link's old target, is unchanged
+    assert layer_api.post(sid, "revert").status_code == 200
+    assert os.readlink(host.repo / "lib") == "../outside/notes" and tree(host.outside) == host.outside_before
