@@ -220,3 +220,27 @@ def test_a_repository_swapped_between_two_containers_fails_the_turn_and_apply(
         assert api.http.get(f"/v1/sessions/{sid}/changes").status_code == 409
     target = other if swap == "symlink" else host.repo
     assert tree(target) == other_before, "the swapped-in directory was written"
+
+
+def test_apply_follow_up_apply_again_then_revert_both(layer_api: LayerApi, host: Host) -> None:
+    """The next turn's container sees what was applied; its edits apply on top; two reverts restore the start."""
+    before = tree(host.repo)
+    turns = [
+        {"content": [tool("run_command", command="echo one >> README.md; echo one > notes.txt")]},
+        {"content": [text("first")]},
+        {"content": [tool("run_command", command="grep -c one README.md notes.txt; echo two >> README.md; rm notes.txt")]},
+        {"content": [text("second")]},
+    ]  # fmt: skip
+    sid = layer_api.session(host.repo, turns)
+    first = layer_api.apply(sid)
+    assert sorted(first["applied"]) == ["README.md", "notes.txt"] and layer_api.changes(sid) == {}
+    events = layer_api.follow_up(sid, "more")
+    seen = [e for e in events if e["type"] == "tool_result"][-1]["output"]
+    assert "README.md:1" in seen and "notes.txt:1" in seen, seen  # the fresh container reads the applied files
+    second = layer_api.apply(sid)
+    assert sorted(second["applied"]) == ["README.md", "notes.txt"]
+    assert (host.repo / "README.md").read_text() == "# demo\none\ntwo\n" and not (host.repo / "notes.txt").exists()
+    assert layer_api.post(sid, "revert").json()["record"] == second["record"]
+    assert (host.repo / "notes.txt").read_text() == "one\n"
+    assert layer_api.post(sid, "revert").json()["record"] == first["record"]
+    assert tree(host.repo) == before
