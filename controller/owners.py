@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -98,16 +99,32 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
     return Sweep(removed, kept)
 
 
-def remove_session(client: Any, session_id: str) -> None:
-    """Remove every container and volume of one session, whoever made them; blocking."""
-    for item in _listed(client, {"label": f"{SESSION}={session_id}"}):
-        try:
-            item.remove(force=True)
-        except NotFound:  # gone already: removed by its owner meanwhile
-            pass
-        except APIError as err:
-            if "already in progress" not in str(err):
-                raise
+def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
+    """Remove every container and volume of one session, whoever made them; blocking.
+
+    Another caller may be removing the same container (an idle timer's stop racing an
+    ``apply``): then this waits until the engine has it gone, so that on return the
+    session's overlay is unmounted and its volume can go too.
+    """
+    found = {"label": f"{SESSION}={session_id}"}
+    for container in client.containers.list(all=True, filters=found, sparse=True):
+        _remove(container)
+    deadline = time.monotonic() + wait_s
+    while client.containers.list(all=True, filters=found, sparse=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for volume in client.volumes.list(filters=found):
+        _remove(volume)
+
+
+def _remove(item: Any) -> None:
+    """Remove a container or volume; one already gone, or already being removed by someone else, is fine."""
+    try:
+        item.remove(force=True)
+    except NotFound:
+        pass
+    except APIError as err:
+        if "already in progress" not in str(err):
+            raise
 
 
 def _name(item: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,13 @@ def test_apply_follow_up_apply_again_then_revert_both(layer_api: LayerApi, host:
     assert (host.repo / "notes.txt").read_text() == "one\n"
     assert layer_api.post(sid, "revert").json()["record"] == first["record"]
     assert tree(host.repo) == before
+
+
+def test_apply_as_the_idle_timer_removes_the_container(layer_base: Path, model_server: Any) -> None:
+    """Both remove the same container; apply waits until it is gone (it answered 503 "volume is in use")."""
+    with LayerApi.serve(layer_base, model_server, idle_timeout_s=0.03, data_dir=layer_base / "data-idle") as api:
+        for step in range(8):
+            host = Host(layer_base, "idle-" + secrets.token_hex(4))
+            sid = api.session(host.repo, commands("echo x > x.txt"))
+            time.sleep(0.01 * step)  # around the moment the idle timer fires
+            assert api.apply(sid)["applied"] == ["x.txt"]

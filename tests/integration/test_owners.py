@@ -33,7 +33,7 @@ def test_the_sweep_survives_containers_removed_while_it_lists(docker_client: Any
         while time.monotonic() < deadline:
             result = owners.sweep(docker_client, "no-such-instance")
             assert result.removed == []  # another instance's containers are never ours to remove
-            owners.remove_session(docker_client, "churn")  # races the churn for the same containers
+            owners.remove_session(docker_client, "churn", wait_s=0.1)  # races the churn for the same containers
             sweeps += 1
     finally:
         stop.set()
