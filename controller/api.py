@@ -41,7 +41,7 @@ from .errors import (
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
 from .store import ApplyPolicy, SessionRecord, Store
-from .workspace import ApplyResult, Change, Conflict, RevertResult
+from .workspace import ApplyResult, Change, Conflict, RepoChangedError, RevertResult
 from .workspaces import ApplyConflictError, Checkpoint, printable, printable_conflict, shown
 
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
@@ -61,6 +61,7 @@ DOCS_ASSETS: dict[str, str] = {
 
 STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (NotFoundError, 404),
+    (RepoChangedError, 409),  # the checkout was moved or replaced under the session: nothing is read or written
     (ConflictError, 409),
     (CapacityError, 429),
     (ForbiddenRepoError, 403),
@@ -176,7 +177,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         401: "Missing or wrong bearer token",
         403: "Repository outside the allowed roots or a system path",
         404: "No such session",
-        409: "A turn is running, the repository overlaps a running session's, or the checkout changed (conflicts)",
+        409: "A turn is running, the repository overlaps a running session's, the checkout changed (conflicts), "
+        "or the repository path no longer leads to the directory the session began on",
         413: "Request body too large",
         429: "Too many sessions running",
         507: "The session database cannot be written (disk full)",

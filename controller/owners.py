@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+
+from docker.errors import APIError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +84,9 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
     so removing one loses nothing; the engine refuses to remove a volume a container still uses.
     """
     removed, kept = [], []
-    managed = {"label": f"{MANAGED}=true"}
-    for item in [*client.containers.list(all=True, filters=managed), *client.volumes.list(filters=managed)]:
-        labels = item.labels if hasattr(item, "labels") else item.attrs.get("Labels") or {}  # volumes have no .labels
-        name = f"{item.name} (session {labels.get(SESSION, '?')})"
+    for item in _listed(client, {"label": f"{MANAGED}=true"}):
+        labels = item.attrs.get("Labels") or {}
+        name = f"{_name(item)} (session {labels.get(SESSION, '?')})"
         if not is_orphan(labels, instance, live_sessions, everything):
             kept.append(name)
             continue
@@ -97,8 +99,43 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
     return Sweep(removed, kept)
 
 
-def remove_session(client: Any, session_id: str) -> None:
-    """Remove every container and volume of one session, whoever made them; blocking."""
+def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
+    """Remove every container and volume of one session, whoever made them; blocking.
+
+    Another caller may be removing the same container (an idle timer's stop racing an
+    ``apply``): then this waits until the engine has it gone, so that on return the
+    session's overlay is unmounted and its volume can go too.
+    """
     found = {"label": f"{SESSION}={session_id}"}
-    for item in [*client.containers.list(all=True, filters=found), *client.volumes.list(filters=found)]:
+    for container in client.containers.list(all=True, filters=found, sparse=True):
+        _remove(container)
+    deadline = time.monotonic() + wait_s
+    while client.containers.list(all=True, filters=found, sparse=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for volume in client.volumes.list(filters=found):
+        _remove(volume)
+
+
+def _remove(item: Any) -> None:
+    """Remove a container or volume; one already gone, or already being removed by someone else, is fine."""
+    try:
         item.remove(force=True)
+    except NotFound:
+        pass
+    except APIError as err:
+        if "already in progress" not in str(err):
+            raise
+
+
+def _name(item: Any) -> str:
+    """A volume's name, or a sparse container's (which has no ``.name``, only the list's ``Names``)."""
+    return str(item.name or (item.attrs.get("Names") or [item.short_id])[0].lstrip("/"))
+
+
+def _listed(client: Any, filters: dict[str, str]) -> list[Any]:
+    """Containers, then volumes, matching ``filters``, as the engine's list shows them.
+
+    Sparse: the SDK would otherwise inspect each listed container in turn, and one removed
+    in between (by its own controller, any time) failed the whole listing with NotFound.
+    """
+    return [*client.containers.list(all=True, filters=filters, sparse=True), *client.volumes.list(filters=filters)]

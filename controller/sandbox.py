@@ -63,6 +63,8 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
     checkout and writes only the layer. It runs as the checkout's owner, never as root.
     """
     uid, gid = layer.info.uid, layer.info.gid
+    if uid == 0:  # sessions refuse such checkouts (``workspaces.pin``); this holds for any caller
+        raise SandboxError(f"The repository {layer.repo} is owned by root; a sandbox never runs as root.")
     tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
     memory = f"{limits.memory_mb}m"
     return {

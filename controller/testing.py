@@ -15,8 +15,9 @@ tested example):
 
 With ``scenario`` the container also runs the scripted model server on its own
 loopback, so no API key or network is needed; without it, pass ``ANTHROPIC_API_KEY``
-in ``env``. Repository roots are mounted at the same paths inside and outside,
-because the Docker daemon resolves the sandbox's bind mounts on the host.
+in ``env``. Repository roots, and the data directory (a temporary one unless
+``data_dir`` names one), are mounted at the same paths inside and outside, because
+the Docker daemon resolves the sandbox's mounts (its workspace overlay) on the host.
 """
 
 from __future__ import annotations
@@ -220,8 +221,8 @@ class CubicleContainer(DockerContainer):
         *,
         token: str,
         repo_roots: list[Path],
-        scenario: Path | None = None,
         data_dir: Path | None = None,
+        scenario: Path | None = None,
         instance: str = "testcontainers",
         env: dict[str, str] | None = None,
         docker_socket: str = "/var/run/docker.sock",
@@ -242,8 +243,8 @@ class CubicleContainer(DockerContainer):
         settings = {
             "CUBICLE_API_TOKEN": token,
             "CUBICLE_REPO_ROOTS": ",".join(map(str, repo_roots)),
-            "CUBICLE_INSTANCE": instance,
             "CUBICLE_DATA_DIR": str(self.data_dir),
+            "CUBICLE_INSTANCE": instance,
         }
         if scenario is not None:
             self.with_volume_mapping(str(scenario.resolve()), SCENARIO_PATH, "ro")

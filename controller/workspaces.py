@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import shutil
 import stat
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -24,16 +26,18 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import workspace
-from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError
+from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
 from .workspace import checkpoints as checkpoint_files
-from .workspace.layer import UNSAFE_IN_OPTIONS
+from .workspace.layer import UNSAFE_IN_OPTIONS, layer_dir
 
 log = logging.getLogger(__name__)
 
 SWEEP_GRACE_S = 60.0
 """``sweep`` leaves a layer without a session alone this long: its session's row may be about to be written."""
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+"""What a data dir answers when it cannot take more: the layer is then a StoreError (507), like the database."""
 
 
 class ApplyConflictError(ConflictError):
@@ -122,8 +126,18 @@ class Workspaces:
 
         A path the overlay's options cannot carry (a comma, colon, '=' or control character in
         the repository's or the data directory's path) is refused here, not at the first mount.
+        A data dir that cannot take it (full, read-only) is StoreError, like the database on it;
+        what was made of the layer goes.
         """
-        layer = workspace.create(self.data_dir, session_id, repo)
+        try:
+            layer = workspace.create(self.data_dir, session_id, repo)
+        except OSError as err:
+            if err.errno not in STORAGE_ERRNOS:
+                raise
+            shutil.rmtree(layer_dir(self.data_dir, session_id), ignore_errors=True)
+            raise StoreError(
+                f"The workspace layer of session {session_id} could not be written: {err.strerror}."
+            ) from None
         try:
             workspace.mount_options(layer)
         except workspace.WorkspaceError as err:

@@ -32,7 +32,7 @@ from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition,
 from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
-from .layer import Layer, ensure_unmounted
+from .layer import Layer, ensure_unmounted, open_repo
 from .records import FileType
 
 
@@ -54,7 +54,7 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
             f"Only root or the checkout's owner (uid {layer.info.uid}) may write {layer.repo}; this is uid {euid}.",
             hint="Run the controller as the repository's owner, or as root.",
         )
-    fd = beneath.open_root(layer.repo)
+    fd = open_repo(layer)
     try:
         yield Checkout(fd, (layer.info.uid, layer.info.gid) if os.geteuid() == 0 else None)
     finally:

@@ -25,7 +25,7 @@ import stat
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
 from .ignore import IgnoreRules
-from .layer import Layer
+from .layer import Layer, open_repo
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -42,8 +42,8 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     Without ``with_diffs`` (what ``apply`` needs) no file's contents are read: no diff,
     binary flag or rename hint.
     """
+    lower = open_repo(layer)
     upper = beneath.open_root(layer.upper)
-    lower = beneath.open_root(layer.repo)
     try:
         walker = _Walker(lower)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
@@ -256,17 +256,26 @@ def unsafe_reason(change: Change) -> str:
 
 
 def symlink_problem(link: str, target: str) -> str:
-    """Why a symlink at ``link`` pointing to ``target`` may not enter the checkout, judged by its text alone."""
+    """Why a symlink at ``link`` pointing to ``target`` may not enter the checkout, judged by its text alone.
+
+    Text is only the kernel's reading when every ``..`` comes first: the link's own parents
+    are real directories, but a name in the target may be another symlink (``up -> ..``), and
+    ``name/..`` then climbs from wherever it leads — ``sub/deep/up/../..`` leaves the repository.
+    """
     if not target or target.startswith("/"):
         return "the symlink's target is absolute or empty"
     where = link.split("/")[:-1]
+    named = False
     for part in target.split("/"):
+        if part == ".." and named:
+            return "the symlink's target climbs ('..') after a name, which may itself be a symlink"
         if part == "..":
             if not where:
                 return "the symlink's target leaves the repository"
             where.pop()
         elif part not in ("", "."):
             where.append(part)
+            named = True
     if not where:
         return "the symlink points at the repository root"
     if any(is_git_name(part) for part in where):

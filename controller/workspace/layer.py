@@ -153,6 +153,29 @@ def check_repo(layer: Layer) -> None:
         )
 
 
+def open_repo(layer: Layer) -> int:
+    """An fd on the checkout, refused (RepoChangedError) unless it is still the pinned directory.
+
+    The fd's own identity is checked, so a swap after this call cannot redirect what is read
+    or written through it (``scan`` reads the checkout, ``apply`` and ``revert`` write it).
+    """
+    try:
+        fd = beneath.open_root(layer.repo)
+    except OSError as err:
+        raise RepoChangedError(
+            f"The repository path {layer.repo} no longer leads to the directory this session began on "
+            f"({err.strerror}); nothing was read or written there."
+        ) from None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (layer.info.dev, layer.info.ino):
+        os.close(fd)
+        raise RepoChangedError(
+            f"The repository path {layer.repo} no longer leads to the directory this session began on "
+            "(it was moved or replaced); nothing was read or written there."
+        )
+    return fd
+
+
 def mount_options(layer: Layer) -> str:
     paths = {"lowerdir": layer.repo, "upperdir": layer.upper, "workdir": layer.work}
     for key, path in paths.items():

@@ -47,7 +47,8 @@ def test_sigkill_mid_command_loses_no_acknowledged_event_and_the_session_resumes
                 acknowledged.append(event)
                 if event["type"] == "tool_call" and event["name"] == "run_command":
                     break
-        eventually((repo / "p.txt").exists, what="the long command runs")
+        upper = tmp_path / "data" / "workspaces" / sid / "upper"  # the agent writes its layer, not the checkout
+        eventually((upper / "p.txt").exists, what="the long command runs")
         assert containers_of(docker_client, sid), "the session's sandbox is up when the controller dies"
     finally:
         process.send_signal(signal.SIGKILL)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 
 from controller.testing import DEFAULT_IMAGE
+from tests.integration.layer_api import LayerApi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,13 +27,48 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def source_tag() -> str:
+    """An image tag naming this checkout's controller sources, so a test never runs an image of other code."""
+    digest = hashlib.sha256()
+    for path in sorted([*(ROOT / "controller").rglob("*"), ROOT / "pyproject.toml", ROOT / "Dockerfile.controller"]):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return f"{DEFAULT_IMAGE.rsplit(':', 1)[0]}:src-{digest.hexdigest()[:12]}"
+
+
 @pytest.fixture(scope="session")
 def controller_image(docker_client: Any) -> str:
-    """The controller's own image, built from this repository when the engine does not have it."""
+    """The controller's own image, built from this checkout unless the engine has that exact build.
+
+    It is also tagged as the default image, which the README's example starts: an image
+    left by another checkout (or an older commit) once let these tests pass on old code.
+    """
+    tag = source_tag()
     try:
-        docker_client.images.get(DEFAULT_IMAGE)
-    except Exception:  # noqa: BLE001 - any lookup failure means: build it
+        image = docker_client.images.get(tag)
+    except ImageNotFound:
         subprocess.run(
-            [str(ROOT / ".ci" / "controller-image")], check=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}
+            [str(ROOT / ".ci" / "controller-image"), tag],
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHON": sys.executable},
         )
-    return DEFAULT_IMAGE
+        image = docker_client.images.get(tag)
+    image.tag(DEFAULT_IMAGE)
+    return tag
+
+
+@pytest.fixture(scope="module")
+def layer_base() -> Iterator[Path]:
+    """A directory the repository owner (uid 1000) can walk into, for the layer tests' hosts and data."""
+    base = Path(tempfile.mkdtemp(prefix="cubicle-layer-it-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def layer_api(layer_base: Path, model_server: Any) -> Iterator[LayerApi]:
+    """One `cubicle serve` app (in this process, on a real port) for a whole module of layer tests."""
+    with LayerApi.serve(layer_base, model_server) as api:
+        yield api

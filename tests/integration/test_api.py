@@ -78,6 +78,11 @@ def test_full_session_over_http(api: Api, model_server: ScriptedServer, make_rep
     record = api.get(created["id"])
     assert record["status"] == "idle" and record["finish_reason"] == "end_turn" and record["steps"] == 3
     assert record["usage"]["input_tokens"] > 0
+    assert kinds.index("changes") < kinds.index("session_finished")
+    assert not (repo / "out.txt").exists(), "the checkout changes only through apply"
+    changes = api.http.get(f"/v1/sessions/{created['id']}/changes").json()
+    assert [(c["path"], c["kind"]) for c in changes] == [("out.txt", "added")]
+    assert api.http.post(f"/v1/sessions/{created['id']}/apply", json={}).status_code == 200
     assert (repo / "out.txt").read_text() == "from-the-sandbox\n"
     transcript = api.http.get(f"/v1/sessions/{created['id']}/messages").json()["messages"]
     assert [m["role"] for m in transcript] == ["user", "assistant", "user", "assistant", "user", "assistant"]

@@ -36,7 +36,10 @@ def test_session_through_the_containerized_controller(
         sid = api.create(str(repo), "e2e")["id"]
         events = api.events(sid)
         record = api.get(sid)
+        assert not (repo / "e2e.txt").exists()  # the agent wrote its layer, in the controller's data dir
+        applied = api.http.post(f"/v1/sessions/{sid}/apply", json={})
         api.http.close()
+    assert applied.status_code == 200 and applied.json()["applied"] == ["e2e.txt"], applied.text
     assert events[-1]["type"] == "session_finished" and events[-1]["reason"] == "end_turn"
     assert record["status"] == "idle" and record["steps"] == 2
     result = next(e for e in events if e["type"] == "tool_result")

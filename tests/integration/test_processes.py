@@ -64,4 +64,4 @@ async def test_closed_output_does_not_end_the_command(sandbox: DockerSandbox) ->
     result = await sh(sandbox, "echo early; exec >&- 2>&-; sleep 1; touch finished", timeout_s=10)
     assert result.stdout.text == "early\n" and result.exit_code == 0 and not result.timed_out
     assert result.duration_s >= 1
-    assert (sandbox.repo / "finished").exists()
+    assert (sandbox.layer.upper / "finished").exists()

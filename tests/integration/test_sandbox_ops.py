@@ -81,7 +81,7 @@ async def test_read_invalid_utf8_is_replaced(sandbox: DockerSandbox) -> None:
 async def test_write_file_creates_parents(sandbox: DockerSandbox) -> None:
     result = expect(await call(sandbox, "write_file", path="deep/er/new.txt", content="héllo\n"), WriteResult)
     assert result.bytes_written == len("héllo\n".encode())
-    assert (sandbox.repo / "deep/er/new.txt").read_text() == "héllo\n"
+    assert (sandbox.layer.upper / "deep/er/new.txt").read_text() == "héllo\n"
 
 
 async def test_write_file_errors(sandbox: DockerSandbox) -> None:
@@ -98,7 +98,7 @@ async def test_edit_file_replaces_once(sandbox: DockerSandbox) -> None:
         EditResult,
     )
     assert result.replacements == 1
-    assert "sum(items or [])" in (sandbox.repo / "src/app.py").read_text()
+    assert "sum(items or [])" in (sandbox.layer.upper / "src/app.py").read_text()
 
 
 async def test_edit_file_not_found_helps(sandbox: DockerSandbox) -> None:
@@ -127,7 +127,7 @@ async def test_edit_file_not_unique_then_replace_all(sandbox: DockerSandbox) -> 
         EditResult,
     )
     assert result.replacements == 2
-    assert (sandbox.repo / "dup.txt").read_text() == "x = 3\ny = 2\nx = 3\n"
+    assert (sandbox.layer.upper / "dup.txt").read_text() == "x = 3\ny = 2\nx = 3\n"
 
 
 async def test_edit_file_missing_and_directory(sandbox: DockerSandbox) -> None:

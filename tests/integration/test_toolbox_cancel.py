@@ -51,7 +51,7 @@ async def _cancel(box: DockerSandbox, rid: Any) -> bool:
 
 async def test_cancel_stops_a_running_command_and_it_answers_with_its_output(sandbox: DockerSandbox) -> None:
     rid, answer = await _start(sandbox, "echo before; echo oops >&2; touch started; sleep 60; echo after")
-    await _wait_for(sandbox.repo / "started")
+    await _wait_for(sandbox.layer.upper / "started")
     sent = time.monotonic()
     assert await _cancel(sandbox, rid) is True
     response = await answer
@@ -69,7 +69,7 @@ async def test_cancel_also_kills_what_escaped_the_command(sandbox: DockerSandbox
     rid, answer = await _start(
         sandbox, "setsid sleep 941 > /dev/null 2>&1 < /dev/null & sleep 942 & touch started; sleep 60"
     )
-    await _wait_for(sandbox.repo / "started")
+    await _wait_for(sandbox.layer.upper / "started")
     assert await _cancel(sandbox, rid) is True
     assert CommandResult.model_validate((await answer).result).cancelled is True
     assert "sleep 94" not in (await sh(sandbox, "ps -eo args")).stdout.text
@@ -87,8 +87,8 @@ async def test_cancel_of_an_unknown_or_finished_request_is_false(sandbox: Docker
 async def test_cancel_leaves_other_commands_running(sandbox: DockerSandbox) -> None:
     keep_rid, keep = await _start(sandbox, "touch kept-started; sleep 1; echo kept")
     drop_rid, drop = await _start(sandbox, "touch dropped-started; sleep 60")
-    await _wait_for(sandbox.repo / "kept-started")
-    await _wait_for(sandbox.repo / "dropped-started")
+    await _wait_for(sandbox.layer.upper / "kept-started")
+    await _wait_for(sandbox.layer.upper / "dropped-started")
     assert await _cancel(sandbox, drop_rid) is True
     assert CommandResult.model_validate((await drop).result).cancelled is True
     kept = CommandResult.model_validate((await keep).result)

@@ -20,13 +20,14 @@ from controller.api import create_app
 from controller.config import Settings
 from controller.scripted import serve_in_thread
 from controller.testing import NoSandbox
+from tests.sandbox_defaults import owned_dir
 
 TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _settings(root: Path) -> Settings:
-    (root / "repo").mkdir(parents=True, exist_ok=True)
+    owned_dir(root / "repo")  # a root-owned repository is refused
     return Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN, repo_roots=[root],
                     data_dir=root.parent / f"{root.name}-data", max_body_bytes=64 * 1024)  # fmt: skip
 

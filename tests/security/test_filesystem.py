@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
+from controller import workspace
 from controller.protocol import Failure, ListResult, ReadResult, WriteResult
 from controller.sandbox import DockerSandbox
+from controller.workspace import ApplyResult
+from controller.workspace.baseline import is_git_path
 from tests.integration.helpers import call, sh
 from tests.sandbox_defaults import SECURE_LIMITS
 
@@ -85,7 +88,7 @@ async def test_escape_writes_stay_in_the_container(box: DockerSandbox, tmp_path:
     written = await call(box, "write_file", path=path, content="pwned")
     on_host = [tmp_path / "escape.txt", Path("/escape.txt"), Path("/escape2.txt"), Path("/tmp/escape.txt")]
     assert [p for p in on_host if p.exists()] == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["host-secret.txt", "repo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "host-secret.txt", "repo"]
     read = await call(box, "read_file", path=path)
     landed = ESCAPE_WRITES[path]
     assert (isinstance(written, WriteResult), isinstance(read, ReadResult)) == (landed, landed), (written, read)
@@ -112,6 +115,25 @@ async def test_symlink_swap_race_during_writes(
     assert_clean(*results)
 
 
+def git_tree(repo: Path) -> dict[str, tuple[int, bytes | str | None]]:
+    """Every entry under the checkout's ``.git``: mode and bytes (or link target)."""
+    found: dict[str, tuple[int, bytes | str | None]] = {}
+    for path in [repo / ".git", *_walk(repo / ".git")]:
+        st = path.lstat()
+        body = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        found[str(path.relative_to(repo))] = (st.st_mode, os.readlink(path) if path.is_symlink() else body)
+    return found
+
+
+async def apply_all(box: DockerSandbox) -> ApplyResult:
+    """What the user does after the session: the sandbox goes, the layer is applied to the checkout."""
+    await box.stop()
+    result = workspace.apply(box.layer)
+    assert result.conflicts == []
+    assert not [p for p in result.applied if is_git_path(p)], "a path inside .git was applied"
+    return result
+
+
 @pytest.mark.parametrize(
     ("op", "args"),
     [
@@ -129,48 +151,53 @@ async def test_symlink_swap_race_during_writes(
         ("write_file", {"path": "cfglink", "content": "evil"}),
     ],
 )
-async def test_git_hooks_and_config_cannot_be_written(box: DockerSandbox, op: str, args: dict[str, Any]) -> None:
+async def test_git_hooks_and_config_writes_never_reach_the_checkout(
+    box: DockerSandbox, op: str, args: dict[str, Any]
+) -> None:
+    """The layer takes the write (it is the agent's copy); the checkout's .git never does, not even by apply."""
     await sh(box, "ln -s .git/hooks hooklink; ln -s .git/config cfglink")
-    before = (box.repo / ".git/config").read_text()
-    outcome = await call(box, op, **args)
-    assert isinstance(outcome, Failure) and outcome.kind in ("read_only", "permission_denied")
-    assert (box.repo / ".git/config").read_text() == before
-    assert list((box.repo / ".git/hooks").iterdir()) == []
+    before = git_tree(box.repo)
+    await call(box, op, **args)
+    assert git_tree(box.repo) == before
+    result = await apply_all(box)
+    assert git_tree(box.repo) == before and list((box.repo / ".git/hooks").iterdir()) == []
+    assert not (box.repo / "hooklink").is_symlink() and not (box.repo / "cfglink").is_symlink()
+    assert {c.path for c in result.skipped} >= {"hooklink", "cfglink"}
 
 
-async def test_git_hooks_and_config_cannot_be_changed_by_commands(box: DockerSandbox) -> None:
-    result = await sh(
-        box, "echo evil > .git/hooks/x; echo $?; echo evil >> .git/config; echo $?; rm -rf .git/hooks; echo $?"
-    )
-    assert result.stdout.text.splitlines()[:2] == ["1", "1"]
-    assert not (box.repo / ".git/hooks/x").exists()
-    assert "evil" not in (box.repo / ".git/config").read_text()
-    assert (box.repo / ".git/hooks").is_dir()
+async def test_git_hooks_and_config_changed_by_commands_never_reach_the_checkout(box: DockerSandbox) -> None:
+    before = git_tree(box.repo)
+    await sh(box, "echo evil > .git/hooks/x; echo evil >> .git/config; rm -rf .git/hooks; echo README >> README.md")
+    result = await apply_all(box)
+    assert result.applied == ["README.md"]
+    assert git_tree(box.repo) == before and (box.repo / ".git/hooks").is_dir()
 
 
-async def test_git_directory_cannot_be_replaced(box: DockerSandbox) -> None:
-    """Neither moved aside nor emptied and rebuilt with hooks of the agent's own."""
+async def test_git_directory_replaced_in_the_layer_leaves_the_checkouts_intact(box: DockerSandbox) -> None:
+    """Moved aside, or emptied and rebuilt with hooks of the agent's own: the checkout's .git stays as it was."""
+    before = git_tree(box.repo)
     result = await sh(
         box,
-        "mv .git .g; echo $?; mv .git/hooks .git/h; rm -rf .git/hooks; ln -sf /tmp .git/hooks;"
-        " rm -rf .git 2>/dev/null; mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; echo $?",
+        "mv .git .g; echo $?; mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; echo $?;"
+        "mv .git .h; cp -r .g .git; ln -sf /tmp .git/hooks; echo $?",
     )
-    assert result.stdout.text.splitlines() == ["1", "1"]
-    assert "Device or resource busy" in result.stderr.text
-    assert (box.repo / ".git/hooks").is_dir() and not (box.repo / ".g").exists() and not (box.repo / ".git/h").exists()
+    assert result.stdout.text.splitlines() == ["0", "0", "0"], result
+    await apply_all(box)
+    assert git_tree(box.repo) == before
     assert not (box.repo / ".git/hooks/post-checkout").exists()
     assert (box.repo / ".git/config").read_text().startswith("[core]")
 
 
-async def test_missing_hooks_directory_is_created_and_protected(
+async def test_a_missing_hooks_directory_stays_missing(
     make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
 ) -> None:
     repo = make_repo("nohooks")
     (repo / ".git/hooks").rmdir()
     box = sandbox_factory(repo, SECURE_LIMITS)
-    result = await sh(box, "echo evil > .git/hooks/post-checkout; echo $?")
-    assert result.stdout.text == "1\n"
-    assert not (repo / ".git/hooks/post-checkout").exists()
+    result = await sh(box, "mkdir -p .git/hooks && echo evil > .git/hooks/post-checkout; echo $?")
+    assert result.stdout.text == "0\n"  # the agent's own copy of .git, in its layer
+    await apply_all(box)
+    assert not (repo / ".git/hooks").exists()
 
 
 async def test_root_filesystem_is_read_only_and_only_tmp_and_home_are_writable(box: DockerSandbox) -> None:
@@ -184,7 +211,11 @@ async def test_root_filesystem_is_read_only_and_only_tmp_and_home_are_writable(b
 async def test_mknod_fails(box: DockerSandbox) -> None:
     result = await sh(box, "mknod dev-sda b 8 0; echo $?; mknod null2 c 1 3; echo $?; mkfifo fifo; echo $?")
     assert result.stdout.text.split() == ["1", "1", "0"]
-    assert not (box.repo / "dev-sda").exists() and not (box.repo / "null2").exists()
+    for where in (box.repo, box.layer.upper):
+        assert not (where / "dev-sda").exists() and not (where / "null2").exists()
+    result = await apply_all(box)
+    assert result.applied == [] and [c.path for c in result.skipped] == ["fifo"]
+    assert not (box.repo / "fifo").exists()
 
 
 @pytest.mark.parametrize(
@@ -213,7 +244,7 @@ async def test_no_file_is_left_that_the_owner_cannot_remove(box: DockerSandbox) 
     )
     await call(box, "write_file", path="deep/er/file.txt", content="x")
     await call(box, "write_file", path="a/by-tool.txt", content="x")  # into a directory a command made
-    await box.stop()
+    await apply_all(box)
     owner = box.repo.stat().st_uid
     strangers = [str(p) for p in _walk(box.repo) if p.lstat().st_uid != owner]
     assert strangers == []
@@ -235,15 +266,13 @@ def _walk(root: Path) -> list[Path]:
     return found
 
 
-async def test_git_redirects_and_submodule_hooks_are_neutralised(box: DockerSandbox) -> None:
+async def test_git_redirects_and_submodule_hooks_never_reach_the_checkout(box: DockerSandbox) -> None:
+    before = git_tree(box.repo)
     await sh(
         box,
-        "mkdir -p evil/hooks && printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > evil/hooks/post-checkout && echo ../evil > .git/commondir",
+        "mkdir -p evil/hooks && printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > evil/hooks/post-checkout && echo ../evil > .git/commondir;"
+        "mkdir -p .git/modules/sub/hooks && cp evil/hooks/post-checkout .git/modules/sub/hooks/",
     )
-    modules = await sh(box, "mkdir -p .git/modules/sub/hooks; echo $?")
-    assert modules.stdout.text == "1\n" and "Read-only" in modules.stderr.text
-    await box.stop()
-    assert not (box.repo / ".git/commondir").exists(), "git on the host would follow it to the agent's hooks"
-    assert [p.name.startswith("commondir.quarantined-by-cubicle-") for p in (box.repo / ".git").glob("commondir*")] == [
-        True
-    ]
+    result = await apply_all(box)
+    assert git_tree(box.repo) == before, "git on the host would follow a commondir to the agent's hooks"
+    assert result.applied == ["evil", "evil/hooks", "evil/hooks/post-checkout"]

@@ -32,7 +32,7 @@ async def test_a_fork_chain_does_not_outlive_its_command(box: DockerSandbox) -> 
     await sh(box, f"{plant}; chmod 755 /workspace/.chain")
     started = await sh(box, "/workspace/.chain & sleep 1; echo started")
     assert started.stdout.text == "started\n"
-    tick = box.repo / "tick"
+    tick = box.layer.upper / "tick"  # the agent's writes land in its layer
     assert tick.exists(), "the chain ran while its command did"
     await asyncio.sleep(0.5)
     size = tick.stat().st_size

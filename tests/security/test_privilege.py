@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from controller import owners
+from controller.errors import ForbiddenRepoError, SandboxError
 from controller.sandbox import DockerSandbox
+from controller.workspaces import pin
 from tests.integration.helpers import sh
 from tests.sandbox_defaults import SECURE_LIMITS
 
@@ -27,15 +29,16 @@ async def test_uid_and_capabilities(box: DockerSandbox) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a repository owned by root needs root to create")
-async def test_root_owned_repo_runs_as_root_without_capabilities(
-    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+async def test_a_root_owned_repo_is_refused_and_no_sandbox_runs_as_root(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox], docker_client: Any
 ) -> None:
-    box = sandbox_factory(make_repo("rootrepo", uid=None), SECURE_LIMITS)
-    result = await sh(box, "id -u; grep -E '^(CapEff|CapPrm|CapBnd)' /proc/self/status; touch /usr/x")
-    lines = result.stdout.text.splitlines()
-    assert lines[0] == "0"
-    assert all(line.endswith("0000000000000000") for line in lines[1:])
-    assert "Read-only file system" in result.stderr.text
+    repo = make_repo("rootrepo", uid=None)
+    with pytest.raises(ForbiddenRepoError, match="owned by root"):
+        pin(repo)  # what every session (API and CLI) does with its repository first
+    box = sandbox_factory(repo, SECURE_LIMITS)  # a layer made past that check still never runs as uid 0
+    with pytest.raises(SandboxError, match="root"):
+        await box.start()
+    assert docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={box.session_id}"}) == []
 
 
 async def test_setuid_binaries_do_not_raise_privileges(box: DockerSandbox) -> None:
@@ -114,16 +117,12 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
     assert host["AutoRemove"] is False and host["RestartPolicy"]["Name"] in ("", "no")
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
     assert all("size=" in opts and "nosuid" in opts for opts in host["Tmpfs"].values())
-    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert set(mounts) == {
-        "/workspace",
-        "/workspace/.git",
-        "/workspace/.git/hooks",
-        "/workspace/.git/config",
-        "/workspace/.git/modules",
-    }
-    assert mounts["/workspace"]["RW"] is True and mounts["/workspace/.git"]["RW"] is True
-    assert mounts["/workspace/.git/hooks"]["RW"] is False and mounts["/workspace/.git/config"]["RW"] is False
+    (mount,) = attrs["Mounts"]  # the session's overlay volume, and nothing of the host's
+    assert (mount["Destination"], mount["Type"], mount["RW"]) == ("/workspace", "volume", True)
+    assert mount["Name"] == f"cubicle-ws-{box.session_id}"
+    volume = box._client.volumes.get(mount["Name"]).attrs["Options"]
+    assert volume["type"] == "overlay" and f"lowerdir={box.repo}," in volume["o"]
+    assert f"upperdir={box.layer.upper}," in volume["o"]
     assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])
     labels = attrs["Config"]["Labels"]
     assert labels[owners.MANAGED] == "true" and labels[owners.SESSION] == box.session_id

@@ -51,7 +51,7 @@ async def test_zombies_are_reaped(box: DockerSandbox) -> None:
 
 
 async def test_daemon_writing_into_the_repo_stops_with_its_command_and_with_the_session(box: DockerSandbox) -> None:
-    tick = box.repo / "tick.txt"
+    tick = box.layer.upper / "tick.txt"  # the agent's writes land in its layer
     await sh(
         box,
         "setsid sh -c 'while :; do date +%s%N >> tick.txt; sleep 0.1; done' > /dev/null 2>&1 < /dev/null & sleep 0.5",

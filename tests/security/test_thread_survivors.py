@@ -24,15 +24,14 @@ ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
 
 
 async def test_a_thread_whose_leader_exited_stops_with_its_command(box: DockerSandbox) -> None:
-    script = box.repo / "leader.py"
-    script.write_text(ZOMBIE_LEADER)
+    await call(box, "write_file", path="leader.py", content=ZOMBIE_LEADER)
     started = await sh(
         box,
         "setsid python3 leader.py > /dev/null 2>&1 < /dev/null & sleep 0.5; ps -eLo stat,comm --no-headers | grep ' python3$'",
     )
     states = [line.split()[0][0] for line in started.stdout.text.splitlines()]
     assert "Z" in states and len(states) >= 2, started.stdout.text  # the shape: a zombie leader, a live thread
-    tick = box.repo / "tick.txt"
+    tick = box.layer.upper / "tick.txt"  # the agent's writes land in its layer
     size = tick.stat().st_size
     assert size > 0
     await asyncio.sleep(0.5)  # 25 ticks if the thread were alive

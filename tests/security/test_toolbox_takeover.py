@@ -13,37 +13,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import owners, protocol
+from controller import owners, protocol, workspace
 from controller.channel import ToolboxChannel
 from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult, PingResult
-from controller.sandbox import DockerSandbox, _raw_socket, container_options
+from controller.sandbox import DockerSandbox, _raw_socket, container_options, remove_volume, volume_name
 from tests.integration.helpers import call, expect, failure, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 from tests.security.probes import OPEN, TRACE
 from tests.shadow_modules import markers, plant_shadow_modules
 
 
-async def test_workspace_modules_do_not_run_in_a_restarted_toolbox(box: DockerSandbox) -> None:
-    plant_shadow_modules(box.repo)
+async def test_workspace_modules_do_not_run_in_a_restarted_toolbox(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    repo = make_repo()
+    plant_shadow_modules(repo)
+    box = sandbox_factory(repo, SECURE_LIMITS)
     ping = expect(await call(box, "ping"), PingResult)
     first = box.container.id
     failure(await call(box, "run_command", command=f"kill -9 {ping.pid}; sleep 5"), "sandbox_died")
     again = expect(await call(box, "ping"), PingResult)
     assert box.container.id != first and box.restarts == 1 and again.uid == ping.uid
     assert (await sh(box, "echo still works")).stdout.text == "still works\n"
-    assert markers(box.repo) == []
+    assert markers(box.layer.upper) == []  # a module that ran would have written its marker into the layer
+    assert (await sh(box, "touch HIJACKED-control")).exit_code == 0
+    assert markers(box.layer.upper) == ["HIJACKED-control"]  # where a marker would be seen
 
 
 async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
-    make_repo: Callable[..., Path], docker_client: Any
+    make_repo: Callable[..., Path], docker_client: Any, tmp_path: Path
 ) -> None:
     """PYTHONPATH pointing into the workspace (as a repository's environment might) leaves the toolbox alone."""
     repo = make_repo()
     plant_shadow_modules(repo)
-    options = container_options(
-        DEFAULT_IMAGE, repo, SECURE_LIMITS, owners.labels(TEST_INSTANCE, "test-" + secrets.token_hex(4))
-    )
+    session_id = "test-" + secrets.token_hex(4)
+    labels = owners.labels(TEST_INSTANCE, session_id)
+    layer = workspace.create(tmp_path / "data", session_id, repo)
+    docker_client.volumes.create(**workspace.volume_kwargs(layer, volume_name(session_id), labels))
+    options = container_options(DEFAULT_IMAGE, layer, SECURE_LIMITS, labels)
     options["environment"] |= {"PYTHONPATH": "/workspace", "PYTHONSTARTUP": "/workspace/json.py", "PYTHONINSPECT": "1"}
     container = await asyncio.to_thread(docker_client.containers.create, **options)
     channel = None
@@ -58,11 +66,12 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         ran = await channel.request(protocol.call("run_command", command="echo $PYTHONPATH"), 30)
         assert ran.ok and ran.result is not None, ran
         assert CommandResult.model_validate(ran.result).stdout.text == "/workspace\n"
-        assert markers(repo) == []
+        assert markers(layer.upper) == []
     finally:
         if channel is not None:
             await channel.close()
         await asyncio.to_thread(container.remove, force=True)
+        await remove_volume(docker_client, session_id)
 
 
 async def test_commands_cannot_ptrace_the_toolbox(box: DockerSandbox) -> None:

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from controller.workspace import LayerMissingError, apply, open_layer, revert, scan
+from controller.workspace import LayerMissingError, RepoChangedError, apply, open_layer, revert, scan
 from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
 
@@ -169,3 +169,23 @@ def test_revert_refuses_to_remove_a_directory_the_user_filled_since(ws: Workspac
     (ws.repo / "made/mine.txt").write_text("mine\n")
     result = revert(ws.layer)
     assert [c.path for c in result.conflicts] == ["made"] and (ws.repo / "made/a").exists()
+
+
+@pytest.mark.parametrize("swap", ["directory", "symlink"])
+def test_a_checkout_replaced_since_start_is_neither_read_nor_written(ws: Workspace, swap: str) -> None:
+    """The layer pinned the checkout's device and inode: another directory at its path is not it."""
+    ws.agent("echo new > new.txt")
+    ws.stop()
+    ws.repo.rename(ws.base / "moved")
+    stranger = ws.base / "stranger"
+    stranger.mkdir()
+    if swap == "symlink":
+        ws.repo.symlink_to(stranger)
+    else:
+        stranger.rename(ws.repo)
+        stranger = ws.repo
+    with pytest.raises(RepoChangedError, match="no longer leads"):
+        scan(ws.layer)
+    with pytest.raises(RepoChangedError, match="no longer leads"):
+        apply(ws.layer)
+    assert list(stranger.iterdir()) == []
