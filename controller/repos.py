@@ -45,12 +45,21 @@ def resolve(raw: str, roots: Iterable[Path], protected: Iterable[Path]) -> Path:
         raise RepoError(f"The repo {raw!r} is not a directory.")
     if str(real) in TOP_LEVELS or any(_within(real, Path(tree)) for tree in SYSTEM_TREES):
         raise ForbiddenRepoError(f"The repo {raw!r} resolves to {real}, a system directory.")
-    for item in protected:
-        target = Path(os.path.realpath(item))
-        if _within(target, real) or _within(real, target):
-            raise ForbiddenRepoError(f"The repo {raw!r} would expose {item} to the sandbox.")
+    refuse_protected(real, protected, raw)
     real_roots = [Path(os.path.realpath(r)) for r in roots]
     if not any(_within(real, root) for root in real_roots):
         allowed = ", ".join(map(str, real_roots)) or "none configured (set CUBICLE_REPO_ROOTS)"
         raise ForbiddenRepoError(f"The repo {raw!r} resolves to {real}, outside the allowed roots: {allowed}.")
     return real
+
+
+def refuse_protected(real: Path, protected: Iterable[Path], raw: str | None = None) -> None:
+    """Refuse a repository that is, contains or lies inside one of ``protected`` (the data dir, the engine's socket).
+
+    The CLI checks this too: a data directory inside the repository would show the agent every
+    session's transcript and let an apply write the layers' own records.
+    """
+    for item in protected:
+        target = Path(os.path.realpath(item))
+        if _within(target, real) or _within(real, target):
+            raise ForbiddenRepoError(f"The repo {raw or str(real)!r} would expose {item} to the sandbox.")

@@ -8,6 +8,7 @@ diffs of hostile content. Every such string becomes a ``Text`` here through
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.console import Group, RenderableType
@@ -19,6 +20,7 @@ from .events import ChangeSummary
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind
 from .workspaces import shown, summarize
 
+_BREAKS = re.compile(r"([\n\t])")
 MAX_LISTED = 50
 """At most this many changed paths are listed after a run; ``cubicle changes`` lists them all."""
 MARKS = {Kind.ADDED: ("A", "green"), Kind.MODIFIED: ("M", "yellow"), Kind.DELETED: ("D", "red")}
@@ -26,8 +28,14 @@ DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
 
 
 def path_text(path: str, style: str = "") -> Text:
-    """A path from the layer, shown inert."""
-    return terminal.safe_text(shown(path), style)
+    """A path from the layer, shown inert and on one line: a newline or tab in a name is an escape, not a new row."""
+    out = Text(style=style)
+    for part in _BREAKS.split(shown(path)):
+        if part in ("\n", "\t"):
+            out.append(terminal.escape(part), terminal.ESCAPE_STYLE)
+        else:
+            out.append_text(terminal.safe_text(part))
+    return out
 
 
 def summary_line(summary: ChangeSummary) -> Text:
@@ -86,12 +94,12 @@ def diff_view(change: Change) -> RenderableType:
     """A change's unified diff, each line coloured by its first character, its content shown inert."""
     head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
     if change.diff is None:
-        what = f"binary, {plural(change.size, 'byte')}" if change.binary else "no text diff"
+        what = f"{'binary' if change.binary else 'too large to diff'}, {plural(change.size, 'byte')}"
         if change.type.value != "file":
             what = change.type.value + (" → " + shown(change.target) if change.target else "")
         return Group(head, terminal.safe_text(f"   ({what})", "dim"))
     lines = [head]
-    for line in change.diff.splitlines():
+    for line in change.diff.removesuffix("\n").split("\n"):
         style = "bold" if line.startswith(("+++", "---")) else DIFF_STYLES.get(line[:1], "")
         lines.append(terminal.safe_text(line, style))
     return Group(*lines)

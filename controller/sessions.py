@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from . import owners
+from . import owners, repos
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
@@ -31,7 +31,7 @@ from .recorder import Recorder
 from .runtime import Runtime
 from .store import ApplyPolicy, SessionRecord, Store
 from .workspace import ApplyResult, Change, RevertResult
-from .workspaces import Checkpoint, apply_and_report, pin, refuse_overlap
+from .workspaces import Checkpoint, apply_and_report, pin, refuse_overlap, shown
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,9 @@ class Sessions:
         that a live process is running. The API's ``create`` and ``cubicle run`` both start here.
         """
         repo = pin(repo)
+        repos.refuse_protected(
+            repo, [p for p in (self.settings.docker_socket, self.settings.data_dir) if p is not None]
+        )
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         now = time.time()
         record = SessionRecord(
@@ -144,12 +147,13 @@ class Sessions:
         return self.get(session_id)
 
     async def delete(self, session_id: str, purge: bool) -> SessionRecord | None:
-        """Cancel and unload the session; its layer goes too unless an apply of it may still be reverted."""
+        """Cancel and unload the session; its layer goes too unless an apply of it may still be reverted
+        (a purged session keeps nothing: without its record no revert could reach the layer)."""
         await self.cancel(session_id)
         live = self._live.pop(session_id, None)
         if live is not None:
             await live.discard()
-        if not await asyncio.to_thread(self.workspaces.has_applied, session_id):
+        if purge or not await asyncio.to_thread(self.workspaces.has_applied, session_id):
             await self._stop_sandbox(session_id)
             await asyncio.to_thread(self.workspaces.discard, session_id)
         if purge:
@@ -190,7 +194,9 @@ class Sessions:
         """Restore the checkout to its state before the newest apply not yet reverted."""
         recorder = await self._quiesce(session_id, "revert when the turn has ended")
         result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
-        await recorder.emit(RevertedEvent(session_id=session_id, apply=result.record, paths=result.reverted))
+        await recorder.emit(
+            RevertedEvent(session_id=session_id, apply=result.record, paths=[shown(p) for p in result.reverted])
+        )
         return result
 
     async def rewind(self, session_id: str, turn: int) -> SessionRecord:

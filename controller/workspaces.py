@@ -107,7 +107,7 @@ def summarize(changes: list[Change]) -> ChangeSummary:
             summary.modified += 1
         else:
             summary.deleted += 1
-        for line in (change.diff or "").splitlines():
+        for line in (change.diff or "").split("\n"):
             if line.startswith("+") and not line.startswith("+++"):
                 summary.lines_added += 1
             elif line.startswith("-") and not line.startswith("---"):
@@ -252,7 +252,7 @@ def shown(path: str) -> str:
 
 def printable(change: Change) -> Change:
     """The change with its names made encodable (for JSON and the terminal); the layer keeps the real bytes."""
-    fields = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target}
+    fields = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target, "diff": change.diff}
     return change.model_copy(update={k: shown(v) for k, v in fields.items() if v is not None})
 
 
@@ -291,7 +291,8 @@ async def apply_and_report(
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
     result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored)
     if result.record is not None:
+        paths = [shown(p) for p in result.applied]
         await sink.emit(
-            AppliedEvent(session_id=session_id, apply=result.record, paths=result.applied, skipped=len(result.skipped))
+            AppliedEvent(session_id=session_id, apply=result.record, paths=paths, skipped=len(result.skipped))
         )
     return result

@@ -32,6 +32,7 @@ OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
 MAX_DEPTH = 256
 MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the checkout
+SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
 __all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
 
@@ -133,6 +134,7 @@ class _Walker:
     def add(
         self, path: str, kind: Kind, st: os.stat_result, previous: os.stat_result | None = None, reason: str = ""
     ) -> None:
+        reason = reason or sparse_reason(st)
         self.found.append(
             Change(
                 path=path,
@@ -145,6 +147,17 @@ class _Walker:
                 reason=reason,
             )
         )
+
+
+def is_sparse(st: os.stat_result) -> bool:
+    """A regular file whose size far exceeds the blocks it holds: it costs the agent nothing and a copy all of it."""
+    return stat.S_ISREG(st.st_mode) and st.st_size > SPARSE_MIN_BYTES and st.st_blocks * 512 < st.st_size // 2
+
+
+def sparse_reason(st: os.stat_result) -> str:
+    if not is_sparse(st):
+        return ""
+    return f"a sparse file ({st.st_size} bytes on {st.st_blocks * 512} allocated) is never applied nor checkpointed"
 
 
 def _is_whiteout(dir_fd: int, name: str, st: os.stat_result) -> bool:

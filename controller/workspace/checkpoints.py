@@ -15,7 +15,7 @@ written under a temporary name and renamed to their SHA-256.
 
 Layout: ``checkpoints/<n>.json`` (written last; its presence makes the checkpoint) and
 ``checkpoints/blobs/<sha256>``. Hardlinks inside the upper come back as separate files.
-Not kept, since they are never applied: sockets, files over ``MAX_APPLY_BYTES``, and
+Not kept, since they are never applied: sockets, files over ``MAX_APPLY_BYTES``, sparse files, and
 entries deeper than ``MAX_DEPTH``. ``rewind`` rebuilds the upper from a
 manifest with fresh inodes, forgets later checkpoints and their unshared blobs; it must
 run while the overlay is unmounted.
@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from . import beneath
-from .changes import MAX_APPLY_BYTES, MAX_DEPTH
-from .errors import LayerMissingError
+from .changes import MAX_APPLY_BYTES, MAX_DEPTH, is_sparse
+from .errors import LayerMissingError, WorkspaceError
 from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
 
+MAX_PATH_BYTES = 3000
+"""Entries whose path in the layer is longer are not kept (the layer's own path must fit beside it in PATH_MAX)."""
 # One manifest entry: [path, kind, mode, uid, gid, mtime_ns, {xattr: hex}, detail, key]
 # kind: d(ir) f(ile) l(ink) w(hiteout) p (fifo); detail: blob sha256 or link target; key: reuse key of a file.
 Entry = list[Any]
@@ -69,20 +71,40 @@ def rewind(layer: Layer, number: int) -> None:
         raise LayerMissingError(f"There is no checkpoint {number}.")
     ensure_unmounted(layer)
     entries = _load(layer, number)
-    upper = beneath.open_root(layer.upper)
+    staging, old = layer.root / "upper.rewind", layer.root / "upper.old"
+    for leftover in (staging, old):  # from a rewind that was killed midway
+        _remove(layer, leftover)
+    root_st = os.stat(layer.upper)
+    staging.mkdir(mode=0o700)
     try:
-        for name in os.listdir(upper):
-            beneath.remove_tree(upper, name)
-    finally:
-        os.close(upper)
-    for entry in entries:
-        _create(layer.upper / entry[0], entry, layer.checkpoints / "blobs")
-    for entry in sorted(entries, key=lambda e: -e[0].count("/")):
-        _finish(layer.upper / entry[0], entry)
+        for entry in entries:
+            _create(staging / entry[0], entry, layer.checkpoints / "blobs")
+        for entry in sorted(entries, key=lambda e: -e[0].count("/")):
+            _finish(staging / entry[0], entry)
+        if os.geteuid() == 0:
+            os.chown(staging, root_st.st_uid, root_st.st_gid)
+        os.chmod(staging, stat.S_IMODE(root_st.st_mode))
+    except OSError as err:
+        _remove(layer, staging)
+        raise WorkspaceError(
+            f"Checkpoint {number} could not be restored ({err}); the files are as they were."
+        ) from None
+    os.rename(layer.upper, old)  # the layer is whole at every instant: the old tree until the new one is in place
+    os.rename(staging, layer.upper)
+    _remove(layer, old)
     for later in numbers(layer):
         if later > number:
             (layer.checkpoints / f"{later}.json").unlink()
     _collect_garbage(layer)
+
+
+def _remove(layer: Layer, path: Path) -> None:
+    if path.exists():
+        parent = beneath.open_root(layer.root)
+        try:
+            beneath.remove_tree(parent, path.name)
+        finally:
+            os.close(parent)
 
 
 def _load(layer: Layer, number: int) -> list[Entry]:
@@ -96,6 +118,8 @@ def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry
     with os.scandir(dir_fd) as it:
         listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
     for name, st in listing:
+        if len(os.fsencode(prefix + name)) > MAX_PATH_BYTES:
+            continue  # rewind recreates entries by path; a longer one could not come back, so it is not kept
         if not stat.S_ISDIR(st.st_mode):
             entry = _leaf(dir_fd, name, prefix + name, st, known.get(prefix + name), blobs)
             if entry is not None:
@@ -118,8 +142,8 @@ def _entry(
 def _leaf(dir_fd: int, name: str, rel: str, st: os.stat_result, old: Entry | None, blobs: Path) -> Entry | None:
     """A non-directory's entry; a file's bytes are stored unless its inode is provably unchanged since ``old``."""
     if stat.S_ISREG(st.st_mode):
-        if st.st_size > MAX_APPLY_BYTES:
-            return None  # never applied either; keeping it would let the agent fill the data dir twice
+        if st.st_size > MAX_APPLY_BYTES or is_sparse(st):
+            return None  # never applied either; keeping it would let the agent fill the data dir with what costs it nothing
         key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
         if old is not None and old[8] == key:
             return _entry(rel, st, "f", old[6], old[7], key)

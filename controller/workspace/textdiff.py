@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterable
 
 MAX_INPUT = 256 * 1024  # bytes per side; larger files are summarised, not diffed
@@ -40,16 +41,23 @@ def is_binary(data: bytes) -> bool:
     return False
 
 
+_LINES = re.compile(r"[^\n]*\n|[^\n]+")
+"""Lines end at ``\n`` only: ``str.splitlines`` also breaks at \f, \v, \x1c-\x1e, \x85 and U+2028, which
+would show one line of code (``x = 1\f-os.system(...)``) as two."""
+_HEADER_ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
 def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
     """The diff from ``old`` to ``new`` (None = absent), or None when either side is too big to diff."""
     sides = [b"" if data is None else data for data in (old, new)]
     if any(len(data) > MAX_INPUT for data in sides):
         return None
-    texts = [data.decode("utf-8", "replace").splitlines(keepends=True) for data in sides]
+    texts = [_LINES.findall(data.decode("utf-8", "replace")) for data in sides]
     if any(len(lines) > MAX_LINES for lines in texts):
         return None
-    before = "/dev/null" if old is None else f"a/{path}"
-    after = "/dev/null" if new is None else f"b/{path}"
+    name = path.translate(_HEADER_ESCAPES)  # a newline in a name must not start a forged line of the diff
+    before = "/dev/null" if old is None else f"a/{name}"
+    after = "/dev/null" if new is None else f"b/{name}"
     return _capped(difflib.unified_diff(texts[0], texts[1], before, after))
 
 

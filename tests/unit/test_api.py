@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.testing import NoSandbox
+from tests.eventually import eventually
 from tests.sandbox_defaults import owned_dir
 
 TOKEN = "unit-test-token"
@@ -73,6 +74,9 @@ def test_good_repo_is_accepted(client: TestClient, roots: Path) -> None:
     response = create(client, repo=str(roots / "project"))
     assert response.status_code == 201, response.text
     assert response.json()["repo"] == str(roots / "project")
+    sid = response.json()["id"]
+    eventually(lambda: client.get(f"/v1/sessions/{sid}").json()["status"], until=lambda s: s != "running",
+               what="the first session's turn ends (one repository, one running session)")  # fmt: skip
     via_link = create(client, repo=str(roots / "inner-link"))
     assert via_link.status_code == 201 and via_link.json()["repo"] == str(roots / "project")
 
@@ -172,8 +176,8 @@ def test_follow_up_rejects_unknown_fields_and_empty_text(client: TestClient, roo
 
 
 def test_list_is_paginated(client: TestClient, roots: Path) -> None:
-    for _ in range(3):
-        create(client, repo=str(roots / "inner-link"))
+    for n in range(3):  # three repositories: a repository has one running session at a time
+        assert create(client, repo=str(owned_dir(roots / f"p{n}"))).status_code == 201
     page = client.get("/v1/sessions", params={"limit": 2}).json()
     assert page["total"] == 3 and len(page["items"]) == 2
     assert client.get("/v1/sessions", params={"limit": 0}).status_code == 422

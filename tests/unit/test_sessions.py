@@ -11,7 +11,7 @@ import pytest
 
 from controller import owners
 from controller.config import Limits, Settings
-from controller.errors import ConflictError, NotFoundError
+from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.events import Usage
 from controller.runtime import Runtime
 from controller.scripted import ScriptedServer
@@ -185,3 +185,19 @@ async def test_register_makes_the_record_and_layer_and_refuses_a_repo_a_live_pro
         await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())
     sessions.store.update(record.id, owner=f"{sessions.settings.instance}:999999:1")  # gone: no longer in the way
     await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())
+
+
+async def test_a_repository_holding_the_data_directory_is_refused_and_the_database_is_private(tmp_path: Path) -> None:
+    """The CLI has no repository roots, yet ``cubicle run ~`` must not show the agent every session's transcript."""
+    repo = owned_dir(tmp_path / "home")
+    settings = Settings(api_key="test", data_dir=repo / ".local" / "cubicle", docker_host=f"unix://{tmp_path}/none")
+    store = Store(settings.data_dir / "cubicle.db")
+    sessions = Sessions(settings, store, Runtime(settings, sandbox_factory=lambda *_: NoSandbox()))
+    with pytest.raises(ForbiddenRepoError, match="would expose"):
+        await sessions.register(repo, "t", "m", Limits())
+    assert not (settings.data_dir / "workspaces").exists()
+    assert (settings.data_dir.stat().st_mode & 0o777, (settings.data_dir / "cubicle.db").stat().st_mode & 0o777) == (
+        0o700,
+        0o600,
+    )
+    store.close()
