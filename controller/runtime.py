@@ -18,7 +18,7 @@ from pathlib import Path
 import anthropic
 from docker.errors import DockerException
 
-from . import images, owners, tools
+from . import images, owners, sandbox, tools
 from .agent import Agent, SaveTranscript, TurnEnd
 from .compactor import Compactor
 from .config import Limits, Settings
@@ -43,7 +43,7 @@ class Runtime:
         self.engine = Engine(settings.docker_host)
         self._sandbox_factory = sandbox_factory or self._docker_sandbox
         self._uses_docker = sandbox_factory is None
-        self.workspaces = Workspaces(settings.data_dir)
+        self.workspaces = Workspaces(settings.data_dir, self._clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
     def check_model(self) -> None:
@@ -123,6 +123,9 @@ class Runtime:
         if self._model_client is None:
             self._model_client = make_client(self.settings)
         return self._model_client
+
+    def _clear_as_root(self, directory: Path) -> None:
+        sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)
 
     def _docker_sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
         """The session's container over its workspace layer (made by ``workspaces.create`` with the session)."""

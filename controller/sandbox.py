@@ -16,6 +16,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from docker.errors import APIError, DockerException, NotFound
@@ -259,3 +260,17 @@ async def remove_volume(client: Any, session_id: str) -> None:
         await asyncio.wait_for(asyncio.to_thread(remove), DOCKER_CALL_TIMEOUT_S)
     except (APIError, DockerException, OSError, TimeoutError) as err:
         log.warning("could not remove the workspace volume of %s: %s", session_id, err)
+
+
+def clear_as_root(client: Any, image: str, directory: Path) -> None:
+    """Empty ``directory`` (a layer's overlay work dir) as root, in a throwaway container; blocking.
+
+    The kernel leaves overlay's ``work/work`` owned by root at mode 000, sometimes with
+    whiteouts inside, which a controller that is not root cannot remove. The container sees
+    only that directory, has no network and only the capability to pass file modes.
+    """
+    client.containers.run(
+        image, ["find", "/w", "-mindepth", "1", "-delete"], entrypoint=[], user="0:0", remove=True,
+        mounts=[Mount("/w", str(directory), type="bind")], network_mode="none", cap_drop=["ALL"],
+        cap_add=["DAC_OVERRIDE"], security_opt=["no-new-privileges:true"], log_config=LogConfig(type=LogConfig.types.NONE),
+    )  # fmt: skip

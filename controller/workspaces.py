@@ -30,7 +30,7 @@ from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError,
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
 from .workspace import checkpoints as checkpoint_files
-from .workspace.layer import UNSAFE_IN_OPTIONS, layer_dir
+from .workspace.layer import UNSAFE_IN_OPTIONS, discard_dir, layer_dir
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,10 @@ def summarize(changes: list[Change]) -> ChangeSummary:
 class Workspaces:
     """The layers under ``<data_dir>/workspaces``, one per session id."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None) -> None:
         self.data_dir = data_dir
+        self.clear_as_root = clear_as_root
+        """Empties a directory with root's rights (through the engine); blocking. See ``discard``."""
 
     def create(self, session_id: str, repo: Path) -> Layer:
         """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
@@ -212,12 +214,21 @@ class Workspaces:
         return any(layer.applies.glob("*.json"))
 
     def discard(self, session_id: str) -> list[str]:
-        """Drop the layer; returns what could not be removed (see ``workspace.discard``)."""
-        try:
-            layer = self.open(session_id)
-        except NotFoundError:
-            return []
-        return workspace.discard(layer)
+        """Drop the layer; returns what could not be removed (see ``workspace.discard``).
+
+        A controller that is not root cannot remove what the kernel left in ``work/work``
+        (root's, mode 000); with ``clear_as_root`` the engine removes it, then the rest goes.
+        """
+        root = layer_dir(self.data_dir, session_id)
+        left = discard_dir(root)
+        if left and self.clear_as_root is not None and os.geteuid() != 0 and (root / "work").is_dir():
+            try:
+                self.clear_as_root(root / "work")
+            except Exception as err:  # noqa: BLE001 - the engine's errors are many; what is left is reported
+                log.warning("the engine could not clear %s: %s", root / "work", err)
+                return left
+            left = discard_dir(root)
+        return left
 
     def sessions(self) -> list[str]:
         """The ids of every layer on disk."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Annotated
 
@@ -12,6 +13,7 @@ from .. import engine, images, owners, scripted, terminal
 from ..context import Edit
 from ..display import plural
 from ..errors import CubicleError
+from ..sandbox import clear_as_root
 from ..sessions import Sessions
 from ..store import Store
 from ..workspaces import Workspaces
@@ -50,7 +52,8 @@ def gc(
     """Remove sandbox containers and volumes whose controller process is gone, and the layers of purged sessions."""
     settings = load_settings()
     try:
-        result = owners.sweep(engine.connect(settings.docker_host), settings.instance, everything=everything)
+        client = engine.connect(settings.docker_host)
+        result = owners.sweep(client, settings.instance, everything=everything)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
     for name in result.removed:
@@ -58,7 +61,9 @@ def gc(
     print(f"{len(result.removed)} removed, {len(result.kept)} kept")
     store = Store(settings.data_dir / "cubicle.db")
     try:
-        layers = Workspaces(settings.data_dir).sweep(lambda session_id: store.get(session_id) is not None)
+        layers = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image)).sweep(
+            lambda session_id: store.get(session_id) is not None
+        )
     finally:
         store.close()
     for session_id in layers:

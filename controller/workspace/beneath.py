@@ -130,6 +130,8 @@ def remove_tree(parent_fd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=parent_fd)
         return
+    if _removed_if_empty(parent_fd, name):
+        return
     os.chmod(name, 0o700, dir_fd=parent_fd)
     top = open_dir(parent_fd, name)
     try:
@@ -141,10 +143,24 @@ def remove_tree(parent_fd: int, name: str) -> None:
     os.rmdir(name, dir_fd=parent_fd)
 
 
+def _removed_if_empty(parent_fd: int, name: str) -> bool:
+    """Remove an empty directory without opening it: the kernel leaves overlay's ``work/work`` owned by root
+    at mode 000, which only root could open, yet anyone who may write its parent may remove it empty."""
+    try:
+        os.rmdir(name, dir_fd=parent_fd)
+    except OSError as err:
+        if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
+
+
 def _empty_into(top: int, entry: str) -> None:
     """Remove ``entry`` of ``top`` if it is a file; if a directory, move its subdirectories up into ``top``."""
     if not stat.S_ISDIR(os.stat(entry, dir_fd=top, follow_symlinks=False).st_mode):
         os.unlink(entry, dir_fd=top)
+        return
+    if _removed_if_empty(top, entry):
         return
     os.chmod(entry, 0o700, dir_fd=top)
     sub = open_dir(top, entry)

@@ -216,15 +216,20 @@ def discard(layer: Layer) -> list[str]:
     000, and the agent may leave its own directories at 000. Root opens each up before
     removing it. A controller that is not root removes what it owns; a root-owned
     ``work/work`` that is not empty stays and is reported here — it holds no agent data,
-    and ``rm -rf`` by root clears it.
+    and ``rm -rf`` by root clears it (``Workspaces`` asks the engine to, see ``sandbox.clear_as_root``).
     """
-    if not layer.root.exists():
+    return discard_dir(layer.root)
+
+
+def discard_dir(root: Path) -> list[str]:
+    """``discard`` by the layer's directory alone: a layer half removed before has lost its ``layer.json``."""
+    if not root.exists():
         return []
-    parent = beneath.open_root(layer.root.parent)
+    parent = beneath.open_root(root.parent)
     try:
-        beneath.remove_tree(parent, layer.root.name)
+        beneath.remove_tree(parent, root.name)
     except OSError as err:
-        return [str(err.filename or layer.root)]
+        return [str(err.filename or root)]
     finally:
         os.close(parent)
     return []
