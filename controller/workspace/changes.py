@@ -94,10 +94,12 @@ class _Walker:
         if depth >= MAX_DEPTH:
             self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low, reason="deeper than the walk goes")
             return
-        if low is None:
-            self.add(path, Kind.ADDED, st)
+        if low is None or unreadable(st):
+            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
         elif not low_is_dir or stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode):
             self.add(path, Kind.MODIFIED, st, low)
+        if unreadable(st):
+            return  # listed once, as unsafe; what it holds is never read, so never applied
         child = beneath.open_dir(fd, name)
         try:
             is_opaque = low_is_dir and (opaque or _has_marker(child, OPAQUE, b"y"))
@@ -106,8 +108,8 @@ class _Walker:
             os.close(child)
 
     def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
-        if low is None:
-            self.add(path, Kind.ADDED, st)
+        if low is None or unreadable(st):
+            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, previous=low)
         elif stat.S_ISDIR(low.st_mode):
             for child, child_st in _listing(self.lower, path):
                 self.deleted_tree(f"{path}/{child}", child_st)
@@ -134,7 +136,7 @@ class _Walker:
     def add(
         self, path: str, kind: Kind, st: os.stat_result, previous: os.stat_result | None = None, reason: str = ""
     ) -> None:
-        reason = reason or sparse_reason(st)
+        reason = reason or sparse_reason(st) or unreadable_reason(st)
         self.found.append(
             Change(
                 path=path,
@@ -147,6 +149,22 @@ class _Walker:
                 reason=reason,
             )
         )
+
+
+def unreadable(st: os.stat_result) -> bool:
+    """An entry this process may not read (a controller that is not root, facing the agent's ``chmod 000``)."""
+    if os.geteuid() == 0 or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return False
+    need = stat.S_IRUSR | (stat.S_IXUSR if stat.S_ISDIR(st.st_mode) else 0)
+    if st.st_uid != os.geteuid():
+        need >>= 6  # the others' bits; group membership is not worth guessing at
+    return (st.st_mode & need) != need
+
+
+def unreadable_reason(st: os.stat_result) -> str:
+    if not unreadable(st):
+        return ""
+    return f"unreadable (mode {stat.S_IMODE(st.st_mode):o}): it cannot be reviewed, so it is never applied"
 
 
 def is_sparse(st: os.stat_result) -> bool:

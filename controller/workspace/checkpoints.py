@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import beneath
-from .changes import MAX_APPLY_BYTES, MAX_DEPTH, is_sparse
+from .changes import MAX_APPLY_BYTES, MAX_DEPTH, is_sparse, unreadable
 from .errors import LayerMissingError, WorkspaceError
 from .layer import Layer, ensure_unmounted
 from .records import read_json, write_json
@@ -118,8 +118,8 @@ def _walk(dir_fd: int, prefix: str, entries: list[Entry], known: dict[str, Entry
     with os.scandir(dir_fd) as it:
         listing = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
     for name, st in listing:
-        if len(os.fsencode(prefix + name)) > MAX_PATH_BYTES:
-            continue  # rewind recreates entries by path; a longer one could not come back, so it is not kept
+        if len(os.fsencode(prefix + name)) > MAX_PATH_BYTES or unreadable(st):
+            continue  # rewind recreates entries by path (a longer one could not come back); unreadable: never applied
         if not stat.S_ISDIR(st.st_mode):
             entry = _leaf(dir_fd, name, prefix + name, st, known.get(prefix + name), blobs)
             if entry is not None:

@@ -4,7 +4,8 @@ The controller runs as uid 1000 inside the controller image (its package and Pyt
 access to this checkout), with the engine's socket and a directory mounted at the same path
 inside and outside, as compose does. The overlay's kernel leftovers (``work/work``, root's,
 mode 000, whiteouts inside) are what such a controller cannot remove alone: ``discard`` asks
-the engine to, and the layer goes whole.
+the engine to, and the layer goes whole. An agent's ``chmod 000`` directory cannot be read by
+such a controller: it is listed as unreadable and held back, and the rest still applies.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ WIPE = {
     "name": "wipe",
     "turns": [
         {"content": [{"type": "tool_use", "name": "run_command",
-                      "input": {"command": "rm -rf docs README.md && mkdir docs && echo fresh > docs/new.txt"}}]},
+                      "input": {"command": "rm -rf docs README.md && mkdir docs && echo fresh > docs/new.txt"
+                                " && mkdir locked && echo s > locked/s && chmod 000 locked"}}]},
         {"content": [{"type": "text", "text": "done"}]},
     ],
 }  # fmt: skip
@@ -78,9 +80,12 @@ def test_a_controller_that_is_not_root_runs_applies_reverts_and_discards(
     layer = data / "workspaces" / sid
     assert layer.stat().st_uid == AGENT_UID, "the layer belongs to the controller's user"
 
+    code, out, err = cubicle("changes", sid)
+    assert code == 0 and "locked" in out and "unreadable" in out, err  # the agent's chmod 000 blocks nothing else
     code, out, err = cubicle("apply", sid)
     assert code == 0, err
     assert (repo / "docs" / "new.txt").read_text() == "fresh\n" and not (repo / "README.md").exists()
+    assert not (repo / "locked").exists(), "what cannot be reviewed is never applied"
     code, out, err = cubicle("revert", sid)
     assert code == 0, err
     assert tree(repo) == before, "revert restores the checkout byte for byte"
