@@ -94,9 +94,10 @@ def diff_view(change: Change) -> RenderableType:
     """A change's unified diff, each line coloured by its first character, its content shown inert."""
     head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
     if change.diff is None:
+        if change.type.value != "file":  # a symlink's target is the agent's bytes too: one inert line
+            target = Text.assemble(" → ", path_text(change.target)) if change.target else Text()
+            return Group(head, Text.assemble(("   (", "dim"), (change.type.value, "dim"), target, (")", "dim")))
         what = f"{'binary' if change.binary else 'too large to diff'}, {plural(change.size, 'byte')}"
-        if change.type.value != "file":
-            what = change.type.value + (" → " + shown(change.target) if change.target else "")
         return Group(head, terminal.safe_text(f"   ({what})", "dim"))
     lines = [head]
     for line in change.diff.removesuffix("\n").split("\n"):

@@ -263,11 +263,12 @@ async def remove_volume(client: Any, session_id: str) -> None:
 
 
 def clear_as_root(client: Any, image: str, directory: Path) -> None:
-    """Empty ``directory`` (a layer's overlay work dir) as root, in a throwaway container; blocking.
+    """Empty ``directory`` (a layer being discarded) as root, in a throwaway container; blocking.
 
     The kernel leaves overlay's ``work/work`` owned by root at mode 000, sometimes with
-    whiteouts inside, which a controller that is not root cannot remove. The container sees
-    only that directory, has no network and only the capability to pass file modes.
+    whiteouts inside, and copies up directories still owned by root: a controller that is
+    not root cannot remove them. The container sees only that directory, has no network and
+    only the capability to pass file modes; ``find -delete`` follows no symlink.
     """
     client.containers.run(
         image, ["find", "/w", "-mindepth", "1", "-delete"], entrypoint=[], user="0:0", remove=True,

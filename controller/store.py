@@ -8,6 +8,7 @@ and survives a killed process (not a power cut).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -116,8 +117,10 @@ class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
-        if not path.exists():  # transcripts hold the repositories' contents: the owner's alone
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        # Transcripts hold the repositories' contents: the owner's alone, a database made by an older version too.
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        with contextlib.suppress(OSError):  # a database this process does not own keeps its mode
+            os.chmod(path, 0o600)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

@@ -149,7 +149,9 @@ class Workspaces:
 
     def open(self, session_id: str) -> Layer:
         try:
-            return workspace.open_layer(self.data_dir, session_id)
+            layer = workspace.open_layer(self.data_dir, session_id)
+            checkpoint_files.recover(layer)
+            return layer
         except workspace.LayerMissingError as err:
             raise NotFoundError(
                 str(err), hint="Its changes were discarded, or it was made before layers existed."
@@ -217,13 +219,14 @@ class Workspaces:
         """Drop the layer; returns what could not be removed (see ``workspace.discard``).
 
         A controller that is not root cannot remove what the kernel left in ``work/work``
-        (root's, mode 000); with ``clear_as_root`` the engine removes it, then the rest goes.
+        (root's, mode 000), nor directories the kernel copied up still owned by root; with
+        ``clear_as_root`` the engine empties the layer's directory, then the rest goes.
         """
         root = layer_dir(self.data_dir, session_id)
         left = discard_dir(root)
-        if left and self.clear_as_root is not None and os.geteuid() != 0 and (root / "work").is_dir():
+        if left and self.clear_as_root is not None and os.geteuid() != 0 and root.is_dir():
             try:
-                self.clear_as_root(root / "work")
+                self.clear_as_root(root)
             except Exception as err:  # noqa: BLE001 - the engine's errors are many; what is left is reported
                 log.warning("the engine could not clear %s: %s", root / "work", err)
                 return left

@@ -32,7 +32,7 @@ from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition,
 from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
-from .layer import Layer, ensure_unmounted, open_repo
+from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import FileType
 
 
@@ -217,7 +217,7 @@ def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
 
 
 def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change]) -> None:
-    upper = beneath.open_root(layer.upper)
+    upper = open_upper(layer)
     try:
         for change in removals:
             with contextlib.suppress(FileNotFoundError):
@@ -243,7 +243,7 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
     An opaque directory with nothing left to apply below it now matches the checkout, so its
     marker goes too (else it would hide what was just applied), and it goes when empty.
     """
-    upper = beneath.open_root(layer.upper)
+    upper = open_upper(layer)
     try:
         left = [c.path for c in changes if c.path not in applied]
         blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}

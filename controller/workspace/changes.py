@@ -25,7 +25,7 @@ import stat
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
 from .ignore import IgnoreRules
-from .layer import Layer, open_repo
+from .layer import Layer, open_repo, open_upper
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -44,7 +44,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     binary flag or rename hint.
     """
     lower = open_repo(layer)
-    upper = beneath.open_root(layer.upper)
+    upper = open_upper(layer)
     try:
         walker = _Walker(lower)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
@@ -108,14 +108,15 @@ class _Walker:
             os.close(child)
 
     def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
+        sparse = sparse_reason(fd, name, st)
         if low is None or unreadable(st):
-            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, previous=low)
+            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, previous=low, reason=sparse)
         elif stat.S_ISDIR(low.st_mode):
             for child, child_st in _listing(self.lower, path):
                 self.deleted_tree(f"{path}/{child}", child_st)
-            self.add(path, Kind.MODIFIED, st, previous=low)
+            self.add(path, Kind.MODIFIED, st, previous=low, reason=sparse)
         elif not _identical(fd, name, st, self.lower, path, low):
-            self.add(path, Kind.MODIFIED, st, previous=low)
+            self.add(path, Kind.MODIFIED, st, previous=low, reason=sparse)
 
     def deleted_tree(self, path: str, st: os.stat_result) -> None:
         """A lower entry and everything below it; inside ``.git`` (discarded anyway) only the top entry, not every object."""
@@ -136,7 +137,7 @@ class _Walker:
     def add(
         self, path: str, kind: Kind, st: os.stat_result, previous: os.stat_result | None = None, reason: str = ""
     ) -> None:
-        reason = reason or sparse_reason(st) or unreadable_reason(st)
+        reason = reason or unreadable_reason(st)
         self.found.append(
             Change(
                 path=path,
@@ -167,13 +168,25 @@ def unreadable_reason(st: os.stat_result) -> str:
     return f"unreadable (mode {stat.S_IMODE(st.st_mode):o}): it cannot be reviewed, so it is never applied"
 
 
-def is_sparse(st: os.stat_result) -> bool:
-    """A regular file whose size far exceeds the blocks it holds: it costs the agent nothing and a copy all of it."""
-    return stat.S_ISREG(st.st_mode) and st.st_size > SPARSE_MIN_BYTES and st.st_blocks * 512 < st.st_size // 2
+def is_sparse(dir_fd: int, name: str, st: os.stat_result) -> bool:
+    """A regular file with holes, holding far fewer blocks than its size: it costs the agent nothing and a copy
+    all of it. Its blocks alone could mislead (compressed or not yet allocated on ZFS), so a hole must be there."""
+    if not (stat.S_ISREG(st.st_mode) and st.st_size > SPARSE_MIN_BYTES and st.st_blocks * 512 < st.st_size // 2):
+        return False
+    try:
+        fd = beneath.open_file(dir_fd, name)
+    except OSError:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
-def sparse_reason(st: os.stat_result) -> str:
-    if not is_sparse(st):
+def sparse_reason(dir_fd: int, name: str, st: os.stat_result) -> str:
+    if not is_sparse(dir_fd, name, st):
         return ""
     return f"a sparse file ({st.st_size} bytes on {st.st_blocks * 512} allocated) is never applied nor checkpointed"
 
@@ -246,6 +259,8 @@ def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
         change.target = beneath.readlink(upper, change.path)
     if not with_diffs or (change.type != FileType.FILE and change.previous != FileType.FILE):
         return
+    if change.reason.startswith("unreadable"):
+        return  # held back, and a diff against nothing would read as the whole file deleted
     new = _head(upper, change.path) if change.kind != Kind.DELETED and change.type == FileType.FILE else None
     old = _head(lower, change.path) if change.previous == FileType.FILE else None
     change.binary = any(data is not None and textdiff.is_binary(data) for data in (old, new))

@@ -23,7 +23,10 @@ run while the overlay is unmounted.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
+import logging
 import os
 import secrets
 import shutil
@@ -34,11 +37,13 @@ from typing import Any
 from . import beneath
 from .changes import MAX_APPLY_BYTES, MAX_DEPTH, is_sparse, unreadable
 from .errors import LayerMissingError, WorkspaceError
-from .layer import Layer, ensure_unmounted
+from .layer import Layer, ensure_unmounted, open_upper
 from .records import read_json, write_json
 
 MAX_PATH_BYTES = 3000
 """Entries whose path in the layer is longer are not kept (the layer's own path must fit beside it in PATH_MAX)."""
+log = logging.getLogger(__name__)
+
 # One manifest entry: [path, kind, mode, uid, gid, mtime_ns, {xattr: hex}, detail, key]
 # kind: d(ir) f(ile) l(ink) w(hiteout) p (fifo); detail: blob sha256 or link target; key: reuse key of a file.
 Entry = list[Any]
@@ -56,7 +61,7 @@ def checkpoint(layer: Layer) -> int:
     blobs = layer.checkpoints / "blobs"
     blobs.mkdir(mode=0o700, exist_ok=True)
     entries: list[Entry] = []
-    upper = beneath.open_root(layer.upper)
+    upper = open_upper(layer)
     try:
         _walk(upper, "", entries, known, blobs)
     finally:
@@ -71,9 +76,8 @@ def rewind(layer: Layer, number: int) -> None:
         raise LayerMissingError(f"There is no checkpoint {number}.")
     ensure_unmounted(layer)
     entries = _load(layer, number)
-    staging, old = layer.root / "upper.rewind", layer.root / "upper.old"
-    for leftover in (staging, old):  # from a rewind that was killed midway
-        _remove(layer, leftover)
+    recover(layer, clean=True)
+    staging = layer.root / f"upper.rewind-{secrets.token_hex(4)}"
     root_st = os.stat(layer.upper)
     staging.mkdir(mode=0o700)
     try:
@@ -89,22 +93,53 @@ def rewind(layer: Layer, number: int) -> None:
         raise WorkspaceError(
             f"Checkpoint {number} could not be restored ({err}); the files are as they were."
         ) from None
-    os.rename(layer.upper, old)  # the layer is whole at every instant: the old tree until the new one is in place
-    os.rename(staging, layer.upper)
-    _remove(layer, old)
+    _exchange(staging, layer.upper)  # one step: the old tree or the new one is ``upper`` at every instant
     for later in numbers(layer):
         if later > number:
             (layer.checkpoints / f"{later}.json").unlink()
     _collect_garbage(layer)
+    _remove(layer, staging)  # the old tree; what cannot go (root's files, for a controller that is not) stays
+
+
+def recover(layer: Layer, clean: bool = False) -> None:
+    """Put back an upper a rewind left aside when it was killed between its two renames (no RENAME_EXCHANGE);
+    with ``clean`` (a rewind starting, so none runs) also clear what killed rewinds left beside it."""
+    old = layer.root / "upper.old"
+    if not os.path.lexists(layer.upper) and old.is_dir():
+        os.rename(old, layer.upper)
+    if clean:
+        for leftover in [old, *layer.root.glob("upper.rewind-*")]:
+            _remove(layer, leftover)
+
+
+def _exchange(new: Path, current: Path) -> None:
+    """Swap two directories atomically (``renameat2(RENAME_EXCHANGE)``); where the kernel or libc lacks it,
+    two renames that ``recover`` completes if the process dies between them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(current), rename_exchange) == 0:
+            return
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(current))
+    old = current.with_name("upper.old")
+    os.rename(current, old)
+    os.rename(new, current)
+    os.rename(old, new)
 
 
 def _remove(layer: Layer, path: Path) -> None:
-    if path.exists():
-        parent = beneath.open_root(layer.root)
-        try:
-            beneath.remove_tree(parent, path.name)
-        finally:
-            os.close(parent)
+    """Remove a tree the layer no longer needs; best effort (what is left is only clutter, and ``discard`` clears it)."""
+    if not os.path.lexists(path):
+        return
+    parent = beneath.open_root(layer.root)
+    try:
+        beneath.remove_tree(parent, path.name)
+    except OSError as err:
+        log.warning("could not remove %s: %s", path, err)
+    finally:
+        os.close(parent)
 
 
 def _load(layer: Layer, number: int) -> list[Entry]:
@@ -142,7 +177,7 @@ def _entry(
 def _leaf(dir_fd: int, name: str, rel: str, st: os.stat_result, old: Entry | None, blobs: Path) -> Entry | None:
     """A non-directory's entry; a file's bytes are stored unless its inode is provably unchanged since ``old``."""
     if stat.S_ISREG(st.st_mode):
-        if st.st_size > MAX_APPLY_BYTES or is_sparse(st):
+        if st.st_size > MAX_APPLY_BYTES or is_sparse(dir_fd, name, st):
             return None  # never applied either; keeping it would let the agent fill the data dir with what costs it nothing
         key = [st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns]
         if old is not None and old[8] == key:

@@ -124,6 +124,19 @@ def _make_upper(upper: Path, repo_st: os.stat_result) -> None:
     os.chmod(upper, stat.S_IMODE(repo_st.st_mode) & 0o777)
 
 
+def open_upper(layer: Layer) -> int:
+    """An fd on the upper root. The agent may ``chmod 000 /workspace``; the root is the controller's
+    own directory (made by ``create``), so a controller that is not root opens it up again to read it."""
+    try:
+        return beneath.open_root(layer.upper)
+    except PermissionError:
+        st = os.stat(layer.upper, follow_symlinks=False)
+        if os.geteuid() == 0 or st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
+            raise
+        os.chmod(layer.upper, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+        return beneath.open_root(layer.upper)
+
+
 def open_layer(data_dir: Path, session_id: str) -> Layer:
     root = layer_dir(data_dir, session_id)
     try:

@@ -30,7 +30,7 @@ WIPE = {
     "turns": [
         {"content": [{"type": "tool_use", "name": "run_command",
                       "input": {"command": "rm -rf docs README.md && mkdir docs && echo fresh > docs/new.txt"
-                                " && mkdir locked && echo s > locked/s && chmod 000 locked"}}]},
+                                " && mkdir locked && echo s > locked/s && chmod 000 locked && chmod 000 /workspace"}}]},
         {"content": [{"type": "text", "text": "done"}]},
     ],
 }  # fmt: skip

@@ -16,7 +16,7 @@ from rich.console import Console
 from controller import review
 from controller.events import AppliedEvent
 from controller.workspace import Disposition, apply, checkpoint, rewind, scan
-from controller.workspace.checkpoints import MAX_PATH_BYTES
+from controller.workspace.checkpoints import MAX_PATH_BYTES, recover
 from controller.workspaces import printable, shown
 from tests.unit.workspace.overlay import Workspace
 
@@ -93,3 +93,27 @@ def test_a_newline_in_a_name_cannot_forge_rows_of_the_changes_list(ws: Workspace
     console.print(review.change_list(scan(ws.layer)))
     rows = console.export_text().splitlines()
     assert len(rows) == 2, rows  # the summary line and one row for one changed path
+
+
+def test_a_rewind_killed_between_its_renames_is_recovered(ws: Workspace) -> None:
+    """Without RENAME_EXCHANGE a rewind is two renames; a kill between them leaves ``upper.old`` and no ``upper``."""
+    ws.agent("echo one > one.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    os.rename(ws.layer.upper, ws.layer.root / "upper.old")  # where a kill after the first rename leaves it
+    (ws.layer.root / "upper.rewind-dead").mkdir()  # and the staging tree of a rewind killed earlier
+    recover(ws.layer)
+    assert [c.path for c in scan(ws.layer)] == ["one.txt"]
+    rewind(ws.layer, 1)
+    assert sorted(p.name for p in ws.layer.root.iterdir() if p.name.startswith("upper")) == ["upper"]
+    assert [c.path for c in scan(ws.layer)] == ["one.txt"]
+
+
+def test_a_newline_in_a_symlink_target_cannot_forge_lines_of_the_diff_view(ws: Workspace) -> None:
+    ws.agent("ln -s \"$(printf 'x)\\n── src/app.py (modified)\\n+import os')\" link")
+    ws.stop()
+    [change] = scan(ws.layer)
+    console = Console(width=300, record=True, force_terminal=False)
+    console.print(review.diff_view(change))
+    rows = console.export_text().splitlines()
+    assert len(rows) == 2 and "\\n── src/app.py" in rows[1], rows
