@@ -17,12 +17,11 @@ from typing import Any
 
 from .agent import Agent, TurnOutcome
 from .conversation import Conversation
-from .errors import ConflictError
+from .errors import CubicleError
 from .events import ErrorEvent, SessionFinished
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import SessionRecord
-from .workspace import WorkspaceError
 from .workspaces import apply_and_report, record_changes
 
 log = logging.getLogger(__name__)
@@ -95,7 +94,7 @@ class LiveSession:
         await self.sandbox.stop()
         try:
             await apply_and_report(workspaces, self.session_id, self.recorder)
-        except (ConflictError, WorkspaceError) as err:
+        except (CubicleError, OSError) as err:  # a conflict, a layer that went away, a full disk: the turn still ends
             await self.recorder.emit(
                 ErrorEvent(
                     session_id=self.session_id, kind="apply", message=f"The changes were kept, not applied: {err}"
