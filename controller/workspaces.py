@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import workspace
 from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
-from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult
+from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
 from .workspace.layer import UNSAFE_IN_OPTIONS, discard_dir, layer_dir
 
@@ -213,7 +213,7 @@ class Workspaces:
             layer = self.open(session_id)
         except NotFoundError:
             return False
-        return any(layer.applies.glob("*.json"))
+        return bool(journal.numbers(layer))
 
     def discard(self, session_id: str) -> list[str]:
         """Drop the layer; returns what could not be removed (see ``workspace.discard``).

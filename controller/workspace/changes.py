@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
@@ -173,16 +174,14 @@ def is_sparse(dir_fd: int, name: str, st: os.stat_result) -> bool:
     all of it. Its blocks alone could mislead (compressed or not yet allocated on ZFS), so a hole must be there."""
     if not (stat.S_ISREG(st.st_mode) and st.st_size > SPARSE_MIN_BYTES and st.st_blocks * 512 < st.st_size // 2):
         return False
-    try:
-        fd = beneath.open_file(dir_fd, name)
-    except OSError:
-        return False
-    try:
-        return os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+
+    def has_hole(fd: int) -> bool:
+        try:
+            return os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size
+        except OSError:
+            return False
+
+    return _probe(dir_fd, name, has_hole)
 
 
 def sparse_reason(dir_fd: int, name: str, st: os.stat_result) -> str:
@@ -196,12 +195,17 @@ def _is_whiteout(dir_fd: int, name: str, st: os.stat_result) -> bool:
         return st.st_rdev == 0
     if not stat.S_ISREG(st.st_mode) or st.st_size != 0:
         return False
+    return _probe(dir_fd, name, lambda fd: _has_marker(fd, WHITEOUT, None))
+
+
+def _probe(dir_fd: int, name: str, check: Callable[[int], bool]) -> bool:
+    """``check`` on a read fd of the regular file ``name``; False when it cannot be opened as one."""
     try:
         fd = beneath.open_file(dir_fd, name)
     except OSError:
         return False
     try:
-        return _has_marker(fd, WHITEOUT, None)
+        return check(fd)
     finally:
         os.close(fd)
 

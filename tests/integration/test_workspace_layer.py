@@ -9,11 +9,9 @@ never runs a command the agent planted.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -38,6 +36,7 @@ from controller.workspace import (
     volume_kwargs,
 )
 from controller.workspace.layer import Layer
+from tests.integration.layer_host import tree
 from tests.sandbox_defaults import TEST_INSTANCE
 
 OWNER = 1000
@@ -49,22 +48,6 @@ FILES = {
     "old/gone.txt": "gone\n",
     ".gitignore": "build/\n",
 }
-
-
-def tree(root: Path) -> dict[str, tuple[object, ...]]:
-    """Type, mode, owner and bytes (or link target) of every entry, symlinks not followed."""
-    found: dict[str, tuple[object, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            body: object = None
-            if stat.S_ISREG(st.st_mode):
-                body = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-            elif stat.S_ISLNK(st.st_mode):
-                body = os.readlink(path)
-            found[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, body)
-    return found
 
 
 class Session:
