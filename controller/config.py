@@ -18,6 +18,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, fiel
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .context import ContextPolicy
+from .network import NONE, OPEN, NetworkPolicy
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
@@ -37,7 +38,9 @@ class Limits(BaseModel):
     tmpfs_mb: int = Field(
         512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
     )
-    network: bool = Field(False, description="Give the sandbox a network; without it only loopback exists.")
+    network: NetworkPolicy = Field(
+        NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
+    )
     command_timeout_s: int = Field(
         120, ge=1, le=86400, description="Longest a run_command may take; longer requests are capped."
     )
@@ -60,11 +63,11 @@ class Limits(BaseModel):
     event_output_chars: int = Field(1 << 20, ge=1024, le=16 << 20, description="Largest tool output an event carries.")
 
     def clamp(self, ceiling: Limits) -> Limits:
-        """Each numeric field lowered to ``ceiling``'s; network only if the ceiling allows it."""
+        """Each numeric field lowered to ``ceiling``'s; the network policy to the ceiling's (``NetworkPolicy.clamp``)."""
         values: dict[str, Any] = {}
-        for name, value in self.model_dump().items():
-            top = getattr(ceiling, name)
-            values[name] = (value and top) if isinstance(value, bool) else min(value, top)
+        for name in type(self).model_fields:
+            value, top = getattr(self, name), getattr(ceiling, name)
+            values[name] = value.clamp(top) if isinstance(value, NetworkPolicy) else min(value, top)
         return Limits(**values)
 
 
@@ -100,7 +103,7 @@ class Settings(BaseSettings):
             cpus=4,
             pids=4096,
             tmpfs_mb=4096,
-            network=True,
+            network=OPEN,
             command_timeout_s=3600,
             max_steps=500,
             token_budget=20_000_000,

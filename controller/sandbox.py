@@ -82,7 +82,7 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
-        "network_mode": "bridge" if limits.network else "none",
+        "network_mode": "bridge" if limits.network.level == "open" else "none",
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),

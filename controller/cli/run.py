@@ -21,12 +21,14 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from .. import network as networks
 from .. import scripted, terminal, usage
 from ..agent import TurnOutcome
 from ..config import Limits, Settings
 from ..display import JsonSink, LiveSink, plural
 from ..errors import ConfigError, ConflictError, CubicleError, ForbiddenRepoError, RepoError
 from ..events import Event, SessionFinished, SessionStarted
+from ..network import NetworkPolicy
 from ..recorder import Recorder
 from ..runtime import Runtime
 from ..sessions import Sessions
@@ -177,6 +179,14 @@ async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | Live
             sessions.store.update(record.id, status="cancelled", finish_reason="cancelled", detail="stopped at start")
 
 
+def _network(text: str) -> NetworkPolicy:
+    """``--network LEVEL``: none, open or allow=HOST,...; a usage error that says which form is wrong."""
+    try:
+        return networks.parse(text)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
     """Usage errors that need no settings, found before anything starts."""
     if not repo.exists():
@@ -257,7 +267,14 @@ def run(
     command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
     memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
     cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
-    network: Annotated[bool, typer.Option("--network/--no-network", help="Give the sandbox a network.")] = False,
+    network: Annotated[
+        NetworkPolicy | None,
+        typer.Option(
+            parser=_network,
+            metavar="LEVEL",
+            help="The agent's network: none (default), allow=HOST[,HOST...] (only those, through a proxy), or open.",
+        ),
+    ] = None,
     approve: Annotated[
         bool,
         typer.Option(
@@ -286,7 +303,7 @@ def run(
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
     limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network or None})  # fmt: skip
+                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network})  # fmt: skip
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.config import Limits
+from controller.network import OPEN
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
 
@@ -71,6 +72,6 @@ async def test_no_route_out(box: DockerSandbox) -> None:
 async def test_network_can_be_enabled_per_session(
     make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
 ) -> None:
-    box = sandbox_factory(make_repo("net"), Limits(memory_mb=512, network=True))
+    box = sandbox_factory(make_repo("net"), Limits(memory_mb=512, network=OPEN))
     result = await sh(box, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort")
     assert result.stdout.text == "eth0\nlo\n"

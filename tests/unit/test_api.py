@@ -42,7 +42,7 @@ def client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
         data_dir=roots / "data",
         docker_host=f"unix://{roots}/sockdir/docker.sock",
         max_body_bytes=64 * 1024,
-        max_limits=Limits(memory_mb=4096, max_steps=40, network=False),
+        max_limits=Limits(memory_mb=4096, max_steps=40, network="none"),
     )
     with TestClient(
         create_app(settings, sandbox_factory=lambda *_: NoSandbox()), headers={"Authorization": f"Bearer {TOKEN}"}
@@ -146,11 +146,11 @@ def test_zero_negative_and_absurd_limits_are_422(client: TestClient, roots: Path
 
 def test_limits_are_clamped_to_server_maximums(client: TestClient, roots: Path) -> None:
     response = create(
-        client, repo=str(roots / "inner-link"), limits={"memory_mb": 60000, "max_steps": 30, "network": True}
+        client, repo=str(roots / "inner-link"), limits={"memory_mb": 60000, "max_steps": 30, "network": "open"}
     )
     assert response.status_code == 201
     limits = response.json()["limits"]
-    assert limits["memory_mb"] == 4096 and limits["max_steps"] == 30 and limits["network"] is False
+    assert limits["memory_mb"] == 4096 and limits["max_steps"] == 30 and limits["network"] == "none"
 
 
 def test_body_size_limit(client: TestClient, roots: Path) -> None:

@@ -13,7 +13,7 @@ import controller
 
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
-    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context"},
+    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network"},
     {"usage", "channel", "engine", "images", "repos", "model", "store", "display", "conversation", "workspace"},
     {"sandbox", "scripted", "compactor", "workspaces", "review"},
     {"tools"},

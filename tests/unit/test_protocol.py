@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from controller import protocol
 from controller.config import Limits, Settings
+from controller.network import NONE
 from controller.protocol import OPS, REQUESTS, CommandResult, Failure, ReadFile, ReadFileArgs, Response, RunCommand
 from controller.tools import TOOLS
 
@@ -91,10 +92,10 @@ def test_limits_reject_unknown_and_absurd_values() -> None:
 
 
 def test_limits_clamp_to_ceiling() -> None:
-    ceiling = Limits(memory_mb=1024, network=False, max_steps=10)
-    asked = Limits(memory_mb=4096, network=True, max_steps=5)
+    ceiling = Limits(memory_mb=1024, network="none", max_steps=10)
+    asked = Limits(memory_mb=4096, network="open", max_steps=5)
     clamped = asked.clamp(ceiling)
-    assert (clamped.memory_mb, clamped.network, clamped.max_steps) == (1024, False, 5)
+    assert (clamped.memory_mb, clamped.network, clamped.max_steps) == (1024, NONE, 5)
 
 
 def test_repo_roots_accept_json_and_commas(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,9 +68,10 @@ def _plain_data(annotation: Any, where: str) -> None:
             _plain_data(field.annotation, f"{where}.{name}")
     elif typing.get_origin(annotation) is typing.Literal:
         assert all(isinstance(arg, str | int | bool) for arg in typing.get_args(annotation)), where
-    elif typing.get_origin(annotation) in (list, typing.Union, types.UnionType):
+    elif typing.get_origin(annotation) in (list, tuple, typing.Union, types.UnionType):
         for arg in typing.get_args(annotation):
-            _plain_data(arg, where)
+            if arg is not Ellipsis:
+                _plain_data(arg, where)
     else:
         assert annotation in DATA_TYPES, f"Settings field {where} is {annotation!r}, which could select code"
 

@@ -1,0 +1,178 @@
+"""Network policies: ``none`` < ``allow`` (an HTTP(S) proxy that permits listed hosts) < ``open``.
+
+A policy is written ``none``, ``open`` or ``allow=host1,host2:8443,*.example.org`` on the
+command line and in environment files, and as that string or ``{"level": ..., "hosts": [...]}``
+in the API. A host pattern is a name or IP literal, optionally ``*.`` in front (the domain and
+every name under it), optionally ``:port`` after (else ports 80 and 443). Policies are ordered
+like the other limits: ``clamp`` lowers a requested policy to a server's maximum.
+
+Old records stored the network as a boolean: ``false`` reads as ``none``, ``true`` as ``open``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+Level = Literal["none", "allow", "open"]
+RANK: dict[str, int] = {"none": 0, "allow": 1, "open": 2}
+DEFAULT_PORTS = (80, 443)
+MAX_HOSTS = 64
+
+_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+_NAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*\.?$")
+
+
+class HostPattern(BaseModel):
+    """One allow-list entry: ``name`` (a host, or ``*.domain``) and the ports it may be reached on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Lower-case host name or IP literal; ``*.example.org`` covers every name under it.")
+    ports: tuple[int, ...] = Field(DEFAULT_PORTS, description="Ports that may be reached on it.")
+
+    @property
+    def wildcard(self) -> bool:
+        return self.name.startswith("*.")
+
+    @property
+    def domain(self) -> str:
+        """The name without ``*.``."""
+        return self.name[2:] if self.wildcard else self.name
+
+    def covers(self, host: str, port: int) -> bool:
+        """Whether a request to ``host:port`` is inside this entry."""
+        host = host.lower().rstrip(".")
+        if port not in self.ports:
+            return False
+        return host == self.domain or (self.wildcard and host.endswith("." + self.domain))
+
+    def within(self, other: HostPattern) -> bool:
+        """Whether everything this entry permits is permitted by ``other`` too."""
+        if not set(self.ports) <= set(other.ports):
+            return False
+        if other.wildcard:
+            return self.domain == other.domain or self.domain.endswith("." + other.domain)
+        return not self.wildcard and self.name == other.name
+
+    def __str__(self) -> str:
+        host = f"[{self.name}]" if ":" in self.name else self.name
+        return host if self.ports == DEFAULT_PORTS else f"{host}:{','.join(map(str, self.ports))}"
+
+
+def parse_host(text: str) -> HostPattern:
+    """``host``, ``host:port``, ``*.domain``, ``[v6]:port``; anything else is a ValueError naming the entry."""
+    raw = text.strip()
+    host, port = raw, ""
+    if raw.startswith("["):
+        host, _, rest = raw[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{text!r} is not a host pattern")
+        port = rest[1:]
+    elif raw.count(":") == 1:
+        host, port = raw.split(":")
+    host = host.lower().rstrip(".")
+    if not _is_ip(host) and not _NAME.match(host):
+        raise ValueError(f"{text!r} is not a host name, *.domain or IP address")
+    if not port:
+        return HostPattern(name=host)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} has an invalid port")
+    return HostPattern(name=host, ports=(int(port),))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+class NetworkPolicy(BaseModel):
+    """What a container may reach: nothing, listed hosts through the proxy, or whatever the bridge reaches."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    level: Level = Field("none", description="none: loopback only; allow: listed hosts via a proxy; open: the bridge.")
+    hosts: tuple[HostPattern, ...] = Field((), description="With allow: the hosts (and ports) the proxy permits.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_short_forms(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # records from before levels existed
+            return {"level": "open" if value else "none"}
+        if isinstance(value, str):
+            return _parse(value)
+        return value
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(parse_host(item) if isinstance(item, str) else item for item in value)
+        return value
+
+    @model_validator(mode="after")
+    def _hosts_only_with_allow(self) -> NetworkPolicy:
+        if self.level != "allow" and self.hosts:
+            raise ValueError(f"hosts are only for the allow level, not {self.level}")
+        if len(self.hosts) > MAX_HOSTS:
+            raise ValueError(f"at most {MAX_HOSTS} hosts may be allowed")
+        return self
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"allow={','.join(map(str, self.hosts))}" if self.level == "allow" else self.level
+
+    @property
+    def rank(self) -> int:
+        return RANK[self.level]
+
+    def permits(self, host: str, port: int) -> bool:
+        """Whether this policy lets a connection to ``host:port`` out (``allow`` through its proxy)."""
+        if self.level != "allow":
+            return self.level == "open"
+        return any(pattern.covers(host, port) for pattern in self.hosts)
+
+    def clamp(self, ceiling: NetworkPolicy) -> NetworkPolicy:
+        """This policy lowered to ``ceiling``: a lower level, and under an ``allow`` ceiling with
+        hosts only the entries that ceiling covers (an ``open`` request gets the ceiling's list).
+        An ``allow`` ceiling without hosts limits the level only.
+        """
+        if self.rank < ceiling.rank or (self.rank == ceiling.rank and ceiling.level != "allow"):
+            return self
+        if ceiling.level != "allow":
+            return ceiling
+        if self.level == "open":
+            return ceiling
+        if not ceiling.hosts:
+            return self
+        kept = tuple(pattern for pattern in self.hosts if any(pattern.within(top) for top in ceiling.hosts))
+        return NetworkPolicy(level="allow", hosts=kept)
+
+
+NONE = NetworkPolicy(level="none")
+OPEN = NetworkPolicy(level="open")
+
+
+def _parse(text: str) -> dict[str, Any]:
+    level, sep, rest = text.strip().partition("=")
+    level = level.strip().lower()
+    if level not in RANK:
+        raise ValueError(f"{text!r}: the network is none, open or allow=HOST[,HOST...]")
+    if sep and level != "allow":
+        raise ValueError(f"{text!r}: only allow takes hosts (allow=HOST[,HOST...])")
+    hosts = [part for part in rest.split(",") if part.strip()]
+    return {"level": level, "hosts": hosts}
+
+
+def parse(text: str) -> NetworkPolicy:
+    """``none``, ``open`` or ``allow=h1,h2``; a ValueError that says which form is expected."""
+    return NetworkPolicy.model_validate(_parse(text))

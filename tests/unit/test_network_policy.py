@@ -1,0 +1,57 @@
+"""Network policies: the three levels, their order, host patterns, and clamping to a server's maximum."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from controller.config import Limits
+from controller.network import NONE, OPEN, NetworkPolicy, parse, parse_host
+
+
+def test_levels_parse_and_print_back() -> None:
+    assert parse("none") == NONE and parse(" OPEN ") == OPEN
+    policy = parse("allow=pypi.org,*.pythonhosted.org,10.0.0.5:8080,[::1]:9000")
+    assert policy.level == "allow"
+    assert str(policy) == "allow=pypi.org,*.pythonhosted.org,10.0.0.5:8080,[::1]:9000"
+    assert parse(str(policy)) == policy
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nothing", "open=x", "allow=bad host", "allow=a..b", "allow=x:0", "allow=x:99999", "allow=-x.org", "allow=x:y"],
+)
+def test_bad_policies_are_value_errors_naming_the_form(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse(text)
+
+
+def test_booleans_of_old_records_still_load() -> None:
+    assert Limits.model_validate({"network": False}).network == NONE
+    assert Limits.model_validate({"network": True}).network == OPEN
+    assert Limits.model_validate_json(Limits(network=parse("allow=a.org")).model_dump_json()).network == parse(
+        "allow=a.org"
+    )
+
+
+def test_patterns_cover_hosts_and_ports() -> None:
+    exact, wild = parse_host("pypi.org"), parse_host("*.example.org:8443")
+    assert exact.covers("PyPI.org.", 443) and exact.covers("pypi.org", 80) and not exact.covers("pypi.org", 22)
+    assert not exact.covers("evil.pypi.org", 443)
+    assert wild.covers("example.org", 8443) and wild.covers("a.b.example.org", 8443)
+    assert not wild.covers("badexample.org", 8443) and not wild.covers("a.example.org", 443)
+
+
+def test_clamp_lowers_level_and_keeps_only_hosts_the_ceiling_covers() -> None:
+    asked = parse("allow=a.example.org,b.other.org")
+    assert asked.clamp(OPEN) == asked
+    assert asked.clamp(NONE) == NONE
+    assert OPEN.clamp(parse("allow=x.org")) == parse("allow=x.org")
+    assert asked.clamp(parse("allow=*.example.org")) == parse("allow=a.example.org")
+    assert asked.clamp(NetworkPolicy(level="allow")) == asked
+    assert Limits(network=OPEN).clamp(Limits(network=NONE)).network == NONE
+
+
+def test_hosts_only_with_allow() -> None:
+    with pytest.raises(ValidationError):
+        NetworkPolicy(level="open", hosts=("a.org",))  # type: ignore[arg-type]
