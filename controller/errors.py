@@ -13,6 +13,7 @@
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
         ├── ImageMissingError(LookupError)  the sandbox image is not built
+        ├── SetupError                      the environment's image build or setup command failed
         └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
 
 Each class carries ``hint``: what the person reading the error should do next.
@@ -88,6 +89,12 @@ class DockerUnavailableError(SandboxError):
 
 class ImageMissingError(SandboxError, LookupError):
     """The sandbox image is not present on the engine."""
+
+
+class SetupError(SandboxError):
+    """The environment could not be prepared: its image did not build, or its setup command failed."""
+
+    hint = "Fix the environment's definition (.devcontainer/ or .cubicle/) or the setup command, then start again."
 
 
 class ToolboxGoneError(SandboxError):

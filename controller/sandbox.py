@@ -93,7 +93,7 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
     }
 
 
-def _raw_socket(attached: Any) -> socket.socket:
+def raw_socket(attached: Any) -> socket.socket:
     """Take over the socket under the SDK's attach wrapper: a private duplicate, the original closed."""
     sock = attached if isinstance(attached, socket.socket) else getattr(attached, "_sock", None)
     if not isinstance(sock, socket.socket):
@@ -199,7 +199,7 @@ class DockerSandbox:
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
-            self._channel = await ToolboxChannel.open(_raw_socket(attached))
+            self._channel = await ToolboxChannel.open(raw_socket(attached))
             await asyncio.to_thread(self.container.start)
             await self._channel.request(Ping(), READY_TIMEOUT_S)
         except SandboxError:
@@ -251,15 +251,20 @@ async def _remove(container: Any) -> None:
 
 async def remove_volume(client: Any, session_id: str) -> None:
     """Remove the session's overlay volume (the engine unmounts it when its container goes); idempotent."""
+    await remove_named_volume(client, volume_name(session_id))
+
+
+async def remove_named_volume(client: Any, name: str) -> None:
+    """Remove the volume ``name`` if it is there, without letting a stuck engine hang the caller."""
 
     def remove() -> None:
         with contextlib.suppress(NotFound):
-            client.volumes.get(volume_name(session_id)).remove(force=True)
+            client.volumes.get(name).remove(force=True)
 
     try:
         await asyncio.wait_for(asyncio.to_thread(remove), DOCKER_CALL_TIMEOUT_S)
     except (APIError, DockerException, OSError, TimeoutError) as err:
-        log.warning("could not remove the workspace volume of %s: %s", session_id, err)
+        log.warning("could not remove the volume %s: %s", name, err)
 
 
 def clear_as_root(client: Any, image: str, directory: Path) -> None:
