@@ -26,6 +26,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from . import __version__, repos
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit, estimate_tokens
+from .environment import EnvironmentRequest
 from .errors import (
     CapacityError,
     ConfigError,
@@ -105,6 +106,11 @@ class CreateSession(BaseModel):
         "never",
         description="on_finish: apply the changes to the checkout after a turn the agent ended itself "
         "(not after a limit, cancel or error); never: keep them for review (GET .../changes, POST .../apply).",
+    )
+    environment: EnvironmentRequest | None = Field(
+        None,
+        description="Fields over the repository's own environment definition (.cubicle/environment.toml or "
+        ".devcontainer/devcontainer.json); an image must be the default or on the server's allowed_images.",
     )
 
 
@@ -230,7 +236,10 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
     context = None
     if body.context is not None:
         context = settings.context.model_copy(update=body.context.model_dump(exclude_none=True))
-    return await sessions.create(repo, body.task, body.model, limits, context, body.apply)
+    return await sessions.create(
+        repo, body.task, body.model, limits, context, body.apply, environment=body.environment,
+        network_asked="network" in asked,
+    )  # fmt: skip
 
 
 @router.get("/sessions", response_model=SessionPage)

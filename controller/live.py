@@ -39,7 +39,7 @@ class LiveSession:
         self.record = record
         self.recorder = recorder
         self.runtime = runtime
-        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits)
+        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
         self.idle_timeout_s = idle_timeout_s
         self._forget = forget
         self.task: asyncio.Task[TurnOutcome | None] | None = None

@@ -24,6 +24,8 @@ from .compactor import Compactor
 from .config import Limits, Settings
 from .context import ContextPolicy
 from .engine import Engine
+from .environment import Environment
+from .environments import Environments
 from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
 from .model import SYSTEM_PROMPT, AnthropicModel, make_client
@@ -44,6 +46,7 @@ class Runtime:
         self._sandbox_factory = sandbox_factory or self._docker_sandbox
         self._uses_docker = sandbox_factory is None
         self.workspaces = Workspaces(settings.data_dir, self._clear_as_root)
+        self.environments = Environments(settings, self._clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
     def check_model(self) -> None:
@@ -77,8 +80,14 @@ class Runtime:
         except DockerException as err:
             raise SandboxError(f"The container of session {session_id} could not be removed: {err}.") from None
 
-    def sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
-        return self._sandbox_factory(repo, session_id, limits)
+    def sandbox(
+        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        sink: EventSink | None = None,
+    ) -> Sandbox:  # fmt: skip
+        """The session's sandbox; a Docker one prepares ``environment`` first, its progress going to ``sink``."""
+        if not self._uses_docker:
+            return self._sandbox_factory(repo, session_id, limits)
+        return self._docker_sandbox(repo, session_id, limits, environment, sink)
 
     def agent(
         self,
@@ -127,10 +136,17 @@ class Runtime:
     def _clear_as_root(self, directory: Path) -> None:
         sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)
 
-    def _docker_sandbox(self, repo: Path, session_id: str, limits: Limits) -> Sandbox:
+    def _docker_sandbox(
+        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        sink: EventSink | None = None,
+    ) -> Sandbox:  # fmt: skip
         """The session's container over its workspace layer (made by ``workspaces.create`` with the session)."""
         settings = self.settings
+        layer = self.workspaces.open(session_id)
+        preparer = None
+        if environment is not None and sink is not None:
+            preparer = self.environments.preparer(session_id, layer, environment, limits, sink)
         return DockerSandbox(
-            self.engine.client, layer=self.workspaces.open(session_id), session_id=session_id, limits=limits, image=settings.image,
-            instance=settings.instance, auto_build=settings.auto_build_image,
+            self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
+            instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
         )  # fmt: skip

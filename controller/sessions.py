@@ -23,6 +23,7 @@ from . import owners, repos
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
+from .environment import EnvironmentRequest
 from .errors import CapacityError, ConflictError, NotFoundError
 from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage
 from .feed import Feed
@@ -94,12 +95,13 @@ class Sessions:
 
     async def create(
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
-        apply: ApplyPolicy = "never", prefix: str = "s_",
+        apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
+        network_asked: bool = False,
     ) -> SessionRecord:  # fmt: skip
         """A new session on ``repo``, its first turn started in the background (see ``register``)."""
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
-        record = await self.register(repo, task, model, limits, context, apply, prefix)
+        record = await self.register(repo, task, model, limits, context, apply, prefix, environment, network_asked)
         live = await self._load(record)
         await live.recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
         await live.begin(task)
@@ -107,23 +109,30 @@ class Sessions:
 
     async def register(
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
-        apply: ApplyPolicy = "never", prefix: str = "s_",
+        apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
+        network_asked: bool = False,
     ) -> SessionRecord:  # fmt: skip
         """The record of a new session (running, owned by this process) and its workspace layer; no turn starts.
 
         ``repo`` is pinned (its real path, never root-owned) and must not overlap a session
-        that a live process is running. The API's ``create`` and ``cubicle run`` both start here.
+        that a live process is running. Its environment is the repository's definition with
+        ``environment`` over it; the network the definition asks for applies unless the request
+        named one (``network_asked``), under the server's maximum. The API's ``create`` and
+        ``cubicle run`` both start here.
         """
         repo = pin(repo)
         repos.refuse_protected(
             repo, [p for p in (self.settings.docker_socket, self.settings.data_dir) if p is not None]
         )
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
+        resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
+        if resolved.network is not None and not network_asked:
+            limits = limits.model_copy(update={"network": resolved.network.clamp(self.settings.max_limits.network)})
         now = time.time()
         record = SessionRecord(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
             status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
-            created_at=now, updated_at=now,
+            environment=resolved, created_at=now, updated_at=now,
         )  # fmt: skip
         await asyncio.to_thread(self.workspaces.create, record.id, repo)
         self.store.insert(record)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .config import Limits
 from .context import ContextPolicy, Edit
+from .environment import Environment
 from .errors import StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
@@ -79,10 +80,15 @@ CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
 """
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
-    "updated_at", "context", "owner", "apply",
+    "updated_at", "context", "owner", "apply", "environment",
 )  # fmt: skip
 """The sessions table's columns in the order _record reads them (the last three were added later, by _migrate)."""
-ADDED_COLUMNS = {"context": "TEXT", "owner": "TEXT NOT NULL DEFAULT ''", "apply": "TEXT NOT NULL DEFAULT 'never'"}
+ADDED_COLUMNS = {
+    "context": "TEXT",
+    "owner": "TEXT NOT NULL DEFAULT ''",
+    "apply": "TEXT NOT NULL DEFAULT 'never'",
+    "environment": "TEXT",
+}
 ApplyPolicy = Literal["never", "on_finish"]
 SELECTED = ", ".join(COLUMNS)
 
@@ -106,6 +112,9 @@ class SessionRecord(BaseModel):
     owner: str = Field("", description="The controller process running it (`cubicle serve` or a `cubicle run`).")
     apply: ApplyPolicy = Field(
         "never", description="on_finish: apply the changes after a turn that ended with end_turn; never: keep them."
+    )
+    environment: Environment | None = Field(
+        None, description="Where its sandbox runs: the repository's definition with the request's fields over it."
     )
     created_at: float
     updated_at: float
@@ -146,7 +155,8 @@ class Store:
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
             (record.id, record.repo, record.task, record.model, record.status, record.finish_reason, record.detail,
              record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at,
-             record.context.model_dump_json() if record.context else None, record.owner, record.apply),
+             record.context.model_dump_json() if record.context else None, record.owner, record.apply,
+             record.environment.model_dump_json() if record.environment else None),
         )  # fmt: skip
 
     @_writes
@@ -244,12 +254,12 @@ class Store:
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
-    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply) = (
-        row
-    )
+    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
+     environment) = row  # fmt: skip
     return SessionRecord(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
         context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,
+        environment=Environment.model_validate_json(environment) if environment else None,
         created_at=created, updated_at=updated,
     )  # fmt: skip

@@ -13,6 +13,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,7 @@ from .. import scripted, terminal, usage
 from ..agent import TurnOutcome
 from ..config import Limits, Settings
 from ..display import JsonSink, LiveSink, plural
+from ..environment import EnvironmentRequest
 from ..errors import ConfigError, ConflictError, CubicleError, ForbiddenRepoError, RepoError
 from ..events import Event, SessionFinished, SessionStarted
 from ..network import NetworkPolicy
@@ -99,7 +101,14 @@ def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Set
 
 
 async def _run_session(
-    settings: Settings, repo: Path, task: str, limits: Limits, sink: Any, approve: bool, signals: list[int]
+    settings: Settings,
+    repo: Path,
+    task: str,
+    limits: Limits,
+    sink: Any,
+    approve: bool,
+    signals: list[int],
+    asked: Asked,
 ) -> Ran:
     """The session, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
     loop = asyncio.get_running_loop()
@@ -115,7 +124,7 @@ async def _run_session(
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop, signum)
     try:
-        return await _session(settings, repo, task, limits, sink, approve)
+        return await _session(settings, repo, task, limits, sink, approve, asked)
     finally:
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
@@ -133,8 +142,16 @@ class Tee:
         await self.view.emit(event)
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What the flags asked of the environment: fields over the repository's definition, and whether --network was given."""
+
+    environment: EnvironmentRequest | None = None
+    network: bool = False
+
+
 async def _session(
-    settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool
+    settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool, asked: Asked
 ) -> Ran:
     """One turn in a fresh container, recorded in the API's database as a session of this process."""
     runtime = Runtime(settings)
@@ -144,7 +161,10 @@ async def _session(
         store = Store(settings.data_dir / "cubicle.db")
         try:
             sessions = Sessions(settings, store, runtime)
-            record = await sessions.register(repo, task, settings.model, limits, prefix="cli-")
+            record = await sessions.register(
+                repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
+                network_asked=asked.network,
+            )  # fmt: skip
             return await _turn(sessions, record, view, approve)
         finally:
             store.close()
@@ -156,7 +176,7 @@ async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | Live
     """The session's first turn; at its end the layer is checkpointed and its changes reported (``changes``)."""
     recorder = await sessions.recorder(record)
     sink = Tee(recorder, view)
-    sandbox = sessions.runtime.sandbox(Path(record.repo), record.id, record.limits)
+    sandbox = sessions.runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, sink)
 
     async def settle(outcome: TurnOutcome) -> None:
         await record_changes(sessions.workspaces, record.id, sink)
@@ -299,6 +319,17 @@ def run(
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in this local image (the toolbox is added) instead of the repository's environment; "
+            "it must be the default image or on CUBICLE_ALLOWED_IMAGES."
+        ),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(help="The setup command, run once before the agent (instead of the repository's; '' for none)."),
+    ] = None,
 ) -> None:
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
@@ -307,7 +338,9 @@ def run(
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
-        ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals))
+        request = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+        asked = Asked(request, network is not None)
+        ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals, asked))
     if not json_events and sink.finished is not None:
         console.print(_summary(ran.outcome, sink.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]

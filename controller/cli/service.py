@@ -15,6 +15,7 @@ from ..display import plural
 from ..errors import CubicleError
 from ..sandbox import clear_as_root
 from ..sessions import Sessions
+from ..setups import Setups
 from ..store import Store
 from ..workspaces import Workspaces
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
@@ -49,7 +50,8 @@ def image_build(
 def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
 ) -> None:
-    """Remove sandbox containers and volumes whose controller process is gone, and the layers of purged sessions."""
+    """Remove sandbox containers and volumes whose controller process is gone, the layers of purged sessions,
+    and the setup trees no session's layer sits on."""
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
@@ -68,6 +70,9 @@ def gc(
         store.close()
     for session_id in layers:
         print(f"removed the workspace layer of purged session {terminal.safe(session_id)}")
+    setups = Setups(settings.data_dir, functools.partial(clear_as_root, client, settings.image))
+    for key in setups.sweep(settings.data_dir / "workspaces"):
+        print(f"removed the setup tree {key[:12]}, which no session uses")
 
 
 def _warn(message: str) -> None:

@@ -14,9 +14,21 @@ import controller
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network"},
-    {"usage", "channel", "engine", "images", "repos", "model", "store", "display", "conversation", "workspace"},
+    {
+        "usage",
+        "channel",
+        "engine",
+        "images",
+        "repos",
+        "model",
+        "store",
+        "display",
+        "conversation",
+        "workspace",
+        "environment",
+    },
     {"sandbox", "scripted", "compactor", "workspaces", "review"},
-    {"setups"},
+    {"setups", "environments"},
     {"tools"},
     {"agent"},
     {"runtime"},

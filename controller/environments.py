@@ -1,0 +1,147 @@
+"""A session's environment: resolved when the session is created, made ready before its first turn.
+
+``resolve`` reads the repository's definition from the real checkout (never from the
+agent's layer) and lays the request's fields over it; an image named by a request must be
+the default image or on ``Settings.allowed_images``. ``preparer`` returns what the
+sandbox runs before its first container (``sandbox.Preparer``): the environment's image
+(built once per content hash, see ``environment.image``), then its setup command, run once
+per key (``setups``) with its own network policy, whose tree goes beneath the session's
+layer. Both stream their output as ``setup_output`` events; a failure is a SetupError,
+which ends the turn with reason ``error`` before any model request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import images, setups
+from .config import Limits, Settings
+from .environment import Environment, EnvironmentRequest, load
+from .environment import image as environment_image
+from .errors import ForbiddenRepoError, SandboxError, SetupError
+from .events import EventSink, SetupOutput
+from .network import NetworkPolicy
+from .sandbox import Prepared, Preparer
+from .setups import SetupRun, Setups, setup_key
+from .workspace import Layer
+
+NetworkRoute = Callable[[Any, str, NetworkPolicy], Any]
+
+
+class ImageNotAllowedError(ForbiddenRepoError):
+    """A request named an image this server does not allow."""
+
+    hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
+
+
+class Environments:
+    """Resolve a session's environment from its repository and request; prepare it for the sandbox."""
+
+    def __init__(self, settings: Settings, clear_as_root: Callable[[Path], None]) -> None:
+        self.settings = settings
+        self.setups = Setups(settings.data_dir, clear_as_root)
+
+    def resolve(self, repo: Path, request: EnvironmentRequest | None = None) -> Environment:
+        """The repository's definition (DefinitionError when invalid) with ``request`` laid over it."""
+        environment = load(repo)
+        if request is None:
+            return environment
+        if request.image is not None and not self.image_allowed(request.image):
+            raise ImageNotAllowedError(
+                f"The image {request.image!r} may not be named by a request on this server; "
+                f"allowed: the default image {self.settings.image}"
+                + "".join(f", {image}" for image in self.settings.allowed_images)
+                + "."
+            )
+        return request.apply(environment)
+
+    def image_allowed(self, image: str) -> bool:
+        return image == self.settings.image or image in self.settings.allowed_images
+
+    def setup_network(self, environment: Environment) -> NetworkPolicy:
+        """The setup's policy: the environment's own, else the server's default, under the server's maximum."""
+        asked = environment.setup_network or self.settings.setup_network
+        return asked.clamp(self.settings.max_limits.network)
+
+    def preparer(
+        self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
+    ) -> Preparer | None:
+        """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do."""
+        if not environment.builds and environment.setup is None and not environment.env:
+            return None
+
+        async def prepare(client: Any) -> Prepared:
+            return await Preparation(self, session_id, layer, environment, limits, sink).run(client)
+
+        return prepare
+
+
+class Preparation:
+    """One preparation of one session's environment: the image, then the setup tree."""
+
+    def __init__(
+        self, owner: Environments, session_id: str, layer: Layer, environment: Environment, limits: Limits,
+        sink: EventSink,
+    ) -> None:  # fmt: skip
+        self.owner = owner
+        self.settings = owner.settings
+        self.session_id = session_id
+        self.layer = layer
+        self.environment = environment
+        self.limits = limits
+        self.sink = sink
+
+    async def run(self, client: Any) -> Prepared:
+        image = await self.image(client)
+        tree = await self.setup(client, image) if self.environment.setup else None
+        return Prepared(image=image, env=dict(self.environment.env), setup=tree)
+
+    async def output(self, phase: str, text: str) -> None:
+        await self.sink.emit(SetupOutput(session_id=self.session_id, phase=phase, text=text))  # type: ignore[arg-type]
+
+    async def image(self, client: Any) -> str:
+        """The environment's image (built when its content hash is new); the sandbox image for no definition."""
+        settings = self.settings
+        await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
+        if not self.environment.builds:
+            return settings.image
+        loop = asyncio.get_running_loop()
+
+        def on_line(line: str) -> None:
+            asyncio.run_coroutine_threadsafe(self.output("build", line + "\n"), loop).result()
+
+        try:
+            return await asyncio.to_thread(
+                environment_image.ensure_image, client, self.environment, self.layer.repo,
+                sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=on_line,
+            )  # fmt: skip
+        except SetupError:
+            raise
+        except SandboxError as err:
+            raise SetupError(str(err)) from None
+
+    async def setup(self, client: Any, image: str) -> Path:
+        """The finished setup tree for this environment (run now unless an identical one was made before)."""
+        environment = self.environment
+        command = environment.setup or ""
+        network = self.owner.setup_network(environment)
+        image_id = (await asyncio.to_thread(client.images.get, image)).id
+        key = await asyncio.to_thread(
+            setup_key, image_id, command, environment.env, str(network), self.layer, environment.setup_inputs
+        )
+        if self.owner.setups.finished(key):
+            await self.output("setup", f"[cubicle] reusing the setup made before ({key[:12]})\n")
+            return self.owner.setups.tree(key)
+        async with network_route(client, self, network) as route:
+            run = SetupRun(
+                layer=self.layer, image=image, command=command, env=dict(environment.env), network=route,
+                limits=self.limits, timeout_s=environment.setup_timeout_s, instance=self.settings.instance,
+                session_id=self.session_id, ca_bundle=self.settings.ca_bundle,
+            )  # fmt: skip
+            return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text))
+
+
+__all__ = ["Environments", "ImageNotAllowedError", "Preparation", "setups"]

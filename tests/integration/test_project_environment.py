@@ -1,0 +1,88 @@
+"""A real project's own test suite, run by the agent in its environment: built, set up, then offline.
+
+The fixture is inflection (a small public Python package, MIT, see tests/fixtures/inflection/FIXTURE.md)
+with a devcontainer.json: a Dockerfile that installs Debian's pytest, and a setup step that makes a
+virtualenv in the workspace. A scripted session breaks one function, runs the suite with network
+``none`` and sees it fail, fixes it, and sees it pass; the assertions read pytest's real output.
+A second session on the same checkout reuses the image and the setup tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cli_helpers import cubicle
+from tests.integration.pty_helpers import scenario_file
+from tests.sandbox_defaults import AGENT_UID
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "inflection"
+FIXED = "    return word.replace('_', '-')\n"
+BROKEN = "    return word.replace('_', '+')\n"
+PYTEST = ".venv/bin/python -m pytest -q -p no:cacheprovider test_inflection.py 2>&1 | tail -n 15"
+
+
+def _tool(name: str, **args: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": args}
+
+
+SCENARIO = {
+    "name": "break-and-fix",
+    "turns": [
+        {"content": [_tool("edit_file", path="inflection/__init__.py", old_string=FIXED, new_string=BROKEN)]},
+        {"content": [_tool("run_command", command=PYTEST, timeout_s=120)]},
+        {"content": [_tool("edit_file", path="inflection/__init__.py", old_string=BROKEN, new_string=FIXED)]},
+        {"content": [_tool("run_command", command=PYTEST, timeout_s=120)]},
+        {"content": [_tool("run_command", command="python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\"")]},
+        {"content": [{"type": "text", "text": "dasherize is fixed and the suite passes."}]},
+    ],
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    repo = tmp_path / "inflection"
+    shutil.copytree(FIXTURE, repo, symlinks=True)
+    (repo / ".git").mkdir()
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    if os.geteuid() == 0:
+        for path in [repo, *repo.rglob("*")]:
+            os.lchown(path, AGENT_UID, AGENT_UID)
+    return repo
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: Path) -> None:
+    done = cubicle("run", str(project), "fix dasherize", "--json", "--no-apply",
+                   "--scenario", scenario_file(tmp_path, SCENARIO), timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = _events(done.stdout)
+    setup = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "setup")
+    assert "pytest 7." in setup  # Debian's pytest, seen from the virtualenv setup made
+    runs = [e for e in events if e["type"] == "tool_result" and e["name"] == "run_command"]
+    broken, fixed, lookup = (e["output"] for e in runs)
+    assert "1 failed" in broken and "test_dasherize" in broken and "AssertionError" in broken
+    assert "failed" not in fixed and " passed" in fixed
+    assert "gaierror" in lookup or "Temporary failure in name resolution" in lookup  # network none
+    finished = next(e for e in events if e["type"] == "session_finished")
+    assert finished["reason"] == "end_turn"
+    changes = next(e for e in events if e["type"] == "changes")
+    assert changes["summary"]["files"] == 0  # the fix undid the break; the virtualenv is never a change
+    assert not (project / ".venv").exists()
+
+    again = cubicle("run", str(project), "again", "--json", "--no-apply",
+                    "--scenario", scenario_file(tmp_path, SCENARIO), timeout=900)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    reused = "".join(e["text"] for e in _events(again.stdout) if e["type"] == "setup_output")
+    assert "reusing the setup made before" in reused
+    assert "Step 1/" not in reused  # the image was not built again
