@@ -6,13 +6,15 @@
     ├── ConflictError                      a turn is already running
     ├── CapacityError                      too many sessions at once
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
+    │   └── DefinitionError                 the repo's environment definition is invalid or unsafe
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
     ├── ModelError                         the model API failed after retries
     │   └── ContextOverflowError            the prompt is larger than the model's context window
     ├── StoreError                         the session database cannot be written
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
-        ├── ImageMissingError(LookupError)  the sandbox image is not built
+        ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
+        ├── EnvironmentBuildError           an environment image did not build
         └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
 
 Each class carries ``hint``: what the person reading the error should do next.
@@ -56,6 +58,12 @@ class RepoError(CubicleError, ValueError):
     """The repository path is malformed, missing or not a directory."""
 
 
+class DefinitionError(RepoError):
+    """A repository's environment definition cannot be used: bad syntax, a wrong type, a path out of the repo."""
+
+    hint = "Fix the file named above (see the README's Environments section), or run `cubicle env show` to check it."
+
+
 class ForbiddenRepoError(CubicleError, PermissionError):
     """The repository path is not one a session may use."""
 
@@ -88,6 +96,12 @@ class DockerUnavailableError(SandboxError):
 
 class ImageMissingError(SandboxError, LookupError):
     """The sandbox image is not present on the engine."""
+
+
+class EnvironmentBuildError(SandboxError):
+    """Building an environment image failed: the repository's Dockerfile, or the toolbox layer on top of it."""
+
+    hint = "Fix the Dockerfile or the image it names, then run `cubicle env build` to try again."
 
 
 class ToolboxGoneError(SandboxError):
