@@ -15,6 +15,7 @@ so an image is never labelled with a hash of other contents.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -221,25 +222,40 @@ class _Reader:
         return data
 
 
-def pack(context: Context, archive: tarfile.TarFile, prefix: str = "") -> str:
-    """Add every entry to ``archive`` under ``prefix`` (owned by root, as ``docker build`` sends them); returns the hash."""
+def pack(context: Context, archive: tarfile.TarFile, replace: dict[str, bytes] | None = None) -> str:
+    """Add every entry to ``archive`` (owned by root, as ``docker build`` sends them); returns the context's hash.
+
+    ``replace``: names whose contents are written instead of the file's (added when absent);
+    the hash is still of the files as listed, so it can be checked against ``digest``.
+    """
+    replace = dict(replace or {})
     hasher = hashlib.sha256(b"cubicle-context-v1\0")
     for entry in context.entries:
         _header(hasher, entry)
-        info = tarfile.TarInfo(prefix + entry.name)
+        info = tarfile.TarInfo(entry.name)
         info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = entry.mode, entry.mtime, 0, 0, "", ""
+        if entry.kind == "file":
+            chunks = _contents(context, entry)
+            if entry.name in replace:
+                for chunk in chunks:
+                    hasher.update(chunk)
+                add_bytes(archive, entry.name, replace.pop(entry.name), entry.mode)
+                continue
+            info.size = entry.size
+            archive.addfile(info, _Reader(chunks, hasher))
+            for _ in chunks:  # tarfile reads exactly size bytes; exhausting the generator closes the file
+                pass
+            continue
+        if entry.name in replace:  # a directory or link where a generated file goes: the file wins
+            add_bytes(archive, entry.name, replace.pop(entry.name))
+            continue
         if entry.kind == "dir":
             info.type = tarfile.DIRTYPE
-            archive.addfile(info)
-        elif entry.kind == "symlink":
-            info.type, info.linkname = tarfile.SYMTYPE, entry.target
-            archive.addfile(info)
         else:
-            info.size = entry.size
-            chunks = _contents(context, entry)
-            archive.addfile(info, _Reader(chunks, hasher))
-            for _ in chunks:  # tarfile reads exactly size bytes; the generator closes the file when exhausted
-                pass
+            info.type, info.linkname = tarfile.SYMTYPE, entry.target
+        archive.addfile(info)
+    for name, data in replace.items():
+        add_bytes(archive, name, data)
     return hasher.hexdigest()
 
 
@@ -252,8 +268,6 @@ def open_archive(fileobj: IO[bytes]) -> tarfile.TarFile:
 
 def add_bytes(archive: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
     """Add one generated file (a Dockerfile, a script) owned by root."""
-    import io
-
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), mode, 0
     archive.addfile(info, io.BytesIO(data))

@@ -431,6 +431,7 @@ class Materials:
     """Only what the image is built from: image or Dockerfile, build arguments, target, context files."""
     dockerfile: str | None
     context: buildcontext.Context | None
+    context_digest: str
 
 
 def materials(env: Environment, repo: Path) -> Materials:
@@ -465,7 +466,7 @@ def materials(env: Environment, repo: Path) -> Materials:
     definition = env.model_dump(mode="json", exclude={"source", "warnings"})
     whole = hashlib.sha256(b"cubicle-definition-v1\0")
     whole.update(json.dumps(definition, sort_keys=True).encode() + b"\0" + build_hash.encode())
-    return Materials(whole.hexdigest(), build_hash, dockerfile_text, context)
+    return Materials(whole.hexdigest(), build_hash, dockerfile_text, context, context_digest)
 
 
 def definition_hash(env: Environment, repo: Path) -> str:
