@@ -15,6 +15,17 @@ from .definition import (
     definition_hash,
     load,
     override,
+    setup_input_files,
+    setup_inputs_hash,
 )
 
-__all__ = ["DEFAULT_SETUP_INPUTS", "Environment", "EnvironmentRequest", "definition_hash", "load", "override"]
+__all__ = [
+    "DEFAULT_SETUP_INPUTS",
+    "Environment",
+    "EnvironmentRequest",
+    "definition_hash",
+    "load",
+    "override",
+    "setup_input_files",
+    "setup_inputs_hash",
+]

@@ -28,11 +28,13 @@ The Cubicle file (paths relative to the repository's root)::
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import re
 import shlex
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -472,3 +474,97 @@ def materials(env: Environment, repo: Path) -> Materials:
 def definition_hash(env: Environment, repo: Path) -> str:
     """A content hash of the definition and every file of its build context (sha256 hex), stable across runs."""
     return materials(env, repo).definition_hash
+
+
+# --------------------------------------------------------------------------- the setup's inputs
+
+MAX_INPUT_FILES = 1000
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+MAX_INPUT_SCAN = 100_000
+"""Directory entries looked at while matching ``setup_inputs``; a walk past it is refused."""
+
+
+def _glob_match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether path ``parts`` match glob ``pattern`` segment by segment (``**`` spans any number of them)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(pattern[1:], parts[1:])
+
+
+def _may_hold(pattern: list[str], parts: list[str]) -> bool:
+    """Whether a directory at ``parts`` may hold a path that ``pattern`` matches (so the walk goes into it)."""
+    for index, part in enumerate(parts):
+        if index >= len(pattern) - 1 and "**" not in pattern[index:]:
+            return False
+        if pattern[index] == "**":
+            return True
+        if not fnmatch.fnmatchcase(part, pattern[index]):
+            return False
+    return True
+
+
+def setup_input_files(env: Environment, repo: Path) -> list[str]:
+    """The repo-relative paths ``env.setup_inputs`` match in the checkout, sorted: regular files and symlinks.
+
+    A glob's ``*`` and ``?`` stay within one name and ``**`` spans directories; a pattern is
+    matched from the repository's root (``requirements*.txt`` is the root's only). The walk
+    follows no symlink, never enters ``.git``, and goes only where a pattern may match.
+    """
+    root = real_root(repo)
+    patterns = [pattern.split("/") for pattern in env.setup_inputs]
+    found: list[str] = []
+    seen = 0
+    pending: list[list[str]] = [[]]
+    while pending:
+        parts = pending.pop()
+        try:
+            with os.scandir(root.joinpath(*parts)) as listing:
+                children = list(listing)
+        except OSError:
+            continue
+        for child in children:
+            seen += 1
+            if seen > MAX_INPUT_SCAN:
+                raise DefinitionError(
+                    f"setup_inputs: matching them looked at more than {MAX_INPUT_SCAN} entries; "
+                    "anchor the patterns (e.g. 'backend/requirements.txt' rather than '**/requirements.txt')."
+                )
+            path = [*parts, child.name]
+            if child.name == ".git":
+                continue
+            if child.is_dir(follow_symlinks=False):
+                if any(_may_hold(pattern, path) for pattern in patterns):
+                    pending.append(path)
+            elif (child.is_file(follow_symlinks=False) or child.is_symlink()) and any(
+                _glob_match(pattern, path) for pattern in patterns
+            ):
+                found.append("/".join(path))
+                if len(found) > MAX_INPUT_FILES:
+                    raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_FILES} files; narrow them.")
+    return sorted(found)
+
+
+def setup_inputs_hash(env: Environment, repo: Path) -> str:
+    """A hash of the files the setup reads: each matched path, its mode, and its contents (a symlink: its target).
+
+    It covers the files only; a cache of the setup's result keys on it together with the
+    image's tag and ``env.setup`` and ``env.env``. Bounded: more than ``MAX_INPUT_BYTES`` is refused.
+    """
+    root = real_root(repo)
+    hasher = hashlib.sha256(b"cubicle-setup-inputs-v1\0")
+    total = 0
+    for rel in setup_input_files(env, repo):
+        path = root / rel
+        info = os.lstat(path)
+        hasher.update(rel.encode("utf-8", "surrogateescape") + b"\0" + f"{info.st_mode:o}".encode() + b"\0")
+        if stat.S_ISLNK(info.st_mode):
+            hasher.update(os.readlink(path).encode("utf-8", "surrogateescape") + b"\0")
+            continue
+        total += info.st_size
+        if total > MAX_INPUT_BYTES:
+            raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_BYTES >> 20} MiB of files; narrow them.")
+        data = read_regular(path, MAX_INPUT_BYTES, file="setup_inputs", key=rel)
+        hasher.update(hashlib.sha256(data).digest())
+    return hasher.hexdigest()

@@ -603,3 +603,58 @@ def test_the_module_documents_every_cubicle_file_key() -> None:
     assert definition.__doc__ is not None
     for key in definition.CubicleFile.model_fields:
         assert f"\n    {key} = " in definition.__doc__, key
+
+
+# ----------------------------------------------------------------------------- the setup's inputs
+
+
+def test_the_default_inputs_are_the_roots_manifests_and_the_definition(repo: Path) -> None:
+    for rel in ("pyproject.toml", "requirements-dev.txt", "package-lock.json", "sub/pyproject.toml", ".git/HEAD"):
+        write(repo, rel, "x\n")
+    write(repo, TOML, 'setup = "make"\n')
+    env = load(repo)
+    assert definition.setup_input_files(env, repo) == [
+        TOML,
+        "package-lock.json",
+        "pyproject.toml",
+        "requirements-dev.txt",
+    ]
+
+
+def test_input_globs_reach_into_directories_only_as_far_as_asked(repo: Path, tmp_path: Path) -> None:
+    for rel in (
+        "a/package.json",
+        "a/b/package.json",
+        "package.json",
+        "backend/requirements.txt",
+        "other/requirements.txt",
+    ):
+        write(repo, rel, "x\n")
+    (repo / "linked.txt").symlink_to(tmp_path)
+    env = override(Environment(), setup_inputs=["**/package.json", "backend/*.txt", "linked.txt"])
+    assert definition.setup_input_files(env, repo) == [
+        "a/b/package.json", "a/package.json", "backend/requirements.txt", "linked.txt", "package.json",
+    ]  # fmt: skip
+
+
+def test_the_inputs_hash_follows_the_inputs_only(repo: Path, tmp_path: Path) -> None:
+    write(repo, "pyproject.toml", "[project]\n")
+    env = load(repo)
+    first = definition.setup_inputs_hash(env, repo)
+    write(repo, "src/other.py", "x\n")
+    assert definition.setup_inputs_hash(env, repo) == first
+    write(repo, "requirements.txt", "pytest\n")
+    second = definition.setup_inputs_hash(env, repo)
+    assert second != first
+    (repo / "requirements.txt").unlink()
+    (repo / "requirements.txt").symlink_to(tmp_path / "elsewhere.txt")  # never followed: only the link is hashed
+    assert definition.setup_inputs_hash(env, repo) not in (first, second)
+
+
+def test_an_unbounded_inputs_walk_is_refused(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(20):
+        write(repo, f"d{n}/x.txt", "x")
+    monkeypatch.setattr(definition, "MAX_INPUT_SCAN", 10)
+    env = override(Environment(), setup_inputs=["**/package.json"])
+    with pytest.raises(DefinitionError, match="more than 10 entries"):
+        definition.setup_input_files(env, repo)
