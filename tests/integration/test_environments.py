@@ -299,3 +299,41 @@ def test_cli_env_build_of_a_failing_dockerfile_exits_4(
     )
     result = CliRunner().invoke(app, ["env", "build", str(repo)])
     assert result.exit_code == 4 and "non-zero code: 7" in err_output.getvalue()
+
+
+def read_in_image(client: Any, tag: str, path: str) -> str:
+    output = client.containers.run(tag, ["cat", path], entrypoint=[], remove=True, network_mode="none")
+    return bytes(output).decode()
+
+
+def test_a_multi_stage_dockerfile_with_target_and_build_args(docker_client: Any, tmp_path: Path) -> None:
+    """The CA reaches every stage, the target's stage is the base, and the build arguments arrive."""
+    stages = DOCKERFILE.replace(f"FROM {BASE}", f"FROM {BASE} AS base").replace("COPY tools/ /opt/tools/\n", "")
+    repo = make_repo(
+        tmp_path / "stages",
+        {
+            ".cubicle/environment.toml": 'dockerfile = "Dockerfile"\ntarget = "dev"\nbuild_args = { GREETING = "hi" }\n',
+            "Dockerfile": stages
+            + 'FROM base AS dev\nARG GREETING=none\nRUN test -s "$SSL_CERT_FILE" && echo "$GREETING" > /greeting\n'
+            "FROM base AS later\nRUN false\n",
+        },
+    )
+    built = build(docker_client, repo)
+    try:
+        assert read_in_image(docker_client, built.tag, "/greeting") == "hi\n"
+    finally:
+        docker_client.images.remove(built.tag)
+
+
+def test_an_image_that_sets_another_user_still_gets_the_toolbox(
+    docker_client: Any, tmp_path: Path, env_image: EnvironmentImage
+) -> None:
+    base = f"cubicle-test-user:{secrets.token_hex(4)}"
+    tiny_image(docker_client, base, f"FROM {env_image.tag}\nUSER nobody\nCOPY hello /hello\n")
+    repo = make_repo(tmp_path / "user", {".cubicle/environment.toml": f'image = "{base}"\n'})
+    try:
+        built = build(docker_client, repo)
+        assert read_in_image(docker_client, built.tag, "/hello") == "hi\n"
+        docker_client.images.remove(built.tag)
+    finally:
+        docker_client.images.remove(base)
