@@ -76,8 +76,8 @@ def env_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env_image(docker_client: Any, env_repo: Path) -> Iterator[EnvironmentImage]:
     built = build(docker_client, env_repo)
     yield built
-    with contextlib.suppress(APIError):  # its checkout goes with the test session; its layers stay as build cache
-        docker_client.images.remove(built.tag, noprune=True)
+    with contextlib.suppress(APIError):  # its checkout goes with the test session, and so does the image
+        docker_client.images.remove(built.tag)
 
 
 @pytest.fixture
