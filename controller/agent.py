@@ -25,7 +25,7 @@ from .config import Limits
 from .context import ContextPolicy
 from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
 from .conversation import tool_result
-from .errors import ContextOverflowError, ModelError, SandboxError
+from .errors import ContextOverflowError, ModelError, SandboxError, SetupError
 from .events import (
     EditReason,
     ErrorEvent,
@@ -102,6 +102,7 @@ class Agent:
         await self._emit(StatusEvent(session_id=self.session_id, status="running"))
         try:
             async with asyncio.timeout(self.limits.wall_clock_s):
+                await self.sandbox.prepare()  # a failed setup ends the turn before any token is spent
                 outcome = await self._loop(convo)
         except TimeoutError:
             outcome = TurnOutcome("timeout", f"the turn ran longer than {self.limits.wall_clock_s}s")
@@ -111,7 +112,8 @@ class Agent:
             await self._stop_sandbox()
         except SandboxError as err:
             outcome = TurnOutcome("error", str(err))
-            await self._emit(ErrorEvent(session_id=self.session_id, kind="sandbox", message=str(err)))
+            kind = "setup" if isinstance(err, SetupError) else "sandbox"
+            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
         except ModelError as err:
             outcome = TurnOutcome("error", str(err))
             kind = "context" if isinstance(err, ContextOverflowError) else "model"

@@ -9,8 +9,10 @@ the environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, fiel
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .context import ContextPolicy
-from .network import NONE, OPEN, NetworkPolicy
+from .network import MAX_HOSTS, NONE, OPEN, HostPattern, NetworkPolicy, parse_host
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
@@ -102,6 +104,16 @@ class Settings(BaseSettings):
     system_prompt: str | None = Field(None, description="Replaces the built-in system prompt.")
     model_retries: int = Field(4, ge=0, le=20, description="Retries of 429, 529 and 5xx answers, with backoff.")
     image: str = Field(DEFAULT_IMAGE, description="The sandbox image.")
+    allowed_images: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Images a request may name (--image, the API's environment.image), besides the default image; "
+        "without them only environments the repository defines itself. JSON list or comma-separated.",
+    )
+    setup_network: NetworkPolicy = Field(
+        default_factory=lambda: NetworkPolicy(level="allow", hosts=package_hosts()),
+        description="The setup command's network when the environment names none: by default only the package "
+        "registries this machine's pip, apt and npm are configured with, through the egress proxy.",
+    )
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
@@ -167,6 +179,11 @@ class Settings(BaseSettings):
         parts = urlsplit(self.docker_host)
         return Path(parts.netloc + parts.path) if parts.scheme == "unix" else None
 
+    @field_validator("allowed_images", mode="before")
+    @classmethod
+    def _split_images(cls, value: Any) -> Any:
+        return cls._split_roots(value)
+
     @field_validator("repo_roots", mode="before")
     @classmethod
     def _split_roots(cls, value: Any) -> Any:
@@ -182,3 +199,63 @@ class Settings(BaseSettings):
                     ) from None
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
+
+
+PIP_FILES = (
+    Path("/etc/pip.conf"),
+    Path("/etc/xdg/pip/pip.conf"),
+    Path("~/.config/pip/pip.conf"),
+    Path("~/.pip/pip.conf"),
+)
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
+NPM_FILES = (Path("/etc/npmrc"), Path("~/.npmrc"))
+_URL = re.compile(r"\bhttps?://[^\s'\"]+")
+
+
+def package_hosts() -> tuple[HostPattern, ...]:
+    """The hosts this machine's package managers are configured to fetch from, read from their own files:
+    pip's index URLs (its variables and config files; without an index URL, pip's built-in default, asked of
+    pip itself), apt's sources, npm's registry. A setup command may reach these by default."""
+    urls: list[str] = []
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        urls += _URL.findall(os.environ.get(name, ""))
+    pip_urls = [url for path in PIP_FILES for url in _urls_in(path, ("index-url", "index_url"))]
+    urls += pip_urls
+    if not any(name in os.environ for name in ("PIP_INDEX_URL",)) and not pip_urls:
+        urls += _pip_default_index()
+    for source in APT_SOURCES:
+        files = sorted(source.glob("*.list")) + sorted(source.glob("*.sources")) if source.is_dir() else [source]
+        for path in files:
+            urls += [url for url in _urls_in(path, ("deb", "uris")) if not path.name.endswith(".disabled")]
+    urls += [url for path in NPM_FILES for url in _urls_in(path, ("registry",))]
+    hosts: dict[str, HostPattern] = {}
+    for url in urls:
+        with contextlib.suppress(ValueError):
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            pattern = parse_host(f"{parts.hostname}:{port}")
+            hosts.setdefault(str(pattern), pattern)
+    return tuple(hosts.values())[:MAX_HOSTS]
+
+
+def _urls_in(path: Path, keys: tuple[str, ...]) -> list[str]:
+    """http(s) URLs on the lines of ``path`` that start with one of ``keys`` (not commented out)."""
+    try:
+        text = path.expanduser().read_text(errors="replace")
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip().lower()
+        if stripped.startswith(keys):
+            found += _URL.findall(line)
+    return found
+
+
+def _pip_default_index() -> list[str]:
+    """pip's own default index and file host, from the pip installed here (none if it is not)."""
+    try:
+        from pip._internal.models.index import PyPI  # type: ignore[import-not-found,unused-ignore]
+    except Exception:  # noqa: BLE001 - no pip, or a pip that moved it: no default to allow
+        return []
+    return [PyPI.url, f"https://{PyPI.file_storage_domain}/"]

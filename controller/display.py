@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import terminal
-from .events import ContextEdited, Event, SessionFinished, TextDelta, ToolCall, ToolResult, UsageEvent
+from .events import ContextEdited, Event, SessionFinished, SetupOutput, TextDelta, ToolCall, ToolResult, UsageEvent
 
 PREVIEW_CHARS = 160
 TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
@@ -299,6 +299,10 @@ class LiveSink:
         elif isinstance(event, ContextEdited):
             self._flush_text()
             self.console.print(context_line(event))
+        elif isinstance(event, SetupOutput):
+            self._flush_text()
+            for line in event.text.splitlines():
+                self.console.print(Text.assemble((f"{event.phase} │ ", "magenta"), terminal.safe_text(line, "dim")))
         elif isinstance(event, SessionFinished):
             self._flush_text()
             self.finished = event

@@ -4,7 +4,7 @@ Every Docker client in Cubicle — sandboxes, the orphan sweep, ``cubicle image 
 ``cubicle gc``, the benchmark — comes from ``connect``, so they all talk to the same
 engine, and a missing engine always reads the same: what is wrong and how to start it.
 Plain ``unix://`` and ``tcp://`` endpoints work; TLS is not configured here, because the
-sandbox's attach stream needs a plain socket (see ``sandbox._raw_socket``).
+sandbox's attach stream needs a plain socket (see ``sandbox.raw_socket``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@
         ├── DockerUnavailableError          no engine answers
         ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
         ├── EnvironmentBuildError           an environment image did not build
+        ├── SetupError                      the environment's image build or setup command failed
         └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
 
 Each class carries ``hint``: what the person reading the error should do next.
@@ -102,6 +103,12 @@ class EnvironmentBuildError(SandboxError):
     """Building an environment image failed: the repository's Dockerfile, or the toolbox layer on top of it."""
 
     hint = "Fix the Dockerfile or the image it names, then run `cubicle env build` to try again."
+
+
+class SetupError(SandboxError):
+    """The environment could not be prepared: its image did not build, or its setup command failed."""
+
+    hint = "Fix the environment's definition (.devcontainer/ or .cubicle/) or the setup command, then start again."
 
 
 class ToolboxGoneError(SandboxError):

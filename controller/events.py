@@ -152,6 +152,14 @@ class DiscardedEvent(_Event):
     type: Literal["discarded"] = "discarded"
 
 
+class SetupOutput(_Event):
+    """Output of the environment's preparation: the image build (``build``) or the setup command (``setup``)."""
+
+    type: Literal["setup_output"] = "setup_output"
+    phase: Literal["build", "setup"]
+    text: str = Field(description="One or more whole lines, as the build or the command printed them (untrusted).")
+
+
 class ErrorEvent(_Event):
     type: Literal["error"] = "error"
     kind: str
@@ -172,6 +180,7 @@ Event = Annotated[
     | RevertedEvent
     | RewoundEvent
     | DiscardedEvent
+    | SetupOutput
     | ErrorEvent,
     Field(discriminator="type"),
 ]

@@ -15,7 +15,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,11 +46,31 @@ class Sandbox(Protocol):
     output so far (``cancelled`` set) instead of raising; the caller re-raises the cancellation.
     """
 
+    async def prepare(self) -> None:
+        """Make the session's environment ready (its image built, its setup run) before the first model request.
+
+        Raises SetupError when it cannot be; a no-op once done, and for sandboxes with no environment.
+        """
+        ...
+
     async def start(self) -> None: ...
 
     async def call(self, request: Call, timeout: float) -> Outcome: ...
 
     async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A session's environment, ready: the image its containers run, their variables, the setup tree beneath its layer."""
+
+    image: str
+    env: dict[str, str] = field(default_factory=dict)
+    setup: Path | None = None
+
+
+Preparer = Callable[[Any], Awaitable[Prepared]]
+"""Makes the environment ready with the engine's client (builds, runs setup, emits progress); raises SetupError."""
 
 
 def volume_name(session_id: str) -> str:
@@ -93,7 +114,7 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
     }
 
 
-def _raw_socket(attached: Any) -> socket.socket:
+def raw_socket(attached: Any) -> socket.socket:
     """Take over the socket under the SDK's attach wrapper: a private duplicate, the original closed."""
     sock = attached if isinstance(attached, socket.socket) else getattr(attached, "_sock", None)
     if not isinstance(sock, socket.socket):
@@ -122,6 +143,7 @@ class DockerSandbox:
         image: str,
         instance: str,
         auto_build: bool = True,
+        preparer: Preparer | None = None,
     ) -> None:
         self._connect = connect
         self._client: Any = None
@@ -132,10 +154,30 @@ class DockerSandbox:
         self.image = image
         self.instance = instance
         self.auto_build = auto_build
+        self.env: dict[str, str] = {}
+        self._preparer = preparer
+        self._prepare_lock = asyncio.Lock()
         self.container: Any = None
         self._channel: ToolboxChannel | None = None
         self._lock = asyncio.Lock()
         self.restarts = 0
+
+    async def prepare(self) -> None:
+        """Run the session's preparer once: its image and variables become the containers', its setup tree
+        goes beneath the layer. A failure is raised every time it is asked again, never half applied."""
+        async with self._prepare_lock:
+            preparer, self._preparer = self._preparer, None
+            if preparer is None:
+                return
+            try:
+                if self._client is None:
+                    self._client = await asyncio.to_thread(self._connect)
+                ready = await preparer(self._client)
+                await asyncio.to_thread(workspace.set_setup, self.layer, ready.setup)
+            except BaseException:
+                self._preparer = preparer
+                raise
+            self.image, self.env = ready.image, ready.env
 
     async def start(self) -> None:
         """Create and start the container and wait until the toolbox answers."""
@@ -188,6 +230,7 @@ class DockerSandbox:
                 await self._discard()
 
     async def _launch(self) -> None:
+        await self.prepare()
         try:
             if self._client is None:
                 self._client = await asyncio.to_thread(self._connect)
@@ -199,7 +242,7 @@ class DockerSandbox:
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
-            self._channel = await ToolboxChannel.open(_raw_socket(attached))
+            self._channel = await ToolboxChannel.open(raw_socket(attached))
             await asyncio.to_thread(self.container.start)
             await self._channel.request(Ping(), READY_TIMEOUT_S)
         except SandboxError:
@@ -228,7 +271,9 @@ class DockerSandbox:
 
     def _options(self, labels: dict[str, str]) -> dict[str, Any]:
         """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
-        return container_options(self.image, self.layer, self.limits, labels)
+        options = container_options(self.image, self.layer, self.limits, labels)
+        options["environment"] = {**self.env, **options["environment"]}  # ours (HOME) win over the environment's
+        return options
 
     def _make_volume(self, labels: dict[str, str]) -> None:
         """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""
@@ -251,15 +296,20 @@ async def _remove(container: Any) -> None:
 
 async def remove_volume(client: Any, session_id: str) -> None:
     """Remove the session's overlay volume (the engine unmounts it when its container goes); idempotent."""
+    await remove_named_volume(client, volume_name(session_id))
+
+
+async def remove_named_volume(client: Any, name: str) -> None:
+    """Remove the volume ``name`` if it is there, without letting a stuck engine hang the caller."""
 
     def remove() -> None:
         with contextlib.suppress(NotFound):
-            client.volumes.get(volume_name(session_id)).remove(force=True)
+            client.volumes.get(name).remove(force=True)
 
     try:
         await asyncio.wait_for(asyncio.to_thread(remove), DOCKER_CALL_TIMEOUT_S)
     except (APIError, DockerException, OSError, TimeoutError) as err:
-        log.warning("could not remove the workspace volume of %s: %s", session_id, err)
+        log.warning("could not remove the volume %s: %s", name, err)
 
 
 def clear_as_root(client: Any, image: str, directory: Path) -> None:

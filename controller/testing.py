@@ -66,6 +66,9 @@ SCENARIO_PATH = "/etc/cubicle/scenario.json"
 class NoSandbox:
     """A sandbox that refuses every call: for tests that never reach a tool."""
 
+    async def prepare(self) -> None:
+        return None
+
     async def start(self) -> None:
         return None
 
@@ -102,6 +105,9 @@ class MemorySandbox:
         self.commands = dict(commands or {})
         self.calls: list[Call] = []
         self.starts = self.stops = 0
+
+    async def prepare(self) -> None:
+        return None
 
     async def start(self) -> None:
         self.starts += 1

@@ -18,6 +18,9 @@ from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.sandbox import DockerSandbox
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
+# Fixture projects are data for the tests (a real project an agent works on), not tests of ours.
+collect_ignore = ["fixtures"]
+
 # The run_scenario fixture: the real agent loop on a scripted scenario, for any test that names it.
 pytest_plugins = ["tests.agent_harness"]
 

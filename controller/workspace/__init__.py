@@ -31,7 +31,7 @@ from .changes import Change, Disposition, Kind, scan
 from .checkpoints import checkpoint, rewind
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, UnsafePathError, WorkspaceError
 from .journal import Conflict
-from .layer import Layer, check_repo, create, discard, mount_options, open_layer, volume_kwargs
+from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
 from .revert import RevertResult, revert
 
 __all__ = [
@@ -57,5 +57,6 @@ __all__ = [
     "revert",
     "rewind",
     "scan",
+    "set_setup",
     "volume_kwargs",
 ]

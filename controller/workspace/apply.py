@@ -1,7 +1,7 @@
 """Apply the layer's changes to the real checkout: checked first, written all or nothing, undoable.
 
-1. ``scan`` lists the changes; only disposition ``apply`` (and ``ignored`` when asked)
-   are candidates, optionally narrowed to named paths.
+1. ``scan`` lists the changes; only disposition ``apply`` (and ``ignored`` when asked, and
+   ``trusted`` when forced by name) are candidates, optionally narrowed to named paths.
 2. Preflight writes nothing. A path conflicts when the checkout no longer holds what the
    session expects (the baseline, or what this session last wrote there); a removal
    conflicts when the directory holds entries this apply would not remove. Any conflict
@@ -67,7 +67,7 @@ def apply(
     """Apply the selected changes, or nothing at all when any of them conflicts."""
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
-    chosen, skipped = _select(changes, paths, include_ignored)
+    chosen, skipped = _select(changes, paths, include_ignored, force)
     with open_checkout(layer) as checkout:
         expect = Expectations(layer)
         conflicts, unsafe = _preflight(checkout, chosen, expect, force)
@@ -86,11 +86,18 @@ def apply(
 
 
 def _select(
-    changes: list[Change], paths: Collection[str] | None, include_ignored: bool
+    changes: list[Change], paths: Collection[str] | None, include_ignored: bool, force: Collection[str] = ()
 ) -> tuple[list[Change], list[Change]]:
+    """The candidates: ``apply`` (and ``ignored`` when asked), and ``trusted`` paths only when forced by name."""
     allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
-    eligible = [c for c in changes if c.disposition in allowed]
-    skipped = [c for c in changes if c.disposition not in allowed]
+
+    def eligible_change(change: Change) -> bool:
+        if change.disposition == Disposition.TRUSTED:
+            return under_any(change.path, force)
+        return change.disposition in allowed
+
+    eligible = [c for c in changes if eligible_change(c)]
+    skipped = [c for c in changes if not eligible_change(c)]
     if paths is None:
         return eligible, skipped
     named = [c for c in eligible if under_any(c.path, paths)]

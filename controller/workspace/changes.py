@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from pathlib import Path
 
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
@@ -46,6 +47,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     """
     lower = open_repo(layer)
     upper = open_upper(layer)
+    setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
         walker = _Walker(lower)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
@@ -53,14 +55,35 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         rules = load_rules(layer.baseline_file)
         for change in found:
             _describe(change, upper, lower, with_diffs)
-            _judge(change, rules)
+            _judge(change, rules, setup is not None and made_by_setup(setup, lower, change.path))
         gitlike.guard(found, lower)
         if with_diffs:
             _find_renames(found, upper, lower)
     finally:
-        os.close(upper)
-        os.close(lower)
+        for fd in (upper, lower, setup):
+            if fd is not None:
+                os.close(fd)
     return found
+
+
+def made_by_setup(setup: int, lower: int, path: str) -> bool:
+    """Whether ``path`` lies in something the environment's setup made: an entry of the setup tree
+    (itself or an ancestor) that is not a directory the checkout has too. Those never reach the checkout."""
+    parts = path.split("/")
+    for depth in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:depth])
+        made = beneath.lstat(setup, prefix)
+        if made is None:
+            return False
+        if not stat.S_ISDIR(made.st_mode) or beneath.lstat(lower, prefix) is None:
+            return True
+    return False
+
+
+def is_environment_config(path: str) -> bool:
+    """The environment's definition (any case): whoever changes it changes what the next session runs."""
+    top = path.split("/", 1)[0].lower()
+    return top in (".devcontainer", ".cubicle", ".devcontainer.json")
 
 
 class _Walker:
@@ -280,13 +303,18 @@ def _head(root: int, path: str) -> bytes | None:
         return None
 
 
-def _judge(change: Change, rules: IgnoreRules) -> None:
+def _judge(change: Change, rules: IgnoreRules, from_setup: bool) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
     elif problem:
         change.disposition, change.reason = Disposition.UNSAFE, problem
+    elif from_setup:
+        change.disposition, change.reason = Disposition.ENVIRONMENT, "made by the environment's setup; never applied"
+    elif is_environment_config(change.path):
+        change.disposition = Disposition.TRUSTED
+        change.reason = "the environment's definition: applied only when forced by name (apply --force PATH)"
     elif rules.ignored(change.path, change.type == FileType.DIR):
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
 

@@ -20,6 +20,8 @@ in ``upper`` — a setuid binary, say — is reachable by other host users)::
     baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
     expected.json   what this session last wrote or restored, per path (see ``apply``)
     upper/ work/    the overlay's upper and work directories
+    (setup tree)    optional, shared: what the environment's setup wrote (see ``controller.setups``); the
+                    overlay's lowerdir is then ``setup:checkout``, so neither is ever written
     checkpoints/    one tree per checkpoint, plus its manifest (see ``checkpoints``)
     applies/        one record and saved originals per apply (see ``apply``)
 """
@@ -54,6 +56,7 @@ class LayerInfo(BaseModel):
     gid: int
     dev: int  # the checkout directory's identity when the session began: every mount checks it again
     ino: int
+    setup: str | None = None  # the environment's setup tree, a read-only layer between the checkout and ``upper``
 
 
 class Layer:
@@ -190,11 +193,17 @@ def open_repo(layer: Layer) -> int:
 
 
 def mount_options(layer: Layer) -> str:
-    paths = {"lowerdir": layer.repo, "upperdir": layer.upper, "workdir": layer.work}
-    for key, path in paths.items():
+    lowers = [Path(layer.info.setup), layer.repo] if layer.info.setup else [layer.repo]
+    return overlay_options(lowers, layer.upper, layer.work)
+
+
+def overlay_options(lowers: list[Path], upper: Path, work: Path) -> str:
+    """Overlay's option string: ``lowers`` topmost first, each path refused if the string cannot carry it."""
+    for path in (*lowers, upper, work):
         if UNSAFE_IN_OPTIONS.search(str(path)):
-            raise WorkspaceError(f"The {key} path {str(path)!r} has a character overlay options cannot carry.")
-    return ",".join(f"{key}={path}" for key, path in paths.items()) + "," + OVERLAY_OPTIONS
+            raise WorkspaceError(f"The path {str(path)!r} has a character overlay options cannot carry.")
+    lowerdir = ":".join(map(str, lowers))
+    return f"lowerdir={lowerdir},upperdir={upper},workdir={work},{OVERLAY_OPTIONS}"
 
 
 def volume_kwargs(layer: Layer, name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -204,8 +213,29 @@ def volume_kwargs(layer: Layer, name: str, labels: dict[str, str]) -> dict[str, 
     last one stops. The paths are the engine's paths: a controller in a container must see
     its data dir and the repository at the same paths as the host does.
     """
-    opts = {"type": "overlay", "device": "overlay", "o": mount_options(layer)}
+    return overlay_volume(name, mount_options(layer), labels)
+
+
+def overlay_volume(name: str, options: str, labels: dict[str, str]) -> dict[str, Any]:
+    opts = {"type": "overlay", "device": "overlay", "o": options}
     return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
+
+
+def set_setup(layer: Layer, tree: Path | None) -> None:
+    """Put the environment's setup tree beneath the layer (before its first container), recorded in ``layer.json``.
+
+    A layer the agent has written keeps the setup it was written over: its copied-up files
+    came from that tree, and another would leave them stale.
+    """
+    wanted = None if tree is None else str(tree)
+    if layer.info.setup == wanted:
+        return
+    if layer.info.setup is not None and any(layer.upper.iterdir()):
+        raise WorkspaceError(
+            f"The workspace of {layer.repo} was written over another environment setup; it keeps that one."
+        )
+    layer.info = layer.info.model_copy(update={"setup": wanted})
+    save(layer.root / "layer.json", layer.info)
 
 
 def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:

@@ -99,6 +99,10 @@ class Disposition(StrEnum):
     IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
     DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
     UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
+    ENVIRONMENT = "environment"  # under a path the environment's setup made (a virtualenv, say): never applied
+    TRUSTED = (
+        "trusted"  # the environment's own definition (.devcontainer/, .cubicle/): applied only when forced by name
+    )
 
 
 class Change(BaseModel):

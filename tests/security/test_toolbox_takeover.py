@@ -17,7 +17,7 @@ from controller import owners, protocol, workspace
 from controller.channel import ToolboxChannel
 from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult, PingResult
-from controller.sandbox import DockerSandbox, _raw_socket, container_options, remove_volume, volume_name
+from controller.sandbox import DockerSandbox, container_options, raw_socket, remove_volume, volume_name
 from tests.integration.helpers import call, expect, failure, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 from tests.security.probes import OPEN, TRACE
@@ -59,7 +59,7 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         attached = await asyncio.to_thread(
             docker_client.api.attach_socket, container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
-        channel = await ToolboxChannel.open(_raw_socket(attached))
+        channel = await ToolboxChannel.open(raw_socket(attached))
         await asyncio.to_thread(container.start)
         ping = await channel.request(protocol.call("ping"), 30)
         assert ping.ok, ping

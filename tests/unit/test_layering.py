@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network"},
     {"usage", "channel", "engine", "images", "repos", "model", "store", "display", "conversation", "workspace"},
     {"sandbox", "scripted", "compactor", "workspaces", "review", "environment"},
+    {"setups"},
     {"tools"},
     {"agent"},
     {"runtime"},
