@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, flood, rows, workspace
+from bench import context, environment, flood, rows, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -51,6 +51,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("tool overhead", rows.tool_overhead(report, client, args.image, root, args.quick))
             await section("command tail", rows.command_tail_latency(report, client, args.image, root, args.quick))
             await section("ready and teardown", rows.ready_and_teardown(report, client, args.image, root, args.quick))
+            await section("environment", environment.table(report, client, args.image, root, args.quick))
             await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))
             await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))

@@ -2,8 +2,9 @@
 
 Environment variables use the prefix ``CUBICLE_`` (nested limits with ``__``, e.g.
 ``CUBICLE_LIMITS__MAX_STEPS=80``). ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL`` and
-``DOCKER_HOST`` are read under their usual names. Nothing else in the package reads the
-environment.
+``DOCKER_HOST`` are read under their usual names, and ``SSL_CERT_FILE`` /
+``REQUESTS_CA_BUNDLE`` as the default of ``ca_bundle``. Nothing else in the package reads
+the environment.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ from .network import MAX_HOSTS, NONE, OPEN, HostPattern, NetworkPolicy, parse_ho
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+def machine_ca_bundle() -> Path | None:
+    """The CA bundle this machine's own clients use: SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else the system's."""
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        if os.environ.get(name, "").strip():
+            return Path(os.environ[name].strip())
+    return next((Path(p) for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
 
 
 class Limits(BaseModel):
@@ -140,10 +150,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DOCKER_HOST", "CUBICLE_DOCKER_HOST"),
         description="The Docker engine every client connects to (unix:// or plain tcp://).",
     )
+    ca_bundle: Path | None = Field(
+        default_factory=machine_ca_bundle,
+        description="CA bundle given to environment builds and images (a TLS-intercepting proxy's CA); empty: none.",
+    )
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 
-    @field_validator("api_key", "base_url", "api_token", mode="before")
+    @field_validator("api_key", "base_url", "api_token", "ca_bundle", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty variable (as compose passes an unset one) means unset."""

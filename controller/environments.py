@@ -13,22 +13,22 @@ which ends the turn with reason ``error`` before any model request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from . import images, setups
+from . import egress, owners, setups
 from .config import Limits, Settings
+from .egress import Egress, Route
 from .environment import Environment, EnvironmentRequest, load
 from .environment import image as environment_image
-from .errors import ForbiddenRepoError, SandboxError, SetupError
+from .errors import CubicleError, DockerUnavailableError, ForbiddenRepoError, SetupError
 from .events import EventSink, SetupOutput
 from .network import NetworkPolicy
 from .sandbox import Prepared, Preparer
 from .setups import SetupRun, Setups, setup_key
 from .workspace import Layer
-
-NetworkRoute = Callable[[Any, str, NetworkPolicy], Any]
 
 
 class ImageNotAllowedError(ForbiddenRepoError):
@@ -100,12 +100,11 @@ class Preparation:
         return Prepared(image=image, env=dict(self.environment.env), setup=tree)
 
     async def output(self, phase: str, text: str) -> None:
-        await self.sink.emit(SetupOutput(session_id=self.session_id, phase=phase, text=text))  # type: ignore[arg-type]
+        await self.sink.emit(SetupOutput(session_id=self.session_id, phase=phase, text=text))  # type: ignore[arg-type,unused-ignore]
 
     async def image(self, client: Any) -> str:
         """The environment's image (built when its content hash is new); the sandbox image for no definition."""
         settings = self.settings
-        await asyncio.to_thread(images.ensure, client, settings.image, settings.auto_build_image)
         if not self.environment.builds:
             return settings.image
         loop = asyncio.get_running_loop()
@@ -114,14 +113,16 @@ class Preparation:
             asyncio.run_coroutine_threadsafe(self.output("build", line + "\n"), loop).result()
 
         try:
-            return await asyncio.to_thread(
+            made = await asyncio.to_thread(
                 environment_image.ensure_image, client, self.environment, self.layer.repo,
                 sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=on_line,
+                auto_build_sandbox=settings.auto_build_image,
             )  # fmt: skip
-        except SetupError:
+        except (SetupError, DockerUnavailableError):
             raise
-        except SandboxError as err:
-            raise SetupError(str(err)) from None
+        except CubicleError as err:  # a base image missing, a Dockerfile moved out of the repository since
+            raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
+        return made.tag
 
     async def setup(self, client: Any, image: str) -> Path:
         """The finished setup tree for this environment (run now unless an identical one was made before)."""
@@ -135,13 +136,30 @@ class Preparation:
         if self.owner.setups.finished(key):
             await self.output("setup", f"[cubicle] reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
-        async with network_route(client, self, network) as route:
+        async with self.route(client, network) as route:
             run = SetupRun(
-                layer=self.layer, image=image, command=command, env=dict(environment.env), network=route,
-                limits=self.limits, timeout_s=environment.setup_timeout_s, instance=self.settings.instance,
-                session_id=self.session_id, ca_bundle=self.settings.ca_bundle,
+                layer=self.layer, image=image, command=command, env=dict(environment.env), route=route,
+                limits=self.limits.model_copy(update={"network": network}), timeout_s=environment.setup_timeout_s,
+                instance=self.settings.instance, session_id=self.session_id,
             )  # fmt: skip
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text))
+
+    @contextlib.asynccontextmanager
+    async def route(self, client: Any, policy: NetworkPolicy) -> AsyncIterator[Route]:
+        """The setup's network: a proxy of its own for ``allow`` (its own internal network, gone after), else direct."""
+        if policy.level != "allow":
+            yield egress.direct(policy)
+            return
+        settings = self.settings
+        gate = Egress(
+            client, session_id=f"{self.session_id}-setup", policy=policy,
+            labels=owners.labels(settings.instance, self.session_id), image=settings.proxy_image,
+            egress_network=settings.egress_network, auto_build=settings.auto_build_image,
+        )  # fmt: skip
+        try:
+            yield await asyncio.to_thread(gate.start)
+        finally:
+            await asyncio.to_thread(gate.stop)
 
 
 __all__ = ["Environments", "ImageNotAllowedError", "Preparation", "setups"]

@@ -6,14 +6,16 @@
     ├── ConflictError                      a turn is already running
     ├── CapacityError                      too many sessions at once
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
+    │   └── DefinitionError                 the repo's environment definition is invalid or unsafe
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
     ├── ModelError                         the model API failed after retries
     │   └── ContextOverflowError            the prompt is larger than the model's context window
     ├── StoreError                         the session database cannot be written
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
-        ├── ImageMissingError(LookupError)  the sandbox image is not built
-        ├── SetupError                      the environment's image build or setup command failed
+        ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
+        ├── SetupError                      the environment could not be prepared; its output's last lines say why
+        │   └── EnvironmentBuildError        an environment image did not build
         └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
 
 Each class carries ``hint``: what the person reading the error should do next.
@@ -57,6 +59,12 @@ class RepoError(CubicleError, ValueError):
     """The repository path is malformed, missing or not a directory."""
 
 
+class DefinitionError(RepoError):
+    """A repository's environment definition cannot be used: bad syntax, a wrong type, a path out of the repo."""
+
+    hint = "Fix the file named above (see the README's Environments section), or run `cubicle env show` to check it."
+
+
 class ForbiddenRepoError(CubicleError, PermissionError):
     """The repository path is not one a session may use."""
 
@@ -95,6 +103,12 @@ class SetupError(SandboxError):
     """The environment could not be prepared: its image did not build, or its setup command failed."""
 
     hint = "Fix the environment's definition (.devcontainer/ or .cubicle/) or the setup command, then start again."
+
+
+class EnvironmentBuildError(SetupError):
+    """Building an environment image failed: the repository's Dockerfile, or the toolbox layer on top of it."""
+
+    hint = "Fix the Dockerfile or the image it names, then run `cubicle env build` to try again."
 
 
 class ToolboxGoneError(SandboxError):

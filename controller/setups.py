@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from . import owners, sandbox
 from .config import Limits
+from .egress import Route
 from .errors import SetupError
 from .workspace import Layer, beneath
 from .workspace.changes import OPAQUE
@@ -212,19 +213,18 @@ class SetupRun:
     """One run of the setup command in a throwaway container; the output streamed, bounded in time and size."""
 
     def __init__(
-        self, *, layer: Layer, image: str, command: str, env: dict[str, str], network: dict[str, Any],
-        limits: Limits, timeout_s: float, instance: str, session_id: str, ca_bundle: Path | None = None,
+        self, *, layer: Layer, image: str, command: str, env: dict[str, str], route: Route, limits: Limits,
+        timeout_s: float, instance: str, session_id: str,
     ) -> None:  # fmt: skip
         self.layer = layer
         self.image = image
         self.command = command
         self.env = env
-        self.network = network
+        self.route = route
         self.limits = limits
         self.timeout_s = timeout_s
         self.instance = instance
         self.session_id = session_id
-        self.ca_bundle = ca_bundle
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
 
     @property
@@ -261,18 +261,14 @@ class SetupRun:
         client.volumes.create(**overlay_volume(self.volume, options, labels))
 
     def _options(self, labels: dict[str, str]) -> dict[str, Any]:
-        """The sandbox's own hardening (``sandbox.container_options``), running the command instead of the toolbox."""
-        options = sandbox.container_options(self.image, self.layer, self.limits, labels)
-        env = {**self.env, **options["environment"]}
-        mounts = [Mount(sandbox.WORKSPACE, self.volume, type="volume", no_copy=True)]
-        if self.ca_bundle is not None:
-            mounts.append(Mount(CA_PATH, str(self.ca_bundle), type="bind", read_only=True))
-            env.update(dict.fromkeys(CA_VARIABLES, CA_PATH))
-        options.update(self.network)
-        env.update(self.network.get("environment", {}))
+        """The sandbox's own hardening and network (``sandbox.container_options``, with the setup's policy and
+        route), on the setup's overlay, running the command instead of the toolbox."""
+        options = sandbox.container_options(self.image, self.layer, self.limits, labels, self.route)
+        workspace = Mount(sandbox.WORKSPACE, self.volume, type="volume", no_copy=True)
+        mounts = [workspace if m["Target"] == sandbox.WORKSPACE else m for m in options["mounts"]]
         options.update(
-            command=["/bin/bash", "-lc", self.command], stdin_open=False, mounts=mounts, environment=env,
-            labels=labels,
+            command=["/bin/bash", "-lc", self.command], stdin_open=False, mounts=mounts,
+            environment={**self.env, **options["environment"]},
         )  # fmt: skip
         return options
 
@@ -325,17 +321,6 @@ class SetupRun:
             hidden += max(0, len(batch) - room)
         if hidden:
             await output(f"[cubicle] {hidden} more lines of setup output not shown\n")
-
-
-CA_PATH = "/etc/ssl/certs/cubicle-host-ca.pem"
-CA_VARIABLES = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "PIP_CERT",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-)
 
 
 def _lines(chunks: Any) -> Iterator[str]:

@@ -25,7 +25,8 @@ Everything the model or the sandbox wrote reaches the terminal through ``control
 
 Modules: ``app`` (the Typer app, exit codes, errors, the sessions of the database), ``run``
 and ``finish`` (a run and what it does with its changes), ``workspace`` (the review
-commands), ``service`` (serve, sessions, gc, image build, scripted-server).
+commands), ``service`` (serve, sessions, gc, image build, scripted-server), ``environment``
+(env show, env build).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ import os
 import sys
 
 from .. import terminal
-from . import run, service, workspace
+from . import environment, run, service, workspace
 from .app import app, err_console
 
-__all__ = ["app", "main", "run", "service", "workspace"]
+__all__ = ["app", "environment", "main", "run", "service", "workspace"]
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from rich.text import Text
 from .. import engine, images, owners, scripted, terminal
 from ..context import Edit
 from ..display import plural
+from ..environment import image as environment_image
 from ..errors import CubicleError
 from ..sandbox import clear_as_root
 from ..sessions import Sessions
@@ -51,7 +52,8 @@ def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
 ) -> None:
     """Remove sandbox containers and volumes whose controller process is gone, the layers of purged sessions,
-    and the setup trees no session's layer sits on."""
+    the setup trees no session's layer sits on, and environment images no container uses (the newest of each
+    repository stays)."""
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
@@ -61,6 +63,8 @@ def gc(
     for name in result.removed:
         print(f"removed {name}")
     print(f"{len(result.removed)} removed, {len(result.kept)} kept")
+    for tag in environment_image.sweep(client):
+        print(f"removed the environment image {tag}")
     store = Store(settings.data_dir / "cubicle.db")
     try:
         layers = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image)).sweep(

@@ -40,7 +40,11 @@ SCENARIO = {
         {"content": [_tool("run_command", command=PYTEST, timeout_s=120)]},
         {"content": [_tool("edit_file", path="inflection/__init__.py", old_string=BROKEN, new_string=FIXED)]},
         {"content": [_tool("run_command", command=PYTEST, timeout_s=120)]},
-        {"content": [_tool("run_command", command="python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\"")]},
+        {
+            "content": [
+                _tool("run_command", command="python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\"")
+            ]
+        },
         {"content": [{"type": "text", "text": "dasherize is fixed and the suite passes."}]},
     ],
 }

@@ -35,7 +35,7 @@ temporary directory.
     workspace   resolving and showing paths under the workspace root
     files       list_files, read_file, write_file
     edits       edit_file and its hints
-    search      search (ripgrep)
+    search      search (ripgrep, or the same in Python where the image lacks it)
     groups      which process groups may live; killing and sweeping the rest
     jobs        run_command requests that a cancel can find, and cancel
     pump        reading a command's pipes until it ends

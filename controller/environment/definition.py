@@ -1,0 +1,570 @@
+"""A repository's environment: which image its sessions run in, what sets it up, what it may reach.
+
+A repository defines it in one of (first found wins):
+
+1. ``.cubicle/environment.toml``, Cubicle's own small file (every key below, nothing else);
+2. ``.devcontainer/devcontainer.json``, then ``.devcontainer.json``: the subset in ``devcontainer``.
+
+With neither, the environment is the default: the sandbox image, no setup. Flags and API
+fields override what a file says (``override``, ``EnvironmentRequest``). The files are read
+from the real checkout: a definition, a Dockerfile or a build context that resolves outside
+the repository is refused, and so is anything invalid, with a ``DefinitionError`` naming the
+file and key. What a file asks for that Cubicle does not do is listed in ``warnings``.
+
+The Cubicle file (paths relative to the repository's root)::
+
+    image = "python:3.12-slim"           # a local image to add the toolbox to; or:
+    dockerfile = "docker/dev.Dockerfile"  # built from the repository, with
+    context = "."                         #   this build context (default: the root),
+    target = "dev"                        #   this stage,
+    build_args = { PYTHON = "3.12" }      #   and these build arguments
+    env = { DJANGO_SETTINGS_MODULE = "app.settings.test" }
+    setup = "pip install -e '.[dev]'"     # or ["pip", "install", "-e", "."], or { deps = "...", db = "..." }
+    setup_timeout_s = 900
+    setup_network = "allow=pypi.org,files.pythonhosted.org"
+    setup_inputs = ["pyproject.toml", "requirements*.txt"]
+    network = "none"                      # the agent's; the server clamps it to its maximum
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shlex
+import stat
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pyjson5
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import DefinitionError
+from ..network import NetworkPolicy
+from . import buildcontext
+from .devcontainer import FIELD_KEYS, Converter, join_commands
+from .files import (
+    MAX_DEFINITION_BYTES,
+    MAX_DOCKERFILE_BYTES,
+    normalize,
+    read_regular,
+    read_text,
+    real_root,
+    relative,
+    resolve,
+    where,
+)
+
+CUBICLE_FILE = ".cubicle/environment.toml"
+DEVCONTAINER_FILES = (".devcontainer/devcontainer.json", ".devcontainer.json")
+DEFINITION_FILES = (CUBICLE_FILE, *DEVCONTAINER_FILES)
+Source = Literal[
+    ".cubicle/environment.toml", ".devcontainer/devcontainer.json", ".devcontainer.json", "request", "default"
+]
+
+MANIFESTS = (
+    "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "Pipfile*", "poetry.lock", "uv.lock",
+    "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
+    "Cargo.toml", "Cargo.lock", "go.mod", "go.sum", "Gemfile*",
+)  # fmt: skip
+DEFAULT_SETUP_INPUTS = (*MANIFESTS, *DEFINITION_FILES)
+"""What a setup reads unless the definition says otherwise: the root's dependency manifests and the definitions."""
+
+SETUP_TIMEOUT_S = 900
+MAX_SETUP_TIMEOUT_S = 4 * 3600
+MAX_SETUP_CHARS = 64 * 1024
+MAX_ENV = 256
+MAX_ENV_VALUE = 32 * 1024
+MAX_BUILD_ARGS = 64
+MAX_INPUTS = 128
+
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+RESERVED_ENV = re.compile(r"^(HOME|LD_[A-Z0-9_]*)$")
+"""Variables a definition may not set: HOME is the container's tmpfs, and LD_* would load code into the toolbox."""
+
+
+class Environment(BaseModel):
+    """Where a repository's sessions run. Default: the sandbox image, no setup, no network asked for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: Source = Field("default", description="Where the definition came from.")
+    image: str | None = Field(None, description="A local image the toolbox is added to (never pulled).")
+    dockerfile: str | None = Field(None, description="A Dockerfile in the repository (repo-relative POSIX path).")
+    context: str = Field(".", description="The Dockerfile's build context (repo-relative); default the root.")
+    build_args: dict[str, str] = Field(default_factory=dict, description="Build arguments of the Dockerfile.")
+    target: str | None = Field(None, description="The Dockerfile's stage to build.")
+    env: dict[str, str] = Field(default_factory=dict, description="Variables given to the setup and the agent.")
+    setup: str | None = Field(None, description="A bash command run once in the image before the agent starts.")
+    setup_timeout_s: int = Field(
+        SETUP_TIMEOUT_S, ge=1, le=MAX_SETUP_TIMEOUT_S, description="Longest the setup may take."
+    )
+    setup_network: NetworkPolicy | None = Field(None, description="What the setup asks to reach; None: not asked.")
+    setup_inputs: tuple[str, ...] = Field(
+        DEFAULT_SETUP_INPUTS, description="Repo-relative globs of the files the setup reads (its cache key)."
+    )
+    network: NetworkPolicy | None = Field(None, description="What the agent asks to reach; None: not asked.")
+    warnings: tuple[str, ...] = Field((), description="Every key of the definition that was ignored, and why.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE.match(value):
+            raise ValueError(f"{value!r} is not an image reference (name[:tag][@digest])")
+        return value
+
+    @field_validator("dockerfile")
+    @classmethod
+    def _dockerfile(cls, value: str | None) -> str | None:
+        return None if value is None else normalize(value)
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: str) -> str:
+        return normalize(value, allow_root=True)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str | None) -> str | None:
+        if value is not None and not _TARGET.match(value):
+            raise ValueError(f"{value!r} is not a build stage name")
+        return value
+
+    @field_validator("build_args")
+    @classmethod
+    def _build_args(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_BUILD_ARGS:
+            raise ValueError(f"at most {MAX_BUILD_ARGS} build arguments")
+        for name, text in value.items():
+            if not _NAME.match(name):
+                raise ValueError(f"{name!r} is not a build argument name (letters, digits, _)")
+            if "\x00" in text or len(text) > MAX_ENV_VALUE:
+                raise ValueError(f"the value of {name} holds a NUL or is longer than {MAX_ENV_VALUE} characters")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV:
+            raise ValueError(f"at most {MAX_ENV} variables")
+        for name, text in value.items():
+            if not _NAME.match(name):
+                raise ValueError(f"{name!r} is not a variable name (letters, digits, _)")
+            if RESERVED_ENV.match(name):
+                raise ValueError(
+                    f"{name} may not be set (HOME is the container's, LD_* would load code into the toolbox)"
+                )
+            if "\x00" in text or len(text) > MAX_ENV_VALUE:
+                raise ValueError(f"the value of {name} holds a NUL or is longer than {MAX_ENV_VALUE} characters")
+        return value
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, value: str | None) -> str | None:
+        if value is not None and ("\x00" in value or len(value) > MAX_SETUP_CHARS):
+            raise ValueError(f"the setup holds a NUL or is longer than {MAX_SETUP_CHARS} characters")
+        return value.strip() or None if value is not None else None
+
+    @field_validator("setup_inputs")
+    @classmethod
+    def _inputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > MAX_INPUTS:
+            raise ValueError(f"at most {MAX_INPUTS} patterns")
+        for pattern in value:
+            parts = pattern.split("/")
+            if not pattern or pattern.startswith("/") or "\x00" in pattern or ".." in parts or len(pattern) > 1024:
+                raise ValueError(f"{pattern!r} is not a repo-relative glob pattern")
+        return value
+
+    @model_validator(mode="after")
+    def _one_base(self) -> Environment:
+        if self.image and self.dockerfile:
+            raise ValueError("give either image or dockerfile, not both")
+        return self
+
+    @property
+    def builds(self) -> bool:
+        """Whether sessions need an environment image (else they use the sandbox image as it is)."""
+        return bool(self.image or self.dockerfile)
+
+
+# --------------------------------------------------------------------------- the Cubicle file
+
+
+Command = str | list[str] | dict[str, str | list[str]]
+
+
+class CubicleFile(BaseModel):
+    """``.cubicle/environment.toml``: exactly these keys. TOML types are kept (an env value must be a string)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    image: str | None = None
+    dockerfile: str | None = None
+    context: str | None = None
+    target: str | None = None
+    build_args: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    setup: Command | None = None
+    setup_timeout_s: int | None = None
+    setup_network: str | None = None
+    setup_inputs: list[str] | None = None
+    network: str | None = None
+
+
+def _commands(value: Command, key: str) -> list[str]:
+    """The setup as shell commands: a string, an exec-form array (quoted), or a table of named ones in order."""
+    if isinstance(value, str):
+        return [value.strip()] if value.strip() else []
+    if isinstance(value, list):
+        if not value:
+            raise DefinitionError(f"{where(CUBICLE_FILE, key)}: an array command must not be empty.")
+        return [shlex.join(value)]
+    return [part for name, item in value.items() for part in _commands(item, f"{key}.{name}")]
+
+
+def _from_cubicle_file(root: Path) -> tuple[dict[str, Any], list[str]]:
+    text = read_text(root, CUBICLE_FILE, MAX_DEFINITION_BYTES, file=CUBICLE_FILE)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise DefinitionError(f"{CUBICLE_FILE}: not valid TOML: {err}.") from None
+    try:
+        parsed = CubicleFile.model_validate(data)
+    except ValidationError as err:
+        raise _named(err, CUBICLE_FILE, {}) from None
+    fields: dict[str, Any] = {}
+    for name in ("image", "target", "setup_timeout_s", "setup_network", "network"):
+        if getattr(parsed, name) is not None:
+            fields[name] = getattr(parsed, name)
+    if parsed.dockerfile is not None:
+        fields["dockerfile"] = relative(parsed.dockerfile, file=CUBICLE_FILE, key="dockerfile")
+    if parsed.context is not None:
+        fields["context"] = relative(parsed.context, file=CUBICLE_FILE, key="context", allow_root=True)
+    if parsed.setup is not None:
+        fields["setup"] = join_commands(_commands(parsed.setup, "setup"))
+    if parsed.setup_inputs is not None:
+        fields["setup_inputs"] = tuple(parsed.setup_inputs)
+    fields["build_args"], fields["env"] = parsed.build_args, parsed.env
+    warnings = []
+    if parsed.context is not None and parsed.dockerfile is None:
+        warnings.append(f"{CUBICLE_FILE}: 'context' ignored: a context without a Dockerfile.")
+    return fields, warnings
+
+
+def _from_devcontainer(root: Path, file: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    data = read_regular(resolve(root, file, file=file), MAX_DEFINITION_BYTES, file=file)
+    try:
+        parsed = pyjson5.decode_utf8(data)
+    except pyjson5.Json5Exception as err:
+        raise DefinitionError(f"{file}: not valid JSON with comments: {_json_error(err, data)}.") from None
+    except UnicodeDecodeError:
+        raise DefinitionError(f"{file}: not UTF-8 text.") from None
+    fields, warnings = Converter(file, parsed).convert()
+    return fields, warnings, FIELD_KEYS
+
+
+def _json_error(err: Exception, data: bytes) -> str:
+    message = str(err.args[0]) if err.args else str(err)
+    found = re.search(r"near (\d+)", message)
+    if not found:
+        return message
+    offset = int(found.group(1))
+    text = data.decode("utf-8", "replace")[:offset]
+    line = text.count("\n") + 1
+    return f"{message.split(' near ')[0]} at line {line}, column {offset - (text.rfind(chr(10)) + 1)}"
+
+
+def _named(err: ValidationError, file: str, keys: dict[str, str]) -> DefinitionError:
+    """A pydantic error as a DefinitionError naming the file and each failing key as the file spells it."""
+    problems = []
+    for error in err.errors()[:5]:
+        loc = [str(part) for part in error["loc"]]
+        if loc and loc[0] in ("network", "setup_network"):  # a policy is one string in a file
+            loc = loc[:1]
+        key = ".".join([keys.get(loc[0], loc[0]), *loc[1:]]) if loc else ""
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where(file, key)}: {message}" if key else f"{file}: {message}")
+    return DefinitionError("; ".join(problems) + ".")
+
+
+def _drop_reserved(fields: dict[str, Any], file: str, key: str) -> list[str]:
+    env = fields.get("env") or {}
+    dropped = [name for name in env if isinstance(name, str) and RESERVED_ENV.match(name)]
+    for name in dropped:
+        del env[name]
+    why = "HOME is the container's own, and LD_* would load code into the toolbox"
+    return [f"{file}: '{key}.{name}' ignored: {why}." for name in dropped]
+
+
+def load(repo: Path) -> Environment:
+    """The environment ``repo`` defines (see the module's docstring); ``Environment()`` when it defines none."""
+    root = real_root(repo)
+    present = [file for file in DEFINITION_FILES if (root / file).is_symlink() or (root / file).exists()]
+    if not present:
+        return Environment(source="default")
+    file, shadowed = present[0], present[1:]
+    if file == CUBICLE_FILE:
+        fields, warnings = _from_cubicle_file(root)
+        keys: dict[str, str] = {}
+        env_key = "env"
+    else:
+        fields, warnings, keys = _from_devcontainer(root, file)
+        env_key = "containerEnv"
+    warnings += _drop_reserved(fields, file, env_key)
+    warnings += [f"{other}: not used, {file} takes precedence." for other in shadowed]
+    for name in ("dockerfile", "context"):  # a path that resolves out of the repository is refused here already
+        if fields.get(name) and fields.get("dockerfile"):
+            resolve(root, fields[name], file=file, key=keys.get(name, name))
+    try:
+        return Environment.model_validate({**fields, "source": file, "warnings": tuple(warnings)})
+    except ValidationError as err:
+        raise _named(err, file, keys) from None
+
+
+def override(
+    env: Environment,
+    *,
+    image: str | None = None,
+    dockerfile: str | None = None,
+    context: str | None = None,
+    target: str | None = None,
+    build_args: dict[str, str] | None = None,
+    variables: dict[str, str] | None = None,
+    setup: str | None = None,
+    setup_timeout_s: int | None = None,
+    setup_network: NetworkPolicy | str | None = None,
+    setup_inputs: tuple[str, ...] | list[str] | None = None,
+    network: NetworkPolicy | str | None = None,
+) -> Environment:
+    """``env`` with what flags or an API request say instead; ``source`` becomes "request" if anything changed.
+
+    An ``image`` replaces the file's Dockerfile build and a ``dockerfile`` its image. ``setup=""``
+    removes the file's setup. ``variables`` are added to (and override) the file's ``env``.
+    An invalid value is a ``DefinitionError`` naming the field.
+    """
+    changes: dict[str, Any] = {}
+    if image is not None:
+        changes.update(image=image, dockerfile=None, build_args={}, target=None, context=".")
+    if dockerfile is not None:
+        changes.update(dockerfile=dockerfile, image=None)
+    if variables is not None:
+        changes["env"] = {**env.env, **variables}
+    if setup is not None:
+        changes["setup"] = setup or None
+    given: dict[str, Any] = {
+        "context": context,
+        "target": target,
+        "build_args": build_args,
+        "setup_timeout_s": setup_timeout_s,
+        "setup_network": setup_network,
+        "setup_inputs": tuple(setup_inputs) if setup_inputs is not None else None,
+        "network": network,
+    }
+    changes.update({name: value for name, value in given.items() if value is not None})
+    if not changes:
+        return env
+    data = env.model_dump(mode="json")
+    data.update(changes, source="request")
+    try:
+        return Environment.model_validate(data)
+    except ValidationError as err:
+        raise _named(err, "the request", {}) from None
+
+
+class EnvironmentRequest(BaseModel):
+    """``environment`` in ``POST /v1/sessions``: each field given overrides the repository's definition."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ignore_repository: bool = Field(
+        False, description="Start from the default environment instead of the repository's definition files."
+    )
+    image: str | None = Field(None, description="A local image to add the toolbox to; replaces a Dockerfile build.")
+    dockerfile: str | None = Field(None, description="A Dockerfile in the repository (repo-relative); replaces image.")
+    context: str | None = Field(None, description="The Dockerfile's build context (repo-relative).")
+    target: str | None = Field(None, description="The Dockerfile's stage to build.")
+    build_args: dict[str, str] | None = Field(None, description="Build arguments; replace the definition's.")
+    env: dict[str, str] | None = Field(None, description="Variables added to the definition's, for setup and agent.")
+    setup: str | list[str] | None = Field(
+        None, description="Setup command (a list is one command, quoted); an empty string removes the definition's."
+    )
+    setup_timeout_s: int | None = Field(None, ge=1, le=MAX_SETUP_TIMEOUT_S, description="Longest the setup may take.")
+    setup_network: NetworkPolicy | None = Field(None, description="What the setup asks to reach.")
+    setup_inputs: list[str] | None = Field(None, description="Repo-relative globs of the files the setup reads.")
+    network: NetworkPolicy | None = Field(None, description="What the agent asks to reach (clamped by the server).")
+
+    def apply(self, env: Environment) -> Environment:
+        """``env`` (the repository's, from ``load``) with this request's fields in its place."""
+        base = Environment(source="request") if self.ignore_repository else env
+        setup = shlex.join(self.setup) if isinstance(self.setup, list) else self.setup
+        return override(
+            base,
+            image=self.image,
+            dockerfile=self.dockerfile,
+            context=self.context,
+            target=self.target,
+            build_args=self.build_args,
+            variables=self.env,
+            setup=setup,
+            setup_timeout_s=self.setup_timeout_s,
+            setup_network=self.setup_network,
+            setup_inputs=self.setup_inputs,
+            network=self.network,
+        )
+
+
+# --------------------------------------------------------------------------- hashes
+
+
+@dataclass(frozen=True)
+class Materials:
+    """What an environment's image is made from, read once from the checkout, and its hashes."""
+
+    definition_hash: str
+    """The whole definition and every file of the build context."""
+    build_hash: str
+    """Only what the image is built from: image or Dockerfile, build arguments, target, context files."""
+    dockerfile: str | None
+    context: buildcontext.Context | None
+    context_digest: str
+
+
+def materials(env: Environment, repo: Path) -> Materials:
+    """Read (and hash) the Dockerfile and build context of ``env`` from ``repo``, refusing paths out of it.
+
+    The definition files are left out of the context: they hold the setup and the network, which
+    do not change the image, and are hashed as the definition instead.
+    """
+    root = real_root(repo)
+    file = env.source if env.source not in ("request", "default") else "the request"
+    dockerfile_text: str | None = None
+    context: buildcontext.Context | None = None
+    context_digest = ""
+    if env.dockerfile:
+        dockerfile_text = read_text(root, env.dockerfile, MAX_DOCKERFILE_BYTES, file=file, key="dockerfile")
+        directory = resolve(root, env.context, file=file, key="context")
+        inside = Path(os.path.relpath(root, directory))
+        leave_out = frozenset(os.path.normpath(inside / name) for name in DEFINITION_FILES)
+        context = buildcontext.scan(directory, root, file=file, leave_out=leave_out)
+        context_digest = buildcontext.digest(context)
+    build = {
+        "image": env.image,
+        "dockerfile": env.dockerfile,
+        "context": env.context if env.dockerfile else None,
+        "build_args": dict(sorted(env.build_args.items())),
+        "target": env.target,
+    }
+    hasher = hashlib.sha256(b"cubicle-build-v1\0")
+    hasher.update(json.dumps(build, sort_keys=True).encode() + b"\0")
+    hasher.update((dockerfile_text or "").encode("utf-8", "surrogateescape") + b"\0" + context_digest.encode())
+    build_hash = hasher.hexdigest()
+    definition = env.model_dump(mode="json", exclude={"source", "warnings"})
+    whole = hashlib.sha256(b"cubicle-definition-v1\0")
+    whole.update(json.dumps(definition, sort_keys=True).encode() + b"\0" + build_hash.encode())
+    return Materials(whole.hexdigest(), build_hash, dockerfile_text, context, context_digest)
+
+
+def definition_hash(env: Environment, repo: Path) -> str:
+    """A content hash of the definition and every file of its build context (sha256 hex), stable across runs."""
+    return materials(env, repo).definition_hash
+
+
+# --------------------------------------------------------------------------- the setup's inputs
+
+MAX_INPUT_FILES = 1000
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+MAX_INPUT_SCAN = 100_000
+"""Directory entries looked at while matching ``setup_inputs``; a walk past it is refused."""
+
+
+def _glob_match(pattern: list[str], parts: list[str]) -> bool:
+    """Whether path ``parts`` match glob ``pattern`` segment by segment (``**`` spans any number of them)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(pattern[1:], parts[1:])
+
+
+def _may_hold(pattern: list[str], parts: list[str]) -> bool:
+    """Whether a directory at ``parts`` may hold a path that ``pattern`` matches (so the walk goes into it)."""
+    for index, part in enumerate(parts):
+        if index >= len(pattern) - 1 and "**" not in pattern[index:]:
+            return False
+        if pattern[index] == "**":
+            return True
+        if not fnmatch.fnmatchcase(part, pattern[index]):
+            return False
+    return True
+
+
+def setup_input_files(env: Environment, repo: Path) -> list[str]:
+    """The repo-relative paths ``env.setup_inputs`` match in the checkout, sorted: regular files and symlinks.
+
+    A glob's ``*`` and ``?`` stay within one name and ``**`` spans directories; a pattern is
+    matched from the repository's root (``requirements*.txt`` is the root's only). The walk
+    follows no symlink, never enters ``.git``, and goes only where a pattern may match.
+    """
+    root = real_root(repo)
+    patterns = [pattern.split("/") for pattern in env.setup_inputs]
+    found: list[str] = []
+    seen = 0
+    pending: list[list[str]] = [[]]
+    while pending:
+        parts = pending.pop()
+        try:
+            with os.scandir(root.joinpath(*parts)) as listing:
+                children = list(listing)
+        except OSError:
+            continue
+        for child in children:
+            seen += 1
+            if seen > MAX_INPUT_SCAN:
+                raise DefinitionError(
+                    f"setup_inputs: matching them looked at more than {MAX_INPUT_SCAN} entries; "
+                    "anchor the patterns (e.g. 'backend/requirements.txt' rather than '**/requirements.txt')."
+                )
+            path = [*parts, child.name]
+            if child.name == ".git":
+                continue
+            if child.is_dir(follow_symlinks=False):
+                if any(_may_hold(pattern, path) for pattern in patterns):
+                    pending.append(path)
+            elif (child.is_file(follow_symlinks=False) or child.is_symlink()) and any(
+                _glob_match(pattern, path) for pattern in patterns
+            ):
+                found.append("/".join(path))
+                if len(found) > MAX_INPUT_FILES:
+                    raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_FILES} files; narrow them.")
+    return sorted(found)
+
+
+def setup_inputs_hash(env: Environment, repo: Path) -> str:
+    """A hash of the files the setup reads: each matched path, its mode, and its contents (a symlink: its target).
+
+    It covers the files only; a cache of the setup's result keys on it together with the
+    image's tag and ``env.setup`` and ``env.env``. Bounded: more than ``MAX_INPUT_BYTES`` is refused.
+    """
+    root = real_root(repo)
+    hasher = hashlib.sha256(b"cubicle-setup-inputs-v1\0")
+    total = 0
+    for rel in setup_input_files(env, repo):
+        path = root / rel
+        info = os.lstat(path)
+        hasher.update(rel.encode("utf-8", "surrogateescape") + b"\0" + f"{info.st_mode:o}".encode() + b"\0")
+        if stat.S_ISLNK(info.st_mode):
+            hasher.update(os.readlink(path).encode("utf-8", "surrogateescape") + b"\0")
+            continue
+        total += info.st_size
+        if total > MAX_INPUT_BYTES:
+            raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_BYTES >> 20} MiB of files; narrow them.")
+        data = read_regular(path, MAX_INPUT_BYTES, file="setup_inputs", key=rel)
+        hasher.update(hashlib.sha256(data).digest())
+    return hasher.hexdigest()

@@ -1,0 +1,119 @@
+"""Reading a repository's files for its environment: every path resolves inside the real checkout, or it is refused.
+
+The repository is attacker-influenced: a definition file, a Dockerfile or a build context
+may be a symlink to anywhere on the host, a FIFO that blocks whoever opens it, or a file of
+gigabytes. So a path is resolved (every symlink followed) and must land inside the
+repository's real root; the file opened must be a regular file, opened without following a
+final symlink and without blocking, and is read only up to a limit.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from pathlib import Path
+
+from ..errors import DefinitionError
+
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+MAX_DEFINITION_BYTES = 256 * 1024
+"""A definition file (TOML or JSONC) larger than this is refused."""
+MAX_DOCKERFILE_BYTES = 1024 * 1024
+
+
+def where(file: str, key: str | None = None) -> str:
+    """How an error names its place: the file, and the key in it when there is one."""
+    return f"{file}, key {key!r}" if key else file
+
+
+def real_root(repo: Path) -> Path:
+    """The repository's real directory (its own symlinks resolved)."""
+    root = Path(os.path.realpath(repo))
+    if not root.is_dir():
+        raise DefinitionError(f"{repo} is not a directory.")
+    return root
+
+
+def is_inside(root: Path, full: str) -> bool:
+    text = str(root)
+    return full == text or full.startswith(text.rstrip("/") + "/")
+
+
+def normalize(value: str, *, base: str = ".", allow_root: bool = False) -> str:
+    """``value`` (relative to repo-relative ``base``) as a normalised repo-relative POSIX path; a ValueError if it
+    is empty, absolute, holds a NUL or newline, or climbs out of the repository by its text. Where it leads after
+    its symlinks are followed is ``resolve``'s to check."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty path, got {value!r}")
+    if "\x00" in value or "\n" in value or len(value) > 4096:
+        raise ValueError("the path holds a NUL or newline, or is too long")
+    if value.startswith("/"):
+        raise ValueError(f"{value!r} is absolute; give a path inside the repository")
+    norm = posixpath.normpath(posixpath.join(base, value))
+    if norm == ".." or norm.startswith("../"):
+        raise ValueError(f"{value!r} leads out of the repository")
+    if norm == "." and not allow_root:
+        raise ValueError(f"{value!r} names the repository itself, not a file")
+    return norm
+
+
+def relative(value: str, *, file: str, key: str, base: str = ".", allow_root: bool = False) -> str:
+    """``normalize``, with a DefinitionError naming the file and key."""
+    try:
+        return normalize(value, base=base, allow_root=allow_root)
+    except ValueError as err:
+        raise DefinitionError(f"{where(file, key)}: {err}.") from None
+
+
+def resolve(root: Path, rel: str, *, file: str, key: str | None = None) -> Path:
+    """The real path of repo-relative ``rel``: every symlink followed, and the result inside ``root``."""
+    full = os.path.realpath(os.path.join(root, rel))
+    if not is_inside(root, full):
+        raise DefinitionError(
+            f"{where(file, key)}: {rel!r} resolves to {full}, outside the repository; "
+            "a definition, Dockerfile or build context must stay inside it."
+        )
+    return Path(full)
+
+
+def read_regular(path: Path, limit: int, *, file: str, key: str | None = None) -> bytes:
+    """The bytes of the regular file at ``path`` (already resolved), at most ``limit`` of them."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except FileNotFoundError:
+        raise DefinitionError(f"{where(file, key)}: {path} does not exist.") from None
+    except OSError as err:
+        raise DefinitionError(f"{where(file, key)}: {path} cannot be opened: {err.strerror}.") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DefinitionError(f"{where(file, key)}: {path} is not a regular file.")
+        if info.st_size > limit:
+            raise DefinitionError(f"{where(file, key)}: {path} is {info.st_size} bytes; at most {limit} are read.")
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise DefinitionError(f"{where(file, key)}: {path} is larger than {limit} bytes.")
+        return b"".join(chunks)
+    except OSError as err:
+        raise DefinitionError(f"{where(file, key)}: {path} cannot be read: {err.strerror}.") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(root: Path, rel: str, limit: int, *, file: str, key: str | None = None) -> str:
+    """A repo-relative text file, resolved inside the repository, decoded as UTF-8."""
+    data = read_regular(resolve(root, rel, file=file, key=key), limit, file=file, key=key)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DefinitionError(
+            f"{where(file, key)}: {rel} is not UTF-8 text ({err.reason} at byte {err.start})."
+        ) from None
