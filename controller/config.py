@@ -22,6 +22,7 @@ from .network import NONE, OPEN, NetworkPolicy
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
+DEFAULT_PROXY_IMAGE = "cubicle-proxy:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
@@ -92,6 +93,10 @@ class Settings(BaseSettings):
     model_retries: int = Field(4, ge=0, le=20, description="Retries of 429, 529 and 5xx answers, with backoff.")
     image: str = Field(DEFAULT_IMAGE, description="The sandbox image.")
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
+    proxy_image: str = Field(DEFAULT_PROXY_IMAGE, description="The egress proxy image of allow policies.")
+    egress_network: str = Field(
+        "bridge", description="The Docker network through which the egress proxies of allow policies reach out."
+    )
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
     context: ContextPolicy = Field(
