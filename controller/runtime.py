@@ -132,5 +132,6 @@ class Runtime:
         settings = self.settings
         return DockerSandbox(
             self.engine.client, layer=self.workspaces.open(session_id), session_id=session_id, limits=limits, image=settings.image,
-            instance=settings.instance, auto_build=settings.auto_build_image,
+            instance=settings.instance, auto_build=settings.auto_build_image, proxy_image=settings.proxy_image,
+            egress_network=settings.egress_network,
         )  # fmt: skip

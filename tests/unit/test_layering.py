@@ -15,7 +15,7 @@ PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network"},
     {"usage", "channel", "engine", "images", "repos", "model", "store", "display", "conversation", "workspace"},
-    {"sandbox", "scripted", "compactor", "workspaces", "review"},
+    {"sandbox", "egress", "scripted", "compactor", "workspaces", "review"},
     {"tools"},
     {"agent"},
     {"runtime"},
