@@ -39,7 +39,7 @@ class Limits(BaseModel):
     tmpfs_mb: int = Field(
         512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
     )
-    network: NetworkPolicy = Field(
+    network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
     )
     command_timeout_s: int = Field(

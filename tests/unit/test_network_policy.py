@@ -85,3 +85,14 @@ def test_names_are_lower_case_and_addresses_have_one_spelling() -> None:
     )
     assert [host.name for host in policy.hosts] == ["pypi.org", "fd00::1", "*.example.org"]
     assert parse("allow=[fd00:0::1]:8443") == parse("allow=[FD00::1]:8443")
+
+
+def test_variables_hold_the_text_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUBICLE_LIMITS__NETWORK and the server's ceiling read like --network (they were parsed as JSON and failed)."""
+    from controller.config import Settings
+
+    monkeypatch.setenv("CUBICLE_LIMITS__NETWORK", "allow=a.org,*.b.org:8443")
+    monkeypatch.setenv("CUBICLE_MAX_LIMITS__NETWORK", "none")
+    settings = Settings()
+    assert settings.limits.network == parse("allow=a.org,*.b.org:8443")
+    assert settings.limits.clamp(settings.max_limits).network == NONE
