@@ -27,6 +27,7 @@ from .engine import Engine
 from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
 from .model import SYSTEM_PROMPT, AnthropicModel, make_client
+from .network import NetworkPolicy
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
 from .workspaces import Workspaces
@@ -50,10 +51,15 @@ class Runtime:
         """Make the model client now, so a missing API key fails before any container exists."""
         self._client()
 
-    async def ensure_image(self) -> None:
-        """Connect to the engine and make sure the sandbox image is there (building it when allowed)."""
+    async def ensure_image(self, network: NetworkPolicy | None = None) -> None:
+        """Connect to the engine and make sure the sandbox image is there (building it when allowed),
+        and the egress proxy's too when ``network`` is an allow policy."""
         client = await asyncio.to_thread(self.engine.client)
         await asyncio.to_thread(images.ensure, client, self.settings.image, self.settings.auto_build_image)
+        if network is not None and network.level == "allow":
+            await asyncio.to_thread(
+                images.ensure, client, self.settings.proxy_image, self.settings.auto_build_image, context=images.PROXY
+            )
 
     async def sweep(self) -> owners.Sweep:
         """Remove the containers of this instance's dead controllers."""
