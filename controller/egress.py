@@ -298,7 +298,7 @@ class Egress:
             options={"com.docker.network.bridge.inhibit_ipv4": "true"},  # no address of the host's on it
         )  # fmt: skip
         network.reload()
-        subnet = network.attrs["IPAM"]["Config"][0]["Subnet"]
+        subnet = next(c["Subnet"] for c in network.attrs["IPAM"]["Config"] if ":" not in c["Subnet"])
         config = squid_config(self.policy, subnet)
         proxy = self.client.containers.create(
             **proxy_options(self.image, self.session_id, self.network, self.labels, config)
