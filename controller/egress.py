@@ -66,6 +66,8 @@ LOOPBACK = ("127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128")
 """The proxy's own loopback, which no entry reaches (a listed ``localhost`` would be the proxy, not the host)."""
 
 _NAME = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+_NUMERIC = re.compile(r"0x[0-9a-f]*|[0-9]+")
+"""A last label that would make ``*.`` cover IP addresses (``1.0x7f`` reads as 1.0.0.127)."""
 
 
 def network_name(session_id: str) -> str:
@@ -121,7 +123,7 @@ def _token(pattern: HostPattern) -> str:
     try:
         address = ipaddress.ip_address(name)
     except ValueError:
-        if not _NAME.fullmatch(name):
+        if not _NAME.fullmatch(name) or (pattern.wildcard and _NUMERIC.fullmatch(name.rsplit(".", 1)[-1])):
             raise ValueError(f"{name!r} cannot be written into the proxy's configuration") from None
         return "." + pattern.domain if pattern.wildcard else name
     return f"[{address.compressed}]" if address.version == 6 else str(address)

@@ -97,6 +97,9 @@ def test_only_allow_has_a_proxy() -> None:
         "*.",
         "a..org",
         "\u0430.org",
+        "*.0.0.1",
+        "*.a.0x7f",
+        "A.org",
     ],
 )
 def test_a_name_that_slipped_past_validation_never_reaches_the_configuration(name: str) -> None:
