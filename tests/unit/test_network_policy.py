@@ -81,9 +81,9 @@ def test_api_objects_get_the_same_checks_as_the_text_form(entry: dict[str, objec
 
 def test_names_are_lower_case_and_addresses_have_one_spelling() -> None:
     policy = NetworkPolicy.model_validate(
-        {"level": "allow", "hosts": [{"name": "PyPI.org."}, {"name": "FD00:0:0::1"}, {"name": "*.Example.ORG"}]}
+        {"level": "allow", "hosts": [{"name": "Api.Example.COM."}, {"name": "FD00:0:0::1"}, {"name": "*.Example.ORG"}]}
     )
-    assert [host.name for host in policy.hosts] == ["pypi.org", "fd00::1", "*.example.org"]
+    assert [host.name for host in policy.hosts] == ["api.example.com", "fd00::1", "*.example.org"]
     assert parse("allow=[fd00:0::1]:8443") == parse("allow=[FD00::1]:8443")
 
 
