@@ -64,7 +64,7 @@ threading.Event().wait()
 """A host: answers ``NAME:PORT`` on each of its ports, and 1 MiB at ``/1m``."""
 
 HOST_LABEL = "org.cubicle.test-host"
-"""Marks the hosts and their network, so a run that was killed can be cleaned up by hand."""
+"""Marks the hosts and their network (beside ``owners`` labels, so a sweep removes what a killed run left)."""
 
 
 @dataclass
@@ -76,12 +76,18 @@ class Hosts:
 
 
 @contextlib.contextmanager
-def hosts(client: Any, image: str, ports: dict[str, tuple[int, ...]], network: str | None = None) -> Iterator[Hosts]:
-    """Servers named ``ports``' keys, each on its ports; on ``network``, or on an internal network made for them."""
+def hosts(
+    client: Any, image: str, ports: dict[str, tuple[int, ...]], instance: str, network: str | None = None
+) -> Iterator[Hosts]:
+    """Servers named ``ports``' keys, each on its ports; on ``network``, or on an internal network made for them.
+
+    They carry ``instance``'s owner labels, so its sweep removes them if the run is killed.
+    """
     tag = secrets.token_hex(4)
+    labels = {**owners.labels(instance, f"test-hosts-{tag}"), HOST_LABEL: tag}
     made = None
     if network is None:
-        made = client.networks.create(f"cubicle-test-hosts-{tag}", internal=True, labels={HOST_LABEL: tag})
+        made = client.networks.create(f"cubicle-test-hosts-{tag}", internal=True, labels=labels)
         network = str(made.name)
     found = Hosts(network)
     containers = []
@@ -90,7 +96,7 @@ def hosts(client: Any, image: str, ports: dict[str, tuple[int, ...]], network: s
             aliases = [name] if made is not None else None  # the name resolves on this network only
             container = client.containers.create(
                 image, ["/usr/bin/python3", "-u", "-c", SERVER, name, *map(str, served)], user="1000:1000",
-                labels={HOST_LABEL: tag}, network=network, read_only=True, cap_drop=["ALL"],
+                labels=labels, network=network, read_only=True, cap_drop=["ALL"],
                 security_opt=["no-new-privileges:true"], mem_limit="128m", pids_limit=64,
                 networking_config={network: client.api.create_endpoint_config(aliases=aliases)},
             )  # fmt: skip
@@ -191,7 +197,7 @@ async def table(
     """1 MiB through the session's proxy against the same download on the open network."""
     images.ensure(client, proxy_image, auto_build=True, context=images.PROXY)
     rounds, per_round = (3, 10) if quick else (5, 20)
-    with hosts(client, image, {"files": (8080,)}, network="bridge") as served:
+    with hosts(client, image, {"files": (8080,)}, INSTANCE, network="bridge") as served:
         address = served.addresses["files"]
         url = f"http://{address}:8080/1m"
         direct = _sandbox(client, image, root, OPEN, "bridge", proxy_image)

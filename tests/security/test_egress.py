@@ -31,7 +31,7 @@ from controller.network import parse
 from controller.protocol import Failure
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, sh
-from tests.sandbox_defaults import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 
 PROBE = r"""
 import concurrent.futures, json, os, socket, struct, sys, time, urllib.error, urllib.parse, urllib.request
@@ -146,7 +146,8 @@ def proxy_image(docker_client: Any) -> str:
 
 @pytest.fixture(scope="module")
 def test_hosts(docker_client: Any) -> Iterator[Hosts]:
-    with hosts(docker_client, DEFAULT_IMAGE, {"allowed.test": (8080, 8081), "denied.test": (8080,)}) as made:
+    served = {"allowed.test": (8080, 8081), "denied.test": (8080,)}
+    with hosts(docker_client, DEFAULT_IMAGE, served, TEST_INSTANCE) as made:
         yield made
 
 
