@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, environment, flood, rows, workspace
+from bench import context, egress, environment, flood, rows, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -55,6 +55,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))
             await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))
+            await section("egress proxy", egress.table(report, client, args.image, root, args.quick))
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
             await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
             await section("context", context.table(report))

@@ -19,6 +19,7 @@ from docker.types import Mount
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_pair, time_sync
 from controller import owners, protocol, tools, workspace
 from controller.config import Limits, Settings
+from controller.egress import Route
 from controller.protocol import CommandResult, PingResult
 from controller.runtime import Runtime
 from controller.sandbox import WORKSPACE, DockerSandbox, container_options
@@ -63,8 +64,8 @@ class BindSandbox(DockerSandbox):
     def _make_volume(self, labels: dict[str, str]) -> None:
         pass
 
-    def _options(self, labels: dict[str, str]) -> dict[str, Any]:
-        options = container_options(self.image, self.layer, self.limits, labels)
+    def _options(self, labels: dict[str, str], route: Route) -> dict[str, Any]:
+        options = container_options(self.image, self.layer, self.limits, labels, route)
         options["mounts"] = [Mount(WORKSPACE, str(self.repo), type="bind")]
         return options
 

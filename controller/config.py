@@ -26,6 +26,7 @@ from .network import MAX_HOSTS, NONE, OPEN, HostPattern, NetworkPolicy, parse_ho
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
+DEFAULT_PROXY_IMAGE = "cubicle-proxy:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
@@ -51,7 +52,7 @@ class Limits(BaseModel):
     tmpfs_mb: int = Field(
         512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
     )
-    network: NetworkPolicy = Field(
+    network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
     )
     command_timeout_s: int = Field(
@@ -115,6 +116,10 @@ class Settings(BaseSettings):
         "registries this machine's pip, apt and npm are configured with, through the egress proxy.",
     )
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
+    proxy_image: str = Field(DEFAULT_PROXY_IMAGE, description="The egress proxy image of allow policies.")
+    egress_network: str = Field(
+        "bridge", description="The Docker network through which the egress proxies of allow policies reach out."
+    )
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
     context: ContextPolicy = Field(

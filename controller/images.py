@@ -1,8 +1,14 @@
-"""The sandbox image: find it on the engine, build it from the context shipped in this package."""
+"""Cubicle's images: find one on the engine, build it from the context shipped in this package.
+
+Two images are built from package data: the sandbox (``sandbox_image``) and the egress proxy
+of ``allow`` network policies (``proxy_image``). Each is a ``Context``; every function here
+takes one and defaults to the sandbox's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +24,46 @@ TOOLBOX = "toolbox"
 """The toolbox's directory in the context; the image runs it as a directory (see its ``__main__``)."""
 
 
-def build_context() -> Path | None:
-    """The directory holding the sandbox's Dockerfile and toolbox, or None if this installation lacks it."""
-    return CONTEXT if (CONTEXT / DOCKERFILE).is_file() and (CONTEXT / TOOLBOX / "__main__.py").is_file() else None
+@dataclass(frozen=True)
+class Context:
+    """One image's build context in the package: what it is called in messages, where it is, what it needs."""
+
+    what: str
+    path: Path
+    needs: tuple[str, ...] = (DOCKERFILE,)
+
+    def present(self) -> Path | None:
+        return self.path if all((self.path / name).is_file() for name in self.needs) else None
 
 
-def build(client: Any, tag: str, base: str | None = None, on_line: Callable[[str], None] | None = None) -> str:
-    """Build the sandbox image from the packaged context, streaming build output to ``on_line``; returns its id."""
-    context = build_context()
-    if context is None:
+SANDBOX = Context("sandbox", CONTEXT, (DOCKERFILE, f"{TOOLBOX}/__main__.py"))
+PROXY = Context("egress proxy", Path(__file__).resolve().parent / "proxy_image", (DOCKERFILE, "entrypoint.sh"))
+
+
+def build_context(context: Context = SANDBOX) -> Path | None:
+    """The directory holding the image's Dockerfile and files, or None if this installation lacks it."""
+    return context.present()
+
+
+def build(
+    client: Any,
+    tag: str,
+    base: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    context: Context = SANDBOX,
+) -> str:
+    """Build the image from its packaged context, streaming build output to ``on_line``; returns its id."""
+    path = context.present()
+    if path is None:
         raise ImageMissingError(
-            f"Cannot build {tag}: this installation of Cubicle lacks its image files ({CONTEXT}).",
+            f"Cannot build {tag}: this installation of Cubicle lacks its {context.what} image files ({context.path}).",
             hint="Reinstall Cubicle (`pip install --force-reinstall cubicle`, or `pip install -e .` in a checkout).",
         )
     buildargs = {"BASE": base} if base else {}
     image_id = ""
     try:
         stream = client.api.build(
-            path=str(context), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True
+            path=str(path), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True
         )
         for chunk in stream:
             if "error" in chunk:
@@ -49,14 +77,20 @@ def build(client: Any, tag: str, base: str | None = None, on_line: Callable[[str
     return image_id
 
 
-def ensure(client: Any, tag: str, auto_build: bool, on_line: Callable[[str], None] | None = None) -> None:
+def ensure(
+    client: Any,
+    tag: str,
+    auto_build: bool,
+    on_line: Callable[[str], None] | None = None,
+    context: Context = SANDBOX,
+) -> None:
     """Make sure ``tag`` exists: build it when allowed and possible, else say exactly what to run."""
     try:
         client.images.get(tag)
         return
     except ImageNotFound:
         pass
-    if auto_build and build_context() is not None:
-        build(client, tag, on_line=on_line)
+    if auto_build and context.present() is not None:
+        build(client, tag, on_line=on_line, context=context)
         return
-    raise ImageMissingError(f"The sandbox image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")
+    raise ImageMissingError(f"The {context.what} image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")

@@ -24,6 +24,8 @@ MAX_HOSTS = 64
 
 _LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _NAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*\.?$")
+_NUMERIC = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
+"""A label the resolver would read as part of an IPv4 address (``1.0x7f`` is 1.0.0.127)."""
 
 
 class HostPattern(BaseModel):
@@ -33,6 +35,27 @@ class HostPattern(BaseModel):
 
     name: str = Field(description="Lower-case host name or IP literal; ``*.example.org`` covers every name under it.")
     ports: tuple[int, ...] = Field(DEFAULT_PORTS, description="Ports that may be reached on it.")
+
+    @field_validator("name")
+    @classmethod
+    def _checked_name(cls, value: str) -> str:
+        """Every way in (the text form, the API's objects) gets the same check: the proxy's
+        configuration is written from these names, so nothing else may pass."""
+        name = value.lower().rstrip(".")
+        if _is_ip(name) and "%" not in name:
+            return str(ipaddress.ip_address(name))  # one spelling per address
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"{value!r} is not a host name, *.domain or IP address")
+        if name.startswith("*.") and _NUMERIC.match(name.rsplit(".", 1)[-1]):
+            raise ValueError(f"{value!r} ends in a number, so it would cover IP addresses")
+        return name
+
+    @field_validator("ports")
+    @classmethod
+    def _checked_ports(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or not all(0 < port < 65536 for port in value):
+            raise ValueError(f"ports must be 1 to 65535, at least one: {value}")
+        return value
 
     @property
     def wildcard(self) -> bool:

@@ -5,7 +5,9 @@ Every sandbox carries ``org.cubicle.managed``, its session id, and an owner toke
 orphan when that process is gone (same instance, pid dead or reused) or when its
 owner is this very process but the session is no longer live. Containers made by
 another instance (another host, another compose container) are left alone unless
-asked, because we cannot see whether their owner still runs.
+asked, because we cannot see whether their owner still runs. A session's volume, and
+the network and proxy of an ``allow`` policy (``egress``), carry the same labels and go
+the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docker.errors import APIError, NotFound
+from docker.models.networks import Network
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +81,11 @@ def is_orphan(
 
 
 def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), everything: bool = False) -> Sweep:
-    """Remove orphaned sandboxes (all Cubicle containers with ``everything``), then their workspace volumes; blocking.
+    """Remove orphaned sandboxes and proxies (all Cubicle containers with ``everything``), then their
+    workspace volumes and networks; blocking.
 
     A volume only names the overlay's directories (the layer itself is files in the data dir),
-    so removing one loses nothing; the engine refuses to remove a volume a container still uses.
+    so removing one loses nothing; the engine refuses to remove a volume or a network a container still uses.
     """
     removed, kept = [], []
     for item in _listed(client, {"label": f"{MANAGED}=true"}):
@@ -91,7 +95,7 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
             kept.append(name)
             continue
         try:
-            item.remove(force=True)
+            _force(item)
             removed.append(name)
         except Exception as err:  # noqa: BLE001 - one stuck container must not stop the sweep
             log.warning("could not remove %s: %s", name, err)
@@ -100,7 +104,7 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
 
 
 def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
-    """Remove every container and volume of one session, whoever made them; blocking.
+    """Remove every container, volume and network of one session, whoever made them; blocking.
 
     Another caller may be removing the same container (an idle timer's stop racing an
     ``apply``): then this waits until the engine has it gone, so that on return the
@@ -114,12 +118,22 @@ def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
         time.sleep(0.05)
     for volume in client.volumes.list(filters=found):
         _remove(volume)
+    for network in client.networks.list(filters=found):
+        _remove(network)
+
+
+def _force(item: Any) -> None:
+    """Remove a container, volume or network (which has no force: it goes once its containers have)."""
+    if isinstance(item, Network):
+        item.remove()
+    else:
+        item.remove(force=True)
 
 
 def _remove(item: Any) -> None:
-    """Remove a container or volume; one already gone, or already being removed by someone else, is fine."""
+    """Remove a container, volume or network; one already gone, or already being removed by someone else, is fine."""
     try:
-        item.remove(force=True)
+        _force(item)
     except NotFound:
         pass
     except APIError as err:
@@ -133,9 +147,13 @@ def _name(item: Any) -> str:
 
 
 def _listed(client: Any, filters: dict[str, str]) -> list[Any]:
-    """Containers, then volumes, matching ``filters``, as the engine's list shows them.
+    """Containers, then volumes, then networks, matching ``filters``, as the engine's list shows them.
 
     Sparse: the SDK would otherwise inspect each listed container in turn, and one removed
     in between (by its own controller, any time) failed the whole listing with NotFound.
     """
-    return [*client.containers.list(all=True, filters=filters, sparse=True), *client.volumes.list(filters=filters)]
+    return [
+        *client.containers.list(all=True, filters=filters, sparse=True),
+        *client.volumes.list(filters=filters),
+        *client.networks.list(filters=filters),
+    ]

@@ -29,6 +29,7 @@ from .environments import Environments
 from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
 from .model import SYSTEM_PROMPT, AnthropicModel, make_client
+from .network import NetworkPolicy
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
 from .workspaces import Workspaces
@@ -53,10 +54,15 @@ class Runtime:
         """Make the model client now, so a missing API key fails before any container exists."""
         self._client()
 
-    async def ensure_image(self) -> None:
-        """Connect to the engine and make sure the sandbox image is there (building it when allowed)."""
+    async def ensure_image(self, network: NetworkPolicy | None = None) -> None:
+        """Connect to the engine and make sure the sandbox image is there (building it when allowed),
+        and the egress proxy's too when ``network`` is an allow policy."""
         client = await asyncio.to_thread(self.engine.client)
         await asyncio.to_thread(images.ensure, client, self.settings.image, self.settings.auto_build_image)
+        if network is not None and network.level == "allow":
+            await asyncio.to_thread(
+                images.ensure, client, self.settings.proxy_image, self.settings.auto_build_image, context=images.PROXY
+            )
 
     async def sweep(self) -> owners.Sweep:
         """Remove the containers of this instance's dead controllers."""
@@ -149,4 +155,5 @@ class Runtime:
         return DockerSandbox(
             self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
             instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
+            proxy_image=settings.proxy_image, egress_network=settings.egress_network,
         )  # fmt: skip

@@ -24,9 +24,10 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig, Mount
 from pydantic import ValidationError
 
-from . import images, owners, workspace
+from . import egress, images, owners, workspace
 from .channel import ToolboxChannel
-from .config import Limits
+from .config import DEFAULT_PROXY_IMAGE, Limits
+from .egress import Egress, Route
 from .errors import SandboxError, ToolboxGoneError
 from .protocol import Call, Failure, Outcome, Ping
 from .workspace import Layer, WorkspaceError
@@ -78,24 +79,36 @@ def volume_name(session_id: str) -> str:
     return f"cubicle-ws-{session_id}"
 
 
-def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str, str]) -> dict[str, Any]:
+def container_options(
+    image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None
+) -> dict[str, Any]:
     """Everything a sandbox container is created with; the hardening lives here and only here.
 
     ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
     checkout and writes only the layer. It runs as the checkout's owner, never as root.
+
+    ``route`` is where its network leads (``egress``): without one, the route of ``limits.network``
+    when that needs no proxy (``none``: loopback only; ``open``: the bridge). An ``allow`` policy's
+    route is its session's internal network, with the proxy's address in the environment, no
+    resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
     """
+    route = route or egress.direct(limits.network)
+    if (route.proxy is not None) != (limits.network.level == "allow") or (
+        route.proxy is None and route != egress.direct(limits.network)
+    ):
+        raise SandboxError(f"The sandbox's route ({route.network}) does not carry its policy ({limits.network}).")
     uid, gid = layer.info.uid, layer.info.gid
     if uid == 0:  # sessions refuse such checkouts (``workspaces.pin``); this holds for any caller
         raise SandboxError(f"The repository {layer.repo} is owned by root; a sandbox never runs as root.")
     tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
     memory = f"{limits.memory_mb}m"
-    return {
+    options: dict[str, Any] = {
         "image": image,
         "user": f"{uid}:{gid}",
         "working_dir": WORKSPACE,
         "stdin_open": True,
         "tty": False,
-        "environment": {"HOME": HOME},
+        "environment": {"HOME": HOME, **route.environment()},
         "labels": labels,
         "hostname": "cubicle",
         "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
@@ -103,7 +116,7 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
-        "network_mode": "bridge" if limits.network.level == "open" else "none",
+        "network_mode": route.network,
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),
@@ -112,6 +125,14 @@ def container_options(image: str, layer: Layer, limits: Limits, labels: dict[str
         "devices": [],
         "log_config": LogConfig(type=LogConfig.types.NONE),
     }
+    if route.proxy:
+        # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
+        # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can
+        # only ask the server named here, from inside this container: the proxy, which serves no DNS.
+        options["mounts"].append(Mount(egress.RESOLV_CONF, "/dev/null", type="bind", read_only=True))
+        options["dns"] = [route.proxy]
+        options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
+    return options
 
 
 def raw_socket(attached: Any) -> socket.socket:
@@ -144,6 +165,8 @@ class DockerSandbox:
         instance: str,
         auto_build: bool = True,
         preparer: Preparer | None = None,
+        proxy_image: str = DEFAULT_PROXY_IMAGE,
+        egress_network: str = "bridge",
     ) -> None:
         self._connect = connect
         self._client: Any = None
@@ -157,7 +180,10 @@ class DockerSandbox:
         self.env: dict[str, str] = {}
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
+        self.proxy_image = proxy_image
+        self.egress_network = egress_network
         self.container: Any = None
+        self._egress: Egress | None = None
         self._channel: ToolboxChannel | None = None
         self._lock = asyncio.Lock()
         self.restarts = 0
@@ -177,6 +203,8 @@ class DockerSandbox:
             except BaseException:
                 self._preparer = preparer
                 raise
+            if ready.image != self.image:  # an environment's image: if gc removed it, the next start fails
+                self.auto_build = False  # clearly instead of building the sandbox image under its tag
             self.image, self.env = ready.image, ready.env
 
     async def start(self) -> None:
@@ -219,9 +247,9 @@ class DockerSandbox:
             )
 
     async def stop(self) -> None:
-        """Kill and remove the container at once (no stop grace)."""
+        """Kill and remove the container at once (no stop grace), and the session's proxy and network if any."""
         async with self._lock:
-            await self._discard()
+            await self._abandon()
 
     async def _replace_after_failure(self, channel: ToolboxChannel) -> None:
         async with self._lock:
@@ -236,8 +264,9 @@ class DockerSandbox:
                 self._client = await asyncio.to_thread(self._connect)
             await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
             labels = owners.labels(self.instance, self.session_id)
+            route = await self._route(labels)
             await asyncio.to_thread(self._make_volume, labels)
-            options = self._options(labels)
+            options = self._options(labels, route)
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -246,18 +275,43 @@ class DockerSandbox:
             await asyncio.to_thread(self.container.start)
             await self._channel.request(Ping(), READY_TIMEOUT_S)
         except SandboxError:
-            await self._discard()
+            await self._abandon()
             raise
         except WorkspaceError as err:
-            await self._discard()
+            await self._abandon()
             raise SandboxError(str(err)) from None
         except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
             detail = self._channel.stderr_tail.strip() if self._channel else ""
-            await self._discard()
+            await self._abandon()
             raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
         except BaseException:
-            await self._discard()
+            await self._abandon()
             raise
+
+    async def _route(self, labels: dict[str, str]) -> Route:
+        """Where the container's network leads; for ``allow``, the session's proxy, started once and kept."""
+        if self.limits.network.level != "allow":
+            return egress.direct(self.limits.network)
+        if self._egress is None:
+            self._egress = Egress(
+                self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
+                image=self.proxy_image, egress_network=self.egress_network, auto_build=self.auto_build,
+            )  # fmt: skip
+        return await asyncio.to_thread(self._egress.start)
+
+    async def _abandon(self) -> None:
+        """Remove everything of this sandbox: the container and volume (``_discard``), then the proxy and network.
+
+        A replaced container keeps its proxy (only ``_discard`` runs); a stop or a failed start leaves nothing.
+        """
+        await self._discard()
+        proxy, self._egress = self._egress, None
+        if proxy is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(proxy.stop), DOCKER_CALL_TIMEOUT_S)
+        except (APIError, DockerException, OSError, TimeoutError) as err:
+            log.warning("could not remove the egress proxy of %s: %s", self.session_id, err)
 
     async def _discard(self) -> None:
         channel, self._channel = self._channel, None
@@ -269,10 +323,10 @@ class DockerSandbox:
         if self._client is not None:
             await remove_volume(self._client, self.session_id)
 
-    def _options(self, labels: dict[str, str]) -> dict[str, Any]:
+    def _options(self, labels: dict[str, str], route: Route) -> dict[str, Any]:
         """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
-        options = container_options(self.image, self.layer, self.limits, labels)
-        options["environment"] = {**self.env, **options["environment"]}  # ours (HOME) win over the environment's
+        options = container_options(self.image, self.layer, self.limits, labels, route)
+        options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
         return options
 
     def _make_volume(self, labels: dict[str, str]) -> None:

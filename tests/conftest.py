@@ -79,7 +79,7 @@ async def sandbox_factory(docker_client: Any, tmp_path: Path) -> AsyncIterator[C
     """Sandboxes as sessions get them: each over a fresh workspace layer of its repository."""
     made: list[DockerSandbox] = []
 
-    def factory(repo: Path, limits: Limits | None = None) -> DockerSandbox:
+    def factory(repo: Path, limits: Limits | None = None, **options: Any) -> DockerSandbox:
         session_id = "test-" + secrets.token_hex(4)
         box = DockerSandbox(
             lambda: docker_client,
@@ -88,6 +88,7 @@ async def sandbox_factory(docker_client: Any, tmp_path: Path) -> AsyncIterator[C
             limits=limits or SANDBOX_LIMITS,
             image=DEFAULT_IMAGE,
             instance=TEST_INSTANCE,
+            **options,
         )
         made.append(box)
         return box

@@ -157,7 +157,7 @@ async def _session(
     runtime = Runtime(settings)
     try:
         runtime.check_model()  # a missing key is a usage error before Docker is even asked
-        await runtime.ensure_image()
+        await runtime.ensure_image(limits.network)
         store = Store(settings.data_dir / "cubicle.db")
         try:
             sessions = Sessions(settings, store, runtime)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -28,32 +28,38 @@ TOKEN_MIN_CHARS = 32
 def image_build(
     tag: Annotated[str | None, typer.Option(help="Image tag (default: CUBICLE_IMAGE).")] = None,
     base: Annotated[str | None, typer.Option(help="Base image (build argument BASE).")] = None,
+    proxy_tag: Annotated[
+        str | None, typer.Option(help="Egress proxy image tag (default: CUBICLE_PROXY_IMAGE).")
+    ] = None,
 ) -> None:
-    """Build the sandbox image (its Dockerfile ships in the package), showing progress."""
+    """Build the sandbox image and the egress proxy's (their Dockerfiles ship in the package), showing progress."""
     settings = load_settings()
-    target = tag or settings.image
     try:
         client = engine.connect(settings.docker_host)
-        with err_console.status(f"building {target}") as status:
+        for target, context in (
+            (tag or settings.image, images.SANDBOX),
+            (proxy_tag or settings.proxy_image, images.PROXY),
+        ):
+            with err_console.status(f"building {target}") as status:
 
-            def show(line: str) -> None:
-                if line.startswith("Step "):
-                    err_console.print(terminal.safe_text(line, "dim"))
-                status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
+                def show(line: str, target: str = target, status: Any = status) -> None:
+                    if line.startswith("Step "):
+                        err_console.print(terminal.safe_text(line, "dim"))
+                    status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
 
-            image_id = images.build(client, target, base=base, on_line=show)
+                image_id = images.build(client, target, base=base, on_line=show, context=context)
+            err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
-    err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
 
 
 @app.command()
 def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
 ) -> None:
-    """Remove sandbox containers and volumes whose controller process is gone, the layers of purged sessions,
-    the setup trees no session's layer sits on, and environment images no container uses (the newest of each
-    repository stays)."""
+    """Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged
+    sessions, the setup trees no session's layer sits on, and environment images no container uses (the newest of
+    each repository stays)."""
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)

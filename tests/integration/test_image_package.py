@@ -14,6 +14,7 @@ from docker.errors import ImageNotFound
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "cubicle-sandbox:wheel-test"
+PROXY_TAG = "cubicle-proxy:wheel-test"
 RUN_AS_MAIN = (
     "import runpy, controller.images as images; print('CONTROLLER', images.__file__, flush=True); "
     "runpy.run_module('controller', run_name='__main__', alter_sys=True)"
@@ -27,7 +28,7 @@ def _source_copy(dest: Path) -> None:
     shutil.copytree(ROOT / "controller", dest / "controller", ignore=shutil.ignore_patterns("__pycache__"))
 
 
-def test_wheel_install_builds_the_sandbox_image(tmp_path: Path, docker_client: Any) -> None:
+def test_wheel_install_builds_the_sandbox_and_proxy_images(tmp_path: Path, docker_client: Any) -> None:
     source, wheels, target, elsewhere = (tmp_path / name for name in ("src", "wheels", "site", "elsewhere"))
     source.mkdir()
     elsewhere.mkdir()
@@ -37,11 +38,12 @@ def test_wheel_install_builds_the_sandbox_image(tmp_path: Path, docker_client: A
     (wheel,) = wheels.glob("cubicle-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
     assert (target / "controller" / "sandbox_image" / "Dockerfile").is_file()
+    assert (target / "controller" / "proxy_image" / "errors" / "ERR_CUBICLE_NOT_ALLOWED").is_file()
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
     try:
         built = subprocess.run(
-            [sys.executable, "-c", RUN_AS_MAIN, "image", "build", "--tag", TAG],
+            [sys.executable, "-c", RUN_AS_MAIN, "image", "build", "--tag", TAG, "--proxy-tag", PROXY_TAG],
             cwd=elsewhere,
             env=env,
             capture_output=True,
@@ -53,6 +55,8 @@ def test_wheel_install_builds_the_sandbox_image(tmp_path: Path, docker_client: A
         assert used.is_relative_to(target), f"the build used {used}, not the installed wheel"
         assert f"built {TAG}" in " ".join(built.stderr.split())
         assert docker_client.images.get(TAG).labels["org.cubicle.role"] == "sandbox-image"
+        assert docker_client.images.get(PROXY_TAG).labels["org.cubicle.role"] == "proxy-image"
     finally:
-        with contextlib.suppress(ImageNotFound):
-            docker_client.images.remove(TAG)
+        for tag in (TAG, PROXY_TAG):
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(tag)

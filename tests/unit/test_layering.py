@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
         "workspace",
         "environment",
     },
-    {"sandbox", "scripted", "compactor", "workspaces", "review"},
+    {"sandbox", "egress", "scripted", "compactor", "workspaces", "review"},
     {"setups", "environments"},
     {"tools"},
     {"agent"},

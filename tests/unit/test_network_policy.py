@@ -55,3 +55,44 @@ def test_clamp_lowers_level_and_keeps_only_hosts_the_ceiling_covers() -> None:
 def test_hosts_only_with_allow() -> None:
     with pytest.raises(ValidationError):
         NetworkPolicy(level="open", hosts=("a.org",))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "a.org\nhttp_access allow all"},
+        {"name": "a.org "},
+        {"name": '"/etc/passwd"'},
+        {"name": "-n"},
+        {"name": "a.org\n"},
+        {"name": "fe80::1%eth0"},
+        {"name": "*.0.0.1"},
+        {"name": "*.example.0x7f"},
+        {"name": "a.org", "ports": []},
+        {"name": "a.org", "ports": [0]},
+        {"name": "a.org", "ports": [65536]},
+    ],
+)
+def test_api_objects_get_the_same_checks_as_the_text_form(entry: dict[str, object]) -> None:
+    """The API may send hosts as objects: they are checked like ``allow=...`` (a proxy's configuration is written from them)."""
+    with pytest.raises(ValidationError):
+        NetworkPolicy.model_validate({"level": "allow", "hosts": [entry]})
+
+
+def test_names_are_lower_case_and_addresses_have_one_spelling() -> None:
+    policy = NetworkPolicy.model_validate(
+        {"level": "allow", "hosts": [{"name": "Api.Example.COM."}, {"name": "FD00:0:0::1"}, {"name": "*.Example.ORG"}]}
+    )
+    assert [host.name for host in policy.hosts] == ["api.example.com", "fd00::1", "*.example.org"]
+    assert parse("allow=[fd00:0::1]:8443") == parse("allow=[FD00::1]:8443")
+
+
+def test_variables_hold_the_text_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUBICLE_LIMITS__NETWORK and the server's ceiling read like --network (they were parsed as JSON and failed)."""
+    from controller.config import Settings
+
+    monkeypatch.setenv("CUBICLE_LIMITS__NETWORK", "allow=a.org,*.b.org:8443")
+    monkeypatch.setenv("CUBICLE_MAX_LIMITS__NETWORK", "none")
+    settings = Settings()
+    assert settings.limits.network == parse("allow=a.org,*.b.org:8443")
+    assert settings.limits.clamp(settings.max_limits).network == NONE
