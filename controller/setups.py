@@ -277,7 +277,7 @@ class SetupRun:
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         attached = await asyncio.to_thread(
-            client.api.attach_socket, container.id, {"stdout": 1, "stderr": 1, "stream": 1, "logs": 1}
+            client.api.attach_socket, container.id, {"stdout": 1, "stderr": 1, "stream": 1}
         )
         sock = sandbox.raw_socket(attached)
 

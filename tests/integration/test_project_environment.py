@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,8 @@ def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: 
     assert "pytest 7." in setup  # Debian's pytest, seen from the virtualenv setup made
     runs = [e for e in events if e["type"] == "tool_result" and e["name"] == "run_command"]
     broken, fixed, lookup = (e["output"] for e in runs)
-    assert "1 failed" in broken and "test_dasherize" in broken and "AssertionError" in broken
-    assert "failed" not in fixed and " passed" in fixed
+    assert re.search(r"\b2 failed, 45\d passed in ", broken) and "FAILED test_inflection.py::test_dasherize" in broken
+    assert re.search(r"\b45\d passed in ", fixed) and "failed" not in fixed
     assert "gaierror" in lookup or "Temporary failure in name resolution" in lookup  # network none
     finished = next(e for e in events if e["type"] == "session_finished")
     assert finished["reason"] == "end_turn"
