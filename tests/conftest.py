@@ -6,12 +6,14 @@ import os
 
 # testcontainers' reaper image cannot be pulled offline; our fixtures clean up by label instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+import hashlib
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 
 from controller import engine, images, owners, workspace
 from controller.config import DEFAULT_IMAGE, Limits, Settings
@@ -114,3 +116,18 @@ def model_server() -> Iterator[Any]:
     with serve_in_thread(server.app) as url:
         server.url = url  # type: ignore[attr-defined]
         yield server
+
+
+@pytest.fixture(scope="session")
+def proxy_image(docker_client: Any) -> str:
+    """The proxy image built from this checkout's proxy_image/ (tagged by its contents, so never a stale one)."""
+    context = images.PROXY.path
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
+    tag = f"cubicle-proxy:src-{digest.hexdigest()[:12]}"
+    try:
+        docker_client.images.get(tag)
+    except ImageNotFound:
+        images.build(docker_client, tag, context=images.PROXY)
+    return tag

@@ -68,8 +68,9 @@ def _events(stdout: str) -> list[dict[str, Any]]:
 
 
 def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: Path) -> None:
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
     done = cubicle("run", str(project), "fix dasherize", "--json", "--no-apply",
-                   "--scenario", scenario_file(tmp_path, SCENARIO), timeout=900)  # fmt: skip
+                   "--scenario", scenario_file(tmp_path, SCENARIO), env=env, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     events = _events(done.stdout)
     setup = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "setup")
@@ -86,7 +87,7 @@ def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: 
     assert not (project / ".venv").exists()
 
     again = cubicle("run", str(project), "again", "--json", "--no-apply",
-                    "--scenario", scenario_file(tmp_path, SCENARIO), timeout=900)  # fmt: skip
+                    "--scenario", scenario_file(tmp_path, SCENARIO), env=env, timeout=900)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     reused = "".join(e["text"] for e in _events(again.stdout) if e["type"] == "setup_output")
     assert "reusing the setup made before" in reused

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import json
 import secrets
 import socket
@@ -21,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker.errors import ImageNotFound
 
 from bench.egress import Hosts, hosts
-from controller import egress, images, owners, workspace
+from controller import egress, owners, workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
 from controller.network import parse
@@ -127,21 +125,6 @@ def refused(answer: dict[str, Any], why: str) -> None:
 
 def unreachable(answer: dict[str, Any]) -> None:
     assert "error" in answer and "status" not in answer and "connected" not in answer, answer
-
-
-@pytest.fixture(scope="session")
-def proxy_image(docker_client: Any) -> str:
-    """The proxy image built from this checkout's proxy_image/ (tagged by its contents, so never a stale one)."""
-    context = images.PROXY.path
-    digest = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes())
-    tag = f"cubicle-proxy:src-{digest.hexdigest()[:12]}"
-    try:
-        docker_client.images.get(tag)
-    except ImageNotFound:
-        images.build(docker_client, tag, context=images.PROXY)
-    return tag
 
 
 @pytest.fixture(scope="module")

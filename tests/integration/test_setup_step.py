@@ -1,0 +1,101 @@
+"""The setup step as a user meets it through `cubicle run`: its own network, its output, its failures.
+
+Setup runs before the agent's first model request, in a container of its own with its own
+network policy (here ``allow`` to one test host, through a proxy of its own); the agent then
+runs with the session's policy (none) over what setup left in the workspace, which is never a
+change to apply. A setup that fails or hangs ends the session with exit 4 and its last lines,
+before any model request, and leaves no container behind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.egress import Hosts, hosts
+from controller.config import DEFAULT_IMAGE
+from tests.integration.cli_helpers import cubicle
+from tests.integration.pty_helpers import owned_by, scenario_file
+from tests.sandbox_defaults import TEST_INSTANCE
+
+pytestmark = pytest.mark.integration
+INSTANCE = f"{TEST_INSTANCE}-setup"  # the test hosts are TEST_INSTANCE's: this run's containers are told apart
+
+FETCH = (
+    "import sys, urllib.request as u; print(sys.argv[1], u.urlopen(sys.argv[1], timeout=10).read().decode().strip())"
+)
+SETUP = (
+    f"python3 -c '{FETCH}' http://allowed.test:8080/ > fetched.txt; "
+    f"python3 -c '{FETCH}' http://denied.test:8080/ || echo 'denied refused'; cat fetched.txt"
+)
+SCENARIO = {
+    "name": "after-setup",
+    "turns": [
+        {"content": [{"type": "tool_use", "name": "run_command", "input": {
+            "command": f"cat fetched.txt; python3 -c '{FETCH}' http://allowed.test:8080/ || echo agent offline"}}]},
+        {"content": [{"type": "text", "text": "done"}]},
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def test_hosts(docker_client: Any) -> Iterator[Hosts]:
+    with hosts(docker_client, DEFAULT_IMAGE, {"allowed.test": (8080,), "denied.test": (8080,)}, TEST_INSTANCE) as made:
+        yield made
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def _repo(make_repo: Callable[..., Path], toml: str) -> Path:
+    return make_repo("repo", files={"README.md": "# demo\n", ".cubicle/environment.toml": toml})
+
+
+def _run(repo: Path, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[int, list[dict[str, Any]], str]:
+    settings = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": INSTANCE, **(env or {})}
+    done = cubicle("run", str(repo), "go", "--json", "--no-apply", "--scenario", scenario_file(tmp_path, SCENARIO),
+                   env=settings, timeout=300)  # fmt: skip
+    return done.returncode, _events(done.stdout), done.stderr
+
+
+def test_setup_reaches_its_allowed_host_and_the_agent_runs_offline_on_what_it_left(
+    make_repo: Callable[..., Path], tmp_path: Path, test_hosts: Hosts, proxy_image: str
+) -> None:
+    toml = f'setup = """{SETUP}"""\nsetup_network = "allow=allowed.test:8080"\n'
+    egress = {"CUBICLE_EGRESS_NETWORK": test_hosts.network, "CUBICLE_PROXY_IMAGE": proxy_image}
+    code, events, stderr = _run(_repo(make_repo, toml), tmp_path, egress)
+    assert code == 0, stderr[-2000:]
+    setup = "".join(e["text"] for e in events if e["type"] == "setup_output")
+    assert "http://allowed.test:8080/ allowed.test:8080" in setup
+    assert "HTTP Error 403: Forbidden" in setup and "denied refused" in setup  # the proxy refused it
+    agent = next(e for e in events if e["type"] == "tool_result")["output"]
+    assert "http://allowed.test:8080/ allowed.test:8080" in agent  # what setup left in the workspace
+    assert "agent offline" in agent  # the session's own policy: none
+    changes = next(e for e in events if e["type"] == "changes")
+    assert changes["summary"]["files"] == 0 and changes["summary"]["held_back"] == 0
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ('setup = "echo preparing; echo boom >&2; exit 3"\n', ["exit code 3", "boom", "preparing"]),
+        ('setup = "echo started; sleep 600"\nsetup_timeout_s = 2\n', ["ran longer than 2s", "started"]),
+    ],
+    ids=["fails", "hangs"],
+)
+def test_a_setup_that_fails_or_hangs_ends_the_session_before_the_model_is_asked(
+    make_repo: Callable[..., Path], tmp_path: Path, docker_client: Any, toml: str, said: list[str]
+) -> None:
+    code, events, stderr = _run(_repo(make_repo, toml), tmp_path)
+    assert code == 4, stderr[-2000:]
+    error = next(e for e in events if e["type"] == "error")
+    assert error["kind"] == "setup" and all(text in error["message"] for text in said), error
+    finished = next(e for e in events if e["type"] == "session_finished")
+    assert finished["reason"] == "error" and finished["usage"]["input_tokens"] == 0
+    assert not [e for e in events if e["type"] in ("tool_call", "usage")]
+    assert owned_by(docker_client, INSTANCE) == []
