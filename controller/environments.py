@@ -70,7 +70,7 @@ class Environments:
         self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
     ) -> Preparer | None:
         """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do."""
-        if not environment.builds and environment.setup is None and not environment.env:
+        if not (environment.builds or environment.setup or environment.env or environment.warnings):
             return None
 
         async def prepare(client: Any) -> Prepared:
@@ -95,6 +95,8 @@ class Preparation:
         self.sink = sink
 
     async def run(self, client: Any) -> Prepared:
+        for warning in self.environment.warnings:
+            await self.output("environment", f"[cubicle] warning: {warning}\n")
         image = await self.image(client)
         tree = await self.setup(client, image) if self.environment.setup else None
         return Prepared(image=image, env=dict(self.environment.env), setup=tree)

@@ -156,7 +156,9 @@ class SetupOutput(_Event):
     """Output of the environment's preparation: the image build (``build``) or the setup command (``setup``)."""
 
     type: Literal["setup_output"] = "setup_output"
-    phase: Literal["build", "setup"]
+    phase: Literal["environment", "build", "setup"] = Field(
+        description="environment: notes on the definition (ignored keys); build: the image; setup: the command."
+    )
     text: str = Field(description="One or more whole lines, as the build or the command printed them (untrusted).")
 
 

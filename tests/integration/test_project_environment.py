@@ -75,6 +75,8 @@ def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: 
     events = _events(done.stdout)
     setup = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "setup")
     assert "pytest 7." in setup  # Debian's pytest, seen from the virtualenv setup made
+    notes = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "environment")
+    assert "'forwardPorts' ignored" in notes
     runs = [e for e in events if e["type"] == "tool_result" and e["name"] == "run_command"]
     broken, fixed, lookup = (e["output"] for e in runs)
     assert re.search(r"\b2 failed, 45\d passed in ", broken) and "FAILED test_inflection.py::test_dasherize" in broken
