@@ -21,7 +21,7 @@ from typing import Any
 from . import egress, owners, setups
 from .config import Limits, Settings
 from .egress import Egress, Route
-from .environment import Environment, EnvironmentRequest, load
+from .environment import Environment, EnvironmentRequest, load, setup_inputs_hash
 from .environment import image as environment_image
 from .errors import CubicleError, DockerUnavailableError, ForbiddenRepoError, SetupError
 from .events import EventSink, SetupOutput
@@ -95,10 +95,16 @@ class Preparation:
         self.sink = sink
 
     async def run(self, client: Any) -> Prepared:
+        """The image, then the setup tree; a failure of either (or of what they read) is a SetupError."""
         for warning in self.environment.warnings:
             await self.output("environment", f"[cubicle] warning: {warning}\n")
-        image = await self.image(client)
-        tree = await self.setup(client, image) if self.environment.setup else None
+        try:
+            image = await self.image(client)
+            tree = await self.setup(client, image) if self.environment.setup else None
+        except (SetupError, DockerUnavailableError):
+            raise
+        except CubicleError as err:  # a base image missing, a Dockerfile or input moved out of the repository since
+            raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
         return Prepared(image=image, env=dict(self.environment.env), setup=tree)
 
     async def output(self, phase: str, text: str) -> None:
@@ -110,20 +116,25 @@ class Preparation:
         if not self.environment.builds:
             return settings.image
         loop = asyncio.get_running_loop()
+        shown = [0]
 
         def on_line(line: str) -> None:
-            asyncio.run_coroutine_threadsafe(self.output("build", line + "\n"), loop).result()
+            """A build line as an event, cut to a line's cap; past the setup's line cap, one note and then nothing."""
+            shown[0] += 1
+            if shown[0] > setups.MAX_EVENT_LINES + 1:
+                return
+            text = (
+                line[: setups.MAX_LINE_CHARS]
+                if shown[0] <= setups.MAX_EVENT_LINES
+                else "[cubicle] more build output not shown"
+            )
+            asyncio.run_coroutine_threadsafe(self.output("build", text + "\n"), loop).result()
 
-        try:
-            made = await asyncio.to_thread(
-                environment_image.ensure_image, client, self.environment, self.layer.repo,
-                sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=on_line,
-                auto_build_sandbox=settings.auto_build_image,
-            )  # fmt: skip
-        except (SetupError, DockerUnavailableError):
-            raise
-        except CubicleError as err:  # a base image missing, a Dockerfile moved out of the repository since
-            raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
+        made = await asyncio.to_thread(
+            environment_image.ensure_image, client, self.environment, self.layer.repo,
+            sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=on_line,
+            auto_build_sandbox=settings.auto_build_image,
+        )  # fmt: skip
         return made.tag
 
     async def setup(self, client: Any, image: str) -> Path:
@@ -132,9 +143,8 @@ class Preparation:
         command = environment.setup or ""
         network = self.owner.setup_network(environment)
         image_id = (await asyncio.to_thread(client.images.get, image)).id
-        key = await asyncio.to_thread(
-            setup_key, image_id, command, environment.env, str(network), self.layer, environment.setup_inputs
-        )
+        inputs = await asyncio.to_thread(setup_inputs_hash, environment, self.layer.repo)
+        key = setup_key(image_id, command, environment.env, str(network), self.layer, inputs)
         if self.owner.setups.finished(key):
             await self.output("setup", f"[cubicle] reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)

@@ -33,7 +33,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,6 @@ from .workspace.changes import OPAQUE
 from .workspace.layer import discard_dir, overlay_options, overlay_volume
 from .workspace.records import save
 
-MAX_INPUT_FILES = 1000
-MAX_INPUT_BYTES = 64 << 20
 MAX_LINE_CHARS = 2000
 MAX_EVENT_LINES = 5000  # lines of setup output sent as events; the rest is counted, and the tail kept
 TAIL_LINES = 30  # lines of output a failure quotes
@@ -74,46 +72,13 @@ def setups_dir(data_dir: Path) -> Path:
     return data_dir / "environments" / "setups"
 
 
-def setup_key(
-    image_id: str, command: str, env: dict[str, str], network: str, layer: Layer, inputs: Sequence[str]
-) -> str:
+def setup_key(image_id: str, command: str, env: dict[str, str], network: str, layer: Layer, inputs_hash: str) -> str:
     """Everything that decides what setup makes: the image, the command, its variables and network,
-    the checkout (path and identity), and the contents of the files it reads (``inputs``, globs)."""
-    digest = hashlib.sha256()
+    the checkout (path and identity), and the hash of the files it reads (``environment.setup_inputs_hash``)."""
     info = layer.info
-    head = {"image": image_id, "command": command, "env": env, "network": network, "repo": info.repo}
-    digest.update(json.dumps({**head, "dev": info.dev, "ino": info.ino}, sort_keys=True).encode())
-    for rel, data_hash in input_files(layer.repo, inputs):
-        digest.update(f"\0{rel}\0{data_hash}".encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()[:32]
-
-
-def input_files(repo: Path, patterns: Sequence[str]) -> list[tuple[str, str]]:
-    """The regular files under ``repo`` that ``patterns`` match (no symlink followed), each with its hash; bounded."""
-    found: dict[str, str] = {}
-    total = 0
-    for pattern in patterns:
-        for path in sorted(repo.glob(pattern)):
-            rel = path.relative_to(repo).as_posix()
-            if rel in found or not _plain_file_under(repo, rel):
-                continue
-            if len(found) >= MAX_INPUT_FILES or total > MAX_INPUT_BYTES:
-                raise SetupError(f"The setup's input files ({', '.join(patterns)}) are too many or too large.")
-            data = path.read_bytes()
-            total += len(data)
-            found[rel] = hashlib.sha256(data).hexdigest()
-    return sorted(found.items())
-
-
-def _plain_file_under(repo: Path, rel: str) -> bool:
-    """A regular file reached from ``repo`` without a symlink at any level."""
-    current = repo
-    for part in rel.split("/"):
-        current = current / part
-        st = os.stat(current, follow_symlinks=False)
-        if stat.S_ISLNK(st.st_mode):
-            return False
-    return stat.S_ISREG(st.st_mode)
+    key = {"image": image_id, "command": command, "env": env, "network": network, "repo": info.repo,
+           "dev": info.dev, "ino": info.ino, "inputs": inputs_hash}  # fmt: skip
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
 class Setups:
@@ -394,4 +359,4 @@ def _marked(fd: int, name: str) -> bool:
     return True
 
 
-__all__ = ["SetupRecord", "SetupRun", "Setups", "input_files", "keep_only_new", "setup_key"]
+__all__ = ["SetupRecord", "SetupRun", "Setups", "keep_only_new", "setup_key"]
