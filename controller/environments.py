@@ -138,7 +138,15 @@ class Preparation:
         return made.tag
 
     async def setup(self, client: Any, image: str) -> Path:
-        """The finished setup tree for this environment (run now unless an identical one was made before)."""
+        """The finished setup tree for this environment (run now unless an identical one was made before).
+
+        A session keeps the tree it began with for its whole life (its layer was written over it),
+        even when its inputs change in the checkout meanwhile; a new session gets a new setup.
+        """
+        pinned = Path(self.layer.info.setup) if self.layer.info.setup else None
+        if pinned is not None and self.owner.setups.finished(pinned.parent.name):
+            await self.output("setup", f"[cubicle] this session keeps its setup ({pinned.parent.name[:12]})\n")
+            return pinned
         environment = self.environment
         command = environment.setup or ""
         network = self.owner.setup_network(environment)
