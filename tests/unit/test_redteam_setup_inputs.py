@@ -1,0 +1,51 @@
+"""Red-team findings (setup step): the setup's cache key reads the checkout through ``pathlib.glob``, unbounded.
+
+``setups.input_files`` (what ``setup_key`` hashes before every setup) is not the bounded walker
+``environment.setup_input_files``: ``Path.glob`` follows a symlinked directory named by a
+pattern, so a cloned repository with ``host -> /`` and ``setup_inputs = ["host/**/x"]`` makes
+the controller walk the host's whole filesystem (as root under compose; on this machine it ran
+11 s and ended the session with an internal RecursionError), and one matching file is read
+into memory whole, whatever MAX_INPUT_BYTES says.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from controller import setups
+from controller.errors import SetupError
+
+
+def test_setup_inputs_never_walk_out_of_the_repository_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (outside / "deep/er").mkdir(parents=True)
+    (outside / "deep/er/secret.txt").write_text("host\n")
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("[project]\n")
+    os.symlink(outside, repo / "host")  # a repository may hold any symlink; git clones them
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def spy(path: object = ".") -> object:
+        listed.append(os.fspath(path))  # type: ignore[arg-type]
+        return scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", spy)
+    setups.input_files(repo, ["pyproject.toml", "host/**/*.txt"])
+    walked = sorted({p for p in listed if os.path.realpath(p).startswith(str(outside))})
+    assert not walked, f"the setup's inputs were looked for outside the repository: {walked}"
+
+
+def test_one_setup_input_larger_than_the_bound_is_refused_not_read_whole(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    big = repo / "requirements-big.txt"  # matched by the default inputs' requirements*.txt
+    with open(big, "wb") as f:
+        f.truncate(setups.MAX_INPUT_BYTES + (16 << 20))  # an agent can apply up to 1 GiB; sparse here to save disk
+    with pytest.raises(SetupError):
+        setups.input_files(repo, ["requirements*.txt"])
