@@ -23,18 +23,23 @@ from .config import Limits, Settings
 from .egress import Egress, Route
 from .environment import Environment, EnvironmentRequest, load, setup_inputs_hash
 from .environment import image as environment_image
+from .environment.image import EnvironmentImage, OnLine
 from .errors import CubicleError, DockerUnavailableError, ForbiddenRepoError, SetupError
 from .events import EventSink, SetupOutput
-from .network import NetworkPolicy
+from .network import NONE, NetworkPolicy
 from .sandbox import Prepared, Preparer
 from .setups import SetupRun, Setups, setup_key
 from .workspace import Layer
 
 
 class ImageNotAllowedError(ForbiddenRepoError):
-    """A request named an image this server does not allow."""
+    """A request named an image this server does not allow, or asked to build something the repository does not."""
 
     hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
+
+
+BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
+"""What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
 
 
 class Environments:
@@ -49,6 +54,12 @@ class Environments:
         environment = load(repo)
         if request is None:
             return environment
+        chosen = [name for name in BUILD_FIELDS if getattr(request, name) is not None]
+        if chosen:
+            raise ImageNotAllowedError(
+                f"A request may not choose what is built ({', '.join(chosen)}): a build runs the repository's "
+                "code outside the sandbox, so only the repository's own definition says what it builds."
+            )
         if request.image is not None and not self.image_allowed(request.image):
             raise ImageNotAllowedError(
                 f"The image {request.image!r} may not be named by a request on this server; "
@@ -61,10 +72,58 @@ class Environments:
     def image_allowed(self, image: str) -> bool:
         return image == self.settings.image or image in self.settings.allowed_images
 
+    def agent_network(self, environment: Environment, limits: Limits, by_request: bool) -> tuple[Limits, Environment]:
+        """The session's limits with the network ``environment`` asks for, under the server's maximum, and the
+        environment with a note saying so. A repository's own definition may ask for ``allow`` at most: a cloned
+        repository must not give a model it can steer the open network (only --network or a request can)."""
+        asked = environment.network or NONE
+        ceiling = self.settings.max_limits.network
+        if not by_request and asked.level == "open":
+            ceiling = NONE.clamp(ceiling)
+        granted = asked.clamp(ceiling)
+        note = f"the agent's network is {granted}, as {environment.source} asks"
+        if granted != asked:
+            note = f"{environment.source} asks for the agent's network {asked}; it runs with {granted} (--network grants more)"
+        noted = environment.model_copy(update={"warnings": (*environment.warnings, note)})
+        return limits.model_copy(update={"network": granted}), noted
+
     def setup_network(self, environment: Environment) -> NetworkPolicy:
         """The setup's policy: the environment's own, else the server's default, under the server's maximum."""
         asked = environment.setup_network or self.settings.setup_network
         return asked.clamp(self.settings.max_limits.network)
+
+    async def build(
+        self, client: Any, environment: Environment, repo: Path, name: str, on_line: OnLine | None = None
+    ) -> EnvironmentImage:
+        """The environment's image, its Dockerfile built with the setup's network (``setup_network``): no
+        network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
+        the repository's code outside the sandbox, so it reaches no more than the setup may."""
+        settings = self.settings
+        async with self.route(client, self.setup_network(environment), name) as route:
+            return await asyncio.to_thread(
+                environment_image.ensure_image, client, environment, repo, sandbox_image=settings.image,
+                ca_bundle=settings.ca_bundle, on_line=on_line, auto_build_sandbox=settings.auto_build_image,
+                network_mode=route.network, proxy=route.environment(),
+            )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def route(self, client: Any, policy: NetworkPolicy, session_id: str) -> AsyncIterator[Route]:
+        """A network for ``policy``: a proxy of its own for ``allow`` (an internal network, gone after), else direct.
+
+        Its containers carry ``session_id``'s labels, so a crash leaves nothing ``gc`` cannot find."""
+        if policy.level != "allow":
+            yield egress.direct(policy)
+            return
+        settings = self.settings
+        gate = Egress(
+            client, session_id=f"{session_id}-env", policy=policy,
+            labels=owners.labels(settings.instance, session_id), image=settings.proxy_image,
+            egress_network=settings.egress_network, auto_build=settings.auto_build_image,
+        )  # fmt: skip
+        try:
+            yield await asyncio.to_thread(gate.start)
+        finally:
+            await asyncio.to_thread(gate.stop)
 
     def preparer(
         self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
@@ -97,7 +156,7 @@ class Preparation:
     async def run(self, client: Any) -> Prepared:
         """The image, then the setup tree; a failure of either (or of what they read) is a SetupError."""
         for warning in self.environment.warnings:
-            await self.output("environment", f"[cubicle] warning: {warning}\n")
+            await self.note(f"warning: {warning}\n")
         try:
             image = await self.image(client)
             tree = await self.setup(client, image) if self.environment.setup else None
@@ -106,6 +165,10 @@ class Preparation:
         except CubicleError as err:  # a base image missing, a Dockerfile or input moved out of the repository since
             raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
         return Prepared(image=image, env=dict(self.environment.env), setup=tree)
+
+    async def note(self, text: str) -> None:
+        """Cubicle's own line about the preparation: phase ``environment``, which no build or command writes."""
+        await self.output("environment", text)
 
     async def output(self, phase: str, text: str) -> None:
         await self.sink.emit(SetupOutput(session_id=self.session_id, phase=phase, text=text))  # type: ignore[arg-type,unused-ignore]
@@ -121,20 +184,15 @@ class Preparation:
         def on_line(line: str) -> None:
             """A build line as an event, cut to a line's cap; past the setup's line cap, one note and then nothing."""
             shown[0] += 1
-            if shown[0] > setups.MAX_EVENT_LINES + 1:
+            if shown[0] <= setups.MAX_EVENT_LINES:
+                event = self.output("build", line[: setups.MAX_LINE_CHARS] + "\n")
+            elif shown[0] == setups.MAX_EVENT_LINES + 1:
+                event = self.note("more build output not shown\n")
+            else:
                 return
-            text = (
-                line[: setups.MAX_LINE_CHARS]
-                if shown[0] <= setups.MAX_EVENT_LINES
-                else "[cubicle] more build output not shown"
-            )
-            asyncio.run_coroutine_threadsafe(self.output("build", text + "\n"), loop).result()
+            asyncio.run_coroutine_threadsafe(event, loop).result()
 
-        made = await asyncio.to_thread(
-            environment_image.ensure_image, client, self.environment, self.layer.repo,
-            sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=on_line,
-            auto_build_sandbox=settings.auto_build_image,
-        )  # fmt: skip
+        made = await self.owner.build(client, self.environment, self.layer.repo, self.session_id, on_line)
         return made.tag
 
     async def setup(self, client: Any, image: str) -> Path:
@@ -145,7 +203,7 @@ class Preparation:
         """
         pinned = Path(self.layer.info.setup) if self.layer.info.setup else None
         if pinned is not None and self.owner.setups.finished(pinned.parent.name):
-            await self.output("setup", f"[cubicle] this session keeps its setup ({pinned.parent.name[:12]})\n")
+            await self.note(f"this session keeps its setup ({pinned.parent.name[:12]})\n")
             return pinned
         environment = self.environment
         command = environment.setup or ""
@@ -154,32 +212,15 @@ class Preparation:
         inputs = await asyncio.to_thread(setup_inputs_hash, environment, self.layer.repo)
         key = setup_key(image_id, command, environment.env, str(network), self.layer, inputs)
         if self.owner.setups.finished(key):
-            await self.output("setup", f"[cubicle] reusing the setup made before ({key[:12]})\n")
+            await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
-        async with self.route(client, network) as route:
+        async with self.owner.route(client, network, self.session_id) as route:
             run = SetupRun(
                 layer=self.layer, image=image, command=command, env=dict(environment.env), route=route,
                 limits=self.limits.model_copy(update={"network": network}), timeout_s=environment.setup_timeout_s,
                 instance=self.settings.instance, session_id=self.session_id,
             )  # fmt: skip
-            return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text))
-
-    @contextlib.asynccontextmanager
-    async def route(self, client: Any, policy: NetworkPolicy) -> AsyncIterator[Route]:
-        """The setup's network: a proxy of its own for ``allow`` (its own internal network, gone after), else direct."""
-        if policy.level != "allow":
-            yield egress.direct(policy)
-            return
-        settings = self.settings
-        gate = Egress(
-            client, session_id=f"{self.session_id}-setup", policy=policy,
-            labels=owners.labels(settings.instance, self.session_id), image=settings.proxy_image,
-            egress_network=settings.egress_network, auto_build=settings.auto_build_image,
-        )  # fmt: skip
-        try:
-            yield await asyncio.to_thread(gate.start)
-        finally:
-            await asyncio.to_thread(gate.stop)
+            return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
 
 
 __all__ = ["Environments", "ImageNotAllowedError", "Preparation", "setups"]

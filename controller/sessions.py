@@ -126,8 +126,9 @@ class Sessions:
         )
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
+        by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
-            limits = limits.model_copy(update={"network": resolved.network.clamp(self.settings.max_limits.network)})
+            limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
         now = time.time()
         record = SessionRecord(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,

@@ -94,12 +94,15 @@ class Setups:
     def finished(self, key: str) -> bool:
         return (self.root / key / "setup.json").is_file()
 
-    async def ensure(self, client: Any, key: str, run: SetupRun, output: Output) -> Path:
-        """The finished tree for ``key``: reused when there, else made by running the setup (SetupError on failure)."""
+    async def ensure(self, client: Any, key: str, run: SetupRun, output: Output, note: Output) -> Path:
+        """The finished tree for ``key``: reused when there, else made by running the setup (SetupError on failure).
+
+        ``output`` gets the command's output; ``note`` Cubicle's own lines about it, which the command cannot forge.
+        """
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         async with self._locked(key):
             if not self.finished(key):
-                await self._make(client, key, run, output)
+                await self._make(client, key, run, output, note)
         return self.tree(key)
 
     @contextlib.asynccontextmanager
@@ -111,7 +114,7 @@ class Setups:
         finally:
             os.close(fd)
 
-    async def _make(self, client: Any, key: str, run: SetupRun, output: Output) -> None:
+    async def _make(self, client: Any, key: str, run: SetupRun, output: Output, note: Output) -> None:
         home = self.root / key
         await asyncio.to_thread(self._remove, home)  # a half run of before
         home.mkdir(mode=0o700)
@@ -124,14 +127,14 @@ class Setups:
         os.chmod(tree, stat.S_IMODE(os.stat(info.repo).st_mode) & 0o777)
         started = time.monotonic()
         try:
-            await run.execute(client, overlay_options([run.layer.repo], tree, work), output)
+            await run.execute(client, overlay_options([run.layer.repo], tree, work), output, note)
         except BaseException:
             await asyncio.to_thread(self._remove, home)
             raise
         dropped = await asyncio.to_thread(keep_only_new, tree, run.layer.repo)
         if dropped:
             shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
-            await output(f"[cubicle] setup changed paths of the repository; those changes are not kept: {shown}\n")
+            await note(f"setup changed paths of the repository; those changes are not kept: {shown}\n")
         record = SetupRecord(key=key, command=run.command, seconds=time.monotonic() - started, dropped=dropped)
         save(home / "setup.json", record)
 
@@ -196,14 +199,14 @@ class SetupRun:
     def volume(self) -> str:
         return f"cubicle-setup-{self.session_id}"
 
-    async def execute(self, client: Any, options: str, output: Output) -> None:
+    async def execute(self, client: Any, options: str, output: Output, note: Output) -> None:
         """Run the command to its end; SetupError with the output's last lines if it fails or times out."""
         labels = owners.labels(self.instance, self.session_id)
         container: Any = None
         try:
             await asyncio.to_thread(self._make_volume, client, options, labels)
             container = await asyncio.to_thread(client.containers.create, **self._options(labels))
-            code = await self._follow(client, container, output)
+            code = await self._follow(client, container, output, note)
         except DockerException as err:
             raise SetupError(f"The setup container could not run: {err}") from None
         finally:
@@ -237,7 +240,7 @@ class SetupRun:
         )  # fmt: skip
         return options
 
-    async def _follow(self, client: Any, container: Any, output: Output) -> int | None:
+    async def _follow(self, client: Any, container: Any, output: Output, note: Output) -> int | None:
         """Start the container and pass its output on; its exit code, or None when it ran out of time."""
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -259,7 +262,7 @@ class SetupRun:
         threading.Thread(target=pump, daemon=True, name=f"setup-{self.session_id}").start()
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self._relay(lines, output)
+                await self._relay(lines, output, note)
                 result = await asyncio.to_thread(container.wait)
         except TimeoutError:
             return None
@@ -267,7 +270,7 @@ class SetupRun:
             sock.close()
         return int(result.get("StatusCode", -1))
 
-    async def _relay(self, lines: asyncio.Queue[str | None], output: Output) -> None:
+    async def _relay(self, lines: asyncio.Queue[str | None], output: Output, note: Output) -> None:
         sent = hidden = 0
         while (line := await lines.get()) is not None:
             self.tail.append(line)
@@ -285,7 +288,7 @@ class SetupRun:
             sent += min(room, len(batch))
             hidden += max(0, len(batch) - room)
         if hidden:
-            await output(f"[cubicle] {hidden} more lines of setup output not shown\n")
+            await note(f"{hidden} more lines of setup output not shown\n")
 
 
 def _lines(chunks: Any) -> Iterator[str]:

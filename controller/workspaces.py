@@ -26,7 +26,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import workspace
-from .errors import ConflictError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
+from .environment import load, trusted_paths
+from .errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
@@ -115,6 +116,14 @@ def summarize(changes: list[Change]) -> ChangeSummary:
     return summary
 
 
+def definition_files(repo: Path) -> tuple[str, ...]:
+    """The files the repository's environment definition reads (none when it has no valid one)."""
+    try:
+        return trusted_paths(load(repo), repo)
+    except CubicleError:
+        return ()
+
+
 class Workspaces:
     """The layers under ``<data_dir>/workspaces``, one per session id."""
 
@@ -132,7 +141,7 @@ class Workspaces:
         what was made of the layer goes.
         """
         try:
-            layer = workspace.create(self.data_dir, session_id, repo)
+            layer = workspace.create(self.data_dir, session_id, repo, definition_files(repo))
         except OSError as err:
             if err.errno not in STORAGE_ERRNOS:
                 raise

@@ -7,7 +7,9 @@ is not on the engine, or Docker failed · 130 Ctrl-C.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import secrets
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +18,7 @@ from rich.text import Text
 
 from .. import engine, terminal
 from ..environment import Environment, definition_hash, load, override
-from ..environment.image import ensure_image
+from ..environments import Environments
 from ..errors import ConfigError, CubicleError, RepoError
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
 
@@ -72,9 +74,8 @@ def env_build(repo: RepoArgument = Path("."), image: ImageOption = None, dockerf
                     err_console.print(terminal.safe_text(line, "dim"))
                 status.update(Text.assemble("building: ", terminal.safe_text(line[:100])))
 
-            found = ensure_image(
-                client, env, repo, sandbox_image=settings.image, ca_bundle=settings.ca_bundle, on_line=show
-            )
+            environments = Environments(settings, lambda directory: None)  # builds only: no setup tree to clear
+            found = asyncio.run(environments.build(client, env, repo, f"env-{secrets.token_hex(4)}", show))
     except (RepoError, ConfigError) as err:
         raise fail(err, EXIT_USAGE) from None
     except CubicleError as err:

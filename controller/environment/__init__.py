@@ -17,6 +17,7 @@ from .definition import (
     override,
     setup_input_files,
     setup_inputs_hash,
+    trusted_paths,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "override",
     "setup_input_files",
     "setup_inputs_hash",
+    "trusted_paths",
 ]

@@ -50,6 +50,7 @@ from .devcontainer import FIELD_KEYS, Converter, join_commands
 from .files import (
     MAX_DEFINITION_BYTES,
     MAX_DOCKERFILE_BYTES,
+    is_inside,
     normalize,
     read_regular,
     read_text,
@@ -568,3 +569,23 @@ def setup_inputs_hash(env: Environment, repo: Path) -> str:
         data = read_regular(path, MAX_INPUT_BYTES, file="setup_inputs", key=rel)
         hasher.update(hashlib.sha256(data).digest())
     return hasher.hexdigest()
+
+
+def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:
+    """Every file of the checkout the definition reads, repo-relative: the definition file (and, when it is
+    a link, where it leads), its Dockerfile and the .dockerignore files of the build. An agent's change to
+    one of them changes what the next session builds and runs, so it is applied only when named."""
+    root = real_root(repo)
+    named: list[str] = []
+    if env.source not in ("default", "request"):
+        named.append(env.source)
+    if env.dockerfile:
+        named += [env.dockerfile, f"{env.dockerfile}.dockerignore"]
+        named.append(".dockerignore" if env.context in (".", "") else f"{env.context}/.dockerignore")
+    found: list[str] = []
+    for rel in named:
+        found.append(rel)
+        real = os.path.realpath(root / rel)
+        if is_inside(root, real) and real != str(root):
+            found.append(Path(real).relative_to(root).as_posix())
+    return tuple(dict.fromkeys(found))

@@ -89,8 +89,15 @@ def ensure_image(
     auto_build_sandbox: bool = True,
     on_line: OnLine | None = None,
     timeout_s: float = BUILD_TIMEOUT_S,
+    network_mode: str = "bridge",
+    proxy: dict[str, str] | None = None,
 ) -> EnvironmentImage:
     """The image ``env`` runs in, built if it is missing (or ``ImageMissingError`` when ``build`` is False); blocking.
+
+    The repository's Dockerfile builds on ``network_mode`` with ``proxy``'s variables as build
+    arguments (Docker passes the ``*_PROXY`` ones to every ``RUN`` without an ``ARG``): sessions
+    and ``cubicle env build`` give it the setup's network (``environments.Environments.build``).
+    The toolbox layer and the CA image build with no network.
 
     Raises ``DefinitionError`` (a path out of the repository, a context too large),
     ``ImageMissingError`` (the base image is not on the engine), ``EnvironmentBuildError``,
@@ -118,7 +125,7 @@ def ensure_image(
         images.ensure(client, sandbox_image, auto_build_sandbox, on_line)
         ca_tag = _ensure_ca(client, ca, say) if ca else None
         if env.dockerfile:
-            base_id = _build_base(client, env, repo, found, ca_tag, say, timeout_s)
+            base_id = _build_base(client, env, repo, found, ca_tag, say, timeout_s, network_mode, proxy or {})
         labels = {
             ROLE: "environment",
             DEFINITION: found.definition_hash,
@@ -252,8 +259,9 @@ def _ensure_ca(client: Any, ca: _Ca, say: OnLine) -> str:
 
 
 def _build_base(
-    client: Any, env: Environment, repo: Path, found: Materials, ca_tag: str | None, say: OnLine, timeout_s: float
-) -> str:
+    client: Any, env: Environment, repo: Path, found: Materials, ca_tag: str | None, say: OnLine, timeout_s: float,
+    network_mode: str, proxy: dict[str, str],
+) -> str:  # fmt: skip
     """Build the repository's Dockerfile (untagged); its image id."""
     assert found.dockerfile is not None and found.context is not None
     text = found.dockerfile
@@ -274,8 +282,9 @@ def _build_base(
             raise EnvironmentBuildError(f"The build context of {repo} changed while it was packed; try again.")
         fileobj.seek(0)
         return _stream(
-            client, fileobj, REPO_DOCKERFILE, None, {}, env.build_args, env.target, say, timeout_s, str(env.dockerfile)
-        )
+            client, fileobj, REPO_DOCKERFILE, None, {}, {**env.build_args, **proxy}, env.target, say, timeout_s,
+            str(env.dockerfile), network_mode,
+        )  # fmt: skip
 
 
 def _build_layer(
@@ -318,6 +327,7 @@ def _stream(
     say: OnLine,
     timeout_s: float,
     what: str,
+    network_mode: str = "none",
 ) -> str:
     """Run one build, relaying its lines; its image id, or EnvironmentBuildError with its last lines."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -337,6 +347,7 @@ def _stream(
             rm=True,
             forcerm=True,
             pull=False,
+            network_mode=network_mode,
             decode=True,
             timeout=timeout_s,
             container_limits={"memory": BUILD_MEMORY, "memswap": BUILD_MEMORY},

@@ -55,7 +55,8 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         rules = load_rules(layer.baseline_file)
         for change in found:
             _describe(change, upper, lower, with_diffs)
-            _judge(change, rules, setup is not None and made_by_setup(setup, lower, change.path))
+            from_setup = setup is not None and made_by_setup(setup, lower, change.path)
+            _judge(change, rules, from_setup, layer.info.trusted)
         gitlike.guard(found, lower)
         if with_diffs:
             _find_renames(found, upper, lower)
@@ -303,7 +304,7 @@ def _head(root: int, path: str) -> bytes | None:
         return None
 
 
-def _judge(change: Change, rules: IgnoreRules, from_setup: bool) -> None:
+def _judge(change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[str, ...] = ()) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
     problem = unsafe_reason(change)
     if is_git_path(change.path):
@@ -312,7 +313,7 @@ def _judge(change: Change, rules: IgnoreRules, from_setup: bool) -> None:
         change.disposition, change.reason = Disposition.UNSAFE, problem
     elif from_setup:
         change.disposition, change.reason = Disposition.ENVIRONMENT, "made by the environment's setup; never applied"
-    elif is_environment_config(change.path):
+    elif is_environment_config(change.path) or change.path in trusted:
         change.disposition = Disposition.TRUSTED
         change.reason = "the environment's definition: applied only when forced by name (apply --force PATH)"
     elif rules.ignored(change.path, change.type == FileType.DIR):

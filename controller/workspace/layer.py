@@ -57,6 +57,7 @@ class LayerInfo(BaseModel):
     dev: int  # the checkout directory's identity when the session began: every mount checks it again
     ino: int
     setup: str | None = None  # the environment's setup tree, a read-only layer between the checkout and ``upper``
+    trusted: tuple[str, ...] = ()  # files the environment's definition reads: applied only when forced by name
 
 
 class Layer:
@@ -101,15 +102,19 @@ def layer_dir(data_dir: Path, session_id: str) -> Path:
     return data_dir / "workspaces" / session_id
 
 
-def create(data_dir: Path, session_id: str, repo: Path) -> Layer:
-    """Make the layer's directories and record the checkout's baseline; the repo must be vetted already."""
+def create(data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = ()) -> Layer:
+    """Make the layer's directories and record the checkout's baseline; the repo must be vetted already.
+
+    ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
+    ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
+    """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode):
         raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
     root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.mkdir(mode=0o700)
-    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino)
+    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino, trusted=trusted)
     layer = Layer(root, info)
     for sub in (layer.work, layer.checkpoints, layer.applies):
         sub.mkdir(mode=0o700)

@@ -25,7 +25,7 @@ from docker.errors import APIError, NotFound
 from controller import setups, workspace
 from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.environment import EnvironmentRequest
-from controller.environments import Environments
+from controller.environments import Environments, ImageNotAllowedError
 from controller.events import Event, SetupOutput
 from controller.network import NONE
 from tests.integration.cli_helpers import cubicle
@@ -111,18 +111,23 @@ async def test_a_build_the_api_caller_names_gets_no_network_beyond_the_servers_c
         f"import urllib.request as u; print('REACHED', u.urlopen('http://{bridge_listener}:8080/', timeout=5).status)"
     )
     repo = make_repo(
-        files={  # e.g. a file an earlier session of the same caller wrote and applied (an ordinary change)
+        files={
             "README.md": "# demo\n",
             "tools/ci.Dockerfile": f"FROM {DEFAULT_IMAGE}\nRUN echo {secrets.token_hex(4)}; "
             f'python3 -c "{fetch}" || echo UNREACHED\n',
         }
     )
     settings = Settings(max_limits=Limits(network=NONE), limits=Limits(network=NONE))
-    request = EnvironmentRequest(dockerfile="tools/ci.Dockerfile")  # no image named: allowed_images is not asked
-    ready, sink = await _prepare(docker_client, settings, repo, tmp_path, request)
+    with pytest.raises(ImageNotAllowedError, match="may not choose what is built"):
+        Environments(settings, lambda directory: None).resolve(
+            repo, EnvironmentRequest(dockerfile="tools/ci.Dockerfile")
+        )
+    (repo / ".cubicle").mkdir()  # the repository's own definition builds it: still under the server's ceiling
+    (repo / ".cubicle/environment.toml").write_text('dockerfile = "tools/ci.Dockerfile"\n')
+    ready, sink = await _prepare(docker_client, settings, repo, tmp_path, None)
     built.append(ready.image)
     output = "".join(e.text for e in sink.events if isinstance(e, SetupOutput))
-    assert "REACHED 200" not in output.replace("print('REACHED'", ""), (
+    assert "UNREACHED" in output and "REACHED 200" not in output.replace("print('REACHED'", ""), (
         "with the server's ceiling at network none, a build named by the request fetched from the bridge:\n"
         + "\n".join(line for line in output.splitlines() if "REACHED" in line)
     )

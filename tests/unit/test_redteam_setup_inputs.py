@@ -1,11 +1,10 @@
-"""Red-team findings (setup step): the setup's cache key reads the checkout through ``pathlib.glob``, unbounded.
+"""Red-team findings (setup step): the setup's cache key must read the checkout boundedly.
 
-``setups.input_files`` (what ``setup_key`` hashes before every setup) is not the bounded walker
-``environment.setup_input_files``: ``Path.glob`` follows a symlinked directory named by a
-pattern, so a cloned repository with ``host -> /`` and ``setup_inputs = ["host/**/x"]`` makes
-the controller walk the host's whole filesystem (as root under compose; on this machine it ran
-11 s and ended the session with an internal RecursionError), and one matching file is read
-into memory whole, whatever MAX_INPUT_BYTES says.
+The key once hashed its inputs through ``pathlib.glob``, which follows a symlinked directory
+named by a pattern: a cloned repository with ``host -> /`` and ``setup_inputs = ["host/**/x"]``
+made the controller walk the host's whole filesystem (11 s, then a RecursionError), and one
+matching file was read into memory whole. The key now hashes ``environment.setup_inputs_hash``,
+the bounded walker; these tests hold it to that.
 """
 
 from __future__ import annotations
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from controller import setups
-from controller.errors import SetupError
+from controller.environment import Environment, setup_inputs_hash
+from controller.environment.definition import MAX_INPUT_BYTES
+from controller.errors import DefinitionError
 
 
 def test_setup_inputs_never_walk_out_of_the_repository_through_a_symlink(
@@ -36,7 +36,7 @@ def test_setup_inputs_never_walk_out_of_the_repository_through_a_symlink(
         return scandir(path)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "scandir", spy)
-    setups.input_files(repo, ["pyproject.toml", "host/**/*.txt"])
+    setup_inputs_hash(Environment(setup_inputs=("pyproject.toml", "host/**/*.txt")), repo)
     walked = sorted({p for p in listed if os.path.realpath(p).startswith(str(outside))})
     assert not walked, f"the setup's inputs were looked for outside the repository: {walked}"
 
@@ -46,6 +46,6 @@ def test_one_setup_input_larger_than_the_bound_is_refused_not_read_whole(tmp_pat
     repo.mkdir()
     big = repo / "requirements-big.txt"  # matched by the default inputs' requirements*.txt
     with open(big, "wb") as f:
-        f.truncate(setups.MAX_INPUT_BYTES + (16 << 20))  # an agent can apply up to 1 GiB; sparse here to save disk
-    with pytest.raises(SetupError):
-        setups.input_files(repo, ["requirements*.txt"])
+        f.truncate(MAX_INPUT_BYTES + (16 << 20))  # an agent can apply up to 1 GiB; sparse here to save disk
+    with pytest.raises(DefinitionError):
+        setup_inputs_hash(Environment(setup_inputs=("requirements*.txt",)), repo)
