@@ -18,10 +18,10 @@ import anthropic
 
 from bench.measure import Report
 from controller.agent import Agent, Conversation, TurnOutcome
+from controller.anthropic_model import AnthropicModel
 from controller.config import Limits
 from controller.context import ContextPolicy, Edit, Measure, estimate_tokens, plan, view
 from controller.events import ContextEdited, ListSink
-from controller.model import AnthropicModel
 from controller.scripted import Scenario, ScriptedServer, serve_in_thread
 from controller.testing import MemorySandbox, Reply
 

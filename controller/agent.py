@@ -15,9 +15,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
-
-from anthropic.types import Message
+from typing import TYPE_CHECKING, Any
 
 from . import tools
 from .compactor import Compactor
@@ -40,6 +38,9 @@ from .events import (
 from .model import Model, block_to_param
 from .sandbox import Sandbox
 from .tools import Approver
+
+if TYPE_CHECKING:
+    from anthropic.types import Message
 
 log = logging.getLogger(__name__)
 

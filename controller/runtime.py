@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anthropic
 from docker.errors import DockerException
 
 from . import images, owners, sandbox, tools
@@ -28,11 +28,14 @@ from .environment import Environment
 from .environments import Environments
 from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
-from .model import SYSTEM_PROMPT, AnthropicModel, make_client
+from .model import SYSTEM_PROMPT, Model
 from .network import NetworkPolicy
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
 from .workspaces import Workspaces
+
+if TYPE_CHECKING:
+    import anthropic
 
 SandboxFactory = Callable[[Path, str, Limits], Sandbox]
 """Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""
@@ -114,7 +117,7 @@ class Runtime:
         """
         return Agent(
             session_id=session_id,
-            model=AnthropicModel(self._client(), model, self.settings.max_tokens),
+            model=self._model(model),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
             approver=approver, save_transcript=save_transcript, context=context or self.settings.context,
             on_turn_end=on_turn_end,
@@ -123,7 +126,7 @@ class Runtime:
     def compactor(self, session_id: str, model: str, sink: EventSink, context: ContextPolicy | None) -> Compactor:
         """What compacts a session's context between turns (``POST /compact``), as its agent would."""
         return Compactor(
-            session_id, AnthropicModel(self._client(), model, self.settings.max_tokens),
+            session_id, self._model(model),
             self.settings.system_prompt or SYSTEM_PROMPT, tools.definitions(), context or self.settings.context,
             sink.emit,
         )  # fmt: skip
@@ -136,8 +139,15 @@ class Runtime:
 
     def _client(self) -> anthropic.AsyncAnthropic:
         if self._model_client is None:
+            from .anthropic_model import make_client  # the SDK takes seconds to import: only when a model is used
+
             self._model_client = make_client(self.settings)
         return self._model_client
+
+    def _model(self, name: str) -> Model:
+        from .anthropic_model import AnthropicModel
+
+        return AnthropicModel(self._client(), name, self.settings.max_tokens)
 
     def _clear_as_root(self, directory: Path) -> None:
         sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)

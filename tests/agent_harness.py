@@ -15,10 +15,11 @@ import anthropic
 import pytest
 
 from controller.agent import Agent, Conversation, TurnOutcome
+from controller.anthropic_model import AnthropicModel
 from controller.config import Limits
 from controller.context import ContextPolicy
 from controller.events import ListSink
-from controller.model import SYSTEM_PROMPT, AnthropicModel
+from controller.model import SYSTEM_PROMPT
 from controller.sandbox import DockerSandbox, Sandbox
 from controller.scripted import Scenario, ScriptedServer
 from controller.testing import MemorySandbox, Reply

@@ -11,9 +11,10 @@ from typing import Any
 import anthropic
 
 from controller.agent import Agent, Conversation
+from controller.anthropic_model import AnthropicModel
 from controller.config import Limits
 from controller.events import ListSink, ToolCall, ToolResult
-from controller.model import SYSTEM_PROMPT, AnthropicModel
+from controller.model import SYSTEM_PROMPT
 from controller.sandbox import DockerSandbox
 from tests.agent_harness import LIMITS, register, text, tool
 from tests.eventually import eventually_async

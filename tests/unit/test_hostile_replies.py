@@ -20,9 +20,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from controller.anthropic_model import collect
 from controller.api import create_app
 from controller.config import Settings
-from controller.model import INVALID_INPUT, collect, parse_tool_input
+from controller.model import INVALID_INPUT, parse_tool_input
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text

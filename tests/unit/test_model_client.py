@@ -10,9 +10,9 @@ import anthropic
 import pytest
 import yaml
 
+from controller.anthropic_model import make_client
 from controller.config import Settings
 from controller.errors import ConfigError
-from controller.model import make_client
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose.yaml"
 HOST = {"CUBICLE_API_TOKEN": "t" * 32, "CUBICLE_REPO_ROOT": "/srv/code"}  # what compose.yaml demands be set
