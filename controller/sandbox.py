@@ -177,6 +177,7 @@ class DockerSandbox:
         self.image = image
         self.instance = instance
         self.auto_build = auto_build
+        self._auto_build_proxy = auto_build  # ``auto_build`` turns off for an environment's image, not the proxy's
         self.env: dict[str, str] = {}
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
@@ -295,7 +296,7 @@ class DockerSandbox:
         if self._egress is None:
             self._egress = Egress(
                 self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
-                image=self.proxy_image, egress_network=self.egress_network, auto_build=self.auto_build,
+                image=self.proxy_image, egress_network=self.egress_network, auto_build=self._auto_build_proxy,
             )  # fmt: skip
         return await asyncio.to_thread(self._egress.start)
 
