@@ -52,8 +52,8 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def _repo(make_repo: Callable[..., Path], toml: str) -> Path:
-    return make_repo("repo", files={"README.md": "# demo\n", ".cubicle/environment.toml": toml})
+def _repo(make_repo: Callable[..., Path], toml: str, files: dict[str, str] | None = None) -> Path:
+    return make_repo("repo", files={"README.md": "# demo\n", ".cubicle/environment.toml": toml, **(files or {})})
 
 
 def _run(repo: Path, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[int, list[dict[str, Any]], str]:
@@ -80,18 +80,23 @@ def test_setup_reaches_its_allowed_host_and_the_agent_runs_offline_on_what_it_le
     assert changes["summary"]["files"] == 0 and changes["summary"]["held_back"] == 0
 
 
+BROKEN_BUILD = {"Dockerfile": f"FROM {DEFAULT_IMAGE}\nRUN echo step-before-the-break && exit 7\n"}
+
+
 @pytest.mark.parametrize(
-    ("toml", "said"),
+    ("toml", "files", "said"),
     [
-        ('setup = "echo preparing; echo boom >&2; exit 3"\n', ["exit code 3", "boom", "preparing"]),
-        ('setup = "echo started; sleep 600"\nsetup_timeout_s = 2\n', ["ran longer than 2s", "started"]),
+        ('setup = "echo preparing; echo boom >&2; exit 3"\n', {}, ["exit code 3", "boom", "preparing"]),
+        ('setup = "echo started; sleep 600"\nsetup_timeout_s = 2\n', {}, ["ran longer than 2s", "started"]),
+        ('dockerfile = "Dockerfile"\nsetup = "true"\n', BROKEN_BUILD, ["step-before-the-break", "7"]),
     ],
-    ids=["fails", "hangs"],
+    ids=["fails", "hangs", "build-fails"],
 )
-def test_a_setup_that_fails_or_hangs_ends_the_session_before_the_model_is_asked(
-    make_repo: Callable[..., Path], tmp_path: Path, docker_client: Any, toml: str, said: list[str]
-) -> None:
-    code, events, stderr = _run(_repo(make_repo, toml), tmp_path)
+def test_a_setup_or_build_that_fails_or_hangs_ends_the_session_before_the_model_is_asked(
+    make_repo: Callable[..., Path], tmp_path: Path, docker_client: Any, toml: str, files: dict[str, str],
+    said: list[str],
+) -> None:  # fmt: skip
+    code, events, stderr = _run(_repo(make_repo, toml, files), tmp_path)
     assert code == 4, stderr[-2000:]
     error = next(e for e in events if e["type"] == "error")
     assert error["kind"] == "setup" and all(text in error["message"] for text in said), error
