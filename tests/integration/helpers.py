@@ -33,8 +33,12 @@ async def sh(box: DockerSandbox, command: str, timeout_s: int = 30) -> CommandRe
 
 
 def containers_of(client: Any, session_id: str) -> list[Any]:
-    """Every container (running or not) labelled with the session ``session_id``."""
-    return list(client.containers.list(all=True, filters={"label": f"{owners.SESSION}={session_id}"}))
+    """Every container (running or not) labelled with the session ``session_id``.
+
+    One list call (sparse: no inspect per container), so a container being removed meanwhile
+    cannot make it fail with 404.
+    """
+    return list(client.containers.list(all=True, sparse=True, filters={"label": f"{owners.SESSION}={session_id}"}))
 
 
 def container_running(client: Any, needle: str) -> Any:
