@@ -21,8 +21,8 @@ from typing import Any
 from docker.errors import APIError
 
 from bench.measure import Report, Row, Sample, ms
-from bench.rows import READY_TARGET, give_away, make_repo, sandbox
-from controller import images, owners
+from bench.rows import READY_TARGET, bare_run, give_away, make_repo, sandbox
+from controller import images
 from controller.config import Settings
 from controller.environment import load
 from controller.environment.image import ensure_image
@@ -54,12 +54,6 @@ async def _rounds(report: Report, client: Any, image: str, repo: Path, tag: str,
     plain_ready: list[float] = []
     bare: list[float] = []
 
-    def bare_run() -> Any:
-        container = client.containers.create(tag, ["true"], labels={owners.MANAGED: "bench"})
-        container.start()
-        container.wait()
-        return container
-
     for _ in range(n):
         start = time.perf_counter()
         env_tag = await asyncio.to_thread(resolve)
@@ -76,7 +70,7 @@ async def _rounds(report: Report, client: Any, image: str, repo: Path, tag: str,
         await box.stop()
 
         start = time.perf_counter()
-        container = await asyncio.to_thread(bare_run)
+        container = await asyncio.to_thread(bare_run, client, tag)
         bare.append(time.perf_counter() - start)
         await asyncio.to_thread(container.remove, force=True)
     ours, plain, base = Sample(env_ready), Sample(plain_ready), Sample(bare)

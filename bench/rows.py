@@ -82,6 +82,14 @@ LAYER_TOLERANCE = 1.2
 """Tool calls over the layer count as unchanged within 20 % of the bind mount's p50 (the noise of a shared machine)."""
 
 
+def bare_run(client: Any, image: str) -> Any:
+    """The baseline of a session's start: ``docker run IMAGE true``, run to its end; the container, to remove."""
+    container = client.containers.create(image, ["true"], labels={owners.MANAGED: "bench"})
+    container.start()
+    container.wait()
+    return container
+
+
 async def tool_overhead(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     """read_file and run_command over the workspace layer: against docker exec, and against the old bind mount."""
     repo = make_repo(root, "overhead")
@@ -235,12 +243,6 @@ async def ready_and_teardown(report: Report, client: Any, image: str, root: Path
     ready: dict[str, list[float]] = {"layer": [], "bind": [], "bare": []}
     teardown, removals = [], []
 
-    def bare_run() -> Any:
-        container = client.containers.create(image, ["true"], labels={owners.MANAGED: "bench"})
-        container.start()
-        container.wait()
-        return container
-
     for _ in range(n):
         for name, box in (("layer", layered), ("bind", bound)):
             start = time.perf_counter()
@@ -251,7 +253,7 @@ async def ready_and_teardown(report: Report, client: Any, image: str, root: Path
             if name == "layer":
                 teardown.append(time.perf_counter() - start)
         start = time.perf_counter()
-        container = await asyncio.to_thread(bare_run)
+        container = await asyncio.to_thread(bare_run, client, image)
         ready["bare"].append(time.perf_counter() - start)
         await asyncio.to_thread(container.remove, force=True)
         running = await asyncio.to_thread(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from docker.errors import APIError, NotFound
@@ -55,3 +59,32 @@ def container_running(client: Any, needle: str) -> Any:
         if any(needle in " ".join(p) for p in processes):
             return container
     return None
+
+
+@contextlib.contextmanager
+def listening(address: str) -> Iterator[tuple[int, list[str]]]:
+    """A TCP server of the host's on ``address`` (port chosen) that records each peer that connects: (port, peers)."""
+    server = socket.socket()
+    server.bind((address, 0))
+    server.listen()
+    server.settimeout(0.2)
+    hits: list[str] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                continue
+            hits.append(peer[0])
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], hits
+    finally:
+        stop.set()
+        thread.join()
+        server.close()

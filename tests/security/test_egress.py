@@ -12,8 +12,6 @@ import asyncio
 import base64
 import json
 import secrets
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +26,7 @@ from controller.errors import SandboxError
 from controller.network import parse
 from controller.protocol import Failure
 from controller.sandbox import DockerSandbox
-from tests.integration.helpers import call, sh
+from tests.integration.helpers import call, listening, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 
 PROBE = r"""
@@ -151,28 +149,8 @@ def allow_box(
 @pytest.fixture
 def host_listener() -> Iterator[tuple[int, list[str]]]:
     """A TCP server on every address of the host (0.0.0.0) that records who connects."""
-    server = socket.socket()
-    server.bind(("0.0.0.0", 0))
-    server.listen()
-    server.settimeout(0.2)
-    hits: list[str] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, peer = server.accept()
-            except OSError:
-                continue
-            hits.append(peer[0])
-            conn.close()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], hits
-    stop.set()
-    thread.join()
-    server.close()
+    with listening("0.0.0.0") as found:
+        yield found
 
 
 def of_session(client: Any, session_id: str) -> tuple[list[str], list[str]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,34 +10,14 @@ import pytest
 from controller.config import Limits
 from controller.network import OPEN
 from controller.sandbox import DockerSandbox
-from tests.integration.helpers import sh
+from tests.integration.helpers import listening, sh
 
 
 @pytest.fixture
 def host_listener() -> Iterator[int]:
     """A TCP server on the host's loopback that records any connection."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    hits: list[str] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-                hits.append("hit")
-                conn.close()
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    server.close()
+    with listening("127.0.0.1") as (port, hits):
+        yield port
     assert hits == [], "the sandbox reached a port on the host's loopback"
 
 
