@@ -8,9 +8,9 @@ that maps the exception tree to a status code and a ``detail``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.resources
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -23,7 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from . import __version__, repos
+from . import __version__, repos, webui
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit, estimate_tokens
 from .environment import EnvironmentRequest
@@ -180,8 +180,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in {
         400: "Malformed repository path",
-        401: "Missing or wrong bearer token",
-        403: "Repository outside the allowed roots or a system path",
+        401: "Missing or wrong bearer token (or sign-in cookie)",
+        403: "Repository outside the allowed roots or a system path; a cross-origin browser request",
         404: "No such session",
         409: "A turn is running, the repository overlaps a running session's, the checkout changed (conflicts), "
         "or the repository path no longer leads to the directory the session began on",
@@ -209,18 +209,12 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 def _authorize(
-    settings: SettingsDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],  # documents the scheme
 ) -> None:
-    expected = settings.api_token
-    if expected is None:
-        return  # only ever served on loopback (see `cubicle serve`)
-    given = credentials.credentials if credentials else ""
-    if not secrets.compare_digest(given.encode(), expected.get_secret_value().encode()):
-        raise _Unauthorized()
-
-
-class _Unauthorized(Exception):
-    pass
+    """The bearer token or the viewer's sign-in cookie (see ``webui``); none needed on loopback-only servers."""
+    webui.authenticate(request, settings.api_token)
 
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=ERRORS)
@@ -251,6 +245,19 @@ async def list_sessions(
     """Sessions, newest first."""
     items, total = sessions.page(limit, offset)
     return SessionPage(items=items, total=total, limit=limit, offset=offset)
+
+
+class RepoList(BaseModel):
+    roots: list[str] = Field(description="The configured roots (CUBICLE_REPO_ROOTS).")
+    repos: list[str] = Field(description="Git checkouts found under them (a few levels deep, at most 500).")
+
+
+@router.get("/repos", response_model=RepoList)
+async def list_repos(settings: SettingsDep) -> RepoList:
+    """Repositories a session may be started on, as a form offers them; any path under the roots is accepted."""
+    protected = [path for path in (settings.docker_socket, settings.data_dir) if path is not None]
+    found = await asyncio.to_thread(repos.listed, settings.repo_roots, protected)
+    return RepoList(roots=[str(root) for root in settings.repo_roots], repos=found)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionRecord)
@@ -482,11 +489,9 @@ def _handle_errors(app: FastAPI) -> None:
         ]
         return JSONResponse({"detail": detail}, status_code=422)
 
-    @app.exception_handler(_Unauthorized)
-    async def unauthorized(request: Request, err: _Unauthorized) -> JSONResponse:
-        return JSONResponse(
-            {"detail": "A valid bearer token is required."}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
-        )
+    @app.exception_handler(webui.Refused)
+    async def refused(request: Request, err: webui.Refused) -> JSONResponse:
+        return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=err.headers)
 
 
 def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None) -> FastAPI:
@@ -498,6 +503,7 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
     app.state.settings = settings
     app.include_router(router)
     app.include_router(docs_router)
+    webui.install(app)
 
     @app.get("/healthz", response_model=Health)
     async def healthz(request: Request) -> Health:
@@ -506,4 +512,5 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
 
     _handle_errors(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(webui.Guard, settings=settings)  # outermost: the Host guard runs before anything else
     return app

@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body the API accepts.")
     sse_heartbeat_s: float = Field(15, gt=0, description="Seconds between SSE keep-alive comments.")
+    ui_session_hours: float = Field(
+        12, gt=0, le=24 * 30, description="How long a browser's sign-in (its session cookie) lasts."
+    )
     docker_host: str = Field(
         DEFAULT_DOCKER_HOST,
         validation_alias=AliasChoices("DOCKER_HOST", "CUBICLE_DOCKER_HOST"),

@@ -23,7 +23,17 @@ from rich.table import Table
 from rich.text import Text
 
 from . import terminal
-from .events import ContextEdited, Event, SessionFinished, SetupOutput, TextDelta, ToolCall, ToolResult, UsageEvent
+from .events import (
+    ContextEdited,
+    Event,
+    SessionFinished,
+    SetupOutput,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    UsageEvent,
+    UserMessage,
+)
 
 PREVIEW_CHARS = 160
 TAGS = {"<stdout>", "</stdout>", "<stderr>", "</stderr>"}
@@ -299,6 +309,9 @@ class LiveSink:
         elif isinstance(event, ContextEdited):
             self._flush_text()
             self.console.print(context_line(event))
+        elif isinstance(event, UserMessage):
+            self._flush_text()
+            self.console.print(Text.assemble(("you │ ", "green"), terminal.safe_text(event.text)))
         elif isinstance(event, SetupOutput):
             self._flush_text()
             for line in event.text.splitlines():

@@ -52,6 +52,13 @@ class SessionStarted(_Event):
     model: str
 
 
+class UserMessage(_Event):
+    """A follow-up message from the user, at the start of the turn it begins (the first task is in session_started)."""
+
+    type: Literal["user_message"] = "user_message"
+    text: str
+
+
 class TextDelta(_Event):
     type: Literal["text"] = "text"
     text: str
@@ -170,6 +177,7 @@ class ErrorEvent(_Event):
 
 Event = Annotated[
     SessionStarted
+    | UserMessage
     | TextDelta
     | ToolCall
     | ToolResult

@@ -8,6 +8,7 @@ controller's own data.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -63,3 +64,38 @@ def refuse_protected(real: Path, protected: Iterable[Path], raw: str | None = No
         target = Path(os.path.realpath(item))
         if _within(target, real) or _within(real, target):
             raise ForbiddenRepoError(f"The repo {raw or str(real)!r} would expose {item} to the sandbox.")
+
+
+MAX_LISTED = 500
+LIST_DEPTH = 3
+
+
+def listed(roots: Iterable[Path], protected: Iterable[Path]) -> list[str]:
+    """Git checkouts under ``roots`` (each root too, and up to ``LIST_DEPTH`` levels below), for a form to offer.
+
+    Each is one ``resolve`` accepts; hidden directories are not entered; at most ``MAX_LISTED``.
+    The list is a convenience: a session may still name any repository under the roots.
+    """
+    protected = list(protected)
+    found: list[str] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        if len(found) >= MAX_LISTED:
+            return
+        if (folder / ".git").exists():
+            with contextlib.suppress(RepoError, ForbiddenRepoError):  # listed only if a session could use it
+                found.append(str(resolve(str(folder), roots, protected)))
+            return
+        if depth >= LIST_DEPTH:
+            return
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                walk(Path(entry.path), depth + 1)
+
+    for root in roots:
+        walk(Path(root), 0)
+    return sorted(set(found))

@@ -25,7 +25,7 @@ from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .environment import EnvironmentRequest
 from .errors import CapacityError, ConflictError, NotFoundError
-from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage
+from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage, UserMessage
 from .feed import Feed
 from .live import LiveSession
 from .recorder import Recorder
@@ -146,6 +146,7 @@ class Sessions:
         self._check_capacity()
         live = live or await self._load(record)
         self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
+        await live.recorder.emit(UserMessage(session_id=session_id, text=text))
         await live.begin(text)
         return self.get(session_id)
 

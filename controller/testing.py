@@ -63,6 +63,10 @@ SCRIPTED_PORT = 8123
 SCENARIO_PATH = "/etc/cubicle/scenario.json"
 
 
+LOOPBACK = "http://127.0.0.1"
+"""Base URL for an in-process test client of a server without a token: it answers only to a loopback Host."""
+
+
 class NoSandbox:
     """A sandbox that refuses every call: for tests that never reach a tool."""
 

@@ -140,6 +140,11 @@ def test_follow_up_and_409_while_running(
     user_texts = [b["text"] for m in transcript if m["role"] == "user" for b in m["content"] if b["type"] == "text"]
     assert user_texts == ["do it", "now read the readme"]
     assert transcript[-1]["content"][0]["text"] == "second turn done"
+    events = api.events(sid)
+    (said,) = [e for e in events if e["type"] == "user_message"]  # the follow-up is in the record, in its place
+    assert said["text"] == "now read the readme"
+    kinds = [e["type"] for e in events]
+    assert kinds.index("user_message") == kinds.index("session_finished") + 1
 
 
 def test_cancel_mid_command_leaves_nothing(

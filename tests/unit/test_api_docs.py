@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from controller.api import create_app
 from controller.config import Settings
-from controller.testing import NoSandbox
+from controller.testing import LOOPBACK, NoSandbox
 
 TOKEN = "docs-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -19,7 +19,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _client(tmp_path: Path, token: str | None) -> TestClient:
     settings = Settings(api_key="unused", api_token=token, repo_roots=[tmp_path], data_dir=tmp_path / "data")
-    return TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox()))
+    return TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox()), base_url=LOOPBACK)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from controller import engine
 from controller.api import create_app
 from controller.config import DEFAULT_DOCKER_HOST, Settings
 from controller.errors import DockerUnavailableError
-from controller.testing import NoSandbox
+from controller.testing import LOOPBACK, NoSandbox
 from tests.sandbox_defaults import owned_dir
 
 
@@ -55,7 +55,7 @@ def test_the_repository_holding_the_engines_socket_is_refused(tmp_path: Path, ho
         api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, repo_roots=[roots], data_dir=tmp_path / "data",
         docker_host=host.replace("ROOTS", str(roots)),
     )  # fmt: skip
-    with TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox())) as client:
+    with TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox()), base_url=LOOPBACK) as client:
         response = client.post("/v1/sessions", json={"repo": str(roots / "sockdir"), "task": "t"})
     assert response.status_code == (403 if refused else 201), response.text
     if refused:

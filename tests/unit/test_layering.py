@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
         "images",
         "repos",
         "model",
+        "webui",
         "anthropic_model",
         "store",
         "display",

@@ -1,0 +1,152 @@
+"""The viewer's guards with TestClient: sign-in cookie, Origin, Host, security headers, the page and its assets."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from controller import webui
+from controller.api import create_app
+from controller.config import Settings
+from controller.testing import LOOPBACK, NoSandbox
+from tests.sandbox_defaults import owned_dir
+
+TOKEN = "viewer-unit-test-token"
+HERE = "http://127.0.0.1"
+
+
+def _settings(tmp_path: Path, token: str | None) -> Settings:
+    return Settings(
+        api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=token,
+        repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    owned_dir(tmp_path / "roots" / "app" / ".git")
+    owned_dir(tmp_path / "roots" / "group" / "lib" / ".git")
+    owned_dir(tmp_path / "roots" / "notes")
+    owned_dir(tmp_path / "roots" / ".hidden" / "x" / ".git")
+    return tmp_path / "roots"
+
+
+@pytest.fixture
+def client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
+    app = create_app(_settings(tmp_path, TOKEN), sandbox_factory=lambda *_: NoSandbox())
+    with TestClient(app, base_url=HERE) as c:
+        yield c
+
+
+@pytest.fixture
+def open_client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
+    with TestClient(
+        create_app(_settings(tmp_path, None), sandbox_factory=lambda *_: NoSandbox()), base_url=LOOPBACK
+    ) as c:
+        yield c
+
+
+def _sign_in(client: TestClient) -> None:
+    response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
+    assert response.status_code == 204, response.text
+
+
+def test_the_page_is_served_with_a_strict_policy(client: TestClient) -> None:
+    assert client.get("/", follow_redirects=False).headers["location"] == "/ui/"
+    page = client.get("/ui/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
+    for missing in ("nothing.js", "..%2Fapi.py", "index"):
+        assert client.get(f"/ui/assets/{missing}").status_code == 404
+    # API answers carry the policy too; only Swagger UI's page (inline script) gets the framing part alone.
+    assert client.get("/v1/sessions").headers["content-security-policy"] == webui.CSP
+    assert (
+        client.get("/docs", headers={"Authorization": f"Bearer {TOKEN}"}).headers["content-security-policy"]
+        == webui.DOCS_CSP
+    )
+
+
+def test_sign_in_gives_an_httponly_strict_cookie_that_the_api_accepts(client: TestClient) -> None:
+    assert client.get("/ui/auth").json() == {"mode": "token", "signed_in": False}
+    assert client.get("/v1/sessions").status_code == 401
+    wrong = client.post("/ui/login", json={"token": "not-it"}, headers={"Origin": HERE})
+    assert wrong.status_code == 401 and "cubicle_session" not in wrong.headers.get("set-cookie", "")
+    response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie and "Max-Age=43200" in cookie
+    assert client.get("/ui/auth").json() == {"mode": "token", "signed_in": True}
+    assert client.get("/v1/sessions").status_code == 200
+    assert client.get("/v1/repos").status_code == 200
+
+
+def test_a_cookie_request_that_changes_something_needs_this_origin(client: TestClient, roots: Path) -> None:
+    _sign_in(client)
+    body = {"repo": str(roots / "app"), "task": "t", "model": "scripted"}
+    for origin in (None, "http://127.0.0.1:3000", "http://evil.example", "null", "https://127.0.0.1"):
+        headers = {"Origin": origin} if origin else {}
+        refused = client.post("/v1/sessions", json=body, headers=headers)
+        assert refused.status_code == 403 and "cross-origin" in refused.json()["detail"], origin
+        assert client.post("/v1/sessions/x/cancel", headers=headers).status_code == 403
+        assert client.delete("/v1/sessions/x", headers=headers).status_code == 403
+    # From the page's own origin the request reaches the route (which then says the session does not exist).
+    assert client.post("/v1/sessions/x/cancel", headers={"Origin": HERE}).status_code == 404
+    # The bearer token needs no Origin: a browser cannot send it cross-site without a preflight.
+    bearer = {"Authorization": f"Bearer {TOKEN}", "Origin": "http://evil.example"}
+    assert client.post("/v1/sessions/x/cancel", headers=bearer).status_code == 404
+
+
+def test_cookies_expire_are_bound_to_the_token_and_can_be_revoked(client: TestClient) -> None:
+    now = time.time()
+    revoked: dict[str, int] = {}
+    token = SecretStr(TOKEN)
+    good = webui.issue(token, 60, now)
+    assert webui.verify(token, good, now, revoked)
+    assert not webui.verify(token, good, now + 61, revoked)  # expired
+    assert not webui.verify(SecretStr("another-token-of-this-server"), good, now, revoked)
+    expires, nonce, mac = good.split(".")
+    for forged in (
+        f"{int(expires) + 999}.{nonce}.{mac}",
+        f"{expires}.{nonce}x.{mac}",
+        f"{expires}.{nonce}.",
+        "",
+        "a.b.c",
+    ):
+        assert not webui.verify(token, forged, now, revoked), forged
+    webui.revoke(good, now, revoked)
+    assert not webui.verify(token, good, now, revoked)
+
+    _sign_in(client)
+    assert client.get("/v1/sessions").status_code == 200
+    stolen = client.cookies.get("cubicle_session")
+    assert client.post("/ui/logout", headers={"Origin": HERE}).status_code == 204
+    client.cookies.set("cubicle_session", stolen or "")
+    assert client.get("/v1/sessions").status_code == 401  # a copy kept from before the sign-out is dead too
+
+
+def test_loopback_mode_answers_only_loopback_hosts_and_refuses_foreign_origins(
+    open_client: TestClient, roots: Path
+) -> None:
+    assert open_client.get("/ui/auth").json() == {"mode": "loopback", "signed_in": True}
+    for host in ("localhost:8750", "127.0.0.1", "127.0.0.2:1", "[::1]:8750", "LOCALHOST"):
+        assert open_client.get("/v1/sessions", headers={"Host": host}).status_code == 200, host
+    for host in ("rebind.evil.example:8750", "evil.localhost.example", "0.0.0.0:8750", "192.168.1.10", "", "[::1"):
+        refused = open_client.get("/v1/sessions", headers={"Host": host})
+        assert refused.status_code == 421 and "loopback" in refused.json()["detail"], host
+        assert open_client.get("/healthz", headers={"Host": host}).status_code == 421
+    cross = open_client.post("/v1/sessions/x/cancel", headers={"Origin": "http://127.0.0.1:5173"})
+    assert cross.status_code == 403
+    assert open_client.post("/v1/sessions/x/cancel", headers={"Origin": LOOPBACK}).status_code == 404
+    assert open_client.post("/v1/sessions/x/cancel").status_code == 404  # the CLI and curl send no Origin
+
+
+def test_repos_lists_checkouts_under_the_roots(open_client: TestClient, roots: Path) -> None:
+    listed = open_client.get("/v1/repos").json()
+    assert listed["roots"] == [str(roots)]
+    assert listed["repos"] == [str(roots / "app"), str(roots / "group" / "lib")]
