@@ -1,0 +1,172 @@
+// A session's changes: the files with their dispositions and diffs, and the actions on them
+// (apply, revert, discard, rewind to a checkpoint). A refused apply shows its conflicts.
+import { get, post, sessionPath, ApiError } from "./api.js";
+import { el, replace } from "./dom.js";
+
+const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted"]);
+const KINDS = new Set(["added", "modified", "deleted"]);
+
+export function mountChanges(box, id, onChanged) {
+  const summary = el("span", { class: "muted", testid: "changes-summary" }, "loading…");
+  const list = el("div", { class: "change-list", testid: "change-list" });
+  const message = el("p", { class: "notice", testid: "changes-message", hidden: true });
+  const conflicts = el("div", { class: "conflicts", testid: "conflicts", hidden: true });
+  const applyBtn = el("button", { type: "button", testid: "apply" }, "Apply to checkout");
+  const revertBtn = el("button", { type: "button", testid: "revert" }, "Revert last apply");
+  const discardBtn = el("button", { type: "button", class: "danger", testid: "discard" }, "Discard changes");
+  const turn = el("select", { testid: "rewind-turn", name: "turn" });
+  const rewindBtn = el("button", { type: "button", testid: "rewind" }, "Rewind");
+  const buttons = [applyBtn, revertBtn, discardBtn, rewindBtn];
+  let running = false;
+  let pending = null;
+
+  replace(box,
+    el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
+    el("div", { class: "actions" }, applyBtn, revertBtn, discardBtn,
+      el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
+    message, conflicts, list);
+
+  function say(text, isError = false) {
+    message.textContent = text;
+    message.className = isError ? "error" : "notice";
+    message.hidden = !text;
+  }
+
+  async function act(label, path, body) {
+    say("");
+    conflicts.hidden = true;
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      const result = await post(`${sessionPath(id)}/${path}`, body);
+      say(describe(label, result));
+    } catch (err) {
+      if (err instanceof ApiError && err.body && Array.isArray(err.body.conflicts) && err.body.conflicts.length) {
+        showConflicts(err.body.conflicts);
+        say(`${label} refused: ${err.message}`, true);
+      } else {
+        say(`${label} failed: ${err instanceof ApiError ? `${err.status}: ${err.message}` : err}`, true);
+      }
+    } finally {
+      setRunning(running);
+      await refresh();
+      onChanged();
+    }
+  }
+
+  function showConflicts(items) {
+    const force = el("button", { type: "button", class: "danger", testid: "apply-force" },
+      "Overwrite these paths and apply");
+    force.addEventListener("click", () => act("Apply", "apply", { force: items.map((c) => c.path) }));
+    replace(conflicts,
+      el("strong", {}, `Nothing was written: ${items.length} path(s) changed in the checkout since the session began`),
+      el("ul", {}, ...items.map((c) => el("li", { testid: "conflict" },
+        el("span", { class: "mono", testid: "conflict-path" }, c.path), " — ", c.reason))),
+      el("div", { class: "actions" }, force));
+    conflicts.hidden = false;
+  }
+
+  applyBtn.addEventListener("click", () => act("Apply", "apply", {}));
+  revertBtn.addEventListener("click", () => act("Revert", "revert", {}));
+  discardBtn.addEventListener("click", () => {
+    if (window.confirm("Drop this session's changes and checkpoints? What was applied stays.")) act("Discard", "discard");
+  });
+  rewindBtn.addEventListener("click", () => {
+    if (turn.value) act("Rewind", "rewind", { turn: Number(turn.value) });
+  });
+
+  async function load() {
+    const [changes, checkpoints] = await Promise.all([
+      get(`${sessionPath(id)}/changes?diff=true`),
+      get(`${sessionPath(id)}/checkpoints`).catch(() => []),
+    ]);
+    const applying = changes.filter((c) => c.disposition === "apply").length;
+    summary.textContent = changes.length
+      ? `${changes.length} path(s), ${applying} to apply`
+      : "no changes";
+    summary.dataset.count = String(changes.length);
+    replace(list, ...changes.map(changeView));
+    replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
+    rewindBtn.disabled = running || !checkpoints.length;
+  }
+
+  async function refresh() {
+    // One load at a time; a refresh asked for during one runs once it ends.
+    if (pending) { pending.again = true; return pending.promise; }
+    pending = { again: false };
+    pending.promise = (async () => {
+      do {
+        pending.again = false;
+        try {
+          await load();
+        } catch (err) {
+          summary.textContent = `could not load changes: ${err.message}`;
+        }
+      } while (pending.again);
+      pending = null;
+    })();
+    return pending.promise;
+  }
+
+  function setRunning(value) {
+    running = value;
+    buttons.forEach((b) => { b.disabled = value; });
+    if (!turn.options.length) rewindBtn.disabled = true;
+  }
+
+  return { refresh, setRunning };
+}
+
+function describe(label, result) {
+  if (!result) return `${label}: done.`;
+  if (Array.isArray(result.applied)) {
+    return `Applied ${result.applied.length} path(s) (apply #${result.record})` +
+      (result.skipped && result.skipped.length ? `; ${result.skipped.length} skipped.` : ".");
+  }
+  if (Array.isArray(result.reverted)) return `Reverted apply #${result.record}: ${result.reverted.length} path(s) restored.`;
+  return `${label}: done.`;
+}
+
+function changeView(c) {
+  const disposition = DISPOSITIONS.has(c.disposition) ? c.disposition : "other";
+  const kind = KINDS.has(c.kind) ? c.kind : "other";
+  const { added, removed } = countLines(c.diff);
+  const head = el("summary", { class: "change-head" },
+    el("span", { class: `kind kind-${kind}`, testid: "change-kind" }, c.kind),
+    el("span", { class: "mono path", testid: "change-path" }, c.path, c.type === "dir" ? "/" : ""),
+    c.renamed_from ? el("span", { class: "muted small" }, ` (from ${c.renamed_from})`) : null,
+    el("span", { class: `badge disp-${disposition}`, testid: "change-disposition" }, c.disposition),
+    c.reason ? el("span", { class: "muted small", testid: "change-reason" }, c.reason) : null,
+    el("span", { class: "counts" },
+      el("span", { class: "plus" }, `+${added}`), " ", el("span", { class: "minus" }, `−${removed}`)));
+  let body;
+  if (typeof c.diff === "string") body = diffView(c.diff);
+  else if (c.binary) body = el("p", { class: "muted small" }, `binary, ${c.size} bytes`);
+  else if (c.type === "dir") body = null;
+  else if (c.target !== null && c.target !== undefined) body = el("p", { class: "muted small" }, `symlink → ${c.target}`);
+  else body = el("p", { class: "muted small" }, "no diff shown (too large or not text)");
+  return el("details", { class: "change", testid: "change", open: true, dataset: { disposition } }, head, body);
+}
+
+function countLines(diff) {
+  let added = 0;
+  let removed = 0;
+  for (const line of (diff || "").split("\n")) {
+    if (line.startsWith("+") && !line.startsWith("+++")) added += 1;
+    else if (line.startsWith("-") && !line.startsWith("---")) removed += 1;
+  }
+  return { added, removed };
+}
+
+/** A unified diff, one element per line, classed by its first character. */
+export function diffView(diff) {
+  const lines = diff.endsWith("\n") ? diff.slice(0, -1).split("\n") : diff.split("\n");
+  return el("pre", { class: "diff", testid: "diff" }, ...lines.map((line) => {
+    let cls = "diff-context";
+    if (line.startsWith("+++") || line.startsWith("---")) cls = "diff-file";
+    else if (line.startsWith("@@")) cls = "diff-hunk";
+    else if (line.startsWith("+")) cls = "diff-add";
+    else if (line.startsWith("-")) cls = "diff-del";
+    else if (line.startsWith("\\")) cls = "diff-meta";
+    return el("span", { class: `diff-line ${cls}`, testid: cls }, `${line}\n`);
+  }));
+}

@@ -1,0 +1,367 @@
+// One session (#/sessions/<id>): its transcript, live over SSE, with cancel and follow-up,
+// and its changes below (changes.js).
+//
+// The event stream closes whenever no turn runs, and a reconnect replays from the URL's
+// `after=`; so the page closes the EventSource itself when the stream ends, asks the
+// session's record whether a turn still runs, reopens from the last seq if so, and
+// ignores every event whose seq it has already seen.
+import { get, post, sessionPath, ApiError } from "./api.js";
+import { el, replace, visible, fmtDuration, fmtTokens, totalTokens, statusBadge, firstLine } from "./dom.js";
+import { mountChanges } from "./changes.js";
+
+const EVENT_TYPES = [
+  "session_started", "user_message", "text", "tool_call", "tool_result", "usage", "context_edited",
+  "status", "session_finished", "changes", "applied", "reverted", "rewound", "discarded",
+  "setup_output", "error",
+];
+const REFRESHING = new Set(["session_finished", "changes", "applied", "reverted", "rewound", "discarded"]);
+const RECONNECT_MS = 500;
+
+export function showSession(view, id, { changesOnly = false } = {}) {
+  const page = new SessionPage(view, id, changesOnly);
+  page.start();
+  return page;
+}
+
+class SessionPage {
+  constructor(view, id, changesOnly) {
+    this.view = view;
+    this.id = id;
+    this.changesOnly = changesOnly;
+    this.lastSeq = 0;
+    this.source = null;
+    this.timers = new Set();
+    this.stopped = false;
+    this.assistant = null; // the Text node the current assistant block's deltas go into
+    this.tools = new Map(); // tool_use id -> its element
+    this.record = null;
+    this.build();
+  }
+
+  build() {
+    this.status = el("span", { testid: "status" });
+    this.steps = el("span", { class: "num", testid: "steps" }, "0");
+    this.tokens = el("span", { class: "num", testid: "tokens" }, "0");
+    this.finish = el("span", { testid: "finish-reason" }, "—");
+    this.stream = el("span", { class: "muted small", testid: "stream-state" }, "connecting");
+    this.repo = el("span", { class: "mono", testid: "session-repo" });
+    this.model = el("span", { class: "mono", testid: "session-model" });
+    this.detail = el("p", { class: "muted small", testid: "session-detail", hidden: true });
+    this.actionError = el("p", { class: "error", testid: "action-error", hidden: true });
+    this.transcript = el("div", { class: "transcript", testid: "transcript", dataset: { lastSeq: "0" } });
+
+    this.cancelButton = el("button", { type: "button", class: "danger", testid: "cancel", disabled: true }, "Cancel turn");
+    this.cancelButton.addEventListener("click", () => this.cancel());
+    this.followText = el("textarea", { rows: 2, testid: "followup-text", name: "followup",
+      placeholder: "Follow-up message (when the turn has ended)", required: true });
+    this.followSend = el("button", { type: "submit", testid: "followup-send" }, "Send");
+    const follow = el("form", { class: "followup", testid: "followup-form" }, this.followText, this.followSend);
+    follow.addEventListener("submit", (e) => { e.preventDefault(); this.followUp(); });
+
+    const changesLink = el("button", { type: "button", class: "linkish", testid: "to-changes" },
+      this.changesOnly ? "Transcript" : "Changes");
+    changesLink.addEventListener("click", () => {
+      location.hash = `#/sessions/${encodeURIComponent(this.id)}${this.changesOnly ? "" : "/changes"}`;
+    });
+    const back = el("button", { type: "button", class: "linkish", testid: "back" }, "← Sessions");
+    back.addEventListener("click", () => { location.hash = "#/"; });
+
+    const header = el("section", { class: "card session-head", testid: "session-head" },
+      el("div", { class: "section-head" }, back, el("h1", { class: "mono", testid: "session-id" }, this.id),
+        el("span", { class: "spacer" }), changesLink),
+      el("dl", { class: "facts" },
+        el("dt", {}, "Status"), el("dd", {}, this.status, " ", this.stream),
+        el("dt", {}, "Repository"), el("dd", {}, this.repo),
+        el("dt", {}, "Model"), el("dd", {}, this.model),
+        el("dt", {}, "Steps"), el("dd", {}, this.steps),
+        el("dt", {}, "Tokens"), el("dd", {}, this.tokens),
+        el("dt", {}, "Finish"), el("dd", {}, this.finish)),
+      this.detail);
+
+    this.changesBox = el("section", { class: "card", testid: "changes" });
+    // An apply, revert, rewind or discard records an event even between turns: fetch it (the stream then closes).
+    this.changes = mountChanges(this.changesBox, this.id, () => {
+      this.refreshRecord().catch(() => null);
+      this.connect();
+    });
+    const controls = el("section", { class: "card controls", testid: "controls" },
+      el("div", { class: "actions" }, this.cancelButton), follow, this.actionError);
+    const transcriptCard = el("section", { class: "card", hidden: this.changesOnly },
+      el("h2", {}, "Transcript"), this.transcript);
+    replace(this.view, header, transcriptCard, controls, this.changesBox);
+  }
+
+  async start() {
+    await this.refreshRecord();
+    this.changes.refresh();
+    if (this.changesOnly) this.changesBox.scrollIntoView();
+    this.connect();
+  }
+
+  stop() {
+    this.stopped = true;
+    this.closeStream();
+    for (const t of this.timers) clearTimeout(t);
+  }
+
+  later(fn, ms) {
+    const t = setTimeout(() => { this.timers.delete(t); if (!this.stopped) fn(); }, ms);
+    this.timers.add(t);
+  }
+
+  // --- the stream -------------------------------------------------------------------------
+
+  connect() {
+    if (this.stopped || this.source) return;
+    const source = new EventSource(`${sessionPath(this.id)}/events?after=${this.lastSeq}`);
+    this.source = source;
+    this.setStream("connecting");
+    source.addEventListener("open", () => this.setStream("live"));
+    for (const type of EVENT_TYPES) source.addEventListener(type, (message) => this.onMessage(message));
+    // The server ends the stream when no turn runs, and the network may drop it: either way the
+    // browser would reconnect to the same URL (a replay), so close it and decide here.
+    source.addEventListener("error", () => {
+      if (this.source !== source) return;
+      this.closeStream();
+      this.afterClose();
+    });
+  }
+
+  closeStream() {
+    if (this.source) this.source.close();
+    this.source = null;
+    this.setStream("closed");
+  }
+
+  async afterClose() {
+    try {
+      const record = await this.refreshRecord();
+      if (record && record.status === "running") {
+        this.setStream("reconnecting");
+        this.later(() => this.connect(), RECONNECT_MS);
+      }
+    } catch {
+      this.setStream("reconnecting");
+      this.later(() => this.afterClose(), RECONNECT_MS * 4);
+    }
+  }
+
+  setStream(state) {
+    this.stream.textContent = state;
+    this.stream.dataset.state = state;
+  }
+
+  onMessage(message) {
+    let event;
+    try {
+      event = JSON.parse(message.data);
+    } catch {
+      return;
+    }
+    if (typeof event.seq !== "number" || event.seq <= this.lastSeq) return; // a replay after a reconnect
+    this.lastSeq = event.seq;
+    this.transcript.dataset.lastSeq = String(event.seq);
+    this.render(event);
+    if (REFRESHING.has(event.type)) this.changes.refresh();
+    if (event.type === "session_finished" || event.type === "status") this.refreshRecord().catch(() => null);
+  }
+
+  // --- the record -------------------------------------------------------------------------
+
+  async refreshRecord() {
+    const record = await get(sessionPath(this.id)).catch((err) => {
+      if (err instanceof ApiError && err.status === 404) {
+        replace(this.view, el("p", { class: "error", testid: "not-found" }, `No session ${this.id}.`));
+        this.stop();
+        return null;
+      }
+      throw err;
+    });
+    if (!record || this.stopped) return record;
+    this.record = record;
+    replace(this.status, statusBadge(record.status, "status-badge"));
+    this.status.dataset.status = record.status;
+    this.steps.textContent = String(record.steps);
+    this.tokens.textContent = fmtTokens(totalTokens(record.usage));
+    this.tokens.title = `${totalTokens(record.usage)} tokens`;
+    this.finish.textContent = record.finish_reason || "—";
+    this.repo.textContent = visible(record.repo);
+    this.model.textContent = visible(record.model);
+    this.detail.textContent = visible(record.detail || "");
+    this.detail.hidden = !record.detail;
+    const running = record.status === "running";
+    this.cancelButton.disabled = !running;
+    this.followSend.disabled = running;
+    this.changes.setRunning(running);
+    return record;
+  }
+
+  // --- actions ----------------------------------------------------------------------------
+
+  showError(err) {
+    this.actionError.textContent = err instanceof ApiError ? `${err.status}: ${err.message}` : String(err);
+    this.actionError.hidden = false;
+  }
+
+  async cancel() {
+    this.actionError.hidden = true;
+    this.cancelButton.disabled = true;
+    try {
+      await post(`${sessionPath(this.id)}/cancel`);
+    } catch (err) {
+      this.showError(err);
+    }
+    await this.refreshRecord().catch(() => null);
+  }
+
+  async followUp() {
+    const text = this.followText.value;
+    if (!text.trim()) return;
+    this.actionError.hidden = true;
+    this.followSend.disabled = true;
+    try {
+      await post(`${sessionPath(this.id)}/messages`, { text });
+      this.followText.value = "";
+      await this.refreshRecord();
+      this.connect();
+    } catch (err) {
+      this.showError(err);
+      this.followSend.disabled = false;
+    }
+  }
+
+  // --- rendering events -------------------------------------------------------------------
+
+  add(node) {
+    const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+    this.transcript.append(node);
+    if (atBottom && !this.changesOnly) node.scrollIntoView({ block: "end" });
+    return node;
+  }
+
+  block(kind, testid, seq, ...children) {
+    return el("div", { class: `block ${kind}`, testid, dataset: { seq: String(seq) } }, ...children);
+  }
+
+  render(event) {
+    const render = RENDER[event.type];
+    if (render) render.call(this, event);
+    else this.add(this.block("note", "note", event.seq, `(${event.type})`));
+  }
+}
+
+function label(text) {
+  return el("div", { class: "label" }, text);
+}
+
+function pre(text, testid, cls = "") {
+  return el("pre", { class: `output ${cls}`.trim(), testid }, text);
+}
+
+function argsSummary(name, input) {
+  if (input && typeof input === "object") {
+    if (typeof input.command === "string") return firstLine(input.command, 160);
+    if (typeof input.path === "string") return input.path;
+    if (typeof input.pattern === "string") return input.pattern;
+  }
+  return firstLine(JSON.stringify(input), 160);
+}
+
+const RENDER = {
+  session_started(e) {
+    this.assistant = null;
+    this.add(this.block("user", "user-message", e.seq, label("Task"), el("div", { class: "text", testid: "user-text" }, e.task)));
+  },
+  user_message(e) {
+    this.assistant = null;
+    this.add(this.block("user", "user-message", e.seq, label("Follow-up"), el("div", { class: "text", testid: "user-text" }, e.text)));
+  },
+  text(e) {
+    if (!this.assistant) {
+      this.assistant = document.createTextNode("");
+      this.add(this.block("assistant", "assistant-text", e.seq, label("Agent"),
+        el("div", { class: "text", testid: "assistant-body" }, this.assistant)));
+    }
+    this.assistant.appendData(visible(e.text));
+  },
+  tool_call(e) {
+    this.assistant = null;
+    const result = el("div", { class: "result pending", testid: "tool-pending" }, "running…");
+    const node = this.block("tool", "tool-call", e.seq,
+      el("div", { class: "tool-head" },
+        el("span", { class: "tool-name", testid: "tool-name" }, e.name),
+        el("span", { class: "tool-summary mono", testid: "tool-summary" }, argsSummary(e.name, e.input))),
+      el("details", { class: "args", testid: "tool-args" }, el("summary", {}, "arguments"),
+        pre(JSON.stringify(e.input, null, 2), "tool-args-json")),
+      result);
+    node.dataset.toolId = e.id;
+    this.tools.set(e.id, { node, result });
+    this.add(node);
+  },
+  tool_result(e) {
+    const tool = this.tools.get(e.id);
+    const ok = !e.is_error && (e.exit_code === null || e.exit_code === undefined || e.exit_code === 0);
+    const facts = [ok ? "✓" : "✗", e.name];
+    if (e.exit_code !== null && e.exit_code !== undefined) facts.push(`exit ${e.exit_code}`);
+    facts.push(fmtDuration(e.duration_s));
+    facts.push(`${e.output.length} chars`);
+    if (e.model_chars < e.output.length) facts.push(`model saw ${e.model_chars}`);
+    const details = el("details", { class: `result ${ok ? "ok" : "failed"}`, testid: "tool-result",
+      dataset: { exitCode: e.exit_code === null || e.exit_code === undefined ? "" : String(e.exit_code), isError: String(e.is_error) } },
+      el("summary", { testid: "tool-result-summary" }, facts.join(" · ")),
+      pre(e.output, "tool-output"));
+    if (tool) tool.result.replaceWith(details);
+    else this.add(this.block("tool orphan", "tool-call", e.seq, details));
+  },
+  usage(e) {
+    this.tokens.textContent = fmtTokens(totalTokens(e.session));
+    this.later(() => this.refreshRecord().catch(() => null), 0);
+  },
+  context_edited(e) {
+    this.add(this.block("note", "note", e.seq,
+      `context ${e.kind} (${e.reason}): ~${e.tokens_before} → ~${e.tokens_after} tokens`));
+  },
+  status(e) {
+    this.add(this.block("note status-note", "status-event", e.seq, `status: ${e.status}${e.detail ? ` — ${e.detail}` : ""}`));
+  },
+  session_finished(e) {
+    this.assistant = null;
+    for (const { result } of this.tools.values()) {
+      if (result.isConnected) result.textContent = "no result (the turn ended)";
+    }
+    const node = this.block(`finished reason-${/^[a-z_]+$/.test(e.reason) ? e.reason : "other"}`, "finished", e.seq,
+      el("strong", { testid: "finished-reason" }, e.reason),
+      ` · ${e.steps} steps · ${fmtTokens(totalTokens(e.usage))} tokens`,
+      e.detail ? el("div", { class: "small" }, e.detail) : null);
+    this.add(node);
+  },
+  changes(e) {
+    const s = e.summary;
+    this.add(this.block("note", "changes-event", e.seq,
+      `changes: ${s.files} files (+${s.lines_added} −${s.lines_removed})`,
+      s.held_back ? `, ${s.held_back} held back` : "",
+      e.checkpoint ? ` · checkpoint ${e.checkpoint}` : ""));
+  },
+  applied(e) {
+    this.add(this.block("note", "applied-event", e.seq, `applied #${e.apply}: ${e.paths.length} paths written`,
+      e.skipped ? `, ${e.skipped} skipped` : ""));
+  },
+  reverted(e) {
+    this.add(this.block("note", "reverted-event", e.seq, `reverted apply #${e.apply}: ${e.paths.length} paths restored`));
+  },
+  rewound(e) {
+    this.add(this.block("note", "rewound-event", e.seq, `files rewound to the end of turn ${e.turn}`));
+  },
+  discarded(e) {
+    this.add(this.block("note", "discarded-event", e.seq, "changes discarded"));
+  },
+  setup_output(e) {
+    this.add(this.block("setup", "setup-output", e.seq,
+      el("details", { open: true }, el("summary", {}, `setup: ${e.phase}`), pre(e.text, "setup-text"))));
+  },
+  error(e) {
+    this.assistant = null;
+    this.add(this.block("error-event", "error-event", e.seq, el("strong", {}, `error (${e.kind})`), el("div", {}, e.message)));
+  },
+};
+

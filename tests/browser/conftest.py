@@ -1,0 +1,132 @@
+"""The browser viewer's tests: one real `cubicle serve` (token mode, scripted model, real Docker) and one
+headless Chromium driven by Selenium, shared by the whole module so the file stays fast."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from controller.scripted import free_port
+from tests.agent_harness import REPO_FILES
+from tests.integration.api_helpers import Api, serve_env, serve_subprocess
+from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "viewer-" + secrets.token_urlsafe(24)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/browser" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass
+class Viewer:
+    """The server under test: its URL, a bearer-token client for checking what the page shows, its repo root."""
+
+    url: str
+    root: Path
+    api: Api
+    repos: list[Path] = field(default_factory=list)
+
+    def make_repo(self, name: str, files: dict[str, str] | None = None) -> Path:
+        repo = self.root / name
+        (repo / ".git").mkdir(parents=True)
+        (repo / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        for rel, text in (files or REPO_FILES).items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            (repo / rel).write_text(text)
+        if os.geteuid() == 0:
+            for path in [repo, *repo.rglob("*")]:
+                os.lchown(path, AGENT_UID, AGENT_UID)
+        return repo
+
+
+@pytest.fixture(scope="module")
+def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
+    root = Path(tempfile.mkdtemp(prefix="cubicle-viewer-"))
+    os.chmod(root, 0o755)
+    port = free_port()
+    env = serve_env(model_server.url, TOKEN, root, TEST_INSTANCE) | {
+        "CUBICLE_LIMITS__MEMORY_MB": "512",
+        "CUBICLE_LIMITS__PIDS": "256",
+        "CUBICLE_LIMITS__TMPFS_MB": "64",
+        "CUBICLE_SSE_HEARTBEAT_S": "1",
+    }
+    process = serve_subprocess(env, port)
+    url = f"http://127.0.0.1:{port}"
+    api = Api(url, TOKEN)
+    try:
+        yield Viewer(url=url, root=root, api=api)
+    finally:
+        api.http.close()
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except Exception:  # noqa: BLE001 - whatever went wrong, it must not outlive the module
+            process.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _browser_paths() -> tuple[str, str] | None:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (binary, driver) if binary and driver else None
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    """Headless Chromium. Missing browser: a failure on CI (the `CI` variable is set), a skip elsewhere."""
+    found = _browser_paths()
+    if found is None:
+        message = "chromium and chromedriver are needed (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver_path = found
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    options.add_argument("--headless=new")
+    # Chromium refuses to start its own sandbox as root; CI runs the suite as root on a throwaway machine,
+    # so the browser's sandbox is off there. Never do this for a browser that visits untrusted sites.
+    if os.geteuid() == 0:
+        options.add_argument("--no-sandbox")
+    options.add_argument("--disable-dev-shm-usage")
+    options.add_argument("--window-size=1280,1000")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(options=options, service=Service(driver_path))
+    browser.set_page_load_timeout(30)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+@pytest.fixture(scope="module")
+def screenshots() -> Path:
+    folder = Path(os.environ.get("CUBICLE_SCREENSHOTS") or ROOT / "build" / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextmanager
+def cookie_client(url: str) -> Iterator[httpx.Client]:
+    """A client signed in the way the page is: POST /ui/login, then only the cookie."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert client.post("/ui/login", json={"token": TOKEN}).status_code == 204
+        yield client

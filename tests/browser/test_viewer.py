@@ -1,0 +1,334 @@
+"""The session viewer at /ui/ in a real browser, against a real `cubicle serve`, the scripted model and Docker.
+
+What is asserted is what the page shows (elements, their text, counts), compared with the API's own answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.select import Select
+
+from controller.scripted import free_port
+from tests.agent_harness import register, text, tool
+from tests.browser.conftest import TOKEN, Viewer, cookie_client
+from tests.eventually import eventually
+from tests.integration.helpers import container_running
+
+UI_WAIT = 60
+
+
+def find(parent: WebDriver | WebElement, testid: str) -> list[WebElement]:
+    return parent.find_elements(By.CSS_SELECTOR, f'[data-testid="{testid}"]')
+
+
+def one(parent: WebDriver | WebElement, testid: str) -> WebElement:
+    found = find(parent, testid)
+    assert len(found) == 1, f"{len(found)} elements with data-testid={testid}"
+    return found[0]
+
+
+def wait(check: Callable[[], Any], what: str, timeout: float = UI_WAIT) -> Any:
+    return eventually(
+        check,
+        what=what,
+        timeout=timeout,
+        interval=0.05,
+        ignoring=(StaleElementReferenceException, NoSuchElementException, AssertionError),
+    )
+
+
+def texts(parent: WebDriver | WebElement, testid: str) -> list[str]:
+    """The elements' text as in the DOM (textContent: also inside closed <details>)."""
+    return [e.get_property("textContent") for e in find(parent, testid)]  # type: ignore[misc]
+
+
+def sign_in(driver: WebDriver, viewer: Viewer) -> None:
+    driver.get(viewer.url + "/")
+    wait(lambda: find(driver, "sign-in-form") or find(driver, "sessions-table"), "the sign-in form or the list")
+    if find(driver, "sign-in-form"):
+        one(driver, "token-input").send_keys(TOKEN)
+        one(driver, "sign-in").click()
+        wait(lambda: find(driver, "sessions-table"), "the sessions list after signing in")
+
+
+def open_session(driver: WebDriver, viewer: Viewer, sid: str, suffix: str = "") -> None:
+    sign_in(driver, viewer)
+    driver.get(f"{viewer.url}/ui/#/sessions/{sid}{suffix}")
+    wait(lambda: one(driver, "session-id").text == sid, "the session page")
+
+
+def status(driver: WebDriver) -> str:
+    return str(one(driver, "status").get_attribute("data-status"))
+
+
+def wait_finished(driver: WebDriver, reason: str = "end_turn", count: int = 1) -> None:
+    wait(lambda: texts(driver, "finished-reason") == [reason] * count or None, f"{count} turn(s) ending with {reason}")
+    wait(lambda: status(driver) != "running" or None, "the record's status after the turn")
+
+
+def screenshot(driver: WebDriver, folder: Path, name: str) -> None:
+    driver.save_screenshot(str(folder / f"{name}.png"))
+
+
+def test_sign_in_refuses_a_wrong_token_and_signs_out(driver: WebDriver, viewer: Viewer) -> None:
+    driver.delete_all_cookies()
+    driver.get(viewer.url + "/")
+    assert wait(lambda: driver.current_url.endswith("/ui/"), "/ redirects to /ui/")
+    one(driver, "token-input").send_keys("not-the-token")
+    one(driver, "sign-in").click()
+    wait(lambda: one(driver, "sign-in-error").is_displayed(), "the refusal")
+    assert "not the server's" in one(driver, "sign-in-error").text or "token" in one(driver, "sign-in-error").text
+    assert not find(driver, "sessions-table")
+    field = one(driver, "token-input")
+    field.clear()
+    field.send_keys(TOKEN)
+    one(driver, "sign-in").click()
+    wait(lambda: find(driver, "sessions-table"), "the sessions list")
+    assert one(driver, "sign-out").is_displayed()
+    cookie = driver.get_cookie("cubicle_ui")
+    assert cookie is not None and cookie["httpOnly"] and cookie["value"] != TOKEN
+    one(driver, "sign-out").click()
+    wait(lambda: find(driver, "sign-in-form"), "the sign-in form after signing out")
+    sign_in(driver, viewer)
+
+
+LIVE = [
+    {"content": [text("Looking around the repository."), tool("run_command", command="echo hello-from-the-sandbox")]},
+    {"content": [text("First turn done.")], "delay_s": 1.5},  # the page must show the tool's result meanwhile
+    {"content": [text("Sleeping now."), tool("run_command", command="sleep 60", timeout_s=120)]},
+    {"content": [text("unreachable")]},
+]
+
+
+def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
+    driver: WebDriver, viewer: Viewer, model_server: Any, docker_client: Any, screenshots: Path
+) -> None:
+    repo = viewer.make_repo("form-repo")
+    scenario = register(model_server, prefix="ui", turns=LIVE)
+    sign_in(driver, viewer)
+    wait(lambda: str(repo) in [o.get_attribute("value") for o in find(driver, "new-repo")[0].find_elements(By.TAG_NAME, "option")],
+         "the repository in the form's list")  # fmt: skip
+    Select(one(driver, "new-repo")).select_by_value(str(repo))
+    one(driver, "new-task").send_keys("Say hello from the sandbox")
+    one(driver, "new-model").send_keys(scenario)
+    one(driver, "new-max-steps").send_keys("10")
+    Select(one(driver, "new-network")).select_by_value("none")
+    one(driver, "new-submit").click()
+    wait(lambda: "#/sessions/s_" in driver.current_url, "the page of the new session")
+    sid = driver.current_url.rsplit("/", 1)[1]
+    record = viewer.api.get(sid)
+    assert record["repo"] == str(repo) and record["limits"]["max_steps"] == 10 and record["model"] == scenario
+
+    output = wait(lambda: [t for t in texts(driver, "tool-output") if "hello-from-the-sandbox" in t], "the tool's output")
+    assert status(driver) == "running", "the result showed only after the turn ended: not live"
+    assert len(output) == 1 and "<stdout>\nhello-from-the-sandbox\n</stdout>" in output[0]
+    assert texts(driver, "user-text") == ["Say hello from the sandbox"]
+    assert texts(driver, "tool-name") == ["run_command"]
+    assert "exit 0" in texts(driver, "tool-result-summary")[0]
+    wait_finished(driver)
+    assert texts(driver, "assistant-body") == ["Looking around the repository.", "First turn done."]
+    assert status(driver) == "idle" and one(driver, "steps").text == "2"
+    assert one(driver, "tokens").text != "0"
+    screenshot(driver, screenshots, "session")
+
+    one(driver, "followup-text").send_keys("Now sleep for a minute")
+    one(driver, "followup-send").click()
+    wait(lambda: texts(driver, "user-text") == ["Say hello from the sandbox", "Now sleep for a minute"] or None,
+         "the follow-up in the transcript")  # fmt: skip
+    wait(lambda: "sleep 60" in texts(driver, "tool-summary") and find(driver, "tool-pending"), "the sleep running")
+    eventually(lambda: container_running(docker_client, "sleep 60"), what="the command runs", timeout=20)
+    assert status(driver) == "running"
+    started = time.monotonic()
+    one(driver, "cancel").click()
+    wait(lambda: status(driver) == "cancelled" and "cancelled" in texts(driver, "finished-reason"), "the cancel shown")
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.0, f"cancel took {elapsed:.2f} s to show"
+    assert viewer.api.get(sid)["finish_reason"] == "cancelled"
+    assert one(driver, "finish-reason").text == "cancelled"
+    assert texts(driver, "finished-reason") == ["end_turn", "cancelled"]
+    summaries = texts(driver, "tool-result-summary")
+    assert len(summaries) == 2 and summaries[1].startswith("✗")
+    one(driver, "back").click()
+    row = wait(lambda: [r for r in find(driver, "session-row") if r.get_attribute("data-session-id") == sid], "its row")
+    assert one(row[0], "session-status").text == "cancelled"
+    assert one(row[0], "session-task").text == "Say hello from the sandbox"
+    assert one(row[0], "session-steps").text == "3"
+    screenshot(driver, screenshots, "list")
+
+
+SLOW = [
+    *({"content": [text(f"Step {i}: checking line {i}."), tool("run_command", command=f"echo line-{i}")], "delay_s": 0.4}
+      for i in range(1, 6)),
+    {"content": [text("All five lines checked.")], "delay_s": 0.4},
+]  # fmt: skip
+
+
+def _page_matches_transcript(driver: WebDriver, viewer: Viewer, sid: str) -> None:
+    messages = viewer.api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+    assistant = [m for m in messages if m["role"] == "assistant"]
+    expected_texts = ["".join(b["text"] for b in m["content"] if b["type"] == "text") for m in assistant]
+    expected_ids = [b["id"] for m in assistant for b in m["content"] if b["type"] == "tool_use"]
+    assert texts(driver, "assistant-body") == [t for t in expected_texts if t]
+    assert [e.get_attribute("data-tool-id") for e in find(driver, "tool-call")] == expected_ids
+    assert len(find(driver, "tool-result")) == len(expected_ids)
+    seqs = [int(str(e.get_attribute("data-seq"))) for e in find(driver, "transcript")[0].find_elements(By.CSS_SELECTOR, ".block")]
+    assert seqs == sorted(set(seqs)), "a block shown twice or out of order"
+    events = viewer.api.events(sid)
+    assert one(driver, "transcript").get_attribute("data-last-seq") == str(events[-1]["seq"])
+
+
+def test_reload_and_a_dropped_stream_show_the_transcript_whole_and_once(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    sid = viewer.api.create(str(viewer.make_repo("reload-repo")), register(model_server, prefix="ui", turns=SLOW))["id"]
+    open_session(driver, viewer, sid)
+    wait(lambda: len(find(driver, "tool-result")) >= 1 or None, "a first result")
+    assert status(driver) == "running"
+    driver.refresh()  # mid-session: replay from 0, then live
+    wait(lambda: len(find(driver, "tool-result")) >= 2 or None, "results after the reload")
+    assert status(driver) == "running"
+    # A dropped connection: the network goes away for a moment; the page resumes from its last seq.
+    driver.execute_cdp_cmd("Network.enable", {})  # type: ignore[attr-defined]
+    offline = {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0}
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", offline)  # type: ignore[attr-defined]
+    time.sleep(1.0)
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})  # type: ignore[attr-defined]
+    wait_finished(driver)
+    assert len(find(driver, "user-message")) == 1
+    _page_matches_transcript(driver, viewer, sid)
+    driver.refresh()  # a finished session replays whole, once
+    wait_finished(driver)
+    _page_matches_transcript(driver, viewer, sid)
+
+
+HOSTILE = (
+    "<script>window.pwned='script'</script> <img src=x onerror=\"window.pwned='img'\"> "
+    "[click](javascript:window.pwned='md') <a href=\"javascript:window.pwned='a'\">link</a> "
+    "\x1b[31mred\x1b[0m \x1b]8;;javascript:alert(1)\x1b\\osc\x1b]8;;\x1b\\ \u202eevil"
+)
+HOSTILE_NAME = "<img src=x onerror=window.pwned='name'>.html"
+HOSTILE_RUN = [
+    {"content": [text(HOSTILE), tool("write_file", path=HOSTILE_NAME, content=HOSTILE + "\n"),
+                 tool("run_command", command="printf '\\033[31m<script>window.pwned=1</script>\\n<img src=x onerror=window.pwned=2>\\n'")]},
+    {"content": [text("done <iframe src=\"javascript:window.pwned='iframe'\"></iframe>")]},
+]  # fmt: skip
+
+
+def test_hostile_text_names_and_output_stay_inert(
+    driver: WebDriver, viewer: Viewer, model_server: Any, screenshots: Path
+) -> None:
+    scenario = register(model_server, prefix="ui", turns=HOSTILE_RUN)
+    sid = viewer.api.create(str(viewer.make_repo("hostile-repo")), scenario, task=HOSTILE)["id"]
+    driver.get_log("browser")  # start the console log afresh
+    open_session(driver, viewer, sid)
+    wait_finished(driver)
+    wait(lambda: find(driver, "change"), "the changes listed")
+    assert driver.execute_script("return window.pwned") is None
+    view = one(driver, "view")
+    assert view.find_elements(By.CSS_SELECTOR, "script, img, iframe, a, object, embed, svg") == []
+    assert [e.get_attribute("href") for e in driver.find_elements(By.CSS_SELECTOR, "[href]") if e.tag_name == "a"] == [
+        one(driver, "home").get_attribute("href")
+    ]
+    shown = HOSTILE.replace("\x1b", "␛").replace("\u202e", "⟦U+202E⟧")
+    assert texts(driver, "user-text") == [shown]
+    assert texts(driver, "assistant-body")[0] == shown
+    assert texts(driver, "assistant-body")[1] == "done <iframe src=\"javascript:window.pwned='iframe'\"></iframe>"
+    (output,) = [t for t in texts(driver, "tool-output") if "window.pwned=1" in t]
+    assert "<stdout>\n␛[31m<script>window.pwned=1</script>\n<img src=x onerror=window.pwned=2>\n</stdout>" in output
+    assert HOSTILE_NAME in texts(driver, "tool-summary")
+    assert texts(driver, "change-path") == [HOSTILE_NAME]
+    assert any(shown in line for line in texts(driver, "diff-add"))
+    for entry in driver.get_log("browser"):
+        assert "Content Security Policy" not in entry["message"], entry
+        assert entry["level"] != "SEVERE" or "favicon" in entry["message"], entry
+    screenshot(driver, screenshots, "hostile")
+
+
+def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
+    driver: WebDriver, viewer: Viewer, model_server: Any, screenshots: Path
+) -> None:
+    repo = viewer.make_repo("changes-repo")
+    turns = [
+        {"content": [tool("write_file", path="notes/new.txt", content="brand new\n"),
+                     tool("write_file", path="src/app.py", content="def total(items):\n    return sum(items, 0)\n")]},
+        {"content": [text("Wrote two files.")]},
+    ]  # fmt: skip
+    sid = viewer.api.create(str(repo), register(model_server, prefix="ui", turns=turns))["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    open_session(driver, viewer, sid, "/changes")
+    wait(lambda: len(find(driver, "change")) == 3 or None, "the changed paths")
+    assert sorted(texts(driver, "change-path")) == ["notes/", "notes/new.txt", "src/app.py"]  # the new directory too
+    assert texts(driver, "change-disposition") == ["apply"] * 3
+    assert one(driver, "changes-summary").text == "3 path(s), 3 to apply"
+    assert "+    return sum(items, 0)\n" in texts(driver, "diff-add")
+    assert "-    return sum(items)\n" in texts(driver, "diff-del")
+    assert [t.startswith("@@") for t in texts(driver, "diff-hunk")] == [True, True]
+    screenshot(driver, screenshots, "diff")
+
+    original = (repo / "src" / "app.py").read_text()
+    (repo / "src" / "app.py").write_text("def total(items):\n    return 42\n")  # the user changed it meanwhile
+    one(driver, "apply").click()
+    wait(lambda: one(driver, "conflicts").is_displayed(), "the conflicts")
+    assert texts(driver, "conflict-path") == ["src/app.py"]
+    assert "refused" in one(driver, "changes-message").text
+    assert not (repo / "notes" / "new.txt").exists(), "a refused apply wrote something"
+
+    (repo / "src" / "app.py").write_text(original)  # same bytes, but a new write: still a conflict, so force it
+    one(driver, "apply-force").click()
+    wait(lambda: one(driver, "changes-message").text.startswith("Applied 3 path(s)"), "the apply")
+    assert not one(driver, "conflicts").is_displayed()
+    assert (repo / "notes" / "new.txt").read_text() == "brand new\n"
+    assert (repo / "src" / "app.py").read_text().endswith("sum(items, 0)\n")
+    wait(lambda: find(driver, "applied-event") or None, "the applied event in the transcript")
+
+    one(driver, "revert").click()
+    wait(lambda: one(driver, "changes-message").text.startswith("Reverted"), "the revert")
+    assert not (repo / "notes" / "new.txt").exists()
+    assert (repo / "src" / "app.py").read_text() == original
+    wait(lambda: find(driver, "reverted-event") or None, "the reverted event in the transcript")
+
+
+def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(viewer: Viewer) -> None:
+    sid = viewer.api.http.get("/v1/sessions").json()["items"][0]["id"]
+    with httpx.Client(base_url=viewer.url, timeout=30) as anonymous:
+        for path in ("/v1/sessions", "/v1/repos", f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events",
+                     f"/v1/sessions/{sid}/messages", f"/v1/sessions/{sid}/changes"):  # fmt: skip
+            assert anonymous.get(path).status_code == 401, path
+        assert anonymous.post(f"/v1/sessions/{sid}/cancel").status_code == 401
+        assert anonymous.get("/ui/auth").json() == {"mode": "token", "signed_in": False}
+        page = anonymous.get("/ui/")
+        assert page.status_code == 200 and "default-src 'self'" in page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert anonymous.post("/ui/login", json={"token": "wrong"}).status_code == 401
+        anonymous.cookies.set("cubicle_ui", "forged")
+        assert anonymous.get("/v1/sessions").status_code == 401
+    with cookie_client(viewer.url) as signed:
+        assert signed.get("/v1/sessions").status_code == 200
+        assert signed.get("/ui/auth").json() == {"mode": "token", "signed_in": True}
+        other = f"http://127.0.0.1:{free_port()}"
+        refused = signed.post(f"/v1/sessions/{sid}/cancel", headers={"Origin": other})
+        assert refused.status_code in (401, 403), refused.text
+        no_origin = signed.post(f"/v1/sessions/{sid}/cancel")
+        assert no_origin.status_code in (401, 403), no_origin.text
+        same = signed.post(f"/v1/sessions/{sid}/cancel", headers={"Origin": viewer.url})
+        assert same.status_code == 200, same.text
+        assert signed.post("/ui/logout").status_code == 204
+        assert signed.get("/v1/sessions").status_code == 401
+
+
+@pytest.mark.parametrize("name", ["app.js", "style.css", "favicon.svg"])
+def test_assets_are_served_with_their_types(viewer: Viewer, name: str) -> None:
+    response = httpx.get(f"{viewer.url}/ui/assets/{name}")
+    assert response.status_code == 200
+    kind = {"app.js": "text/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}[name]
+    assert response.headers["content-type"].startswith(kind)
