@@ -47,9 +47,12 @@ def wait(check: Callable[[], Any], what: str, timeout: float = UI_WAIT) -> Any:
     )
 
 
-def texts(parent: WebDriver | WebElement, testid: str) -> list[str]:
-    """The elements' text as in the DOM (textContent: also inside closed <details>)."""
-    return [e.get_property("textContent") for e in find(parent, testid)]  # type: ignore[misc]
+def texts(driver: WebDriver, testid: str) -> list[str]:
+    """The elements' text as in the DOM (textContent: also inside closed <details>), read in one go in the page,
+    so a list the page rebuilds meanwhile cannot leave a stale element behind."""
+    script = "return Array.from(document.querySelectorAll(arguments[0]), (e) => e.textContent)"
+    found: list[str] = driver.execute_script(script, f'[data-testid="{testid}"]')
+    return found
 
 
 def sign_in(driver: WebDriver, viewer: Viewer) -> None:
@@ -129,7 +132,9 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     record = viewer.api.get(sid)
     assert record["repo"] == str(repo) and record["limits"]["max_steps"] == 10 and record["model"] == scenario
 
-    output = wait(lambda: [t for t in texts(driver, "tool-output") if "hello-from-the-sandbox" in t], "the tool's output")
+    output = wait(
+        lambda: [t for t in texts(driver, "tool-output") if "hello-from-the-sandbox" in t], "the tool's output"
+    )
     assert status(driver) == "running", "the result showed only after the turn ended: not live"
     assert len(output) == 1 and "<stdout>\nhello-from-the-sandbox\n</stdout>" in output[0]
     assert texts(driver, "user-text") == ["Say hello from the sandbox"]
@@ -181,7 +186,10 @@ def _page_matches_transcript(driver: WebDriver, viewer: Viewer, sid: str) -> Non
     assert texts(driver, "assistant-body") == [t for t in expected_texts if t]
     assert [e.get_attribute("data-tool-id") for e in find(driver, "tool-call")] == expected_ids
     assert len(find(driver, "tool-result")) == len(expected_ids)
-    seqs = [int(str(e.get_attribute("data-seq"))) for e in find(driver, "transcript")[0].find_elements(By.CSS_SELECTOR, ".block")]
+    seqs = [
+        int(str(e.get_attribute("data-seq")))
+        for e in find(driver, "transcript")[0].find_elements(By.CSS_SELECTOR, ".block")
+    ]
     assert seqs == sorted(set(seqs)), "a block shown twice or out of order"
     events = viewer.api.events(sid)
     assert one(driver, "transcript").get_attribute("data-last-seq") == str(events[-1]["seq"])

@@ -19,6 +19,7 @@ export function mountChanges(box, id, onChanged) {
   const buttons = [applyBtn, revertBtn, discardBtn, rewindBtn];
   let running = false;
   let pending = null;
+  let shown = null; // what the list was last built from: unchanged data leaves the DOM (and open diffs) alone
 
   replace(box,
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
@@ -79,6 +80,9 @@ export function mountChanges(box, id, onChanged) {
       get(`${sessionPath(id)}/changes?diff=true`),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
+    const key = JSON.stringify([changes, checkpoints]);
+    if (key === shown) return;
+    shown = key;
     const applying = changes.filter((c) => c.disposition === "apply").length;
     summary.textContent = changes.length
       ? `${changes.length} path(s), ${applying} to apply`

@@ -24,13 +24,20 @@ export function showList(view) {
 
   let timer = null;
   let stopped = false;
+  let shown = null; // rows are rebuilt only when the sessions changed; ages are updated in place
   async function refresh() {
     try {
       const page = await get("/v1/sessions?limit=100");
       if (stopped) return;
       problem.hidden = true;
       total.textContent = `${page.total} in all`;
-      replace(body, ...(page.items.length ? page.items.map(row) : [emptyRow()]));
+      const key = JSON.stringify(page.items);
+      if (key !== shown) {
+        shown = key;
+        replace(body, ...(page.items.length ? page.items.map(row) : [emptyRow()]));
+      } else {
+        for (const cell of body.querySelectorAll("td.age")) cell.textContent = fmtAge(Number(cell.dataset.ts));
+      }
     } catch (err) {
       if (stopped) return;
       problem.textContent = `Could not list sessions: ${err.message}`;
@@ -56,7 +63,8 @@ function row(s) {
     el("td", { testid: "session-task" }, firstLine(s.task)),
     el("td", { class: "num", testid: "session-steps" }, String(s.steps)),
     el("td", { class: "num", testid: "session-tokens" }, fmtTokens(totalTokens(s.usage))),
-    el("td", { class: "muted", title: new Date(s.created_at * 1000).toLocaleString() }, fmtAge(s.created_at)),
+    el("td", { class: "muted age", title: new Date(s.created_at * 1000).toLocaleString(),
+      dataset: { ts: String(s.created_at) } }, fmtAge(s.created_at)),
     el("td", {}, open));
   tr.addEventListener("dblclick", () => openSession(s.id));
   return tr;
