@@ -1,0 +1,62 @@
+"""The viewer's static files stay safe by construction: no HTML parsing of data, nothing inline, nothing remote.
+
+A grep, not a proof: the browser tests (tests/browser) check that hostile text stays inert.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+STATIC = Path(__file__).resolve().parents[2] / "controller" / "ui" / "static"
+SCRIPTS = sorted(STATIC.glob("*.js"))
+
+FORBIDDEN_JS = {
+    "innerHTML": r"\binnerHTML\b",
+    "outerHTML": r"\bouterHTML\b",
+    "insertAdjacentHTML": r"\binsertAdjacentHTML\b",
+    "document.write": r"\bdocument\.write",
+    "eval": r"\beval\s*\(",
+    "new Function": r"\bnew\s+Function\b",
+    "string timers": r"set(?:Timeout|Interval)\(\s*[\"'`]",
+    "href/src from code": r"\.(?:href|src|action|formAction)\s*=",
+    "setAttribute": r"\bsetAttribute\s*\(",
+    "createContextualFragment": r"createContextualFragment",
+    "DOMParser": r"\bDOMParser\b",
+    "remote URL": r"https?://",
+}
+
+
+def test_there_are_modules() -> None:
+    assert {p.name for p in SCRIPTS} >= {"app.js", "api.js", "dom.js", "list.js", "session.js", "changes.js"}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_no_html_sinks_or_code_from_strings(script: Path) -> None:
+    source = script.read_text()
+    found = [name for name, pattern in FORBIDDEN_JS.items() if re.search(pattern, source)]
+    assert found == [], f"{script.name} uses {found}"
+
+
+def test_index_has_no_inline_script_style_or_remote_asset() -> None:
+    html = (STATIC / "index.html").read_text()
+    assert re.findall(r"<script\b[^>]*>", html) == ['<script type="module" src="/ui/assets/app.js">']
+    assert "<style" not in html and not re.search(r"\sstyle\s*=", html)
+    assert not re.search(r"\son[a-z]+\s*=", html), "an inline event handler"
+    assert not re.search(r"(?:src|href)\s*=\s*\"(?!/ui/assets/|#)", html), "an asset from elsewhere"
+
+
+def test_static_folder_is_flat_and_text() -> None:
+    assert all(p.is_file() for p in STATIC.iterdir()), "the server serves a flat folder"
+    assert {p.suffix for p in STATIC.iterdir()} <= {".html", ".js", ".css", ".svg", ".png"}
+
+
+@pytest.mark.parametrize(
+    ("name", "sample"),
+    [("innerHTML", "node.innerHTML = text"), ("eval", "eval (code)"), ("href/src from code", "a.href = url"),
+     ("string timers", "setTimeout('run()', 1)"), ("setAttribute", "el.setAttribute('onclick', x)")],
+)  # fmt: skip
+def test_the_guard_catches_what_it_names(name: str, sample: str) -> None:
+    assert re.search(FORBIDDEN_JS[name], sample)
