@@ -209,7 +209,8 @@ def test_reload_and_a_dropped_stream_show_the_transcript_whole_and_once(
     driver.execute_cdp_cmd("Network.enable", {})  # type: ignore[attr-defined]
     offline = {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0}
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", offline)  # type: ignore[attr-defined]
-    time.sleep(1.0)
+    wait(lambda: one(driver, "stream-state").text != "live" or None, "the page noticing the dropped stream", timeout=5)
+    time.sleep(0.5)
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})  # type: ignore[attr-defined]
     wait_finished(driver)
     assert len(find(driver, "user-message")) == 1
