@@ -16,6 +16,7 @@ const EVENT_TYPES = [
 ];
 const REFRESHING = new Set(["session_finished", "changes", "applied", "reverted", "rewound", "discarded"]);
 const RECONNECT_MS = 500;
+const RECORD_DELAY_MS = 200; // record refreshes asked for within this long share one request
 
 export function showSession(view, id, { changesOnly = false } = {}) {
   const page = new SessionPage(view, id, changesOnly);
@@ -92,10 +93,10 @@ class SessionPage {
   }
 
   async start() {
+    this.connect(); // the stream is most of the page: open it at once, the record comes alongside
     await this.refreshRecord();
     this.changes.refresh();
     if (this.changesOnly) this.changesBox.scrollIntoView();
-    this.connect();
   }
 
   stop() {
@@ -163,7 +164,17 @@ class SessionPage {
     this.transcript.dataset.lastSeq = String(event.seq);
     this.render(event);
     if (REFRESHING.has(event.type)) this.changes.refresh();
-    if (event.type === "session_finished" || event.type === "status") this.refreshRecord().catch(() => null);
+    if (event.type === "session_finished" || event.type === "status") this.refreshSoon();
+  }
+
+  /** Fetch the record shortly, once for however many events ask meanwhile (a replay has one usage event a step). */
+  refreshSoon() {
+    if (this.recordDue) return;
+    this.recordDue = true;
+    this.later(() => {
+      this.recordDue = false;
+      this.refreshRecord().catch(() => null);
+    }, RECORD_DELAY_MS);
   }
 
   // --- the record -------------------------------------------------------------------------
@@ -233,9 +244,17 @@ class SessionPage {
   // --- rendering events -------------------------------------------------------------------
 
   add(node) {
-    const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+    // Whether to follow the bottom is read once per frame, before that frame's appends: reading the
+    // page's height after every append laid the whole page out once per event (seconds for a replay).
+    if (this.following === undefined) {
+      this.following = window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+      requestAnimationFrame(() => {
+        const last = this.transcript.lastElementChild;
+        if (this.following && !this.changesOnly && last) last.scrollIntoView({ block: "end" });
+        this.following = undefined;
+      });
+    }
     this.transcript.append(node);
-    if (atBottom && !this.changesOnly) node.scrollIntoView({ block: "end" });
     return node;
   }
 
@@ -315,7 +334,7 @@ const RENDER = {
   },
   usage(e) {
     this.tokens.textContent = fmtTokens(totalTokens(e.session));
-    this.later(() => this.refreshRecord().catch(() => null), 0);
+    this.refreshSoon();
   },
   context_edited(e) {
     this.add(this.block("note", "note", e.seq,
