@@ -27,11 +27,11 @@ class Served:
 
 
 @contextlib.contextmanager
-def cubicle_serve(root: Path, model_server: ScriptedServer) -> Iterator[Served]:
+def cubicle_serve(root: Path, model_server: ScriptedServer, **extra: str) -> Iterator[Served]:
     """`cubicle serve` as its own process on a free port, over the scripted model; stopped (SIGTERM) on exit."""
     token = secrets.token_hex(16)
     env = serve_env(model_server.url, token, root, TEST_INSTANCE)  # type: ignore[attr-defined]
-    env |= {"CUBICLE_SSE_HEARTBEAT_S": "1"}
+    env |= {"CUBICLE_SSE_HEARTBEAT_S": "1", **extra}
     port = free_port()
     process = serve_subprocess(env, port)
     try:
