@@ -2,6 +2,9 @@
 
     CubicleError
     ├── ConfigError(ValueError)            bad settings, flags or missing API key
+    ├── AuthError(PermissionError)         the API refused the bearer token (a client's 401)
+    ├── InvalidRequestError(ValueError)    the API refused a request's body or query (a client's 422 or 413)
+    ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
     ├── CapacityError                      too many sessions at once
@@ -41,6 +44,26 @@ class CubicleError(Exception):
 
 class ConfigError(CubicleError, ValueError):
     """Settings, flags or environment are wrong or missing."""
+
+
+class AuthError(CubicleError, PermissionError):
+    """The API answered 401: the bearer token is missing or wrong."""
+
+    hint = "Set CUBICLE_API_TOKEN (or pass token=) to the server's token."
+
+
+class InvalidRequestError(CubicleError, ValueError):
+    """The API refused the request as invalid (422, or 413 for a body too large); ``errors`` has its details."""
+
+    def __init__(self, message: str, errors: list[dict[str, object]] | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.errors = errors or []
+
+
+class UnreachableError(CubicleError, ConnectionError):
+    """No Cubicle API answers at the client's URL (refused, unresolvable, or the connection keeps dropping)."""
+
+    hint = "Check the URL and that `cubicle serve` runs there."
 
 
 class NotFoundError(CubicleError, LookupError):

@@ -11,7 +11,8 @@ Use ``CubicleContainer`` to test your own integration against a real Cubicle (th
 tested example):
 
     with CubicleContainer(token="t", repo_roots=[repos_dir], scenario=scenario_file) as cubicle:
-        client = httpx.Client(base_url=cubicle.url, headers=cubicle.auth_headers)
+        with cubicle.client() as client:  # a controller.client.Client for this container
+            record = client.wait(client.create(repo, "task").id)
 
 With ``scenario`` the container also runs the scripted model server on its own
 loopback, so no API key or network is needed; without it, pass ``ANTHROPIC_API_KEY``
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 from testcontainers.core.container import DockerContainer
 
+from .client import AsyncClient, Client
 from .owners import MANAGED
 from .protocol import (
     Call,
@@ -273,6 +275,14 @@ class CubicleContainer(DockerContainer):
     @property
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self, **options: Any) -> Client:
+        """A ``controller.client.Client`` of this container's API, with its token (close it, or use it in ``with``)."""
+        return Client(self.url, self.token, **options)
+
+    def async_client(self, **options: Any) -> AsyncClient:
+        """The same as an ``AsyncClient``."""
+        return AsyncClient(self.url, self.token, **options)
 
     def start(self) -> CubicleContainer:
         super().start()

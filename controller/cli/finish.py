@@ -7,7 +7,7 @@ import sys
 import termios
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import typer
 from rich.console import Console
@@ -18,7 +18,7 @@ from ..agent import TurnOutcome
 from ..config import Settings
 from ..display import JsonSink
 from ..sessions import Sessions
-from ..workspace import ApplyResult, Disposition
+from ..workspace import ApplyResult, Change, Disposition
 from ..workspaces import summarize
 from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions
 
@@ -41,11 +41,42 @@ class Choice:
     interactive: bool
 
 
-def after_turn(settings: Settings, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
+class Review(Protocol):
+    """Where a run's changes are read and applied: this machine's sessions, or a server's through the client."""
+
+    def changes(self) -> list[Change]: ...
+
+    def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
+        """Apply the changes; with --json (``view`` a JsonSink) the ``applied`` event follows the run's events."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalReview:
+    """The session in this machine's database (``CUBICLE_DATA_DIR``)."""
+
+    settings: Settings
+    session_id: str
+
+    def changes(self) -> list[Change]:
+        return with_sessions(self.settings, lambda s: s.changes(self.session_id, diff=True))
+
+    def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
+        async def apply(sessions: Sessions) -> ApplyResult:
+            result = await sessions.apply(self.session_id, include_ignored=include_ignored)
+            if isinstance(view, JsonSink):
+                for event in sessions.store.events_after(self.session_id, view.seq):
+                    await view.emit(event)
+            return result
+
+        return with_sessions(self.settings, apply)
+
+
+def after_turn(source: Review, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
     """Show what the turn changed, then apply, keep or ask; an exit code that replaces the turn's, or None."""
     session_id = ran.session_id
     with review_errors():
-        changes = with_sessions(settings, lambda s: s.changes(session_id, diff=True))
+        changes = source.changes()
     console.print(review.change_list(changes, review.MAX_LISTED))
     ignored = choice.include_ignored and any(c.disposition == Disposition.IGNORED for c in changes)
     if not summarize(changes).files and not ignored:
@@ -59,7 +90,7 @@ def after_turn(settings: Settings, ran: Ran, choice: Choice, view: Any, console:
     if not wanted:
         console.print(review.how_to_apply(session_id))
         return None
-    _apply_after_run(settings, ran, choice.include_ignored, view, console)
+    _apply_after_run(source, ran, choice.include_ignored, view, console)
     return None
 
 
@@ -85,19 +116,11 @@ def _ask_apply(console: Console, ran: Ran) -> bool:
         console.print("Please answer y or n.", style="yellow")
 
 
-def _apply_after_run(settings: Settings, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
+def _apply_after_run(source: Review, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
     """Apply the run's changes (a conflict: exit 5); with --json the ``applied`` event follows the run's events."""
-
-    async def apply(sessions: Sessions) -> ApplyResult:
-        result = await sessions.apply(ran.session_id, include_ignored=include_ignored)
-        if isinstance(view, JsonSink):
-            for event in sessions.store.events_after(ran.session_id, view.seq):
-                await view.emit(event)
-        return result
-
     try:
         with review_errors():
-            result = with_sessions(settings, apply)
+            result = source.apply(include_ignored, view)
     except typer.Exit as done:
         if done.exit_code == EXIT_CONFLICT:
             console.print(review.how_to_apply(ran.session_id))

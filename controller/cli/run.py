@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import SecretStr, ValidationError
@@ -28,7 +29,15 @@ from ..agent import TurnOutcome
 from ..config import Limits, Settings
 from ..display import JsonSink, LiveSink, plural
 from ..environment import EnvironmentRequest
-from ..errors import ConfigError, ConflictError, CubicleError, ForbiddenRepoError, RepoError
+from ..errors import (
+    AuthError,
+    ConfigError,
+    ConflictError,
+    CubicleError,
+    ForbiddenRepoError,
+    InvalidRequestError,
+    RepoError,
+)
 from ..events import Event, SessionFinished, SessionStarted
 from ..network import NetworkPolicy
 from ..recorder import Recorder
@@ -37,7 +46,8 @@ from ..sessions import Sessions
 from ..store import SessionRecord, Store
 from ..workspaces import record_changes
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
-from .finish import Choice, Ran, after_turn
+from .finish import Choice, LocalReview, Ran, after_turn
+from .remote import LOCAL_ONLY, Remote, RemoteReview, run_remote
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
@@ -60,8 +70,14 @@ RUN_HELP = (
     "· 4 sandbox, Docker, model API or filesystem error · 5 --apply met a conflict (changes kept, paths listed) "
     "· 130 interrupted with Ctrl-C · 143 / 129 stopped by SIGTERM / SIGHUP (128 + the signal).\n\n"
     "After Ctrl-C, SIGTERM or SIGHUP the running command is killed, the container removed and the "
-    "session's end recorded (a session_finished event with reason cancelled); the changes are kept."
+    "session's end recorded (a session_finished event with reason cancelled); the changes are kept.\n\n"
+    "With --server URL the run happens on that `cubicle serve` (token: CUBICLE_API_TOKEN) and REPO is a path on "
+    "the server: the same view, the same exit codes, Ctrl-C cancels the remote turn. The limit flags, --model, "
+    "--network, --image and --setup are sent with the request (the server lowers limits to its maximums and "
+    "allows only its images); --apply and --include-ignored apply through the API; --approve and --scenario are "
+    "refused."
 )
+T = TypeVar("T")
 
 
 def _load_scenario(name: str) -> scripted.Scenario:
@@ -111,6 +127,11 @@ async def _run_session(
     asked: Asked,
 ) -> Ran:
     """The session, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
+    return await _stoppable(_session(settings, repo, task, limits, sink, approve, asked), signals)
+
+
+async def _stoppable(work: Awaitable[T], signals: list[int]) -> T:
+    """``work``, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -124,7 +145,7 @@ async def _run_session(
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop, signum)
     try:
-        return await _session(settings, repo, task, limits, sink, approve, asked)
+        return await work
     finally:
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
@@ -247,7 +268,7 @@ def _exit_codes(signals: list[int]) -> Iterator[None]:
     """Whatever ends a run before its turn does becomes its exit code and a one-line message."""
     try:
         yield
-    except (ConfigError, RepoError, ForbiddenRepoError) as err:
+    except (ConfigError, RepoError, ForbiddenRepoError, AuthError, InvalidRequestError) as err:
         raise fail(err, EXIT_USAGE) from None
     except ConflictError as err:  # the repository overlaps one a running session uses
         raise fail(err, EXIT_CONFLICT) from None
@@ -330,7 +351,24 @@ def run(
         str | None,
         typer.Option(help="The setup command, run once before the agent (instead of the repository's; '' for none)."),
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Run on this `cubicle serve` instead (token: CUBICLE_API_TOKEN); REPO is then a path on the server. "
+            "--approve and --scenario are refused; the other flags are sent with the request.",
+        ),
+    ] = None,
 ) -> None:
+    if server is not None:
+        local = {"--approve": approve, "--scenario": scenario is not None}
+        given = [flag for flag, on in local.items() if on]
+        if given:
+            raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
+        flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
+                 "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network}  # fmt: skip
+        _run_remote(server, repo, task, model, flags, image, setup, json_events, Choice(apply, include_ignored, False))
+        return
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
     limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
@@ -345,4 +383,36 @@ def run(
         console.print(_summary(ran.outcome, sink.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
     choice = Choice(apply, include_ignored, interactive=sys.stdin.isatty() and not json_events)
-    raise typer.Exit(after_turn(settings, ran, choice, sink, console, bool(signals)) or code)
+    raise typer.Exit(
+        after_turn(LocalReview(settings, ran.session_id), ran, choice, sink, console, bool(signals)) or code
+    )
+
+
+def _run_remote(
+    url: str, repo: Path, task: str, model: str | None, flags: dict[str, Any], image: str | None, setup: str | None,
+    json_events: bool, choice: Choice,
+) -> None:  # fmt: skip
+    """``--server``: the run on a remote ``cubicle serve``, shown and ended like a local one."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        checked = Limits.model_validate({**Limits().model_dump(), **given}).model_dump(mode="json")
+    except ValidationError as err:
+        raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
+    environment = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+    token = os.environ.get("CUBICLE_API_TOKEN") or None
+    remote = Remote(url, token, str(repo), task, model, {name: checked[name] for name in given}, environment)
+    console = terminal.console(stderr=json_events)
+    signals: list[int] = []
+    with _exit_codes(signals), _view(json_events, console) as sink:
+        done = asyncio.run(_stoppable(run_remote(remote, sink), signals))
+    if done.finished is None:
+        raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
+    outcome = TurnOutcome(done.finished.reason, done.finished.detail)
+    if not json_events:
+        console.print(_summary(outcome, done.finished, signals))
+    code = 128 + signals[0] if signals else EXIT_CODES[outcome.reason]
+    choice = Choice(choice.apply, choice.include_ignored, interactive=sys.stdin.isatty() and not json_events)
+    ran = Ran(done.session_id, Path(done.repo), outcome)
+    with _exit_codes(signals):
+        replaced = after_turn(RemoteReview(url, token, done.session_id), ran, choice, sink, console, bool(signals))
+    raise typer.Exit(replaced or code)

@@ -1,0 +1,97 @@
+"""``cubicle run --server URL``: the same run, on a remote ``cubicle serve``, through ``controller.client``.
+
+The session is created by the API and its events, streamed back (reconnecting when the
+connection drops), are fed to the same view a local run uses. Cancelling the run (Ctrl-C,
+SIGTERM, SIGHUP) cancels the remote turn, and the view still shows its end. The changes are
+then reviewed and applied through the API, as ``finish.after_turn`` does for a local run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from ..client import AsyncClient, Client
+from ..display import JsonSink, LiveSink
+from ..environment import EnvironmentRequest
+from ..events import SessionFinished
+from ..workspace import ApplyResult, Change
+
+LOCAL_ONLY = {
+    "--approve": "the server runs the tools without a terminal to ask on",
+    "--scenario": "the server's model is the server's (run `cubicle scripted-server` beside it for an offline one)",
+}
+"""Flags ``--server`` refuses, and why."""
+
+
+@dataclass(frozen=True)
+class Remote:
+    """What a remote run asks the server for."""
+
+    url: str
+    token: str | None
+    repo: str
+    task: str
+    model: str | None
+    limits: dict[str, Any]
+    environment: EnvironmentRequest | None
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    session_id: str
+    repo: str
+    finished: SessionFinished | None
+
+
+async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
+    """Start the session and show its events until its turn ends; a cancel of this task cancels the remote turn."""
+    async with AsyncClient(remote.url, remote.token) as client:
+        record = await client.create(
+            remote.repo, remote.task, model=remote.model, limits=remote.limits or None, environment=remote.environment
+        )
+        finished: SessionFinished | None = None
+        last = 0
+        try:
+            async for event in client.events(record.id):
+                last = event.seq
+                finished = event if isinstance(event, SessionFinished) else finished
+                await view.emit(event)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await client.cancel(record.id)
+            async for event in client.events(record.id, after=last):  # the turn's end, as the server recorded it
+                finished = event if isinstance(event, SessionFinished) else finished
+                await view.emit(event)
+        if finished is None:  # the stream ended without the turn's end (its process failed): the record says why
+            stored = await client.get(record.id)
+            if stored.finish_reason is not None:
+                finished = SessionFinished(
+                    session_id=record.id, reason=stored.finish_reason, steps=stored.steps, usage=stored.usage,
+                    detail=stored.detail,
+                )  # fmt: skip
+        return RemoteRun(record.id, record.repo, finished)
+
+
+@dataclass(frozen=True)
+class RemoteReview:
+    """A remote session's changes, read and applied through the API (see ``finish.Review``)."""
+
+    url: str
+    token: str | None
+    session_id: str
+
+    def changes(self) -> list[Change]:
+        with Client(self.url, self.token) as client:
+            return client.changes(self.session_id, diff=True)
+
+    def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
+        with Client(self.url, self.token) as client:
+            result = client.apply(self.session_id, include_ignored=include_ignored)
+            if isinstance(view, JsonSink):
+                for event in client.events(self.session_id, after=view.seq):
+                    asyncio.run(view.emit(event))
+            return result

@@ -1,0 +1,120 @@
+"""`cubicle run --server`: a run on a `cubicle serve` subprocess matches a local run of the same scenario."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.client import Client
+from controller.scripted import ScriptedServer
+from tests.agent_harness import register, text, tool
+from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.client_helpers import Served, cubicle_serve
+
+READS = [
+    {"content": [text("Reading."), tool("read_file", path="README.md")]},
+    {"content": [tool("run_command", command="echo made > made.txt")]},
+    {"content": [text("All done.")]},
+]
+LOOPS = [{"content": [tool("list_files")]}] * 5
+
+
+@pytest.fixture
+def served(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Served]:
+    with cubicle_serve(tmp_path, model_server) as server:
+        yield server
+
+
+def _local(model_server: ScriptedServer, tmp_path: Path, repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "ANTHROPIC_BASE_URL": model_server.url,
+        "ANTHROPIC_API_KEY": "test",
+        "CUBICLE_DATA_DIR": str(tmp_path / "local-data"),
+    }  # type: ignore[attr-defined]
+    return cubicle("run", str(repo), "do it", *args, env=env)
+
+
+def _remote(served: Served, repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"CUBICLE_API_TOKEN": served.token, "CUBICLE_DATA_DIR": str(served.root / "unused")}
+    return cubicle("run", str(repo), "do it", "--server", served.url, *args, env=env)
+
+
+def _kinds(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [json.loads(line)["type"] for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("turns", "flags", "code", "reason"),
+    [(READS, (), 0, "end_turn"), (LOOPS, ("--max-steps", "2"), 3, "max_steps")],
+    ids=["succeeds", "hits-a-limit"],
+)
+def test_the_same_events_and_exit_code_as_a_local_run(
+    served: Served, model_server: ScriptedServer, tmp_path: Path, make_repo: Callable[..., Path],
+    turns: list[dict[str, object]], flags: tuple[str, ...], code: int, reason: str,
+) -> None:  # fmt: skip
+    model = register(model_server, turns, prefix="cli-server")
+    local = _local(model_server, tmp_path, make_repo("local"), "--json", "--no-apply", "--model", model, *flags)
+    remote = _remote(served, make_repo("remote"), "--json", "--no-apply", "--model", model, *flags)
+    assert local.returncode == code, local.stderr
+    assert remote.returncode == code, remote.stderr
+    assert _kinds(remote) == _kinds(local)
+    finished = [json.loads(done.stdout.splitlines()[-1]) for done in (local, remote)]
+    assert [f["reason"] for f in finished] == [reason, reason]
+    assert finished[0]["steps"] == finished[1]["steps"]
+    texts = ["".join(json.loads(line).get("text", "") for line in done.stdout.splitlines()) for done in (local, remote)]
+    assert texts[0] == texts[1]
+
+
+def test_the_live_view_and_apply_through_the_server(
+    served: Served, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    repo = make_repo("remote")
+    done = _remote(served, repo, "--apply", "--model", register(model_server, READS, prefix="cli-live"))
+    assert done.returncode == 0, done.stderr
+    assert "▸ read_file README.md" in done.stdout and "▸ run_command echo made > made.txt" in done.stdout
+    assert "All done." in done.stdout and "end_turn · 3 steps" in done.stdout
+    assert (repo / "made.txt").read_text() == "made\n"
+
+
+def test_local_only_flags_and_a_wrong_token_are_usage_errors(served: Served, make_repo: Callable[..., Path]) -> None:
+    repo = make_repo()
+    approve = _remote(served, repo, "--approve")
+    assert approve.returncode == 2 and "--approve cannot be used with --server" in approve.stderr
+    scenario = _remote(served, repo, "--scenario", "demo")
+    assert scenario.returncode == 2 and "--scenario cannot be used with --server" in scenario.stderr
+    limit = _remote(served, repo, "--max-steps", "0")
+    assert limit.returncode == 2 and "--max-steps 0 is too small" in limit.stderr
+    stranger = cubicle("run", str(repo), "x", "--server", served.url, env={"CUBICLE_API_TOKEN": "wrong"})
+    assert stranger.returncode == 2 and "refused the request (401)" in stranger.stderr
+    assert "Traceback" not in stranger.stderr
+
+
+def test_ctrl_c_cancels_the_remote_turn(
+    served: Served, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    stalls = [{"content": [tool("list_files")]}, {"content": [text("never shown")], "delay_s": 120}]
+    model = register(model_server, stalls, prefix="cli-cancel")
+    env = environment({"CUBICLE_API_TOKEN": served.token})
+    args = [sys.executable, "-m", "controller", "run", str(make_repo()), "x", "--server", served.url, "--json"]
+    with subprocess.Popen([*args, "--model", model], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL, env=env) as run:  # fmt: skip
+        assert run.stdout is not None
+        lines = []
+        for line in run.stdout:  # the model is stalled on its second request once the first tool result is shown
+            lines.append(json.loads(line))
+            if lines[-1]["type"] == "tool_result":
+                break
+        run.send_signal(signal.SIGINT)
+        lines += [json.loads(line) for line in run.stdout]
+        code = run.wait(timeout=60)
+    assert code == 130
+    assert lines[-1]["type"] == "session_finished" and lines[-1]["reason"] == "cancelled"
+    with Client(served.url, served.token) as client:
+        record = client.get(lines[-1]["session_id"])
+    assert record.status == "cancelled" and record.finish_reason == "cancelled"

@@ -1,0 +1,47 @@
+"""The README's Python client example, run exactly as written against a live `cubicle serve`."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.scripted import ScriptedServer
+from tests.agent_harness import register, text, tool
+from tests.integration.client_helpers import cubicle_serve
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+HEADING = "### Python client"
+
+
+def readme_example() -> str:
+    """The first fenced python block under HEADING (and before the next heading)."""
+    text = README.read_text()
+    section = text[text.index(HEADING) + len(HEADING) :]
+    section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
+    match = re.search(r"^```python\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"no python block under {HEADING!r} in README.md"
+    return match.group(1)
+
+
+def test_the_readme_client_example_runs(
+    tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    shop = make_repo("home/code/shop")
+    home = shop.parents[1]
+    turns = [{"content": [tool("run_command", command="echo 'def test_empty(): pass' > test_cart.py")]},
+             {"content": [text("Added the test.")]}]  # fmt: skip
+    model = register(model_server, turns, prefix="readme-client")
+    with cubicle_serve(home / "code", model_server, CUBICLE_MODEL=model) as served:
+        script = tmp_path / "readme_client.py"
+        script.write_text(readme_example())
+        env = {**os.environ, "HOME": str(home), "CUBICLE_URL": served.url, "CUBICLE_API_TOKEN": served.token}
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "tool: run_command {'command': \"echo 'def test_empty(): pass' > test_cart.py\"}" in done.stdout
+    assert "status: idle | finish: end_turn | steps: 2" in done.stdout
+    assert "added test_cart.py" in done.stdout
+    assert (shop / "test_cart.py").read_text() == "def test_empty(): pass\n"
