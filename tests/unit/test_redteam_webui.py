@@ -1,0 +1,66 @@
+"""Red-team findings against the viewer's server side (controller/webui.py), without Docker.
+
+Each test states the property that should hold; a failing test is an open finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from controller import webui
+from controller.api import create_app
+from controller.testing import NoSandbox
+from tests.unit.test_webui import HERE, TOKEN, _settings
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    (tmp_path / "roots").mkdir()
+    app = create_app(_settings(tmp_path, TOKEN), sandbox_factory=lambda *_: NoSandbox())
+    with TestClient(app, base_url=HERE) as c:
+        yield c
+
+
+def _sign_in(client: TestClient) -> str:
+    assert client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE}).status_code == 204
+    cookie = client.cookies.get(webui.COOKIE)
+    assert cookie
+    return cookie
+
+
+def test_finding_unauthenticated_logout_flushes_the_revocation_list(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FINDING (medium): POST /ui/logout needs no credentials and revokes whatever cookie it is sent,
+    signed or not. Anyone who can reach the server (curl sends no Origin) can post MAX_REVOKED
+    forged cookies with far-future expiry: the list drops its oldest entries first, so a real
+    sign-out is forgotten and a cookie stolen before it works again ("replay after logout")."""
+    monkeypatch.setattr(webui, "MAX_REVOKED", 50)  # the real bound is 10,000; the attack is the same, only longer
+    stolen = _sign_in(client)
+    assert client.post("/ui/logout", headers={"Origin": HERE}).status_code == 204
+    client.cookies.clear()
+    assert client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"}).status_code == 401  # revoked: good
+
+    for i in range(webui.MAX_REVOKED + 1):  # the attacker: no token, no cookie of its own, no Origin
+        forged = f"999999999999.flood{i}.not-a-mac"
+        assert client.post("/ui/logout", headers={"Cookie": f"{webui.COOKIE}={forged}"}).status_code == 204
+
+    replay = client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"})
+    assert replay.status_code == 401, "a cookie revoked by sign-out works again after a flood of forged sign-outs"
+
+
+def test_finding_forged_logouts_fill_the_servers_memory(client: TestClient) -> None:
+    """FINDING (medium, same root cause): the nonce of an unsigned cookie is stored as sent, up to the
+    header size, and kept until its forged expiry (year 33658): 10,000 of them are hundreds of MB
+    that no one signed in for. Only a cookie this server signed should be remembered."""
+    client.cookies.clear()
+    revoked: dict[str, int] = client.app.state.revoked  # type: ignore[attr-defined]
+    before = sum(len(n) for n in revoked)
+    big = "n" * 60_000
+    assert client.post("/ui/logout", headers={"Cookie": f"{webui.COOKIE}=999999999999.{big}.x"}).status_code == 204
+    grown = sum(len(n) for n in revoked) - before
+    assert grown == 0, f"an unauthenticated sign-out stored {grown} bytes"
