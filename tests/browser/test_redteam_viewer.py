@@ -1,0 +1,118 @@
+"""Red-team findings against the viewer, in a real browser against a real `cubicle serve` (see conftest).
+
+Each test asserts the property that should hold; a failing test is an open finding.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import unicodedata
+from typing import Any
+
+import httpx
+
+from controller import terminal
+from tests.agent_harness import register, text, tool
+from tests.browser.conftest import Viewer
+from tests.browser.test_viewer import find, open_session, sign_in, texts, wait, wait_finished
+from selenium.webdriver.remote.webdriver import WebDriver
+
+
+def _idle_session(viewer: Viewer, model_server: Any, name: str) -> str:
+    scenario = register(model_server, prefix="rt", turns=[{"content": [text("done")]}])
+    sid = viewer.api.create(str(viewer.make_repo(name)), scenario)["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    return str(sid)
+
+
+def test_finding_a_server_on_another_port_receives_a_working_sign_in_cookie(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    """FINDING (high): cookies are not isolated by port. Once signed in, the browser sends the
+    HttpOnly, SameSite=Strict sign-in cookie to every server on 127.0.0.1 it visits (a dev server,
+    a container's published port, any local process listening there). That server reads it from
+    its request headers, and since the cookie alone authenticates /v1 and the Origin check only
+    looks at a header a non-browser client writes itself, it can read every session and drive
+    every write route (apply, revert, discard, rewind, follow-ups, new sessions)."""
+    sid = _idle_session(viewer, model_server, "cookie-port")
+    received: list[str] = []
+
+    class DevServer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            received.append(self.headers.get("Cookie", ""))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<!doctype html><title>my dev server</title>hello")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    sign_in(driver, viewer)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DevServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait(lambda: received or None, "the dev server's page to be requested")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    cookie = received[0]
+    with httpx.Client(base_url=viewer.url, timeout=30) as attacker:  # the dev server's process, not a browser
+        read = attacker.get("/v1/sessions", headers={"Cookie": cookie})
+        write = attacker.post(f"/v1/sessions/{sid}/cancel", headers={"Cookie": cookie, "Origin": viewer.url})
+    assert (read.status_code, write.status_code) == (401, 401), (
+        f"a server on another port got {cookie[:40]!r}…, read /v1/sessions ({read.status_code}) "
+        f"and posted a write ({write.status_code})"
+    )
+
+
+# Characters controller/terminal.py shows escaped, one or two of each kind: line and paragraph separators,
+# C1 controls, the Arabic letter mark, zero-width and other format characters, blank-looking letters, tags.
+SPOOFERS = "\u2028\u2029\u0085\u009b\u061c\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u3164\u2800\u115f\U000e0041"
+
+
+def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(
+    driver: WebDriver, viewer: Viewer
+) -> None:
+    """FINDING (low): dom.js `visible()` makes C0 controls, DEL and bidi overrides/isolates visible,
+    but not what the terminal (controller/terminal.py) also escapes: U+2028/U+2029 and NEL (line
+    breaks inside one "line" of a tool summary or a path), zero-width and format characters (a file
+    `src/\u200bapp.py` reads exactly as `src/app.py` in the changes list: a new file passes for an edit
+    of an existing one), U+061C (a bidi mark, while U+200E/U+200F are escaped), blank-looking letters
+    and tag characters. Everything the terminal hides should be made visible on the page too."""
+    assert all(terminal._hidden(c) for c in SPOOFERS), [c for c in SPOOFERS if not terminal._hidden(c)]
+    sign_in(driver, viewer)
+    script = """
+      const done = arguments[arguments.length - 1];
+      import("/ui/assets/dom.js").then((dom) => done(
+        Array.from(arguments[0]).filter((c) => dom.visible(`a${c}b`) === `a${c}b`)));
+    """
+    raw: list[str] = driver.execute_async_script(script, SPOOFERS)
+    assert raw == [], "shown raw: " + ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, '?')}" for c in raw)
+
+
+def test_finding_added_lines_starting_with_plus_plus_are_uncounted_and_styled_as_file_headers(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    """FINDING (low): changes.js counts a diff line as added when it starts with "+" but not "+++",
+    and styles "+++"/"---" as a file header anywhere in the diff. A file whose lines start with "++"
+    (or "--" for removed ones) is written in full while the page counts +0 and draws those lines as
+    headers. Only the first two lines of the diff are headers; the counts should match the hunks."""
+    content = "".join(f"++ b/harmless-{i}.txt\n" for i in range(5))
+    scenario = register(model_server, prefix="rt", turns=[
+        {"content": [tool("write_file", path="payload.sh", content=content)]},
+        {"content": [text("done")]},
+    ])  # fmt: skip
+    sid = viewer.api.create(str(viewer.make_repo("plusplus")), scenario)["id"]
+    open_session(driver, viewer, sid)
+    wait_finished(driver)
+    wait(lambda: find(driver, "change"), "the changes listed")
+    counts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-testid=change] .counts .plus'), (e) => e.textContent)"
+    )
+    headers = texts(driver, "diff-file")
+    assert counts == ["+5"], f"page counts {counts} for a file of 5 added lines"
+    assert len(headers) == 2, f"{len(headers)} lines styled as file headers: {headers}"
