@@ -116,3 +116,29 @@ def test_finding_added_lines_starting_with_plus_plus_are_uncounted_and_styled_as
     headers = texts(driver, "diff-file")
     assert counts == ["+5"], f"page counts {counts} for a file of 5 added lines"
     assert len(headers) == 2, f"{len(headers)} lines styled as file headers: {headers}"
+
+
+def test_finding_the_changes_response_grows_without_bound_with_the_number_of_files(
+    viewer: Viewer, model_server: Any
+) -> None:
+    """FINDING (medium, availability): a diff is capped per file (64 Ki characters) but nothing caps the
+    number of files or the total, and control characters are valid "text" that JSON spells as six
+    bytes (\\u0001). The page fetches GET .../changes?diff=true as soon as a session is opened and
+    after every changes event, so a hostile session that writes N files of 60 KB of \\x01 makes the
+    controller build (and the browser parse and lay out) a response of about 6 x 60 KB x N: 80 files
+    (under 5 MB on disk) are a response of ~30 MB, and the layer has no disk quota."""
+    files, size = 80, 60_000
+    command = (f"head -c {size} /dev/zero | tr '\\0' '\\1' > f0 && "
+               f"for i in $(seq 1 {files - 1}); do cp f0 f$i; done && du -sk .")  # fmt: skip
+    scenario = register(model_server, prefix="rt", turns=[
+        {"content": [tool("run_command", command=command)]},
+        {"content": [text("done")]},
+    ])  # fmt: skip
+    sid = viewer.api.create(str(viewer.make_repo("many-diffs", {"README.md": "hi\n"})), scenario)["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle", timeout=120)
+    response = viewer.api.http.get(f"/v1/sessions/{sid}/changes", params={"diff": "true"}, timeout=120)
+    assert response.status_code == 200
+    on_disk = files * size
+    assert len(response.content) <= 8 * 1024 * 1024, (
+        f"{len(response.content) / 1e6:.1f} MB of changes for {on_disk / 1e6:.1f} MB written by the sandbox"
+    )
