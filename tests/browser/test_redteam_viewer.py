@@ -11,12 +11,12 @@ import unicodedata
 from typing import Any
 
 import httpx
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from controller import terminal
 from tests.agent_harness import register, text, tool
 from tests.browser.conftest import Viewer
 from tests.browser.test_viewer import find, open_session, sign_in, texts, wait, wait_finished
-from selenium.webdriver.remote.webdriver import WebDriver
 
 
 def _idle_session(viewer: Viewer, model_server: Any, name: str) -> str:
@@ -74,9 +74,7 @@ def test_finding_a_server_on_another_port_receives_a_working_sign_in_cookie(
 SPOOFERS = "\u2028\u2029\u0085\u009b\u061c\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u3164\u2800\u115f\U000e0041"
 
 
-def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(
-    driver: WebDriver, viewer: Viewer
-) -> None:
+def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(driver: WebDriver, viewer: Viewer) -> None:
     """FINDING (low): dom.js `visible()` makes C0 controls, DEL and bidi overrides/isolates visible,
     but not what the terminal (controller/terminal.py) also escapes: U+2028/U+2029 and NEL (line
     breaks inside one "line" of a tool summary or a path), zero-width and format characters (a file

@@ -43,7 +43,9 @@ def test_finding_unauthenticated_logout_flushes_the_revocation_list(
     stolen = _sign_in(client)
     assert client.post("/ui/logout", headers={"Origin": HERE}).status_code == 204
     client.cookies.clear()
-    assert client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"}).status_code == 401  # revoked: good
+    assert (
+        client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"}).status_code == 401
+    )  # revoked: good
 
     for i in range(webui.MAX_REVOKED + 1):  # the attacker: no token, no cookie of its own, no Origin
         forged = f"999999999999.flood{i}.not-a-mac"
