@@ -281,9 +281,17 @@ async def login(body: SignIn, request: Request) -> Response:
 async def logout(request: Request) -> Response:
     if "origin" in request.headers and not same_origin(request):
         raise _cross_origin(request)
+    settings: Settings = request.app.state.settings
     cookie = request.cookies.get(COOKIE)
-    if cookie is not None:
-        revoke(cookie, time.time(), request.app.state.revoked)
+    now = time.time()
+    # Only a cookie this server signed is remembered: anyone may post here, and forged nonces would
+    # otherwise fill memory and push real revocations out of the bounded list.
+    if (
+        cookie is not None
+        and settings.api_token is not None
+        and verify(settings.api_token, cookie, now, request.app.state.revoked)
+    ):
+        revoke(cookie, now, request.app.state.revoked)
     response = Response(status_code=status.HTTP_204_NO_CONTENT)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
