@@ -5,9 +5,12 @@ fetched from elsewhere) that talks to ``/v1`` like any other client. What keeps 
 being turned against the API:
 
 - **Sign-in by cookie.** With a token configured, the page asks for it once (``POST /ui/login``)
-  and gets a signed, expiring, HttpOnly, SameSite=Strict cookie; ``/v1`` accepts that cookie in
-  place of the bearer token. The signature is keyed by the token, so changing the token signs
-  every browser out. ``POST /ui/logout`` revokes the cookie it is sent with.
+  and gets a signed, expiring, HttpOnly, SameSite=Strict cookie and a page key derived from it;
+  ``/v1`` accepts the two together in place of the bearer token. The key is needed because
+  browsers send a host's cookies to all of its ports: a dev server on another port of
+  127.0.0.1 receives the cookie, but not the key, which the page keeps in its own origin's
+  storage. The signature is keyed by the token, so changing the token signs every browser out.
+  ``POST /ui/logout`` revokes the cookie it is sent with.
 - **Origin.** A request that may change something (any method but GET, HEAD, OPTIONS) and is
   authenticated by the cookie must carry an ``Origin`` equal to the server's own: another port
   on the same host is another origin, so a dev server on the user's machine cannot apply changes.
@@ -40,6 +43,9 @@ from .config import Settings
 from .errors import NotFoundError
 
 COOKIE = "cubicle_session"
+KEY_HEADER = "x-cubicle-key"
+KEY_PARAM = "key"
+"""Where the page key goes when no header can (an EventSource's URL)."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -71,7 +77,7 @@ class Refused(Exception):
 def unauthorized() -> Refused:
     return Refused(
         status.HTTP_401_UNAUTHORIZED,
-        "A valid bearer token (or the viewer's sign-in cookie) is required.",
+        "A valid bearer token (or the viewer's sign-in cookie with its key) is required.",
         {"WWW-Authenticate": "Bearer"},
     )
 
@@ -105,6 +111,27 @@ def verify(token: SecretStr, value: str, now: float, revoked: MutableMapping[str
     expires, nonce, mac = parsed
     expected = hmac.new(_key(token), f"{expires}.{nonce}".encode(), hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected.encode(), mac.encode()) and expires > now and nonce not in revoked
+
+
+def page_key(token: SecretStr, value: str) -> str:
+    """The key that goes with a sign-in cookie: the page keeps it in its own origin's storage and sends it.
+
+    Browsers send cookies to every port of a host, so a server on another port of 127.0.0.1
+    receives the cookie; it never sees this key (web storage is kept per origin, port included),
+    and the cookie is worth nothing without it.
+    """
+    parsed = _parse(value)
+    nonce = parsed[1] if parsed is not None else ""
+    return hmac.new(_key(token), f"page key {nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+def signed_in(request: Request, token: SecretStr) -> bool:
+    """Whether the request carries a live sign-in cookie and its page key (header, or ``key`` for EventSource)."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie is None or not verify(token, cookie, time.time(), request.app.state.revoked):
+        return False
+    given = request.headers.get(KEY_HEADER) or request.query_params.get(KEY_PARAM) or ""
+    return hmac.compare_digest(given.encode(), page_key(token, cookie).encode())
 
 
 def revoke(value: str, now: float, revoked: MutableMapping[str, int]) -> None:
@@ -142,8 +169,7 @@ def authenticate(request: Request, token: SecretStr | None) -> None:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.get_secret_value().encode()):
         return  # a browser cannot send this header to another origin without a CORS preflight we never grant
-    cookie = request.cookies.get(COOKIE)
-    if cookie is None or not verify(token, cookie, time.time(), request.app.state.revoked):
+    if not signed_in(request, token):
         raise unauthorized()
     if unsafe and not same_origin(request):
         raise _cross_origin(request)
@@ -222,6 +248,10 @@ class SignIn(BaseModel):
     token: str = Field(max_length=4096)
 
 
+class SignedIn(BaseModel):
+    key: str = Field(description="Send it as X-Cubicle-Key (or ?key= where a header cannot go) with the cookie.")
+
+
 class AuthState(BaseModel):
     mode: str = Field(description="token: sign in with the API token; loopback: no sign-in (loopback only).")
     signed_in: bool
@@ -253,26 +283,25 @@ async def auth_state(request: Request) -> AuthState:
     settings: Settings = request.app.state.settings
     if settings.api_token is None:
         return AuthState(mode="loopback", signed_in=True)
-    cookie = request.cookies.get(COOKIE)
-    signed = cookie is not None and verify(settings.api_token, cookie, time.time(), request.app.state.revoked)
-    return AuthState(mode="token", signed_in=signed)
+    return AuthState(mode="token", signed_in=signed_in(request, settings.api_token))
 
 
-@router.post("/ui/login", status_code=status.HTTP_204_NO_CONTENT)
+@router.post("/ui/login", response_model=SignedIn)
 async def login(body: SignIn, request: Request) -> Response:
-    """Exchange the API token for the sign-in cookie (same origin only)."""
+    """Exchange the API token for the sign-in cookie and the page key that must go with it (same origin only)."""
     settings: Settings = request.app.state.settings
     if "origin" in request.headers and not same_origin(request):
         raise _cross_origin(request)
     if settings.api_token is None:
-        return Response(status_code=status.HTTP_204_NO_CONTENT)  # nothing to sign in to
+        return JSONResponse(SignedIn(key="").model_dump())  # nothing to sign in to
     if not secrets.compare_digest(body.token.encode(), settings.api_token.get_secret_value().encode()):
         raise Refused(status.HTTP_401_UNAUTHORIZED, "That is not this server's API token.")
     lifetime = settings.ui_session_hours * 3600
-    response = Response(status_code=status.HTTP_204_NO_CONTENT)
+    cookie = issue(settings.api_token, lifetime, time.time())
+    response = JSONResponse(SignedIn(key=page_key(settings.api_token, cookie)).model_dump())
     response.set_cookie(
-        COOKIE, issue(settings.api_token, lifetime, time.time()), max_age=int(lifetime), path="/",
-        httponly=True, samesite="strict", secure=request.url.scheme == "https",
+        COOKIE, cookie, max_age=int(lifetime), path="/", httponly=True, samesite="strict",
+        secure=request.url.scheme == "https",
     )  # fmt: skip
     return response
 

@@ -34,6 +34,9 @@ OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
 MAX_DEPTH = 256
 MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the checkout
+MAX_DIFFS_TOTAL = 2 << 20
+"""JSON bytes of diff text one listing carries: once spent, later files are listed without one
+(each diff is capped, but a layer may hold any number of files)."""
 SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
 __all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
@@ -53,8 +56,11 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
+        budget = MAX_DIFFS_TOTAL
         for change in found:
-            _describe(change, upper, lower, with_diffs)
+            _describe(change, upper, lower, with_diffs and budget > 0)
+            if change.diff is not None:
+                budget -= textdiff.encoded_size(change.diff)
             from_setup = setup is not None and made_by_setup(setup, lower, change.path)
             _judge(change, rules, from_setup, layer.info.trusted)
         gitlike.guard(found, lower)

@@ -61,6 +61,11 @@ def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
     return _capped(difflib.unified_diff(texts[0], texts[1], before, after))
 
 
+def encoded_size(text: str) -> int:
+    """About how many bytes ``text`` takes in a JSON answer: a control character is six (``\\u0001``)."""
+    return len(text.encode()) + 5 * sum(1 for char in text if char < " " and char not in "\n\t")
+
+
 def _capped(lines: Iterable[str]) -> str:
     out: list[str] = []
     size = 0

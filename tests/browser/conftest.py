@@ -126,7 +126,9 @@ def screenshots() -> Path:
 
 @contextmanager
 def cookie_client(url: str) -> Iterator[httpx.Client]:
-    """A client signed in the way the page is: POST /ui/login, then only the cookie."""
+    """A client signed in the way the page is: POST /ui/login, then the cookie and the page key it answered."""
     with httpx.Client(base_url=url, timeout=30) as client:
-        assert client.post("/ui/login", json={"token": TOKEN}).status_code == 204
+        response = client.post("/ui/login", json={"token": TOKEN})
+        assert response.status_code == 200, response.text
+        client.headers["X-Cubicle-Key"] = response.json()["key"]
         yield client

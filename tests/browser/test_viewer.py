@@ -383,7 +383,8 @@ def test_a_page_on_another_port_cannot_post_with_the_signed_in_cookie(
         driver.get(f"http://127.0.0.1:{server.server_address[1]}/")
         wait(lambda: "/v1/sessions/" in driver.current_url or None, "the form post to land on the API")
         answer = driver.find_element(By.TAG_NAME, "body").text
-        assert "cross-origin" in answer, answer  # the form's POST was answered 403 (and so was the fetch)
+        # Refused: the cookie came along (same site), but not its page key, which only the viewer's origin holds.
+        assert "sign-in cookie with its key) is required" in answer, answer
     finally:
         server.shutdown()
         server.server_close()

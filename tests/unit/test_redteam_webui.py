@@ -26,7 +26,9 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _sign_in(client: TestClient) -> str:
-    assert client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE}).status_code == 204
+    response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
+    assert response.status_code == 200
+    client.headers["X-Cubicle-Key"] = response.json()["key"]
     cookie = client.cookies.get(webui.COOKIE)
     assert cookie
     return cookie

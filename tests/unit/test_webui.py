@@ -51,9 +51,13 @@ def open_client(tmp_path: Path, roots: Path) -> Iterator[TestClient]:
         yield c
 
 
-def _sign_in(client: TestClient) -> None:
+def _sign_in(client: TestClient) -> str:
+    """Sign in as the page does: the cookie lands in the client's jar, the key goes on every request."""
     response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
-    assert response.status_code == 204, response.text
+    assert response.status_code == 200, response.text
+    key = str(response.json()["key"])
+    client.headers["X-Cubicle-Key"] = key
+    return key
 
 
 def test_the_page_is_served_with_a_strict_policy(client: TestClient) -> None:
@@ -78,9 +82,9 @@ def test_sign_in_gives_an_httponly_strict_cookie_that_the_api_accepts(client: Te
     assert client.get("/v1/sessions").status_code == 401
     wrong = client.post("/ui/login", json={"token": "not-it"}, headers={"Origin": HERE})
     assert wrong.status_code == 401 and "cubicle_session" not in wrong.headers.get("set-cookie", "")
-    response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
-    cookie = response.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie and "Max-Age=43200" in cookie
+    key = _sign_in(client)
+    cookie = client.cookies.get("cubicle_session") or ""
+    assert key and TOKEN not in key and TOKEN not in cookie
     assert client.get("/ui/auth").json() == {"mode": "token", "signed_in": True}
     assert client.get("/v1/sessions").status_code == 200
     assert client.get("/v1/repos").status_code == 200
@@ -150,3 +154,21 @@ def test_repos_lists_checkouts_under_the_roots(open_client: TestClient, roots: P
     listed = open_client.get("/v1/repos").json()
     assert listed["roots"] == [str(roots)]
     assert listed["repos"] == [str(roots / "app"), str(roots / "group" / "lib")]
+
+
+def test_the_cookie_is_worth_nothing_without_its_page_key(client: TestClient) -> None:
+    """A server on another port of the host receives the cookie (browsers send it to every port), never the key."""
+    response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie and "Max-Age=43200" in cookie
+    key = response.json()["key"]
+    assert client.get("/v1/sessions").status_code == 401  # the cookie alone
+    assert client.get("/ui/auth").json() == {"mode": "token", "signed_in": False}
+    other = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE}).json()["key"]
+    assert other != key  # each sign-in has its own key, bound to its own cookie (the jar now holds the second)
+    assert client.get("/v1/sessions", headers={"X-Cubicle-Key": key}).status_code == 401
+    assert client.get("/v1/sessions", headers={"X-Cubicle-Key": other}).status_code == 200
+    assert client.get("/v1/sessions", params={"key": other}).status_code == 200  # EventSource cannot send headers
+    assert client.get("/v1/sessions", headers={"X-Cubicle-Key": ""}).status_code == 401
+    client.cookies.clear()
+    assert client.get("/v1/sessions", headers={"X-Cubicle-Key": other}).status_code == 401  # the key alone

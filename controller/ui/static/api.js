@@ -1,4 +1,25 @@
-// Talking to the server: same-origin fetch with the sign-in cookie (never a token in JS).
+// Talking to the server: same-origin fetch with the sign-in cookie (HttpOnly: never readable here) and
+// the page key that goes with it. Browsers send a host's cookies to all of its ports, so a server on
+// another port of the same host receives the cookie; the key stays in this origin's storage, which
+// that server cannot read, and the API wants both. The API token itself is never kept.
+
+const KEY = "cubicle.key";
+
+export function setPageKey(key) {
+  if (key) localStorage.setItem(KEY, key);
+  else localStorage.removeItem(KEY);
+}
+
+function pageKey() {
+  return localStorage.getItem(KEY) || "";
+}
+
+/** A URL for what cannot send a header (EventSource): the page key goes in its query. */
+export function withKey(path) {
+  const key = pageKey();
+  if (!key) return path;
+  return `${path}${path.includes("?") ? "&" : "?"}key=${encodeURIComponent(key)}`;
+}
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -16,6 +37,8 @@ export function setUnauthorizedHandler(fn) {
 
 export async function request(method, path, body) {
   const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  const key = pageKey();
+  if (key) init.headers["X-Cubicle-Key"] = key;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);

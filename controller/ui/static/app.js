@@ -1,6 +1,6 @@
 // The viewer's entry point: sign-in, then a tiny hash router over three views.
-import { get, post, setUnauthorizedHandler, ApiError } from "./api.js";
-import { el, replace } from "./dom.js";
+import { get, post, setPageKey, setUnauthorizedHandler, ApiError } from "./api.js";
+import { el, replace, setText } from "./dom.js";
 import { showList } from "./list.js";
 import { showSession } from "./session.js";
 
@@ -32,7 +32,7 @@ function showSignIn() {
   const error = el("p", { class: "error", testid: "sign-in-error", hidden: true });
   const form = el("form", { class: "card sign-in", testid: "sign-in-form" },
     el("h1", {}, "Sign in"),
-    el("p", { class: "muted" }, "Paste the server's API token (CUBICLE_API_TOKEN). It is sent once; the browser keeps a signed cookie, not the token."),
+    el("p", { class: "muted" }, "Paste the server's API token (CUBICLE_API_TOKEN). It is sent once; the browser keeps a signed cookie and a key for it, not the token."),
     el("label", { htmlFor: "token" }, "Token"),
     token,
     el("button", { type: "submit", testid: "sign-in" }, "Sign in"),
@@ -41,13 +41,14 @@ function showSignIn() {
     e.preventDefault();
     error.hidden = true;
     try {
-      await post("/ui/login", { token: token.value });
+      const signedIn = await post("/ui/login", { token: token.value });
       token.value = "";
+      setPageKey(signedIn && signedIn.key);
       auth = await get("/ui/auth");
       updateSignOut();
       route();
     } catch (err) {
-      error.textContent = err instanceof ApiError ? err.message : String(err);
+      setText(error, err instanceof ApiError ? err.message : String(err));
       error.hidden = false;
     }
   });
@@ -61,6 +62,7 @@ function updateSignOut() {
 
 signOut.addEventListener("click", async () => {
   await post("/ui/logout").catch(() => null);
+  setPageKey(null);
   auth = { mode: "token", signed_in: false };
   updateSignOut();
   route();
@@ -68,6 +70,7 @@ signOut.addEventListener("click", async () => {
 
 setUnauthorizedHandler(() => {
   if (auth.mode === "token" && auth.signed_in) {
+    setPageKey(null);
     auth = { mode: "token", signed_in: false };
     updateSignOut();
     route();

@@ -1,7 +1,7 @@
 // A session's changes: the files with their dispositions and diffs, and the actions on them
 // (apply, revert, discard, rewind to a checkpoint). A refused apply shows its conflicts.
 import { get, post, sessionPath, ApiError } from "./api.js";
-import { el, replace } from "./dom.js";
+import { el, replace, setText } from "./dom.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted"]);
 const KINDS = new Set(["added", "modified", "deleted"]);
@@ -28,7 +28,7 @@ export function mountChanges(box, id, onChanged) {
     message, conflicts, list);
 
   function say(text, isError = false) {
-    message.textContent = text;
+    setText(message, text);
     message.className = isError ? "error" : "notice";
     message.hidden = !text;
   }
@@ -103,7 +103,7 @@ export function mountChanges(box, id, onChanged) {
         try {
           await load();
         } catch (err) {
-          summary.textContent = `could not load changes: ${err.message}`;
+          setText(summary, `could not load changes: ${err.message}`);
         }
       } while (pending.again);
       pending = null;
@@ -147,30 +147,42 @@ function changeView(c) {
   else if (c.binary) body = el("p", { class: "muted small" }, `binary, ${c.size} bytes`);
   else if (c.type === "dir") body = null;
   else if (c.target !== null && c.target !== undefined) body = el("p", { class: "muted small" }, `symlink → ${c.target}`);
-  else body = el("p", { class: "muted small" }, "no diff shown (too large or not text)");
+  else body = el("p", { class: "muted small" }, "no diff shown (too large, not text, or past what one listing carries)");
   return el("details", { class: "change", testid: "change", open: true, dataset: { disposition } }, head, body);
 }
 
 function countLines(diff) {
   let added = 0;
   let removed = 0;
-  for (const line of (diff || "").split("\n")) {
-    if (line.startsWith("+") && !line.startsWith("+++")) added += 1;
-    else if (line.startsWith("-") && !line.startsWith("---")) removed += 1;
+  for (const [, cls] of classified(diff || "")) {
+    if (cls === "diff-add") added += 1;
+    else if (cls === "diff-del") removed += 1;
   }
   return { added, removed };
 }
 
-/** A unified diff, one element per line, classed by its first character. */
-export function diffView(diff) {
+/** Each line of a unified diff with its class. Only the lines before the first hunk are file
+ *  headers: inside hunks a line is what its first character says, so an added line that reads
+ *  "++ x" is an addition, not a header. */
+function classified(diff) {
   const lines = diff.endsWith("\n") ? diff.slice(0, -1).split("\n") : diff.split("\n");
-  return el("pre", { class: "diff", testid: "diff" }, ...lines.map((line) => {
+  let inHunks = false;
+  return lines.map((line) => {
     let cls = "diff-context";
-    if (line.startsWith("+++") || line.startsWith("---")) cls = "diff-file";
-    else if (line.startsWith("@@")) cls = "diff-hunk";
+    if (line.startsWith("@@")) {
+      inHunks = true;
+      cls = "diff-hunk";
+    } else if (!inHunks) cls = line.startsWith("+++") || line.startsWith("---") ? "diff-file" : "diff-meta";
     else if (line.startsWith("+")) cls = "diff-add";
     else if (line.startsWith("-")) cls = "diff-del";
     else if (line.startsWith("\\")) cls = "diff-meta";
+    return [line, cls];
+  });
+}
+
+/** A unified diff, one element per line, classed as above. */
+export function diffView(diff) {
+  return el("pre", { class: "diff", testid: "diff" }, ...classified(diff).map(([line, cls]) => {
     return el("span", { class: `diff-line ${cls}`, testid: cls }, `${line}\n`);
   }));
 }

@@ -2,21 +2,30 @@
 // piece of text goes in through textContent (or a Text node). Nothing here parses HTML, and
 // no attribute is ever set from data except data-* ids, classes from fixed lists and values.
 
-/** Make control characters visible: ESC becomes ␛, other C0 controls their Control Pictures,
- *  DEL ␡, and bidirectional overrides/isolates a visible ⟦U+XXXX⟧ so they cannot reorder text.
- *  Newlines and tabs stay. */
+/** Make what would act on the page or hide in it visible, as the terminal view does: controls
+ *  (ESC as ␛, other C0 controls as their Control Pictures, DEL as ␡), format characters (bidi
+ *  overrides and isolates, zero-width characters, soft hyphens, tags), lone surrogates, line and
+ *  paragraph separators and letters drawn blank (Hangul fillers, braille blank...) as a visible
+ *  ⟦U+XXXX⟧, so nothing can reorder text, hide in a name or pass for something else. Newlines
+ *  and tabs stay. */
 export function visible(text) {
-  return String(text).replace(
-    // eslint-disable-next-line no-control-regex
-    /[\u0000-\u0008\u000b-\u001f\u007f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g,
-    (c) => {
-      const code = c.charCodeAt(0);
-      if (code === 0x1b) return "␛";
-      if (code < 0x20) return String.fromCharCode(0x2400 + code);
-      if (code === 0x7f) return "␡";
-      return `⟦U+${code.toString(16).toUpperCase().padStart(4, "0")}⟧`;
-    },
-  );
+  return String(text).replace(HIDDEN, (c) => {
+    const code = c.codePointAt(0);
+    if (code === 0x1b) return "␛";
+    if (code < 0x20) return String.fromCharCode(0x2400 + code);
+    if (code === 0x7f) return "␡";
+    return `⟦U+${code.toString(16).toUpperCase().padStart(4, "0")}⟧`;
+  });
+}
+
+// The same characters as controller/terminal.py's _hidden: categories Cc (but tab and newline),
+// Cf, Cs, Zl, Zp, and its list of blank letters.
+const HIDDEN = /[^\P{Cc}\t\n]|[\p{Cf}\p{Cs}\p{Zl}\p{Zp}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\uffa0]/gu;
+
+/** Put untrusted text in a node, made visible. */
+export function setText(node, text) {
+  node.textContent = visible(text);
+  return node;
 }
 
 /** el("div", {class: "x", testid: "y"}, child, "text", ...): an element; strings become Text nodes. */

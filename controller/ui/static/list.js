@@ -1,6 +1,6 @@
 // The sessions list (#/): newest first, polled every 2 s, and the form that starts a session.
 import { get, post, ApiError } from "./api.js";
-import { el, replace, fmtAge, fmtTokens, totalTokens, firstLine, statusBadge } from "./dom.js";
+import { el, replace, setText, visible, fmtAge, fmtTokens, totalTokens, firstLine, statusBadge } from "./dom.js";
 
 const POLL_MS = 2000;
 
@@ -40,7 +40,7 @@ export function showList(view) {
       }
     } catch (err) {
       if (stopped) return;
-      problem.textContent = `Could not list sessions: ${err.message}`;
+      setText(problem, `Could not list sessions: ${err.message}`);
       problem.hidden = false;
     }
     if (!stopped) timer = setTimeout(refresh, POLL_MS);
@@ -59,7 +59,7 @@ function row(s) {
   const tr = el("tr", { class: "session-row", testid: "session-row", dataset: { sessionId: s.id } },
     el("td", {}, statusBadge(s.status, "session-status"),
       s.finish_reason ? el("span", { class: "muted small", testid: "session-finish" }, ` ${s.finish_reason}`) : null),
-    el("td", { class: "mono", testid: "session-repo", title: s.repo }, s.repo.split("/").slice(-2).join("/")),
+    el("td", { class: "mono", testid: "session-repo", title: visible(s.repo) }, s.repo.split("/").slice(-2).join("/")),
     el("td", { testid: "session-task" }, firstLine(s.task)),
     el("td", { class: "num", testid: "session-steps" }, String(s.steps)),
     el("td", { class: "num", testid: "session-tokens" }, fmtTokens(totalTokens(s.usage))),
@@ -101,7 +101,7 @@ function startForm() {
     }
     replace(repo, ...data.repos.map((path) => el("option", { value: path }, path)));
   }).catch((err) => {
-    error.textContent = `Could not list repositories: ${err.message}`;
+    setText(error, `Could not list repositories: ${err.message}`);
     error.hidden = false;
   });
 
@@ -119,7 +119,7 @@ function startForm() {
       const created = await post("/v1/sessions", body);
       openSession(created.id);
     } catch (err) {
-      error.textContent = err instanceof ApiError ? `Refused (${err.status}): ${err.message}` : String(err);
+      setText(error, err instanceof ApiError ? `Refused (${err.status}): ${err.message}` : String(err));
       error.hidden = false;
     } finally {
       submit.disabled = false;

@@ -5,8 +5,8 @@
 // `after=`; so the page closes the EventSource itself when the stream ends, asks the
 // session's record whether a turn still runs, reopens from the last seq if so, and
 // ignores every event whose seq it has already seen.
-import { get, post, sessionPath, ApiError } from "./api.js";
-import { el, replace, visible, fmtDuration, fmtTokens, totalTokens, statusBadge, firstLine } from "./dom.js";
+import { get, post, sessionPath, withKey, ApiError } from "./api.js";
+import { el, replace, setText, visible, fmtDuration, fmtTokens, totalTokens, statusBadge, firstLine } from "./dom.js";
 import { mountChanges } from "./changes.js";
 
 const EVENT_TYPES = [
@@ -114,7 +114,7 @@ class SessionPage {
 
   connect() {
     if (this.stopped || this.source) return;
-    const source = new EventSource(`${sessionPath(this.id)}/events?after=${this.lastSeq}`);
+    const source = new EventSource(withKey(`${sessionPath(this.id)}/events?after=${this.lastSeq}`));
     this.source = source;
     this.setStream("connecting");
     source.addEventListener("open", () => this.setStream("live"));
@@ -195,7 +195,7 @@ class SessionPage {
     this.steps.textContent = String(record.steps);
     this.tokens.textContent = fmtTokens(totalTokens(record.usage));
     this.tokens.title = `${totalTokens(record.usage)} tokens`;
-    this.finish.textContent = record.finish_reason || "—";
+    setText(this.finish, record.finish_reason || "—");
     this.repo.textContent = visible(record.repo);
     this.model.textContent = visible(record.model);
     this.detail.textContent = visible(record.detail || "");
@@ -210,7 +210,7 @@ class SessionPage {
   // --- actions ----------------------------------------------------------------------------
 
   showError(err) {
-    this.actionError.textContent = err instanceof ApiError ? `${err.status}: ${err.message}` : String(err);
+    setText(this.actionError, err instanceof ApiError ? `${err.status}: ${err.message}` : String(err));
     this.actionError.hidden = false;
   }
 
