@@ -74,7 +74,9 @@ def test_errors_carry_the_apis_detail(
 ) -> None:
     with Client(served.url, "not-the-token") as stranger, pytest.raises(AuthError) as unauthorized:
         stranger.sessions()
-    assert "(401): A valid bearer token (or the viewer's sign-in cookie with its key) is required." in str(unauthorized.value)
+    assert "(401): A valid bearer token (or the viewer's sign-in cookie with its key) is required." in str(
+        unauthorized.value
+    )
     assert "CUBICLE_API_TOKEN" in str(unauthorized.value)
 
     with pytest.raises(NotFoundError) as missing:

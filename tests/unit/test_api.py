@@ -67,7 +67,10 @@ def test_every_route_needs_the_token(client: TestClient, header: str | None) -> 
                          ("delete", "/v1/sessions/x")]:  # fmt: skip
         response = client.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (method, path)
-        assert response.json()["detail"] == "A valid bearer token (or the viewer's sign-in cookie with its key) is required."
+        assert (
+            response.json()["detail"]
+            == "A valid bearer token (or the viewer's sign-in cookie with its key) is required."
+        )
 
 
 def test_good_repo_is_accepted(client: TestClient, roots: Path) -> None:
