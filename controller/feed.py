@@ -35,13 +35,21 @@ class Feed:
 
     async def follow(self, session_id: str, after: int = 0) -> AsyncIterator[Event]:
         """Every event of the session after sequence number ``after``, then each new one as it is stored."""
+        async for batch in self.batches(session_id, after):
+            for event in batch:
+                yield event
+
+    async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[list[Event]]:
+        """``follow``'s events, in the groups in which they were read from the store (never an empty one).
+
+        Events stored between two wake-ups come as one group, so a follower can send them in one write.
+        """
         while True:
             changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
             events = self._store.events_after(session_id, after)
-            for event in events:
-                after = event.seq
-                yield event
             if events:
+                after = events[-1].seq
+                yield events
                 continue
             if not self._running(session_id):
                 return

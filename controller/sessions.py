@@ -252,6 +252,11 @@ class Sessions:
         self.get(session_id)
         return self.feed.follow(session_id, after)
 
+    def follow_batches(self, session_id: str, after: int) -> AsyncIterator[list[Event]]:
+        """``follow``'s events in the groups read from the store together (see ``Feed.batches``)."""
+        self.get(session_id)
+        return self.feed.batches(session_id, after)
+
     async def join(self, session_id: str) -> None:
         """Wait until the session's running turn (if any) has ended."""
         live = self._live.get(session_id)

@@ -66,6 +66,22 @@ async def test_follow_replays_after_a_sequence_number_and_ends_when_no_turn_runs
     assert await collect(feed, after=3) == []
 
 
+async def test_events_stored_between_two_reads_come_as_one_batch(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    batches = feed.batches(SID)
+    for n in range(3):
+        await recorder.emit(text(n))
+    assert [e.seq for e in await anext(batches)] == [1, 2, 3]
+    await recorder.emit(text(3))
+    await recorder.emit(text(4))
+    assert [e.seq for e in await anext(batches)] == [4, 5]
+    turn.running = False
+    feed.notify(SID)
+    assert [batch async for batch in batches] == []
+
+
 async def test_a_follower_is_woken_by_each_event_and_by_the_end_of_the_turn(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=30)  # far longer than the test: only notify can wake the follower in time
