@@ -128,6 +128,8 @@ class Run:
     """created_at to session_finished, on the server's clock."""
     cpu: float
     """The server process's CPU seconds from create to the end of the stream."""
+    client_cpu: float
+    """This process's CPU seconds over the same span: the followers' own cost, on the same cores."""
     events: int
     received: list[int] = field(default_factory=list)
     """Events each follower received."""
@@ -136,7 +138,7 @@ class Run:
 
 
 async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], pid: int, repo: Path, model: str) -> Run:
-    cpu = cpu_seconds(pid)
+    cpu, client_cpu = cpu_seconds(pid), time.process_time()
     response = await api.post(
         "/v1/sessions", json={"repo": str(repo), "task": "work through the steps", "model": model}
     )
@@ -152,7 +154,7 @@ async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], p
     finally:
         for task in following:
             task.cancel()
-    cpu = cpu_seconds(pid) - cpu
+    cpu, client_cpu = cpu_seconds(pid) - cpu, time.process_time() - client_cpu
     replay = [event async for event in sse(api, sid)]
     finished = replay[-1]
     if finished["type"] != "session_finished" or finished["reason"] != "end_turn":
@@ -162,7 +164,7 @@ async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], p
         raise RuntimeError(f"session {sid}: the replay's seqs are not 1..{len(expected)}")
     (await api.delete(f"/v1/sessions/{sid}")).raise_for_status()
     return Run(
-        wall=finished["ts"] - record["created_at"], cpu=cpu, events=len(expected),
+        wall=finished["ts"] - record["created_at"], cpu=cpu, client_cpu=client_cpu, events=len(expected),
         received=[len(r) for r in received], exact=sum(1 for r in received if r == expected),
     )  # fmt: skip
 
@@ -226,8 +228,8 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         (
             f"SSE fan-out: one session of {STEPS} steps ({'/'.join(str(n) for n in sorted(events))} events), "
             f"{len(alone)} runs each way, alternating",
-            ["", "wall time each run", "wall p50", "server CPU each run", "server CPU p50", "events per follower",
-             "followers exact (all, once, in order)"],
+            ["", "wall time each run", "wall p50", "server CPU each run", "server CPU p50", "bench process CPU p50",
+             "events per follower", "followers exact (all, once, in order)"],
             rows,
         )
     )  # fmt: skip
@@ -240,6 +242,7 @@ def _cells(runs: list[Run]) -> list[str]:
         ms(Sample(walls).p50),
         ", ".join(f"{c:.2f}" for c in cpus) + " s",
         ms(Sample(cpus).p50),
+        ms(Sample([r.client_cpu for r in runs]).p50),
     ]
 
 

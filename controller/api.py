@@ -39,7 +39,7 @@ from .errors import (
     SandboxError,
     StoreError,
 )
-from .events import Event
+from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
 from .store import ApplyPolicy, SessionRecord, Store
@@ -282,12 +282,17 @@ async def session_events(
     batches = sessions.follow_batches(session_id, after if after is not None else min(resume, MAX_INDEX))
     # The events read together go out in one write: with many followers, a write per event per follower
     # is most of what following costs the event loop that also runs the session.
-    frames = (b"".join(sse_frame(e) for e in batch) async for batch in batches)
+    frames = (sse_frames(batch) async for batch in batches)
     return EventSourceResponse(frames, ping=settings.sse_heartbeat_s)
 
 
-def sse_frame(event: Event) -> bytes:
-    return ServerSentEvent(data=event.model_dump_json(), event=event.type, id=str(event.seq)).encode()
+def sse_frames(batch: Batch) -> bytes:
+    """The batch as SSE frames, encoded once for every follower that got the same batch."""
+    if batch.encoded is None:
+        batch.encoded = b"".join(
+            ServerSentEvent(data=e.model_dump_json(), event=e.type, id=str(e.seq)).encode() for e in batch
+        )
+    return batch.encoded
 
 
 @router.get("/sessions/{session_id}/messages", response_model=Transcript, response_model_exclude_none=True)

@@ -4,6 +4,11 @@ Events reach the feed only after the store has committed them (see ``recorder``)
 whatever a follower sees survives a crash. A follower is woken by ``notify``, or checks
 again after ``poll_s`` at the latest; it stops when it has read everything and no turn
 is running.
+
+Followers of one session usually read the same events at the same moment (one notify wakes
+them all), so a read is kept on the wake-up it happened under and shared by every follower
+that reads from the same point before the next notify: one store read, and one encoding of
+each event, per wake-up instead of one per follower.
 """
 
 from __future__ import annotations
@@ -17,6 +22,24 @@ from .events import Event
 from .store import Store
 
 
+class Batch(list[Event]):
+    """Events read from the store together, shared by the followers that read them under the same wake-up."""
+
+    def __init__(self, events: list[Event]) -> None:
+        super().__init__(events)
+        self.encoded: bytes | None = None
+        """What the first follower to write the batch made of it (the API's SSE frames), for the others to reuse."""
+
+
+class _Changed(asyncio.Event):
+    """A session's wake-up, with the reads made under it (by the sequence number read after): valid until a
+    notify sets it and drops it. Followers in step make two: the new events, then none after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[int, Batch] = {}
+
+
 class Feed:
     """Replay-then-live iterators over each session's events, and the wake-up that drives them."""
 
@@ -24,7 +47,7 @@ class Feed:
         self._store = store
         self._running = running
         self._poll_s = poll_s
-        self._changed: weakref.WeakValueDictionary[str, asyncio.Event] = weakref.WeakValueDictionary()
+        self._changed: weakref.WeakValueDictionary[str, _Changed] = weakref.WeakValueDictionary()
         """One event per session that someone waits on; it goes away with its last follower."""
 
     def notify(self, session_id: str) -> None:
@@ -39,14 +62,14 @@ class Feed:
             for event in batch:
                 yield event
 
-    async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[list[Event]]:
+    async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[Batch]:
         """``follow``'s events, in the groups in which they were read from the store (never an empty one).
 
         Events stored between two wake-ups come as one group, so a follower can send them in one write.
         """
         while True:
             changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
-            events = self._store.events_after(session_id, after)
+            events = self._read(changed, session_id, after)
             if events:
                 after = events[-1].seq
                 yield events
@@ -56,8 +79,20 @@ class Feed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._poll_s)
 
-    def _waiter(self, session_id: str) -> asyncio.Event:
+    def _read(self, changed: _Changed, session_id: str, after: int) -> Batch:
+        """The events after ``after``: the read another follower made from there under this wake-up, or a new one.
+
+        Every event this process stores is followed by a notify, which replaces the wake-up, so a shared read
+        misses nothing a read of the store would show, but for writes by another process, which a follower
+        sees by polling either way.
+        """
+        events = changed.reads.get(after)
+        if events is None:
+            events = changed.reads[after] = Batch(self._store.events_after(session_id, after))
+        return events
+
+    def _waiter(self, session_id: str) -> _Changed:
         changed = self._changed.get(session_id)
         if changed is None:
-            changed = self._changed[session_id] = asyncio.Event()
+            changed = self._changed[session_id] = _Changed()
         return changed

@@ -82,6 +82,20 @@ async def test_events_stored_between_two_reads_come_as_one_batch(store: Store) -
     assert [batch async for batch in batches] == []
 
 
+async def test_followers_share_a_read_until_the_next_event_is_stored(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    for n in range(3):
+        await recorder.emit(text(n))
+    first, second, late = feed.batches(SID), feed.batches(SID), feed.batches(SID)
+    shared = await anext(first)
+    assert await anext(second) is shared, "two followers reading from the same point under one wake-up share it"
+    await recorder.emit(text(3))
+    assert [e.seq for e in await anext(late)] == [1, 2, 3, 4], "a read made before the newest event is not reused"
+    assert [e.seq for e in await anext(first)] == [4]
+
+
 async def test_a_follower_is_woken_by_each_event_and_by_the_end_of_the_turn(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=30)  # far longer than the test: only notify can wake the follower in time
