@@ -219,6 +219,12 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
             ours, "the same session, no follower", base, f"≤ {TARGET}×", met,
         )
     )  # fmt: skip
+    report.rows.append(
+        Row(
+            f"  server CPU per session, {FOLLOWERS} SSE followers",
+            Sample([r.cpu for r in followed]), "the same session, no follower", Sample([r.cpu for r in alone]),
+        )
+    )  # fmt: skip
     received = sorted(n for r in followed for n in r.received)
     rows = [
         ["no follower (baseline)", *_cells(alone), "", ""],
