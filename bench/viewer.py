@@ -173,7 +173,10 @@ async def measure(url: str, token: str, pid: int, repo: Path, model: str, rounds
     """One warm-up run, then ``rounds`` of (no follower, FOLLOWERS followers), alternating."""
     headers = {"Authorization": f"Bearer {token}"}
     api = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
-    followers = [httpx.AsyncClient(base_url=url, headers=headers, timeout=30) for _ in range(FOLLOWERS)]
+    # No kept connections: a run longer than the server's keep-alive (5 s) would leave each follower one the
+    # server is closing, and the next run's request could go out on it ("Server disconnected", seen on a busy run).
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    followers = [httpx.AsyncClient(base_url=url, headers=headers, timeout=30, limits=fresh) for _ in range(FOLLOWERS)]
     alone: list[Run] = []
     followed: list[Run] = []
     try:
