@@ -2,8 +2,8 @@
 
 It needs a Docker engine and the sandbox image (and root for the channel-flood table). It
 exits non-zero only when it cannot run; targets that are missed are listed under the
-tables. Each section's wall time goes to stderr as it ends. The default run takes about
-three minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
+tables. Each section's wall time goes to stderr as it ends. The default run takes three to
+four minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
 50-container concurrency rows (several minutes more).
 """
 
