@@ -14,7 +14,6 @@ each event, per wake-up instead of one per follower.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
 
@@ -76,15 +75,17 @@ class Feed:
                 continue
             if not self._running(session_id):
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(changed.wait(), self._poll_s)
+            except TimeoutError:
+                changed.reads.clear()  # a poll reads the store again: what was stored without a notify shows now
 
     def _read(self, changed: _Changed, session_id: str, after: int) -> Batch:
         """The events after ``after``: the read another follower made from there under this wake-up, or a new one.
 
         Every event this process stores is followed by a notify, which replaces the wake-up, so a shared read
-        misses nothing a read of the store would show, but for writes by another process, which a follower
-        sees by polling either way.
+        misses nothing a read of the store would show; an event stored without one (by another process) shows
+        at the next poll, which drops the shared reads, as it did before they were shared.
         """
         events = changed.reads.get(after)
         if events is None:

@@ -96,6 +96,16 @@ async def test_followers_share_a_read_until_the_next_event_is_stored(store: Stor
     assert [e.seq for e in await anext(first)] == [4]
 
 
+async def test_a_poll_reads_the_store_again_despite_a_shared_read(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=0.01)
+    follower = feed.batches(SID)
+    waiting = asyncio.create_task(anext(follower))
+    await asyncio.sleep(0.05)  # the follower has read nothing and waits; that empty read is kept on the wake-up
+    store.append_event(text(0))  # stored without a notify, as another process would
+    assert [e.seq for e in await asyncio.wait_for(waiting, 5)] == [1]
+
+
 async def test_a_follower_is_woken_by_each_event_and_by_the_end_of_the_turn(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=30)  # far longer than the test: only notify can wake the follower in time
