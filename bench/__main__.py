@@ -2,8 +2,8 @@
 
 It needs a Docker engine and the sandbox image (and root for the channel-flood table). It
 exits non-zero only when it cannot run; targets that are missed are listed under the
-tables. Each section's wall time goes to stderr as it ends. The default run takes about
-three minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
+tables. Each section's wall time goes to stderr as it ends. The default run takes three to
+four minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
 50-container concurrency rows (several minutes more).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, egress, environment, flood, rows, workspace
+from bench import context, egress, environment, flood, rows, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -58,6 +58,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("egress proxy", egress.table(report, client, args.image, root, args.quick))
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
             await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
+            await section("SSE followers", viewer.table(report, client, args.image, root, args.quick))
             await section("context", context.table(report))
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)

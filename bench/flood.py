@@ -58,13 +58,17 @@ class FloodRun:
 class Controller:
     """A `cubicle serve` process with a scripted model, and the few API calls the measurement needs."""
 
-    def __init__(self, model_url: str, root: Path, instance: str) -> None:
+    def __init__(
+        self, model_url: str, root: Path, instance: str, data: str = "flood-data", image: str | None = None
+    ) -> None:
         self.token = secrets.token_hex(16)
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
         env |= {"ANTHROPIC_API_KEY": "bench", "ANTHROPIC_BASE_URL": model_url, "CUBICLE_API_TOKEN": self.token,
-                "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / "flood-data"),
+                "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / data),
                 "CUBICLE_INSTANCE": instance}  # fmt: skip
+        if image is not None:
+            env["CUBICLE_IMAGE"] = image
         self.process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         self.url = f"http://127.0.0.1:{self.port}"

@@ -50,6 +50,7 @@ from .errors import (
     SandboxError,
     StoreError,
 )
+from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
 from .store import SessionRecord, Store
@@ -180,9 +181,20 @@ async def session_events(
 ) -> EventSourceResponse:
     """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
     resume = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
-    events = sessions.follow(session_id, after if after is not None else min(resume, MAX_INDEX))
-    frames = (ServerSentEvent(data=e.model_dump_json(), event=e.type, id=str(e.seq)) async for e in events)
+    batches = sessions.follow_batches(session_id, after if after is not None else min(resume, MAX_INDEX))
+    # The events read together go out in one write: with many followers, a write per event per follower
+    # is most of what following costs the event loop that also runs the session.
+    frames = (sse_frames(batch) async for batch in batches)
     return EventSourceResponse(frames, ping=settings.sse_heartbeat_s)
+
+
+def sse_frames(batch: Batch) -> bytes:
+    """The batch as SSE frames, encoded once for every follower that got the same batch."""
+    if batch.encoded is None:
+        batch.encoded = b"".join(
+            ServerSentEvent(data=e.model_dump_json(), event=e.type, id=str(e.seq)).encode() for e in batch
+        )
+    return batch.encoded
 
 
 @router.get("/sessions/{session_id}/messages", response_model=Transcript, response_model_exclude_none=True)

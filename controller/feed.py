@@ -4,17 +4,39 @@ Events reach the feed only after the store has committed them (see ``recorder``)
 whatever a follower sees survives a crash. A follower is woken by ``notify``, or checks
 again after ``poll_s`` at the latest; it stops when it has read everything and no turn
 is running.
+
+Followers of one session usually read the same events at the same moment (one notify wakes
+them all), so a read is kept on the wake-up it happened under and shared by every follower
+that reads from the same point before the next notify: one store read, and one encoding of
+each event, per wake-up instead of one per follower.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
 
 from .events import Event
 from .store import Store
+
+
+class Batch(list[Event]):
+    """Events read from the store together, shared by the followers that read them under the same wake-up."""
+
+    def __init__(self, events: list[Event]) -> None:
+        super().__init__(events)
+        self.encoded: bytes | None = None
+        """What the first follower to write the batch made of it (the API's SSE frames), for the others to reuse."""
+
+
+class _Changed(asyncio.Event):
+    """A session's wake-up, with the reads made under it (by the sequence number read after): valid until a
+    notify sets it and drops it. Followers in step make two: the new events, then none after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[int, Batch] = {}
 
 
 class Feed:
@@ -24,7 +46,7 @@ class Feed:
         self._store = store
         self._running = running
         self._poll_s = poll_s
-        self._changed: weakref.WeakValueDictionary[str, asyncio.Event] = weakref.WeakValueDictionary()
+        self._changed: weakref.WeakValueDictionary[str, _Changed] = weakref.WeakValueDictionary()
         """One event per session that someone waits on; it goes away with its last follower."""
 
     def notify(self, session_id: str) -> None:
@@ -35,21 +57,43 @@ class Feed:
 
     async def follow(self, session_id: str, after: int = 0) -> AsyncIterator[Event]:
         """Every event of the session after sequence number ``after``, then each new one as it is stored."""
+        async for batch in self.batches(session_id, after):
+            for event in batch:
+                yield event
+
+    async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[Batch]:
+        """``follow``'s events, in the groups in which they were read from the store (never an empty one).
+
+        Events stored between two wake-ups come as one group, so a follower can send them in one write.
+        """
         while True:
             changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
-            events = self._store.events_after(session_id, after)
-            for event in events:
-                after = event.seq
-                yield event
+            events = self._read(changed, session_id, after)
             if events:
+                after = events[-1].seq
+                yield events
                 continue
             if not self._running(session_id):
                 return
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(changed.wait(), self._poll_s)
+            except TimeoutError:
+                changed.reads.clear()  # a poll reads the store again: what was stored without a notify shows now
 
-    def _waiter(self, session_id: str) -> asyncio.Event:
+    def _read(self, changed: _Changed, session_id: str, after: int) -> Batch:
+        """The events after ``after``: the read another follower made from there under this wake-up, or a new one.
+
+        Every event this process stores is followed by a notify, which replaces the wake-up, so a shared read
+        misses nothing a read of the store would show; an event stored without one (by another process) shows
+        at the next poll, which drops the shared reads, as it did before they were shared.
+        """
+        events = changed.reads.get(after)
+        if events is None:
+            events = changed.reads[after] = Batch(self._store.events_after(session_id, after))
+        return events
+
+    def _waiter(self, session_id: str) -> _Changed:
         changed = self._changed.get(session_id)
         if changed is None:
-            changed = self._changed[session_id] = asyncio.Event()
+            changed = self._changed[session_id] = _Changed()
         return changed

@@ -26,7 +26,7 @@ from .conversation import Conversation
 from .environment import EnvironmentRequest
 from .errors import CapacityError, ConflictError, NotFoundError
 from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage, UserMessage
-from .feed import Feed
+from .feed import Batch, Feed
 from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
@@ -251,6 +251,11 @@ class Sessions:
         """The session's events after ``after``, then live until no turn runs; NotFoundError at once if unknown."""
         self.get(session_id)
         return self.feed.follow(session_id, after)
+
+    def follow_batches(self, session_id: str, after: int) -> AsyncIterator[Batch]:
+        """``follow``'s events in the groups read from the store together (see ``Feed.batches``)."""
+        self.get(session_id)
+        return self.feed.batches(session_id, after)
 
     async def join(self, session_id: str) -> None:
         """Wait until the session's running turn (if any) has ended."""

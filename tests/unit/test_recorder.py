@@ -66,6 +66,46 @@ async def test_follow_replays_after_a_sequence_number_and_ends_when_no_turn_runs
     assert await collect(feed, after=3) == []
 
 
+async def test_events_stored_between_two_reads_come_as_one_batch(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    batches = feed.batches(SID)
+    for n in range(3):
+        await recorder.emit(text(n))
+    assert [e.seq for e in await anext(batches)] == [1, 2, 3]
+    await recorder.emit(text(3))
+    await recorder.emit(text(4))
+    assert [e.seq for e in await anext(batches)] == [4, 5]
+    turn.running = False
+    feed.notify(SID)
+    assert [batch async for batch in batches] == []
+
+
+async def test_followers_share_a_read_until_the_next_event_is_stored(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    recorder = Recorder(store, feed, SID, Conversation())
+    for n in range(3):
+        await recorder.emit(text(n))
+    first, second, late = feed.batches(SID), feed.batches(SID), feed.batches(SID)
+    shared = await anext(first)
+    assert await anext(second) is shared, "two followers reading from the same point under one wake-up share it"
+    await recorder.emit(text(3))
+    assert [e.seq for e in await anext(late)] == [1, 2, 3, 4], "a read made before the newest event is not reused"
+    assert [e.seq for e in await anext(first)] == [4]
+
+
+async def test_a_poll_reads_the_store_again_despite_a_shared_read(store: Store) -> None:
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=0.01)
+    follower = feed.batches(SID)
+    waiting = asyncio.create_task(anext(follower))
+    await asyncio.sleep(0.05)  # the follower has read nothing and waits; that empty read is kept on the wake-up
+    store.append_event(text(0))  # stored without a notify, as another process would
+    assert [e.seq for e in await asyncio.wait_for(waiting, 5)] == [1]
+
+
 async def test_a_follower_is_woken_by_each_event_and_by_the_end_of_the_turn(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=30)  # far longer than the test: only notify can wake the follower in time
