@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, egress, environment, flood, rows, viewer, workspace
+from bench import context, egress, environment, flood, page, rows, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -59,6 +59,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
             await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
             await section("SSE followers", viewer.table(report, client, args.image, root, args.quick))
+            await section("viewer page", asyncio.to_thread(page.table, report, args.quick))
             await section("context", context.table(report))
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)

@@ -307,8 +307,12 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     wait(lambda: find(driver, "reverted-event") or None, "the reverted event in the transcript")
 
 
-def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(viewer: Viewer) -> None:
-    sid = viewer.api.http.get("/v1/sessions").json()["items"][0]["id"]
+def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(
+    viewer: Viewer, model_server: Any
+) -> None:
+    scenario = register(model_server, prefix="routes", turns=[{"content": [text("done")]}])
+    sid = viewer.api.create(str(viewer.make_repo("routes")), scenario)["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
     with httpx.Client(base_url=viewer.url, timeout=30) as anonymous:
         for path in ("/v1/sessions", "/v1/repos", f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events",
                      f"/v1/sessions/{sid}/messages", f"/v1/sessions/{sid}/changes"):  # fmt: skip
