@@ -145,8 +145,8 @@ class Sessions:
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
         self._check_capacity()
         live = live or await self._load(record)
+        await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here, unchanged
         self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
-        await live.recorder.emit(UserMessage(session_id=session_id, text=text))
         await live.begin(text)
         return self.get(session_id)
 
