@@ -4,9 +4,11 @@ A real `cubicle serve` runs as its own process (token set, real sandbox containe
 does the scripted model (``cubicle scripted-server``), so that neither shares an interpreter
 with the followers. The session runs STEPS steps, each a short text and a ``run_command``
 (about six events a step). Runs alternate: no follower (the baseline), then FOLLOWERS
-``httpx.AsyncClient``s, each connected right after the session is created and reading every
-event until the stream closes. Each follower is checked to have received every event of the
-session exactly once and in order, against a replay read after the end.
+``httpx.AsyncClient``s, each connected right after the session is created and reading the
+stream until it closes. A follower only keeps the bytes during the run (as a browser on
+another machine would, it costs these two cores next to nothing); after the end each
+follower's frames are parsed and checked to hold every event of the session exactly once
+and in order, against a replay.
 
 The session's wall time is the server's own: ``created_at`` of its record to the ``ts`` of its
 ``session_finished`` event; the container's start is in it. Both conditions poll the record
@@ -25,7 +27,6 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,27 +100,39 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def sse(client: httpx.AsyncClient, sid: str) -> AsyncIterator[dict[str, Any]]:
+async def sse(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
     """The session's events from its first, live until the stream closes; each frame's id and name checked."""
-    fields: dict[str, str] = {}
+    return frames(await raw(client, sid))
+
+
+async def raw(client: httpx.AsyncClient, sid: str) -> bytes:
+    """The stream's bytes, kept as they come: a follower only reads during the run, as a browser on
+    another machine would; parsing and checking them happen after the session has ended."""
+    chunks: list[bytes] = []
     async with client.stream("GET", f"/v1/sessions/{sid}/events", timeout=RUN_TIMEOUT_S) as response:
         response.raise_for_status()
-        async for line in response.aiter_lines():
-            if line:
-                if not line.startswith(":"):
-                    name, _, value = line.partition(":")
-                    fields[name] = value[1:] if value.startswith(" ") else value
-                continue
-            if "data" in fields:
-                event = json.loads(fields["data"])
-                if str(event["seq"]) != fields.get("id") or event["type"] != fields.get("event"):
-                    raise AssertionError(f"a frame whose id or name does not match its data: {fields}")
-                yield event
-            fields = {}
+        async for chunk in response.aiter_raw():
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
-async def seqs(client: httpx.AsyncClient, sid: str) -> list[int]:
-    return [event["seq"] async for event in sse(client, sid)]
+def frames(data: bytes) -> list[dict[str, Any]]:
+    """SSE frames as events (keep-alive comments skipped), checking that each frame's id and name match its data."""
+    events: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    for line in data.decode().replace("\r\n", "\n").split("\n"):
+        if line:
+            if not line.startswith(":"):
+                name, _, value = line.partition(":")
+                fields[name] = value[1:] if value.startswith(" ") else value
+            continue
+        if "data" in fields:
+            event = json.loads(fields["data"])
+            if str(event["seq"]) != fields.get("id") or event["type"] != fields.get("event"):
+                raise AssertionError(f"a frame whose id or name does not match its data: {fields}")
+            events.append(event)
+        fields = {}
+    return events
 
 
 @dataclass
@@ -145,17 +158,18 @@ async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], p
     response.raise_for_status()
     record = response.json()
     sid = record["id"]
-    following = [asyncio.create_task(seqs(client, sid)) for client in followers]
+    following = [asyncio.create_task(raw(client, sid)) for client in followers]
     try:
         async with asyncio.timeout(RUN_TIMEOUT_S):
             while (await api.get(f"/v1/sessions/{sid}")).json()["status"] == "running":
                 await asyncio.sleep(POLL_S)
-            received = await asyncio.gather(*following)
+            streams = await asyncio.gather(*following)
     finally:
         for task in following:
             task.cancel()
     cpu, client_cpu = cpu_seconds(pid) - cpu, time.process_time() - client_cpu
-    replay = [event async for event in sse(api, sid)]
+    received = [[event["seq"] for event in frames(data)] for data in streams]
+    replay = await sse(api, sid)
     finished = replay[-1]
     if finished["type"] != "session_finished" or finished["reason"] != "end_turn":
         raise RuntimeError(f"session {sid} did not end with end_turn: {finished}")

@@ -63,7 +63,7 @@ def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
 
 def encoded_size(text: str) -> int:
     """About how many bytes ``text`` takes in a JSON answer: a control character is six (``\\u0001``)."""
-    return len(text.encode()) + 5 * sum(1 for char in text if char < " " and char not in "\n\t")
+    return len(text.encode(errors="surrogatepass")) + 5 * sum(1 for char in text if char < " " and char not in "\n\t")
 
 
 def _capped(lines: Iterable[str]) -> str:

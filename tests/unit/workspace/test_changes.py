@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from controller.workspace import Disposition, Kind, scan
+from controller.workspace import Disposition, Kind, changes, scan, textdiff
 from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import Workspace
 
@@ -149,3 +149,15 @@ def test_whiteouts_in_both_forms_in_a_hand_built_upper(ws: Workspace) -> None:
         "src/app.py": ("modified", "file", "apply"),
         "src/util.py": ("deleted", "file", "apply"),
     }
+
+
+def test_one_listing_carries_a_bounded_amount_of_diff_text(ws: Workspace) -> None:
+    """Each diff is capped, but files are not: past the listing's budget, files are listed without one."""
+    ws.agent("for i in $(seq 10 49); do head -c 60000 /dev/zero | tr '\\0' '\\001' > f$i.txt; done")
+    ws.stop()
+    found = scan(ws.layer)
+    diffs = [c for c in found if c.diff is not None]
+    assert len(found) == 40 and 0 < len(diffs) < 40
+    assert [c.path for c in diffs] == [c.path for c in found[: len(diffs)]]  # in path order until spent
+    spent = sum(textdiff.encoded_size(c.diff or "") for c in diffs)
+    assert changes.MAX_DIFFS_TOTAL <= spent <= changes.MAX_DIFFS_TOTAL + textdiff.encoded_size(diffs[-1].diff or "")
