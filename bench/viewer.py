@@ -4,11 +4,11 @@ A real `cubicle serve` runs as its own process (token set, real sandbox containe
 does the scripted model (``cubicle scripted-server``), so that neither shares an interpreter
 with the followers. The session runs STEPS steps, each a short text and a ``run_command``
 (about six events a step). Runs alternate: no follower (the baseline), then FOLLOWERS
-``httpx.AsyncClient``s, each connected right after the session is created and reading the
-stream until it closes. A follower only keeps the bytes during the run (as a browser on
-another machine would, it costs these two cores next to nothing); after the end each
-follower's frames are parsed and checked to hold every event of the session exactly once
-and in order, against a replay.
+followers, each on a socket of its own connected right after the session is created and
+reading the stream until it closes. A follower only keeps the bytes during the run (as a
+browser on another machine would, it costs these two cores next to nothing); after the end
+each follower's frames are parsed and checked to hold every event of the session exactly
+once and in order, against a replay.
 
 The session's wall time is the server's own: ``created_at`` of its record to the ``ts`` of its
 ``session_finished`` event; the container's start is in it. Both conditions poll the record
@@ -106,14 +106,56 @@ async def sse(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
 
 
 async def raw(client: httpx.AsyncClient, sid: str) -> bytes:
-    """The stream's bytes, kept as they come: a follower only reads during the run, as a browser on
-    another machine would; parsing and checking them happen after the session has ended."""
+    """The stream's bytes, read with ``client`` (the replay after a run)."""
     chunks: list[bytes] = []
     async with client.stream("GET", f"/v1/sessions/{sid}/events", timeout=RUN_TIMEOUT_S) as response:
         response.raise_for_status()
         async for chunk in response.aiter_raw():
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+@dataclass
+class Follower:
+    """One SSE follower on a socket of its own: it only keeps the bytes during the run, as a browser on
+    another machine would (an HTTP client library parsing every chunk cost these two cores a second of
+    CPU per run); the response is de-chunked, parsed and checked after the session has ended."""
+
+    host: str
+    port: int
+    token: str
+
+    async def read(self, sid: str) -> bytes:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            writer.write(
+                f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Authorization: Bearer {self.token}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n".encode()
+            )
+            chunks: list[bytes] = []
+            while data := await reader.read(1 << 16):
+                chunks.append(data)
+        finally:
+            writer.close()
+        return body(b"".join(chunks))
+
+
+def body(response: bytes) -> bytes:
+    """The body of a whole HTTP/1.1 response (200 only), de-chunked if it was sent in chunks."""
+    head, _, rest = response.partition(b"\r\n\r\n")
+    status_line, *headers = head.decode("latin-1").split("\r\n")
+    if " 200 " not in f"{status_line} ":
+        raise RuntimeError(f"the event stream answered {status_line!r}")
+    if not any(h.lower().replace(" ", "") == "transfer-encoding:chunked" for h in headers):
+        return rest
+    out: list[bytes] = []
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(rest[:size])
+        rest = rest[size + 2 :]
 
 
 def frames(data: bytes) -> list[dict[str, Any]]:
@@ -150,7 +192,7 @@ class Run:
     """Followers that received every event exactly once, in seq order."""
 
 
-async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], pid: int, repo: Path, model: str) -> Run:
+async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, repo: Path, model: str) -> Run:
     cpu, client_cpu = cpu_seconds(pid), time.process_time()
     response = await api.post(
         "/v1/sessions", json={"repo": str(repo), "task": "work through the steps", "model": model}
@@ -158,7 +200,7 @@ async def run_once(api: httpx.AsyncClient, followers: list[httpx.AsyncClient], p
     response.raise_for_status()
     record = response.json()
     sid = record["id"]
-    following = [asyncio.create_task(raw(client, sid)) for client in followers]
+    following = [asyncio.create_task(follower.read(sid)) for follower in followers]
     try:
         async with asyncio.timeout(RUN_TIMEOUT_S):
             while (await api.get(f"/v1/sessions/{sid}")).json()["status"] == "running":
@@ -187,10 +229,8 @@ async def measure(url: str, token: str, pid: int, repo: Path, model: str, rounds
     """One warm-up run, then ``rounds`` of (no follower, FOLLOWERS followers), alternating."""
     headers = {"Authorization": f"Bearer {token}"}
     api = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
-    # No kept connections: a run longer than the server's keep-alive (5 s) would leave each follower one the
-    # server is closing, and the next run's request could go out on it ("Server disconnected", seen on a busy run).
-    fresh = httpx.Limits(max_keepalive_connections=0)
-    followers = [httpx.AsyncClient(base_url=url, headers=headers, timeout=30, limits=fresh) for _ in range(FOLLOWERS)]
+    where = httpx.URL(url)
+    followers = [Follower(where.host, where.port or 80, token) for _ in range(FOLLOWERS)]
     alone: list[Run] = []
     followed: list[Run] = []
     try:
@@ -199,7 +239,7 @@ async def measure(url: str, token: str, pid: int, repo: Path, model: str, rounds
             alone.append(await run_once(api, [], pid, repo, model))
             followed.append(await run_once(api, followers, pid, repo, model))
     finally:
-        await asyncio.gather(api.aclose(), *(client.aclose() for client in followers))
+        await api.aclose()
     return alone, followed
 
 
