@@ -120,6 +120,11 @@ class SessionRecord(BaseModel):
     updated_at: float
 
 
+EVENTS_READ_BYTES = 8 << 20
+"""One read of a session's events stops past this much stored JSON: a replay of outputs of up to a MiB each
+goes out in bounded pieces instead of 500 at once."""
+
+
 class Store:
     """One SQLite database; one connection, used from the event loop's thread."""
 
@@ -246,11 +251,23 @@ class Store:
                 (event.session_id, event.seq, event.type, event.model_dump_json()),
             )
 
-    def events_after(self, session_id: str, after: int, limit: int = 500) -> list[Event]:
-        rows = self._db.execute(
+    def events_after(
+        self, session_id: str, after: int, limit: int = 500, max_bytes: int = EVENTS_READ_BYTES
+    ) -> list[Event]:
+        """The next events after ``after``, in order: at most ``limit`` of them, and no more than ``max_bytes``
+        of stored JSON past the first (one event may carry a command's whole captured output)."""
+        cursor = self._db.execute(
             "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?", (session_id, after, limit)
-        ).fetchall()
-        return [EVENT_ADAPTER.validate_json(r[0]) for r in rows]
+        )
+        events: list[Event] = []
+        size = 0
+        for (data,) in cursor:
+            size += len(data)
+            if events and size > max_bytes:
+                break
+            events.append(EVENT_ADAPTER.validate_json(data))
+        cursor.close()
+        return events
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:

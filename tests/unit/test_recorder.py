@@ -66,6 +66,17 @@ async def test_follow_replays_after_a_sequence_number_and_ends_when_no_turn_runs
     assert await collect(feed, after=3) == []
 
 
+def test_a_read_of_events_is_bounded_in_bytes_but_always_makes_progress(store: Store) -> None:
+    """Outputs of up to a MiB each: a replay goes out in pieces of about EVENTS_READ_BYTES, never zero events."""
+    big = "x" * 400_000
+    for _ in range(6):
+        store.append_event(TextDelta(session_id=SID, text=big))
+    first = store.events_after(SID, 0, max_bytes=1_000_000)
+    assert [e.seq for e in first] == [1, 2]
+    assert [e.seq for e in store.events_after(SID, 2, max_bytes=10)] == [3]  # one past the cap: still one
+    assert [e.seq for e in store.events_after(SID, 3)] == [4, 5, 6]  # the default cap, 8 MiB
+
+
 async def test_events_stored_between_two_reads_come_as_one_batch(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=30)
