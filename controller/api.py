@@ -131,8 +131,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=E
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionRecord)
 async def create_session(body: CreateSession, sessions: SessionsDep, settings: SettingsDep) -> SessionRecord:
     """Start a session on a repository; the first turn runs in the background."""
-    protected = [path for path in (settings.docker_socket, settings.data_dir) if path is not None]
-    repo = repos.resolve(body.repo, settings.repo_roots, protected)
+    repo = repos.resolve(body.repo, settings.repo_roots, settings.protected_paths)
     asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
     limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)
     context = None
@@ -158,8 +157,7 @@ async def list_sessions(
 @router.get("/repos", response_model=RepoList)
 async def list_repos(settings: SettingsDep) -> RepoList:
     """Repositories a session may be started on, as a form offers them; any path under the roots is accepted."""
-    protected = [path for path in (settings.docker_socket, settings.data_dir) if path is not None]
-    found = await asyncio.to_thread(repos.listed, settings.repo_roots, protected)
+    found = await asyncio.to_thread(repos.listed, settings.repo_roots, settings.protected_paths)
     return RepoList(roots=[str(root) for root in settings.repo_roots], repos=found)
 
 

@@ -187,6 +187,11 @@ class Settings(BaseSettings):
         parts = urlsplit(self.docker_host)
         return Path(parts.netloc + parts.path) if parts.scheme == "unix" else None
 
+    @property
+    def protected_paths(self) -> list[Path]:
+        """What no repository may be, contain or lie in: the engine's socket (if a file) and the data directory."""
+        return [path for path in (self.docker_socket, self.data_dir) if path is not None]
+
     @field_validator("allowed_images", mode="before")
     @classmethod
     def _split_images(cls, value: Any) -> Any:

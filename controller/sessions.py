@@ -121,9 +121,7 @@ class Sessions:
         ``cubicle run`` both start here.
         """
         repo = pin(repo)
-        repos.refuse_protected(
-            repo, [p for p in (self.settings.docker_socket, self.settings.data_dir) if p is not None]
-        )
+        repos.refuse_protected(repo, self.settings.protected_paths)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
