@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 from docker.errors import APIError, NotFound
@@ -15,6 +17,17 @@ from controller.protocol import CommandResult, Failure, Outcome, Strict
 from controller.sandbox import DockerSandbox
 
 T = TypeVar("T", bound=Strict)
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_example(heading: str) -> str:
+    """The first fenced python block under ``heading`` of README.md (and before the next heading)."""
+    text = README.read_text()
+    section = text[text.index(heading) + len(heading) :]
+    section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
+    match = re.search(r"^```python\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"no python block under {heading!r} in README.md"
+    return match.group(1)
 
 
 def expect(outcome: Outcome, kind: type[T]) -> T:

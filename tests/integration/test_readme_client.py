@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,19 +11,9 @@ from pathlib import Path
 from controller.scripted import ScriptedServer
 from tests.agent_harness import register, text, tool
 from tests.integration.client_helpers import cubicle_serve
+from tests.integration.helpers import readme_example
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "### Python client"
-
-
-def readme_example() -> str:
-    """The first fenced python block under HEADING (and before the next heading)."""
-    text = README.read_text()
-    section = text[text.index(HEADING) + len(HEADING) :]
-    section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
-    match = re.search(r"^```python\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
-    assert match, f"no python block under {HEADING!r} in README.md"
-    return match.group(1)
 
 
 def test_the_readme_client_example_runs(
@@ -37,7 +26,7 @@ def test_the_readme_client_example_runs(
     model = register(model_server, turns, prefix="readme-client")
     with cubicle_serve(home / "code", model_server, CUBICLE_MODEL=model) as served:
         script = tmp_path / "readme_client.py"
-        script.write_text(readme_example())
+        script.write_text(readme_example(HEADING))
         env = {**os.environ, "HOME": str(home), "CUBICLE_URL": served.url, "CUBICLE_API_TOKEN": served.token}
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,20 +13,10 @@ from pathlib import Path
 import pytest
 
 from controller.config import Settings
+from tests.integration.helpers import readme_example
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "### Testing your integration against Cubicle"
-
-
-def readme_example() -> str:
-    """The first fenced python block under HEADING (and before the next heading)."""
-    text = README.read_text()
-    section = text[text.index(HEADING) + len(HEADING) :]
-    section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
-    match = re.search(r"^```python\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
-    assert match, f"no python block under {HEADING!r} in README.md"
-    return match.group(1)
 
 
 @pytest.fixture
@@ -51,7 +40,7 @@ def user(tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
 def test_the_readme_example_runs(controller_image: str, user: tuple[list[str], Path]) -> None:
     prefix, home = user
     script = home / "readme_example.py"
-    script.write_text(readme_example())
+    script.write_text(readme_example(HEADING))
     env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true", "HOME": str(home)}
     done = subprocess.run(
         [*prefix, sys.executable, str(script)], cwd=home, env=env, capture_output=True, text=True, timeout=300
