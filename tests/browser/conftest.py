@@ -3,10 +3,12 @@ headless Chromium driven by Selenium, shared by the whole module so the file sta
 
 from __future__ import annotations
 
+import http.server
 import os
 import secrets
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import httpx
 import pytest
 
 from controller.scripted import free_port
-from tests.agent_harness import REPO_FILES
+from tests.agent_harness import REPO_FILES, register, text
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
 
@@ -45,9 +47,9 @@ class Viewer:
         (repo / ".git").mkdir(parents=True)
         (repo / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
         (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-        for rel, text in (files or REPO_FILES).items():
+        for rel, content in (files or REPO_FILES).items():
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (repo / rel).write_text(text)
+            (repo / rel).write_text(content)
         if os.geteuid() == 0:
             for path in [repo, *repo.rglob("*")]:
                 os.lchown(path, AGENT_UID, AGENT_UID)
@@ -132,3 +134,37 @@ def cookie_client(url: str) -> Iterator[httpx.Client]:
         assert response.status_code == 200, response.text
         client.headers["X-Cubicle-Key"] = response.json()["key"]
         yield client
+
+
+def idle_session(viewer: Viewer, model_server: Any, name: str) -> str:
+    """A session of one turn that only says "done", on a repository of its own, once its turn has ended."""
+    scenario = register(model_server, prefix=name, turns=[{"content": [text("done")]}])
+    sid = viewer.api.create(str(viewer.make_repo(name)), scenario)["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    return str(sid)
+
+
+@contextmanager
+def another_port(page: bytes) -> Iterator[tuple[str, list[str]]]:
+    """A server on another port of 127.0.0.1 (the same site as the viewer, another origin) answering ``page``
+    to every GET; its URL, and the Cookie header of each request it got."""
+    cookies: list[str] = []
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            cookies.append(self.headers.get("Cookie", ""))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", cookies
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,8 +5,6 @@ Each test asserts the property that should hold; a failing test is an open findi
 
 from __future__ import annotations
 
-import http.server
-import threading
 import unicodedata
 from typing import Any
 
@@ -15,15 +13,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from controller import terminal
 from tests.agent_harness import register, text, tool
-from tests.browser.conftest import Viewer
+from tests.browser.conftest import Viewer, another_port, idle_session
 from tests.browser.test_viewer import find, open_session, sign_in, texts, wait, wait_finished
-
-
-def _idle_session(viewer: Viewer, model_server: Any, name: str) -> str:
-    scenario = register(model_server, prefix="rt", turns=[{"content": [text("done")]}])
-    sid = viewer.api.create(str(viewer.make_repo(name)), scenario)["id"]
-    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
-    return str(sid)
 
 
 def test_finding_a_server_on_another_port_receives_a_working_sign_in_cookie(
@@ -35,29 +26,11 @@ def test_finding_a_server_on_another_port_receives_a_working_sign_in_cookie(
     its request headers, and since the cookie alone authenticates /v1 and the Origin check only
     looks at a header a non-browser client writes itself, it can read every session and drive
     every write route (apply, revert, discard, rewind, follow-ups, new sessions)."""
-    sid = _idle_session(viewer, model_server, "cookie-port")
-    received: list[str] = []
-
-    class DevServer(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            received.append(self.headers.get("Cookie", ""))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(b"<!doctype html><title>my dev server</title>hello")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    sid = idle_session(viewer, model_server, "cookie-port")
     sign_in(driver, viewer)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DevServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        driver.get(f"http://127.0.0.1:{server.server_address[1]}/")
+    with another_port(b"<!doctype html><title>my dev server</title>hello") as (url, received):
+        driver.get(url)
         wait(lambda: received or None, "the dev server's page to be requested")
-    finally:
-        server.shutdown()
-        server.server_close()
 
     cookie = received[0]
     with httpx.Client(base_url=viewer.url, timeout=30) as attacker:  # the dev server's process, not a browser

@@ -20,7 +20,7 @@ from selenium.webdriver.support.select import Select
 
 from controller.scripted import free_port
 from tests.agent_harness import register, text, tool
-from tests.browser.conftest import TOKEN, Viewer, cookie_client
+from tests.browser.conftest import TOKEN, Viewer, another_port, cookie_client, idle_session
 from tests.eventually import eventually
 from tests.integration.helpers import container_running
 
@@ -310,9 +310,7 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
 def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(
     viewer: Viewer, model_server: Any
 ) -> None:
-    scenario = register(model_server, prefix="routes", turns=[{"content": [text("done")]}])
-    sid = viewer.api.create(str(viewer.make_repo("routes")), scenario)["id"]
-    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    sid = idle_session(viewer, model_server, "routes")
     with httpx.Client(base_url=viewer.url, timeout=30) as anonymous:
         for path in ("/v1/sessions", "/v1/repos", f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events",
                      f"/v1/sessions/{sid}/messages", f"/v1/sessions/{sid}/changes"):  # fmt: skip
@@ -361,37 +359,15 @@ def test_a_page_on_another_port_cannot_post_with_the_signed_in_cookie(
     driver: WebDriver, viewer: Viewer, model_server: Any
 ) -> None:
     """Another port on 127.0.0.1 is the same site, so the browser sends the cookie along: the Origin check stops it."""
-    import http.server
-    import threading
-
-    sid = viewer.api.create(str(viewer.make_repo("cross-site")), register(model_server, prefix="xs",
-                            turns=[{"content": [text("done")]}]))["id"]  # fmt: skip
-    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    sid = idle_session(viewer, model_server, "cross-site")
     before = viewer.api.events(sid)
-    page = ATTACK.replace("API", viewer.url).replace("SID", sid).encode()
-
-    class Attacker(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
     sign_in(driver, viewer)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        driver.get(f"http://127.0.0.1:{server.server_address[1]}/")
+    with another_port(ATTACK.replace("API", viewer.url).replace("SID", sid).encode()) as (url, _):
+        driver.get(url)
         wait(lambda: "/v1/sessions/" in driver.current_url or None, "the form post to land on the API")
         answer = driver.find_element(By.TAG_NAME, "body").text
         # Refused: the cookie came along (same site), but not its page key, which only the viewer's origin holds.
         assert "sign-in cookie with its key) is required" in answer, answer
-    finally:
-        server.shutdown()
-        server.server_close()
     after = viewer.api.events(sid)
     assert [e["seq"] for e in after] == [e["seq"] for e in before]  # no follow-up started, nothing recorded
     assert viewer.api.get(sid)["status"] == "idle"
