@@ -15,7 +15,6 @@ HTTPS travels; squid copies bytes). The two sandboxes alternate in batches, time
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import secrets
@@ -29,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Report, ms
-from bench.rows import INSTANCE, give_away, workdir
-from controller import engine, images, owners, protocol, workspace
-from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE, Limits, Settings
+from bench.rows import INSTANCE, give_away, standalone
+from controller import images, owners, protocol, workspace
+from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE, Limits
 from controller.network import OPEN, parse
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
@@ -254,16 +253,10 @@ def main() -> int:
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
     parser.add_argument("--proxy-image", default=DEFAULT_PROXY_IMAGE, help="egress proxy image")
     args = parser.parse_args()
-    client = engine.connect(Settings().docker_host)
-    images.ensure(client, args.image, auto_build=True)
-    report = Report()
-    with workdir() as tmp:
-        try:
-            asyncio.run(table(report, client, args.image, Path(tmp), args.quick, args.proxy_image))
-        finally:
-            owners.sweep(client, INSTANCE, everything=False)
-    print(report.render())
-    return 0
+    return standalone(
+        args.image,
+        lambda report, client, root: table(report, client, args.image, root, args.quick, args.proxy_image),
+    )
 
 
 if __name__ == "__main__":

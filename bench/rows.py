@@ -17,7 +17,7 @@ from typing import Any
 from docker.types import Mount
 
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_pair, time_sync
-from controller import owners, protocol, tools, workspace
+from controller import engine, images, owners, protocol, tools, workspace
 from controller.config import Limits, Settings
 from controller.egress import Route
 from controller.protocol import CommandResult, PingResult
@@ -445,6 +445,21 @@ def _exec_baseline(client: Any, image: str, n: int) -> float:
 
 def workdir() -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(prefix="cubicle-bench-")
+
+
+def standalone(image: str, section: Callable[[Report, Any, Path], Awaitable[None]]) -> int:
+    """Run one benchmark section on its own (``python -m bench.<name>``): the image ensured, a work
+    directory, what it leaves swept even when it fails, and its tables printed."""
+    client = engine.connect(Settings().docker_host)
+    images.ensure(client, image, auto_build=True)
+    report = Report()
+    with workdir() as tmp:
+        try:
+            asyncio.run(section(report, client, Path(tmp)))
+        finally:
+            owners.sweep(client, INSTANCE, everything=False)
+    print(report.render())
+    return 0
 
 
 async def peer(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

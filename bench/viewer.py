@@ -35,9 +35,8 @@ import httpx
 
 from bench.flood import Controller
 from bench.measure import Report, Row, Sample, ms
-from bench.rows import INSTANCE, make_repo, workdir
-from controller import engine, images, owners
-from controller.config import DEFAULT_IMAGE, Settings
+from bench.rows import INSTANCE, make_repo, standalone
+from controller.config import DEFAULT_IMAGE
 from controller.scripted import Scenario, free_port
 
 FOLLOWERS = 50
@@ -313,16 +312,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.viewer", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2 runs each way instead of 3")
     args = parser.parse_args()
-    client = engine.connect(Settings().docker_host)
-    images.ensure(client, DEFAULT_IMAGE, auto_build=True)
-    report = Report()
-    with workdir() as tmp:
-        try:
-            asyncio.run(table(report, client, DEFAULT_IMAGE, Path(tmp), args.quick))
-        finally:
-            owners.sweep(client, INSTANCE, everything=False)
-    print(report.render())
-    return 0
+    return standalone(
+        DEFAULT_IMAGE, lambda report, client, root: table(report, client, DEFAULT_IMAGE, root, args.quick)
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ are missed are listed under the table; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import shlex
@@ -24,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Report
-from bench.rows import INSTANCE, LIMITS, give_away, workdir
-from controller import engine, images, owners, protocol, workspace
-from controller.config import DEFAULT_IMAGE, Settings
+from bench.rows import INSTANCE, LIMITS, give_away, standalone
+from controller import protocol, workspace
+from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 from controller.workspace import (
@@ -238,16 +237,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 5")
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
     args = parser.parse_args()
-    client = engine.connect(Settings().docker_host)
-    images.ensure(client, args.image, auto_build=True)
-    report = Report()
-    with workdir() as tmp:
-        try:
-            asyncio.run(table(report, client, args.image, Path(tmp), args.quick))
-        finally:
-            owners.sweep(client, INSTANCE, everything=False)
-    print(report.render())
-    return 0
+    return standalone(args.image, lambda report, client, root: table(report, client, args.image, root, args.quick))
 
 
 if __name__ == "__main__":
