@@ -26,7 +26,7 @@ Everything the model or the sandbox wrote reaches the terminal through ``control
 Modules: ``app`` (the Typer app, exit codes, errors, the sessions of the database), ``run``
 and ``finish`` (a run and what it does with its changes), ``workspace`` (the review
 commands), ``service`` (serve, sessions, gc, image build, scripted-server), ``environment``
-(env show, env build).
+(env show, env build), ``mcp`` (the tools served over MCP).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import os
 import sys
 
 from .. import terminal
-from . import environment, run, service, workspace
+from . import environment, mcp, run, service, workspace
 from .app import app, err_console
 
-__all__ = ["app", "environment", "main", "run", "service", "workspace"]
+__all__ = ["app", "environment", "main", "mcp", "run", "service", "workspace"]
 
 
 def main() -> None:

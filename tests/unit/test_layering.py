@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"agent"},
     {"runtime"},
     {"testing", "feed", "recorder", "live", "sessions"},
-    {"api"},
+    {"api", "mcpserver"},
     {"cli", "__main__"},
 ]
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

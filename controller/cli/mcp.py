@@ -1,0 +1,148 @@
+"""``cubicle mcp REPO``: the sandbox's six tools served to another agent over MCP (stdio), as one recorded session.
+
+stdout carries the protocol and nothing else; Cubicle's own lines go to stderr, which MCP
+clients keep in their logs. The session is registered like a ``cubicle run`` (pinned
+repository, environment, workspace layer) before the server answers, so a bad repository,
+a missing image or a stopped Docker engine ends the process with a message and exit code 2
+or 4 instead of a server whose every call fails. When the client closes stdin (or a
+SIGTERM/SIGHUP/SIGINT arrives) the layer is checkpointed, the session's end recorded and the
+container removed; the changes stay for ``cubicle changes`` and ``cubicle apply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from .. import __version__, terminal
+from ..config import Limits, Settings
+from ..environment import EnvironmentRequest
+from ..events import SessionStarted, StatusEvent
+from ..network import NetworkPolicy
+from ..runtime import Runtime
+from ..sessions import Sessions
+from ..store import Store
+from .app import EXIT_OK, app, err_console, load_settings
+from .run import STOP_SIGNALS, Asked, _check_run_args, _exit_codes, _limits, _network
+
+MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
+"""Each ends serving like the client closing stdin does; the exit code is then 128 + the signal."""
+TASK = "Tool calls from an MCP client (cubicle mcp)"
+MCP_HELP = (
+    "Serve the agent's six tools (list_files, read_file, write_file, edit_file, search, run_command) over MCP on "
+    "stdin/stdout, all running in one hardened container on REPO: for Claude Code, Claude Desktop or any MCP client.\n\n"
+    "The tools, their arguments and their result text are the ones Cubicle's own agent gets; a failed call is an MCP "
+    "tool error. Writes go to the session's layer, never to REPO: when the client disconnects the container is "
+    "removed and the changes kept for `cubicle changes ID --diff` and `cubicle apply ID` (the session's id is printed "
+    "on stderr). The repository's environment (devcontainer or .cubicle/environment.toml) is prepared before the "
+    "first call runs.\n\n"
+    "Exit codes: 0 the client disconnected · 2 usage/config error · 4 Docker, image or filesystem error "
+    "· 129 / 130 / 143 stopped by SIGHUP / SIGINT / SIGTERM (the session is ended and kept the same way)."
+)
+
+
+def _note(*parts: str | Text | tuple[str, str]) -> None:
+    err_console.print(Text.assemble(("cubicle mcp:", "bold"), " ", *parts))
+
+
+async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> None:
+    """Register the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
+    from ..mcpserver import ToolSession, serve_stdio  # the MCP SDK takes over a second to import: only here
+
+    runtime = Runtime(settings)
+    try:
+        await runtime.ensure_image(limits.network)
+        store = Store(settings.data_dir / "cubicle.db")
+        try:
+            sessions = Sessions(settings, store, runtime)
+            record = await sessions.register(
+                repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
+            )
+            recorder = await sessions.recorder(record)
+            sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
+            session = ToolSession(record, recorder, sandbox, sessions.workspaces)
+            await recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=TASK, model=record.model))
+            await recorder.emit(StatusEvent(session_id=record.id, status="running"))
+            _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
+            session.warm()
+            serving = asyncio.create_task(serve_stdio(session, __version__))
+            _on_signals(serving, signals)
+            try:
+                await serving
+            except asyncio.CancelledError:
+                if not signals:
+                    raise
+            finally:
+                for signum in MCP_STOP_SIGNALS:
+                    asyncio.get_running_loop().remove_signal_handler(signum)
+                why = f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
+                await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
+            _note(
+                f"{session.calls} tool calls; review the changes with ",
+                (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
+                (f"cubicle apply {record.id}", "bold"),
+            )  # fmt: skip
+        finally:
+            store.close()
+    finally:
+        await runtime.close()
+
+
+def _on_signals(serving: asyncio.Task[None], signals: list[int]) -> None:
+    """SIGTERM, SIGHUP and SIGINT stop serving (once); ending the session after that is not cut short."""
+    loop = asyncio.get_running_loop()
+
+    def stop(signum: int) -> None:
+        if not signals:
+            signals.append(signum)
+            serving.cancel()
+
+    for signum in MCP_STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+
+
+@app.command(help=MCP_HELP)
+def mcp(
+    repo: Annotated[
+        Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
+    ],
+    command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
+    memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
+    cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
+    network: Annotated[
+        NetworkPolicy | None,
+        typer.Option(
+            parser=_network,
+            metavar="LEVEL",
+            help="The sandbox's network: none (default), allow=HOST[,HOST...] (only those, through a proxy), or open.",
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="Run in this local image (the toolbox is added) instead of the repository's environment; "
+            "it must be the default image or on CUBICLE_ALLOWED_IMAGES."
+        ),
+    ] = None,
+    setup: Annotated[
+        str | None,
+        typer.Option(
+            help="The setup command, run once before the first call (instead of the repository's; '' for none)."
+        ),
+    ] = None,
+) -> None:
+    _check_run_args(repo, approve=False, json_events=False)
+    settings = load_settings()
+    limits = _limits(
+        settings, {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network}
+    )
+    request = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+    signals: list[int] = []
+    with _exit_codes(signals):
+        asyncio.run(_serve(settings, repo, limits, Asked(request, network is not None), signals))
+    raise typer.Exit(128 + signals[0] if signals else EXIT_OK)
