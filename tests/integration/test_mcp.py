@@ -1,0 +1,209 @@
+"""`cubicle mcp REPO` driven by the official MCP client of the same SDK (`stdio_client` + `ClientSession`).
+
+The server runs as a user would start it (a subprocess of `python -m controller mcp`) against a
+real engine; the session it records is then read back through the store and `cubicle changes`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from controller import mcpserver, tools
+from controller.store import Store
+from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.pty_helpers import owned_by
+
+
+@asynccontextmanager
+async def mcp_session(
+    repo: Path, data: Path, instance: str, *flags: str, log: Path | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session on `cubicle mcp REPO`; leaving it closes stdin as MCP clients do."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "controller", "mcp", str(repo), *flags],
+        env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance}),
+    )
+    with (log or data.parent / "mcp-stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def only_session(data: Path) -> Any:
+    store = Store(data / "cubicle.db")
+    try:
+        (record,) = store.with_status("running") or store.with_status("idle") or store.with_status("failed")
+        return record, store.events_after(record.id, 0, limit=10_000)
+    finally:
+        store.close()
+
+
+def text(result: Any) -> str:
+    (block,) = result.content
+    return str(block.text)
+
+
+async def test_the_official_client_calls_every_tool_in_one_sandbox_and_the_changes_are_kept(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    repo = make_repo()
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    data, instance = tmp_path / "data", "mcp-tools-test"
+    async with mcp_session(repo, data, instance) as client:
+        listed = (await client.list_tools()).tools
+        assert [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in listed
+        ] == tools.definitions()
+        assert {t.name: t.annotations.read_only_hint for t in listed if t.annotations} == {
+            name: tools.is_read_only(name) for name in tools.TOOLS
+        }
+
+        listing = await client.call_tool("list_files", {"path": "."})
+        assert not listing.is_error and "README.md" in text(listing) and "src/" in text(listing)
+        read = await client.call_tool("read_file", {"path": "README.md"})
+        assert (read.is_error, text(read)) == (False, "     1\t# demo")
+        wrote = await client.call_tool("write_file", {"path": "notes/new.txt", "content": "from mcp\n"})
+        assert (wrote.is_error, text(wrote)) == (False, "Wrote 9 bytes to notes/new.txt.")
+        edited = await client.call_tool(
+            "edit_file", {"path": "src/app.py", "old_string": "sum(items)", "new_string": "sum(items) + 0"}
+        )
+        assert (edited.is_error, text(edited)) == (False, "Edited src/app.py: 1 replacement.")
+        found = await client.call_tool("search", {"pattern": "def total"})
+        assert not found.is_error and "src/app.py:1:def total(items):" in text(found)
+        ran = await client.call_tool("run_command", {"command": "cat notes/new.txt; id -u; ls /workspace"})
+        assert not ran.is_error and text(ran).startswith("exit code 0 after")
+        assert "from mcp\n1000\n" in text(ran)
+
+        missing = await client.call_tool("read_file", {"path": "nope.txt"})
+        assert missing.is_error and text(missing) == "nope.txt does not exist. List the directory to see what is there."
+        invalid = await client.call_tool("read_file", {"pth": "README.md"})
+        assert invalid.is_error and text(invalid).startswith("Invalid arguments for read_file: path: Field required")
+        unknown = await client.call_tool("format_disk", {})
+        assert unknown.is_error and text(unknown).startswith("Unknown tool 'format_disk'.")
+        failed = await client.call_tool("run_command", {"command": "echo oops >&2; exit 3"})
+        assert not failed.is_error and text(failed).startswith("exit code 3") and "<stderr>\noops" in text(failed)
+
+        started = time.monotonic()
+        slow = await client.call_tool("run_command", {"command": "sleep 60 & sleep 61; echo never", "timeout_s": 1})
+        assert time.monotonic() - started < 10
+        assert slow.is_error and text(slow).startswith("timed out after 1.")
+        assert "the command and its children were killed" in text(slow)
+        after = await client.call_tool("run_command", {"command": "ps -eo args"})
+        assert "sleep" not in text(after)
+
+        with anyio.move_on_after(1.5):  # the client abandons the call: it sends notifications/cancelled
+            await client.call_tool("run_command", {"command": "sleep 62 & sleep 63"})
+        await anyio.sleep(0.5)
+        assert "sleep" not in text(await client.call_tool("run_command", {"command": "ps -eo args"}))
+
+        record, _ = only_session(data)
+        assert record.status == "running" and record.id.startswith("mcp-")
+        assert len(owned_by(docker_client, instance)) == 1
+    assert owned_by(docker_client, instance) == []
+
+    record, events = only_session(data)
+    assert record.status == "idle"
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["session_started", "status"] and kinds[-2:] == ["changes", "session_finished"]
+    calls = [e for e in events if e.type == "tool_call"]
+    results = {e.id: e for e in events if e.type == "tool_result"}
+    assert len(calls) == len(results) == 14
+    cancelled = results[calls[-2].id]
+    assert cancelled.is_error and "cancelled after" in cancelled.output
+    assert events[-1].detail == "the MCP client disconnected after 14 tool calls"
+
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before  # the checkout is untouched
+    changes = cubicle("changes", record.id, env={"CUBICLE_DATA_DIR": str(data)})
+    assert changes.returncode == 0, changes.stderr
+    assert "notes/new.txt" in changes.stdout and "src/app.py" in changes.stdout
+
+
+async def test_the_layer_is_checkpointed_every_fifty_calls(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    data = tmp_path / "data"
+    async with mcp_session(make_repo(), data, "mcp-checkpoint-test") as client:
+        await client.call_tool("write_file", {"path": "a.txt", "content": "a"})
+        for _ in range(mcpserver.CHECKPOINT_EVERY - 1):
+            await client.call_tool("read_file", {"path": "a.txt"})
+        _, events = only_session(data)
+        checkpoints = [e for e in events if e.type == "changes"]
+        assert [(c.checkpoint, c.summary.files) for c in checkpoints] == [(1, 1)]
+    _, events = only_session(data)
+    assert [e.checkpoint for e in events if e.type == "changes"] == [1, 2]
+
+
+async def test_a_failed_setup_fails_every_call_with_its_output(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    data = tmp_path / "data"
+    async with mcp_session(make_repo(), data, "mcp-setup-test", "--setup", "echo broken-setup >&2; exit 3") as client:
+        for _ in range(2):
+            result = await client.call_tool("read_file", {"path": "README.md"})
+            assert result.is_error
+            assert text(result).startswith("The sandbox's environment could not be prepared, so no tool can run:")
+            assert "broken-setup" in text(result)
+    record, events = only_session(data)
+    assert record.status == "failed" and "broken-setup" in record.detail
+    assert [e.kind for e in events if e.type == "error"] == ["setup"]
+
+
+def _raw(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+    process.stdin.flush()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_session_and_removes_the_container(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any, signum: int
+) -> None:
+    data, instance = tmp_path / "data", f"mcp-signal-test-{signum}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller", "mcp", str(make_repo())],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance}),
+    )  # fmt: skip
+    assert process.stdout is not None
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}
+    _raw(process, {"id": 0, "method": "initialize", "params": init})
+    assert json.loads(process.stdout.readline())["result"]["serverInfo"]["name"] == "cubicle"
+    _raw(process, {"method": "notifications/initialized"})
+    sleep = {"name": "run_command", "arguments": {"command": "sleep 300"}}
+    _raw(process, {"id": 1, "method": "tools/call", "params": sleep})
+    deadline = time.monotonic() + 60
+    while not [e for e in only_session(data)[1] if e.type == "tool_call"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert len(owned_by(docker_client, instance)) == 1
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 128 + signum, stderr
+    assert owned_by(docker_client, instance) == []
+    record, events = only_session(data)
+    assert record.status == "idle"
+    assert events[-1].type == "session_finished"
+    assert events[-1].detail == f"stopped by {signal.Signals(signum).name} after 1 tool calls"
+    (result,) = [e for e in events if e.type == "tool_result"]
+    assert result.is_error and "cancelled after" in result.output
+
+
+def test_a_bad_repository_is_a_usage_error_and_stdout_stays_empty(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    missing = cubicle("mcp", str(tmp_path / "nowhere"), env={"CUBICLE_DATA_DIR": str(tmp_path / "data")})
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert "does not exist" in " ".join(missing.stderr.split())
+    rooted = cubicle("mcp", str(make_repo("rooted", uid=0)), env={"CUBICLE_DATA_DIR": str(tmp_path / "data")})
+    assert (rooted.returncode, rooted.stdout) == (2, "")
+    assert "is owned by root" in " ".join(rooted.stderr.split())
