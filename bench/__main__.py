@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, egress, environment, flood, page, rows, viewer, workspace
+from bench import context, egress, environment, flood, mcp, page, rows, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -49,6 +49,7 @@ async def run(args: argparse.Namespace) -> Report:
         root = Path(tmp)
         try:
             await section("tool overhead", rows.tool_overhead(report, client, args.image, root, args.quick))
+            await section("MCP", mcp.table(report, client, args.image, root, args.quick))
             await section("command tail", rows.command_tail_latency(report, client, args.image, root, args.quick))
             await section("ready and teardown", rows.ready_and_teardown(report, client, args.image, root, args.quick))
             await section("environment", environment.table(report, client, args.image, root, args.quick))

@@ -20,13 +20,13 @@ T = TypeVar("T", bound=Strict)
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_example(heading: str) -> str:
-    """The first fenced python block under ``heading`` of README.md (and before the next heading)."""
+def readme_example(heading: str, language: str = "python") -> str:
+    """The first fenced ``language`` block under ``heading`` of README.md (and before the next heading)."""
     text = README.read_text()
     section = text[text.index(heading) + len(heading) :]
     section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
-    match = re.search(r"^```python\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
-    assert match, f"no python block under {heading!r} in README.md"
+    match = re.search(rf"^```{language}\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"no {language} block under {heading!r} in README.md"
     return match.group(1)
 
 

@@ -24,6 +24,7 @@ from mcp.client.stdio import stdio_client
 from controller import mcpserver, tools
 from controller.store import Store
 from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.helpers import readme_example
 from tests.integration.pty_helpers import owned_by
 
 
@@ -207,3 +208,24 @@ def test_a_bad_repository_is_a_usage_error_and_stdout_stays_empty(
     rooted = cubicle("mcp", str(make_repo("rooted", uid=0)), env={"CUBICLE_DATA_DIR": str(tmp_path / "data")})
     assert (rooted.returncode, rooted.stdout) == (2, "")
     assert "is owned by root" in " ".join(rooted.stderr.split())
+
+
+async def test_the_readme_configuration_starts_a_working_server(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """The README's `mcpServers` entry, as a client would run it: `cubicle` from PATH, HOME's data directory."""
+    (entry,) = json.loads(readme_example("## MCP server (`cubicle mcp`)", "json"))["mcpServers"].values()
+    repo = make_repo("home/you/code/shop")
+    home = repo.parents[1]
+    args = [arg.replace("/home/you", str(home)) for arg in entry["args"]]
+    assert entry["command"] == "cubicle" and args[:2] == ["mcp", str(repo)]
+    bin_dir = str(Path(sys.executable).parent)  # where `pip install` put the `cubicle` script
+    env = {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin", "CUBICLE_INSTANCE": "mcp-readme-test"}
+    params = StdioServerParameters(command=entry["command"], args=args, env=env)
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            assert len((await client.list_tools()).tools) == 6
+            assert text(await client.call_tool("read_file", {"path": "README.md"})) == "     1\t# demo"
+    assert owned_by(docker_client, "mcp-readme-test") == []
+    assert list((home / ".local" / "share" / "cubicle" / "workspaces").iterdir())
