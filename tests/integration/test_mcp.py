@@ -131,6 +131,10 @@ async def test_the_official_client_calls_every_tool_in_one_sandbox_and_the_chang
     changes = cubicle("changes", record.id, env={"CUBICLE_DATA_DIR": str(data)})
     assert changes.returncode == 0, changes.stderr
     assert "notes/new.txt" in changes.stdout and "src/app.py" in changes.stdout
+    applied = cubicle("apply", record.id, env={"CUBICLE_DATA_DIR": str(data)})
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "notes" / "new.txt").read_text() == "from mcp\n"
+    assert (repo / "src" / "app.py").read_text() == "def total(items):\n    return sum(items) + 0\n"
 
 
 async def test_the_layer_is_checkpointed_every_fifty_calls(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
