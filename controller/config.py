@@ -145,6 +145,10 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     max_concurrent_sessions: int = Field(8, ge=1, le=1000, description="Turns running at once; more get 429.")
+    min_free_mb: int = Field(
+        100, ge=0, le=1 << 24,
+        description="No new session starts while the data directory's filesystem has less free space (507); 0: no floor.",
+    )  # fmt: skip
     idle_timeout_s: float = Field(
         600, gt=0, description="A session's container is removed after this long without a turn."
     )

@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,21 @@ from .recorder import Recorder
 from .runtime import Runtime
 from .store import ApplyPolicy, SessionRecord, Store
 from .workspace import ApplyResult, Change, RevertResult
-from .workspaces import Checkpoint, apply_and_report, pin, refuse_overlap, shown
+from .workspaces import Checkpoint, apply_and_report, pin, refuse_low_space, refuse_overlap, shown
 
 log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 2.0
 CLOSE_WAIT_S = 10.0
+
+
+@dataclass
+class Expiry:
+    """What ``Sessions.expire`` did: the sessions removed (with their last activity) and those kept, with how many
+    changes each still holds (-1: its layer could not be read)."""
+
+    removed: list[tuple[str, float]] = field(default_factory=list)
+    kept: list[tuple[str, int]] = field(default_factory=list)
 
 
 class Sessions:
@@ -123,6 +133,7 @@ class Sessions:
         repo = pin(repo)
         repos.refuse_protected(repo, self.settings.protected_paths)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
+        refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
@@ -169,6 +180,28 @@ class Sessions:
             self.store.delete(session_id)
             return None
         return self.get(session_id)
+
+    async def expire(self, age_s: float, include_unapplied: bool = False) -> Expiry:
+        """Purge the sessions that ended (not running) more than ``age_s`` seconds ago: record, events, transcript,
+        layer, checkpoints and any container. One whose layer still holds changes is kept (and listed) unless
+        ``include_unapplied``: they are work nobody has applied or discarded yet."""
+        expiry = Expiry()
+        for record, last in self.store.ended_before(time.time() - age_s):
+            if not include_unapplied:
+                try:
+                    pending = len(await asyncio.to_thread(self.workspaces.changes, record.id))
+                except NotFoundError:  # no layer left (discarded, or never made)
+                    pending = 0
+                except (OSError, ValueError) as err:  # a layer that cannot be read is not thrown away unseen
+                    log.warning("kept session %s: its layer could not be read: %s", record.id, err)
+                    expiry.kept.append((record.id, -1))
+                    continue
+                if pending:
+                    expiry.kept.append((record.id, pending))
+                    continue
+            await self.delete(record.id, purge=True)
+            expiry.removed.append((record.id, last))
+        return expiry
 
     async def compact(self, session_id: str) -> SessionRecord:
         """Compact the session's context now (a summary of its older turns), between turns only."""

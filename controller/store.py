@@ -186,6 +186,17 @@ class Store:
         rows = self._db.execute(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
         return [_record(r) for r in rows]
 
+    def ended_before(self, cutoff: float) -> list[tuple[SessionRecord, float]]:
+        """Sessions not running whose last activity (their newest event, or the row's last update) is older than
+        ``cutoff``, with that time: oldest first."""
+        rows = self._db.execute(
+            f"SELECT {SELECTED}, MAX(updated_at, COALESCE((SELECT json_extract(data, '$.ts') FROM events "
+            "WHERE session_id = sessions.id ORDER BY seq DESC LIMIT 1), 0)) AS last "
+            "FROM sessions WHERE status != 'running' AND last < ? ORDER BY last",
+            (cutoff,),
+        ).fetchall()
+        return [(_record(r[:-1]), float(r[-1])) for r in rows]
+
     @_writes
     def delete(self, session_id: str) -> None:
         with self._db:

@@ -41,6 +41,33 @@ STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 """What a data dir answers when it cannot take more: the layer is then a StoreError (507), like the database."""
 
 
+MIN_FREE_INODES = 1000
+"""With fewer free inodes than this on the data directory's filesystem, no new session starts either."""
+
+
+def refuse_low_space(data_dir: Path, floor_mb: int) -> None:
+    """StoreError (507) when the filesystem of ``data_dir`` has less than ``floor_mb`` MiB (or MIN_FREE_INODES
+    inodes) free: a session started there would fail its first write, or fill the disk other sessions use."""
+    if floor_mb <= 0:
+        return
+    probe = data_dir
+    while not probe.exists() and probe != probe.parent:  # the data directory is made on first use
+        probe = probe.parent
+    try:
+        fs = os.statvfs(probe)
+    except OSError as err:
+        raise StoreError(f"The free space of {data_dir} could not be read: {err.strerror}.") from None
+    free_mb = fs.f_bavail * fs.f_frsize // (1 << 20)
+    free_inodes = fs.f_favail if fs.f_files else MIN_FREE_INODES  # some filesystems report no inode counts
+    if free_mb < floor_mb or free_inodes < MIN_FREE_INODES:
+        raise StoreError(
+            f"No new session: the filesystem of the data directory {data_dir} has {free_mb} MiB and "
+            f"{free_inodes} inodes free, below the floor of {floor_mb} MiB and {MIN_FREE_INODES} inodes "
+            "(CUBICLE_MIN_FREE_MB).",
+            hint="Free space there (`cubicle gc --older-than 7d` removes old ended sessions), or lower CUBICLE_MIN_FREE_MB.",
+        )
+
+
 class ApplyConflictError(ConflictError):
     """The checkout changed under paths the apply (or revert) would write; nothing was written."""
 

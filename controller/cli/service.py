@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
+import time
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
 from .. import engine, images, owners, scripted, terminal
+from ..config import Settings
 from ..context import Edit
 from ..display import plural
 from ..environment import image as environment_image
@@ -53,16 +56,47 @@ def image_build(
         raise fail(err, EXIT_INFRA) from None
 
 
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_s(text: str) -> float:
+    """``30m``, ``12h``, ``7d``, ``2w``: seconds; anything else is a usage error that shows the form."""
+    match = DURATION.fullmatch(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise typer.BadParameter(f"{text!r} is not a duration; use a number and a unit: 90s, 30m, 12h, 7d or 2w.")
+    return float(match.group(1)) * UNIT_S[match.group(2)]
+
+
 @app.command()
 def gc(
     everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
+    older_than: Annotated[
+        float | None,
+        typer.Option(
+            parser=duration_s,
+            metavar="DURATION",
+            help="Also remove the sessions that ended longer ago than this (90s, 30m, 12h, 7d, 2w, counted from "
+            "their last event): record, events, layer and checkpoints. Running sessions are never touched.",
+        ),
+    ] = None,
+    include_unapplied: Annotated[
+        bool,
+        typer.Option(
+            "--include-unapplied",
+            help="With --older-than, remove sessions whose changes were never applied or discarded too "
+            "(kept otherwise).",
+        ),
+    ] = False,
 ) -> None:
     """Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged
     sessions, the setup trees no session's layer sits on, and environment images no container uses (the newest of
-    each repository stays)."""
+    each repository stays); with --older-than, old ended sessions too."""
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
+        if older_than is not None:
+            _expire(settings, older_than, include_unapplied)
         result = owners.sweep(client, settings.instance, everything=everything)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
@@ -83,6 +117,27 @@ def gc(
     setups = Setups(settings.data_dir, functools.partial(clear_as_root, client, settings.image))
     for key in setups.sweep(settings.data_dir / "workspaces"):
         print(f"removed the setup tree {key[:12]}, which no session uses")
+
+
+def _expire(settings: Settings, age_s: float, include_unapplied: bool) -> None:
+    """``gc --older-than``: purge the sessions that ended before the age, and say which were kept and why."""
+    expiry = with_sessions(settings, lambda sessions: sessions.expire(age_s, include_unapplied))
+    now = time.time()
+    for session_id, last in expiry.removed:
+        print(f"removed the session {terminal.safe(session_id)} (last active {_ago(now - last)} ago)")
+    for session_id, pending in expiry.kept:
+        what = "its layer could not be read" if pending < 0 else f"{plural(pending, 'change')} not applied"
+        print(
+            f"kept the session {terminal.safe(session_id)}: {what} (apply or discard them, or add --include-unapplied)"
+        )
+    print(f"{plural(len(expiry.removed), 'old session')} removed, {len(expiry.kept)} kept for their changes")
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            return plural(int(seconds // size), unit)
+    return plural(int(seconds), "second")
 
 
 def _warn(message: str) -> None:

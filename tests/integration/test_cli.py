@@ -336,3 +336,12 @@ def test_serve_warns_about_a_short_token_and_refuses_a_missing_repo_root(tmp_pat
     message = _usage_error(done)
     assert "warning: CUBICLE_API_TOKEN has only 5 characters; use at least 32 random ones" in message
     assert f"error: CUBICLE_REPO_ROOTS: {tmp_path / 'gone'} does not exist; list directories that exist" in message
+
+
+def test_no_run_starts_below_the_free_space_floor(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    done = cubicle("run", str(make_repo()), "x", "--scenario", "demo", env={"CUBICLE_MIN_FREE_MB": str(1 << 24)})
+    assert done.returncode == 4, done.stderr
+    message = " ".join(done.stderr.split())
+    assert "No new session: the filesystem of the data directory" in message
+    assert "`cubicle gc --older-than 7d` removes old ended sessions" in message
+    assert not (tmp_path / "data" / "workspaces").exists() or not any((tmp_path / "data" / "workspaces").iterdir())

@@ -191,3 +191,23 @@ def test_openapi_documents_models_and_errors(client: TestClient) -> None:
     assert {"CreateSession", "SessionRecord", "LimitsRequest", "ErrorBody"} <= set(spec["components"]["schemas"])
     post = spec["paths"]["/v1/sessions"]["post"]
     assert {"201", "401", "403", "409", "422", "429"} <= set(post["responses"])
+
+
+def test_no_session_starts_below_the_free_space_floor(tmp_path: Path, roots: Path) -> None:
+    """A data directory whose filesystem has less free space than the floor: 507 and nothing made; 0 turns it off."""
+    beyond = 1 << 24  # 16 TiB: more than this machine has free
+    for floor, code in ((beyond, 507), (0, 201)):
+        settings = Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
+                            repo_roots=[roots], data_dir=roots / f"data-{floor}", min_free_mb=floor,
+                            docker_host=f"unix://{roots}/sockdir/docker.sock")  # fmt: skip
+        app = create_app(settings, sandbox_factory=lambda *_: NoSandbox())
+        with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            response = create(client, repo=str(roots / "project"))
+            assert response.status_code == code, response.text
+            if code == 507:
+                detail = response.json()["detail"]
+                assert f"below the floor of {beyond} MiB and 1000 inodes (CUBICLE_MIN_FREE_MB)" in detail
+                assert client.get("/v1/sessions").json()["total"] == 0
+                assert not (settings.data_dir / "workspaces").exists() or not any(
+                    (settings.data_dir / "workspaces").iterdir()
+                )
