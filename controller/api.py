@@ -9,8 +9,10 @@ that maps the exception tree to a status code and a ``detail``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.resources
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -372,14 +374,35 @@ def _lifespan(
         runtime = Runtime(settings, sandbox_factory)
         app.state.sessions = sessions = Sessions(settings, store, runtime)
         await sessions.start()
+        retention = asyncio.create_task(_retain(sessions, settings.retention_s)) if settings.retention_s else None
         try:
             yield
         finally:
+            if retention is not None:
+                retention.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retention
             await sessions.close()
             await runtime.close()
             store.close()
 
     return lifespan
+
+
+log = logging.getLogger(__name__)
+RETENTION_EVERY_S = 3600.0
+
+
+async def _retain(sessions: Sessions, age_s: float) -> None:
+    """``CUBICLE_RETENTION``: at start and every hour, remove the ended sessions older than ``age_s``."""
+    while True:
+        try:
+            expiry = await sessions.expire(age_s)
+            if expiry.removed:
+                log.info("retention: removed %d sessions older than %.0f s", len(expiry.removed), age_s)
+        except Exception:  # one failed sweep (a full disk, the engine away) must not end the next ones
+            log.exception("retention: removing old sessions failed")
+        await asyncio.sleep(RETENTION_EVERY_S)
 
 
 def _handle_errors(app: FastAPI) -> None:

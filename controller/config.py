@@ -39,6 +39,18 @@ def machine_ca_bundle() -> Path | None:
     return next((Path(p) for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
 
 
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_s(text: str) -> float:
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` in seconds; ValueError that shows the form otherwise."""
+    match = DURATION.fullmatch(text.strip())
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a duration; use a number and a unit: 90s, 30m, 12h, 7d or 2w.")
+    return float(match.group(1)) * UNIT_S[match.group(2)]
+
+
 class Limits(BaseModel):
     """Everything that bounds one session. Field bounds are hard maximums; a server may clamp lower."""
 
@@ -144,6 +156,12 @@ class Settings(BaseSettings):
         default_factory=list, description="Directories sessions may use."
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
+    retention_s: float | None = Field(
+        None,
+        validation_alias=AliasChoices("CUBICLE_RETENTION", "retention_s"),
+        description="`cubicle serve` removes ended sessions whose last event is older than this (e.g. 30d; hourly, "
+        "as `cubicle gc --older-than`; sessions with unapplied changes stay). Unset: sessions are kept.",
+    )
     max_concurrent_sessions: int = Field(8, ge=1, le=1000, description="Turns running at once; more get 429.")
     min_free_mb: int = Field(
         100, ge=0, le=1 << 24,
@@ -174,6 +192,14 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty variable (as compose passes an unset one) means unset."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("retention_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        """CUBICLE_RETENTION is written as a duration (``30d``); a number is seconds."""
+        if isinstance(value, str) and value.strip() and not value.strip().replace(".", "", 1).isdigit():
+            return duration_s(value)
+        return value
 
     @field_validator("docker_host", mode="before")
     @classmethod

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import re
 import time
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
-from .. import engine, images, owners, scripted, terminal
+from .. import config, engine, images, owners, scripted, terminal
 from ..config import Settings
 from ..context import Edit
 from ..display import plural
@@ -56,16 +55,12 @@ def image_build(
         raise fail(err, EXIT_INFRA) from None
 
 
-DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 def duration_s(text: str) -> float:
-    """``30m``, ``12h``, ``7d``, ``2w``: seconds; anything else is a usage error that shows the form."""
-    match = DURATION.fullmatch(text.strip())
-    if match is None or float(match.group(1)) <= 0:
-        raise typer.BadParameter(f"{text!r} is not a duration; use a number and a unit: 90s, 30m, 12h, 7d or 2w.")
-    return float(match.group(1)) * UNIT_S[match.group(2)]
+    """``--older-than``: a duration (90s, 30m, 12h, 7d, 2w); anything else is a usage error that shows the form."""
+    try:
+        return config.duration_s(text)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,33 @@ def test_no_session_starts_below_the_free_space_floor(tmp_path: Path, roots: Pat
                 assert not (settings.data_dir / "workspaces").exists() or not any(
                     (settings.data_dir / "workspaces").iterdir()
                 )
+
+
+def test_retention_removes_old_ended_sessions_when_the_server_starts(
+    roots: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUBICLE_RETENTION: an ended session whose last event is older goes at start; an unknown form is refused."""
+    monkeypatch.setenv("CUBICLE_RETENTION", "30d")
+    assert Settings().retention_s == 30 * 86400
+    monkeypatch.setenv("CUBICLE_RETENTION", "soon")
+    with pytest.raises(ValueError, match="'soon' is not a duration; use a number and a unit"):
+        Settings()
+    monkeypatch.delenv("CUBICLE_RETENTION")
+
+    def settings(retention_s: float | None) -> Settings:
+        return Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
+                        repo_roots=[roots], data_dir=roots / "data", retention_s=retention_s,
+                        docker_host=f"unix://{roots}/sockdir/docker.sock")  # fmt: skip
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app(settings(None), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
+        sid = create(client, repo=str(roots / "project")).json()["id"]
+        eventually(lambda: client.get(f"/v1/sessions/{sid}").json()["status"], until=lambda s: s != "running",
+                   what="the turn ends (no model answers)")  # fmt: skip
+    with TestClient(create_app(settings(3600), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
+        assert client.get(f"/v1/sessions/{sid}").status_code == 200  # younger than the retention
+    time.sleep(1.1)
+    with TestClient(create_app(settings(1), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
+        eventually(lambda: client.get(f"/v1/sessions/{sid}").status_code, until=lambda code: code == 404,
+                   what="the retention sweep at start removes the session")  # fmt: skip
+    assert not (roots / "data" / "workspaces" / sid).exists()
