@@ -156,6 +156,11 @@ class Settings(BaseSettings):
         default_factory=list, description="Directories sessions may use."
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
+    session_events_mb: int = Field(
+        128, ge=1, le=1 << 20,
+        description="Stored events per session; past it, tool results are stored without their output (the event "
+        "says how much was not kept; the model's transcript is not affected).",
+    )  # fmt: skip
     retention_s: float | None = Field(
         None,
         validation_alias=AliasChoices("CUBICLE_RETENTION", "retention_s"),

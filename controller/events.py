@@ -80,6 +80,11 @@ class ToolResult(_Event):
     model_chars: int = Field(description="How many characters of it the model saw (head + tail).")
     duration_s: float
     exit_code: int | None = Field(None, description="run_command's exit code; None for other tools and failed calls.")
+    output_not_kept: int = Field(
+        0,
+        description="Characters of output the server did not store, because the session's stored events reached "
+        "their cap (CUBICLE_SESSION_EVENTS_MB); the model saw its share as usual.",
+    )
 
 
 class UsageEvent(_Event):

@@ -8,7 +8,7 @@ woken. A controller that dies therefore loses nothing it has streamed or acknowl
 from __future__ import annotations
 
 from .conversation import Conversation
-from .events import Event, FinishReason, SessionFinished, Status, UsageEvent
+from .events import Event, FinishReason, SessionFinished, Status, ToolResult, UsageEvent
 from .feed import Feed
 from .store import Store
 
@@ -17,11 +17,21 @@ STATUS_AFTER: dict[FinishReason, Status] = {
 }  # fmt: skip
 
 
+OUTPUT_SHARE = 7 / 8
+"""Tool output is stored while a session's events stay under this share of its cap; the rest of the cap is left
+for the metadata of the events after it (a few hundred bytes each), which is always stored."""
+
+
 class Recorder:
     """Writes one session's events, counters and transcript to the store, then wakes its followers."""
 
-    def __init__(self, store: Store, feed: Feed, session_id: str, convo: Conversation) -> None:
+    def __init__(
+        self, store: Store, feed: Feed, session_id: str, convo: Conversation, events_cap: int | None = None
+    ) -> None:
         self.store = store
+        self.events_cap = events_cap
+        """Bytes of stored events past which tool results keep their metadata but not their output."""
+        self.stored = store.event_bytes(session_id) if events_cap is not None else 0
         self.feed = feed
         self.session_id = session_id
         self.convo = convo
@@ -39,8 +49,18 @@ class Recorder:
                 self.session_id, status=self.status_after(event.reason), finish_reason=event.reason,
                 detail=event.detail, usage=event.usage, steps=event.steps,
             )  # fmt: skip
-        self.store.append_event(event)
+        stored = self._bounded(event)
+        self.stored += self.store.append_event(stored)
+        event.seq = stored.seq
         self.wake()
+
+    def _bounded(self, event: Event) -> Event:
+        """The event as it is stored: a tool result past the session's cap keeps everything but its output."""
+        if self.events_cap is None or not isinstance(event, ToolResult) or not event.output:
+            return event
+        if self.stored + len(event.output.encode("utf-8", "surrogatepass")) <= self.events_cap * OUTPUT_SHARE:
+            return event
+        return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
 
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, the last saved one (a user text may have merged

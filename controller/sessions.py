@@ -340,7 +340,7 @@ class Sessions:
             messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps,
             edits=self.store.edits(record.id),
         )  # fmt: skip
-        recorder = Recorder(self.store, self.feed, record.id, convo)
+        recorder = Recorder(self.store, self.feed, record.id, convo, self.settings.session_events_mb << 20)
         if convo.answer_dangling("the controller stopped before this call finished"):
             await recorder.save_transcript(convo)
         return recorder

@@ -248,19 +248,25 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
+    def event_bytes(self, session_id: str) -> int:
+        """How many bytes the session's stored events take."""
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(length(CAST(data AS BLOB))), 0) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0])
+
     @_writes
-    def append_event(self, event: Event) -> None:
-        """Give the event the next sequence number of its session and write it."""
+    def append_event(self, event: Event) -> int:
+        """Give the event the next sequence number of its session and write it; returns the bytes stored."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
             ).fetchone()
             event.seq = row[0] + 1
-            self._db.execute(
-                "INSERT INTO events VALUES (?,?,?,?)",
-                (event.session_id, event.seq, event.type, event.model_dump_json()),
-            )
+            data = event.model_dump_json()
+            self._db.execute("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, event.seq, event.type, data))
+        return len(data.encode("utf-8", "surrogatepass"))
 
     def events_after(
         self, session_id: str, after: int, limit: int = 500, max_bytes: int = EVENTS_READ_BYTES

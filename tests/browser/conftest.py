@@ -66,6 +66,7 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
         "CUBICLE_LIMITS__PIDS": "256",
         "CUBICLE_LIMITS__TMPFS_MB": "64",
         "CUBICLE_SSE_HEARTBEAT_S": "1",
+        "CUBICLE_SESSION_EVENTS_MB": "1",  # small enough for test_output_not_kept to cross it with two commands
     }
     process = serve_subprocess(env, port)
     url = f"http://127.0.0.1:{port}"

@@ -371,3 +371,21 @@ def test_a_page_on_another_port_cannot_post_with_the_signed_in_cookie(
     after = viewer.api.events(sid)
     assert [e["seq"] for e in after] == [e["seq"] for e in before]  # no follow-up started, nothing recorded
     assert viewer.api.get(sid)["status"] == "idle"
+
+
+def test_output_not_kept_says_so(driver: WebDriver, viewer: Viewer, model_server: Any) -> None:
+    """Past the session's cap of stored events (1 MiB here), a result shows its size and that it was not stored."""
+    noisy = tool("run_command", command="head -c 600000 /dev/zero | tr '\\0' a")
+    scenario = register(model_server, prefix="ui-cap", turns=[{"content": [noisy, noisy]}, {"content": [text("done")]}])
+    sid = viewer.api.create(str(viewer.make_repo("noisy-repo")), scenario)["id"]
+    open_session(driver, viewer, sid)
+    wait_finished(driver)
+    kept, dropped = texts(driver, "tool-output")
+    assert kept.count("a") >= 600_000
+    size = len(kept)
+    assert (
+        dropped
+        == f"({size} characters of output were not stored: this session's stored events reached the server's cap)"
+    )
+    summaries = texts(driver, "tool-result-summary")
+    assert all(f"{size} chars" in summary for summary in summaries), summaries

@@ -13,7 +13,16 @@ import pytest
 from controller.agent import Conversation
 from controller.config import Limits
 from controller.context import Edit
-from controller.events import Event, FinishReason, SessionFinished, StatusEvent, TextDelta, Usage, UsageEvent
+from controller.events import (
+    Event,
+    FinishReason,
+    SessionFinished,
+    StatusEvent,
+    TextDelta,
+    ToolResult,
+    Usage,
+    UsageEvent,
+)
 from controller.feed import Feed
 from controller.recorder import Recorder
 from controller.store import SCHEMA, SessionRecord, Store
@@ -279,3 +288,28 @@ def test_a_database_from_before_the_context_column_upgrades_in_place(tmp_path: P
         assert record is not None and record.context is None and record.steps == 3
     finally:
         store.close()
+
+
+async def test_tool_results_past_the_sessions_cap_are_stored_without_their_output(store: Store) -> None:
+    """The cap counts every stored byte; past it a result keeps its metadata and says how much was not kept,
+    while the sink's caller (the live view) still gets the whole event. A reloaded recorder counts from the store."""
+    cap = 110_000  # outputs are stored up to 7/8 of it: 96,250 bytes
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation(), events_cap=cap)
+    shown = []
+    for n in range(6):
+        result = ToolResult(session_id=SID, id=f"c{n}", name="run_command", is_error=False, output="é" * 20_000,
+                            model_chars=100, duration_s=0.1, exit_code=0)  # fmt: skip
+        await recorder.emit(result)
+        shown.append(result)
+        await recorder.emit(text(n))
+    stored = [e for e in store.events_after(SID, 0) if isinstance(e, ToolResult)]
+    assert [len(e.output) for e in stored] == [20_000, 20_000, 0, 0, 0, 0]  # 40,000 bytes each: two fit
+    assert [e.output_not_kept for e in stored] == [0, 0, 20_000, 20_000, 20_000, 20_000]
+    assert [e.exit_code for e in stored] == [0] * 6 and [e.seq for e in stored] == [e.seq for e in shown]
+    assert all(len(e.output) == 20_000 for e in shown)
+    assert store.event_bytes(SID) == recorder.stored < cap
+    again = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation(), events_cap=cap)
+    assert again.stored == recorder.stored
+    await again.emit(ToolResult(session_id=SID, id="small", name="read_file", is_error=False, output="x" * 10,
+                                model_chars=10, duration_s=0.1))  # fmt: skip
+    assert store.events_after(SID, 0)[-1].output == "x" * 10  # type: ignore[union-attr]

@@ -323,12 +323,17 @@ const RENDER = {
     const facts = [ok ? "✓" : "✗", e.name];
     if (e.exit_code !== null && e.exit_code !== undefined) facts.push(`exit ${e.exit_code}`);
     facts.push(fmtDuration(e.duration_s));
-    facts.push(`${e.output.length} chars`);
-    if (e.model_chars < e.output.length) facts.push(`model saw ${e.model_chars}`);
+    const notKept = e.output_not_kept || 0;
+    const size = notKept || e.output.length;
+    facts.push(`${size} chars`);
+    if (e.model_chars < size) facts.push(`model saw ${e.model_chars}`);
+    const shown = notKept
+      ? `(${notKept} characters of output were not stored: this session's stored events reached the server's cap)`
+      : e.output;
     const details = el("details", { class: `result ${ok ? "ok" : "failed"}`, testid: "tool-result",
       dataset: { exitCode: e.exit_code === null || e.exit_code === undefined ? "" : String(e.exit_code), isError: String(e.is_error) } },
       el("summary", { testid: "tool-result-summary" }, facts.join(" · ")),
-      pre(e.output, "tool-output"));
+      pre(shown, "tool-output", notKept ? "not-kept" : ""));
     if (tool) tool.result.replaceWith(details);
     else this.add(this.block("tool orphan", "tool-call", e.seq, details));
   },
