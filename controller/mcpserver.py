@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import os
+import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -38,6 +40,7 @@ from .store import SessionRecord
 from .workspaces import Workspaces, record_changes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHECKPOINT_EVERY = 50
 """Tool calls between checkpoints of the layer (there are no turns to end)."""
@@ -84,6 +87,20 @@ class _Gate:
             self._open.set()
 
 
+async def _finished(task: asyncio.Task[T], cancel: bool) -> T:
+    """``task``'s result, even when the caller is cancelled meanwhile: then ``task`` is cancelled once (if ``cancel``)
+    and waited for before the cancellation goes on. anyio, under which the SDK runs handlers, cancels again at
+    every await (its cancellation is level-triggered), so the wait is in a shielded scope."""
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if cancel:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([task])
+        raise
+
+
 class ToolSession:
     """One recorded session whose tool calls come from an MCP client; ``close`` ends it and keeps its changes."""
 
@@ -96,6 +113,7 @@ class ToolSession:
         self.workspaces = workspaces
         self.sink: EventSink = sink or recorder
         self.calls = 0
+        self._next_checkpoint = CHECKPOINT_EVERY
         self._ids = itertools.count(1)
         self._gate = _Gate()
         self._warm: asyncio.Task[None] | None = None
@@ -129,19 +147,12 @@ class ToolSession:
         await asyncio.shield(self._warm)
         call_id = f"mcp_{next(self._ids)}"
         async with self._gate.call():
-            running = asyncio.create_task(self._recorded(call_id, name, arguments or {}))
-            try:
-                outcome = await asyncio.shield(running)
-            except asyncio.CancelledError:
-                # The client cancelled the request (or went away). The call is cancelled once, so the sandbox kills
-                # the command and returns its output, which is recorded; anyio would cancel that clean-up again at
-                # every await (its cancellation is level-triggered), so it is waited for in a shielded scope.
-                running.cancel()
-                with anyio.CancelScope(shield=True):
-                    await asyncio.wait([running])
-                raise
-        if self.calls % CHECKPOINT_EVERY == 0:
-            await self.checkpoint()
+            # The client may cancel the request (or go away). The call is then cancelled once, so the sandbox
+            # kills the command and returns its output, which is recorded.
+            outcome = await _finished(asyncio.create_task(self._recorded(call_id, name, arguments or {})), cancel=True)
+        if self.calls >= self._next_checkpoint:
+            self._next_checkpoint = self.calls + CHECKPOINT_EVERY
+            await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
         return outcome
 
     async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
@@ -256,7 +267,33 @@ class _Lines:
             return "(a message longer than the server reads)\n"
         if not line:
             raise StopAsyncIteration
-        return line.decode("utf-8", "replace")
+        text = line.decode("utf-8", "replace")
+        return _without_lone_surrogates(text) if "\\u" in text else text
+
+
+LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _without_lone_surrogates(line: str) -> str:
+    """The line with any lone UTF-16 surrogate escape (``"\\ud800"``, which is valid JSON but no character) made
+    U+FFFD, so the SDK's parser takes the message and it is answered; without this the client waits forever."""
+    if LONE_SURROGATE.search(line) is None:
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # not JSON at all: the SDK answers that as it does
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if isinstance(value, list):
+            return [clean(item) for item in value]
+        if isinstance(value, dict):
+            return {clean(key): clean(item) for key, item in value.items()}
+        return value
+
+    return json.dumps(clean(message), ensure_ascii=False) + "\n"
 
 
 class _Writer:

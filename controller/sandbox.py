@@ -209,11 +209,28 @@ class DockerSandbox:
             self.image, self.env = ready.image, ready.env
 
     async def start(self) -> None:
-        """Create and start the container and wait until the toolbox answers."""
+        """Create and start the container and wait until the toolbox answers.
+
+        Cancelled while the engine creates things (the caller stopped, a client went away), it
+        lets that launch finish, then removes what it made: the engine's calls run on in worker
+        threads whatever happens to the caller, and a create that lands after a removal would leave
+        a container, or an unlabelled volume the engine makes for a mount whose volume is gone.
+        """
         async with self._lock:
             if self._channel is None or not self._channel.alive:
                 await self._discard()
-                await self._launch()
+                await self.prepare()  # the environment's build and setup stop when cancelled, on their own
+                launching = asyncio.ensure_future(self._launch())
+                try:
+                    await asyncio.shield(launching)
+                except asyncio.CancelledError:
+                    while not launching.done():
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait([launching])
+                    if not launching.cancelled():
+                        launching.exception()  # retrieved: a failed launch has removed what it made already
+                    await self._abandon()
+                    raise
 
     async def call(self, request: Call, timeout: float) -> Outcome:
         await self.start()
@@ -259,7 +276,6 @@ class DockerSandbox:
                 await self._discard()
 
     async def _launch(self) -> None:
-        await self.prepare()
         try:
             if self._client is None:
                 self._client = await asyncio.to_thread(self._connect)

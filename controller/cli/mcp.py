@@ -60,6 +60,7 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
         store = Store(settings.data_dir / "cubicle.db")
         try:
             sessions = Sessions(settings, store, runtime)
+            await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
             record = await sessions.register(
                 repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
             )
@@ -74,8 +75,8 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             _on_signals(serving, signals)
             try:
                 await serving
-            except asyncio.CancelledError:
-                if not signals:
+            except (asyncio.CancelledError, BaseExceptionGroup):
+                if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
                     raise
             finally:
                 for signum in MCP_STOP_SIGNALS:

@@ -182,6 +182,7 @@ async def _session(
         store = Store(settings.data_dir / "cubicle.db")
         try:
             sessions = Sessions(settings, store, runtime)
+            await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
             record = await sessions.register(
                 repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
                 network_asked=asked.network,
