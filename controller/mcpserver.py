@@ -34,7 +34,6 @@ from mcp.server.stdio import stdio_server
 from . import tools
 from .errors import SandboxError, SetupError
 from .events import ErrorEvent, EventSink, SessionFinished, ToolCall, ToolResult
-from .recorder import Recorder
 from .sandbox import Sandbox
 from .store import SessionRecord
 from .workspaces import Workspaces, record_changes
@@ -104,14 +103,12 @@ async def _finished(task: asyncio.Task[T], cancel: bool) -> T:
 class ToolSession:
     """One recorded session whose tool calls come from an MCP client; ``close`` ends it and keeps its changes."""
 
-    def __init__(
-        self, record: SessionRecord, recorder: Recorder, sandbox: Sandbox, workspaces: Workspaces,
-        sink: EventSink | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, record: SessionRecord, sink: EventSink, sandbox: Sandbox, workspaces: Workspaces) -> None:
+        """``sink`` is the session's recorder: every call is committed before the client gets its result."""
         self.record = record
         self.sandbox = sandbox
         self.workspaces = workspaces
-        self.sink: EventSink = sink or recorder
+        self.sink = sink
         self.calls = 0
         self._next_checkpoint = CHECKPOINT_EVERY
         self._ids = itertools.count(1)
