@@ -1,0 +1,311 @@
+"""Red-team findings (`cubicle mcp REPO`), each against a real engine through raw JSON-RPC on the server's pipes.
+
+Each test asserts what a user expects; every one failed on the code it was first written against, and passes since the fixes.
+
+- A client that disconnects (or a signal that arrives) while the container is being created
+  leaves that container behind ("Created", never removed), and the engine re-creates the
+  session's overlay volume as a plain, unlabelled volume that no sweep ever finds: ``close``
+  cancels the warm-up task, but ``containers.create`` runs on in its worker thread and its
+  result is never assigned to ``sandbox.container``.
+- A SIGTERM right after ``initialize`` (before the SDK has finished replaying the opening
+  request) ends the process with exit code 1 and an ``ExceptionGroup``/``BrokenResourceError``
+  traceback on stderr instead of 143.
+- Concurrent calls skip or repeat the checkpoint "every 50 calls": ``calls % 50 == 0`` is
+  tested after other calls have bumped the counter (100 parallel writes gave checkpoints
+  [1] in one run and [1, 2, 3, 4, 5] in another, instead of [1, 2]).
+- A client cancelling the 50th call while its checkpoint runs cancels the checkpoint's await
+  but not its worker thread: the gate reopens, a write runs while the layer is being walked,
+  and the checkpoint written to disk never gets its ``changes`` event.
+- A request whose JSON carries a lone surrogate escape (``"\\ud800"``) is never answered: the
+  client's call hangs until its own timeout.
+- A server that is killed (SIGKILL, OOM) leaves its session "running" for good and its
+  container behind; the next `cubicle mcp` neither reconciles the one nor sweeps the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import mcpserver
+from controller.sandbox import volume_name
+from controller.store import Store
+from tests.integration.cli_helpers import environment
+from tests.integration.pty_helpers import owned_by
+
+pytestmark = pytest.mark.integration
+
+INIT = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "redteam", "version": "0"}}
+
+
+class Raw:
+    """`cubicle mcp REPO` as a subprocess spoken to line by line; stderr goes to a file read while it runs."""
+
+    def __init__(self, repo: Path, data: Path, instance: str) -> None:
+        self.data, self.instance = data, instance
+        self.errlog = data.parent / f"{instance}-stderr.log"
+        self._err = self.errlog.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "controller", "mcp", str(repo)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance}),
+        )  # fmt: skip
+        self._buffer = b""
+        self.replies: dict[Any, dict[str, Any]] = {}
+
+    def send_bytes(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_bytes(json.dumps({"jsonrpc": "2.0", **message}).encode())
+
+    def call(self, request_id: int, name: str, arguments: dict[str, Any]) -> None:
+        self.send({"id": request_id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+
+    def line(self, timeout: float) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.process.stdout.fileno(), 1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return dict(json.loads(line))
+
+    def reply(self, request_id: int, timeout: float = 60) -> dict[str, Any] | None:
+        """The reply to ``request_id``; replies to other requests read meanwhile are kept for their turn."""
+        deadline = time.monotonic() + timeout
+        while request_id not in self.replies:
+            message = self.line(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                return None
+            if "id" in message:
+                self.replies[message["id"]] = message
+        return self.replies.pop(request_id)
+
+    def initialize(self) -> None:
+        self.send({"id": 0, "method": "initialize", "params": INIT})
+        reply = self.reply(0)
+        assert reply is not None and reply["result"]["serverInfo"]["name"] == "cubicle"
+        self.send({"method": "notifications/initialized"})
+
+    def session_id(self, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for word in self.errlog.read_text(errors="replace").split():
+                if word.startswith("mcp-"):
+                    return word
+            time.sleep(0.005)
+        raise AssertionError(f"no session id on stderr: {self.errlog.read_text(errors='replace')}")
+
+    def disconnect(self, timeout: float = 60) -> int:
+        assert self.process.stdin is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        return self.process.wait(timeout)
+
+    def stderr(self) -> str:
+        return self.errlog.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """Disconnect as a client does (the server cleans up), then kill it if it has not gone."""
+        if self.process.poll() is None:
+            try:
+                self.disconnect(30)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait(30)
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None and not stream.closed:
+                with suppress(BrokenPipeError):
+                    stream.close()
+        self._err.close()
+
+
+@contextmanager
+def raw_server(repo: Path, data: Path, instance: str, docker_client: Any) -> Iterator[Raw]:
+    server = Raw(repo, data, instance)
+    try:
+        yield server
+    finally:
+        server.kill()
+        for container in owned_by(docker_client, instance):
+            docker_client.containers.get(container).remove(force=True)
+        for volume in docker_client.volumes.list(filters={"label": "org.cubicle.managed=true"}):
+            if (volume.attrs.get("Labels") or {}).get("org.cubicle.owner", "").startswith(instance + ":"):
+                volume.remove(force=True)
+
+
+def events(data: Path, session_id: str) -> list[Any]:
+    store = Store(data / "cubicle.db")
+    try:
+        return list(store.events_after(session_id, 0, limit=100_000))
+    finally:
+        store.close()
+
+
+def status(data: Path, session_id: str) -> str:
+    store = Store(data / "cubicle.db")
+    try:
+        record = store.get(session_id)
+        assert record is not None
+        return str(record.status)
+    finally:
+        store.close()
+
+
+def _volume(docker_client: Any, session_id: str) -> Any:
+    found = docker_client.volumes.list(filters={"name": volume_name(session_id)})
+    return next((v for v in found if v.name == volume_name(session_id)), None)
+
+
+def test_disconnecting_while_the_container_is_created_leaves_no_container_and_no_volume(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """The overlay volume is made just before `containers.create`: the client goes the moment it appears."""
+    repo = make_repo()
+    leaks: list[str] = []
+    for attempt in range(6):
+        data, instance = tmp_path / f"data{attempt}", f"mcp-redteam-warm-{attempt}"
+        with raw_server(repo, data, instance, docker_client) as server:
+            session_id = server.session_id()
+            deadline = time.monotonic() + 60
+            while _volume(docker_client, session_id) is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+            assert server.disconnect() == 0, server.stderr()
+            time.sleep(2)  # the worker thread's create lands after the container was "removed"
+            left = owned_by(docker_client, instance)
+            volume = _volume(docker_client, session_id)
+            if left or volume is not None:
+                labels = volume.attrs.get("Labels") if volume is not None else None
+                leaks.append(f"attempt {attempt}: containers {left}, volume {volume and volume.name} labels {labels}")
+            assert status(data, session_id) == "idle"
+        volume = _volume(docker_client, session_id)
+        if volume is not None:
+            volume.remove(force=True)
+    assert leaks == []
+
+
+def test_a_sigterm_right_after_initialize_exits_143_without_a_traceback(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    repo = make_repo()
+    for attempt in range(3):
+        data, instance = tmp_path / f"data{attempt}", f"mcp-redteam-term-{attempt}"
+        with raw_server(repo, data, instance, docker_client) as server:
+            server.initialize()
+            server.process.send_signal(signal.SIGTERM)
+            code = server.process.wait(60)
+            assert "Traceback" not in server.stderr()
+            assert code == 143, server.stderr()[-2000:]
+            assert owned_by(docker_client, instance) == []
+
+
+def test_concurrent_calls_do_not_skip_the_checkpoint_every_fifty_calls(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    data, instance = tmp_path / "data", "mcp-redteam-concurrent"
+    calls = 2 * mcpserver.CHECKPOINT_EVERY
+    with raw_server(make_repo(), data, instance, docker_client) as server:
+        server.initialize()
+        session_id = server.session_id()
+        server.call(1, "read_file", {"path": "README.md"})  # the container is up before the burst
+        assert server.reply(1) is not None
+        for n in range(2, calls + 1):
+            server.call(n, "write_file", {"path": f"f{n}.txt", "content": "x"})
+        answered = {n for n in range(2, calls + 1) if server.reply(n) is not None}
+        assert len(answered) == calls - 1
+        time.sleep(1)
+        checkpoints = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
+        assert server.disconnect() == 0
+    assert checkpoints == [1, 2]  # after call 50 and after call 100
+
+
+def test_cancelling_the_fiftieth_call_neither_drops_its_checkpoint_nor_lets_a_write_race_it(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    data, instance = tmp_path / "data", "mcp-redteam-cancel-checkpoint"
+    with raw_server(make_repo(), data, instance, docker_client) as server:
+        server.initialize()
+        session_id = server.session_id()
+        many = (
+            "mkdir d && cd d && seq 20000 | xargs -n 500 touch && "
+            "for i in $(seq 200); do head -c 100000 /dev/urandom > b$i; done"
+        )
+        server.call(1, "run_command", {"command": many, "timeout_s": 120})
+        assert server.reply(1, 180) is not None
+        for n in range(2, mcpserver.CHECKPOINT_EVERY):
+            server.call(n, "read_file", {"path": "README.md"})
+            assert server.reply(n) is not None
+        started = time.monotonic()
+        server.call(mcpserver.CHECKPOINT_EVERY, "read_file", {"path": "README.md"})
+        time.sleep(0.05)  # the read is done; its checkpoint (20,000 files) is running
+        server.send({"method": "notifications/cancelled", "params": {"requestId": mcpserver.CHECKPOINT_EVERY}})
+        server.call(100, "write_file", {"path": "during.txt", "content": "x"})
+        assert server.reply(100) is not None
+        wrote_after = time.monotonic() - started
+        time.sleep(3)
+        done = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
+        assert server.disconnect() == 0
+    on_disk = sorted(int(p.stem) for p in (data / "workspaces" / session_id / "checkpoints").glob("*.json"))
+    recorded = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
+    assert recorded == on_disk, f"checkpoints on disk {on_disk}, changes events {recorded}"
+    assert done == [1], f"the write was answered {wrote_after:.2f}s in, before checkpoint 1 was recorded"
+
+
+def test_a_request_with_a_lone_surrogate_is_answered(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    data, instance = tmp_path / "data", "mcp-redteam-surrogate"
+    with raw_server(make_repo(), data, instance, docker_client) as server:
+        server.initialize()
+        server.send_bytes(
+            b'{"jsonrpc":"2.0","id":7,"method":"tools/call",'
+            b'"params":{"name":"write_file","arguments":{"path":"x.txt","content":"a\\ud800b"}}}'
+        )
+        reply = server.reply(7, timeout=15)
+        server.call(8, "read_file", {"path": "README.md"})
+        assert server.reply(8) is not None  # the server itself goes on
+        assert server.disconnect() == 0
+    assert reply is not None, "a request with a lone surrogate got no answer: the client's call hangs"
+
+
+def test_a_killed_server_leaves_no_running_session_or_container_behind_the_next_one(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    repo, data, instance = make_repo(), tmp_path / "data", "mcp-redteam-killed"
+    with raw_server(repo, data, instance, docker_client) as server:
+        server.initialize()
+        killed = server.session_id()
+        server.call(1, "run_command", {"command": "sleep 300"})
+        deadline = time.monotonic() + 60
+        while not owned_by(docker_client, instance) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        server.process.kill()
+        server.process.wait(30)
+        with raw_server(repo, data, instance, docker_client) as second:
+            second.initialize()
+            second.call(1, "read_file", {"path": "README.md"})
+            assert second.reply(1) is not None
+            others = [c for c in owned_by(docker_client, instance) if c]
+            assert second.disconnect() == 0
+        assert status(data, killed) != "running"
+        assert len(others) == 1, "the killed server's container is still there"
