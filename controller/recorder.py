@@ -31,7 +31,8 @@ class Recorder:
         self.store = store
         self.events_cap = events_cap
         """Bytes of stored events past which tool results keep their metadata but not their output."""
-        self.stored = store.event_bytes(session_id) if events_cap is not None else 0
+        self._stored: int | None = None
+        """Bytes of the session's stored events, counted from the store when the first tool result needs it."""
         self.feed = feed
         self.session_id = session_id
         self.convo = convo
@@ -50,9 +51,18 @@ class Recorder:
                 detail=event.detail, usage=event.usage, steps=event.steps,
             )  # fmt: skip
         stored = self._bounded(event)
-        self.stored += self.store.append_event(stored)
+        written = self.store.append_event(stored)
+        if self._stored is not None:
+            self._stored += written
         event.seq = stored.seq
         self.wake()
+
+    @property
+    def stored(self) -> int:
+        """Bytes of the session's stored events."""
+        if self._stored is None:
+            self._stored = self.store.event_bytes(self.session_id)
+        return self._stored
 
     def _bounded(self, event: Event) -> Event:
         """The event as it is stored: a tool result past the session's cap keeps everything but its output."""
