@@ -103,9 +103,15 @@ async def _finished(task: asyncio.Task[T], cancel: bool) -> T:
 class ToolSession:
     """One recorded session whose tool calls come from an MCP client; ``close`` ends it and keeps its changes."""
 
-    def __init__(self, record: SessionRecord, sink: EventSink, sandbox: Sandbox, workspaces: Workspaces) -> None:
-        """``sink`` is the session's recorder: every call is committed before the client gets its result."""
+    def __init__(
+        self, record: SessionRecord, sink: EventSink, sandbox: Sandbox, workspaces: Workspaces, idle_s: float
+    ) -> None:
+        """``sink`` is the session's recorder: every call is committed before the client gets its result. After
+        ``idle_s`` without a call the container is removed (as the API does between turns); the next call starts
+        a fresh one on the same layer."""
         self.record = record
+        self.idle_s = idle_s
+        self._idle: asyncio.Task[None] | None = None
         self.sandbox = sandbox
         self.workspaces = workspaces
         self.sink = sink
@@ -129,6 +135,7 @@ class ToolSession:
     async def _start(self) -> None:
         try:
             await self.sandbox.start()
+            self._rest()
         except SetupError as err:  # a setup that failed fails every call the same way; it is not run again
             self._setup_failure = str(err)
             await self.sink.emit(ErrorEvent(session_id=self.id, kind="setup", message=str(err)))
@@ -150,7 +157,20 @@ class ToolSession:
         if self.calls >= self._next_checkpoint:
             self._next_checkpoint = self.calls + CHECKPOINT_EVERY
             await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
+        self._rest()
         return outcome
+
+    def _rest(self) -> None:
+        """Remove the container once no call has come for ``idle_s`` (the timer restarts with every call)."""
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.create_task(self._stop_when_idle())
+
+    async def _stop_when_idle(self) -> None:
+        await asyncio.sleep(self.idle_s)
+        if not self._closed:
+            async with self._gate.exclusive():  # no call runs meanwhile; the next one starts a container again
+                await self.sandbox.stop()
 
     async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
         await self.sink.emit(ToolCall(session_id=self.id, id=call_id, name=name, input=arguments))
@@ -187,6 +207,8 @@ class ToolSession:
         if self._closed:
             return
         self._closed = True
+        if self._idle is not None:
+            self._idle.cancel()
         try:
             if self._warm is not None and not self._warm.done():
                 self._warm.cancel()

@@ -70,8 +70,14 @@ class Sessions:
             if self._owner_alive(record):
                 continue
             recorder = await self.recorder(record)
-            self.store.update(record.id, status="interrupted", detail="the process running this turn stopped (a controller restart, or a killed run)")
-            await recorder.emit(StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped"))
+            self.store.update(
+                record.id,
+                status="interrupted",
+                detail="the process running this turn stopped (a controller restart, or a killed run)",
+            )
+            await recorder.emit(
+                StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped")
+            )
         with contextlib.suppress(Exception):
             swept = await self.runtime.sweep()
             if swept.removed:

@@ -66,7 +66,7 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             )
             recorder = await sessions.recorder(record)
             sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
-            session = ToolSession(record, recorder, sandbox, sessions.workspaces)
+            session = ToolSession(record, recorder, sandbox, sessions.workspaces, settings.idle_timeout_s)
             await recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=TASK, model=record.model))
             await recorder.emit(StatusEvent(session_id=record.id, status="running"))
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))

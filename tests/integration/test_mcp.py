@@ -233,3 +233,29 @@ async def test_the_readme_configuration_starts_a_working_server(
             assert text(await client.call_tool("read_file", {"path": "README.md"})) == "     1\t# demo"
     assert owned_by(docker_client, "mcp-readme-test") == []
     assert list((home / ".local" / "share" / "cubicle" / "workspaces").iterdir())
+
+
+async def test_an_idle_container_is_removed_and_the_next_call_starts_one(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """CUBICLE_IDLE_TIMEOUT_S applies as between the API's turns: files stay (the layer), the container goes."""
+    data, instance = tmp_path / "data", "mcp-idle-test"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "controller", "mcp", str(make_repo())],
+        env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance, "CUBICLE_IDLE_TIMEOUT_S": "1"}),
+    )
+    with (tmp_path / "stderr.log").open("w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            await client.call_tool("write_file", {"path": "kept.txt", "content": "still here\n"})
+            (first,) = owned_by(docker_client, instance)
+            deadline = time.monotonic() + 30
+            while owned_by(docker_client, instance) and time.monotonic() < deadline:
+                await anyio.sleep(0.2)
+            assert owned_by(docker_client, instance) == []
+            again = await client.call_tool("run_command", {"command": "cat kept.txt"})
+            assert not again.is_error and "still here" in text(again)
+            (second,) = owned_by(docker_client, instance)
+            assert second != first
+    assert owned_by(docker_client, instance) == []
