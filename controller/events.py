@@ -69,6 +69,11 @@ class ToolCall(_Event):
     id: str
     name: str
     input: Any
+    input_not_kept: int = Field(
+        0,
+        description="Characters of long string arguments (a write_file's content) the server did not store, because "
+        "the session's stored events reached their cap; each such value says so in its place.",
+    )
 
 
 class ToolResult(_Event):

@@ -8,7 +8,7 @@ woken. A controller that dies therefore loses nothing it has streamed or acknowl
 from __future__ import annotations
 
 from .conversation import Conversation
-from .events import Event, FinishReason, SessionFinished, Status, ToolResult, UsageEvent
+from .events import Event, FinishReason, SessionFinished, Status, ToolCall, ToolResult, UsageEvent
 from .feed import Feed
 from .store import Store
 
@@ -17,6 +17,8 @@ STATUS_AFTER: dict[FinishReason, Status] = {
 }  # fmt: skip
 
 
+LONG_ARGUMENT = 1024
+"""A tool call's string argument longer than this (a file's content, an edit) is not stored past the cap."""
 OUTPUT_SHARE = 7 / 8
 """Tool output is stored while a session's events stay under this share of its cap; the rest of the cap is left
 for the metadata of the events after it (a few hundred bytes each), which is always stored."""
@@ -65,12 +67,25 @@ class Recorder:
         return self._stored
 
     def _bounded(self, event: Event) -> Event:
-        """The event as it is stored: a tool result past the session's cap keeps everything but its output."""
-        if self.events_cap is None or not isinstance(event, ToolResult) or not event.output:
+        """The event as it is stored: past the session's cap a tool result keeps everything but its output, and a
+        tool call its arguments but for their long strings."""
+        if self.events_cap is None:
             return event
-        if self.stored + len(event.output.encode("utf-8", "surrogatepass")) <= self.events_cap * OUTPUT_SHARE:
-            return event
-        return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
+        if isinstance(event, ToolResult) and event.output:
+            if self.stored + len(event.output.encode("utf-8", "surrogatepass")) <= self.events_cap * OUTPUT_SHARE:
+                return event
+            return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
+        if isinstance(event, ToolCall) and isinstance(event.input, dict):
+            long = {k: v for k, v in event.input.items() if isinstance(v, str) and len(v) > LONG_ARGUMENT}
+            size = sum(len(v.encode("utf-8", "surrogatepass")) for v in long.values())
+            if not long or self.stored + size <= self.events_cap * OUTPUT_SHARE:
+                return event
+            kept = {k: f"({len(v)} characters not stored: the session's stored events reached the server's cap)"
+                    for k, v in long.items()}  # fmt: skip
+            return event.model_copy(
+                update={"input": {**event.input, **kept}, "input_not_kept": sum(len(v) for v in long.values())}
+            )
+        return event
 
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, the last saved one (a user text may have merged

@@ -19,6 +19,7 @@ from controller.events import (
     SessionFinished,
     StatusEvent,
     TextDelta,
+    ToolCall,
     ToolResult,
     Usage,
     UsageEvent,
@@ -313,3 +314,22 @@ async def test_tool_results_past_the_sessions_cap_are_stored_without_their_outpu
     await again.emit(ToolResult(session_id=SID, id="small", name="read_file", is_error=False, output="x" * 10,
                                 model_chars=10, duration_s=0.1))  # fmt: skip
     assert store.events_after(SID, 0)[-1].output == "x" * 10  # type: ignore[union-attr]
+
+
+async def test_long_arguments_past_the_cap_are_stored_as_a_note(store: Store) -> None:
+    """A write_file's content counts toward the cap too; past it the call keeps its path and says what it dropped."""
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation(), events_cap=80_000)
+    for n in range(3):
+        call = ToolCall(
+            session_id=SID, id=f"w{n}", name="write_file", input={"path": f"f{n}.txt", "content": "x" * 30_000}
+        )
+        await recorder.emit(call)
+        assert call.input["content"] == "x" * 30_000  # the live view's copy is whole
+    stored = [e for e in store.events_after(SID, 0) if isinstance(e, ToolCall)]
+    assert [e.input["path"] for e in stored] == ["f0.txt", "f1.txt", "f2.txt"]
+    assert [e.input_not_kept for e in stored] == [0, 0, 30_000]
+    assert (
+        stored[2].input["content"]
+        == "(30000 characters not stored: the session's stored events reached the server's cap)"
+    )
+    assert store.event_bytes(SID) < 80_000
