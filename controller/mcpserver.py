@@ -155,7 +155,7 @@ class ToolSession:
             # kills the command and returns its output, which is recorded.
             outcome = await _finished(asyncio.create_task(self._recorded(call_id, name, arguments or {})), cancel=True)
         if self.calls >= self._next_checkpoint:
-            self._next_checkpoint = self.calls + CHECKPOINT_EVERY
+            self._next_checkpoint = (self.calls // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY  # after 50, 100, ...
             await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
         self._rest()
         return outcome

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from controller import owners
 from controller.store import Store
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import scenario_file
@@ -45,7 +46,8 @@ def test_gc_older_than_removes_exactly_the_old_ended_sessions(tmp_path: Path, ma
     old_changes = run(tmp_path, make_repo("b"), "old-changes", write=True)
     old_running = run(tmp_path, make_repo("c"), "old-running", write=False)
     store = Store(data / "cubicle.db")
-    store.update(old_running, status="running")  # as a run that is still going (or crashed) leaves its row
+    # as a run still going shows in the database: running, owned by a live process (this one)
+    store.update(old_running, status="running", owner=owners.owner_token("gc-test"))
     store.close()
     time.sleep(6)
     recent = run(tmp_path, make_repo("d"), "recent", write=False)
