@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +40,20 @@ def run(tmp_path: Path, repo: Path, name: str, write: bool) -> str:
     return str(json.loads(done.stdout.splitlines()[0])["session_id"])
 
 
+def backdate(db: Path, session_id: str, seconds: float) -> None:
+    """As if ``seconds`` had passed since the session was last active: its row's and its events' times move back."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE sessions SET created_at = created_at - ?, updated_at = updated_at - ? WHERE id = ?",
+            (seconds, seconds, session_id),
+        )
+        conn.execute(
+            "UPDATE events SET data = json_set(data, '$.ts', json_extract(data, '$.ts') - ?) WHERE session_id = ?",
+            (seconds, session_id),
+        )
+    conn.close()
+
+
 def test_gc_older_than_removes_exactly_the_old_ended_sessions(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
     data = tmp_path / "data"
     old_clean = run(tmp_path, make_repo("a"), "old-clean", write=False)
@@ -49,12 +63,13 @@ def test_gc_older_than_removes_exactly_the_old_ended_sessions(tmp_path: Path, ma
     # as a run still going shows in the database: running, owned by a live process (this one)
     store.update(old_running, status="running", owner=owners.owner_token("gc-test"))
     store.close()
-    time.sleep(6)
+    for old in (old_clean, old_changes, old_running):
+        backdate(data / "cubicle.db", old, 2 * 3600)
     recent = run(tmp_path, make_repo("d"), "recent", write=False)
 
-    done = cubicle("gc", "--older-than", "5s")
+    done = cubicle("gc", "--older-than", "1h")
     assert done.returncode == 0, done.stderr
-    assert re.search(rf"removed the session {old_clean} \(last active \d+ seconds ago\)", done.stdout)
+    assert re.search(rf"removed the session {old_clean} \(last active 2 hours ago\)", done.stdout)
     assert (
         f"kept the session {old_changes}: 1 change not applied (apply or discard them, or add --include-unapplied)"
         in done.stdout
@@ -79,7 +94,7 @@ def test_gc_older_than_removes_exactly_the_old_ended_sessions(tmp_path: Path, ma
     listed = cubicle("sessions", env={"COLUMNS": "200"})
     assert all(s in listed.stdout for s in (old_changes, old_running, recent)) and old_clean not in listed.stdout
 
-    forced = cubicle("gc", "--older-than", "2s", "--include-unapplied")
+    forced = cubicle("gc", "--older-than", "1h", "--include-unapplied")
     assert forced.returncode == 0, forced.stderr
     assert f"removed the session {old_changes}" in forced.stdout and old_running not in forced.stdout
     assert not (layers / old_changes).exists() and (layers / old_running).exists()
