@@ -71,8 +71,8 @@ class ToolCall(_Event):
     input: Any
     input_not_kept: int = Field(
         0,
-        description="Characters of long string arguments (a write_file's content) the server did not store, because "
-        "the session's stored events reached their cap; each such value says so in its place.",
+        description="Bytes (JSON) of arguments the server did not store, because the session's stored events reached "
+        "their cap (a write_file's content); each dropped value says so in its place.",
     )
 
 
@@ -147,17 +147,23 @@ class ChangesEvent(_Event):
     checkpoint: int | None = Field(None, description="Rewind to this number to get these files back.")
 
 
+MAX_LISTED_PATHS = 1000
+"""An applied or reverted event names at most this many paths (the apply's own record keeps them all)."""
+
+
 class AppliedEvent(_Event):
     type: Literal["applied"] = "applied"
     apply: int = Field(description="The apply's number (revert undoes the newest).")
-    paths: list[str]
+    paths: list[str] = Field(description=f"The paths written: the first {MAX_LISTED_PATHS}.")
     skipped: int = Field(description="Changed paths not applied (under .git, unsafe, or ignored).")
+    more: int = Field(0, description="Paths written beyond those listed.")
 
 
 class RevertedEvent(_Event):
     type: Literal["reverted"] = "reverted"
     apply: int
-    paths: list[str]
+    paths: list[str] = Field(description=f"The paths restored: the first {MAX_LISTED_PATHS}.")
+    more: int = Field(0, description="Paths restored beyond those listed.")
 
 
 class RewoundEvent(_Event):

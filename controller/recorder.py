@@ -7,8 +7,12 @@ woken. A controller that dies therefore loses nothing it has streamed or acknowl
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic_core import to_json
+
 from .conversation import Conversation
-from .events import Event, FinishReason, SessionFinished, Status, ToolCall, ToolResult, UsageEvent
+from .events import Event, FinishReason, SessionFinished, Status, TextDelta, ToolCall, ToolResult, UsageEvent
 from .feed import Feed
 from .store import Store
 
@@ -17,8 +21,32 @@ STATUS_AFTER: dict[FinishReason, Status] = {
 }  # fmt: skip
 
 
-LONG_ARGUMENT = 1024
-"""A tool call's string argument longer than this (a file's content, an edit) is not stored past the cap."""
+SMALL_ARGUMENTS = 4096
+"""A tool call's arguments up to this size (JSON) are stored whole, past the cap too."""
+SHORT_ARGUMENT = 1024
+"""Past the cap, a tool call keeps its arguments whose name and value (JSON) are this short, up to SMALL_ARGUMENTS."""
+
+
+def _short_arguments(arguments: Any) -> tuple[dict[str, Any], int]:
+    """The arguments a tool call keeps past the cap (a path, a flag), and the bytes of JSON it drops; each
+    dropped value says so in its place, and a dropped name goes with its value."""
+    kept: dict[str, Any] = {}
+    dropped = total = 0
+    for name, value in arguments.items() if isinstance(arguments, dict) else [("", arguments)]:
+        size = len(to_json(value))
+        if len(name) <= 64 and size <= SHORT_ARGUMENT and total + size <= SMALL_ARGUMENTS:
+            kept[name] = value
+            total += size
+            continue
+        dropped += size
+        if len(name) <= 64 and total < SMALL_ARGUMENTS:
+            kept[name] = f"({size} bytes not stored: the session's stored events reached the server's cap)"
+            total += 100
+        else:
+            dropped += len(name)  # the name goes too
+    return kept, dropped
+
+
 OUTPUT_SHARE = 7 / 8
 """Tool output is stored while a session's events stay under this share of its cap; the rest of the cap is left
 for the metadata of the events after it (a few hundred bytes each), which is always stored."""
@@ -53,6 +81,8 @@ class Recorder:
                 detail=event.detail, usage=event.usage, steps=event.steps,
             )  # fmt: skip
         stored = self._bounded(event)
+        if stored is None:  # not stored past the cap (the model's text): the caller's view still gets it
+            return
         written = self.store.append_event(stored)
         if self._stored is not None:
             self._stored += written
@@ -66,26 +96,23 @@ class Recorder:
             self._stored = self.store.event_bytes(self.session_id)
         return self._stored
 
-    def _bounded(self, event: Event) -> Event:
-        """The event as it is stored: past the session's cap a tool result keeps everything but its output, and a
-        tool call its arguments but for their long strings."""
-        if self.events_cap is None:
+    def _bounded(self, event: Event) -> Event | None:
+        """The event as it is stored, None for none. Past the session's cap a tool result keeps everything but its
+        output, a tool call its short arguments, and the model's text goes to the transcript only."""
+        if self.events_cap is None or not isinstance(event, ToolResult | ToolCall | TextDelta):
             return event
-        if isinstance(event, ToolResult) and event.output:
-            if self.stored + len(event.output.encode("utf-8", "surrogatepass")) <= self.events_cap * OUTPUT_SHARE:
+        room = self.events_cap * OUTPUT_SHARE - self.stored
+        if isinstance(event, TextDelta):
+            return event if room > 0 else None
+        if isinstance(event, ToolResult):
+            if not event.output or len(to_json(event.output)) <= room:
                 return event
             return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
-        if isinstance(event, ToolCall) and isinstance(event.input, dict):
-            long = {k: v for k, v in event.input.items() if isinstance(v, str) and len(v) > LONG_ARGUMENT}
-            size = sum(len(v.encode("utf-8", "surrogatepass")) for v in long.values())
-            if not long or self.stored + size <= self.events_cap * OUTPUT_SHARE:
-                return event
-            kept = {k: f"({len(v)} characters not stored: the session's stored events reached the server's cap)"
-                    for k, v in long.items()}  # fmt: skip
-            return event.model_copy(
-                update={"input": {**event.input, **kept}, "input_not_kept": sum(len(v) for v in long.values())}
-            )
-        return event
+        encoded = len(to_json(event.input))
+        if encoded <= SMALL_ARGUMENTS or encoded <= room:
+            return event
+        kept, dropped = _short_arguments(event.input)
+        return event.model_copy(update={"input": kept, "input_not_kept": dropped})
 
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, the last saved one (a user text may have merged

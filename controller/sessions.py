@@ -25,8 +25,18 @@ from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .environment import EnvironmentRequest
-from .errors import CapacityError, ConflictError, NotFoundError
-from .events import DiscardedEvent, Event, RevertedEvent, RewoundEvent, SessionStarted, StatusEvent, Usage, UserMessage
+from .errors import CapacityError, ConflictError, CubicleError, NotFoundError
+from .events import (
+    MAX_LISTED_PATHS,
+    DiscardedEvent,
+    Event,
+    RevertedEvent,
+    RewoundEvent,
+    SessionStarted,
+    StatusEvent,
+    Usage,
+    UserMessage,
+)
 from .feed import Batch, Feed
 from .live import LiveSession
 from .recorder import Recorder
@@ -198,16 +208,24 @@ class Sessions:
                     pending = len(await asyncio.to_thread(self.workspaces.changes, record.id))
                 except NotFoundError:  # no layer left (discarded, or never made)
                     pending = 0
-                except (OSError, ValueError) as err:  # a layer that cannot be read is not thrown away unseen
+                except (CubicleError, OSError, ValueError) as err:  # unreadable (its checkout moved, say): kept
                     log.warning("kept session %s: its layer could not be read: %s", record.id, err)
                     expiry.kept.append((record.id, -1))
                     continue
                 if pending:
                     expiry.kept.append((record.id, pending))
                     continue
-            await self.delete(record.id, purge=True)
-            expiry.removed.append((record.id, last))
+            if await self.purge_ended(record.id):
+                expiry.removed.append((record.id, last))
         return expiry
+
+    async def purge_ended(self, session_id: str) -> bool:
+        """Purge the session unless a turn of it runs now (one may have begun since it was found ended)."""
+        record = self.store.get(session_id)
+        if record is None or record.status == "running" or self.is_running(session_id):
+            return False
+        await self.delete(session_id, purge=True)
+        return True
 
     async def compact(self, session_id: str) -> SessionRecord:
         """Compact the session's context now (a summary of its older turns), between turns only."""
@@ -243,7 +261,12 @@ class Sessions:
         recorder = await self._quiesce(session_id, "revert when the turn has ended")
         result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
         await recorder.emit(
-            RevertedEvent(session_id=session_id, apply=result.record, paths=[shown(p) for p in result.reverted])
+            RevertedEvent(
+                session_id=session_id,
+                apply=result.record,
+                paths=[shown(p) for p in result.reverted[:MAX_LISTED_PATHS]],
+                more=max(0, len(result.reverted) - MAX_LISTED_PATHS),
+            )
         )
         return result
 

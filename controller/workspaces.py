@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import workspace
 from .environment import load, trusted_paths
 from .errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
-from .events import AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
+from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
 from .workspace.layer import UNSAFE_IN_OPTIONS, discard_dir, layer_dir
@@ -341,8 +341,11 @@ async def apply_and_report(
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
     result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored)
     if result.record is not None:
-        paths = [shown(p) for p in result.applied]
+        paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
+        more = max(0, len(result.applied) - MAX_LISTED_PATHS)
         await sink.emit(
-            AppliedEvent(session_id=session_id, apply=result.record, paths=paths, skipped=len(result.skipped))
+            AppliedEvent(
+                session_id=session_id, apply=result.record, paths=paths, skipped=len(result.skipped), more=more
+            )
         )
     return result

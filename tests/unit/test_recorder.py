@@ -327,9 +327,8 @@ async def test_long_arguments_past_the_cap_are_stored_as_a_note(store: Store) ->
         assert call.input["content"] == "x" * 30_000  # the live view's copy is whole
     stored = [e for e in store.events_after(SID, 0) if isinstance(e, ToolCall)]
     assert [e.input["path"] for e in stored] == ["f0.txt", "f1.txt", "f2.txt"]
-    assert [e.input_not_kept for e in stored] == [0, 0, 30_000]
+    assert [e.input_not_kept for e in stored] == [0, 0, 30_002]  # bytes of JSON: the string and its quotes
     assert (
-        stored[2].input["content"]
-        == "(30000 characters not stored: the session's stored events reached the server's cap)"
+        stored[2].input["content"] == "(30002 bytes not stored: the session's stored events reached the server's cap)"
     )
     assert store.event_bytes(SID) < 80_000

@@ -367,11 +367,11 @@ const RENDER = {
       e.checkpoint ? ` · checkpoint ${e.checkpoint}` : ""));
   },
   applied(e) {
-    this.add(this.block("note", "applied-event", e.seq, `applied #${e.apply}: ${e.paths.length} paths written`,
+    this.add(this.block("note", "applied-event", e.seq, `applied #${e.apply}: ${e.paths.length + (e.more || 0)} paths written`,
       e.skipped ? `, ${e.skipped} skipped` : ""));
   },
   reverted(e) {
-    this.add(this.block("note", "reverted-event", e.seq, `reverted apply #${e.apply}: ${e.paths.length} paths restored`));
+    this.add(this.block("note", "reverted-event", e.seq, `reverted apply #${e.apply}: ${e.paths.length + (e.more || 0)} paths restored`));
   },
   rewound(e) {
     this.add(this.block("note", "rewound-event", e.seq, `files rewound to the end of turn ${e.turn}`));
