@@ -17,7 +17,7 @@ from ..display import plural
 from ..environment import image as environment_image
 from ..errors import CubicleError
 from ..sandbox import clear_as_root
-from ..sessions import Sessions
+from ..sessions import Expiry, Sessions
 from ..setups import Setups
 from ..store import Store
 from ..workspaces import Workspaces
@@ -116,7 +116,11 @@ def gc(
 
 def _expire(settings: Settings, age_s: float, include_unapplied: bool) -> None:
     """``gc --older-than``: purge the sessions that ended before the age, and say which were kept and why."""
-    expiry = with_sessions(settings, lambda sessions: sessions.expire(age_s, include_unapplied))
+    async def expire(sessions: Sessions) -> Expiry:
+        await sessions.start()  # a session a killed process left "running" is interrupted: it can age out too
+        return await sessions.expire(age_s, include_unapplied)
+
+    expiry = with_sessions(settings, expire)
     now = time.time()
     for session_id, last in expiry.removed:
         print(f"removed the session {terminal.safe(session_id)} (last active {_ago(now - last)} ago)")
