@@ -116,6 +116,7 @@ def gc(
 
 def _expire(settings: Settings, age_s: float, include_unapplied: bool) -> None:
     """``gc --older-than``: purge the sessions that ended before the age, and say which were kept and why."""
+
     async def expire(sessions: Sessions) -> Expiry:
         await sessions.start()  # a session a killed process left "running" is interrupted: it can age out too
         return await sessions.expire(age_s, include_unapplied)
