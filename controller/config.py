@@ -158,8 +158,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     session_events_mb: int = Field(
         128, ge=1, le=1 << 20,
-        description="Stored events per session; past it, tool results are stored without their output (the event "
-        "says how much was not kept; the model's transcript is not affected).",
+        description="Stored events per session; past 7/8 of it, tool results are stored without their output, tool "
+        "calls without their long arguments and the model's text not as events (each says how much was not kept; "
+        "the model's transcript is not affected).",
     )  # fmt: skip
     retention_s: float | None = Field(
         None,
