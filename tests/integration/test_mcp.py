@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +24,7 @@ from controller import mcpserver, tools
 from controller.store import Store
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.helpers import readme_example
+from tests.integration.mcp_helpers import Raw, raw_server
 from tests.integration.pty_helpers import owned_by
 
 
@@ -163,10 +163,15 @@ async def test_a_failed_setup_fails_every_call_with_its_output(tmp_path: Path, m
     assert [e.kind for e in events if e.type == "error"] == ["setup"]
 
 
-def _raw(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
-    assert process.stdin is not None
-    process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-    process.stdin.flush()
+def _sleeping(server: Raw, data: Path, docker_client: Any) -> None:
+    """The server initialized, with a `sleep 300` running in its one container."""
+    server.initialize()
+    server.call(1, "run_command", {"command": "sleep 300"})
+    deadline = time.monotonic() + 60
+    while not [e for e in only_session(data)[1] if e.type == "tool_call"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert len(owned_by(docker_client, server.instance)) == 1
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -174,26 +179,10 @@ def test_a_signal_ends_the_session_and_removes_the_container(
     tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any, signum: int
 ) -> None:
     data, instance = tmp_path / "data", f"mcp-signal-test-{signum}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controller", "mcp", str(make_repo())],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance}),
-    )  # fmt: skip
-    assert process.stdout is not None
-    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}
-    _raw(process, {"id": 0, "method": "initialize", "params": init})
-    assert json.loads(process.stdout.readline())["result"]["serverInfo"]["name"] == "cubicle"
-    _raw(process, {"method": "notifications/initialized"})
-    sleep = {"name": "run_command", "arguments": {"command": "sleep 300"}}
-    _raw(process, {"id": 1, "method": "tools/call", "params": sleep})
-    deadline = time.monotonic() + 60
-    while not [e for e in only_session(data)[1] if e.type == "tool_call"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    assert len(owned_by(docker_client, instance)) == 1
-    process.send_signal(signum)
-    _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 128 + signum, stderr
+    with raw_server(make_repo(), data, instance, docker_client) as server:
+        _sleeping(server, data, docker_client)
+        server.process.send_signal(signum)
+        assert server.process.wait(30) == 128 + signum, server.stderr()
     assert owned_by(docker_client, instance) == []
     record, events = only_session(data)
     assert record.status == "idle"
