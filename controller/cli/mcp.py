@@ -79,10 +79,14 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
                 if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
                     raise
             finally:
-                for signum in MCP_STOP_SIGNALS:
-                    asyncio.get_running_loop().remove_signal_handler(signum)
                 why = f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
-                await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
+                # The handlers stay until the session is ended: MCP clients close stdin, then send SIGTERM if the
+                # server has not exited a moment later, and that must not cut the clean-up short.
+                try:
+                    await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
+                finally:
+                    for signum in MCP_STOP_SIGNALS:
+                        asyncio.get_running_loop().remove_signal_handler(signum)
             _note(
                 f"{session.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",

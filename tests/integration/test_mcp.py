@@ -192,6 +192,26 @@ def test_a_signal_ends_the_session_and_removes_the_container(
     assert result.is_error and "cancelled after" in result.output
 
 
+def test_a_sigterm_right_after_the_client_closes_stdin_does_not_cut_the_clean_up_short(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """MCP clients close stdin, then send SIGTERM if the server is still there a moment later."""
+    data, instance = tmp_path / "data", "mcp-close-then-term-test"
+    with raw_server(make_repo(), data, instance, docker_client) as server:
+        _sleeping(server, data, docker_client)
+        assert server.process.stdin is not None
+        server.process.stdin.close()
+        time.sleep(0.05)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) in (0, 143), server.stderr()
+        assert "Traceback" not in server.stderr()
+    assert owned_by(docker_client, instance) == []
+    record, events = only_session(data)
+    assert record.status == "idle"
+    assert [e.type for e in events[-2:]] == ["changes", "session_finished"]
+    assert events[-1].detail == "the MCP client disconnected after 1 tool calls"
+
+
 def test_a_bad_repository_is_a_usage_error_and_stdout_stays_empty(
     tmp_path: Path, make_repo: Callable[..., Path]
 ) -> None:
