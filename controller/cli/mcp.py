@@ -14,21 +14,32 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from .. import __version__, terminal
 from ..config import Limits, Settings
-from ..environment import EnvironmentRequest
 from ..events import SessionStarted, StatusEvent
-from ..network import NetworkPolicy
 from ..runtime import Runtime
 from ..sessions import Sessions
 from ..store import Store
 from .app import EXIT_OK, app, err_console, load_settings
-from .run import STOP_SIGNALS, Asked, _check_run_args, _exit_codes, _limits, _network
+from .run import (
+    STOP_SIGNALS,
+    Asked,
+    CommandTimeoutOption,
+    CpusOption,
+    ImageOption,
+    MemoryOption,
+    NetworkOption,
+    RepoArgument,
+    SetupOption,
+    _check_run_args,
+    _exit_codes,
+    _limits,
+    environment_request,
+)
 
 MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
 """Each ends serving like the client closing stdin does; the exit code is then 128 + the signal."""
@@ -113,40 +124,20 @@ def _on_signals(serving: asyncio.Task[None], signals: list[int]) -> None:
 
 @app.command(help=MCP_HELP)
 def mcp(
-    repo: Annotated[
-        Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
-    ],
-    command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
-    memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
-    cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
-    network: Annotated[
-        NetworkPolicy | None,
-        typer.Option(
-            parser=_network,
-            metavar="LEVEL",
-            help="The sandbox's network: none (default), allow=HOST[,HOST...] (only those, through a proxy), or open.",
-        ),
-    ] = None,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            help="Run in this local image (the toolbox is added) instead of the repository's environment; "
-            "it must be the default image or on CUBICLE_ALLOWED_IMAGES."
-        ),
-    ] = None,
-    setup: Annotated[
-        str | None,
-        typer.Option(
-            help="The setup command, run once before the first call (instead of the repository's; '' for none)."
-        ),
-    ] = None,
+    repo: RepoArgument,
+    command_timeout: CommandTimeoutOption = None,
+    memory: MemoryOption = None,
+    cpus: CpusOption = None,
+    network: NetworkOption = None,
+    image: ImageOption = None,
+    setup: SetupOption = None,
 ) -> None:
     _check_run_args(repo, approve=False, json_events=False)
     settings = load_settings()
     limits = _limits(
         settings, {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network}
     )
-    request = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+    request = environment_request(image, setup)
     signals: list[int] = []
     with _exit_codes(signals):
         asyncio.run(_serve(settings, repo, limits, Asked(request, network is not None), signals))

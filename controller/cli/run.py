@@ -80,6 +80,54 @@ RUN_HELP = (
 T = TypeVar("T")
 
 
+def _network(text: str) -> NetworkPolicy:
+    """``--network LEVEL``: none, open or allow=HOST,...; a usage error that says which form is wrong."""
+    try:
+        return networks.parse(text)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+# The arguments `cubicle run` and `cubicle mcp` share, declared once.
+RepoArgument = Annotated[
+    Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
+]
+CommandTimeoutOption = Annotated[
+    int | None, typer.Option("--command-timeout", help="Longest a single command may run, in seconds.")
+]
+MemoryOption = Annotated[int | None, typer.Option("--memory", help="Sandbox memory in MiB.")]
+CpusOption = Annotated[float | None, typer.Option("--cpus", help="Sandbox CPUs.")]
+NetworkOption = Annotated[
+    NetworkPolicy | None,
+    typer.Option(
+        "--network",
+        parser=_network,
+        metavar="LEVEL",
+        help="The sandbox's network: none (default), allow=HOST[,HOST...] (only those, through a proxy), or open.",
+    ),
+]
+ImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        help="Run in this local image (the toolbox is added) instead of the repository's environment; "
+        "it must be the default image or on CUBICLE_ALLOWED_IMAGES.",
+    ),
+]
+SetupOption = Annotated[
+    str | None,
+    typer.Option(
+        "--setup",
+        help="The setup command, run once before the first tool call (instead of the repository's; '' for none).",
+    ),
+]
+
+
+def environment_request(image: str | None, setup: str | None) -> EnvironmentRequest | None:
+    """What ``--image`` and ``--setup`` ask over the repository's environment; None when neither was given."""
+    return EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+
+
 def _load_scenario(name: str) -> scripted.Scenario:
     """``--scenario``: a scenario file, or the name of one shipped in controller/scenarios."""
     shipped = sorted(path.stem for path in scripted.SCENARIOS_DIR.glob("*.json"))
@@ -221,14 +269,6 @@ async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | Live
             sessions.store.update(record.id, status="cancelled", finish_reason="cancelled", detail="stopped at start")
 
 
-def _network(text: str) -> NetworkPolicy:
-    """``--network LEVEL``: none, open or allow=HOST,...; a usage error that says which form is wrong."""
-    try:
-        return networks.parse(text)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from None
-
-
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
     """Usage errors that need no settings, found before anything starts."""
     if not repo.exists():
@@ -298,25 +338,16 @@ def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]
 
 @app.command(help=RUN_HELP)
 def run(
-    repo: Annotated[
-        Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
-    ],
+    repo: RepoArgument,
     task: Annotated[str, typer.Argument(help="What the agent should do.")],
     model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None,
     token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None,
     timeout: Annotated[int | None, typer.Option(help="Wall-clock seconds for the turn.")] = None,
-    command_timeout: Annotated[int | None, typer.Option(help="Longest a single command may run, in seconds.")] = None,
-    memory: Annotated[int | None, typer.Option(help="Sandbox memory in MiB.")] = None,
-    cpus: Annotated[float | None, typer.Option(help="Sandbox CPUs.")] = None,
-    network: Annotated[
-        NetworkPolicy | None,
-        typer.Option(
-            parser=_network,
-            metavar="LEVEL",
-            help="The agent's network: none (default), allow=HOST[,HOST...] (only those, through a proxy), or open.",
-        ),
-    ] = None,
+    command_timeout: CommandTimeoutOption = None,
+    memory: MemoryOption = None,
+    cpus: CpusOption = None,
+    network: NetworkOption = None,
     approve: Annotated[
         bool,
         typer.Option(
@@ -341,17 +372,8 @@ def run(
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
     ] = False,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            help="Run in this local image (the toolbox is added) instead of the repository's environment; "
-            "it must be the default image or on CUBICLE_ALLOWED_IMAGES."
-        ),
-    ] = None,
-    setup: Annotated[
-        str | None,
-        typer.Option(help="The setup command, run once before the agent (instead of the repository's; '' for none)."),
-    ] = None,
+    image: ImageOption = None,
+    setup: SetupOption = None,
     server: Annotated[
         str | None,
         typer.Option(
@@ -377,8 +399,7 @@ def run(
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
-        request = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
-        asked = Asked(request, network is not None)
+        asked = Asked(environment_request(image, setup), network is not None)
         ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals, asked))
     if not json_events and sink.finished is not None:
         console.print(_summary(ran.outcome, sink.finished, signals))
@@ -399,7 +420,7 @@ def _run_remote(
         checked = Limits.model_validate({**Limits().model_dump(), **given}).model_dump(mode="json")
     except ValidationError as err:
         raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
-    environment = EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
+    environment = environment_request(image, setup)
     token = os.environ.get("CUBICLE_API_TOKEN") or None
     remote = Remote(url, token, str(repo), task, model, {name: checked[name] for name in given}, environment)
     console = terminal.console(stderr=json_events)
