@@ -17,7 +17,6 @@ Four measurements, each after a warm-up, in one run on the same repository and i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Report, Row, Sample, ms, time_async, time_sync
-from bench.rows import INSTANCE, LIMITS, make_repo, sandbox, standalone
+from bench.rows import INSTANCE, LIMITS, make_repo, sandbox, section_main
 from controller import tools
-from controller.config import DEFAULT_IMAGE
 
 TARGET_S = 0.002
 ECHO_SERVER = """
@@ -141,12 +139,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.mcp", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="300 calls each instead of 1000")
-    args = parser.parse_args()
-    return standalone(
-        DEFAULT_IMAGE, lambda report, client, root: table(report, client, DEFAULT_IMAGE, root, args.quick)
-    )
+    return section_main("mcp", __doc__, "300 calls each instead of 1000", table)
 
 
 if __name__ == "__main__":

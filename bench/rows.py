@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import secrets
@@ -18,7 +19,7 @@ from docker.types import Mount
 
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_pair, time_sync
 from controller import engine, images, owners, protocol, tools, workspace
-from controller.config import Limits, Settings
+from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.egress import Route
 from controller.protocol import CommandResult, PingResult
 from controller.runtime import Runtime
@@ -460,6 +461,19 @@ def standalone(image: str, section: Callable[[Report, Any, Path], Awaitable[None
             owners.sweep(client, INSTANCE, everything=False)
     print(report.render())
     return 0
+
+
+Table = Callable[[Report, Any, str, Path, bool], Awaitable[None]]
+"""A section's ``table(report, client, image, root, quick)``."""
+
+
+def section_main(name: str, description: str | None, quick_help: str, table: Table) -> int:
+    """``python -m bench.<name>``: ``--quick`` and ``--image``, then the section alone (``standalone``)."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
+    args = parser.parse_args()
+    return standalone(args.image, lambda report, client, root: table(report, client, args.image, root, args.quick))
 
 
 async def peer(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

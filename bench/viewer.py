@@ -19,7 +19,6 @@ prints this table alone.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -35,8 +34,7 @@ import httpx
 
 from bench.flood import Controller
 from bench.measure import Report, Row, Sample, ms
-from bench.rows import INSTANCE, make_repo, standalone
-from controller.config import DEFAULT_IMAGE
+from bench.rows import INSTANCE, make_repo, section_main
 from controller.scripted import Scenario, free_port
 
 FOLLOWERS = 50
@@ -309,12 +307,7 @@ def _cells(runs: list[Run]) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.viewer", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="2 runs each way instead of 3")
-    args = parser.parse_args()
-    return standalone(
-        DEFAULT_IMAGE, lambda report, client, root: table(report, client, DEFAULT_IMAGE, root, args.quick)
-    )
+    return section_main("viewer", __doc__, "2 runs each way instead of 3", table)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ are missed are listed under the table; nothing is asserted.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shlex
@@ -23,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import Report
-from bench.rows import INSTANCE, LIMITS, give_away, standalone
+from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from controller import protocol, workspace
-from controller.config import DEFAULT_IMAGE
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 from controller.workspace import (
@@ -233,11 +231,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.workspace", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 5")
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
-    args = parser.parse_args()
-    return standalone(args.image, lambda report, client, root: table(report, client, args.image, root, args.quick))
+    return section_main("workspace", __doc__, "3 repetitions instead of 5", table)
 
 
 if __name__ == "__main__":
