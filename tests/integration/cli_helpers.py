@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 SESSION_ID = re.compile(r"cli-[0-9a-f]{16}")
 
@@ -40,3 +43,29 @@ def tree(root: Path) -> dict[str, tuple[int, bytes | str]]:
         else:
             found[str(path.relative_to(root))] = (st.st_mode, path.read_bytes() if path.is_file() else b"")
     return found
+
+
+def scripted_run(
+    tmp_path: Path, repo: Path, name: str, turns: list[dict[str, Any]], *flags: str, env: dict[str, str] | None = None
+) -> str:
+    """A `cubicle run --json` of the scripted model playing ``turns`` (``name`` is the task and the scenario),
+    which must exit 0; its session id."""
+    scenario = tmp_path / f"{name}.json"
+    scenario.write_text(json.dumps({"name": name, "turns": turns}))
+    done = cubicle("run", str(repo), name, "--json", *flags, "--scenario", str(scenario), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return str(json.loads(done.stdout.splitlines()[0])["session_id"])
+
+
+def backdate(db: Path, session_id: str, seconds: float) -> None:
+    """As if ``seconds`` had passed since the session was last active: its row's and its events' times move back."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE sessions SET created_at = created_at - ?, updated_at = updated_at - ? WHERE id = ?",
+            (seconds, seconds, session_id),
+        )
+        conn.execute(
+            "UPDATE events SET data = json_set(data, '$.ts', json_extract(data, '$.ts') - ?) WHERE session_id = ?",
+            (seconds, session_id),
+        )
+    conn.close()

@@ -3,9 +3,7 @@ and ones whose changes nobody applied or discarded stay. Sessions are real `cubi
 
 from __future__ import annotations
 
-import json
 import re
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,8 +11,7 @@ import pytest
 
 from controller import owners
 from controller.store import Store
-from tests.integration.cli_helpers import cubicle
-from tests.integration.pty_helpers import scenario_file
+from tests.integration.cli_helpers import backdate, cubicle, scripted_run
 
 
 @pytest.fixture(autouse=True)
@@ -27,31 +24,7 @@ def run(tmp_path: Path, repo: Path, name: str, write: bool) -> str:
     first = {"command": "echo made > made.txt"} if write else {"command": "true"}
     turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": first}]},
              {"content": [{"type": "text", "text": "done"}]}]  # fmt: skip
-    done = cubicle(
-        "run",
-        str(repo),
-        name,
-        "--no-apply",
-        "--json",
-        "--scenario",
-        scenario_file(tmp_path, {"name": name, "turns": turns}),
-    )
-    assert done.returncode == 0, done.stderr
-    return str(json.loads(done.stdout.splitlines()[0])["session_id"])
-
-
-def backdate(db: Path, session_id: str, seconds: float) -> None:
-    """As if ``seconds`` had passed since the session was last active: its row's and its events' times move back."""
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "UPDATE sessions SET created_at = created_at - ?, updated_at = updated_at - ? WHERE id = ?",
-            (seconds, seconds, session_id),
-        )
-        conn.execute(
-            "UPDATE events SET data = json_set(data, '$.ts', json_extract(data, '$.ts') - ?) WHERE session_id = ?",
-            (seconds, session_id),
-        )
-    conn.close()
+    return scripted_run(tmp_path, repo, name, turns, "--no-apply")
 
 
 def test_gc_older_than_removes_exactly_the_old_ended_sessions(tmp_path: Path, make_repo: Callable[..., Path]) -> None:

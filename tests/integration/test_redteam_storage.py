@@ -7,7 +7,6 @@ Each test states what should hold; each failed on the code it was first written 
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -21,8 +20,7 @@ from controller.config import Settings
 from controller.runtime import Runtime
 from controller.sessions import Sessions
 from controller.store import Store
-from tests.integration.cli_helpers import cubicle
-from tests.integration.pty_helpers import scenario_file
+from tests.integration.cli_helpers import backdate, cubicle, scripted_run
 
 CAP_MB = 1
 CAP = CAP_MB << 20
@@ -39,13 +37,8 @@ def run(tmp_path: Path, repo: Path, name: str, calls: list[dict[str, Any]], *fla
     """A finished `cubicle run` whose model makes ``calls`` (one per step), then says ``text``; its session id."""
     turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": c}]} for c in calls]
     turns.append({"content": [{"type": "text", "text": text}]})
-    done = cubicle(
-        "run", str(repo), name, "--json", "--token-budget", "100000000", *(flags or ("--no-apply",)),
-        "--scenario", scenario_file(tmp_path, {"name": name, "turns": turns}),
-        env={"CUBICLE_SESSION_EVENTS_MB": str(CAP_MB)}, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return str(json.loads(done.stdout.splitlines()[0])["session_id"])
+    flags = ("--token-budget", "100000000", *(flags or ("--no-apply",)))
+    return scripted_run(tmp_path, repo, name, turns, *flags, env={"CUBICLE_SESSION_EVENTS_MB": str(CAP_MB)})
 
 
 def stored(tmp_path: Path, session_id: str) -> dict[str, int]:
@@ -112,19 +105,6 @@ def test_one_command_making_many_files_grows_the_applied_event_past_the_cap(
 # ---------------------------------------------------------------------------------------------- gc --older-than
 
 
-def backdate(tmp_path: Path, session_id: str, seconds: float) -> None:
-    with sqlite3.connect(tmp_path / "data" / "cubicle.db") as conn:
-        conn.execute(
-            "UPDATE sessions SET created_at = created_at - ?, updated_at = updated_at - ? WHERE id = ?",
-            (seconds, seconds, session_id),
-        )
-        conn.execute(
-            "UPDATE events SET data = json_set(data, '$.ts', json_extract(data, '$.ts') - ?) WHERE session_id = ?",
-            (seconds, session_id),
-        )
-    conn.close()
-
-
 def test_gc_older_than_goes_on_past_a_session_whose_checkout_was_moved(
     tmp_path: Path, make_repo: Callable[..., Path]
 ) -> None:
@@ -134,8 +114,8 @@ def test_gc_older_than_goes_on_past_a_session_whose_checkout_was_moved(
     moved = make_repo("moved")
     first = run(tmp_path, moved, "moved", [{"command": "true"}])
     second = run(tmp_path, make_repo("clean"), "clean", [{"command": "true"}])
-    backdate(tmp_path, first, 3 * 3600)
-    backdate(tmp_path, second, 2 * 3600)
+    backdate(tmp_path / "data" / "cubicle.db", first, 3 * 3600)
+    backdate(tmp_path / "data" / "cubicle.db", second, 2 * 3600)
     moved.rename(tmp_path / "moved-away")
 
     done = cubicle("gc", "--older-than", "1h")
@@ -156,8 +136,8 @@ def test_expire_leaves_a_session_that_a_follow_up_started_during_the_sweep(
     must look again and leave it, not remove its container, layer and record under the running turn."""
     first = run(tmp_path, make_repo("a"), "a", [{"command": "true"}])
     second = run(tmp_path, make_repo("b"), "b", [{"command": "true"}])
-    backdate(tmp_path, first, 3 * 3600)
-    backdate(tmp_path, second, 2 * 3600)
+    backdate(tmp_path / "data" / "cubicle.db", first, 3 * 3600)
+    backdate(tmp_path / "data" / "cubicle.db", second, 2 * 3600)
     data = tmp_path / "data"
     settings = Settings(data_dir=data)
 
