@@ -104,8 +104,8 @@ class Recorder:
         room = self.events_cap * OUTPUT_SHARE - self.stored
         if isinstance(event, TextDelta):
             return event if room > 0 else None
-        if isinstance(event, ToolResult):
-            if not event.output or len(to_json(event.output)) <= room:
+        if isinstance(event, ToolResult):  # JSON takes at most 6 bytes a character: far from the cap, no count
+            if not event.output or 6 * len(event.output) + 2 <= room or len(to_json(event.output)) <= room:
                 return event
             return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
         encoded = len(to_json(event.input))
