@@ -15,7 +15,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -63,6 +63,14 @@ class Limits(BaseModel):
     pids: int = Field(512, ge=16, le=32768, description="Maximum number of processes and threads in the sandbox.")
     tmpfs_mb: int = Field(
         512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
+    )
+    disk_mb: int = Field(
+        10240, ge=32, le=1 << 22,
+        description="Disk quota of the session's workspace layer in MiB: the agent's files, checkpoints and apply "
+        "backups (CUBICLE_DISK_QUOTA=off turns quotas off).",
+    )  # fmt: skip
+    inodes: int = Field(
+        1_000_000, ge=1024, le=1 << 30, description="Files and directories the session's workspace layer may hold."
     )
     network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
@@ -143,6 +151,8 @@ class Settings(BaseSettings):
             cpus=4,
             pids=4096,
             tmpfs_mb=4096,
+            disk_mb=102_400,
+            inodes=10_000_000,
             network=OPEN,
             command_timeout_s=3600,
             max_steps=500,
@@ -173,6 +183,12 @@ class Settings(BaseSettings):
         100, ge=0, le=1 << 24,
         description="No new session starts while the data directory's filesystem has less free space (507); 0: no floor.",
     )  # fmt: skip
+    disk_quota: Literal["auto", "host", "helper", "off"] = Field(
+        "auto",
+        description="How each session's disk quota (limits.disk_mb, limits.inodes) is made: its own loop-mounted "
+        "filesystem, mounted by this process (host: root outside a container) or by a privileged helper container "
+        "(helper); auto picks; off: no quota.",
+    )
     idle_timeout_s: float = Field(
         600, gt=0, description="A session's container is removed after this long without a turn."
     )

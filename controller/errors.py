@@ -134,5 +134,14 @@ class EnvironmentBuildError(SetupError):
     hint = "Fix the Dockerfile or the image it names, then run `cubicle env build` to try again."
 
 
+class DiskError(SandboxError):
+    """A workspace layer's own filesystem (its disk quota) could not be made, mounted or unmounted."""
+
+    hint = (
+        "Disk quotas need loop devices and either root or the engine's privileged containers; "
+        "CUBICLE_DISK_QUOTA=off runs sessions without one (the agent can then fill the host's disk)."
+    )
+
+
 class ToolboxGoneError(SandboxError):
     """The toolbox stopped answering or its stream ended; the next call gets a fresh container."""

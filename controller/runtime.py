@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from docker.errors import DockerException
 
-from . import images, owners, sandbox, tools
+from . import disks, images, owners, sandbox, tools
 from .agent import Agent, SaveTranscript, TurnEnd
 from .compactor import Compactor
 from .config import Limits, Settings
@@ -49,7 +49,11 @@ class Runtime:
         self.engine = Engine(settings.docker_host)
         self._sandbox_factory = sandbox_factory or self._docker_sandbox
         self._uses_docker = sandbox_factory is None
-        self.workspaces = Workspaces(settings.data_dir, self._clear_as_root)
+        quotas = settings.disk_quota if sandbox_factory is None else "off"  # such sandboxes never mount the layer
+        self.workspaces = Workspaces(
+            settings.data_dir, self._clear_as_root,
+            disks.choose(quotas, self.engine.client, settings.image, settings.data_dir, settings.docker_host),
+        )  # fmt: skip
         self.environments = Environments(settings, self._clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
@@ -165,5 +169,5 @@ class Runtime:
         return DockerSandbox(
             self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
             instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
-            proxy_image=settings.proxy_image, egress_network=settings.egress_network,
+            proxy_image=settings.proxy_image, egress_network=settings.egress_network, holder=self.workspaces,
         )  # fmt: skip

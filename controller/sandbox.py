@@ -70,6 +70,14 @@ class Prepared:
     setup: Path | None = None
 
 
+class LayerHolder(Protocol):
+    """Keeps a layer's files reachable (its quota filesystem mounted) between ``hold`` and ``release``; blocking."""
+
+    def hold(self, layer: Layer) -> None: ...
+
+    def release(self, layer: Layer) -> None: ...
+
+
 Preparer = Callable[[Any], Awaitable[Prepared]]
 """Makes the environment ready with the engine's client (builds, runs setup, emits progress); raises SetupError."""
 
@@ -167,6 +175,7 @@ class DockerSandbox:
         preparer: Preparer | None = None,
         proxy_image: str = DEFAULT_PROXY_IMAGE,
         egress_network: str = "bridge",
+        holder: LayerHolder | None = None,
     ) -> None:
         self._connect = connect
         self._client: Any = None
@@ -188,6 +197,8 @@ class DockerSandbox:
         self._channel: ToolboxChannel | None = None
         self._lock = asyncio.Lock()
         self.restarts = 0
+        self._holder = holder
+        self._holding = False  # the layer is held from its volume's creation until the container is gone
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
@@ -200,7 +211,7 @@ class DockerSandbox:
                 if self._client is None:
                     self._client = await asyncio.to_thread(self._connect)
                 ready = await preparer(self._client)
-                await asyncio.to_thread(workspace.set_setup, self.layer, ready.setup)
+                await asyncio.to_thread(self._set_setup, ready.setup)
             except BaseException:
                 self._preparer = preparer
                 raise
@@ -339,6 +350,12 @@ class DockerSandbox:
             await _remove(container)
         if self._client is not None:
             await remove_volume(self._client, self.session_id)
+        if self._holding and self._holder is not None:
+            self._holding = False
+            try:
+                await asyncio.to_thread(self._holder.release, self.layer)
+            except Exception as err:  # noqa: BLE001 - a layer left mounted is swept later; the sandbox is gone
+                log.warning("could not release the layer of %s: %s", self.session_id, err)
 
     def _options(self, labels: dict[str, str], route: Route) -> dict[str, Any]:
         """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
@@ -346,9 +363,22 @@ class DockerSandbox:
         options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
         return options
 
+    def _set_setup(self, tree: Path | None) -> None:
+        if self._holder is None:
+            workspace.set_setup(self.layer, tree)
+            return
+        self._holder.hold(self.layer)
+        try:
+            workspace.set_setup(self.layer, tree)
+        finally:
+            self._holder.release(self.layer)
+
     def _make_volume(self, labels: dict[str, str]) -> None:
         """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""
         workspace.check_repo(self.layer)
+        if self._holder is not None and not self._holding:
+            self._holder.hold(self.layer)
+            self._holding = True
         with contextlib.suppress(NotFound):
             self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
         self._client.volumes.create(**workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels))

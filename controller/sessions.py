@@ -43,6 +43,7 @@ from .recorder import Recorder
 from .runtime import Runtime
 from .store import ApplyPolicy, SessionRecord, Store
 from .workspace import ApplyResult, Change, RevertResult
+from .workspace.layer import DiskQuota
 from .workspaces import Checkpoint, apply_and_report, pin, refuse_low_space, refuse_overlap, shown
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,9 @@ class Sessions:
             swept = await self.runtime.sweep()
             if swept.removed:
                 log.info("swept %d orphaned sandboxes", len(swept.removed))
+        unmounted = await asyncio.to_thread(self.workspaces.unmount_unused, self._in_use)
+        if unmounted:
+            log.info("unmounted the layer filesystems of %d sessions no process runs", len(unmounted))
 
     async def close(self) -> None:
         """Stop every turn (recorded as interrupted, to be continued) and every container."""
@@ -160,7 +164,8 @@ class Sessions:
             status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
             environment=resolved, created_at=now, updated_at=now,
         )  # fmt: skip
-        await asyncio.to_thread(self.workspaces.create, record.id, repo)
+        quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
+        await asyncio.to_thread(self.workspaces.create, record.id, repo, quota)
         self.store.insert(record)
         return record
 
@@ -334,6 +339,11 @@ class Sessions:
     def _active(self, record: SessionRecord) -> bool:
         """A turn of it runs now, here or in another live process (its overlay is mounted over its checkout)."""
         return self.is_running(record.id) or self._owner_alive(record)
+
+    def _in_use(self, session_id: str) -> bool:
+        """Whether another live process may use the session's layer (a turn, or a container kept between turns)."""
+        record = self.store.get(session_id)
+        return record is not None and self._owner_alive(record)
 
     def _owner_alive(self, record: SessionRecord) -> bool:
         """Whether another process that is still alive runs this session (this process knows its own)."""

@@ -20,6 +20,8 @@ LIMIT_FLAGS = {
     "command_timeout_s": "--command-timeout",
     "memory_mb": "--memory",
     "cpus": "--cpus",
+    "disk_mb": "--disk",
+    "inodes": "--inodes",
     "network": "--network",
 }
 """The ``cubicle run`` flag that sets each limit."""

@@ -20,18 +20,19 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import workspace
+from .disks import Disks
 from .environment import load, trusted_paths
 from .errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
-from .workspace.layer import UNSAFE_IN_OPTIONS, discard_dir, layer_dir
+from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, layer_dir
 
 log = logging.getLogger(__name__)
 
@@ -154,102 +155,146 @@ def definition_files(repo: Path) -> tuple[str, ...]:
 class Workspaces:
     """The layers under ``<data_dir>/workspaces``, one per session id."""
 
-    def __init__(self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.clear_as_root = clear_as_root
         """Empties a directory with root's rights (through the engine); blocking. See ``discard``."""
+        self.disks = disks
+        """Makes and mounts each layer's own filesystem (its disk quota); None: layers without a quota."""
 
-    def create(self, session_id: str, repo: Path) -> Layer:
+    def create(self, session_id: str, repo: Path, quota: DiskQuota | None = None) -> Layer:
         """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
 
-        A path the overlay's options cannot carry (a comma, colon, '=' or control character in
-        the repository's or the data directory's path) is refused here, not at the first mount.
-        A data dir that cannot take it (full, read-only) is StoreError, like the database on it;
-        what was made of the layer goes.
+        With ``quota`` (and ``disks``), its writable parts are on a filesystem of that size and
+        inode count. A path the overlay's options cannot carry (a comma, colon, '=' or control
+        character in the repository's or the data directory's path) is refused here, not at the
+        first mount. A data dir that cannot take it (full, read-only) is StoreError, like the
+        database on it; what was made of the layer goes.
         """
+        disks = self.disks if quota is not None else None
         try:
-            layer = workspace.create(self.data_dir, session_id, repo, definition_files(repo))
-        except OSError as err:
-            if err.errno not in STORAGE_ERRNOS:
-                raise
-            shutil.rmtree(layer_dir(self.data_dir, session_id), ignore_errors=True)
-            raise StoreError(
-                f"The workspace layer of session {session_id} could not be written: {err.strerror}."
-            ) from None
+            layer = workspace.create(
+                self.data_dir, session_id, repo, definition_files(repo), quota if disks else None,
+                disks.make if disks else None,
+            )  # fmt: skip
+        except (OSError, CubicleError) as err:
+            self._remove_made(session_id)
+            if isinstance(err, OSError) and err.errno in STORAGE_ERRNOS:
+                raise StoreError(
+                    f"The workspace layer of session {session_id} could not be written: {err.strerror}."
+                ) from None
+            raise
+        if disks is not None:
+            disks.release(layer)  # mounted again by whatever uses it next
         try:
             workspace.mount_options(layer)
         except workspace.WorkspaceError as err:
-            workspace.discard(layer)
+            self.discard(session_id)
             raise RepoError(str(err), hint="Move or rename the directory so its path has none of , : = \\.") from None
         return layer
 
+    def _remove_made(self, session_id: str) -> None:
+        root = layer_dir(self.data_dir, session_id)
+        if self.disks is not None:
+            with contextlib.suppress(CubicleError, OSError):
+                self.disks.detach(root)
+        shutil.rmtree(root, ignore_errors=True)
+
     def open(self, session_id: str) -> Layer:
+        """The layer's description; its files are reachable only while it is held (``hold`` or ``using``)."""
         try:
-            layer = workspace.open_layer(self.data_dir, session_id)
-            checkpoint_files.recover(layer)
-            return layer
+            return workspace.open_layer(self.data_dir, session_id)
         except workspace.LayerMissingError as err:
             raise NotFoundError(
                 str(err), hint="Its changes were discarded, or it was made before layers existed."
             ) from None
 
+    def hold(self, layer: Layer) -> None:
+        """Make the layer's files reachable until ``release`` (its filesystem mounted, a killed rewind undone)."""
+        if self.disks is not None:
+            self.disks.acquire(layer)
+        try:
+            checkpoint_files.recover(layer)
+        except BaseException:
+            self.release(layer)
+            raise
+
+    def release(self, layer: Layer) -> None:
+        if self.disks is not None:
+            self.disks.release(layer)
+
+    @contextlib.contextmanager
+    def using(self, session_id: str) -> Iterator[Layer]:
+        layer = self.open(session_id)
+        self.hold(layer)
+        try:
+            yield layer
+        finally:
+            self.release(layer)
+
     def changes(self, session_id: str, diff: bool = False) -> list[Change]:
         """Every change in the layer; with ``diff``, bounded unified diffs of text files."""
-        found = workspace.scan(self.open(session_id), with_diffs=True)
+        with self.using(session_id) as layer:
+            found = workspace.scan(layer, with_diffs=True)
         if not diff:
             found = [change.model_copy(update={"diff": None}) for change in found]
         return found
 
     def summary(self, session_id: str) -> ChangeSummary:
-        return summarize(workspace.scan(self.open(session_id), with_diffs=True))
+        with self.using(session_id) as layer:
+            return summarize(workspace.scan(layer, with_diffs=True))
 
     def checkpoint(self, session_id: str) -> int:
         """Keep the layer as it is now (the end of a turn); returns the checkpoint's number."""
-        return workspace.checkpoint(self.open(session_id))
+        with self.using(session_id) as layer:
+            return workspace.checkpoint(layer)
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
-        layer = self.open(session_id)
-        return [
-            Checkpoint(turn=n, created_at=(layer.checkpoints / f"{n}.json").stat().st_mtime)
-            for n in checkpoint_files.numbers(layer)
-        ]
+        with self.using(session_id) as layer:
+            return [
+                Checkpoint(turn=n, created_at=(layer.checkpoints / f"{n}.json").stat().st_mtime)
+                for n in checkpoint_files.numbers(layer)
+            ]
 
     def apply(
         self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
         paths: Collection[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
         """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
-        result = workspace.apply(self.open(session_id), paths=paths, include_ignored=include_ignored, force=force)
+        with self.using(session_id) as layer:
+            result = workspace.apply(layer, paths=paths, include_ignored=include_ignored, force=force)
         if result.conflicts:
             raise ApplyConflictError(_conflict_message("apply", result.conflicts), result.conflicts)
         return result
 
     def revert(self, session_id: str, force: Collection[str] = ()) -> RevertResult:
         """Undo the newest apply not yet reverted; ApplyConflictError when the user changed its paths since."""
-        layer = self.open(session_id)
-        try:
-            result = workspace.revert(layer, force=force)
-        except workspace.LayerMissingError:
-            raise NotFoundError(f"Session {session_id} has no apply to revert.") from None
+        with self.using(session_id) as layer:
+            try:
+                result = workspace.revert(layer, force=force)
+            except workspace.LayerMissingError:
+                raise NotFoundError(f"Session {session_id} has no apply to revert.") from None
         if result.conflicts:
             raise ApplyConflictError(_conflict_message("revert", result.conflicts), result.conflicts)
         return result
 
     def rewind(self, session_id: str, turn: int) -> None:
-        layer = self.open(session_id)
-        try:
-            workspace.rewind(layer, turn)
-        except workspace.LayerMissingError:
-            have = ", ".join(str(n) for n in checkpoint_files.numbers(layer)) or "none yet"
-            raise NotFoundError(f"Session {session_id} has no checkpoint {turn} (it has: {have}).") from None
+        with self.using(session_id) as layer:
+            try:
+                workspace.rewind(layer, turn)
+            except workspace.LayerMissingError:
+                have = ", ".join(str(n) for n in checkpoint_files.numbers(layer)) or "none yet"
+                raise NotFoundError(f"Session {session_id} has no checkpoint {turn} (it has: {have}).") from None
 
     def has_applied(self, session_id: str) -> bool:
         """Whether any apply of this session was recorded (its layer then stays, so it can be reverted)."""
         try:
-            layer = self.open(session_id)
+            with self.using(session_id) as layer:
+                return bool(journal.numbers(layer))
         except NotFoundError:
             return False
-        return bool(journal.numbers(layer))
 
     def discard(self, session_id: str) -> list[str]:
         """Drop the layer; returns what could not be removed (see ``workspace.discard``).
@@ -259,6 +304,8 @@ class Workspaces:
         ``clear_as_root`` the engine empties the layer's directory, then the rest goes.
         """
         root = layer_dir(self.data_dir, session_id)
+        if self.disks is not None:
+            self.disks.detach(root)  # a filesystem that will not unmount is in use: nothing is removed
         left = discard_dir(root)
         if left and self.clear_as_root is not None and os.geteuid() != 0 and root.is_dir():
             try:
@@ -268,6 +315,10 @@ class Workspaces:
                 return left
             left = discard_dir(root)
         return left
+
+    def unmount_unused(self, in_use: Callable[[str], bool]) -> list[str]:
+        """Unmount the layer filesystems a killed process left mounted (of sessions not ``in_use``)."""
+        return self.disks.sweep(in_use) if self.disks is not None else []
 
     def sessions(self) -> list[str]:
         """The ids of every layer on disk."""

@@ -30,7 +30,9 @@ from .run import (
     Asked,
     CommandTimeoutOption,
     CpusOption,
+    DiskOption,
     ImageOption,
+    InodesOption,
     MemoryOption,
     NetworkOption,
     RepoArgument,
@@ -128,15 +130,17 @@ def mcp(
     command_timeout: CommandTimeoutOption = None,
     memory: MemoryOption = None,
     cpus: CpusOption = None,
+    disk: DiskOption = None,
+    inodes: InodesOption = None,
     network: NetworkOption = None,
     image: ImageOption = None,
     setup: SetupOption = None,
 ) -> None:
     _check_run_args(repo, approve=False, json_events=False)
     settings = load_settings()
-    limits = _limits(
-        settings, {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network}
-    )
+    flags = {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
+             "inodes": inodes, "network": network}  # fmt: skip
+    limits = _limits(settings, flags)
     request = environment_request(image, setup)
     signals: list[int] = []
     with _exit_codes(signals):

@@ -97,6 +97,10 @@ CommandTimeoutOption = Annotated[
 ]
 MemoryOption = Annotated[int | None, typer.Option("--memory", help="Sandbox memory in MiB.")]
 CpusOption = Annotated[float | None, typer.Option("--cpus", help="Sandbox CPUs.")]
+DiskOption = Annotated[
+    int | None, typer.Option("--disk", help="Disk quota of the session's files in MiB (checkpoints included).")
+]
+InodesOption = Annotated[int | None, typer.Option("--inodes", help="Files and directories the session may hold.")]
 NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(
@@ -347,6 +351,8 @@ def run(
     command_timeout: CommandTimeoutOption = None,
     memory: MemoryOption = None,
     cpus: CpusOption = None,
+    disk: DiskOption = None,
+    inodes: InodesOption = None,
     network: NetworkOption = None,
     approve: Annotated[
         bool,
@@ -389,13 +395,15 @@ def run(
         if given:
             raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
         flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-                 "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network}  # fmt: skip
+                 "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
+                 "inodes": inodes, "network": network}  # fmt: skip
         _run_remote(server, repo, task, model, flags, image, setup, json_events, Choice(apply, include_ignored, False))
         return
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
     limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "network": network})  # fmt: skip
+                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus,
+                                "disk_mb": disk, "inodes": inodes, "network": network})  # fmt: skip
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:

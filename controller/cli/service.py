@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from .. import config, engine, images, owners, scripted, terminal
+from .. import config, disks, engine, images, owners, scripted, terminal
 from ..config import Settings
 from ..context import Edit
 from ..display import plural
@@ -92,6 +92,8 @@ def gc(
         client = engine.connect(settings.docker_host)
         if older_than is not None:
             _expire(settings, older_than, include_unapplied)
+        else:  # what killed processes left: their sessions interrupted, their layers' filesystems unmounted
+            with_sessions(settings, Sessions.start)
         result = owners.sweep(client, settings.instance, everything=everything)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
@@ -102,9 +104,11 @@ def gc(
         print(f"removed the environment image {tag}")
     store = Store(settings.data_dir / "cubicle.db")
     try:
-        layers = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image)).sweep(
-            lambda session_id: store.get(session_id) is not None
+        quotas = disks.choose(
+            settings.disk_quota, lambda: client, settings.image, settings.data_dir, settings.docker_host
         )
+        workspaces = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image), quotas)
+        layers = workspaces.sweep(lambda session_id: store.get(session_id) is not None)
     finally:
         store.close()
     for session_id in layers:

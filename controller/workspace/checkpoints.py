@@ -77,7 +77,7 @@ def rewind(layer: Layer, number: int) -> None:
     ensure_unmounted(layer)
     entries = _load(layer, number)
     recover(layer, clean=True)
-    staging = layer.root / f"upper.rewind-{secrets.token_hex(4)}"
+    staging = layer.fs / f"upper.rewind-{secrets.token_hex(4)}"
     root_st = os.stat(layer.upper)
     staging.mkdir(mode=0o700)
     try:
@@ -104,11 +104,11 @@ def rewind(layer: Layer, number: int) -> None:
 def recover(layer: Layer, clean: bool = False) -> None:
     """Put back an upper a rewind left aside when it was killed between its two renames (no RENAME_EXCHANGE);
     with ``clean`` (a rewind starting, so none runs) also clear what killed rewinds left beside it."""
-    old = layer.root / "upper.old"
+    old = layer.fs / "upper.old"
     if not os.path.lexists(layer.upper) and old.is_dir():
         os.rename(old, layer.upper)
     if clean:
-        for leftover in [old, *layer.root.glob("upper.rewind-*")]:
+        for leftover in [old, *layer.fs.glob("upper.rewind-*")]:
             _remove(layer, leftover)
 
 
@@ -133,7 +133,7 @@ def _remove(layer: Layer, path: Path) -> None:
     """Remove a tree the layer no longer needs; best effort (what is left is only clutter, and ``discard`` clears it)."""
     if not os.path.lexists(path):
         return
-    parent = beneath.open_root(layer.root)
+    parent = beneath.open_root(path.parent)
     try:
         beneath.remove_tree(parent, path.name)
     except OSError as err:

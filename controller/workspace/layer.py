@@ -20,6 +20,9 @@ in ``upper`` — a setuid binary, say — is reachable by other host users)::
     baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
     expected.json   what this session last wrote or restored, per path (see ``apply``)
     upper/ work/    the overlay's upper and work directories
+    disk.img disk/  with a disk quota: the layer's own ext4 filesystem (an image file, sparse) and where it is
+                    mounted; ``upper``, ``work``, ``checkpoints`` and ``applies`` are then inside ``disk/``
+                    (see ``controller.disks``), so the agent's files, checkpoints and apply backups share the quota
     (setup tree)    optional, shared: what the environment's setup wrote (see ``controller.setups``); the
                     overlay's lowerdir is then ``setup:checkout``, so neither is ever written
     checkpoints/    one tree per checkpoint, plus its manifest (see ``checkpoints``)
@@ -32,6 +35,7 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,15 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 UNSAFE_IN_OPTIONS = re.compile(r"[,:\\=\x00-\x1f\x7f]")
 
 
+class DiskQuota(BaseModel):
+    """The size and the file count of a layer's own filesystem (``controller.disks`` makes and mounts it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mb: int
+    inodes: int
+
+
 class LayerInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +71,7 @@ class LayerInfo(BaseModel):
     ino: int
     setup: str | None = None  # the environment's setup tree, a read-only layer between the checkout and ``upper``
     trusted: tuple[str, ...] = ()  # files the environment's definition reads: applied only when forced by name
+    disk: DiskQuota | None = None  # the layer's writable parts live on their own filesystem of this size
 
 
 class Layer:
@@ -69,20 +83,25 @@ class Layer:
         self.repo = Path(info.repo)
 
     @property
+    def fs(self) -> Path:
+        """Where the writable parts live: the quota filesystem's mount point, or the layer's own directory."""
+        return disk_mount(self.root) if self.info.disk is not None else self.root
+
+    @property
     def upper(self) -> Path:
-        return self.root / "upper"
+        return self.fs / "upper"
 
     @property
     def work(self) -> Path:
-        return self.root / "work"
+        return self.fs / "work"
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.fs / "checkpoints"
 
     @property
     def applies(self) -> Path:
-        return self.root / "applies"
+        return self.fs / "applies"
 
     @property
     def baseline_file(self) -> Path:
@@ -96,17 +115,31 @@ class Layer:
         return baseline.Baseline.load(self.baseline_file)
 
 
+def disk_image(root: Path) -> Path:
+    """The image file of the quota filesystem of the layer at ``root``."""
+    return root / "disk.img"
+
+
+def disk_mount(root: Path) -> Path:
+    return root / "disk"
+
+
 def layer_dir(data_dir: Path, session_id: str) -> Path:
     if not SESSION_ID.fullmatch(session_id):
         raise WorkspaceError(f"Not a usable session id for a layer: {session_id!r}.")
     return data_dir / "workspaces" / session_id
 
 
-def create(data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = ()) -> Layer:
+def create(
+    data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (), disk: DiskQuota | None = None,
+    attach: Callable[[Layer], None] | None = None,
+) -> Layer:  # fmt: skip
     """Make the layer's directories and record the checkout's baseline; the repo must be vetted already.
 
     ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
     ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
+    With ``disk``, ``attach`` makes and mounts the layer's filesystem at ``layer.fs`` before
+    anything is written there.
     """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
@@ -114,8 +147,15 @@ def create(data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...]
         raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
     root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.mkdir(mode=0o700)
-    info = LayerInfo(repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino, trusted=trusted)
+    info = LayerInfo(
+        repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino, trusted=trusted, disk=disk
+    )
     layer = Layer(root, info)
+    if disk is not None:
+        if attach is None:
+            raise WorkspaceError("A layer with a disk quota needs something to make its filesystem.")
+        layer.fs.mkdir(mode=0o700)
+        attach(layer)
     for sub in (layer.work, layer.checkpoints, layer.applies):
         sub.mkdir(mode=0o700)
     _make_upper(layer.upper, st)

@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
         "conversation",
         "workspace",
         "environment",
+        "disks",
     },
     {"sandbox", "egress", "scripted", "compactor", "workspaces", "review", "api_models"},
     {"setups", "environments", "client"},

@@ -23,7 +23,13 @@ _OS_ERRORS = {
     errno.EROFS: ("read_only", "{} is on a read-only filesystem and cannot be changed."),
     errno.ENAMETOOLONG: ("name_too_long", "The path {} is too long."),
     errno.ELOOP: ("symlink_loop", "{} is a symlink loop."),
+    errno.ENOSPC: (
+        "disk_full",
+        "No space left for {}: the workspace's disk quota (its size or its number of files) is used up. "
+        "Delete files that are no longer needed (deleting always works), then try again.",
+    ),
 }
+_OS_ERRORS[errno.EDQUOT] = _OS_ERRORS[errno.ENOSPC]
 
 
 class Workspace:

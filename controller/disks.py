@@ -1,0 +1,402 @@
+"""Disk and inode quotas: each session's workspace layer lives on a filesystem of its own.
+
+Everything the agent writes lands in its layer's upper directory on the host. Memory, CPU
+and processes are bounded by the container; disk is bounded here. With a quota, a layer's
+writable parts (``upper``, ``work``, ``checkpoints``, ``applies``; see ``workspace.layer``)
+are on an ext4 filesystem made for the session: a sparse image file ``disk.img`` in the
+layer's directory, loop-mounted on ``disk/``. Its size is the disk quota and its inode
+count the file quota, so ``fallocate -l 50G`` or a million ``touch`` es fail inside the
+sandbox with ENOSPC while the host's filesystem only ever holds what was written. Checkpoints
+and apply backups are on it too and count. Deletes always work at the quota: 1% of the blocks
+are reserved for root, which is whom overlayfs creates whiteouts as, and whiteouts share one inode.
+
+Why this mechanism: the host's ext4 has no project quotas to turn on, Docker's ``local``
+volume driver cannot loop-mount an image file, and a watchdog is too late for one
+``fallocate``. A loop mount is the one privileged step, and this module names it:
+
+- ``HostMounter`` runs ``mkfs.ext4``, ``mount`` and ``umount`` itself; for a controller that
+  is root in the host's mount namespace (``cubicle run`` as root, CI).
+- ``HelperMounter`` runs them in a short-lived privileged container that enters the host's
+  mount namespace (``nsenter -t 1 -m``); for a controller that is not root, or runs in a
+  container. The Docker socket already gives such a controller root's power, so this adds
+  none. A controller in a container must see the mounts, so its data directory is mounted
+  with ``rslave`` propagation (see ``compose.yaml``).
+
+A layer's filesystem is mounted while something uses it (a sandbox, a review, an apply) and
+unmounted when the last use ends; ``mount -o loop`` frees its loop device on unmount. What a
+killed process left mounted is unmounted by ``Disks.sweep`` when the next controller starts,
+and by ``cubicle gc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shlex
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import DiskError, StoreError
+from .workspace.layer import DiskQuota, Layer, disk_image, disk_mount
+
+log = logging.getLogger(__name__)
+
+MOUNT_OPTIONS = "loop,nosuid,nodev,noatime,discard,noinit_itable,errors=remount-ro"
+"""nosuid, nodev: nothing the agent left there is a setuid binary or a device on the host. discard: what the agent
+deletes is freed in the image file too (the loop device punches holes). noinit_itable:
+the kernel does not zero the unused inode tables in the background, so the image stays sparse."""
+RESERVED_PERCENT = "1"
+"""Blocks only root may use: overlayfs writes whiteouts as root, so a delete works when the agent has filled the rest."""
+COMMAND_TIMEOUT_S = 120.0
+
+
+def mkfs_argv(image: Path, quota: DiskQuota, uid: int, gid: int) -> list[str]:
+    """``mkfs.ext4`` for a layer's filesystem: ``quota.mb`` MiB, at least ``quota.inodes`` inodes, its root ``uid``'s.
+
+    Inode tables and the journal are left unwritten (lazy), so a new image takes a few MiB of the host's disk.
+    """
+    options = f"lazy_itable_init=1,lazy_journal_init=1,root_owner={uid}:{gid}"
+    return [
+        "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", RESERVED_PERCENT, "-N", str(quota.inodes), "-I", "256",
+        "-E", options, "-L", "cubicle", str(image), f"{quota.mb}M",
+    ]  # fmt: skip
+
+
+def mount_argv(image: Path, target: Path) -> list[str]:
+    return ["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(image), str(target)]
+
+
+def unmount_argv(target: Path) -> list[str]:
+    return ["umount", str(target)]
+
+
+class Mounter(Protocol):
+    """The privileged step: make and mount a layer's filesystem, and unmount it. Each raises ``DiskError``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def make(self, image: Path, target: Path, quota: DiskQuota) -> None: ...
+
+    def mount(self, image: Path, target: Path) -> None: ...
+
+    def unmount(self, target: Path) -> None: ...
+
+
+class HostMounter:
+    """Runs ``mkfs.ext4``, ``mount`` and ``umount`` in this process's mount namespace (root on the host)."""
+
+    name = "host"
+
+    def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
+        _run(mkfs_argv(image, quota, os.geteuid(), os.getegid()), "make the filesystem of")
+        self.mount(image, target)
+
+    def mount(self, image: Path, target: Path) -> None:
+        _run(mount_argv(image, target), "mount the filesystem of")
+
+    def unmount(self, target: Path) -> None:
+        _run(unmount_argv(target), "unmount the filesystem of")
+
+
+def _run(argv: list[str], what: str) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise DiskError(f"Could not {what} a workspace layer ({argv[0]}: {err}).") from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip()[-500:]
+        raise DiskError(f"Could not {what} a workspace layer: {' '.join(argv)}: {detail}")
+
+
+class HelperMounter:
+    """Runs the same commands in a privileged container that enters the host's mount namespace.
+
+    ``mkfs.ext4`` runs in the container on the image (the layers' directory is mounted at its own
+    path); ``mount`` and ``umount`` run in the host's mount namespace, where the engine mounts the
+    overlay too. The container has no network and is removed when done.
+    """
+
+    name = "helper"
+
+    def __init__(self, connect: Callable[[], Any], image: str, workspaces: Path) -> None:
+        self._connect = connect
+        self.image = image
+        self.workspaces = workspaces
+
+    def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
+        mkfs = shlex.join(mkfs_argv(image, quota, os.geteuid(), os.getegid()))
+        self._run(f"{mkfs} && {_in_host(mount_argv(image, target))}", "make the filesystem of")
+
+    def mount(self, image: Path, target: Path) -> None:
+        self._run(_in_host(mount_argv(image, target)), "mount the filesystem of")
+
+    def unmount(self, target: Path) -> None:
+        self._run(_in_host(unmount_argv(target)), "unmount the filesystem of")
+
+    def _run(self, script: str, what: str) -> None:
+        from docker.errors import ContainerError, DockerException
+        from docker.types import Mount
+
+        try:
+            self._connect().containers.run(
+                self.image, ["sh", "-c", script], entrypoint=[], user="0:0", remove=True, privileged=True,
+                pid_mode="host", network_mode="none",
+                mounts=[Mount(str(self.workspaces), str(self.workspaces), type="bind")],
+            )  # fmt: skip
+        except ContainerError as err:
+            detail = (err.stderr or b"").decode(errors="replace").strip()[-500:]
+            raise DiskError(f"Could not {what} a workspace layer (in a helper container): {detail}") from None
+        except (DockerException, OSError) as err:
+            raise DiskError(f"Could not {what} a workspace layer (in a helper container): {err}") from None
+
+
+def _in_host(argv: list[str]) -> str:
+    return shlex.join(["nsenter", "-t", "1", "-m", "--", *argv])
+
+
+def engine_shares_mounts(docker_host: str) -> bool | None:
+    """Whether the engine behind ``docker_host`` runs in this process's mount namespace; None when unknown.
+
+    The unix socket's peer credentials name the engine's pid (0 when it is in another pid
+    namespace, as from a container); its ``/proc/<pid>/ns/mnt`` is compared with ours. Unknown:
+    a tcp engine, or one that does not answer.
+    """
+    if not docker_host.startswith("unix://"):
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(docker_host.removeprefix("unix://"))
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid = struct.unpack("3i", creds)[0]
+    try:
+        return pid > 0 and os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
+
+
+class AutoMounter:
+    """``host`` when this process is root in the engine's mount namespace, else ``helper``; decided at first use."""
+
+    def __init__(self, helper: HelperMounter, docker_host: str) -> None:
+        self._helper = helper
+        self._docker_host = docker_host
+        self._chosen: Mounter | None = None
+
+    @property
+    def name(self) -> str:
+        return self._choose().name
+
+    def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
+        self._choose().make(image, target, quota)
+
+    def mount(self, image: Path, target: Path) -> None:
+        self._choose().mount(image, target)
+
+    def unmount(self, target: Path) -> None:
+        self._choose().unmount(target)
+
+    def _choose(self) -> Mounter:
+        """Decided once the engine answers; until then the helper, which says the engine is missing."""
+        if self._chosen is None:
+            if os.geteuid() != 0:
+                self._chosen = self._helper
+            else:
+                shares = engine_shares_mounts(self._docker_host)
+                if shares is None:
+                    return self._helper
+                self._chosen = HostMounter() if shares else self._helper
+        return self._chosen
+
+
+class Disks:
+    """The quota filesystems of one data directory's layers, mounted while this process uses them.
+
+    Uses are counted per layer (``hold``): the first mounts the filesystem unless it is
+    mounted already, the last unmounts what this process mounted. A mount that another
+    process made stays its to unmount. An flock on the image keeps two processes from
+    mounting one image at once.
+    """
+
+    def __init__(self, mounter: Mounter, workspaces: Path) -> None:
+        self.mounter = mounter
+        self.workspaces = workspaces
+        self._lock = threading.Lock()
+        self._uses: dict[Path, int] = {}
+        self._ours: set[Path] = set()
+        self._locks: dict[Path, threading.Lock] = {}
+
+    def make(self, layer: Layer) -> None:
+        """Make the layer's filesystem and mount it (held once: the caller releases it)."""
+        quota = layer.info.disk
+        if quota is None:
+            raise DiskError(f"The layer of {layer.repo} has no disk quota.")
+        image, target = disk_image(layer.root), disk_mount(layer.root)
+        with self._layer_lock(layer.root):
+            try:  # sparse: only what the filesystem writes takes space
+                fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    os.truncate(fd, quota.mb << 20)
+                finally:
+                    os.close(fd)
+            except OSError as err:
+                raise StoreError(
+                    f"The disk image of the layer at {layer.root} could not be made: {err.strerror}."
+                ) from None
+            with _flock(image):
+                self.mounter.make(image, target, quota)
+                self._check_mounted(target)
+            os.chmod(target, 0o700)
+            with self._lock:
+                self._uses[layer.root] = self._uses.get(layer.root, 0) + 1
+                self._ours.add(layer.root)
+
+    def acquire(self, layer: Layer) -> None:
+        """Count one use of the layer's filesystem, mounting it first if it is not."""
+        if layer.info.disk is None:
+            return
+        root = layer.root
+        with self._layer_lock(root):
+            with self._lock:
+                if self._uses.get(root, 0) > 0:
+                    self._uses[root] += 1
+                    return
+            target = disk_mount(root)
+            if not os.path.ismount(target):
+                image = disk_image(root)
+                with _flock(image):
+                    if not os.path.ismount(target):
+                        self.mounter.mount(image, target)
+                        self._check_mounted(target)
+                        with self._lock:
+                            self._ours.add(root)
+            with self._lock:
+                self._uses[root] = self._uses.get(root, 0) + 1
+
+    def release(self, layer: Layer) -> None:
+        """End one use; the last one unmounts the filesystem if this process mounted it."""
+        if layer.info.disk is None:
+            return
+        root = layer.root
+        with self._layer_lock(root):
+            with self._lock:
+                left = self._uses.get(root, 0) - 1
+                if left > 0:
+                    self._uses[root] = left
+                    return
+                self._uses.pop(root, None)
+                ours = root in self._ours
+                self._ours.discard(root)
+            if ours:
+                try:
+                    self._unmount(root)
+                except DiskError as err:  # busy (a container of another process uses it): the sweep retries
+                    log.warning("%s", err)
+
+    @contextlib.contextmanager
+    def held(self, layer: Layer) -> Iterator[Layer]:
+        self.acquire(layer)
+        try:
+            yield layer
+        finally:
+            self.release(layer)
+
+    def detach(self, root: Path) -> None:
+        """Unmount the filesystem of the layer at ``root`` whoever mounted it (the layer is being discarded)."""
+        with self._layer_lock(root):
+            with self._lock:
+                self._uses.pop(root, None)
+                self._ours.discard(root)
+            if os.path.ismount(disk_mount(root)):
+                self._unmount(root)
+
+    def mounted(self) -> list[Path]:
+        """The layer directories whose filesystem is mounted (as this process sees the mounts)."""
+        found = []
+        for mount_point in _mount_points():
+            if mount_point.name == "disk" and mount_point.parent.parent == self.workspaces:
+                found.append(mount_point.parent)
+        return found
+
+    def sweep(self, in_use: Callable[[str], bool]) -> list[str]:
+        """Unmount what a process that is gone left mounted: every layer filesystem of a session not ``in_use``
+        and not held here. Returns the session ids unmounted."""
+        unmounted = []
+        for root in self.mounted():
+            with self._lock:
+                held = root in self._uses
+            if held or in_use(root.name):
+                continue
+            try:
+                self.detach(root)
+            except DiskError as err:
+                log.warning("%s", err)
+                continue
+            unmounted.append(root.name)
+        return unmounted
+
+    def _unmount(self, root: Path) -> None:
+        image = disk_image(root)
+        with _flock(image) if image.exists() else contextlib.nullcontext():
+            self.mounter.unmount(disk_mount(root))
+
+    def _check_mounted(self, target: Path) -> None:
+        if not os.path.ismount(target):
+            raise DiskError(
+                f"The layer's filesystem was mounted on {target}, yet this process does not see it there.",
+                hint="A controller in a container needs its data directory mounted with rslave propagation "
+                "(compose.yaml does so); the host's mount of that directory must be shared (`mount --make-rshared /`).",
+            )
+
+    def _layer_lock(self, root: Path) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(root, threading.Lock())
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _mount_points(mountinfo: Path = Path("/proc/self/mountinfo")) -> list[Path]:
+    """Every mount point this process sees (mountinfo's field 5, with its octal escapes undone)."""
+    points = []
+    with contextlib.suppress(OSError):
+        for line in mountinfo.read_bytes().splitlines():
+            fields = line.split(b" ")
+            if len(fields) > 4:
+                raw = fields[4]
+                for code in (b"\\040", b"\\011", b"\\012", b"\\134"):
+                    raw = raw.replace(code, bytes([int(code[1:], 8)]))
+                points.append(Path(os.fsdecode(raw)))
+    return points
+
+
+def choose(mode: str, connect: Callable[[], Any], image: str, data_dir: Path, docker_host: str) -> Disks | None:
+    """The data directory's ``Disks`` for ``CUBICLE_DISK_QUOTA``: ``host``, ``helper``, ``auto`` (``AutoMounter``)
+    or ``off`` (None: layers without a quota)."""
+    if mode == "off":
+        return None
+    workspaces = data_dir / "workspaces"
+    helper = HelperMounter(connect, image, workspaces)
+    mounter: Mounter = AutoMounter(helper, docker_host)
+    if mode == "host":
+        mounter = HostMounter()
+    elif mode == "helper":
+        mounter = helper
+    return Disks(mounter, workspaces)

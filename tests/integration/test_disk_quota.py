@@ -1,0 +1,180 @@
+"""Per-session disk and inode quotas on a real engine: what the agent writes stops at its quota, inside the sandbox.
+
+Small quotas keep the runs cheap: 64 MiB and 2,048 files. Each session's layer is a loop-mounted
+ext4 filesystem of that size (``controller.disks``); these tests look at it from the host too:
+its image's allocated bytes, the host's free space, and the mounts and loop devices left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.api import create_app
+from controller.config import Settings
+from controller.scripted import ScriptedServer, serve_in_thread
+from tests.agent_harness import register, text, tool
+from tests.eventually import eventually
+from tests.integration.api_helpers import Api
+from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.helpers import container_running
+from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
+
+TOKEN = "quota-token"
+QUOTA_MB = 64
+QUOTA = {"disk_mb": QUOTA_MB, "inodes": 2048}
+SLACK = 16 << 20
+"""What else the data directory may take meanwhile (the database, baselines, the image's own metadata)."""
+
+FILL_FILES = (
+    "python3 -c \"\nimport os\nos.mkdir('many')\nn = 0\ntry:\n    while n < 2000000:\n"
+    "        open(f'many/f{n}', 'x').close()\n        n += 1\nexcept OSError as e:\n"
+    "    print('made', n, 'then', e.strerror)\n\""
+)
+QUOTA_TURNS = [
+    {"content": [tool("run_command", command="fallocate -l 50G big; echo rc=$?; rm -f big")]},
+    {"content": [tool("run_command", command="dd if=/dev/zero of=fill bs=1M count=200 2>&1; echo rc=$?")]},
+    {"content": [tool("write_file", path="note.txt", content="x" * 1_000_000)]},
+    # at the size quota: a file of the checkout (it needs a whiteout) and one the agent made are deleted
+    {"content": [tool("run_command", command="rm README.md fill && echo deleted")]},
+    {"content": [tool("run_command", command=FILL_FILES)]},
+    {"content": [tool("run_command", command="rm -r many && echo deleted")]},  # at the file quota
+    {"content": [tool("write_file", path="after.txt", content="room again")]},
+    {"content": [text("Done.")]},
+]
+
+
+@pytest.fixture
+def api(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Api]:
+    settings = Settings(
+        api_key="test", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path],  # type: ignore[attr-defined]
+        data_dir=tmp_path / "data", instance=TEST_INSTANCE, limits=SANDBOX_LIMITS, sse_heartbeat_s=1,
+    )  # fmt: skip
+    with serve_in_thread(create_app(settings)) as url:
+        client = Api(url, TOKEN)
+        yield client
+        client.http.close()
+
+
+def loops_backed_by(directory: Path) -> list[str]:
+    """The loop devices whose backing file is under ``directory``."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if backing.read_text().strip().startswith(str(directory)):
+                found.append(backing.parent.parent.name)
+    return found
+
+
+def mounts_under(directory: Path) -> list[str]:
+    """Mount points under ``directory`` (this process shares the engine's mount namespace in CI)."""
+    points = [line.split(" ")[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if p.startswith(str(directory) + "/")]
+
+
+def free_bytes(path: Path) -> int:
+    fs = os.statvfs(path)
+    return fs.f_bavail * fs.f_frsize
+
+
+def results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "tool_result"]
+
+
+def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_notices(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    before = free_bytes(tmp_path)
+    filler = api.create(str(make_repo()), register(model_server, QUOTA_TURNS, prefix="fill"), limits=QUOTA)
+    calm_turns = [
+        {"content": [tool("run_command", command="echo calm > calm.txt && cat calm.txt")]},
+        {"content": [text("ok")]},
+    ]
+    calm = api.create(str(make_repo("calm")), register(model_server, calm_turns, prefix="calm"))
+    health = []
+    while api.get(filler["id"])["status"] == "running":
+        started = time.monotonic()
+        assert api.http.get("/healthz").status_code == 200
+        health.append(time.monotonic() - started)
+        time.sleep(0.2)
+    events = api.events(filler["id"])
+    assert api.get(filler["id"])["status"] == "idle", events[-3:]
+    fallocate, dd, note, delete, files, delete_files, after = results(events)
+
+    assert "No space left on device" in fallocate["output"] and "rc=1" in fallocate["output"], fallocate
+    assert "No space left on device" in dd["output"] and "rc=1" in dd["output"], dd
+    made = re.search(r"made (\d+) then No space left on device", files["output"])
+    assert made and 1000 < int(made.group(1)) < 2048, files["output"]
+    assert note["is_error"] and "disk quota" in note["output"], (note["output"], dd["output"])
+    assert "deleted" in delete["output"] and not delete["is_error"], delete
+    assert "deleted" in delete_files["output"] and not delete_files["is_error"], delete_files
+    assert not after["is_error"], after  # and free room again
+
+    image = next((data / "workspaces").glob("*/disk.img"))  # the filler's only: the calm session got the default
+    for layer in (data / "workspaces").iterdir():
+        if (layer / "layer.json").is_file() and json.loads((layer / "layer.json").read_text())["disk"]["mb"] == 64:
+            image = layer / "disk.img"
+    assert image.stat().st_blocks * 512 <= (QUOTA_MB << 20), image.stat()
+    assert before - free_bytes(tmp_path) <= (QUOTA_MB << 20) + SLACK
+
+    assert api.wait_for(calm["id"], lambda s: s["status"] != "running")["status"] == "idle"
+    assert "calm" in results(api.events(calm["id"]))[0]["output"]
+    assert health and max(health) < 2.0, health  # the controller kept answering (generous: a shared CI machine)
+
+    assert len(loops_backed_by(data)) == 2  # idle sessions keep their containers, and so their layers, a while
+    for session in (filler["id"], calm["id"]):
+        assert api.http.post(f"/v1/sessions/{session}/discard").status_code == 200
+    assert not image.exists()
+    assert mounts_under(data) == [] and loops_backed_by(data) == []
+    assert before - free_bytes(tmp_path) <= SLACK  # the space is back
+
+
+def test_a_killed_run_leaves_its_layer_mounted_until_the_next_controller_or_gc(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    data = tmp_path / "data"
+    env = {"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": TEST_INSTANCE}
+    scenario = tmp_path / "sleep.json"
+    turns = [{"content": [tool("run_command", command="sleep 300", timeout_s=300)]}, {"content": [text("never")]}]
+    scenario.write_text(json.dumps({"name": "sleep", "turns": turns}))
+    args = [sys.executable, "-m", "controller", "run", str(make_repo()), "sleep", "--json", "--no-apply",
+            "--command-timeout", "300", "--disk", "64", "--inodes", "2048", "--scenario", str(scenario)]  # fmt: skip
+    process = subprocess.Popen(args, env=environment(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        eventually(lambda: container_running(docker_client, "sleep 300"), timeout=60, what="the command runs")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+    assert loops_backed_by(data) and mounts_under(data), "a killed run leaves its layer's filesystem mounted"
+
+    done = cubicle("gc", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert mounts_under(data) == [] and loops_backed_by(data) == [], (mounts_under(data), loops_backed_by(data))
+    layers = list((data / "workspaces").iterdir())
+    assert len(layers) == 1 and (layers[0] / "disk.img").is_file()  # the layer is kept: its changes are reviewable
+    listed = cubicle("changes", layers[0].name, env=env)
+    assert listed.returncode == 0, listed.stderr  # mounted again to be read, and unmounted after
+    assert mounts_under(data) == [] and loops_backed_by(data) == []
+
+
+def test_a_request_for_more_than_the_servers_maximum_is_clamped_or_refused(
+    api: Api, make_repo: Callable[..., Path]
+) -> None:
+    response = api.http.post(
+        "/v1/sessions", json={"repo": str(make_repo()), "task": "t", "model": "m", "limits": {"disk_mb": 8}}
+    )
+    assert response.status_code == 422 and "disk_mb" in response.text, response.text
