@@ -16,11 +16,11 @@ volume driver cannot loop-mount an image file, and a watchdog is too late for on
 
 - ``HostMounter`` runs ``mkfs.ext4``, ``mount`` and ``umount`` itself; for a controller that
   is root in the host's mount namespace (``cubicle run`` as root, CI).
-- ``HelperMounter`` runs them in a short-lived privileged container that enters the host's
-  mount namespace (``nsenter -t 1 -m``); for a controller that is not root, or runs in a
-  container. The Docker socket already gives such a controller root's power, so this adds
-  none. A controller in a container must see the mounts, so its data directory is mounted
-  with ``rslave`` propagation (see ``compose.yaml``).
+- ``HelperMounter`` runs them in a short-lived container with ``CAP_SYS_ADMIN`` whose mounts
+  propagate to the host; for a controller that is not root, or runs in a container. The
+  Docker socket already gives such a controller root's power, so this adds none. A controller
+  in a container must see the mounts, so its data directory is mounted with ``rslave``
+  propagation (see ``compose.yaml``).
 
 A layer's filesystem is mounted while something uses it (a sandbox, a review, an apply) and
 unmounted when the last use ends; ``mount -o loop`` frees its loop device on unmount. What a
@@ -83,6 +83,11 @@ class Mounter(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def linger_s(self) -> float:
+        """How long a filesystem this process mounted stays mounted after its last use (a helper is slow to start)."""
+        ...
+
     def make(self, image: Path, target: Path, quota: DiskQuota) -> None: ...
 
     def mount(self, image: Path, target: Path) -> None: ...
@@ -94,6 +99,7 @@ class HostMounter:
     """Runs ``mkfs.ext4``, ``mount`` and ``umount`` in this process's mount namespace (root on the host)."""
 
     name = "host"
+    linger_s = 0.0
 
     def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
         _run(mkfs_argv(image, quota, os.geteuid(), os.getegid()), "make the filesystem of")
@@ -117,14 +123,18 @@ def _run(argv: list[str], what: str) -> None:
 
 
 class HelperMounter:
-    """Runs the same commands in a privileged container that enters the host's mount namespace.
+    """Runs the same commands in a short-lived container that may mount, whose mounts reach the host.
 
-    ``mkfs.ext4`` runs in the container on the image (the layers' directory is mounted at its own
-    path); ``mount`` and ``umount`` run in the host's mount namespace, where the engine mounts the
-    overlay too. The container has no network and is removed when done.
+    The layers' directory is bind-mounted into it at its own path with ``rshared`` propagation:
+    what it mounts there appears in the host's mount namespace (where the engine mounts the
+    overlay) and in a controller container that mounts the data directory ``rslave``. That
+    needs the host's mount of the data directory to be shared, as systemd makes ``/``. The
+    container has ``CAP_SYS_ADMIN`` and ``CAP_DAC_OVERRIDE`` only (no ``--privileged``), the host's ``/dev`` for the loop
+    devices the kernel creates, access to those devices only, no network, and is removed when done.
     """
 
     name = "helper"
+    linger_s = 30.0
 
     def __init__(self, connect: Callable[[], Any], image: str, workspaces: Path) -> None:
         self._connect = connect
@@ -133,23 +143,27 @@ class HelperMounter:
 
     def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
         mkfs = shlex.join(mkfs_argv(image, quota, os.geteuid(), os.getegid()))
-        self._run(f"{mkfs} && {_in_host(mount_argv(image, target))}", "make the filesystem of")
+        self._run(f"{mkfs} && {shlex.join(mount_argv(image, target))}", "make the filesystem of")
 
     def mount(self, image: Path, target: Path) -> None:
-        self._run(_in_host(mount_argv(image, target)), "mount the filesystem of")
+        self._run(shlex.join(mount_argv(image, target)), "mount the filesystem of")
 
     def unmount(self, target: Path) -> None:
-        self._run(_in_host(unmount_argv(target)), "unmount the filesystem of")
+        self._run(shlex.join(unmount_argv(target)), "unmount the filesystem of")
 
     def _run(self, script: str, what: str) -> None:
         from docker.errors import ContainerError, DockerException
         from docker.types import Mount
 
+        workspaces = str(self.workspaces)
         try:
             self._connect().containers.run(
-                self.image, ["sh", "-c", script], entrypoint=[], user="0:0", remove=True, privileged=True,
-                pid_mode="host", network_mode="none",
-                mounts=[Mount(str(self.workspaces), str(self.workspaces), type="bind")],
+                self.image, ["sh", "-c", script], entrypoint=[], user="0:0", remove=True, network_mode="none",
+                cap_drop=["ALL"], cap_add=["SYS_ADMIN", "DAC_OVERRIDE"],  # DAC: the image is the controller user's, 0600
+                security_opt=["no-new-privileges:true", "apparmor=unconfined"],  # docker-default's AppArmor denies mount
+                device_cgroup_rules=[f"b {LOOP_MAJOR}:* rwm", f"c {MISC_MAJOR}:{LOOP_CONTROL_MINOR} rwm"],
+                mounts=[Mount("/dev", "/dev", type="bind"),
+                        Mount(workspaces, workspaces, type="bind", propagation="rshared")],
             )  # fmt: skip
         except ContainerError as err:
             detail = (err.stderr or b"").decode(errors="replace").strip()[-500:]
@@ -158,8 +172,8 @@ class HelperMounter:
             raise DiskError(f"Could not {what} a workspace layer (in a helper container): {err}") from None
 
 
-def _in_host(argv: list[str]) -> str:
-    return shlex.join(["nsenter", "-t", "1", "-m", "--", *argv])
+LOOP_MAJOR, MISC_MAJOR, LOOP_CONTROL_MINOR = 7, 10, 237
+"""The device numbers of the loop devices and of /dev/loop-control (fixed by the kernel)."""
 
 
 def engine_shares_mounts(docker_host: str) -> bool | None:
@@ -197,6 +211,10 @@ class AutoMounter:
     def name(self) -> str:
         return self._choose().name
 
+    @property
+    def linger_s(self) -> float:
+        return self._choose().linger_s
+
     def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
         self._choose().make(image, target, quota)
 
@@ -222,10 +240,11 @@ class AutoMounter:
 class Disks:
     """The quota filesystems of one data directory's layers, mounted while this process uses them.
 
-    Uses are counted per layer (``hold``): the first mounts the filesystem unless it is
-    mounted already, the last unmounts what this process mounted. A mount that another
-    process made stays its to unmount. An flock on the image keeps two processes from
-    mounting one image at once.
+    Uses are counted per layer (``acquire``/``release``): the first mounts the filesystem
+    unless it is mounted already, the last unmounts what this process mounted, at once or
+    after the mounter's ``linger_s`` (a use that comes meanwhile keeps the mount); ``close``
+    unmounts what still lingers. A mount that another process made stays its to unmount. An
+    flock on the image keeps two processes from mounting one image at once.
     """
 
     def __init__(self, mounter: Mounter, workspaces: Path) -> None:
@@ -235,6 +254,7 @@ class Disks:
         self._uses: dict[Path, int] = {}
         self._ours: set[Path] = set()
         self._locks: dict[Path, threading.Lock] = {}
+        self._lingering: dict[Path, threading.Timer] = {}
 
     def make(self, layer: Layer) -> None:
         """Make the layer's filesystem and mount it (held once: the caller releases it)."""
@@ -268,8 +288,11 @@ class Disks:
         root = layer.root
         with self._layer_lock(root):
             with self._lock:
-                if self._uses.get(root, 0) > 0:
-                    self._uses[root] += 1
+                timer = self._lingering.pop(root, None)
+                if timer is not None:
+                    timer.cancel()
+                if self._uses.get(root, 0) > 0 or (timer is not None and root in self._ours):
+                    self._uses[root] = self._uses.get(root, 0) + 1
                     return
             target = disk_mount(root)
             if not os.path.ismount(target):
@@ -295,13 +318,37 @@ class Disks:
                     self._uses[root] = left
                     return
                 self._uses.pop(root, None)
-                ours = root in self._ours
+                if root not in self._ours:
+                    return
+                linger = self.mounter.linger_s
+                if linger > 0:
+                    timer = threading.Timer(linger, self._unmount_idle, (root,))
+                    timer.daemon = True
+                    self._lingering[root] = timer
+                    timer.start()
+                    return
+            self._unmount_idle(root, locked=True)
+
+    def _unmount_idle(self, root: Path, locked: bool = False) -> None:
+        """Unmount what this process mounted at ``root`` if nothing uses it (called with the layer's lock, or not)."""
+        with contextlib.nullcontext() if locked else self._layer_lock(root):
+            with self._lock:
+                if self._uses.get(root, 0) > 0 or root not in self._ours:
+                    return
                 self._ours.discard(root)
-            if ours:
-                try:
-                    self._unmount(root)
-                except DiskError as err:  # busy (a container of another process uses it): the sweep retries
-                    log.warning("%s", err)
+                self._lingering.pop(root, None)
+            try:
+                self._unmount(root)
+            except DiskError as err:  # busy (a container of another process uses it): the sweep retries
+                log.warning("%s", err)
+
+    def close(self) -> None:
+        """Unmount every filesystem this process mounted that nothing uses now (those lingering)."""
+        with self._lock:
+            lingering = list(self._lingering.items())
+        for root, timer in lingering:
+            timer.cancel()
+            self._unmount_idle(root)
 
     @contextlib.contextmanager
     def held(self, layer: Layer) -> Iterator[Layer]:
@@ -317,6 +364,9 @@ class Disks:
             with self._lock:
                 self._uses.pop(root, None)
                 self._ours.discard(root)
+                timer = self._lingering.pop(root, None)
+            if timer is not None:
+                timer.cancel()
             if os.path.ismount(disk_mount(root)):
                 self._unmount(root)
 

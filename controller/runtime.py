@@ -136,9 +136,11 @@ class Runtime:
         )  # fmt: skip
 
     async def close(self) -> None:
-        """Close both clients; the sandboxes are their owners' to stop first."""
+        """Close both clients; the sandboxes are their owners' to stop first. Layer filesystems still mounted
+        after their last use (a helper's linger) are unmounted first, while the engine answers."""
         if self._model_client is not None:
             await self._model_client.close()
+        await asyncio.to_thread(self.workspaces.close)
         await asyncio.to_thread(self.engine.close)
 
     def _client(self) -> anthropic.AsyncAnthropic:

@@ -251,7 +251,8 @@ class CubicleContainer(DockerContainer):
         self._own_data_dir = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="cubicle-data-")) if data_dir is None else data_dir.absolute()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.with_volume_mapping(str(self.data_dir), str(self.data_dir), "rw")
+        # rslave: the layers' filesystems (disk quotas) that a helper container mounts on the host show here too
+        self.with_volume_mapping(str(self.data_dir), str(self.data_dir), "rw,rslave")
         settings = {
             "CUBICLE_API_TOKEN": token,
             "CUBICLE_REPO_ROOTS": ",".join(map(str, repo_roots)),

@@ -242,14 +242,10 @@ class Workspaces:
             found = [change.model_copy(update={"diff": None}) for change in found]
         return found
 
-    def summary(self, session_id: str) -> ChangeSummary:
+    def checkpoint_and_summary(self, session_id: str) -> tuple[int, ChangeSummary]:
+        """``checkpoint`` then ``summary``, with the layer held once for both."""
         with self.using(session_id) as layer:
-            return summarize(workspace.scan(layer, with_diffs=True))
-
-    def checkpoint(self, session_id: str) -> int:
-        """Keep the layer as it is now (the end of a turn); returns the checkpoint's number."""
-        with self.using(session_id) as layer:
-            return workspace.checkpoint(layer)
+            return workspace.checkpoint(layer), summarize(workspace.scan(layer, with_diffs=True))
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
         with self.using(session_id) as layer:
@@ -316,6 +312,11 @@ class Workspaces:
             left = discard_dir(root)
         return left
 
+    def close(self) -> None:
+        """Unmount the layer filesystems this process mounted that nothing uses now."""
+        if self.disks is not None:
+            self.disks.close()
+
     def unmount_unused(self, in_use: Callable[[str], bool]) -> list[str]:
         """Unmount the layer filesystems a killed process left mounted (of sessions not ``in_use``)."""
         return self.disks.sweep(in_use) if self.disks is not None else []
@@ -374,8 +375,7 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
     ends nothing: the transcript and the layer stay as they are.
     """
     try:
-        number = await asyncio.to_thread(workspaces.checkpoint, session_id)
-        summary = await asyncio.to_thread(workspaces.summary, session_id)
+        number, summary = await asyncio.to_thread(workspaces.checkpoint_and_summary, session_id)
     except (workspace.WorkspaceError, NotFoundError, OSError) as err:
         log.warning("could not checkpoint the layer of %s: %s", session_id, err)
         await sink.emit(

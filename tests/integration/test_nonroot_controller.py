@@ -62,7 +62,8 @@ def test_a_controller_that_is_not_root_runs_applies_reverts_and_discards(
         container = docker_client.containers.run(
             controller_image, ["cubicle", *args], detach=True, user=f"{AGENT_UID}:{AGENT_UID}",
             group_add=[str(socket.stat().st_gid)], environment={"CUBICLE_DATA_DIR": str(data), "HOME": "/tmp"},
-            mounts=[Mount("/var/run/docker.sock", str(socket), type="bind"), Mount(str(base), str(base), type="bind")],
+            mounts=[Mount("/var/run/docker.sock", str(socket), type="bind"),
+                    Mount(str(base), str(base), type="bind", propagation="rslave")],  # as compose.yaml
             network_mode="none",
         )  # fmt: skip
         try:
