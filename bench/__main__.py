@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, egress, environment, flood, mcp, page, rows, viewer, workspace
+from bench import context, disk, egress, environment, flood, mcp, page, rows, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -54,6 +54,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("ready and teardown", rows.ready_and_teardown(report, client, args.image, root, args.quick))
             await section("environment", environment.table(report, client, args.image, root, args.quick))
             await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
+            await section("disk quota", disk.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))
             await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))
             await section("egress proxy", egress.table(report, client, args.image, root, args.quick))
