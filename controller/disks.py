@@ -409,6 +409,8 @@ class Disks:
 
     def _check_mounted(self, target: Path) -> None:
         if not os.path.ismount(target):
+            with contextlib.suppress(DiskError):  # mounted where this process cannot see it: not left there
+                self.mounter.unmount(target)
             raise DiskError(
                 f"The layer's filesystem was mounted on {target}, yet this process does not see it there.",
                 hint="A controller in a container needs its data directory mounted with rslave propagation "

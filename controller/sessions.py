@@ -341,9 +341,10 @@ class Sessions:
         return self.is_running(record.id) or self._owner_alive(record)
 
     def _in_use(self, session_id: str) -> bool:
-        """Whether another live process may use the session's layer (a turn, or a container kept between turns)."""
+        """Whether another live process may use the session's layer (a turn, or a container kept between turns).
+        A layer without a row may be one whose row is about to be written: ``Workspaces.sweep`` judges those."""
         record = self.store.get(session_id)
-        return record is not None and self._owner_alive(record)
+        return record is None or self._owner_alive(record)
 
     def _owner_alive(self, record: SessionRecord) -> bool:
         """Whether another process that is still alive runs this session (this process knows its own)."""

@@ -69,6 +69,31 @@ def refuse_low_space(data_dir: Path, floor_mb: int) -> None:
         )
 
 
+def quota_full(layer: Layer) -> bool:
+    """Whether the layer's own filesystem (its disk quota) has no block or no inode left."""
+    if layer.info.disk is None:
+        return False
+    try:
+        fs = os.statvfs(layer.fs)
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < (1 << 20) or fs.f_favail < 16
+
+
+class QuotaFullError(StoreError):
+    """The session's disk quota is used up, so the layer cannot take what the operation writes there."""
+
+    def __init__(self, session_id: str, layer: Layer) -> None:
+        quota = layer.info.disk
+        size = f" ({quota.mb} MiB, {quota.inodes:,} files)" if quota else ""
+        super().__init__(
+            f"The disk quota of session {session_id}{size} is used up: its files, checkpoints and the backups an "
+            "apply keeps all count. Nothing was written to the checkout.",
+            hint=f"Rewind it to an earlier checkpoint (`cubicle rewind {session_id} N`), ask the agent in a follow-up "
+            "to delete what it does not need, or discard the session.",
+        )
+
+
 class ApplyConflictError(ConflictError):
     """The checkout changed under paths the apply (or revert) would write; nothing was written."""
 
@@ -227,10 +252,15 @@ class Workspaces:
 
     @contextlib.contextmanager
     def using(self, session_id: str) -> Iterator[Layer]:
+        """The layer, held; a write that fails because its disk quota is used up is a QuotaFullError (507)."""
         layer = self.open(session_id)
         self.hold(layer)
         try:
             yield layer
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT) and quota_full(layer):
+                raise QuotaFullError(session_id, layer) from None
+            raise
         finally:
             self.release(layer)
 
@@ -376,7 +406,7 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
     """
     try:
         number, summary = await asyncio.to_thread(workspaces.checkpoint_and_summary, session_id)
-    except (workspace.WorkspaceError, NotFoundError, OSError) as err:
+    except (workspace.WorkspaceError, NotFoundError, QuotaFullError, OSError) as err:
         log.warning("could not checkpoint the layer of %s: %s", session_id, err)
         await sink.emit(
             ErrorEvent(session_id=session_id, kind="workspace", message=f"No checkpoint of the files: {err}")

@@ -31,7 +31,7 @@ from . import beneath
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
 from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
-from .journal import ApplyRecord, Conflict, Expectations, Status, Step, numbers, write
+from .journal import ApplyRecord, Conflict, Expectations, Status, Step, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import FileType
 
@@ -192,18 +192,31 @@ def _symlink_detour(checkout: Checkout, change: Change, plan: _Plan) -> str:
 
 def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRecord:
     """Save what every touched path holds, then write; on failure put it all back and raise."""
-    number = (numbers(layer) or [0])[-1] + 1
+    # The next number after every record and every saved-originals folder: a folder whose apply failed
+    # before its record was written (a full disk quota, a kill) is never reused.
+    taken = [int(p.name.split(".")[0]) for p in layer.applies.iterdir() if p.name.split(".")[0].isdigit()]
+    number = max(taken, default=0) + 1
     folder = layer.applies / str(number)
     folder.mkdir(mode=0o700)
     removals = sorted((c for c in chosen if _removes(c)), key=lambda c: (-c.path.count("/"), c.path))
     creations = sorted((c for c in chosen if c.kind != Kind.DELETED), key=lambda c: (c.path.count("/"), c.path))
     order = removals + [c for c in creations if not _removes(c)]
     undirs = _undirs(chosen)
-    steps = [
-        Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i))) for i, c in enumerate(order)
-    ]
-    record = ApplyRecord(number=number, status=Status.PENDING, steps=steps)
-    write(layer, record)
+    try:  # nothing is written to the checkout until every original is saved
+        steps = [
+            Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i)))
+            for i, c in enumerate(order)
+        ]
+        record = ApplyRecord(number=number, status=Status.PENDING, steps=steps)
+        write(layer, record)
+    except BaseException:
+        parent = beneath.open_root(layer.applies)
+        try:
+            with contextlib.suppress(OSError):
+                beneath.remove_tree(parent, folder.name)
+        finally:
+            os.close(parent)
+        raise
     try:
         _write(layer, checkout, removals, creations)
     except (OSError, WorkspaceError) as err:

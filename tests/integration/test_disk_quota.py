@@ -27,7 +27,7 @@ from controller.scripted import ScriptedServer, serve_in_thread
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api
-from tests.integration.cli_helpers import cubicle, environment
+from tests.integration.cli_helpers import cubicle, environment, scripted_run, tree
 from tests.integration.helpers import container_running
 from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
 
@@ -178,3 +178,23 @@ def test_a_request_for_more_than_the_servers_maximum_is_clamped_or_refused(
         "/v1/sessions", json={"repo": str(make_repo()), "task": "t", "model": "m", "limits": {"disk_mb": 8}}
     )
     assert response.status_code == 422 and "disk_mb" in response.text, response.text
+
+
+def test_an_apply_that_cannot_keep_its_backups_in_the_quota_writes_nothing_and_says_why(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    """An apply saves what it overwrites in the layer first; with the quota full it stops before the checkout."""
+    files = {f"f{i}.bin": "y" * 1_000_000 for i in range(12)}
+    repo = make_repo(files=files)
+    before = tree(repo)
+    rewrite = "for f in f*.bin; do echo x > $f; done; dd if=/dev/zero of=pad bs=1M count=200 2>/dev/null; true"
+    turns = [{"content": [tool("run_command", command=rewrite)]}, {"content": [text("done")]}]
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
+    session = scripted_run(tmp_path, repo, "rewrite", turns, "--no-apply", "--disk", "40", "--inodes", "2048", env=env)
+    for _ in range(2):  # a failed apply leaves nothing that trips the next one
+        done = cubicle("apply", session, env=env)
+        assert done.returncode == 4 and "disk quota" in done.stderr and "Nothing was written" in done.stderr, (
+            done.stderr
+        )
+        assert tree(repo) == before
+    assert mounts_under(tmp_path / "data") == []
