@@ -121,12 +121,22 @@ class HostMounter:
 
 def _run(argv: list[str], what: str) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False, env=_with_sbin(os.environ)
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise DiskError(f"Could not {what} a workspace layer ({argv[0]}: {err}).") from None
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip()[-500:]
         raise DiskError(f"Could not {what} a workspace layer: {' '.join(argv)}: {detail}")
+
+
+def _with_sbin(env: os._Environ[str]) -> dict[str, str]:
+    """The environment with the system directories on PATH: ``mkfs.ext4`` and ``losetup`` live in sbin, which an
+    MCP client's or a service's PATH may lack."""
+    path = env.get("PATH", "")
+    extra = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin") if d not in path.split(":")]
+    return {**env, "PATH": ":".join([p for p in [path, *extra] if p])}
 
 
 class HelperMounter:

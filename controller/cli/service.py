@@ -90,16 +90,16 @@ def gc(
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
+        result = owners.sweep(client, settings.instance, everything=everything)
+        for name in result.removed:
+            print(f"removed {name}")
+        print(f"{len(result.removed)} removed, {len(result.kept)} kept")
         if older_than is not None:
             _expire(settings, older_than, include_unapplied)
         else:  # what killed processes left: their sessions interrupted, their layers' filesystems unmounted
             with_sessions(settings, Sessions.start)
-        result = owners.sweep(client, settings.instance, everything=everything)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
-    for name in result.removed:
-        print(f"removed {name}")
-    print(f"{len(result.removed)} removed, {len(result.kept)} kept")
     for tag in environment_image.sweep(client):
         print(f"removed the environment image {tag}")
     store = Store(settings.data_dir / "cubicle.db")
