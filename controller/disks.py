@@ -101,6 +101,8 @@ class Mounter(Protocol):
 
     def unmount(self, target: Path) -> None: ...
 
+    def detach_loop(self, device: str) -> None: ...
+
 
 class HostMounter:
     """Runs ``mkfs.ext4``, ``mount`` and ``umount`` in this process's mount namespace (root on the host)."""
@@ -117,6 +119,9 @@ class HostMounter:
 
     def unmount(self, target: Path) -> None:
         _run(unmount_argv(target), "unmount the filesystem of")
+
+    def detach_loop(self, device: str) -> None:
+        _run(["losetup", "-d", device], "detach the loop device of")
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -167,6 +172,9 @@ class HelperMounter:
 
     def unmount(self, target: Path) -> None:
         self._run(shlex.join(unmount_argv(target)), "unmount the filesystem of")
+
+    def detach_loop(self, device: str) -> None:
+        self._run(shlex.join(["losetup", "-d", device]), "detach the loop device of")
 
     def _run(self, script: str, what: str) -> None:
         from docker.errors import ContainerError, DockerException
@@ -241,6 +249,9 @@ class AutoMounter:
     def unmount(self, target: Path) -> None:
         self._choose().unmount(target)
 
+    def detach_loop(self, device: str) -> None:
+        self._choose().detach_loop(device)
+
     def _choose(self) -> Mounter:
         """Decided once the engine answers; until then the helper, which says the engine is missing."""
         if self._chosen is None:
@@ -255,13 +266,15 @@ class AutoMounter:
 
 
 class Disks:
-    """The quota filesystems of one data directory's layers, mounted while this process uses them.
+    """The quota filesystems of one data directory's layers, mounted while some process uses them.
 
-    Uses are counted per layer (``acquire``/``release``): the first mounts the filesystem
-    unless it is mounted already, the last unmounts what this process mounted, at once or
-    after the mounter's ``linger_s`` (a use that comes meanwhile keeps the mount); ``close``
-    unmounts what still lingers. A mount that another process made stays its to unmount. An
-    flock on the image keeps two processes from mounting one image at once.
+    A use (``acquire`` … ``release``) holds a shared flock on the layer's image, in this process
+    and across processes. The first use mounts the filesystem unless it is mounted; when the last
+    one ends (at once, or after the mounter's ``linger_s``) it is unmounted, but only if no
+    process holds the image: an exclusive, non-blocking flock must succeed first. So neither
+    another process's last use, nor ``sweep`` in the next controller or ``cubicle gc``, unmounts
+    a layer still in use. Mounting and unmounting themselves are serialized by an exclusive flock
+    on ``disk.lock`` beside the image.
     """
 
     def __init__(self, mounter: Mounter, workspaces: Path) -> None:
@@ -269,17 +282,18 @@ class Disks:
         self.workspaces = workspaces
         self._lock = threading.Lock()
         self._uses: dict[Path, int] = {}
-        self._ours: set[Path] = set()
+        self._holds: dict[Path, int] = {}  # the fd holding the shared flock of each layer in use here
         self._locks: dict[Path, threading.Lock] = {}
         self._lingering: dict[Path, threading.Timer] = {}
 
     def make(self, layer: Layer) -> None:
-        """Make the layer's filesystem and mount it (held once: the caller releases it)."""
+        """Make the layer's filesystem and mount it, held once: the caller releases it."""
         quota = layer.info.disk
         if quota is None:
             raise DiskError(f"The layer of {layer.repo} has no disk quota.")
-        image, target = disk_image(layer.root), disk_mount(layer.root)
-        with self._layer_lock(layer.root):
+        root = layer.root
+        image, target = disk_image(root), disk_mount(root)
+        with self._layer_lock(root):
             try:  # sparse: only what the filesystem writes takes space
                 fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 try:
@@ -287,16 +301,19 @@ class Disks:
                 finally:
                     os.close(fd)
             except OSError as err:
-                raise StoreError(
-                    f"The disk image of the layer at {layer.root} could not be made: {err.strerror}."
-                ) from None
-            with _flock(image):
-                self.mounter.make(image, target, quota)
-                self._check_mounted(target)
-            os.chmod(target, 0o700)
+                raise StoreError(f"The disk image of the layer at {root} could not be made: {err.strerror}.") from None
+            hold = _hold(image)
+            try:
+                with _flock(_lock_file(root)):
+                    self.mounter.make(image, target, quota)
+                    self._check_mounted(target)
+                os.chmod(target, 0o700)
+            except BaseException:
+                os.close(hold)
+                raise
             with self._lock:
-                self._uses[layer.root] = self._uses.get(layer.root, 0) + 1
-                self._ours.add(layer.root)
+                self._uses[root] = 1
+                self._holds[root] = hold
 
     def acquire(self, layer: Layer) -> None:
         """Count one use of the layer's filesystem, mounting it first if it is not."""
@@ -308,23 +325,26 @@ class Disks:
                 timer = self._lingering.pop(root, None)
                 if timer is not None:
                     timer.cancel()
-                if self._uses.get(root, 0) > 0 or (timer is not None and root in self._ours):
-                    self._uses[root] = self._uses.get(root, 0) + 1
+                if self._uses.get(root, 0) > 0:
+                    self._uses[root] += 1
                     return
-            target = disk_mount(root)
-            if not os.path.ismount(target):
-                image = disk_image(root)
-                with _flock(image):
-                    if not os.path.ismount(target):
-                        self.mounter.mount(image, target)
-                        self._check_mounted(target)
-                        with self._lock:
-                            self._ours.add(root)
+            image, target = disk_image(root), disk_mount(root)
+            hold = _hold(image)
+            try:
+                if not os.path.ismount(target):  # checked each time: another process may have unmounted it
+                    with _flock(_lock_file(root)):
+                        if not os.path.ismount(target):
+                            self.mounter.mount(image, target)
+                            self._check_mounted(target)
+            except BaseException:
+                os.close(hold)
+                raise
             with self._lock:
-                self._uses[root] = self._uses.get(root, 0) + 1
+                self._uses[root] = 1
+                self._holds[root] = hold
 
     def release(self, layer: Layer) -> None:
-        """End one use; the last one unmounts the filesystem if this process mounted it."""
+        """End one use; after the last, the filesystem is unmounted unless another process uses it."""
         if layer.info.disk is None:
             return
         root = layer.root
@@ -335,37 +355,19 @@ class Disks:
                     self._uses[root] = left
                     return
                 self._uses.pop(root, None)
-                if root not in self._ours:
-                    return
-                linger = self.mounter.linger_s
-                if linger > 0:
-                    timer = threading.Timer(linger, self._unmount_idle, (root,))
-                    timer.daemon = True
+                hold = self._holds.pop(root, None)
+                linger = self.mounter.linger_s if hold is not None else 0.0
+            if hold is None:
+                return
+            os.close(hold)
+            if linger > 0:
+                timer = threading.Timer(linger, self._unmount_idle, (root,))
+                timer.daemon = True
+                with self._lock:
                     self._lingering[root] = timer
-                    timer.start()
-                    return
+                timer.start()
+                return
             self._unmount_idle(root, locked=True)
-
-    def _unmount_idle(self, root: Path, locked: bool = False) -> None:
-        """Unmount what this process mounted at ``root`` if nothing uses it (called with the layer's lock, or not)."""
-        with contextlib.nullcontext() if locked else self._layer_lock(root):
-            with self._lock:
-                if self._uses.get(root, 0) > 0 or root not in self._ours:
-                    return
-                self._ours.discard(root)
-                self._lingering.pop(root, None)
-            try:
-                self._unmount(root)
-            except DiskError as err:  # busy (a container of another process uses it): the sweep retries
-                log.warning("%s", err)
-
-    def close(self) -> None:
-        """Unmount every filesystem this process mounted that nothing uses now (those lingering)."""
-        with self._lock:
-            lingering = list(self._lingering.items())
-        for root, timer in lingering:
-            timer.cancel()
-            self._unmount_idle(root)
 
     @contextlib.contextmanager
     def held(self, layer: Layer) -> Iterator[Layer]:
@@ -375,29 +377,37 @@ class Disks:
         finally:
             self.release(layer)
 
+    def close(self) -> None:
+        """Unmount now what lingers after its last use here (unless another process uses it)."""
+        with self._lock:
+            lingering = list(self._lingering.items())
+        for root, timer in lingering:
+            timer.cancel()
+            self._unmount_idle(root)
+
     def detach(self, root: Path) -> None:
-        """Unmount the filesystem of the layer at ``root`` whoever mounted it (the layer is being discarded)."""
+        """Unmount the filesystem of the layer at ``root``, which is being discarded; DiskError if a process uses it."""
         with self._layer_lock(root):
             with self._lock:
-                self._uses.pop(root, None)
-                self._ours.discard(root)
                 timer = self._lingering.pop(root, None)
+                in_use = self._uses.get(root, 0) > 0
             if timer is not None:
                 timer.cancel()
-            if os.path.ismount(disk_mount(root)):
-                self._unmount(root)
+            if in_use or not self._unmount_if_unused(root):
+                raise DiskError(f"The workspace layer at {root} is in use (by this or another Cubicle process).")
 
     def mounted(self) -> list[Path]:
         """The layer directories whose filesystem is mounted (as this process sees the mounts)."""
         found = []
-        for mount_point in _mount_points():
+        for mount_point, _ in _mounts():
             if mount_point.name == "disk" and mount_point.parent.parent == self.workspaces:
                 found.append(mount_point.parent)
         return found
 
     def sweep(self, in_use: Callable[[str], bool]) -> list[str]:
-        """Unmount what a process that is gone left mounted: every layer filesystem of a session not ``in_use``
-        and not held here. Returns the session ids unmounted."""
+        """Unmount what processes that are gone left: the filesystems of sessions not ``in_use`` that no process
+        holds, and loop devices of layers that nothing mounts (a kill between ``losetup`` and ``mount``). Returns
+        the session ids unmounted."""
         unmounted = []
         for root in self.mounted():
             with self._lock:
@@ -405,17 +415,66 @@ class Disks:
             if held or in_use(root.name):
                 continue
             try:
-                self.detach(root)
+                if self._unmount_if_unused(root):
+                    unmounted.append(root.name)
             except DiskError as err:
                 log.warning("%s", err)
-                continue
-            unmounted.append(root.name)
+        self._detach_stray_loops()
         return unmounted
 
-    def _unmount(self, root: Path) -> None:
-        image = disk_image(root)
-        with _flock(image) if image.exists() else contextlib.nullcontext():
-            self.mounter.unmount(disk_mount(root))
+    def _unmount_idle(self, root: Path, locked: bool = False) -> None:
+        """After the last use here: unmount unless a use began since, or another process holds the layer."""
+        with contextlib.nullcontext() if locked else self._layer_lock(root):
+            with self._lock:
+                self._lingering.pop(root, None)
+                if self._uses.get(root, 0) > 0:
+                    return
+            try:
+                self._unmount_if_unused(root)
+            except DiskError as err:  # busy (a container whose process is gone uses it): the sweep retries
+                log.warning("%s", err)
+
+    def _unmount_if_unused(self, root: Path) -> bool:
+        """Unmount unless some process holds the layer; True when it is not mounted any more."""
+        image, target = disk_image(root), disk_mount(root)
+        if not os.path.ismount(target):
+            return True
+        try:
+            probe = os.open(image, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:  # the image is gone (a half-removed layer): nobody can hold it
+            probe = -1
+        try:
+            if probe >= 0:
+                try:
+                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+            with _flock(_lock_file(root)):
+                if os.path.ismount(target):
+                    self.mounter.unmount(target)
+            return True
+        finally:
+            if probe >= 0:
+                os.close(probe)
+
+    def _detach_stray_loops(self) -> None:
+        """Detach loop devices backed by an image under ``workspaces/`` that no mount uses, under the layer's
+        ``disk.lock`` (a process between its ``losetup`` and its ``mount`` holds it)."""
+        sources = {source for _, source in _mounts()}
+        for device, backing in _loops():
+            deleted = backing.endswith(" (deleted)")
+            path = Path(backing.removesuffix(" (deleted)"))
+            if path.name != "disk.img" or path.parent.parent != self.workspaces or device in sources:
+                continue
+            try:
+                if deleted or not path.parent.is_dir():
+                    self.mounter.detach_loop(device)
+                    continue
+                with _flock(_lock_file(path.parent)):
+                    if device not in {source for _, source in _mounts()}:
+                        self.mounter.detach_loop(device)
+            except (DiskError, OSError) as err:
+                log.warning("could not detach the loop device %s of %s: %s", device, path, err)
 
     def _check_mounted(self, target: Path) -> None:
         if not os.path.ismount(target):
@@ -432,9 +491,24 @@ class Disks:
             return self._locks.setdefault(root, threading.Lock())
 
 
+def _lock_file(root: Path) -> Path:
+    return root / "disk.lock"
+
+
+def _hold(image: Path) -> int:
+    """An fd on the image holding a shared flock: this process uses the layer until it is closed."""
+    fd = os.open(image, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextlib.contextmanager
 def _flock(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -442,18 +516,31 @@ def _flock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _mount_points(mountinfo: Path = Path("/proc/self/mountinfo")) -> list[Path]:
-    """Every mount point this process sees (mountinfo's field 5, with its octal escapes undone)."""
-    points = []
+def _loops() -> list[tuple[str, str]]:
+    """(device, backing file) of every attached loop device."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            found.append((f"/dev/{backing.parent.parent.name}", backing.read_text().strip()))
+    return found
+
+
+def _mounts(mountinfo: Path = Path("/proc/self/mountinfo")) -> list[tuple[Path, str]]:
+    """(mount point, source) of every mount this process sees (mountinfo's octal escapes undone)."""
+    found = []
     with contextlib.suppress(OSError):
         for line in mountinfo.read_bytes().splitlines():
             fields = line.split(b" ")
-            if len(fields) > 4:
-                raw = fields[4]
-                for code in (b"\\040", b"\\011", b"\\012", b"\\134"):
-                    raw = raw.replace(code, bytes([int(code[1:], 8)]))
-                points.append(Path(os.fsdecode(raw)))
-    return points
+            tail = line.split(b" - ", 1)[-1].split(b" ")
+            if len(fields) > 4 and len(tail) > 1:
+                found.append((Path(os.fsdecode(_unescape(fields[4]))), os.fsdecode(_unescape(tail[1]))))
+    return found
+
+
+def _unescape(raw: bytes) -> bytes:
+    for code in (b"\\040", b"\\011", b"\\012", b"\\134"):
+        raw = raw.replace(code, bytes([int(code[1:], 8)]))
+    return raw
 
 
 def choose(mode: str, connect: Callable[[], Any], image: str, data_dir: Path, docker_host: str) -> Disks | None:

@@ -16,6 +16,7 @@ import pytest
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.scripted import ScriptedServer, free_port, serve_in_thread
+from controller.workspace.layer import open_layer
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api, parse_events, serve_env, serve_subprocess
@@ -47,7 +48,7 @@ def test_sigkill_mid_command_loses_no_acknowledged_event_and_the_session_resumes
                 acknowledged.append(event)
                 if event["type"] == "tool_call" and event["name"] == "run_command":
                     break
-        upper = tmp_path / "data" / "workspaces" / sid / "upper"  # the agent writes its layer, not the checkout
+        upper = open_layer(tmp_path / "data", sid).upper  # the agent writes its layer, not the checkout
         eventually((upper / "p.txt").exists, what="the long command runs")
         assert containers_of(docker_client, sid), "the session's sandbox is up when the controller dies"
     finally:
@@ -91,7 +92,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_full_data_disk(
     small_disk: Path, tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
-    settings = Settings(api_key="t", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path], data_dir=small_disk / "data", min_free_mb=0,  # type: ignore[attr-defined]
+    # disk_quota off: no layer image fits in 2 MiB; this is about the events filling the data directory
+    settings = Settings(api_key="t", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path], data_dir=small_disk / "data", min_free_mb=0, disk_quota="off",  # type: ignore[attr-defined]
                         instance="faults-disk", limits=Limits(memory_mb=512, pids=256, tmpfs_mb=64, model_output_chars=1024))  # fmt: skip
     loud = [
         {

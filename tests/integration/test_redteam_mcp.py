@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 
 from controller import mcpserver
+from controller.config import Settings
+from controller.runtime import Runtime
 from controller.sandbox import volume_name
 from tests.integration.mcp_helpers import events, raw_server, status
 from tests.integration.pty_helpers import owned_by
@@ -133,7 +135,7 @@ def test_cancelling_the_fiftieth_call_neither_drops_its_checkpoint_nor_lets_a_wr
         time.sleep(3)
         done = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
         assert server.disconnect() == 0
-    on_disk = sorted(int(p.stem) for p in (data / "workspaces" / session_id / "checkpoints").glob("*.json"))
+    on_disk = [c.turn for c in Runtime(Settings(data_dir=data)).workspaces.checkpoints(session_id)]  # mounts the layer
     recorded = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
     assert recorded == on_disk, f"checkpoints on disk {on_disk}, changes events {recorded}"
     assert done == [1], f"the write was answered {wrote_after:.2f}s in, before checkpoint 1 was recorded"
