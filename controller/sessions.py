@@ -154,6 +154,10 @@ class Sessions:
         repos.refuse_protected(repo, self.settings.protected_paths)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
+        await asyncio.to_thread(
+            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb
+        )
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
@@ -164,7 +168,6 @@ class Sessions:
             status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
             environment=resolved, created_at=now, updated_at=now,
         )  # fmt: skip
-        quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await asyncio.to_thread(self.workspaces.create, record.id, repo, quota)
         self.store.insert(record)
         return record
@@ -174,6 +177,10 @@ class Sessions:
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
         self._check_capacity()
+        quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
+        await asyncio.to_thread(
+            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb, session_id
+        )
         live = live or await self._load(record)
         await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here, unchanged
         self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
@@ -339,6 +346,10 @@ class Sessions:
     def _active(self, record: SessionRecord) -> bool:
         """A turn of it runs now, here or in another live process (its overlay is mounted over its checkout)."""
         return self.is_running(record.id) or self._owner_alive(record)
+
+    def _running_ids(self) -> list[str]:
+        """The sessions a turn of which runs now, here or in another live process."""
+        return [record.id for record in self.store.with_status("running") if self._active(record)]
 
     def _in_use(self, session_id: str) -> bool:
         """Whether another live process may use the session's layer (a turn, or a container kept between turns).

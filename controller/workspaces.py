@@ -32,7 +32,7 @@ from .errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundErr
 from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
-from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, layer_dir
+from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,16 @@ class QuotaFullError(StoreError):
             hint=f"Rewind it to an earlier checkpoint (`cubicle rewind {session_id} N`), ask the agent in a follow-up "
             "to delete what it does not need, or discard the session.",
         )
+
+
+def quota_left(root: Path) -> int:
+    """Bytes the layer at ``root`` may still take from the host: its quota less what its image holds (0 without one)."""
+    try:
+        info = workspace.open_layer(root.parent.parent, root.name).info
+        held = disk_image(root).stat().st_blocks * 512
+    except (CubicleError, OSError, ValueError):
+        return 0
+    return max(0, (info.disk.mb << 20) - held) if info.disk is not None else 0
 
 
 class ApplyConflictError(ConflictError):
@@ -219,6 +229,31 @@ class Workspaces:
             self.discard(session_id)
             raise RepoError(str(err), hint="Move or rename the directory so its path has none of , : = \\.") from None
         return layer
+
+    def refuse_overcommit(
+        self, quota: DiskQuota, running: Iterable[str], floor_mb: int, session_id: str | None = None
+    ) -> None:  # fmt: skip
+        """StoreError (507) unless the data directory's filesystem can hold what this session's quota and every
+        running session's could still write, above the free-space floor. Images are sparse: without this, quotas
+        that together exceed the disk would let sessions fill it. ``session_id``: a session whose layer exists
+        (a follow-up), counted by what its quota has left."""
+        if self.disks is None:
+            return
+        own = quota_left(layer_dir(self.data_dir, session_id)) if session_id else quota.mb << 20
+        others = sum(quota_left(layer_dir(self.data_dir, other)) for other in set(running) - {session_id})
+        try:
+            fs = os.statvfs(self.data_dir)
+        except OSError:
+            return  # refuse_low_space has said what is wrong with it
+        free = fs.f_bavail * fs.f_frsize - (floor_mb << 20)
+        if own + others > free:
+            mib = 1 << 20
+            raise StoreError(
+                f"No room for this session's disk quota: it may write {own // mib} MiB and the running sessions "
+                f"{others // mib} MiB more, but the filesystem of the data directory {self.data_dir} has "
+                f"{max(free, 0) // mib} MiB free above its floor (CUBICLE_MIN_FREE_MB).",
+                hint="Ask for a smaller quota (--disk, limits.disk_mb), wait for running sessions to end, or free space.",
+            )
 
     def _remove_made(self, session_id: str) -> None:
         root = layer_dir(self.data_dir, session_id)

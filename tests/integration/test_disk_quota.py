@@ -198,3 +198,24 @@ def test_an_apply_that_cannot_keep_its_backups_in_the_quota_writes_nothing_and_s
         )
         assert tree(repo) == before
     assert mounts_under(tmp_path / "data") == []
+
+
+def test_quotas_that_together_exceed_the_free_space_are_refused(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    """Images are sparse, so nothing else would stop quotas adding up to more than the disk: refused up front."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", str(small)], check=True)
+    try:
+        env = {"CUBICLE_DATA_DIR": str(small / "data"), "CUBICLE_MIN_FREE_MB": "16"}
+        turns = [{"content": [text("done")]}]
+        scenario = tmp_path / "noop.json"
+        scenario.write_text(json.dumps({"name": "noop", "turns": turns}))
+        done = cubicle(
+            "run", str(make_repo()), "noop", "--no-apply", "--disk", "128", "--scenario", str(scenario), env=env
+        )
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 4 and "No room for this session's disk quota" in said, said
+        layers = small / "data" / "workspaces"
+        assert not layers.exists() or not any(layers.iterdir()), "nothing of the session was made"
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
