@@ -64,9 +64,17 @@ def mkfs_argv(image: Path, quota: DiskQuota, uid: int, gid: int) -> list[str]:
     """
     options = f"lazy_itable_init=1,lazy_journal_init=1,root_owner={uid}:{gid}"
     return [
-        "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", RESERVED_PERCENT, "-N", str(quota.inodes), "-I", "256",
+        "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", RESERVED_PERCENT, "-N", str(inode_count(quota)), "-I", "256",
         "-E", options, "-L", "cubicle", str(image), f"{quota.mb}M",
     ]  # fmt: skip
+
+
+MAX_INODES_PER_MIB = 128
+"""The inode tables of a small filesystem must fit in it: a file quota is at most this many per MiB of disk quota."""
+
+
+def inode_count(quota: DiskQuota) -> int:
+    return min(quota.inodes, quota.mb * MAX_INODES_PER_MIB)
 
 
 def mount_script(image: Path, target: Path) -> str:

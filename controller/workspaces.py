@@ -94,6 +94,22 @@ class QuotaFullError(StoreError):
         )
 
 
+APPLY_FREE_FLOOR_MB = 64
+"""An apply leaves at least this much free on the checkout's filesystem."""
+
+
+def apply_limit(layer: Layer) -> int:
+    """Bytes an apply of ``layer`` may write: no more than its disk quota (what it could hold as distinct files),
+    and no more than the checkout's filesystem has free above APPLY_FREE_FLOOR_MB."""
+    try:
+        fs = os.statvfs(layer.repo)
+        free = fs.f_bavail * fs.f_frsize - (APPLY_FREE_FLOOR_MB << 20)
+    except OSError:
+        free = 0
+    quota = layer.info.disk.mb << 20 if layer.info.disk is not None else free
+    return max(0, min(free, quota))
+
+
 def quota_left(root: Path) -> int:
     """Bytes the layer at ``root`` may still take from the host: its quota less what its image holds (0 without one)."""
     try:
@@ -325,7 +341,19 @@ class Workspaces:
     ) -> ApplyResult:  # fmt: skip
         """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
         with self.using(session_id) as layer:
-            result = workspace.apply(layer, paths=paths, include_ignored=include_ignored, force=force)
+            limit = apply_limit(layer)
+            try:
+                result = workspace.apply(
+                    layer, paths=paths, include_ignored=include_ignored, force=force, max_bytes=limit
+                )
+            except workspace.ApplyTooLargeError as err:
+                raise StoreError(
+                    f"Nothing was written: the apply would write {err.total / (1 << 20):.1f} MiB into {layer.repo}, "
+                    f"more than the {err.limit / (1 << 20):.1f} MiB it may: the session's disk quota, and the free "
+                    f"space of the checkout's filesystem less {APPLY_FREE_FLOOR_MB} MiB. Files the agent hardlinked, or "
+                    "left mostly empty, take their full size each in the checkout.",
+                    hint="Review the changes (`cubicle changes ID`) and discard them or apply fewer paths.",
+                ) from None
         if result.conflicts:
             raise ApplyConflictError(_conflict_message("apply", result.conflicts), result.conflicts)
         return result

@@ -26,7 +26,7 @@ Typical life of a session::
     discard(layer)
 """
 
-from .apply import ApplyResult, apply
+from .apply import ApplyResult, ApplyTooLargeError, apply
 from .changes import Change, Disposition, Kind, scan
 from .checkpoints import checkpoint, rewind
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, UnsafePathError, WorkspaceError
@@ -36,6 +36,7 @@ from .revert import RevertResult, revert
 
 __all__ = [
     "ApplyResult",
+    "ApplyTooLargeError",
     "Change",
     "Conflict",
     "Disposition",

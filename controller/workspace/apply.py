@@ -62,12 +62,21 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 
 def apply(
-    layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = ()
-) -> ApplyResult:
-    """Apply the selected changes, or nothing at all when any of them conflicts."""
+    layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
+    max_bytes: int | None = None,
+) -> ApplyResult:  # fmt: skip
+    """Apply the selected changes, or nothing at all when any of them conflicts.
+
+    ``max_bytes`` bounds what the files to write hold together; past it, ApplyTooLargeError and
+    nothing is written. Each file is written whole: hardlinks in the layer, or files that are
+    mostly one hole, would otherwise become far more bytes in the checkout than in the layer.
+    """
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored, force)
+    total = sum(c.size for c in chosen if c.kind != Kind.DELETED and c.type == FileType.FILE)
+    if max_bytes is not None and total > max_bytes:
+        raise ApplyTooLargeError(total, max_bytes)
     with open_checkout(layer) as checkout:
         expect = Expectations(layer)
         conflicts, unsafe = _preflight(checkout, chosen, expect, force)
@@ -83,6 +92,15 @@ def apply(
         write(layer, record)
     _retire(layer, changes, {c.path for c in chosen})
     return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number)
+
+
+class ApplyTooLargeError(WorkspaceError):
+    """The files an apply would write hold more bytes than it may write."""
+
+    def __init__(self, total: int, limit: int) -> None:
+        super().__init__(f"The apply would write {total:,} bytes, more than the {limit:,} it may.")
+        self.total = total
+        self.limit = limit
 
 
 def _select(

@@ -219,3 +219,21 @@ def test_quotas_that_together_exceed_the_free_space_are_refused(tmp_path: Path, 
         assert not layers.exists() or not any(layers.iterdir()), "nothing of the session was made"
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_an_apply_never_writes_more_than_the_quota_whatever_hardlinks_or_holes_make_it(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    """31 names of one 20 MiB file take 20 MiB in the layer and would take 620 MiB in the checkout, written whole:
+    refused before anything is written (as would be files that are mostly one hole)."""
+    repo = make_repo()
+    before = tree(repo)
+    links = "head -c 20M /dev/urandom > f0 && for i in $(seq 1 30); do ln f0 f$i; done"
+    turns = [{"content": [tool("run_command", command=links)]}, {"content": [text("done")]}]
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
+    session = scripted_run(tmp_path, repo, "links", turns, "--no-apply", "--disk", "100", env=env)
+    done = cubicle("apply", session, env=env)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 4 and "Nothing was written: the apply would write 620.0 MiB" in said, said
+    assert tree(repo) == before
+    assert cubicle("discard", session, env=env).returncode == 0
