@@ -10,7 +10,7 @@ import shlex
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,8 +65,8 @@ class BindSandbox(DockerSandbox):
     def _make_volume(self, labels: dict[str, str]) -> None:
         pass
 
-    def _options(self, labels: dict[str, str], route: Route) -> dict[str, Any]:
-        options = container_options(self.image, self.layer, self.limits, labels, route)
+    def _options(self, labels: dict[str, str], route: Route, volumes: Iterable[str] = ()) -> dict[str, Any]:
+        options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
         options["mounts"] = [Mount(WORKSPACE, str(self.repo), type="bind")]
         return options
 

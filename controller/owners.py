@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docker.errors import APIError, NotFound
+from docker.models.containers import Container
 from docker.models.networks import Network
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ def _force(item: Any) -> None:
     """Remove a container, volume or network (which has no force: it goes once its containers have)."""
     if isinstance(item, Network):
         item.remove()
+    elif isinstance(item, Container):
+        item.remove(force=True, v=True)  # with its anonymous volumes
     else:
         item.remove(force=True)
 

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from docker.errors import APIError, DockerException, NotFound
-from docker.types import LogConfig, Mount
+from docker.types import LogConfig, Mount, Ulimit
 from pydantic import ValidationError
 
 from . import egress, images, owners, workspace
@@ -88,8 +88,9 @@ def volume_name(session_id: str) -> str:
 
 
 def container_options(
-    image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None
-) -> dict[str, Any]:
+    image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None,
+    volumes: Iterable[str] = (),
+) -> dict[str, Any]:  # fmt: skip
     """Everything a sandbox container is created with; the hardening lives here and only here.
 
     ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
@@ -99,6 +100,10 @@ def container_options(
     when that needs no proxy (``none``: loopback only; ``open``: the bridge). An ``allow`` policy's
     route is its session's internal network, with the proxy's address in the environment, no
     resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
+
+    ``volumes`` are the image's ``VOLUME`` paths (``image_volumes``): each gets a sized tmpfs, as ``/tmp``
+    has, so the engine makes no anonymous volume there, on the host's disk and outside the disk quota.
+    Core dumps are off: a host whose ``core_pattern`` pipes them to a program would store them outside too.
     """
     route = route or egress.direct(limits.network)
     if (route.proxy is not None) != (limits.network.level == "allow") or (
@@ -120,7 +125,12 @@ def container_options(
         "labels": labels,
         "hostname": "cubicle",
         "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
-        "tmpfs": {"/tmp": f"{tmpfs_opts},mode=1777", HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}"},
+        "tmpfs": {
+            **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
+            "/tmp": f"{tmpfs_opts},mode=1777",
+            HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}",
+        },
+        "ulimits": [Ulimit(name="core", soft=0, hard=0)],
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
@@ -141,6 +151,12 @@ def container_options(
         options["dns"] = [route.proxy]
         options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
     return options
+
+
+def image_volumes(client: Any, image: str) -> list[str]:
+    """The ``VOLUME`` paths of ``image`` (an environment's Dockerfile may declare some, as database images do)."""
+    config = client.images.get(image).attrs.get("Config") or {}
+    return sorted(path for path in (config.get("Volumes") or {}) if path.startswith("/"))
 
 
 def raw_socket(attached: Any) -> socket.socket:
@@ -294,7 +310,8 @@ class DockerSandbox:
             labels = owners.labels(self.instance, self.session_id)
             route = await self._route(labels)
             await asyncio.to_thread(self._make_volume, labels)
-            options = self._options(labels, route)
+            volumes = await asyncio.to_thread(image_volumes, self._client, self.image)
+            options = self._options(labels, route, volumes)
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -357,9 +374,9 @@ class DockerSandbox:
             except Exception as err:  # noqa: BLE001 - a layer left mounted is swept later; the sandbox is gone
                 log.warning("could not release the layer of %s: %s", self.session_id, err)
 
-    def _options(self, labels: dict[str, str], route: Route) -> dict[str, Any]:
+    def _options(self, labels: dict[str, str], route: Route, volumes: Iterable[str] = ()) -> dict[str, Any]:
         """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
-        options = container_options(self.image, self.layer, self.limits, labels, route)
+        options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
         options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
         return options
 
@@ -387,7 +404,7 @@ class DockerSandbox:
 async def _remove(container: Any) -> None:
     """Force-remove (SIGKILL + delete) without letting a stuck engine hang the caller."""
     try:
-        await asyncio.wait_for(asyncio.to_thread(container.remove, force=True), DOCKER_CALL_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.to_thread(container.remove, force=True, v=True), DOCKER_CALL_TIMEOUT_S)
     except NotFound:
         pass
     except (APIError, DockerException, OSError) as err:  # the engine may be gone; the container with it

@@ -212,7 +212,7 @@ class SetupRun:
         finally:
             if container is not None:
                 with contextlib.suppress(DockerException):
-                    await asyncio.to_thread(container.remove, force=True)
+                    await asyncio.to_thread(container.remove, force=True, v=True)
             await sandbox.remove_named_volume(client, self.volume)
         if code is None:
             raise SetupError(self._failure(f"The setup command ran longer than {self.timeout_s:.0f}s and was stopped"))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from controller.api import create_app
-from controller.config import Settings
+from controller.config import DEFAULT_IMAGE, Settings
 from controller.scripted import ScriptedServer, serve_in_thread
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
@@ -237,3 +237,25 @@ def test_an_apply_never_writes_more_than_the_quota_whatever_hardlinks_or_holes_m
     assert done.returncode == 4 and "Nothing was written: the apply would write 620.0 MiB" in said, said
     assert tree(repo) == before
     assert cubicle("discard", session, env=env).returncode == 0
+
+
+def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_nothing(
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    """A Dockerfile's VOLUME would be an anonymous volume on the host's disk, outside the quota, kept after the
+    container: it is a tmpfs of the sandbox's tmpfs size instead, like /tmp."""
+    dockerfile = f"FROM {DEFAULT_IMAGE}\nUSER root\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n"
+    repo = make_repo(files={".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n', "Dockerfile": dockerfile})
+    volumes_before = {v.name for v in docker_client.volumes.list()}
+    fill = "df -k /data | tail -n 1; dd if=/dev/zero of=/data/big bs=1M count=300 2>&1 | tail -n 1; echo rc=$?"
+    turns = [{"content": [tool("run_command", command=fill)]}, {"content": [text("done")]}]
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_LIMITS__TMPFS_MB": "64"}
+    scenario = tmp_path / "volume.json"
+    scenario.write_text(json.dumps({"name": "volume", "turns": turns}))
+    done = cubicle(
+        "run", str(repo), "volume", "--json", "--no-apply", "--scenario", str(scenario), env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    output = next(e for e in map(json.loads, done.stdout.splitlines()) if e["type"] == "tool_result")["output"]
+    assert "\ntmpfs " in output and "(67 MB, 64 MiB) copied" in output, output  # no more than the tmpfs
+    assert {v.name for v in docker_client.volumes.list()} <= volumes_before, "no volume is left behind"
