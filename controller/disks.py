@@ -7,8 +7,10 @@ are on an ext4 filesystem made for the session: a sparse image file ``disk.img``
 layer's directory, loop-mounted on ``disk/``. Its size is the disk quota and its inode
 count the file quota, so ``fallocate -l 50G`` or a million ``touch`` es fail inside the
 sandbox with ENOSPC while the host's filesystem only ever holds what was written. Checkpoints
-and apply backups are on it too and count. Deletes always work at the quota: 1% of the blocks
-are reserved for root, which is whom overlayfs creates whiteouts as, and whiteouts share one inode.
+and apply backups are on it too and count. Deleting what the agent made always works at the
+quota. Deleting a file of the checkout needs a whiteout: 1% of the blocks are reserved for
+root, whose credentials (the mounter's) overlayfs writes whiteouts with, but ext4 reserves no
+inodes, so at the exact file quota the agent first deletes one of its own files.
 
 Why this mechanism: the host's ext4 has no project quotas to turn on, Docker's ``local``
 volume driver cannot loop-mount an image file, and a watchdog is too late for one
@@ -16,16 +18,17 @@ volume driver cannot loop-mount an image file, and a watchdog is too late for on
 
 - ``HostMounter`` runs ``mkfs.ext4``, ``mount`` and ``umount`` itself; for a controller that
   is root in the host's mount namespace (``cubicle run`` as root, CI).
-- ``HelperMounter`` runs them in a short-lived container with ``CAP_SYS_ADMIN`` whose mounts
+- ``HelperMounter`` runs them in a short-lived container with ``CAP_SYS_ADMIN`` (and
+  ``CAP_DAC_OVERRIDE``, to open the controller's image file) whose mounts
   propagate to the host; for a controller that is not root, or runs in a container. The
   Docker socket already gives such a controller root's power, so this adds none. A controller
   in a container must see the mounts, so its data directory is mounted with ``rslave``
   propagation (see ``compose.yaml``).
 
 A layer's filesystem is mounted while something uses it (a sandbox, a review, an apply) and
-unmounted when the last use ends; the kernel frees its loop device on unmount. What a
-killed process left mounted is unmounted by ``Disks.sweep`` when the next controller starts,
-and by ``cubicle gc``.
+unmounted when the last use in any process ends (see ``Disks``); the kernel frees its loop
+device on unmount. What a killed process left mounted, or attached, is undone by
+``Disks.sweep`` when the next controller starts, and by ``cubicle gc``.
 """
 
 from __future__ import annotations
