@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import controller
+from tests.eventually import eventually
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.pty_helpers import owned_by, scenario_file
 
@@ -157,11 +158,16 @@ def _start_long_run(tmp_path: Path, repo: Path, docker_client: Any, instance: st
         env=environment({"CUBICLE_INSTANCE": instance}),
     )  # fmt: skip
     assert process.stdout is not None
-    for line in process.stdout:
-        if json.loads(line)["type"] == "tool_call":
-            break
-    time.sleep(0.5)
-    assert owned_by(docker_client, instance)
+    try:
+        for line in process.stdout:
+            if json.loads(line)["type"] == "tool_call":
+                break
+        # the container starts with the first call, just after its event (its layer mounted first)
+        eventually(lambda: owned_by(docker_client, instance), timeout=30, what="the sandbox runs")
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
     return process
 
 
