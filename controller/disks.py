@@ -292,6 +292,7 @@ class Disks:
         self.mounter = mounter
         self.workspaces = workspaces
         self._lock = threading.Lock()
+        self._real: Path | None = None  # ``workspaces`` with every symlink resolved: the kernel names mounts so
         self._uses: dict[Path, int] = {}
         self._holds: dict[Path, int] = {}  # the fd holding the shared flock of each layer in use here
         self._locks: dict[Path, threading.Lock] = {}
@@ -409,11 +410,17 @@ class Disks:
 
     def mounted(self) -> list[Path]:
         """The layer directories whose filesystem is mounted (as this process sees the mounts)."""
+        real = self._real_workspaces()
         found = []
         for mount_point, _ in _mounts():
-            if mount_point.name == "disk" and mount_point.parent.parent == self.workspaces:
-                found.append(mount_point.parent)
+            if mount_point.name == "disk" and mount_point.parent.parent == real:
+                found.append(self.workspaces / mount_point.parent.name)
         return found
+
+    def _real_workspaces(self) -> Path:
+        if self._real is None:
+            self._real = Path(os.path.realpath(self.workspaces))
+        return self._real
 
     def sweep(self, in_use: Callable[[str], bool]) -> list[str]:
         """Unmount what processes that are gone left: the filesystems of sessions not ``in_use`` that no process
@@ -475,8 +482,9 @@ class Disks:
         for device, backing in _loops():
             deleted = backing.endswith(" (deleted)")
             path = Path(backing.removesuffix(" (deleted)"))
-            if path.name != "disk.img" or path.parent.parent != self.workspaces or device in sources:
+            if path.name != "disk.img" or path.parent.parent != self._real_workspaces() or device in sources:
                 continue
+            path = self.workspaces / path.parent.name / path.name
             try:
                 if deleted or not path.parent.is_dir():
                     self.mounter.detach_loop(device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import posixpath
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -156,7 +157,9 @@ def container_options(
 def image_volumes(client: Any, image: str) -> list[str]:
     """The ``VOLUME`` paths of ``image`` (an environment's Dockerfile may declare some, as database images do)."""
     config = client.images.get(image).attrs.get("Config") or {}
-    return sorted(path for path in (config.get("Volumes") or {}) if path.startswith("/"))
+    # The engine matches a tmpfs to a VOLUME by the cleaned path: ``/data/`` or ``/a//b`` must be given cleaned,
+    # or the volume is made anyway (on the host's disk) and may even be mounted over the tmpfs.
+    return sorted({posixpath.normpath(path) for path in (config.get("Volumes") or {}) if path.startswith("/")})
 
 
 def raw_socket(attached: Any) -> socket.socket:

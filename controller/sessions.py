@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -72,6 +74,7 @@ class Sessions:
         self.workspaces = runtime.workspaces
         self.owner = owners.owner_token(settings.instance)
         self._live: dict[str, LiveSession] = {}
+        self._admit_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,14 +157,19 @@ class Sessions:
         repos.refuse_protected(repo, self.settings.protected_paths)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
-        quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
-        await asyncio.to_thread(
-            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb
-        )
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
+        async with self._admission():  # the check and the row it counts on, one start at a time
+            return await self._admit(repo, task, model, limits, context, apply, prefix, resolved)
+
+    async def _admit(
+        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None,
+        apply: ApplyPolicy, prefix: str, resolved: Any,
+    ) -> SessionRecord:  # fmt: skip
+        quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
+        await self._refuse_overcommit(quota)
         now = time.time()
         record = SessionRecord(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
@@ -178,12 +186,11 @@ class Sessions:
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
         self._check_capacity()
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
-        await asyncio.to_thread(
-            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb, session_id
-        )
-        live = live or await self._load(record)
-        await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here, unchanged
-        self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
+        async with self._admission():
+            await self._refuse_overcommit(quota, session_id)
+            live = live or await self._load(record)
+            await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here
+            self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
         await live.begin(text)
         return self.get(session_id)
 
@@ -348,8 +355,33 @@ class Sessions:
         return self.is_running(record.id) or self._owner_alive(record)
 
     def _running_ids(self) -> list[str]:
-        """The sessions a turn of which runs now, here or in another live process."""
-        return [record.id for record in self.store.with_status("running") if self._active(record)]
+        """The sessions a turn of which runs now, or is about to (registered here), here or in another live process."""
+        return [r.id for r in self.store.with_status("running") if r.owner == self.owner or self._active(r)]
+
+    async def _refuse_overcommit(self, quota: DiskQuota, session_id: str | None = None) -> None:
+        await asyncio.to_thread(
+            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb, session_id,
+            self.settings.session_events_mb,
+        )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def _admission(self) -> AsyncIterator[None]:
+        """One admission at a time: in this process (a lock) and across processes on the data directory (an flock
+        on ``admission.lock``), so two starts cannot both pass the free-space check before either is counted."""
+        async with self._admit_lock:
+            path = self.settings.data_dir / "admission.lock"
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                while True:  # polled, not a blocking call in a thread that a cancellation would leave behind
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(0.02)
+                yield
+            finally:
+                os.close(fd)
 
     def _in_use(self, session_id: str) -> bool:
         """Whether another live process may use the session's layer (a turn, or a container kept between turns).

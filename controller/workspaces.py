@@ -95,19 +95,19 @@ class QuotaFullError(StoreError):
 
 
 APPLY_FREE_FLOOR_MB = 64
-"""An apply leaves at least this much free on the checkout's filesystem."""
+"""An apply leaves at least this much free on the checkout's filesystem and on the data directory's."""
+APPLY_FREE_INODES = 1000
+MIB = 1 << 20
 
 
-def apply_limit(layer: Layer) -> int:
-    """Bytes an apply of ``layer`` may write: no more than its disk quota (what it could hold as distinct files),
-    and no more than the checkout's filesystem has free above APPLY_FREE_FLOOR_MB."""
+def _free(path: Path) -> tuple[int, int, int]:
+    """(bytes, inodes) free to an unprivileged user on the filesystem of ``path``, and its device (-1: unknown)."""
     try:
-        fs = os.statvfs(layer.repo)
-        free = fs.f_bavail * fs.f_frsize - (APPLY_FREE_FLOOR_MB << 20)
+        fs, dev = os.statvfs(path), os.stat(path).st_dev
     except OSError:
-        free = 0
-    quota = layer.info.disk.mb << 20 if layer.info.disk is not None else free
-    return max(0, min(free, quota))
+        return 0, 0, -1
+    inodes = fs.f_favail if fs.f_files else 1 << 40  # some filesystems count no inodes
+    return fs.f_bavail * fs.f_frsize, inodes, dev
 
 
 def quota_left(root: Path) -> int:
@@ -246,17 +246,37 @@ class Workspaces:
             raise RepoError(str(err), hint="Move or rename the directory so its path has none of , : = \\.") from None
         return layer
 
+    def apply_bounds(self, layer: Layer) -> workspace.ApplyBounds:
+        """What an apply of ``layer`` may write: into the checkout no more than its disk quota (what it could hold
+        as distinct files) and the checkout's free space and inodes above the floors; into the layer (the
+        originals it keeps) no more than the quota has left and the data directory has free above the floor."""
+        floor = APPLY_FREE_FLOOR_MB * MIB
+        repo_bytes, repo_inodes, repo_dev = _free(layer.repo)
+        data_bytes, _, data_dev = _free(self.data_dir)
+        checkout = repo_bytes - floor
+        saved = data_bytes - floor
+        if layer.info.disk is not None:
+            checkout = min(checkout, layer.info.disk.mb * MIB)
+            saved = min(saved, _free(layer.fs)[0])
+        return workspace.ApplyBounds(
+            checkout_bytes=checkout, checkout_entries=repo_inodes - APPLY_FREE_INODES, saved_bytes=saved,
+            combined_bytes=data_bytes - floor if repo_dev == data_dev else None,
+        )  # fmt: skip
+
     def refuse_overcommit(
-        self, quota: DiskQuota, running: Iterable[str], floor_mb: int, session_id: str | None = None
+        self, quota: DiskQuota, running: Iterable[str], floor_mb: int, session_id: str | None = None,
+        events_mb: int = 0,
     ) -> None:  # fmt: skip
         """StoreError (507) unless the data directory's filesystem can hold what this session's quota and every
         running session's could still write, above the free-space floor. Images are sparse: without this, quotas
-        that together exceed the disk would let sessions fill it. ``session_id``: a session whose layer exists
-        (a follow-up), counted by what its quota has left."""
+        that together exceed the disk would let sessions fill it. Each also counts ``events_mb``, the cap on
+        its stored events. ``session_id``: a session whose layer exists (a follow-up), counted by what its
+        quota has left."""
         if self.disks is None:
             return
-        own = quota_left(layer_dir(self.data_dir, session_id)) if session_id else quota.mb << 20
-        others = sum(quota_left(layer_dir(self.data_dir, other)) for other in set(running) - {session_id})
+        events = events_mb * MIB  # what each session may still store as events, besides its files
+        own = (quota_left(layer_dir(self.data_dir, session_id)) if session_id else quota.mb * MIB) + events
+        others = sum(quota_left(layer_dir(self.data_dir, other)) + events for other in set(running) - {session_id})
         try:
             fs = os.statvfs(self.data_dir)
         except OSError:
@@ -341,18 +361,22 @@ class Workspaces:
     ) -> ApplyResult:  # fmt: skip
         """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
         with self.using(session_id) as layer:
-            limit = apply_limit(layer)
             try:
                 result = workspace.apply(
-                    layer, paths=paths, include_ignored=include_ignored, force=force, max_bytes=limit
-                )
+                    layer, paths=paths, include_ignored=include_ignored, force=force,
+                    bounds=self.apply_bounds(layer),
+                )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
-                    f"Nothing was written: the apply would write {err.total / (1 << 20):.1f} MiB into {layer.repo}, "
-                    f"more than the {err.limit / (1 << 20):.1f} MiB it may: the session's disk quota, and the free "
-                    f"space of the checkout's filesystem less {APPLY_FREE_FLOOR_MB} MiB. Files the agent hardlinked, or "
-                    "left mostly empty, take their full size each in the checkout.",
-                    hint="Review the changes (`cubicle changes ID`) and discard them or apply fewer paths.",
+                    f"Nothing was written: the apply would need {err.total / MIB:.1f} MiB ({err.what}), more than "
+                    f"the {max(err.limit, 0) / MIB:.1f} MiB it may: it writes no more than the session's disk quota, "
+                    f"leaves {APPLY_FREE_FLOOR_MB} MiB and {APPLY_FREE_INODES:,} inodes free on the checkout's "
+                    "filesystem and on the data directory's, and keeps each file it overwrites inside the quota. "
+                    "Files the agent hardlinked, or left mostly empty, take their full size each in the checkout."
+                    if err.what != "new entries in the checkout"
+                    else f"Nothing was written: the apply would create {err.total:,} entries in {layer.repo}, more "
+                    f"than the {max(err.limit, 0):,} it may (it leaves {APPLY_FREE_INODES:,} inodes free there).",
+                    hint="Review the changes (`cubicle changes ID`), free space, or discard them.",
                 ) from None
         if result.conflicts:
             raise ApplyConflictError(_conflict_message("apply", result.conflicts), result.conflicts)

@@ -26,7 +26,7 @@ Typical life of a session::
     discard(layer)
 """
 
-from .apply import ApplyResult, ApplyTooLargeError, apply
+from .apply import ApplyBounds, ApplyResult, ApplyTooLargeError, apply
 from .changes import Change, Disposition, Kind, scan
 from .checkpoints import checkpoint, rewind
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, UnsafePathError, WorkspaceError
@@ -35,6 +35,7 @@ from .layer import Layer, check_repo, create, discard, mount_options, open_layer
 from .revert import RevertResult, revert
 
 __all__ = [
+    "ApplyBounds",
     "ApplyResult",
     "ApplyTooLargeError",
     "Change",

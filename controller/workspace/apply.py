@@ -63,21 +63,21 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 def apply(
     layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
-    max_bytes: int | None = None,
+    bounds: ApplyBounds | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply the selected changes, or nothing at all when any of them conflicts.
 
-    ``max_bytes`` bounds what the files to write hold together; past it, ApplyTooLargeError and
-    nothing is written. Each file is written whole: hardlinks in the layer, or files that are
-    mostly one hole, would otherwise become far more bytes in the checkout than in the layer.
+    ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is
+    written whole, so hardlinks in the layer or files that are mostly one hole would become far
+    more there than in the layer), its new entries, and the originals it keeps in the layer. Past
+    any, ApplyTooLargeError and nothing is written.
     """
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored, force)
-    total = sum(c.size for c in chosen if c.kind != Kind.DELETED and c.type == FileType.FILE)
-    if max_bytes is not None and total > max_bytes:
-        raise ApplyTooLargeError(total, max_bytes)
     with open_checkout(layer) as checkout:
+        if bounds is not None:
+            _check_bounds(checkout, chosen, bounds)
         expect = Expectations(layer)
         conflicts, unsafe = _preflight(checkout, chosen, expect, force)
         skipped += unsafe
@@ -94,13 +94,55 @@ def apply(
     return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number)
 
 
-class ApplyTooLargeError(WorkspaceError):
-    """The files an apply would write hold more bytes than it may write."""
+BLOCK = 4096
+"""What the smallest file or directory takes on a disk, at least: sizes are counted in these."""
 
-    def __init__(self, total: int, limit: int) -> None:
-        super().__init__(f"The apply would write {total:,} bytes, more than the {limit:,} it may.")
+
+class ApplyBounds(BaseModel):
+    """What an apply may write: bytes into the checkout, entries it creates there, bytes of originals it keeps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkout_bytes: int
+    checkout_entries: int
+    saved_bytes: int
+    combined_bytes: int | None = None  # the checkout and the layer share a filesystem: both together
+
+
+class ApplyTooLargeError(WorkspaceError):
+    """An apply would write more than its bounds allow (``what`` says which)."""
+
+    def __init__(self, what: str, total: int, limit: int) -> None:
+        super().__init__(f"The apply would need {total:,} {what}, more than the {max(limit, 0):,} it may.")
+        self.what = what
         self.total = total
         self.limit = limit
+
+
+def _blocks(size: int) -> int:
+    return max(BLOCK, -(-size // BLOCK) * BLOCK)
+
+
+def _check_bounds(checkout: Checkout, chosen: list[Change], bounds: ApplyBounds) -> None:
+    """ApplyTooLargeError unless writing ``chosen`` fits ``bounds`` (sizes in whole blocks)."""
+    written = [c for c in chosen if c.kind != Kind.DELETED]
+    total = sum(_blocks(c.size if c.type == FileType.FILE else 0) for c in written)
+    if total > bounds.checkout_bytes:
+        raise ApplyTooLargeError("bytes in the checkout", total, bounds.checkout_bytes)
+    if len(written) > bounds.checkout_entries:
+        raise ApplyTooLargeError("new entries in the checkout", len(written), bounds.checkout_entries)
+    saved = 0
+    for change in chosen:
+        if change.kind == Kind.ADDED:
+            continue
+        with contextlib.suppress(UnsafePathError, OSError):
+            held = checkout.identity(change.path)
+            if held is not None and held.type == FileType.FILE:
+                saved += _blocks(held.size)
+    if saved > bounds.saved_bytes:
+        raise ApplyTooLargeError("bytes of the checkout's originals kept in the layer", saved, bounds.saved_bytes)
+    if bounds.combined_bytes is not None and total + saved > bounds.combined_bytes:
+        raise ApplyTooLargeError("bytes written and kept together", total + saved, bounds.combined_bytes)
 
 
 def _select(

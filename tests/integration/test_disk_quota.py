@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,9 @@ def test_an_apply_never_writes_more_than_the_quota_whatever_hardlinks_or_holes_m
     session = scripted_run(tmp_path, repo, "links", turns, "--no-apply", "--disk", "100", env=env)
     done = cubicle("apply", session, env=env)
     said = " ".join(done.stderr.split())
-    assert done.returncode == 4 and "Nothing was written: the apply would write 620.0 MiB" in said, said
+    assert (
+        done.returncode == 4 and "Nothing was written: the apply would need 620.0 MiB (bytes in the checkout)" in said
+    ), said
     assert tree(repo) == before
     assert cubicle("discard", session, env=env).returncode == 0
 
@@ -244,7 +247,9 @@ def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_not
 ) -> None:
     """A Dockerfile's VOLUME would be an anonymous volume on the host's disk, outside the quota, kept after the
     container: it is a tmpfs of the sandbox's tmpfs size instead, like /tmp."""
-    dockerfile = f"FROM {DEFAULT_IMAGE}\nUSER root\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data\n"
+    dockerfile = (
+        f"FROM {DEFAULT_IMAGE}\nUSER root\nRUN mkdir -p /data && chmod 1777 /data\nVOLUME /data/\n"  # uncleaned
+    )
     repo = make_repo(files={".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n', "Dockerfile": dockerfile})
     volumes_before = {v.name for v in docker_client.volumes.list()}
     fill = "df -k /data | tail -n 1; dd if=/dev/zero of=/data/big bs=1M count=300 2>&1 | tail -n 1; echo rc=$?"
@@ -259,3 +264,33 @@ def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_not
     output = next(e for e in map(json.loads, done.stdout.splitlines()) if e["type"] == "tool_result")["output"]
     assert "\ntmpfs " in output and "(67 MB, 64 MiB) copied" in output, output  # no more than the tmpfs
     assert {v.name for v in docker_client.volumes.list()} <= volumes_before, "no volume is left behind"
+
+
+def test_two_starts_at_once_cannot_both_claim_the_same_free_space(
+    tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    """The free-space check and the row it counts on are one step: of two starts whose quotas fit the disk only
+    one at a time, sent together, one is refused."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(small)], check=True)
+    try:
+        settings = Settings(
+            api_key="test", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path],  # type: ignore[attr-defined]
+            data_dir=small / "data", instance=TEST_INSTANCE, limits=SANDBOX_LIMITS, min_free_mb=16,
+            session_events_mb=16,
+        )  # fmt: skip
+        turns = [{"content": [tool("run_command", command="sleep 5")]}, {"content": [text("done")]}]
+        model = register(model_server, turns, prefix="admit")
+        repos = [str(make_repo(f"r{i}")) for i in range(2)]
+        with serve_in_thread(create_app(settings)) as url, ThreadPoolExecutor(2) as pool:
+            api = Api(url, TOKEN)
+            body = {"task": "t", "model": model, "limits": {"disk_mb": 200}}
+            answers = list(pool.map(lambda repo: api.http.post("/v1/sessions", json={**body, "repo": repo}), repos))
+            codes = sorted(a.status_code for a in answers)
+            assert codes == [201, 507], [a.text for a in answers]
+            started = next(a.json()["id"] for a in answers if a.status_code == 201)
+            api.wait_for(started, lambda s: s["status"] != "running")
+            api.http.close()
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
