@@ -159,7 +159,8 @@ def image_volumes(client: Any, image: str) -> list[str]:
     config = client.images.get(image).attrs.get("Config") or {}
     # The engine matches a tmpfs to a VOLUME by the cleaned path: ``/data/`` or ``/a//b`` must be given cleaned,
     # or the volume is made anyway (on the host's disk) and may even be mounted over the tmpfs.
-    return sorted({posixpath.normpath(path) for path in (config.get("Volumes") or {}) if path.startswith("/")})
+    cleaned = {posixpath.normpath(path) for path in (config.get("Volumes") or {}) if path.startswith("/")}
+    return sorted(cleaned - {"/", WORKSPACE, "/tmp", HOME})  # those are mounted already (or cannot be)
 
 
 def raw_socket(attached: Any) -> socket.socket:
