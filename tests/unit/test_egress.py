@@ -233,3 +233,13 @@ def test_the_proxy_runs_hardened() -> None:
     assert made["labels"] == {**labels, egress.ROLE: "proxy"}
     assert made["network_mode"] == "cubicle-net-s_egress" and made["name"] == "cubicle-proxy-s_egress"
     assert set(made["tmpfs"]) == {"/run/squid"}
+
+
+def test_an_images_volumes_are_sized_tmpfs_and_core_dumps_are_off(layer: workspace.Layer) -> None:
+    """A VOLUME would be an anonymous volume on the host's disk, outside the session's disk quota."""
+    labels = owners.labels("unit", "s_egress")
+    made = container_options("img", layer, Limits(tmpfs_mb=32), labels, None, ["/data", "/var/lib/db"])
+    tmpfs = made["tmpfs"]
+    assert tmpfs["/data"] == tmpfs["/var/lib/db"] == "rw,nosuid,nodev,size=32m,mode=1777", tmpfs
+    assert tmpfs["/tmp"] == "rw,nosuid,nodev,size=32m,mode=1777"
+    assert [(u["Name"], u["Soft"], u["Hard"]) for u in made["ulimits"]] == [("core", 0, 0)]
