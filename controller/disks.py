@@ -314,18 +314,14 @@ class Disks:
                     os.close(fd)
             except OSError as err:
                 raise StoreError(f"The disk image of the layer at {root} could not be made: {err.strerror}.") from None
-            hold = _hold(image)
-            try:
+
+            def made() -> None:
                 with _flock(_lock_file(root)):
                     self.mounter.make(image, target, quota)
                     self._check_mounted(target)
                 os.chmod(target, 0o700)
-            except BaseException:
-                os.close(hold)
-                raise
-            with self._lock:
-                self._uses[root] = 1
-                self._holds[root] = hold
+
+            self._first_use(root, made)
 
     def acquire(self, layer: Layer) -> None:
         """Count one use of the layer's filesystem, mounting it first if it is not."""
@@ -341,19 +337,28 @@ class Disks:
                     self._uses[root] += 1
                     return
             image, target = disk_image(root), disk_mount(root)
-            hold = _hold(image)
-            try:
+
+            def mounted() -> None:
                 if not os.path.ismount(target):  # checked each time: another process may have unmounted it
                     with _flock(_lock_file(root)):
                         if not os.path.ismount(target):
                             self.mounter.mount(image, target)
                             self._check_mounted(target)
-            except BaseException:
-                os.close(hold)
-                raise
-            with self._lock:
-                self._uses[root] = 1
-                self._holds[root] = hold
+
+            self._first_use(root, mounted)
+
+    def _first_use(self, root: Path, attach: Callable[[], None]) -> None:
+        """This process's first use of the layer: hold its image (shared flock), ``attach`` (mount it when
+        needed), count the use; the hold is let go again if ``attach`` fails."""
+        hold = _hold(disk_image(root))
+        try:
+            attach()
+        except BaseException:
+            os.close(hold)
+            raise
+        with self._lock:
+            self._uses[root] = 1
+            self._holds[root] = hold
 
     def release(self, layer: Layer) -> None:
         """End one use; after the last, the filesystem is unmounted unless another process uses it."""
@@ -380,14 +385,6 @@ class Disks:
                 timer.start()
                 return
             self._unmount_idle(root, locked=True)
-
-    @contextlib.contextmanager
-    def held(self, layer: Layer) -> Iterator[Layer]:
-        self.acquire(layer)
-        try:
-            yield layer
-        finally:
-            self.release(layer)
 
     def close(self) -> None:
         """Unmount now what lingers after its last use here (unless another process uses it)."""

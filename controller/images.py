@@ -83,14 +83,14 @@ def ensure(
     auto_build: bool,
     on_line: Callable[[str], None] | None = None,
     context: Context = SANDBOX,
-) -> None:
-    """Make sure ``tag`` exists: build it when allowed and possible, else say exactly what to run."""
+) -> Any:
+    """Make sure ``tag`` exists: build it when allowed and possible, else say exactly what to run. Returns the
+    image (the SDK's ``Image``: its ``attrs`` are the engine's inspect)."""
     try:
-        client.images.get(tag)
-        return
+        return client.images.get(tag)
     except ImageNotFound:
         pass
     if auto_build and context.present() is not None:
         build(client, tag, on_line=on_line, context=context)
-        return
+        return client.images.get(tag)
     raise ImageMissingError(f"The {context.what} image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")

@@ -154,9 +154,10 @@ def container_options(
     return options
 
 
-def image_volumes(client: Any, image: str) -> list[str]:
-    """The ``VOLUME`` paths of ``image`` (an environment's Dockerfile may declare some, as database images do)."""
-    config = client.images.get(image).attrs.get("Config") or {}
+def image_volumes(image: Any) -> list[str]:
+    """The ``VOLUME`` paths of ``image`` (the SDK's ``Image``; an environment's Dockerfile may declare some, as
+    database images do)."""
+    config = image.attrs.get("Config") or {}
     # The engine matches a tmpfs to a VOLUME by the cleaned path: ``/data/`` or ``/a//b`` must be given cleaned,
     # or the volume is made anyway (on the host's disk) and may even be mounted over the tmpfs.
     cleaned = {posixpath.normpath(path) for path in (config.get("Volumes") or {}) if path.startswith("/")}
@@ -310,12 +311,11 @@ class DockerSandbox:
         try:
             if self._client is None:
                 self._client = await asyncio.to_thread(self._connect)
-            await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
+            image = await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
             labels = owners.labels(self.instance, self.session_id)
             route = await self._route(labels)
             await asyncio.to_thread(self._make_volume, labels)
-            volumes = await asyncio.to_thread(image_volumes, self._client, self.image)
-            options = self._options(labels, route, volumes)
+            options = self._options(labels, route, image_volumes(image))
             self.container = await asyncio.to_thread(self._client.containers.create, **options)
             attached = await asyncio.to_thread(
                 self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

@@ -41,6 +41,7 @@ from .run import (
     _exit_codes,
     _limits,
     environment_request,
+    sandbox_flags,
 )
 
 MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
@@ -138,9 +139,7 @@ def mcp(
 ) -> None:
     _check_run_args(repo, approve=False, json_events=False)
     settings = load_settings()
-    flags = {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
-             "inodes": inodes, "network": network}  # fmt: skip
-    limits = _limits(settings, flags)
+    limits = _limits(settings, sandbox_flags(command_timeout, memory, cpus, disk, inodes, network))
     request = environment_request(image, setup)
     signals: list[int] = []
     with _exit_codes(signals):

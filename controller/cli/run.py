@@ -101,6 +101,17 @@ DiskOption = Annotated[
     int | None, typer.Option("--disk", help="Disk quota of the session's files in MiB (checkpoints included).")
 ]
 InodesOption = Annotated[int | None, typer.Option("--inodes", help="Files and directories the session may hold.")]
+
+
+def sandbox_flags(
+    command_timeout: int | None, memory: int | None, cpus: float | None, disk: int | None, inodes: int | None,
+    network: NetworkPolicy | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The sandbox's limits as `cubicle run` and `cubicle mcp` take them, by ``Limits`` field (None: not given)."""
+    return {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
+            "inodes": inodes, "network": network}  # fmt: skip
+
+
 NetworkOption = Annotated[
     NetworkPolicy | None,
     typer.Option(
@@ -389,21 +400,18 @@ def run(
         ),
     ] = None,
 ) -> None:
+    flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
+             **sandbox_flags(command_timeout, memory, cpus, disk, inodes, network)}  # fmt: skip
     if server is not None:
         local = {"--approve": approve, "--scenario": scenario is not None}
         given = [flag for flag, on in local.items() if on]
         if given:
             raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
-        flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-                 "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
-                 "inodes": inodes, "network": network}  # fmt: skip
         _run_remote(server, repo, task, model, flags, image, setup, json_events, Choice(apply, include_ignored, False))
         return
     _check_run_args(repo, approve, json_events)
     settings = load_settings().model_copy(update={"model": model} if model else {})
-    limits = _limits(settings, {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-                                "command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus,
-                                "disk_mb": disk, "inodes": inodes, "network": network})  # fmt: skip
+    limits = _limits(settings, flags)
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
