@@ -73,11 +73,8 @@ def quota_full(layer: Layer) -> bool:
     """Whether the layer's own filesystem (its disk quota) has no block or no inode left."""
     if layer.info.disk is None:
         return False
-    try:
-        fs = os.statvfs(layer.fs)
-    except OSError:
-        return False
-    return fs.f_bavail * fs.f_frsize < (1 << 20) or fs.f_favail < 16
+    free, inodes, dev = _free(layer.fs)
+    return dev != -1 and (free < MIB or inodes < 16)
 
 
 class QuotaFullError(StoreError):
@@ -117,7 +114,7 @@ def quota_left(root: Path) -> int:
         held = disk_image(root).stat().st_blocks * 512
     except (CubicleError, OSError, ValueError):
         return 0
-    return max(0, (info.disk.mb << 20) - held) if info.disk is not None else 0
+    return max(0, info.disk.mb * MIB - held) if info.disk is not None else 0
 
 
 class ApplyConflictError(ConflictError):
@@ -277,17 +274,15 @@ class Workspaces:
         events = events_mb * MIB  # what each session may still store as events, besides its files
         own = (quota_left(layer_dir(self.data_dir, session_id)) if session_id else quota.mb * MIB) + events
         others = sum(quota_left(layer_dir(self.data_dir, other)) + events for other in set(running) - {session_id})
-        try:
-            fs = os.statvfs(self.data_dir)
-        except OSError:
+        free, _, dev = _free(self.data_dir)
+        if dev == -1:
             return  # refuse_low_space has said what is wrong with it
-        free = fs.f_bavail * fs.f_frsize - (floor_mb << 20)
+        free -= floor_mb * MIB
         if own + others > free:
-            mib = 1 << 20
             raise StoreError(
-                f"No room for this session's disk quota: it may write {own // mib} MiB and the running sessions "
-                f"{others // mib} MiB more, but the filesystem of the data directory {self.data_dir} has "
-                f"{max(free, 0) // mib} MiB free above its floor (CUBICLE_MIN_FREE_MB).",
+                f"No room for this session's disk quota: it may write {own // MIB} MiB and the running sessions "
+                f"{others // MIB} MiB more, but the filesystem of the data directory {self.data_dir} has "
+                f"{max(free, 0) // MIB} MiB free above its floor (CUBICLE_MIN_FREE_MB).",
                 hint="Ask for a smaller quota (--disk, limits.disk_mb), wait for running sessions to end, or free space.",
             )
 
