@@ -8,6 +8,8 @@ import os
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 import hashlib
 import secrets
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,50 @@ collect_ignore = ["fixtures"]
 pytest_plugins = ["tests.agent_harness"]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that restart the Docker engine run last, so they cannot disturb the others."""
+ALONE = ("solo", "disruptive")
+"""Marks of the tests that a parallel run (``-n``) runs one at a time after the others:
+``solo`` ones assert how fast our code answers (a cancel within a second, /healthz p99 under a
+load of the test's own making), which the other workers' containers starting on the same cores
+would turn into a measure of the machine; ``disruptive`` ones restart the Docker engine, which
+would kill every other worker's containers."""
+
+
+def _alone(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(mark) for mark in ALONE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that restart the Docker engine run last, so they cannot disturb the others.
+
+    A worker of a parallel run leaves out the tests that must run alone: the main process
+    runs them once every worker is done (``pytest_sessionfinish``).
+    """
+    if hasattr(config, "workerinput"):
+        left_out = [item for item in items if _alone(item)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not _alone(item)]
+        return
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The main process of a parallel run: run what its workers left out, in one process, one at a time."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    alone = " or ".join(ALONE)
+    marks = config.getoption("markexpr") or ""
+    command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", *config.args]
+    command += ["-m", f"({alone}) and ({marks})" if marks else alone]
+    if config.getoption("keyword"):
+        command += ["-k", config.getoption("keyword")]
+    print(f"\n\n== the tests that run alone ({alone}), one at a time, after the others ==", flush=True)
+    code = subprocess.run(command, cwd=config.invocation_params.dir, check=False).returncode
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = code
+    elif code == pytest.ExitCode.OK and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
 
 
 @pytest.fixture(scope="session")

@@ -113,6 +113,7 @@ LIVE = [
 ]
 
 
+@pytest.mark.solo
 def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     driver: WebDriver, viewer: Viewer, model_server: Any, docker_client: Any, screenshots: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -44,16 +45,19 @@ def controller_image(docker_client: Any) -> str:
     left by another checkout (or an older commit) once let these tests pass on old code.
     """
     tag = source_tag()
-    try:
-        image = docker_client.images.get(tag)
-    except ImageNotFound:
-        subprocess.run(
-            [str(ROOT / ".ci" / "controller-image"), tag],
-            check=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHON": sys.executable},
-        )
-        image = docker_client.images.get(tag)
+    # The workers of a parallel run each ask; one builds (the script's wheelhouse is one folder), the rest wait.
+    with open(Path(tempfile.gettempdir()) / "cubicle-controller-image.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            image = docker_client.images.get(tag)
+        except ImageNotFound:
+            subprocess.run(
+                [str(ROOT / ".ci" / "controller-image"), tag],
+                check=True,
+                cwd=ROOT,
+                env={**os.environ, "PYTHON": sys.executable},
+            )
+            image = docker_client.images.get(tag)
     image.tag(DEFAULT_IMAGE)
     return tag
 

@@ -147,6 +147,7 @@ def test_follow_up_and_409_while_running(
     assert kinds.index("user_message") == kinds.index("session_finished") + 1
 
 
+@pytest.mark.solo
 def test_cancel_mid_command_leaves_nothing(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import pytest
 
 from controller.agent import Agent, Conversation
 from controller.anthropic_model import AnthropicModel
@@ -45,6 +46,7 @@ def _answers(convo: Conversation) -> list[dict[str, Any]]:
     return list(last["content"])
 
 
+@pytest.mark.solo
 async def test_cancelling_the_turn_reports_the_command_with_its_output(
     model_server: Any, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
 ) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
 
 
+@pytest.mark.solo
 async def test_exit_after_closing_output_is_noticed_at_once(sandbox: DockerSandbox) -> None:
     """The command closes its pipes, then exits 10 ms later: nothing but the exit itself can wake the toolbox.
 

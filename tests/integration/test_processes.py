@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from controller.output import truncate_middle
 from controller.protocol import PingResult
 from controller.sandbox import DockerSandbox
@@ -22,6 +24,7 @@ async def _leftovers(box: DockerSandbox, *names: str) -> list[str]:
     return [line for line in ps.stdout.text.splitlines() if any(n in line for n in names) and "ps -eo" not in line]
 
 
+@pytest.mark.solo
 async def test_timeout_kills_background_children(sandbox: DockerSandbox) -> None:
     started = time.monotonic()
     result = await sh(sandbox, "sleep 1000 & sleep 1001; wait", timeout_s=2)
@@ -31,6 +34,7 @@ async def test_timeout_kills_background_children(sandbox: DockerSandbox) -> None
     assert await _leftovers(sandbox, "sleep 100") == []
 
 
+@pytest.mark.solo
 async def test_timeout_kills_term_ignoring_loop(sandbox: DockerSandbox) -> None:
     started = time.monotonic()
     result = await sh(sandbox, "trap '' TERM; while :; do :; done", timeout_s=2)

@@ -6,12 +6,15 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from controller import protocol
 from controller.protocol import CommandResult, ReadResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, expect, failure, sh
 
 
+@pytest.mark.solo
 async def test_container_killed_from_outside_mid_call(sandbox: DockerSandbox, docker_client: Any) -> None:
     first = sandbox.container.id
     pending = asyncio.create_task(call(sandbox, "run_command", command="sleep 30"))
@@ -30,6 +33,7 @@ async def test_toolbox_killed_from_inside(sandbox: DockerSandbox) -> None:
     assert (await sh(sandbox, "echo back")).stdout.text == "back\n"
 
 
+@pytest.mark.solo
 async def test_controller_deadline_when_toolbox_is_silent(sandbox: DockerSandbox) -> None:
     started = time.monotonic()
     outcome = await sandbox.call(protocol.call("run_command", command="sleep 60", timeout_s=60), 1.0)
@@ -47,6 +51,7 @@ async def test_workspace_survives_restart(sandbox: DockerSandbox, docker_client:
     assert expect(read, ReadResult).content.endswith("still here")
 
 
+@pytest.mark.solo
 async def test_stop_is_fast_and_removes_the_container(sandbox: DockerSandbox, docker_client: Any) -> None:
     cid = sandbox.container.id
     await call(sandbox, "run_command", command="sleep 100 & echo")

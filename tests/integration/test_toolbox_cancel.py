@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller import protocol
 from controller.channel import ToolboxChannel
 from controller.protocol import CancelResult, CommandResult, Response
@@ -49,6 +51,7 @@ async def _cancel(box: DockerSandbox, rid: Any) -> bool:
     return CancelResult.model_validate(response.result).cancelled
 
 
+@pytest.mark.solo
 async def test_cancel_stops_a_running_command_and_it_answers_with_its_output(sandbox: DockerSandbox) -> None:
     rid, answer = await _start(sandbox, "echo before; echo oops >&2; touch started; sleep 60; echo after")
     await _wait_for(sandbox.layer.upper / "started")

@@ -17,7 +17,10 @@ from bench import flood
 from tests.integration.helpers import container_running
 from tests.sandbox_defaults import TEST_INSTANCE
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="writing into a container's process from the host needs root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="writing into a container's process from the host needs root"),
+    pytest.mark.solo,  # it measures /healthz and a neighbour under a flood of its own making
+]
 
 
 @pytest.fixture

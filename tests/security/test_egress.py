@@ -201,6 +201,7 @@ async def test_each_session_reaches_its_own_hosts_and_nothing_else(
     refused(theirs[2], "allowed.test:8080 is not on this session's allow-list")
 
 
+@pytest.mark.solo
 async def test_no_way_around_the_proxy(
     allow_box: Callable[[str], DockerSandbox],
     docker_client: Any,

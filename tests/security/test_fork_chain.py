@@ -26,6 +26,7 @@ CHAIN = (
 )
 
 
+@pytest.mark.solo  # a fork storm: it would slow every other test, and it waits on its own chain
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the chain is an x86-64 program")
 async def test_a_fork_chain_does_not_outlive_its_command(box: DockerSandbox) -> None:
     plant = f'python3 -c \'import os; open("/workspace/.chain", "wb").write(bytes.fromhex("{CHAIN}"))\''

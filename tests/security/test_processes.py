@@ -28,6 +28,7 @@ async def _ours(box: DockerSandbox) -> list[str]:
 
 
 @pytest.mark.parametrize("escape", list(ESCAPES))
+@pytest.mark.solo
 async def test_nothing_outlives_its_command(box: DockerSandbox, escape: str) -> None:
     started = time.monotonic()
     result = await sh(box, ESCAPES[escape] + "\necho launched", timeout_s=30)

@@ -45,6 +45,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.solo  # it measures the neighbour and /healthz while its attack loads the machine
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_attack_is_contained(box: DockerSandbox, neighbour: DockerSandbox, health_url: str, attack: str) -> None:
     running = asyncio.create_task(call(box, "run_command", command=ATTACKS[attack], timeout_s=5))

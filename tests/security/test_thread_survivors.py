@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, expect, sh
@@ -39,6 +41,7 @@ async def test_a_thread_whose_leader_exited_stops_with_its_command(box: DockerSa
     assert "leader.py" not in (await sh(box, "ps -eLo args")).stdout.text  # no thread of it is left
 
 
+@pytest.mark.solo
 async def test_a_true_zombie_does_not_keep_the_sweep_spinning(box: DockerSandbox) -> None:
     """A zombie with no live thread is its parent's to reap; killing it again and again would stall every command.
 
