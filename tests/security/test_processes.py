@@ -55,7 +55,8 @@ async def test_daemon_writing_into_the_repo_stops_with_its_command_and_with_the_
     tick = box.layer.upper / "tick.txt"  # the agent's writes land in its layer
     await sh(
         box,
-        "setsid sh -c 'while :; do date +%s%N >> tick.txt; sleep 0.1; done' > /dev/null 2>&1 < /dev/null & sleep 0.5",
+        "setsid sh -c 'while :; do date +%s%N >> tick.txt; sleep 0.1; done' > /dev/null 2>&1 < /dev/null & "
+        "for _ in $(seq 100); do [ -s tick.txt ] && break; sleep 0.1; done",  # it has begun writing
     )
     size = tick.stat().st_size
     await asyncio.sleep(1)

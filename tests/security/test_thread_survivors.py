@@ -29,7 +29,11 @@ async def test_a_thread_whose_leader_exited_stops_with_its_command(box: DockerSa
     await call(box, "write_file", path="leader.py", content=ZOMBIE_LEADER)
     started = await sh(
         box,
-        "setsid python3 leader.py > /dev/null 2>&1 < /dev/null & sleep 0.5; ps -eLo stat,comm --no-headers | grep ' python3$'",
+        "setsid python3 leader.py > /dev/null 2>&1 < /dev/null & "
+        # wait (a busy machine may take a while) for the shape: a zombie leader, a live thread that wrote a tick
+        "for _ in $(seq 100); do ps -eLo stat,comm --no-headers | grep ' python3$' > shape; "
+        "[ -s tick.txt ] && grep -q '^Z' shape && [ $(wc -l < shape) -ge 2 ] && break; sleep 0.1; done; "
+        "rm shape; ps -eLo stat,comm --no-headers | grep ' python3$'",
     )
     states = [line.split()[0][0] for line in started.stdout.text.splitlines()]
     assert "Z" in states and len(states) >= 2, started.stdout.text  # the shape: a zombie leader, a live thread
