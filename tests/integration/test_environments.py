@@ -132,7 +132,6 @@ async def test_the_image_carries_the_hosts_ca_bundle_for_the_usual_clients(env_b
     assert result.stdout.text.split()[2:] == ["/usr/local/share/cubicle/ca-certificates.crt"] * 3
 
 
-@pytest.mark.solo
 def test_a_cached_image_is_reused_without_building(
     docker_client: Any, env_repo: Path, env_image: EnvironmentImage
 ) -> None:
