@@ -61,6 +61,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
         return
+    if exitstatus == pytest.ExitCode.INTERRUPTED or (config.getoption("maxfail") and exitstatus):
+        return  # stopped (Ctrl-C, or -x and a failure): the rest is not wanted
     alone = " or ".join(ALONE)
     marks = config.getoption("markexpr") or ""
     command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", *config.args]

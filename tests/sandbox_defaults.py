@@ -10,8 +10,10 @@ from controller.config import Limits
 # The uid that owns a test repository (when the tests run as root) and so the one commands run as.
 AGENT_UID = 1000
 
-# The owner instance on the containers the fixtures start; the session-end sweep looks at no others.
-TEST_INSTANCE = "cubicle-tests"
+# The owner instance on the containers the fixtures and the CLI subprocesses start; the session-end sweep looks
+# at no others. One per worker of a parallel run: a controller starting sweeps the containers its instance's dead
+# processes left, and a test that kills a run on purpose expects its leftovers to stay until it sweeps them itself.
+TEST_INSTANCE = "cubicle-tests" + (f"-{worker}" if (worker := os.environ.get("PYTEST_XDIST_WORKER")) else "")
 
 # Small, so that many sandboxes run side by side; the fixtures' default.
 SANDBOX_LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)

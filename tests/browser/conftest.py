@@ -7,6 +7,8 @@ import http.server
 import os
 import secrets
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -77,9 +79,15 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
         api.http.close()
         process.terminate()
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=60)
         except Exception:  # noqa: BLE001 - whatever went wrong, it must not outlive the module
             process.kill()
+            process.wait()
+        # What a killed server left (its layers' filesystems still mounted) is gc's to clean, as after a crash;
+        # the data directory goes next, so no later controller would.
+        subprocess.run(
+            [sys.executable, "-m", "controller", "gc"], env=env, capture_output=True, timeout=120, check=False
+        )
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -14,8 +14,8 @@ from tests.integration.helpers import container_running
 async def test_container_killed_from_outside_mid_command(run_scenario: Any, docker_client: Any) -> None:
     async def killer() -> None:
         container = await eventually_async(
-            lambda: asyncio.to_thread(container_running, docker_client, "sleep 77"),
-            what="the sandbox runs `sleep 77`",
+            lambda: asyncio.to_thread(container_running, docker_client, "sleep 77.031"),
+            what="the sandbox runs `sleep 77.031`",
             timeout=30,
         )
         container.kill()
@@ -24,7 +24,7 @@ async def test_container_killed_from_outside_mid_command(run_scenario: Any, dock
     started = time.monotonic()
     run = await run_scenario(
         [
-            {"content": [tool("run_command", command="sleep 77")]},
+            {"content": [tool("run_command", command="sleep 77.031")]},
             {"content": [tool("run_command", command="echo recovered")]},
             {"content": [text("ok")]},
         ]

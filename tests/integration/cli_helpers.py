@@ -11,15 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.sandbox_defaults import TEST_INSTANCE
+
 SESSION_ID = re.compile(r"cli-[0-9a-f]{16}")
 
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without model or Cubicle settings, but for the test's data directory."""
+    """This process's environment without model or Cubicle settings, but for the test's data directory, with the
+    tests' owner instance (``TEST_INSTANCE``) unless ``extra`` names one."""
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_")) or k == "CUBICLE_DATA_DIR"
     }
-    return {**base, **(extra or {})}
+    return {**base, "CUBICLE_INSTANCE": TEST_INSTANCE, **(extra or {})}
 
 
 def cubicle(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.eventually import eventually
+from tests.sandbox_defaults import TEST_INSTANCE
 
 # The sequences Rich itself writes (SGR styles, cursor show/hide, erase line, cursor up): stripped to read the text.
 RICH_CSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -49,7 +50,13 @@ class Terminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env={**base, "TERM": "xterm-256color", "CUBICLE_DATA_DIR": self.data_dir, **(env or {})},
+            env={
+                **base,
+                "TERM": "xterm-256color",
+                "CUBICLE_DATA_DIR": self.data_dir,
+                "CUBICLE_INSTANCE": TEST_INSTANCE,
+                **(env or {}),
+            },
             start_new_session=True,
             preexec_fn=_take_terminal,
         )

@@ -149,13 +149,13 @@ def test_a_killed_run_leaves_its_layer_mounted_until_the_next_controller_or_gc(
     data = tmp_path / "data"
     env = {"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": TEST_INSTANCE}
     scenario = tmp_path / "sleep.json"
-    turns = [{"content": [tool("run_command", command="sleep 300", timeout_s=300)]}, {"content": [text("never")]}]
+    turns = [{"content": [tool("run_command", command="sleep 299.173", timeout_s=300)]}, {"content": [text("never")]}]
     scenario.write_text(json.dumps({"name": "sleep", "turns": turns}))
     args = [sys.executable, "-m", "controller", "run", str(make_repo()), "sleep", "--json", "--no-apply",
             "--command-timeout", "300", "--disk", "64", "--inodes", "2048", "--scenario", str(scenario)]  # fmt: skip
     process = subprocess.Popen(args, env=environment(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        eventually(lambda: container_running(docker_client, "sleep 300"), timeout=60, what="the command runs")
+        eventually(lambda: container_running(docker_client, "sleep 299.173"), timeout=60, what="the command runs")
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     finally:
