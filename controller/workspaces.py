@@ -368,7 +368,7 @@ class Workspaces:
                     f"leaves {APPLY_FREE_FLOOR_MB} MiB and {APPLY_FREE_INODES:,} inodes free on the checkout's "
                     "filesystem and on the data directory's, and keeps each file it overwrites inside the quota. "
                     "Files the agent hardlinked, or left mostly empty, take their full size each in the checkout."
-                    if err.what != "new entries in the checkout"
+                    if err.what != workspace.ApplyTooLargeError.ENTRIES
                     else f"Nothing was written: the apply would create {err.total:,} entries in {layer.repo}, more "
                     f"than the {max(err.limit, 0):,} it may (it leaves {APPLY_FREE_INODES:,} inodes free there).",
                     hint="Review the changes (`cubicle changes ID`), free space, or discard them.",

@@ -110,7 +110,10 @@ class ApplyBounds(BaseModel):
 
 
 class ApplyTooLargeError(WorkspaceError):
-    """An apply would write more than its bounds allow (``what`` says which)."""
+    """An apply would write more than its bounds allow (``what`` says which: ``ENTRIES`` counts entries, the
+    others bytes)."""
+
+    ENTRIES = "new entries in the checkout"
 
     def __init__(self, what: str, total: int, limit: int) -> None:
         super().__init__(f"The apply would need {total:,} {what}, more than the {max(limit, 0):,} it may.")
@@ -130,7 +133,7 @@ def _check_bounds(checkout: Checkout, chosen: list[Change], bounds: ApplyBounds)
     if total > bounds.checkout_bytes:
         raise ApplyTooLargeError("bytes in the checkout", total, bounds.checkout_bytes)
     if len(written) > bounds.checkout_entries:
-        raise ApplyTooLargeError("new entries in the checkout", len(written), bounds.checkout_entries)
+        raise ApplyTooLargeError(ApplyTooLargeError.ENTRIES, len(written), bounds.checkout_entries)
     saved = 0
     for change in chosen:
         if change.kind == Kind.ADDED:

@@ -7,8 +7,6 @@ import http.server
 import os
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import pytest
 from controller.scripted import free_port
 from tests.agent_harness import REPO_FILES, register, text
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
+from tests.integration.cli_helpers import cubicle
 from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,9 +84,7 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
             process.wait()
         # What a killed server left (its layers' filesystems still mounted) is gc's to clean, as after a crash;
         # the data directory goes next, so no later controller would.
-        subprocess.run(
-            [sys.executable, "-m", "controller", "gc"], env=env, capture_output=True, timeout=120, check=False
-        )
+        cubicle("gc", env=env)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.eventually import eventually
-from tests.sandbox_defaults import TEST_INSTANCE
+from tests.integration.cli_helpers import environment
 
 # The sequences Rich itself writes (SGR styles, cursor show/hide, erase line, cursor up): stripped to read the text.
 RICH_CSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -37,11 +37,8 @@ class Terminal:
     """
 
     def __init__(self, *args: str, env: dict[str, str] | None = None, cols: int = 100, rows: int = 40) -> None:
-        base = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("ANTHROPIC_", "CUBICLE_")) and k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
-        }
+        # the CLI tests' environment (the tests' owner instance), without what would shape the terminal's output
+        base = {k: v for k, v in environment().items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")}
         self.data_dir = tempfile.mkdtemp(prefix="cubicle-pty-")
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
@@ -50,13 +47,7 @@ class Terminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env={
-                **base,
-                "TERM": "xterm-256color",
-                "CUBICLE_DATA_DIR": self.data_dir,
-                "CUBICLE_INSTANCE": TEST_INSTANCE,
-                **(env or {}),
-            },
+            env={**base, "TERM": "xterm-256color", "CUBICLE_DATA_DIR": self.data_dir, **(env or {})},
             start_new_session=True,
             preexec_fn=_take_terminal,
         )
