@@ -55,7 +55,7 @@ from .errors import (
 from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
-from .store import SessionRecord, Store
+from .store import SessionRecord, open_store
 from .workspace import ApplyResult, Change, RepoChangedError, RevertResult
 from .workspaces import ApplyConflictError, Checkpoint, printable, printable_conflict, shown
 
@@ -370,7 +370,7 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store(settings.data_dir / "cubicle.db")
+        store = open_store(settings)
         runtime = Runtime(settings, sandbox_factory)
         app.state.sessions = sessions = Sessions(settings, store, runtime)
         await sessions.start()

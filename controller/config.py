@@ -166,6 +166,11 @@ class Settings(BaseSettings):
         default_factory=list, description="Directories sessions may use."
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
+    database_url: SecretStr | None = Field(
+        None,
+        description="A PostgreSQL database (postgresql://user:password@host/name) that several controllers share, "
+        "in place of the SQLite file in the data dir; the workspace layers stay in each controller's data dir.",
+    )
     session_events_mb: int = Field(
         128, ge=1, le=1 << 20,
         description="Stored events per session; past 7/8 of it, tool results are stored without their output, tool "
@@ -209,7 +214,7 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 
-    @field_validator("api_key", "base_url", "api_token", "ca_bundle", mode="before")
+    @field_validator("api_key", "base_url", "api_token", "ca_bundle", "database_url", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty variable (as compose passes an unset one) means unset."""

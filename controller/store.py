@@ -1,4 +1,4 @@
-"""Persistence: sessions, transcripts and events in SQLite (WAL).
+"""Persistence: sessions, transcripts and events in SQLite (WAL), or in PostgreSQL for several controllers.
 
 Everything is written before it is acknowledged or streamed, so a controller that
 dies loses nothing it has reported. Calls are short and run on the event loop's
@@ -14,81 +14,112 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import Limits
+from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .environment import Environment
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _writes(method: F) -> F:
-    """A failed write (disk full, I/O error) becomes a StoreError that says what to do."""
+    """A failed write (disk full, I/O error, the database server gone) becomes a StoreError that says what to do."""
 
     @functools.wraps(method)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(self: Store, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(*args, **kwargs)
-        except sqlite3.Error as err:
+            return method(self, *args, **kwargs)
+        except self.errors as err:
             raise StoreError(f"The session database could not be written: {err}.") from None
 
     return guarded  # type: ignore[return-value]
 
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    repo TEXT NOT NULL,
-    task TEXT NOT NULL,
-    model TEXT NOT NULL,
-    status TEXT NOT NULL,
-    finish_reason TEXT,
-    detail TEXT NOT NULL DEFAULT '',
-    usage TEXT NOT NULL,
-    steps INTEGER NOT NULL DEFAULT 0,
-    limits TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    session_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    message TEXT NOT NULL,
-    PRIMARY KEY (session_id, idx)
-);
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-CREATE TABLE IF NOT EXISTS context_edits (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    edit TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC);
-"""
+# ---------------------------------------------------------------------- schema
+#
+# One definition for both databases: numbered migrations, each a list of steps written in the SQL both SQLite and
+# PostgreSQL accept (a step may be for one of them only). Every step is idempotent, so a database made before the
+# schema was versioned (SQLite files of earlier releases) is brought up to date by running them all; after that the
+# ``schema_version`` row skips what is done. Alembic would do the same with SQLAlchemy under it, a second database
+# layer this store does not otherwise need for four tables that only ever grow.
+
+
+@dataclass(frozen=True)
+class Column:
+    """Add a column to a table unless it is there (neither database has ``ADD COLUMN IF NOT EXISTS`` in common)."""
+
+    table: str
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Only:
+    """A statement for one of the two databases."""
+
+    dialect: Literal["sqlite", "postgres"]
+    sql: str
+
+
+Step = str | Column | Only
+
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
+    (  # 1: the tables of the first release
+        """CREATE TABLE IF NOT EXISTS sessions (
+            id TEXT PRIMARY KEY, repo TEXT NOT NULL, task TEXT NOT NULL, model TEXT NOT NULL, status TEXT NOT NULL,
+            finish_reason TEXT, detail TEXT NOT NULL DEFAULT '', usage TEXT NOT NULL,
+            steps INTEGER NOT NULL DEFAULT 0, limits TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL, updated_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS messages (
+            session_id TEXT NOT NULL, idx INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, idx))""",
+        """CREATE TABLE IF NOT EXISTS events (
+            session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq))""",
+        "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at DESC)",
+    ),
+    (  # 2: context policies and edits, owners, apply policies, environments
+        """CREATE TABLE IF NOT EXISTS context_edits (
+            session_id TEXT NOT NULL, seq INTEGER NOT NULL, edit TEXT NOT NULL, PRIMARY KEY (session_id, seq))""",
+        Column("sessions", "context", "TEXT"),
+        Column("sessions", "owner", "TEXT NOT NULL DEFAULT ''"),
+        Column("sessions", "apply", "TEXT NOT NULL DEFAULT 'never'"),
+        Column("sessions", "environment", "TEXT"),
+    ),
+    (  # 3: leases (several controllers on one database) and the status index recovery reads by
+        Column("sessions", "epoch", "INTEGER NOT NULL DEFAULT 0"),
+        Column("sessions", "lease_expires", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+        "CREATE INDEX IF NOT EXISTS sessions_status ON sessions (status)",
+        # Every stored event wakes the controllers that LISTEN: a wake-up only, they read the events from the table.
+        Only(
+            "postgres",
+            """CREATE OR REPLACE FUNCTION cubicle_event_stored() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_notify('cubicle_events', NEW.session_id); RETURN NULL; END $$""",
+        ),
+        Only(
+            "postgres",
+            """CREATE OR REPLACE TRIGGER cubicle_event_stored AFTER INSERT ON events
+            FOR EACH ROW EXECUTE FUNCTION cubicle_event_stored()""",
+        ),
+    ),
+)
+NOTIFY_CHANNEL = "cubicle_events"
+"""The channel PostgreSQL's trigger notifies with the session id of each event stored."""
+SCHEMA_VERSION = len(MIGRATIONS)
+
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
     "updated_at", "context", "owner", "apply", "environment",
 )  # fmt: skip
-"""The sessions table's columns in the order _record reads them (the last three were added later, by _migrate)."""
-ADDED_COLUMNS = {
-    "context": "TEXT",
-    "owner": "TEXT NOT NULL DEFAULT ''",
-    "apply": "TEXT NOT NULL DEFAULT 'never'",
-    "environment": "TEXT",
-}
+"""The sessions table's columns in the order _record reads them."""
 ApplyPolicy = Literal["never", "on_finish"]
 SELECTED = ", ".join(COLUMNS)
 
@@ -126,146 +157,202 @@ goes out in bounded pieces instead of 500 at once."""
 
 
 class Store:
-    """One SQLite database; one connection, used from the event loop's thread."""
+    """The sessions, transcripts and events of every controller that shares the database.
+
+    One connection, used from the event loop's thread. This class is the SQLite store (a file in the data dir:
+    one machine); ``PostgresStore`` runs the same queries on a server several controllers share. Queries are
+    written once, with ``?`` parameters; a few fragments differ by dialect (class attributes).
+    """
+
+    dialect: Literal["sqlite", "postgres"] = "sqlite"
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    GREATEST = "MAX"
+    EVENT_TS = "json_extract(data, '$.ts')"
+    BYTES = "length(CAST(data AS BLOB))"
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = path
+        self.path: Path | None = path
         # Transcripts hold the repositories' contents: the owner's alone, a database made by an older version too.
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         with contextlib.suppress(OSError):  # a database this process does not own keeps its mode
             os.chmod(path, 0o600)
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db: Any = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(SCHEMA)
         self._migrate()
 
     def close(self) -> None:
         self._db.close()
 
+    # ------------------------------------------------------------------ the dialect
+
+    def _sql(self, query: str) -> str:
+        """``query`` in this database's parameter style."""
+        return query
+
+    def _run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        return self._db.execute(self._sql(query), params)
+
+    def _run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
+        self._db.executemany(self._sql(query), rows)
+
+    @contextlib.contextmanager
+    def _transaction(self, immediate: bool = False) -> Iterator[None]:
+        """One transaction; ``immediate`` takes SQLite's write lock at once (two writers must not both read first)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            yield
+
+    def _columns(self, table: str) -> set[str]:
+        return {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+
+    def _text(self, value: str) -> str:
+        """A plain text column's value as this database can hold it (SQLite holds any str it can encode)."""
+        return value.encode("utf-8", "replace").decode("utf-8")
+
+    def _lock_schema(self) -> None:
+        """Hold off other processes' migrations until this transaction ends (SQLite: BEGIN IMMEDIATE did)."""
+
+    # ------------------------------------------------------------------ schema
+
+    def _version(self) -> int:
+        self._run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = self._run("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    @_writes
     def _migrate(self) -> None:
-        """Bring a database made by an earlier version up to this schema, in place."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
-        for name, kind in ADDED_COLUMNS.items():
-            if name not in columns:
-                self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+        """Bring the database up to ``SCHEMA_VERSION`` in place, in one transaction (another process starting at
+        the same moment waits, then finds it done)."""
+        with self._transaction(immediate=True):
+            self._lock_schema()
+            version = self._version()
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"The session database is at schema version {version}, newer than this Cubicle knows "
+                    f"({SCHEMA_VERSION}): upgrade Cubicle, or point it at another database."
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for step in MIGRATIONS[number]:
+                    if isinstance(step, Column):
+                        if step.name not in self._columns(step.table):
+                            self._run(f"ALTER TABLE {step.table} ADD COLUMN {step.name} {step.kind}")
+                    elif isinstance(step, Only):
+                        if step.dialect == self.dialect:
+                            self._run(step.sql)
+                    else:
+                        self._run(step)
+            if version < SCHEMA_VERSION:
+                self._run("DELETE FROM schema_version")
+                self._run("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
 
     # ------------------------------------------------------------------ sessions
 
     @_writes
     def insert(self, record: SessionRecord) -> None:
-        self._db.execute(
+        self._run(
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-            (record.id, record.repo, record.task, record.model, record.status, record.finish_reason, record.detail,
-             record.usage.model_dump_json(), record.steps, record.limits.model_dump_json(), record.created_at, record.updated_at,
+            (record.id, self._text(record.repo), self._text(record.task), record.model, record.status,
+             record.finish_reason, self._text(record.detail), record.usage.model_dump_json(), record.steps,
+             record.limits.model_dump_json(), record.created_at, record.updated_at,
              record.context.model_dump_json() if record.context else None, record.owner, record.apply,
              record.environment.model_dump_json() if record.environment else None),
         )  # fmt: skip
 
     @_writes
     def update(self, session_id: str, **fields: Any) -> None:
-        values = {k: (v.model_dump_json() if isinstance(v, BaseModel) else v) for k, v in fields.items()}
+        values = {
+            k: (v.model_dump_json() if isinstance(v, BaseModel) else self._text(v) if isinstance(v, str) else v)
+            for k, v in fields.items()
+        }
         values["updated_at"] = time.time()
         assignments = ", ".join(f"{name} = ?" for name in values)
-        self._db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+        self._run(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
 
     def get(self, session_id: str) -> SessionRecord | None:
-        row = self._db.execute(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = self._run(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return _record(row) if row else None
 
     def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
-        rows = self._db.execute(
+        rows = self._run(
             f"SELECT {SELECTED} FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
-        total = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        total = self._run("SELECT COUNT(*) FROM sessions").fetchone()[0]
         return [_record(r) for r in rows], total
 
     def with_status(self, status: str) -> list[SessionRecord]:
-        rows = self._db.execute(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
+        rows = self._run(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
         return [_record(r) for r in rows]
 
     def ended_before(self, cutoff: float) -> list[tuple[SessionRecord, float]]:
         """Sessions not running whose last activity (their newest event, or the row's last update) is older than
         ``cutoff``, with that time: oldest first."""
-        rows = self._db.execute(
-            f"SELECT {SELECTED}, MAX(updated_at, COALESCE((SELECT json_extract(data, '$.ts') FROM events "
-            "WHERE session_id = sessions.id ORDER BY seq DESC LIMIT 1), 0)) AS last "
-            "FROM sessions WHERE status != 'running' AND last < ? ORDER BY last",
+        last = (
+            f"{self.GREATEST}(updated_at, COALESCE((SELECT {self.EVENT_TS} FROM events "
+            "WHERE session_id = sessions.id ORDER BY seq DESC LIMIT 1), 0))"
+        )
+        rows = self._run(
+            f"SELECT {SELECTED}, {last} AS last FROM sessions WHERE status != 'running' AND {last} < ? ORDER BY last",
             (cutoff,),
         ).fetchall()
         return [(_record(r[:-1]), float(r[-1])) for r in rows]
 
     @_writes
     def delete(self, session_id: str) -> None:
-        with self._db:
-            self._db.execute("BEGIN")
-            tables = (
-                ("events", "session_id"),
-                ("messages", "session_id"),
-                ("context_edits", "session_id"),
-                ("sessions", "id"),
-            )
-            for table, key in tables:
-                self._db.execute(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
+        with self._transaction():
+            for table, key in (("events", "session_id"), ("messages", "session_id"), ("context_edits", "session_id"),
+                               ("sessions", "id")):  # fmt: skip
+                self._run(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
 
     # ------------------------------------------------------------------ transcript
 
     @_writes
     def save_messages(self, session_id: str, messages: list[dict[str, Any]], start: int) -> None:
         """Write messages[start:] (the last saved one may have changed: a user text merged into it)."""
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO messages VALUES (?,?,?)",
+        with self._transaction():
+            self._run_many(
+                "INSERT INTO messages VALUES (?,?,?) ON CONFLICT (session_id, idx) DO UPDATE SET message = excluded.message",
                 [(session_id, i, json.dumps(messages[i])) for i in range(start, len(messages))],
             )
-            self._db.execute("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
+            self._run("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
 
     @_writes
     def add_edits(self, session_id: str, edits: list[Edit], start: int) -> None:
         """Write edits[start:]: context edits are only ever appended."""
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO context_edits VALUES (?,?,?)",
+        with self._transaction():
+            self._run_many(
+                "INSERT INTO context_edits VALUES (?,?,?) ON CONFLICT (session_id, seq) DO UPDATE SET edit = excluded.edit",
                 [(session_id, i, edits[i].model_dump_json()) for i in range(start, len(edits))],
             )
 
     def edits(self, session_id: str) -> list[Edit]:
         """The context edits of the session's view, oldest first (the transcript itself is never edited)."""
-        rows = self._db.execute(
-            "SELECT edit FROM context_edits WHERE session_id = ? ORDER BY seq", (session_id,)
-        ).fetchall()
+        rows = self._run("SELECT edit FROM context_edits WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [Edit.model_validate_json(r[0]) for r in rows]
 
     def messages(self, session_id: str) -> list[dict[str, Any]]:
-        rows = self._db.execute(
-            "SELECT message FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)
-        ).fetchall()
+        rows = self._run("SELECT message FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     # ------------------------------------------------------------------ events
 
     def event_bytes(self, session_id: str) -> int:
         """How many bytes the session's stored events take."""
-        row = self._db.execute(
-            "SELECT COALESCE(SUM(length(CAST(data AS BLOB))), 0) FROM events WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return int(row[0])
+        row = self._run(f"SELECT COALESCE(SUM({self.BYTES}), 0) FROM events WHERE session_id = ?", (session_id,))
+        return int(row.fetchone()[0])
 
     @_writes
     def append_event(self, event: Event) -> int:
         """Give the event the next sequence number of its session and write it; returns the bytes stored."""
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute(
+        with self._transaction(immediate=True):
+            row = self._run(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
             ).fetchone()
             event.seq = row[0] + 1
             data = event.model_dump_json()
-            self._db.execute("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, event.seq, event.type, data))
+            self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, event.seq, event.type, data))
         return len(data.encode("utf-8", "surrogatepass"))
 
     def events_after(
@@ -273,7 +360,7 @@ class Store:
     ) -> list[Event]:
         """The next events after ``after``, in order: at most ``limit`` of them, and no more than ``max_bytes``
         of stored JSON past the first (one event may carry a command's whole captured output)."""
-        cursor = self._db.execute(
+        cursor = self._run(
             "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?", (session_id, after, limit)
         )
         events: list[Event] = []
@@ -285,6 +372,129 @@ class Store:
             events.append(EVENT_ADAPTER.validate_json(data))
         cursor.close()
         return events
+
+
+class PostgresStore(Store):
+    """The same store on a PostgreSQL server (``CUBICLE_DATABASE_URL``), which several controllers can share.
+
+    psycopg 3, one connection in autocommit (a statement is its own transaction unless ``_transaction`` opens one).
+    Text columns cannot hold NUL there; JSON columns escape it, and a plain text column (repo, task, detail) gets
+    U+FFFD in its place: the transcript keeps the task exactly.
+    """
+
+    dialect = "postgres"
+    GREATEST = "GREATEST"
+    EVENT_TS = "CAST(CAST(data AS jsonb) ->> 'ts' AS DOUBLE PRECISION)"
+    BYTES = "octet_length(data)"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigError(
+                "CUBICLE_DATABASE_URL names a PostgreSQL database, but its driver is not installed: "
+                "pip install 'cubicle[postgres]'."
+            ) from None
+        self.errors = (psycopg.Error,)
+        self.path = None
+        self.url = url
+        self._next_seq: dict[str, int] = {}
+        try:
+            self._db = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as err:
+            raise ConfigError(
+                f"Cannot connect to the PostgreSQL database of CUBICLE_DATABASE_URL ({_redacted(url)}). "
+                f"Start the server or fix the URL. ({' '.join(str(err).split())})"
+            ) from None
+        if "synchronous_commit" not in url:
+            # As SQLite's WAL with synchronous=NORMAL: a killed controller loses nothing (the server has the
+            # commit); a crash of the database server itself may lose its last fraction of a second. Each event
+            # then costs ~0.1 ms instead of a WAL flush (~0.6 ms here); the URL's options can ask for on.
+            self._db.execute("SET synchronous_commit = off")
+        self._migrate()
+
+    def _sql(self, query: str) -> str:
+        return _placeholders(query)
+
+    def _run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(self._sql(query), rows)
+
+    @contextlib.contextmanager
+    def _transaction(self, immediate: bool = False) -> Iterator[None]:
+        with self._db.transaction():
+            yield
+
+    def _columns(self, table: str) -> set[str]:
+        rows = self._run(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = ?",
+            (table,),
+        )
+        return {row[0] for row in rows}
+
+    def _text(self, value: str) -> str:
+        return super()._text(value).replace("\x00", "\ufffd")
+
+    def _lock_schema(self) -> None:
+        self._run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+
+    @_writes
+    def append_event(self, event: Event) -> int:
+        """One INSERT per event: the next sequence number is remembered, and read again only when another
+        process stored one in between (the primary key refuses the number twice)."""
+        import psycopg.errors
+
+        for _ in range(5):
+            seq = self._next_seq.get(event.session_id)
+            if seq is None:
+                row = self._run("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,))
+                seq = row.fetchone()[0] + 1
+            event.seq = seq
+            data = event.model_dump_json()
+            try:
+                self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
+            except psycopg.errors.UniqueViolation:
+                self._next_seq.pop(event.session_id, None)
+                continue
+            self._next_seq[event.session_id] = seq + 1
+            return len(data.encode("utf-8", "surrogatepass"))
+        raise StoreError(f"Session {event.session_id}'s events are being written by another process as well.")
+
+    @_writes
+    def delete(self, session_id: str) -> None:
+        self._next_seq.pop(session_id, None)
+        super().delete(session_id)
+
+
+SCHEMA_LOCK = 0x637562696300  # "cubic": the advisory lock migrations of one database take in turn
+
+
+@functools.lru_cache(maxsize=256)
+def _placeholders(query: str) -> str:
+    """``?`` parameters as psycopg's ``%s`` (our queries hold no literal ``?`` or ``%``)."""
+    return query.replace("?", "%s")
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def open_store(settings: Settings) -> Store:
+    """The store ``settings`` name: PostgreSQL when ``database_url`` is set, else SQLite in the data dir.
+
+    The data dir is made either way (private): the workspace layers live there, and a repository that would
+    hold it is refused by its path.
+    """
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if settings.database_url is not None:
+        return PostgresStore(settings.database_url.get_secret_value())
+    return Store(settings.data_dir / "cubicle.db")
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:

@@ -20,6 +20,7 @@ from docker.errors import ImageNotFound
 from controller import engine, images, owners, workspace
 from controller.config import DEFAULT_IMAGE, Limits, Settings
 from controller.sandbox import DockerSandbox
+from tests.databases import postgres_schema
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
 # Fixture projects are data for the tests (a real project an agent works on), not tests of ours.
@@ -27,6 +28,21 @@ collect_ignore = ["fixtures"]
 
 # The run_scenario fixture: the real agent loop on a scripted scenario, for any test that names it.
 pytest_plugins = ["tests.agent_harness"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def each_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test twice: on the SQLite file in the data dir, and on a fresh PostgreSQL schema.
+
+    Through ``CUBICLE_DATABASE_URL``, as a user chooses the store, so every Settings the test makes takes it.
+    """
+    if request.param == "sqlite":
+        monkeypatch.delenv("CUBICLE_DATABASE_URL", raising=False)
+        yield "sqlite"
+        return
+    with postgres_schema() as url:
+        monkeypatch.setenv("CUBICLE_DATABASE_URL", url)
+        yield url
 
 
 ALONE = ("solo", "disruptive")

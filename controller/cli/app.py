@@ -17,7 +17,7 @@ from ..display import plural
 from ..errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
 from ..runtime import Runtime
 from ..sessions import Sessions
-from ..store import Store
+from ..store import open_store
 from ..workspace import LayerMissingError
 from ..workspaces import ApplyConflictError
 
@@ -70,7 +70,7 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
     """Run one command on the sessions of the database, as the API would (no turn is started)."""
 
     async def go() -> T:
-        store = Store(settings.data_dir / "cubicle.db")
+        store = open_store(settings)
         runtime = Runtime(settings)
         try:
             return await op(Sessions(settings, store, runtime))

@@ -23,7 +23,7 @@ from ..config import Limits, Settings
 from ..events import SessionStarted, StatusEvent
 from ..runtime import Runtime
 from ..sessions import Sessions
-from ..store import Store
+from ..store import open_store
 from .app import EXIT_OK, app, err_console, load_settings
 from .run import (
     STOP_SIGNALS,
@@ -71,7 +71,7 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
     runtime = Runtime(settings)
     try:
         await runtime.ensure_image(limits.network)
-        store = Store(settings.data_dir / "cubicle.db")
+        store = open_store(settings)
         try:
             sessions = Sessions(settings, store, runtime)
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone

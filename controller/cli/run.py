@@ -43,7 +43,7 @@ from ..network import NetworkPolicy
 from ..recorder import Recorder
 from ..runtime import Runtime
 from ..sessions import Sessions
-from ..store import SessionRecord, Store
+from ..store import SessionRecord, open_store
 from ..workspaces import record_changes
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
 from .finish import Choice, LocalReview, Ran, after_turn
@@ -242,7 +242,7 @@ async def _session(
     try:
         runtime.check_model()  # a missing key is a usage error before Docker is even asked
         await runtime.ensure_image(limits.network)
-        store = Store(settings.data_dir / "cubicle.db")
+        store = open_store(settings)
         try:
             sessions = Sessions(settings, store, runtime)
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone

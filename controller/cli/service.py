@@ -19,7 +19,7 @@ from ..errors import CubicleError
 from ..sandbox import clear_as_root
 from ..sessions import Expiry, Sessions
 from ..setups import Setups
-from ..store import Store
+from ..store import open_store
 from ..workspaces import Workspaces
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
 
@@ -102,7 +102,7 @@ def gc(
         raise fail(err, EXIT_INFRA) from None
     for tag in environment_image.sweep(client):
         print(f"removed the environment image {tag}")
-    store = Store(settings.data_dir / "cubicle.db")
+    store = open_store(settings)
     try:
         quotas = disks.choose(
             settings.disk_quota, lambda: client, settings.image, settings.data_dir, settings.docker_host
@@ -197,7 +197,7 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
     from rich.table import Table
 
     settings = load_settings()
-    store = Store(settings.data_dir / "cubicle.db")
+    store = open_store(settings)
     records, total = store.page(limit, 0)
     store.close()
     table = Table("status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))

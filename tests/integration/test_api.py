@@ -18,6 +18,8 @@ from tests.integration.api_helpers import Api
 from tests.integration.helpers import container_running, containers_of
 from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
 
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
+
 TOKEN = "integration-token"
 
 

@@ -17,6 +17,8 @@ from controller.testing import NoSandbox
 from tests.eventually import eventually
 from tests.sandbox_defaults import owned_dir
 
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
+
 TOKEN = "unit-test-token"
 
 

@@ -16,6 +16,8 @@ from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api
 from tests.sandbox_defaults import owned_dir
 
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
+
 TOKEN = "context-token"
 POLICY = ContextPolicy(window=60_000, keep_recent=3000, margin=1000)
 

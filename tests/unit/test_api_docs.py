@@ -13,6 +13,8 @@ from controller.api import create_app
 from controller.config import Settings
 from controller.testing import LOOPBACK, NoSandbox
 
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
+
 TOKEN = "docs-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

@@ -23,6 +23,8 @@ from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
+
 TOKEN = "workspace-token"
 DONE = [{"content": [text("Done.")]}]
 

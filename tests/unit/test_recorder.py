@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from controller.events import (
 )
 from controller.feed import Feed
 from controller.recorder import Recorder
-from controller.store import SCHEMA, SessionRecord, Store
+from controller.store import SessionRecord, Store
 
 SID = "s_feedtest"
 
@@ -258,37 +257,6 @@ async def test_context_edits_are_stored_so_a_reload_sends_the_same_view(store: S
         assert reloaded.messages == convo.messages, "the stored transcript stays whole"
     finally:
         reopened.close()
-
-
-def test_a_database_from_before_the_context_column_upgrades_in_place(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    old = sqlite3.connect(path)
-    old.executescript(SCHEMA)  # today's tables minus what _migrate adds
-    old.execute(
-        "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            "s_old",
-            "/r",
-            "t",
-            "m",
-            "idle",
-            "end_turn",
-            "",
-            Usage().model_dump_json(),
-            3,
-            Limits().model_dump_json(),
-            1.0,
-            2.0,
-        ),
-    )
-    old.commit()
-    old.close()
-    store = Store(path)
-    try:
-        record = store.get("s_old")
-        assert record is not None and record.context is None and record.steps == 3
-    finally:
-        store.close()
 
 
 async def test_tool_results_past_the_sessions_cap_are_stored_without_their_output(store: Store) -> None:

@@ -16,11 +16,13 @@ from controller.events import Usage
 from controller.runtime import Runtime
 from controller.scripted import ScriptedServer
 from controller.sessions import Sessions
-from controller.store import SessionRecord, Store
+from controller.store import SessionRecord, open_store
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
 from tests.sandbox_defaults import owned_dir
+
+pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL
 
 
 class CountingSandbox(NoSandbox):
@@ -49,7 +51,7 @@ async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncItera
         idle_timeout_s=0.3, docker_host=f"unix://{tmp_path}/no-docker.sock",
     )  # fmt: skip
     made: list[CountingSandbox] = []
-    store = Store(settings.data_dir / "cubicle.db")
+    store = open_store(settings)
     runtime = Runtime(settings, sandbox_factory=lambda *_: CountingSandbox(made))
     sessions = Sessions(settings, store, runtime)
     await sessions.start()
@@ -134,7 +136,7 @@ async def test_delete_keeps_the_record_unless_purged(
 
 async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_call(tmp_path: Path) -> None:
     settings = Settings(api_key="test", data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/no-docker.sock")
-    store = Store(settings.data_dir / "cubicle.db")
+    store = open_store(settings)
     now = time.time()
     left = SessionRecord(id="s_left", repo=str(tmp_path), task="go", model="m", status="running", usage=Usage(),
                          steps=1, limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
@@ -191,13 +193,12 @@ async def test_a_repository_holding_the_data_directory_is_refused_and_the_databa
     """The CLI has no repository roots, yet ``cubicle run ~`` must not show the agent every session's transcript."""
     repo = owned_dir(tmp_path / "home")
     settings = Settings(api_key="test", data_dir=repo / ".local" / "cubicle", docker_host=f"unix://{tmp_path}/none")
-    store = Store(settings.data_dir / "cubicle.db")
+    store = open_store(settings)
     sessions = Sessions(settings, store, Runtime(settings, sandbox_factory=lambda *_: NoSandbox()))
     with pytest.raises(ForbiddenRepoError, match="would expose"):
         await sessions.register(repo, "t", "m", Limits())
     assert not (settings.data_dir / "workspaces").exists()
-    assert (settings.data_dir.stat().st_mode & 0o777, (settings.data_dir / "cubicle.db").stat().st_mode & 0o777) == (
-        0o700,
-        0o600,
-    )
+    assert settings.data_dir.stat().st_mode & 0o777 == 0o700
+    if store.path is not None:  # SQLite's file; PostgreSQL's transcripts are its server's to guard
+        assert store.path.stat().st_mode & 0o777 == 0o600
     store.close()
