@@ -469,13 +469,17 @@ def proxy_policy(session_id: str, network: NetworkPolicy, cluster: Cluster, owne
     egress = [_dns_rule(cluster)]
     ports = sorted({port for host in network.hosts for port in host.ports})
     if ports:  # an empty list would mean every port
-        egress.append({"to": public_peers(), "ports": [{"protocol": "TCP", "port": port} for port in ports]})
+        egress.append({"to": public_peers(), "ports": _tcp(ports)})
     for host in network.hosts:
         if (address := _address(host.name)) is not None:
             cidr = f"{address}/{address.max_prefixlen}"
-            egress.append({"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": p} for p in host.ports]})  # fmt: skip
+            egress.append({"to": [{"ipBlock": {"cidr": cidr}}], "ports": _tcp(host.ports)})
     policy["spec"]["egress"] = egress
     return policy
+
+
+def _tcp(ports: Iterable[int]) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": port} for port in ports]
 
 
 def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -494,12 +498,13 @@ def proxy_manifests(
     use the proxy's way out directly.
     """
     config = squid_config(network, cluster.pod_cidr)
-    options = proxy_options(image, session_id, proxy_name(session_id), session_labels(session_id), config)
-    proxy = pod(options, name=proxy_name(session_id), role="proxy", namespace=cluster.namespace, runtime=runtime, owner=owner)  # fmt: skip
+    name = proxy_name(session_id)
+    options = proxy_options(image, session_id, name, session_labels(session_id), config)
+    proxy = pod(options, name=name, role="proxy", namespace=cluster.namespace, runtime=runtime, owner=owner)
     container = proxy["spec"]["containers"][0]
     container["ports"] = [{"name": "proxy", "containerPort": PORT, "protocol": "TCP"}]
     container["readinessProbe"] = {"tcpSocket": {"port": PORT}, "periodSeconds": 1}
-    service = _meta("Service", proxy_name(session_id), cluster.namespace, session_labels(session_id), owner)
+    service = _meta("Service", name, cluster.namespace, session_labels(session_id), owner)
     service["spec"] = {
         "type": "ClusterIP",
         "selector": _selector(session_id, "proxy")["matchLabels"],
