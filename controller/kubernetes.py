@@ -83,6 +83,13 @@ RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 """Everything the controller's ServiceAccount may do, in the sandbox namespace only (docs/kubernetes.md says why)."""
 
+API_VERSIONS = {
+    "NetworkPolicy": "networking.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "RuntimeClass": "node.k8s.io/v1",
+}
+"""The kinds outside the core group; every other kind made here is core ``v1``."""
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _MIB = re.compile(r"(\d+)m")
 
@@ -141,7 +148,7 @@ def session_labels(session_id: str) -> dict[str, str]:
 
 
 def _meta(kind: str, name: str, namespace: str | None, labels: dict[str, str], owner: Owner | None) -> Manifest:
-    api = {"NetworkPolicy": "networking.k8s.io/v1"}.get(kind, "v1")
+    api = API_VERSIONS.get(kind, "v1")
     meta: dict[str, Any] = {"name": name, "labels": labels}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -533,10 +540,8 @@ def cluster_manifests(cluster: Cluster | None = None) -> list[Manifest]:
 def rbac(cluster: Cluster) -> list[Manifest]:
     """The controller's Role in the sandbox namespace (``RULES``) and its binding to the controller's account."""
     role = _meta("Role", CONTROLLER_ACCOUNT, cluster.namespace, {MANAGED: "true"}, None)
-    role["apiVersion"] = "rbac.authorization.k8s.io/v1"
     role["rules"] = [{"apiGroups": [group], "resources": [res], "verbs": list(verbs)} for group, res, verbs in RULES]
     binding = _meta("RoleBinding", CONTROLLER_ACCOUNT, cluster.namespace, {MANAGED: "true"}, None)
-    binding["apiVersion"] = "rbac.authorization.k8s.io/v1"
     binding["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_ACCOUNT}
     subject = {"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": cluster.controller_namespace}
     binding["subjects"] = [subject]
@@ -547,7 +552,6 @@ def runtime_class() -> Manifest:
     """gVisor: Pods naming it run under runsc, only on nodes labelled as having it. The overhead is an estimate of
     the sentry's own memory and CPU, added to each Pod's requests and limits; to be measured."""
     runtime = _meta("RuntimeClass", GVISOR, None, {MANAGED: "true"}, None)
-    runtime["apiVersion"] = "node.k8s.io/v1"
     runtime["handler"] = "runsc"
     runtime["overhead"] = {"podFixed": {"memory": "64Mi", "cpu": "100m"}}
     runtime["scheduling"] = {"nodeSelector": {GVISOR_NODE_LABEL: "true"}}
@@ -556,12 +560,13 @@ def runtime_class() -> Manifest:
 
 def manifests(
     session_id: str, image: str, limits: Limits, *, uid: int, gid: int, runtime: Runtime = "runc",
-    cluster: Cluster | None = None, proxy_address: str | None = EXAMPLE_PROXY_ADDRESS, **session: Any,
+    cluster: Cluster | None = None, proxy_address: str | None = EXAMPLE_PROXY_ADDRESS, volumes: Iterable[str] = (),
+    checkout_mb: int = 0,
 ) -> list[Manifest]:  # fmt: skip
     """The cluster's objects and one session's, as an example to read or apply to a test cluster."""
     own = session_manifests(
         session_id, image, limits, uid=uid, gid=gid, runtime=runtime, cluster=cluster, proxy_address=proxy_address,
-        **session,
+        volumes=volumes, checkout_mb=checkout_mb,
     )  # fmt: skip
     return [*cluster_manifests(cluster), *own]
 
