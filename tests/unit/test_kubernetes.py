@@ -255,7 +255,7 @@ def test_every_docker_option_has_its_counterpart_or_a_named_replacement(network:
             assert COUNTERPARTS[key](value, pod), key
 
 
-def test_node_level_replacements_name_what_the_brief_of_the_design_expects() -> None:
+def test_the_options_with_no_pod_field_name_their_node_level_replacement() -> None:
     assert {"pids_limit", "ulimits", "log_config"} <= set(kubernetes.NODE_LEVEL)
     assert "podPidsLimit" in kubernetes.NODE_LEVEL["pids_limit"]
     assert "containerLogMaxSize" in kubernetes.NODE_LEVEL["log_config"]
