@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
         "disks",
     },
     {"sandbox", "egress", "scripted", "compactor", "workspaces", "review", "api_models"},
-    {"setups", "environments", "client"},
+    {"setups", "environments", "client", "kubernetes"},
     {"tools"},
     {"agent"},
     {"runtime"},
