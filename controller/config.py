@@ -194,6 +194,12 @@ class Settings(BaseSettings):
         "filesystem, mounted by this process (host: root outside a container) or by a privileged helper container "
         "(helper); auto picks; off: no quota.",
     )
+    lease_s: float = Field(
+        10, ge=1, le=3600,
+        description="A running turn's lease on its session: renewed every third of it by the controller running "
+        "it. A controller that finds a lease run out (its holder died, was paused or cut off) takes the session "
+        "over as interrupted; the old holder can then write nothing more of it.",
+    )  # fmt: skip
     idle_timeout_s: float = Field(
         600, gt=0, description="A session's container is removed after this long without a turn."
     )

@@ -7,6 +7,7 @@
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
+    │   └── LeaseLostError                  another controller took the session over (its lease had expired)
     ├── CapacityError                      too many sessions at once
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
     │   └── DefinitionError                 the repo's environment definition is invalid or unsafe
@@ -72,6 +73,13 @@ class NotFoundError(CubicleError, LookupError):
 
 class ConflictError(CubicleError):
     """The request conflicts with the session's state (a turn is running)."""
+
+
+class LeaseLostError(ConflictError):
+    """This controller's lease on a session ended (it was paused, partitioned or slow) and another took it over:
+    it may write nothing more of that session."""
+
+    hint = "The session continues on the controller that holds it now; follow it, or send a follow-up, there."
 
 
 class CapacityError(CubicleError):

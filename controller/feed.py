@@ -55,6 +55,11 @@ class Feed:
         if changed is not None:
             changed.set()
 
+    def notify_all(self) -> None:
+        """Wake every follower: events may have been stored that no notify announced (another process's)."""
+        for session_id in list(self._changed):
+            self.notify(session_id)
+
     async def follow(self, session_id: str, after: int = 0) -> AsyncIterator[Event]:
         """Every event of the session after sequence number ``after``, then each new one as it is stored."""
         async for batch in self.batches(session_id, after):

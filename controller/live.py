@@ -147,6 +147,15 @@ class LiveSession:
             self.task.cancel()
         return self.task
 
+    def lose(self) -> None:
+        """Another controller has claimed the session: stop the turn (its command is killed with it) and the
+        container. Nothing more is written: every write of the turn names a claim that is no longer the session's."""
+        self._discarded = True
+        self._cancel_idle_timer()
+        if self.task is not None:
+            self.task.cancel()
+        _background(self.sandbox.stop())
+
     async def discard(self) -> None:
         """Remove the container for good; this object runs no more turns."""
         self._discarded = True

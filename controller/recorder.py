@@ -71,19 +71,22 @@ class Recorder:
         self.saved_edits = len(convo.edits)
         self.interrupting = False
         """Set when the controller stops: a turn cancelled then is ``interrupted``, to be continued later."""
+        self.epoch: int | None = None
+        """The claim this process holds on the session (see ``Store.claim``): every write names it, and fails once
+        another controller has claimed the session since. None: writes between turns, not fenced."""
 
     async def emit(self, event: Event) -> None:
         if isinstance(event, UsageEvent):
-            self.store.update(self.session_id, usage=event.session, steps=self.convo.steps)
+            self.store.update(self.session_id, self.epoch, usage=event.session, steps=self.convo.steps)
         elif isinstance(event, SessionFinished):
             self.store.update(
-                self.session_id, status=self.status_after(event.reason), finish_reason=event.reason,
+                self.session_id, self.epoch, status=self.status_after(event.reason), finish_reason=event.reason,
                 detail=event.detail, usage=event.usage, steps=event.steps,
             )  # fmt: skip
         stored = self._bounded(event)
         if stored is None:  # not stored past the cap (the model's text): the caller's view still gets it
             return
-        written = self.store.append_event(stored)
+        written = self.store.append_event(stored, self.epoch)
         if self._stored is not None:
             self._stored += written
         event.seq = stored.seq
@@ -117,15 +120,15 @@ class Recorder:
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, the last saved one (a user text may have merged
         into it), and new context edits, so a reload rebuilds exactly the view the model would have been sent."""
-        self.store.save_messages(self.session_id, convo.messages, max(0, self.saved - 1))
+        self.store.save_messages(self.session_id, convo.messages, max(0, self.saved - 1), self.epoch)
         self.saved = len(convo.messages)
         if len(convo.edits) > self.saved_edits:
-            self.store.add_edits(self.session_id, convo.edits, self.saved_edits)
+            self.store.add_edits(self.session_id, convo.edits, self.saved_edits, self.epoch)
             self.saved_edits = len(convo.edits)
 
     def mark_failed(self, detail: str) -> None:
         """The turn failed so badly that its end could not be recorded as an event; keep at least the status."""
-        self.store.update(self.session_id, status="failed", finish_reason="error", detail=detail)
+        self.store.update(self.session_id, self.epoch, status="failed", finish_reason="error", detail=detail)
 
     def wake(self) -> None:
         """Wake the session's followers without an event: its turn ended, or it was unloaded."""

@@ -6,6 +6,15 @@ sessions loaded in this process (``live.LiveSession``). Each session row names i
 the process running it; on startup, sessions left ``running`` by an owner that is gone
 become ``interrupted`` (their containers are swept) and can be continued with a follow-up
 message. A ``cubicle run`` in another process is alive and is left alone.
+
+Several controllers may share one database (PostgreSQL) and one data directory. A turn
+runs under a lease its controller renews (``Store.claim``, ``Store.renew``); every write of
+the turn is fenced by the claim's epoch. Each controller, every tick, renews its leases,
+stops the turns whose claim another took, carries out the commands sent to its turns (a
+cancel that reached another controller), and takes over the running sessions whose lease
+has run out: they become ``interrupted``, their containers are removed, and a follow-up on
+any controller continues them. Reads and event streams are served by any controller from
+the database; PostgreSQL's NOTIFY wakes the followers on the others.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .environment import EnvironmentRequest
-from .errors import CapacityError, ConflictError, CubicleError, NotFoundError
+from .errors import CapacityError, ConflictError, CubicleError, NotFoundError, StoreError
 from .events import (
     MAX_LISTED_PATHS,
     DiscardedEvent,
@@ -43,7 +52,7 @@ from .feed import Batch, Feed
 from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
-from .store import ApplyPolicy, SessionRecord, Store
+from .store import COMMAND_CHANNEL, ApplyPolicy, SessionRecord, Store
 from .workspace import ApplyResult, Change, RevertResult
 from .workspace.layer import DiskQuota
 from .workspaces import Checkpoint, apply_and_report, pin, refuse_low_space, refuse_overlap, shown
@@ -52,6 +61,10 @@ log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 2.0
 CLOSE_WAIT_S = 10.0
+TICK_S = 1.0
+"""How often a controller renews its leases and looks for commands and for sessions to take over (at most)."""
+COMMAND_TTL_S = 30.0
+"""A command older than this (its sender has long answered) is dropped, not carried out."""
 
 
 @dataclass
@@ -70,28 +83,22 @@ class Sessions:
         self.settings = settings
         self.store = store
         self.runtime = runtime
-        self.feed = Feed(store, self.is_running, settings.sse_heartbeat_s)
+        self.feed = Feed(store, self.turn_runs, settings.sse_heartbeat_s)
         self.workspaces = runtime.workspaces
         self.owner = owners.owner_token(settings.instance)
+        self.lease_s = settings.lease_s
         self._live: dict[str, LiveSession] = {}
         self._admit_lock = asyncio.Lock()
+        self._background: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Mark what a controller that is gone left running as interrupted, and sweep its containers."""
+        """Mark what a controller that is gone left running as interrupted, and sweep its containers; then tend
+        this process's leases (and, on PostgreSQL, listen for other controllers' events) until ``close``."""
         for record in self.store.with_status("running"):
-            if self._owner_alive(record):
-                continue
-            recorder = await self.recorder(record)
-            self.store.update(
-                record.id,
-                status="interrupted",
-                detail="the process running this turn stopped (a controller restart, or a killed run)",
-            )
-            await recorder.emit(
-                StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped")
-            )
+            if not self._owner_alive(record):
+                await self._take_over(record, expired_only=False)
         with contextlib.suppress(Exception):
             swept = await self.runtime.sweep()
             if swept.removed:
@@ -99,9 +106,15 @@ class Sessions:
         unmounted = await asyncio.to_thread(self.workspaces.unmount_unused, self._in_use)
         if unmounted:
             log.info("unmounted the layer filesystems of %d sessions no process runs", len(unmounted))
+        self._background.append(asyncio.create_task(self._tend(), name="leases"))
+        if self.store.dialect == "postgres":
+            self._background.append(asyncio.create_task(self._listen(), name="listen"))
 
     async def close(self) -> None:
         """Stop every turn (recorded as interrupted, to be continued) and every container."""
+        for tending in self._background:
+            tending.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         tasks = [task for live in self._live.values() if (task := live.interrupt()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
@@ -114,6 +127,90 @@ class Sessions:
     def is_running(self, session_id: str) -> bool:
         live = self._live.get(session_id)
         return live is not None and live.running
+
+    def turn_runs(self, session_id: str) -> bool:
+        """A turn of the session runs, here or on another live controller (whose events reach the database)."""
+        if self.is_running(session_id):
+            return True
+        record = self.store.get(session_id)
+        return record is not None and record.status == "running" and self._owner_alive(record)
+
+    # ------------------------------------------------------------------ leases
+
+    async def _tend(self) -> None:
+        """Every tick: renew this process's leases and stop the turns it no longer holds, carry out the commands
+        sent to its turns, and take over the sessions whose lease has run out. A database that cannot be reached
+        for a whole lease stops this process's turns: another controller may have taken them over by then."""
+        renewed = time.monotonic()
+        tick = min(TICK_S, self.lease_s / 3)
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                if time.monotonic() - renewed >= self.lease_s / 3 - tick / 2:
+                    self._held(self.store.renew(self.owner, self.lease_s))
+                    renewed = time.monotonic()
+                self._take_commands()
+                for record in self.store.expired():
+                    await self._take_over(record, expired_only=True)
+            except (StoreError, CubicleError) as err:
+                log.warning("could not tend the leases: %s", err)
+                if time.monotonic() - renewed > self.lease_s:
+                    for live in [live for live in self._live.values() if live.running]:
+                        self._lose(live, "its lease could not be renewed")
+            except Exception:
+                log.exception("could not tend the leases")
+
+    def _held(self, held: set[str]) -> None:
+        """Stop each turn running here whose session another controller has claimed since this one did."""
+        for live in [live for live in self._live.values() if live.running and live.session_id not in held]:
+            record = self.store.get(live.session_id)
+            if record is None or record.epoch != live.recorder.epoch:
+                self._lose(live, "another controller took the session over")
+
+    def _lose(self, live: LiveSession, why: str) -> None:
+        log.warning("stopping the turn of %s: %s", live.session_id, why)
+        if self._live.get(live.session_id) is live:
+            del self._live[live.session_id]
+        live.lose()
+
+    def _take_commands(self) -> None:
+        """Carry out what other controllers were asked to do to the turns running here (a cancel)."""
+        for session_id, kind, sent in self.store.take_commands(self.owner):
+            live = self._live.get(session_id)
+            if kind == "cancel" and live is not None and live.running and time.time() - sent < COMMAND_TTL_S:
+                task = asyncio.create_task(live.cancel(CANCEL_WAIT_S))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _listen(self) -> None:
+        """PostgreSQL: wake the followers of sessions that run elsewhere as their events are stored, and carry
+        out commands at once. A wake-up only: the events are read from the table by sequence number."""
+        async for channel, session_id in self.store.notifications():
+            if channel == COMMAND_CHANNEL:
+                with contextlib.suppress(Exception):
+                    self._take_commands()
+            elif not session_id:  # (re)connected: whatever was stored meanwhile is read by every follower now
+                self.feed.notify_all()
+            elif not self.is_running(session_id):  # this process wakes its own turns' followers itself
+                self.feed.notify(session_id)
+
+    async def _take_over(self, record: SessionRecord, expired_only: bool) -> bool:
+        """Claim a running session whose controller is gone (or whose lease ran out) as interrupted: its container
+        is removed, a call it left unanswered gets an error result, and a follow-up continues it. False if
+        someone else claimed it first (or its holder renewed the lease in between)."""
+        epoch = self.store.claim(record.id, self.owner, self.lease_s, record.epoch, "interrupted", expired_only)
+        if epoch is None:
+            return False
+        log.warning("took over session %s from %s (interrupted)", record.id, record.owner)
+        with contextlib.suppress(Exception):
+            await self.runtime.remove_containers(record.id)
+        recorder = await self.recorder(record, epoch)
+        self.store.update(
+            record.id, epoch, detail="the process running this turn stopped (a controller restart, or a killed run)"
+        )
+        await recorder.emit(
+            StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped")
+        )
+        return True
 
     # ------------------------------------------------------------------ commands
 
@@ -174,7 +271,8 @@ class Sessions:
         record = SessionRecord(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
             status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
-            environment=resolved, created_at=now, updated_at=now,
+            environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s, created_at=now,
+            updated_at=now,
         )  # fmt: skip
         await asyncio.to_thread(self.workspaces.create, record.id, repo, quota)
         self.store.insert(record)
@@ -188,17 +286,40 @@ class Sessions:
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
         async with self._admission():
             await self._refuse_overcommit(quota, session_id)
-            live = live or await self._load(record)
-            await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here
-            self.store.update(session_id, status="running", finish_reason=None, detail="", owner=self.owner)
+            if live is not None and live.recorder.epoch != record.epoch:  # written elsewhere since: reloaded
+                self._forget(live)
+                await live.discard()
+                live = None
+            epoch = self.store.claim(session_id, self.owner, self.lease_s, record.epoch)
+            if epoch is None:
+                raise ConflictError(f"Session {session_id} was just continued by another request or controller.")
+            try:
+                if live is None:
+                    await self.runtime.remove_containers(session_id)  # one another controller kept between turns
+                    live = await self._load(record, epoch)
+                live.recorder.epoch = epoch
+                await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here
+            except BaseException:
+                with contextlib.suppress(Exception):  # the claim undone: the session is as it was
+                    self.store.update(
+                        session_id, epoch, status=record.status, finish_reason=record.finish_reason,
+                        detail=record.detail,
+                    )  # fmt: skip
+                raise
         await live.begin(text)
         return self.get(session_id)
 
     async def cancel(self, session_id: str) -> SessionRecord:
-        self.get(session_id)
+        """Cancel the running turn: here, or (a command through the database) on the controller running it."""
+        record = self.get(session_id)
         live = self._live.get(session_id)
         if live is not None:
             await live.cancel(CANCEL_WAIT_S)
+        elif record.status == "running" and self._owner_alive(record):
+            self.store.send_command(session_id, "cancel")
+            deadline = time.monotonic() + CANCEL_WAIT_S + TICK_S
+            while time.monotonic() < deadline and self.get(session_id).status == "running":
+                await asyncio.sleep(0.05)
         return self.get(session_id)
 
     async def delete(self, session_id: str, purge: bool) -> SessionRecord | None:
@@ -252,11 +373,18 @@ class Sessions:
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "compact it when the turn has ended")
         recorder = live.recorder if live is not None else await self.recorder(record)
+        self._claim_between_turns(recorder)
         convo = recorder.convo
         compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
         if await compactor.fit(convo, convo.steps, "manual"):
             await recorder.save_transcript(convo)
         return self.get(session_id)
+
+    def _claim_between_turns(self, recorder: Recorder) -> None:
+        """A change between turns from this recorder: other controllers holding the session loaded reload it."""
+        epoch = self.store.bump(recorder.session_id)
+        if epoch is not None:
+            recorder.epoch = epoch
 
     # ------------------------------------------------------------------ the workspace layer
 
@@ -390,8 +518,20 @@ class Sessions:
         return record is None or self._owner_alive(record)
 
     def _owner_alive(self, record: SessionRecord) -> bool:
-        """Whether another process that is still alive runs this session (this process knows its own)."""
-        return bool(record.owner) and record.owner != self.owner and owners.owner_alive(record.owner)
+        """Whether another process that is still alive holds this session (this process knows its own).
+
+        A running turn's holder is alive while its lease lasts, unless it is a process of this instance (this
+        host) that is gone. Between turns, a live process of this host may keep the session's container; one of
+        another host's is not this host's concern.
+        """
+        if not record.owner or record.owner == self.owner:
+            return False
+        here = record.owner.startswith(self.settings.instance + ":")
+        if here and not owners.owner_alive(record.owner):
+            return False
+        if record.status == "running":
+            return record.lease_expires > self.store.now()
+        return here
 
     async def _quiesce(self, session_id: str, advice: str) -> Recorder:
         """Between turns only: stop the session's container (the overlay is then unmounted); its recorder."""
@@ -401,7 +541,9 @@ class Sessions:
         if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
             self._refuse_while_running(record, live, advice)
         await self._stop_sandbox(session_id)
-        return live.recorder if live is not None else await self.recorder(record)
+        recorder = live.recorder if live is not None else await self.recorder(record)
+        self._claim_between_turns(recorder)
+        return recorder
 
     async def _stop_sandbox(self, session_id: str) -> None:
         """Remove the session's container wherever it came from (this process, or another one's idle session)."""
@@ -417,19 +559,23 @@ class Sessions:
                 f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
             )
 
-    async def recorder(self, record: SessionRecord) -> Recorder:
-        """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result."""
+    async def recorder(self, record: SessionRecord, epoch: int | None = None) -> Recorder:
+        """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result.
+
+        Its writes are fenced by ``epoch`` (the record's unless given): they fail once the session is claimed again.
+        """
         convo = Conversation(
             messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps,
             edits=self.store.edits(record.id),
         )  # fmt: skip
         recorder = Recorder(self.store, self.feed, record.id, convo, self.settings.session_events_mb << 20)
+        recorder.epoch = record.epoch if epoch is None else epoch
         if convo.answer_dangling("the controller stopped before this call finished"):
             await recorder.save_transcript(convo)
         return recorder
 
-    async def _load(self, record: SessionRecord) -> LiveSession:
-        recorder = await self.recorder(record)
+    async def _load(self, record: SessionRecord, epoch: int | None = None) -> LiveSession:
+        recorder = await self.recorder(record, epoch)
         live = LiveSession(record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget)
         self._live[record.id] = live
         return live

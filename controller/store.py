@@ -8,13 +8,15 @@ and survives a killed process (not a power cut).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,10 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .environment import Environment
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, LeaseLostError, StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger(__name__)
 
 
 def _writes(method: F) -> F:
@@ -109,15 +112,31 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
             """CREATE OR REPLACE TRIGGER cubicle_event_stored AFTER INSERT ON events
             FOR EACH ROW EXECUTE FUNCTION cubicle_event_stored()""",
         ),
+        # Commands for the controller running a session's turn (a cancel sent to another one), one of a kind each.
+        """CREATE TABLE IF NOT EXISTS commands (
+            session_id TEXT NOT NULL, kind TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (session_id, kind))""",
+        Only(
+            "postgres",
+            """CREATE OR REPLACE FUNCTION cubicle_command_sent() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_notify('cubicle_commands', NEW.session_id); RETURN NULL; END $$""",
+        ),
+        Only(
+            "postgres",
+            """CREATE OR REPLACE TRIGGER cubicle_command_sent AFTER INSERT ON commands
+            FOR EACH ROW EXECUTE FUNCTION cubicle_command_sent()""",
+        ),
     ),
 )
 NOTIFY_CHANNEL = "cubicle_events"
 """The channel PostgreSQL's trigger notifies with the session id of each event stored."""
+COMMAND_CHANNEL = "cubicle_commands"
+"""The channel notified with the session id of each command sent to the controller running it."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
-    "updated_at", "context", "owner", "apply", "environment",
+    "updated_at", "context", "owner", "apply", "environment", "epoch", "lease_expires",
 )  # fmt: skip
 """The sessions table's columns in the order _record reads them."""
 ApplyPolicy = Literal["never", "on_finish"]
@@ -147,6 +166,12 @@ class SessionRecord(BaseModel):
     environment: Environment | None = Field(
         None, description="Where its sandbox runs: the repository's definition with the request's fields over it."
     )
+    epoch: int = Field(
+        0, description="Counts the claims on the session: each turn, and each takeover by another controller."
+    )
+    lease_expires: float = Field(
+        0, description="While a turn runs: when its controller's lease ends unless renewed (the database's clock)."
+    )
     created_at: float
     updated_at: float
 
@@ -169,6 +194,10 @@ class Store:
     GREATEST = "MAX"
     EVENT_TS = "json_extract(data, '$.ts')"
     BYTES = "length(CAST(data AS BLOB))"
+    NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+    """The database's clock in seconds since the epoch: leases are judged by one clock, whoever judges them."""
+    LOCK_ROW = ""
+    """What makes a fencing check wait for a takeover that updates the row (SQLite's writers take turns anyway)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -215,6 +244,12 @@ class Store:
     def _lock_schema(self) -> None:
         """Hold off other processes' migrations until this transaction ends (SQLite: BEGIN IMMEDIATE did)."""
 
+    async def notifications(self) -> AsyncIterator[tuple[str, str]]:
+        """(channel, session id) as other processes store events or send commands; ("", "") on each (re)connect.
+        SQLite has no such signal: its followers poll."""
+        raise StoreError("Only a PostgreSQL store announces what other processes write.")
+        yield ("", "")  # pragma: no cover - makes this an async generator
+
     # ------------------------------------------------------------------ schema
 
     def _version(self) -> int:
@@ -258,18 +293,104 @@ class Store:
              record.finish_reason, self._text(record.detail), record.usage.model_dump_json(), record.steps,
              record.limits.model_dump_json(), record.created_at, record.updated_at,
              record.context.model_dump_json() if record.context else None, record.owner, record.apply,
-             record.environment.model_dump_json() if record.environment else None),
+             record.environment.model_dump_json() if record.environment else None, record.epoch,
+             record.lease_expires),
         )  # fmt: skip
 
     @_writes
-    def update(self, session_id: str, **fields: Any) -> None:
+    def update(self, session_id: str, epoch: int | None = None, **fields: Any) -> None:
+        """Set ``fields`` of the session; with ``epoch``, only while the session is still at that epoch (fenced)."""
         values = {
             k: (v.model_dump_json() if isinstance(v, BaseModel) else self._text(v) if isinstance(v, str) else v)
             for k, v in fields.items()
         }
         values["updated_at"] = time.time()
         assignments = ", ".join(f"{name} = ?" for name in values)
-        self._run(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+        if epoch is None:
+            self._run(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+            return
+        cursor = self._run(
+            f"UPDATE sessions SET {assignments} WHERE id = ? AND epoch = ?", (*values.values(), session_id, epoch)
+        )
+        if cursor.rowcount == 0:
+            raise _lost(session_id)
+
+    # ------------------------------------------------------------------ leases
+    #
+    # A turn runs under a lease: its controller claims the session (epoch + 1, owner, lease) and renews the lease
+    # while it runs. Every write of the turn names the epoch it claimed, and fails once another controller has
+    # claimed the session since (fencing): a controller that was paused past its lease writes nothing more.
+
+    def now(self) -> float:
+        """The database's clock."""
+        return float(self._run(f"SELECT {self.NOW}").fetchone()[0])
+
+    @_writes
+    def claim(
+        self, session_id: str, owner: str, lease_s: float, epoch: int, status: Status = "running",
+        expired_only: bool = False,
+    ) -> int | None:  # fmt: skip
+        """Take the session at ``epoch`` for ``owner``: the next epoch, a lease of ``lease_s`` and ``status``;
+        None if it is no longer at that epoch (someone claimed it first). ``status`` running (a turn begins)
+        needs a session that is not running; otherwise (a takeover) one that is, with ``expired_only`` its lease
+        run out. Commands left for an earlier holder are dropped."""
+        condition = "status != 'running'" if status == "running" else "status = 'running'"
+        if expired_only:
+            condition += f" AND lease_expires < {self.NOW}"
+        with self._transaction(immediate=True):
+            row = self._run(
+                f"UPDATE sessions SET owner = ?, epoch = epoch + 1, lease_expires = {self.NOW} + ?, status = ?, "
+                f"finish_reason = NULL, detail = '', updated_at = ? WHERE id = ? AND epoch = ? AND {condition} "
+                "RETURNING epoch",
+                (owner, lease_s, status, time.time(), session_id, epoch),
+            ).fetchone()
+            if row is not None:
+                self._run("DELETE FROM commands WHERE session_id = ?", (session_id,))
+        return None if row is None else int(row[0])
+
+    @_writes
+    def bump(self, session_id: str) -> int | None:
+        """A claim between turns (apply, revert, rewind, compact): a controller holding the session loaded with an
+        older epoch reloads it before its next turn. The new epoch; None if there is no such session."""
+        row = self._run("UPDATE sessions SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", (session_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    @_writes
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        """Extend the lease of every running session ``owner`` holds; the ids it still holds."""
+        rows = self._run(
+            f"UPDATE sessions SET lease_expires = {self.NOW} + ? WHERE owner = ? AND status = 'running' RETURNING id",
+            (lease_s, owner),
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def expired(self) -> list[SessionRecord]:
+        """Running sessions whose controller's lease has run out."""
+        rows = self._run(
+            f"SELECT {SELECTED} FROM sessions WHERE status = 'running' AND lease_expires < {self.NOW}"
+        ).fetchall()
+        return [_record(r) for r in rows]
+
+    @_writes
+    def send_command(self, session_id: str, kind: str) -> None:
+        """Leave ``kind`` (cancel) for the controller running the session; it picks it up within a second."""
+        self._run(
+            "INSERT INTO commands VALUES (?,?,?) ON CONFLICT (session_id, kind) DO UPDATE SET created_at = "
+            "excluded.created_at",
+            (session_id, kind, time.time()),
+        )
+
+    @_writes
+    def take_commands(self, owner: str) -> list[tuple[str, str, float]]:
+        """The commands sent to ``owner``'s running sessions (session id, kind, sent at), removed as they are read."""
+        return [
+            (row[0], row[1], float(row[2]))
+            for row in self._run(
+                "DELETE FROM commands WHERE session_id IN (SELECT id FROM sessions WHERE owner = ? AND "
+                "status = 'running') RETURNING session_id, kind, created_at",
+                (owner,),
+            ).fetchall()
+        ]
 
     def get(self, session_id: str) -> SessionRecord | None:
         row = self._run(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -308,10 +429,21 @@ class Store:
 
     # ------------------------------------------------------------------ transcript
 
+    def _fence(self, session_id: str, epoch: int | None) -> None:
+        """Inside a write's transaction: fail unless the session is still at ``epoch`` (None: not fenced)."""
+        if epoch is None:
+            return
+        row = self._run(f"SELECT epoch FROM sessions WHERE id = ?{self.LOCK_ROW}", (session_id,)).fetchone()
+        if row is None or row[0] != epoch:
+            raise _lost(session_id)
+
     @_writes
-    def save_messages(self, session_id: str, messages: list[dict[str, Any]], start: int) -> None:
+    def save_messages(
+        self, session_id: str, messages: list[dict[str, Any]], start: int, epoch: int | None = None
+    ) -> None:
         """Write messages[start:] (the last saved one may have changed: a user text merged into it)."""
-        with self._transaction():
+        with self._transaction(immediate=epoch is not None):
+            self._fence(session_id, epoch)
             self._run_many(
                 "INSERT INTO messages VALUES (?,?,?) ON CONFLICT (session_id, idx) DO UPDATE SET message = excluded.message",
                 [(session_id, i, json.dumps(messages[i])) for i in range(start, len(messages))],
@@ -319,9 +451,10 @@ class Store:
             self._run("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
 
     @_writes
-    def add_edits(self, session_id: str, edits: list[Edit], start: int) -> None:
+    def add_edits(self, session_id: str, edits: list[Edit], start: int, epoch: int | None = None) -> None:
         """Write edits[start:]: context edits are only ever appended."""
-        with self._transaction():
+        with self._transaction(immediate=epoch is not None):
+            self._fence(session_id, epoch)
             self._run_many(
                 "INSERT INTO context_edits VALUES (?,?,?) ON CONFLICT (session_id, seq) DO UPDATE SET edit = excluded.edit",
                 [(session_id, i, edits[i].model_dump_json()) for i in range(start, len(edits))],
@@ -344,9 +477,11 @@ class Store:
         return int(row.fetchone()[0])
 
     @_writes
-    def append_event(self, event: Event) -> int:
-        """Give the event the next sequence number of its session and write it; returns the bytes stored."""
+    def append_event(self, event: Event, epoch: int | None = None) -> int:
+        """Give the event the next sequence number of its session and write it; returns the bytes stored.
+        With ``epoch``, only while the session is still at that epoch (fenced)."""
         with self._transaction(immediate=True):
+            self._fence(event.session_id, epoch)
             row = self._run(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
             ).fetchone()
@@ -386,6 +521,10 @@ class PostgresStore(Store):
     GREATEST = "GREATEST"
     EVENT_TS = "CAST(CAST(data AS jsonb) ->> 'ts' AS DOUBLE PRECISION)"
     BYTES = "octet_length(data)"
+    NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+    LOCK_ROW = " FOR SHARE"
+    """A takeover's UPDATE of the row waits for a fenced write that holds it, and one that comes after sees the
+    new epoch: in PostgreSQL's READ COMMITTED a plain read would see the epoch as of its statement's start."""
 
     def __init__(self, url: str) -> None:
         try:
@@ -440,9 +579,10 @@ class PostgresStore(Store):
         self._run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
 
     @_writes
-    def append_event(self, event: Event) -> int:
+    def append_event(self, event: Event, epoch: int | None = None) -> int:
         """One INSERT per event: the next sequence number is remembered, and read again only when another
-        process stored one in between (the primary key refuses the number twice)."""
+        process stored one in between (the primary key refuses the number twice). Fenced, the INSERT takes its
+        row from the session's at that epoch, locked against a takeover until it commits."""
         import psycopg.errors
 
         for _ in range(5):
@@ -453,7 +593,16 @@ class PostgresStore(Store):
             event.seq = seq
             data = event.model_dump_json()
             try:
-                self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
+                if epoch is None:
+                    self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
+                else:
+                    inserted = self._run(
+                        "INSERT INTO events SELECT id, CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT) "
+                        "FROM sessions WHERE id = ? AND epoch = ? FOR SHARE",
+                        (seq, event.type, data, event.session_id, epoch),
+                    )
+                    if inserted.rowcount == 0:
+                        raise _lost(event.session_id)
             except psycopg.errors.UniqueViolation:
                 self._next_seq.pop(event.session_id, None)
                 continue
@@ -465,6 +614,29 @@ class PostgresStore(Store):
     def delete(self, session_id: str) -> None:
         self._next_seq.pop(session_id, None)
         super().delete(session_id)
+
+    async def notifications(self) -> AsyncIterator[tuple[str, str]]:
+        """LISTEN on a connection of its own, reconnecting after a second when the server goes away."""
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    await conn.execute(f"LISTEN {COMMAND_CHANNEL}")
+                    yield ("", "")
+                    async for note in conn.notifies():
+                        yield (note.channel, note.payload)
+            except psycopg.Error as err:
+                log.warning("lost the database's notifications, reconnecting: %s", err)
+                await asyncio.sleep(1)
+
+
+def _lost(session_id: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"Another controller took session {session_id} over (this one's lease had expired): nothing more of its "
+        "turn is written here."
+    )
 
 
 SCHEMA_LOCK = 0x637562696300  # "cubic": the advisory lock migrations of one database take in turn
@@ -499,11 +671,11 @@ def open_store(settings: Settings) -> Store:
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
     (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
-     environment) = row  # fmt: skip
+     environment, epoch, lease_expires) = row  # fmt: skip
     return SessionRecord(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
         context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,
         environment=Environment.model_validate_json(environment) if environment else None,
-        created_at=created, updated_at=updated,
+        epoch=epoch, lease_expires=lease_expires, created_at=created, updated_at=updated,
     )  # fmt: skip
