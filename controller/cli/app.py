@@ -72,9 +72,11 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
     async def go() -> T:
         store = open_store(settings)
         runtime = Runtime(settings)
+        sessions = Sessions(settings, store, runtime)
         try:
-            return await op(Sessions(settings, store, runtime))
+            return await op(sessions)
         finally:
+            await sessions.close()  # stops the leases' tending, if the command started it
             await runtime.close()
             store.close()
 

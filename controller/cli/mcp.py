@@ -72,8 +72,8 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
     try:
         await runtime.ensure_image(limits.network)
         store = open_store(settings)
+        sessions = Sessions(settings, store, runtime)
         try:
-            sessions = Sessions(settings, store, runtime)
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
             record = await sessions.register(
                 repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
@@ -107,6 +107,7 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip
         finally:
+            await sessions.close()  # the session's lease is renewed until here
             store.close()
     finally:
         await runtime.close()

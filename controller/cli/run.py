@@ -243,8 +243,8 @@ async def _session(
         runtime.check_model()  # a missing key is a usage error before Docker is even asked
         await runtime.ensure_image(limits.network)
         store = open_store(settings)
+        sessions = Sessions(settings, store, runtime)
         try:
-            sessions = Sessions(settings, store, runtime)
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
             record = await sessions.register(
                 repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
@@ -252,6 +252,7 @@ async def _session(
             )  # fmt: skip
             return await _turn(sessions, record, view, approve)
         finally:
+            await sessions.close()  # the run's lease is renewed until here
             store.close()
     finally:
         await runtime.close()

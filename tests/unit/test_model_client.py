@@ -80,3 +80,24 @@ def test_a_named_base_url_is_used(environ: pytest.MonkeyPatch) -> None:
     for key, value in env.items():
         environ.setenv(key, value)
     assert str(make_client(Settings()).base_url).rstrip("/") == "http://127.0.0.1:8123"
+
+
+def test_the_postgres_profile_runs_two_named_controllers_on_one_database_and_one_data_directory() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    host = HOST | {"CUBICLE_DATABASE_URL": "postgresql://cubicle:pw@postgres/cubicle"}
+    first, second = (
+        {key: _interpolate(str(value), host) for key, value in services[name]["environment"].items()}
+        for name in ("controller", "controller-2")
+    )
+    assert first["CUBICLE_INSTANCE"] != second["CUBICLE_INSTANCE"], "each controller tells its containers apart"
+    assert first["CUBICLE_DATABASE_URL"] == second["CUBICLE_DATABASE_URL"] == host["CUBICLE_DATABASE_URL"]
+    assert services["controller"]["volumes"] == services["controller-2"]["volumes"], "one data directory"
+    assert services["controller-2"]["ports"] != services["controller"]["ports"]
+    assert services["controller-2"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    assert services["postgres"]["profiles"] == services["controller-2"]["profiles"] == ["postgres"]
+
+
+def test_compose_without_a_database_url_keeps_sqlite(environ: pytest.MonkeyPatch) -> None:
+    for key, value in compose_environment(HOST).items():
+        environ.setenv(key, value)
+    assert Settings().database_url is None
