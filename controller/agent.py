@@ -244,6 +244,9 @@ class Agent:
 
     async def _on_text(self, text: str) -> None:
         await self._emit(TextDelta(session_id=self.session_id, text=text))
+        # The deltas of one socket read arrive without a pause: let the followers (and every other request) in
+        # between them, or the session's own viewers see its text only when the reply has ended.
+        await asyncio.sleep(0)
 
     async def _emit(self, event: Any) -> None:
         await self.sink.emit(event)

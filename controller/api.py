@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import importlib.resources
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -45,6 +46,7 @@ from .errors import (
     ConfigError,
     ConflictError,
     CubicleError,
+    DatabaseUnavailableError,
     ForbiddenRepoError,
     ModelError,
     NotFoundError,
@@ -82,6 +84,7 @@ STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (ConfigError, 503),
     (ModelError, 502),
     (SandboxError, 503),
+    (DatabaseUnavailableError, 503),
     (StoreError, 507),
 ]
 
@@ -98,7 +101,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         413: "Request body too large",
         429: "Too many sessions running",
         507: "The session database cannot be written (disk full)",
-        503: "Docker or the model API is not configured or not reachable",
+        503: "Docker, the model API or the session database is not configured or not reachable",
     }.items()
 }
 
@@ -374,6 +377,10 @@ def _lifespan(
         runtime = Runtime(settings, sandbox_factory)
         app.state.sessions = sessions = Sessions(settings, store, runtime)
         await sessions.start()
+        # The model SDK takes seconds to import; imported on the event loop by the first turn, it would stall
+        # every other request, and the lease renewals with them. A thread imports it now instead.
+        preload = asyncio.create_task(asyncio.to_thread(importlib.import_module, "controller.anthropic_model"))
+        preload.add_done_callback(lambda t: t.cancelled() or t.exception())
         retention = asyncio.create_task(_retain(sessions, settings.retention_s)) if settings.retention_s else None
         try:
             yield
@@ -442,8 +449,11 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
 
     @app.get("/healthz", response_model=Health)
     async def healthz(request: Request) -> Health:
-        """Liveness: answers without auth and without touching Docker."""
-        return Health(status="ok", version=__version__, running_sessions=_sessions(request).running_count)
+        """Liveness: answers without auth and without touching Docker; 503 while the database does not answer
+        (a controller cut off from a shared database can serve nothing)."""
+        sessions = _sessions(request)
+        sessions.store.now()
+        return Health(status="ok", version=__version__, running_sessions=sessions.running_count)
 
     _handle_errors(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

@@ -15,6 +15,7 @@
     ├── ModelError                         the model API failed after retries
     │   └── ContextOverflowError            the prompt is larger than the model's context window
     ├── StoreError                         the session database cannot be written
+    │   └── DatabaseUnavailableError        the PostgreSQL server does not answer (reconnected at the next call)
     └── SandboxError(RuntimeError)         Docker or the toolbox failed
         ├── DockerUnavailableError          no engine answers
         ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
@@ -114,6 +115,15 @@ class StoreError(CubicleError):
     """The session database cannot be written (disk full, I/O error)."""
 
     hint = "Free space where CUBICLE_DATA_DIR lives; sessions that were running are recovered as interrupted."
+
+
+class DatabaseUnavailableError(StoreError):
+    """The PostgreSQL server of ``CUBICLE_DATABASE_URL`` does not answer, or dropped the connection."""
+
+    hint = (
+        "Check that the database server is up and reachable; Cubicle reconnects at the next request. Sessions "
+        "whose lease could not be renewed meanwhile are taken over as interrupted."
+    )
 
 
 class SandboxError(CubicleError, RuntimeError):

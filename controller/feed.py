@@ -73,12 +73,15 @@ class Feed:
         """
         while True:
             changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
+            # Asked before reading: a turn that ends in between has stored its last event (with its end), and the
+            # read shows it; asked after, another process's last events could be stored after an empty read.
+            running = self._running(session_id)
             events = self._read(changed, session_id, after)
             if events:
                 after = events[-1].seq
                 yield events
                 continue
-            if not self._running(session_id):
+            if not running:
                 return
             try:
                 await asyncio.wait_for(changed.wait(), self._poll_s)

@@ -76,17 +76,18 @@ class Recorder:
         another controller has claimed the session since. None: writes between turns, not fenced."""
 
     async def emit(self, event: Event) -> None:
+        fields: dict[str, Any] | None = None  # what the event changes in the session's row, written with it
         if isinstance(event, UsageEvent):
-            self.store.update(self.session_id, self.epoch, usage=event.session, steps=self.convo.steps)
+            fields = {"usage": event.session, "steps": self.convo.steps}
         elif isinstance(event, SessionFinished):
-            self.store.update(
-                self.session_id, self.epoch, status=self.status_after(event.reason), finish_reason=event.reason,
-                detail=event.detail, usage=event.usage, steps=event.steps,
-            )  # fmt: skip
+            fields = {
+                "status": self.status_after(event.reason), "finish_reason": event.reason, "detail": event.detail,
+                "usage": event.usage, "steps": event.steps, "lease_expires": 0,  # the turn's lease ends with it
+            }  # fmt: skip
         stored = self._bounded(event)
         if stored is None:  # not stored past the cap (the model's text): the caller's view still gets it
             return
-        written = self.store.append_event(stored, self.epoch)
+        written = self.store.append_event(stored, self.epoch, fields)
         if self._stored is not None:
             self._stored += written
         event.seq = stored.seq
@@ -128,7 +129,9 @@ class Recorder:
 
     def mark_failed(self, detail: str) -> None:
         """The turn failed so badly that its end could not be recorded as an event; keep at least the status."""
-        self.store.update(self.session_id, self.epoch, status="failed", finish_reason="error", detail=detail)
+        self.store.update(
+            self.session_id, self.epoch, status="failed", finish_reason="error", detail=detail, lease_expires=0
+        )
 
     def wake(self) -> None:
         """Wake the session's followers without an event: its turn ended, or it was unloaded."""

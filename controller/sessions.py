@@ -87,6 +87,10 @@ class Sessions:
         self.workspaces = runtime.workspaces
         self.owner = owners.owner_token(settings.instance)
         self.lease_s = settings.lease_s
+        self._claims: dict[str, int] = {}
+        """The epoch of each turn this process claimed and may still run (its lease is renewed)."""
+        self._holds: dict[str, int] = {}
+        """The sessions this process holds for a change between turns, with their epoch (renewed too)."""
         self._live: dict[str, LiveSession] = {}
         self._admit_lock = asyncio.Lock()
         self._background: list[asyncio.Task[None]] = []
@@ -147,7 +151,7 @@ class Sessions:
             await asyncio.sleep(tick)
             try:
                 if time.monotonic() - renewed >= self.lease_s / 3 - tick / 2:
-                    self._held(self.store.renew(self.owner, self.lease_s))
+                    self._held(self.store.renew(self.owner, self.lease_s, list(self._holds)))
                     renewed = time.monotonic()
                 self._take_commands()
                 for record in self.store.expired():
@@ -160,12 +164,23 @@ class Sessions:
             except Exception:
                 log.exception("could not tend the leases")
 
-    def _held(self, held: set[str]) -> None:
-        """Stop each turn running here whose session another controller has claimed since this one did."""
-        for live in [live for live in self._live.values() if live.running and live.session_id not in held]:
-            record = self.store.get(live.session_id)
-            if record is None or record.epoch != live.recorder.epoch:
+    def _held(self, renewed: dict[str, int]) -> None:
+        """After a renewal: stop each turn running here whose session has been claimed since this process claimed
+        it, and give up the lease of a session left under this process's name at a claim it does not hold (so that
+        it is taken over as interrupted rather than stuck running)."""
+        for live in [live for live in self._live.values() if live.running]:
+            epoch = renewed.get(live.session_id)
+            if epoch is None:  # not renewed: ended (then the row is at the same claim) or claimed by another
+                record = self.store.get(live.session_id)
+                epoch = None if record is None else record.epoch
+            if epoch != live.recorder.epoch:
                 self._lose(live, "another controller took the session over")
+        for session_id, epoch in renewed.items():
+            if session_id not in self._holds and self._claims.get(session_id) != epoch:
+                log.warning("gave up the lease of %s: this process does not hold its claim %d", session_id, epoch)
+                self.store.release(session_id, epoch)
+        for session_id in [sid for sid in self._claims if sid not in renewed and not self.is_running(sid)]:
+            del self._claims[session_id]
 
     def _lose(self, live: LiveSession, why: str) -> None:
         log.warning("stopping the turn of %s: %s", live.session_id, why)
@@ -276,6 +291,7 @@ class Sessions:
         )  # fmt: skip
         await asyncio.to_thread(self.workspaces.create, record.id, repo, quota)
         self.store.insert(record)
+        self._claims[record.id] = record.epoch
         return record
 
     async def follow_up(self, session_id: str, text: str) -> SessionRecord:
@@ -292,7 +308,11 @@ class Sessions:
                 live = None
             epoch = self.store.claim(session_id, self.owner, self.lease_s, record.epoch)
             if epoch is None:
-                raise ConflictError(f"Session {session_id} was just continued by another request or controller.")
+                raise ConflictError(
+                    f"Session {session_id} was just continued or changed by another request or controller; "
+                    "retry when that is done."
+                )
+            self._claims[session_id] = epoch
             try:
                 if live is None:
                     await self.runtime.remove_containers(session_id)  # one another controller kept between turns
@@ -369,22 +389,41 @@ class Sessions:
 
     async def compact(self, session_id: str) -> SessionRecord:
         """Compact the session's context now (a summary of its older turns), between turns only."""
-        record = self.get(session_id)
-        live = self._live.get(session_id)
-        self._refuse_while_running(record, live, "compact it when the turn has ended")
-        recorder = live.recorder if live is not None else await self.recorder(record)
-        self._claim_between_turns(recorder)
-        convo = recorder.convo
-        compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
-        if await compactor.fit(convo, convo.steps, "manual"):
-            await recorder.save_transcript(convo)
+        async with self._held_between_turns(session_id, "compact it when the turn has ended") as (record, live, epoch):
+            recorder = live.recorder if live is not None else await self.recorder(record)
+            recorder.epoch = epoch
+            convo = recorder.convo
+            compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
+            if await compactor.fit(convo, convo.steps, "manual"):
+                await recorder.save_transcript(convo)
         return self.get(session_id)
 
-    def _claim_between_turns(self, recorder: Recorder) -> None:
-        """A change between turns from this recorder: other controllers holding the session loaded reload it."""
-        epoch = self.store.bump(recorder.session_id)
-        if epoch is not None:
-            recorder.epoch = epoch
+    @contextlib.asynccontextmanager
+    async def _held_between_turns(
+        self, session_id: str, advice: str
+    ) -> AsyncIterator[tuple[SessionRecord, LiveSession | None, int]]:
+        """Hold the session for a change between turns (``Store.hold``): no turn begins, here or on another
+        controller, until the change is done. The record, this process's live session if it is current, and the
+        epoch every write of the change names."""
+        record = self.get(session_id)
+        live = self._live.get(session_id)
+        stale = live is None and record.status == "running" and not self._owner_alive(record)
+        if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
+            self._refuse_while_running(record, live, advice)
+        epoch = self.store.hold(session_id, self.owner, self.lease_s, record.epoch, stale)
+        if epoch is None:
+            raise ConflictError(f"Session {session_id} began a turn or another change meanwhile; {advice}.")
+        self._holds[session_id] = epoch
+        try:
+            if live is not None and live.recorder.epoch != record.epoch:  # written elsewhere since: reloaded
+                self._forget(live)
+                await live.discard()
+                live = None
+            yield record, live, epoch
+        finally:
+            del self._holds[session_id]
+            with contextlib.suppress(CubicleError):
+                self.store.release(session_id, epoch)
 
     # ------------------------------------------------------------------ the workspace layer
 
@@ -400,43 +439,43 @@ class Sessions:
         self, session_id: str, force: list[str] | None = None, include_ignored: bool = False
     ) -> ApplyResult:
         """Copy the layer's changes into the checkout (sandbox stopped first); ApplyConflictError writes nothing."""
-        recorder = await self._quiesce(session_id, "apply when the turn has ended")
-        return await apply_and_report(self.workspaces, session_id, recorder, force or (), include_ignored)
+        async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
+            return await apply_and_report(self.workspaces, session_id, recorder, force or (), include_ignored)
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
         """Restore the checkout to its state before the newest apply not yet reverted."""
-        recorder = await self._quiesce(session_id, "revert when the turn has ended")
-        result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
-        await recorder.emit(
-            RevertedEvent(
-                session_id=session_id,
-                apply=result.record,
-                paths=[shown(p) for p in result.reverted[:MAX_LISTED_PATHS]],
-                more=max(0, len(result.reverted) - MAX_LISTED_PATHS),
+        async with self._quiesced(session_id, "revert when the turn has ended") as recorder:
+            result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
+            await recorder.emit(
+                RevertedEvent(
+                    session_id=session_id,
+                    apply=result.record,
+                    paths=[shown(p) for p in result.reverted[:MAX_LISTED_PATHS]],
+                    more=max(0, len(result.reverted) - MAX_LISTED_PATHS),
+                )
             )
-        )
         return result
 
     async def rewind(self, session_id: str, turn: int) -> SessionRecord:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
-        recorder = await self._quiesce(session_id, "rewind when the turn has ended")
-        await asyncio.to_thread(self.workspaces.rewind, session_id, turn)
-        convo = recorder.convo
-        convo.add_user_text(
-            f"[cubicle] The files in /workspace were rewound to how they were at the end of turn {turn}; "
-            "changes made after it are gone."
-        )
-        await recorder.save_transcript(convo)
-        await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
+        async with self._quiesced(session_id, "rewind when the turn has ended") as recorder:
+            await asyncio.to_thread(self.workspaces.rewind, session_id, turn)
+            convo = recorder.convo
+            convo.add_user_text(
+                f"[cubicle] The files in /workspace were rewound to how they were at the end of turn {turn}; "
+                "changes made after it are gone."
+            )
+            await recorder.save_transcript(convo)
+            await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
         return self.get(session_id)
 
     async def discard(self, session_id: str) -> SessionRecord:
         """Drop the layer: the session's changes are gone; the checkout keeps what was applied."""
-        recorder = await self._quiesce(session_id, "cancel it first")
-        left = await asyncio.to_thread(self.workspaces.discard, session_id)
-        if left:
-            log.warning("discarding %s left %s (root-owned kernel files; root can remove them)", session_id, left)
-        await recorder.emit(DiscardedEvent(session_id=session_id))
+        async with self._quiesced(session_id, "cancel it first") as recorder:
+            left = await asyncio.to_thread(self.workspaces.discard, session_id)
+            if left:
+                log.warning("discarding %s left %s (root-owned kernel files; root can remove them)", session_id, left)
+            await recorder.emit(DiscardedEvent(session_id=session_id))
         return self.get(session_id)
 
     # ------------------------------------------------------------------ queries
@@ -533,17 +572,14 @@ class Sessions:
             return record.lease_expires > self.store.now()
         return here
 
-    async def _quiesce(self, session_id: str, advice: str) -> Recorder:
-        """Between turns only: stop the session's container (the overlay is then unmounted); its recorder."""
-        record = self.get(session_id)
-        live = self._live.get(session_id)
-        stale = live is None and record.status == "running" and not self._owner_alive(record)
-        if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
-            self._refuse_while_running(record, live, advice)
-        await self._stop_sandbox(session_id)
-        recorder = live.recorder if live is not None else await self.recorder(record)
-        self._claim_between_turns(recorder)
-        return recorder
+    @contextlib.asynccontextmanager
+    async def _quiesced(self, session_id: str, advice: str) -> AsyncIterator[Recorder]:
+        """Between turns only, held: stop the session's container (the overlay is then unmounted); its recorder."""
+        async with self._held_between_turns(session_id, advice) as (record, live, epoch):
+            await self._stop_sandbox(session_id)
+            recorder = live.recorder if live is not None else await self.recorder(record, epoch)
+            recorder.epoch = epoch
+            yield recorder
 
     async def _stop_sandbox(self, session_id: str) -> None:
         """Remove the session's container wherever it came from (this process, or another one's idle session)."""

@@ -16,7 +16,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .environment import Environment
-from .errors import ConfigError, LeaseLostError, StoreError
+from .errors import ConfigError, DatabaseUnavailableError, LeaseLostError, StoreError
 from .events import EVENT_ADAPTER, Event, FinishReason, Status, Usage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -300,6 +300,9 @@ class Store:
     @_writes
     def update(self, session_id: str, epoch: int | None = None, **fields: Any) -> None:
         """Set ``fields`` of the session; with ``epoch``, only while the session is still at that epoch (fenced)."""
+        self._set(session_id, epoch, fields)
+
+    def _set(self, session_id: str, epoch: int | None, fields: dict[str, Any]) -> None:
         values = {
             k: (v.model_dump_json() if isinstance(v, BaseModel) else self._text(v) if isinstance(v, str) else v)
             for k, v in fields.items()
@@ -330,39 +333,56 @@ class Store:
         self, session_id: str, owner: str, lease_s: float, epoch: int, status: Status = "running",
         expired_only: bool = False,
     ) -> int | None:  # fmt: skip
-        """Take the session at ``epoch`` for ``owner``: the next epoch, a lease of ``lease_s`` and ``status``;
-        None if it is no longer at that epoch (someone claimed it first). ``status`` running (a turn begins)
-        needs a session that is not running; otherwise (a takeover) one that is, with ``expired_only`` its lease
-        run out. Commands left for an earlier holder are dropped."""
-        condition = "status != 'running'" if status == "running" else "status = 'running'"
-        if expired_only:
-            condition += f" AND lease_expires < {self.NOW}"
+        """Take the session at ``epoch`` for ``owner``: the next epoch and ``status``; None if it is no longer at
+        that epoch or someone holds it (claimed it first). ``status`` running (a turn begins, under a lease of
+        ``lease_s``) needs a session that is neither running nor held between turns (``hold``); otherwise (a
+        takeover, which holds no lease) one that is running, with ``expired_only`` its lease run out. Commands
+        left for an earlier holder are dropped."""
+        if status == "running":
+            condition = f"status != 'running' AND lease_expires < {self.NOW}"
+        else:
+            condition = "status = 'running'" + (f" AND lease_expires < {self.NOW}" if expired_only else "")
         with self._transaction(immediate=True):
             row = self._run(
                 f"UPDATE sessions SET owner = ?, epoch = epoch + 1, lease_expires = {self.NOW} + ?, status = ?, "
                 f"finish_reason = NULL, detail = '', updated_at = ? WHERE id = ? AND epoch = ? AND {condition} "
                 "RETURNING epoch",
-                (owner, lease_s, status, time.time(), session_id, epoch),
+                (owner, lease_s if status == "running" else -1.0, status, time.time(), session_id, epoch),
             ).fetchone()
             if row is not None:
                 self._run("DELETE FROM commands WHERE session_id = ?", (session_id,))
         return None if row is None else int(row[0])
 
     @_writes
-    def bump(self, session_id: str) -> int | None:
-        """A claim between turns (apply, revert, rewind, compact): a controller holding the session loaded with an
-        older epoch reloads it before its next turn. The new epoch; None if there is no such session."""
-        row = self._run("UPDATE sessions SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", (session_id,)).fetchone()
+    def hold(self, session_id: str, owner: str, lease_s: float, epoch: int, stale: bool = False) -> int | None:
+        """Hold the session between turns for a change to it (apply, revert, rewind, discard, compact): the next
+        epoch, so a controller holding an older copy reloads it, and a lease no turn can begin under. None if it
+        is no longer at ``epoch``, runs a turn or is held. ``stale``: it is left running by a controller that is
+        gone, which the epoch alone fences."""
+        condition = "" if stale else f" AND status != 'running' AND lease_expires < {self.NOW}"
+        row = self._run(
+            f"UPDATE sessions SET owner = ?, epoch = epoch + 1, lease_expires = {self.NOW} + ? "
+            f"WHERE id = ? AND epoch = ?{condition} RETURNING epoch",
+            (owner, lease_s, session_id, epoch),
+        ).fetchone()
         return None if row is None else int(row[0])
 
     @_writes
-    def renew(self, owner: str, lease_s: float) -> set[str]:
-        """Extend the lease of every running session ``owner`` holds; the ids it still holds."""
+    def release(self, session_id: str, epoch: int) -> None:
+        """End a hold (or a lease this process no longer wants): a turn may begin at once."""
+        self._run("UPDATE sessions SET lease_expires = 0 WHERE id = ? AND epoch = ?", (session_id, epoch))
+
+    @_writes
+    def renew(self, owner: str, lease_s: float, held: Collection[str] = ()) -> dict[str, int]:
+        """Extend the lease of every running session ``owner`` holds, and of the sessions in ``held`` (changes
+        between turns); each with the epoch it is at."""
+        extra = f" OR id IN ({', '.join('?' * len(held))})" if held else ""
         rows = self._run(
-            f"UPDATE sessions SET lease_expires = {self.NOW} + ? WHERE owner = ? AND status = 'running' RETURNING id",
-            (lease_s, owner),
+            f"UPDATE sessions SET lease_expires = {self.NOW} + ? WHERE owner = ? AND (status = 'running'{extra}) "
+            "RETURNING id, epoch",
+            (lease_s, owner, *held),
         ).fetchall()
-        return {row[0] for row in rows}
+        return {row[0]: int(row[1]) for row in rows}
 
     def expired(self) -> list[SessionRecord]:
         """Running sessions whose controller's lease has run out."""
@@ -477,11 +497,15 @@ class Store:
         return int(row.fetchone()[0])
 
     @_writes
-    def append_event(self, event: Event, epoch: int | None = None) -> int:
+    def append_event(self, event: Event, epoch: int | None = None, fields: dict[str, Any] | None = None) -> int:
         """Give the event the next sequence number of its session and write it; returns the bytes stored.
-        With ``epoch``, only while the session is still at that epoch (fenced)."""
+        With ``epoch``, only while the session is still at that epoch (fenced). ``fields`` of the session row are
+        set in the same transaction: a reader that sees a turn's end in the row sees its ``session_finished`` too."""
         with self._transaction(immediate=True):
-            self._fence(event.session_id, epoch)
+            if fields:
+                self._set(event.session_id, epoch, fields)
+            else:
+                self._fence(event.session_id, epoch)
             row = self._run(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
             ).fetchone()
@@ -538,31 +562,78 @@ class PostgresStore(Store):
         self.path = None
         self.url = url
         self._next_seq: dict[str, int] = {}
+        self._in_transaction = False
         try:
-            self._db = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            self._db = self._connect()
         except psycopg.Error as err:
             raise ConfigError(
                 f"Cannot connect to the PostgreSQL database of CUBICLE_DATABASE_URL ({_redacted(url)}). "
                 f"Start the server or fix the URL. ({' '.join(str(err).split())})"
             ) from None
-        if "synchronous_commit" not in url:
+        self._migrate()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        named: dict[str, Any] = {} if "application_name" in self.url else {"application_name": "cubicle"}
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, **named)  # named in pg_stat_activity
+        if "synchronous_commit" not in self.url:
             # As SQLite's WAL with synchronous=NORMAL: a killed controller loses nothing (the server has the
             # commit); a crash of the database server itself may lose its last fraction of a second. Each event
             # then costs ~0.1 ms instead of a WAL flush (~0.6 ms here); the URL's options can ask for on.
-            self._db.execute("SET synchronous_commit = off")
-        self._migrate()
+            conn.execute("SET synchronous_commit = off")
+        return conn
+
+    def _connected(self) -> Any:
+        """The connection, made again if the server dropped it (a restart, a failover, a cut connection)."""
+        import psycopg
+
+        if self._db.closed or self._db.broken:
+            try:
+                self._db = self._connect()
+            except psycopg.Error as err:
+                raise _unavailable(self.url, err) from None
+            self._next_seq.clear()  # other processes may have written meanwhile: read the numbers again
+        return self._db
+
+    def _run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        """Run ``query``. A read outside a transaction whose connection was dropped is tried once more on a new
+        one; a write is not (it may have committed before the connection went): its caller sees the error."""
+        import psycopg
+
+        for attempt in (0, 1):
+            conn = self._connected()
+            try:
+                return conn.execute(self._sql(query), params)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as err:
+                if not (conn.closed or conn.broken):
+                    raise
+                if attempt or self._in_transaction or not query.lstrip().upper().startswith("SELECT"):
+                    raise _unavailable(self.url, err) from None
+        raise AssertionError("unreachable")
 
     def _sql(self, query: str) -> str:
         return _placeholders(query)
 
     def _run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
-        with self._db.cursor() as cursor:
+        with self._connected().cursor() as cursor:
             cursor.executemany(self._sql(query), rows)
 
     @contextlib.contextmanager
     def _transaction(self, immediate: bool = False) -> Iterator[None]:
-        with self._db.transaction():
-            yield
+        import psycopg
+
+        conn = self._connected()
+        self._in_transaction = True
+        try:
+            with conn.transaction():
+                yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as err:
+            if conn.closed or conn.broken:
+                raise _unavailable(self.url, err) from None
+            raise
+        finally:
+            self._in_transaction = False
 
     def _columns(self, table: str) -> set[str]:
         rows = self._run(
@@ -579,36 +650,49 @@ class PostgresStore(Store):
         self._run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
 
     @_writes
-    def append_event(self, event: Event, epoch: int | None = None) -> int:
+    def append_event(self, event: Event, epoch: int | None = None, fields: dict[str, Any] | None = None) -> int:
         """One INSERT per event: the next sequence number is remembered, and read again only when another
         process stored one in between (the primary key refuses the number twice). Fenced, the INSERT takes its
-        row from the session's at that epoch, locked against a takeover until it commits."""
+        row from the session's at that epoch, locked against a takeover until it commits. With ``fields``, the
+        row's update and the INSERT are one transaction."""
         import psycopg.errors
 
         for _ in range(5):
             seq = self._next_seq.get(event.session_id)
-            if seq is None:
-                row = self._run("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,))
-                seq = row.fetchone()[0] + 1
-            event.seq = seq
-            data = event.model_dump_json()
             try:
-                if epoch is None:
-                    self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
-                else:
-                    inserted = self._run(
-                        "INSERT INTO events SELECT id, CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT) "
-                        "FROM sessions WHERE id = ? AND epoch = ? FOR SHARE",
-                        (seq, event.type, data, event.session_id, epoch),
-                    )
-                    if inserted.rowcount == 0:
-                        raise _lost(event.session_id)
+                with self._transaction() if fields else contextlib.nullcontext():
+                    if fields:
+                        self._set(event.session_id, epoch, fields)
+                    if seq is None:
+                        row = self._run(
+                            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
+                        )
+                        seq = int(row.fetchone()[0]) + 1
+                    event.seq = seq
+                    data = event.model_dump_json()
+                    self._insert_event(event, seq, data, None if fields else epoch)
             except psycopg.errors.UniqueViolation:
                 self._next_seq.pop(event.session_id, None)
                 continue
-            self._next_seq[event.session_id] = seq + 1
+            if event.type == "session_finished":  # read again at the next turn: the map keeps only live sessions
+                self._next_seq.pop(event.session_id, None)
+            else:
+                self._next_seq[event.session_id] = seq + 1
             return len(data.encode("utf-8", "surrogatepass"))
         raise StoreError(f"Session {event.session_id}'s events are being written by another process as well.")
+
+    def _insert_event(self, event: Event, seq: int, data: str, epoch: int | None) -> None:
+        """The INSERT; fenced by ``epoch`` unless None (unfenced, or fenced by the row's update before it)."""
+        if epoch is None:
+            self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
+        else:
+            inserted = self._run(
+                "INSERT INTO events SELECT id, CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT) "
+                "FROM sessions WHERE id = ? AND epoch = ? FOR SHARE",
+                (seq, event.type, data, event.session_id, epoch),
+            )
+            if inserted.rowcount == 0:
+                raise _lost(event.session_id)
 
     @_writes
     def delete(self, session_id: str) -> None:
@@ -630,6 +714,13 @@ class PostgresStore(Store):
             except psycopg.Error as err:
                 log.warning("lost the database's notifications, reconnecting: %s", err)
                 await asyncio.sleep(1)
+
+
+def _unavailable(url: str, err: Exception) -> DatabaseUnavailableError:
+    return DatabaseUnavailableError(
+        f"The PostgreSQL server of CUBICLE_DATABASE_URL ({_redacted(url)}) does not answer: "
+        f"{' '.join(str(err).split())}."
+    )
 
 
 def _lost(session_id: str) -> LeaseLostError:

@@ -36,6 +36,7 @@ from ..errors import (
     CubicleError,
     ForbiddenRepoError,
     InvalidRequestError,
+    LeaseLostError,
     RepoError,
 )
 from ..events import Event, SessionFinished, SessionStarted
@@ -282,7 +283,11 @@ async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | Live
         await asyncio.shield(sandbox.stop())
         stored = sessions.store.get(record.id)
         if stored is not None and stored.status == "running":  # stopped before the turn could record its end
-            sessions.store.update(record.id, status="cancelled", finish_reason="cancelled", detail="stopped at start")
+            with contextlib.suppress(LeaseLostError):  # fenced: taken over meanwhile, the session is not ours
+                sessions.store.update(
+                    record.id, recorder.epoch, status="cancelled", finish_reason="cancelled",
+                    detail="stopped at start", lease_expires=0,
+                )  # fmt: skip
 
 
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:

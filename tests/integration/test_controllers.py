@@ -11,8 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +22,12 @@ from controller.workspace.layer import open_layer
 from tests.agent_harness import register, text, tool
 from tests.databases import postgres_schema
 from tests.eventually import eventually
-from tests.integration.api_helpers import Api, serve_env, serve_subprocess
+from tests.integration.api_helpers import serve_env, serve_subprocess
 from tests.integration.cli_helpers import environment
+from tests.integration.controllers_helpers import TOKEN, Pair, controller_pair, stop
 from tests.integration.helpers import containers_of
 from tests.sandbox_defaults import TEST_INSTANCE
 
-TOKEN = "controllers-token"
 LEASE_S = 2.0
 
 # Timing is what these tests check (a cancel within 2 s, a takeover within two leases): alone, not beside the
@@ -37,54 +35,10 @@ LEASE_S = 2.0
 pytestmark = pytest.mark.solo
 
 
-@dataclass
-class Controller:
-    name: str
-    process: subprocess.Popen[bytes]
-    api: Api
-
-
-@dataclass
-class Pair:
-    database_url: str
-    data_dir: Path
-    env: dict[str, str]
-    a: Controller
-    b: Controller
-
-    def rows(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            return list(conn.execute(query, params).fetchall())
-
-
 @pytest.fixture
 def pair(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Pair]:
-    """Two `cubicle serve` processes (instances of their own, as on two hosts) on one fresh PostgreSQL schema and
-    one data directory."""
-    with postgres_schema() as url, ExitStack() as stack:
-        controllers = []
-        env: dict[str, str] = {}
-        for name in ("a", "b"):
-            env = serve_env(model_server.url, TOKEN, tmp_path, f"{TEST_INSTANCE}-{name}")  # type: ignore[attr-defined]
-            env |= {"CUBICLE_DATABASE_URL": url, "CUBICLE_LEASE_S": str(LEASE_S)}
-            port = free_port()
-            process = serve_subprocess(env, port)
-            stack.callback(_stop, process)
-            api = Api(f"http://127.0.0.1:{port}", TOKEN)
-            stack.callback(api.http.close)
-            controllers.append(Controller(name, process, api))
-        yield Pair(url, tmp_path / "data", env, *controllers)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGCONT)
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with controller_pair(tmp_path, model_server.url, LEASE_S) as pair:  # type: ignore[attr-defined]
+        yield pair
 
 
 LONG = [
@@ -222,7 +176,7 @@ def test_a_running_cubicle_run_on_the_same_database_survives_a_server_starting_a
                 serve | {"CUBICLE_DATABASE_URL": url, "CUBICLE_LEASE_S": str(LEASE_S)}, free_port()
             )
             time.sleep(2 * LEASE_S)  # a whole lease and more while both run: the server must leave the run alone
-            _stop(server)
+            stop(server)
             out, err = run.communicate(timeout=120)
         finally:
             if run.poll() is None:
