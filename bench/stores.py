@@ -439,8 +439,8 @@ async def sse_delivery(report: Report, client: Any, image: str, root: Path, quic
     sessions, deltas = (1, 1000) if quick else (3, 1000)
     title = (
         f"SSE delivery across controllers: the event's ts (stamped by the owner A as it makes the event, before it "
-        f"commits it) to its arrival at a client; after a warm-up session, {sessions} session{'s' * (sessions > 1)} "
-        f"one after another, each streaming one text of {deltas:,} deltas of {DELTA_CHARS} characters as fast as the scripted model sends "
+        f"commits it) to its arrival at a client; after a warm-up session, "
+        f"{f'{sessions} sessions one after another, each' if sessions > 1 else 'one session'} streaming one text of {deltas:,} deltas of {DELTA_CHARS} characters as fast as the scripted model sends "
         f"them, {MODEL_DELAY_S:g} s after the request (no tool call; a sandbox starts per session)"
     )
     header = ["client on", "setup", "live events", "p50", "p99", "max", "streams exact", "target", "met"]
