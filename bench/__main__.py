@@ -1,9 +1,10 @@
 """`python -m bench`: measure Cubicle against baselines run side by side, and print markdown tables.
 
-It needs a Docker engine and the sandbox image (and root for the channel-flood table). It
+It needs a Docker engine and the sandbox image (and root for the channel-flood table; a
+PostgreSQL server for the stores' PostgreSQL rows, which say they were skipped without one). It
 exits non-zero only when it cannot run; targets that are missed are listed under the
-tables. Each section's wall time goes to stderr as it ends. The default run takes three to
-four minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
+tables. Each section's wall time goes to stderr as it ends. The default run takes four to
+five minutes on two busy cores; ``--full`` adds the 50- and 100-session and the
 50-container concurrency rows (several minutes more).
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, disk, egress, environment, flood, mcp, page, rows, viewer, workspace
+from bench import context, disk, egress, environment, flood, mcp, page, rows, stores, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -61,6 +62,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
             await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
             await section("SSE followers", viewer.table(report, client, args.image, root, args.quick))
+            await section("stores", stores.table(report, client, args.image, root, args.quick))
             await section("viewer page", asyncio.to_thread(page.table, report, args.quick))
             await section("context", context.table(report))
         finally:

@@ -59,8 +59,9 @@ class Controller:
     """A `cubicle serve` process with a scripted model, and the few API calls the measurement needs."""
 
     def __init__(
-        self, model_url: str, root: Path, instance: str, data: str = "flood-data", image: str | None = None
-    ) -> None:
+        self, model_url: str, root: Path, instance: str, data: str = "flood-data", image: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.token = secrets.token_hex(16)
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
@@ -69,6 +70,7 @@ class Controller:
                 "CUBICLE_INSTANCE": instance}  # fmt: skip
         if image is not None:
             env["CUBICLE_IMAGE"] = image
+        env |= extra_env or {}
         self.process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
                                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         self.url = f"http://127.0.0.1:{self.port}"

@@ -63,8 +63,8 @@ def scenario(name: str) -> Scenario:
 class ModelServer:
     """``cubicle scripted-server`` in a process of its own, serving one scenario file."""
 
-    def __init__(self, path: Path) -> None:
-        self.port = free_port()
+    def __init__(self, path: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "controller", "scripted-server", str(path), "--port", str(self.port)],
