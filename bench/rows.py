@@ -29,7 +29,10 @@ from controller.sessions import Sessions
 from controller.store import Store
 
 INSTANCE = "cubicle-bench"
-LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64)
+LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, disk_mb=256, inodes=30_000)
+"""The benchmarks' sessions write next to nothing: a 256 MiB quota each, so admission (which reserves every running
+session's whole quota) lets even the 100-session row run on a disk with 30 GB free (the 10 GiB default refused
+the 10-session row with 66 GB free)."""
 OWNER = 1000
 """Who owns the bench's repositories when it runs as root: sessions refuse root-owned checkouts."""
 

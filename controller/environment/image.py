@@ -412,10 +412,15 @@ def sweep(client: Any, keep: int = 1, repo: str | None = None) -> list[str]:
     """Remove environment images no container uses, keeping the newest ``keep`` per repository; blocking.
 
     Returns the tags removed. An image a container (running or not) was made from stays.
-    ``repo`` limits the sweep to the images labelled with that repository path.
+    ``repo`` limits the sweep to the images labelled with that repository path. Only images Cubicle tagged
+    (``cubicle-env:<key>``) are candidates: an image someone built FROM one inherits its labels, and is theirs.
     """
     wanted = [f"{ROLE}=environment", *([f"{REPO}={repo}"] if repo is not None else [])]
-    listed = client.images.list(filters={"label": wanted})
+    listed = [
+        image
+        for image in client.images.list(filters={"label": wanted})
+        if any(tag.startswith(TAG_PREFIX + ":") for tag in image.tags or ())
+    ]
     used = {c.attrs.get("ImageID", "") for c in client.containers.list(all=True, sparse=True)}
     by_repo: dict[str, list[Any]] = {}
     for image in listed:
@@ -426,7 +431,7 @@ def sweep(client: Any, keep: int = 1, repo: str | None = None) -> list[str]:
         for image in group[keep:]:
             if image.id in used:
                 continue
-            for tag in image.tags or [image.id]:
+            for tag in [tag for tag in image.tags if tag.startswith(TAG_PREFIX + ":")]:
                 try:
                     client.images.remove(tag, force=False, noprune=False)
                     removed.append(tag)

@@ -253,15 +253,19 @@ def test_gc_keeps_the_newest_image_of_each_repository_and_any_in_use(docker_clie
         labels = f'LABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="{n}"\n'
         tags.append(tiny_image(docker_client, tag, "FROM scratch\nCOPY hello /hello\n" + labels))
         time.sleep(1.1)  # Created has one-second resolution in some engines
+    # Someone's own image, built FROM an environment image: it inherits the labels, and is not Cubicle's to remove.
+    derived = tiny_image(
+        docker_client, f"cubicle-test-derived:{secrets.token_hex(4)}", f"FROM {tags[2]}\nUSER nobody\n"
+    )
     user = docker_client.containers.create(tags[0], ["/hello"], labels={"org.cubicle.managed": "test-gc"})
     try:
         removed = sweep(docker_client, repo=repo_label)
         assert removed == [tags[1]]
-        for tag in (tags[0], tags[2]):
+        for tag in (tags[0], tags[2], derived):
             docker_client.images.get(tag)
     finally:
         user.remove(force=True)
-        for tag in tags:
+        for tag in [*tags, derived]:
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(tag, force=True)
 
