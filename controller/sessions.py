@@ -323,7 +323,7 @@ class Sessions:
                 with contextlib.suppress(Exception):  # the claim undone: the session is as it was
                     self.store.update(
                         session_id, epoch, status=record.status, finish_reason=record.finish_reason,
-                        detail=record.detail,
+                        detail=record.detail, lease_expires=0,
                     )  # fmt: skip
                 raise
         await live.begin(text)
