@@ -94,6 +94,7 @@ def results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "tool_result"]
 
 
+@pytest.mark.solo  # it measures the host filesystem's free space, which the other workers' tests write to as well
 def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_notices(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], tmp_path: Path
 ) -> None:
