@@ -87,6 +87,7 @@ def test_sign_in_refuses_a_wrong_token_and_signs_out(driver: WebDriver, viewer: 
     driver.delete_all_cookies()
     driver.get(viewer.url + "/")
     assert wait(lambda: driver.current_url.endswith("/ui/"), "/ redirects to /ui/")
+    wait(lambda: find(driver, "token-input"), "the sign-in form")  # the page's script draws it after the load
     one(driver, "token-input").send_keys("not-the-token")
     one(driver, "sign-in").click()
     wait(lambda: one(driver, "sign-in-error").is_displayed(), "the refusal")
