@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,11 @@ TurnEnd = Callable[[TurnOutcome], Awaitable[None]]
 """Called when a turn has ended, just before its ``session_finished``: the workspace's checkpoint goes here."""
 
 
+YIELD_EVERY_S = 0.005
+"""How often a streaming reply lets the event loop serve others (its followers), at most: ~5 ms of latency, and
+the deltas in between reach a follower as one batch."""
+
+
 class Agent:
     """Runs turns of one session against a model and a sandbox, reporting to a sink."""
 
@@ -83,6 +89,7 @@ class Agent:
         on_turn_end: TurnEnd | None = None,
     ) -> None:
         self.session_id = session_id
+        self._yielded = 0.0
         self.on_turn_end = on_turn_end
         self.model = model
         self.sandbox = sandbox
@@ -245,8 +252,12 @@ class Agent:
     async def _on_text(self, text: str) -> None:
         await self._emit(TextDelta(session_id=self.session_id, text=text))
         # The deltas of one socket read arrive without a pause: let the followers (and every other request) in
-        # between them, or the session's own viewers see its text only when the reply has ended.
-        await asyncio.sleep(0)
+        # every few milliseconds, or the session's own viewers see its text only when the reply has ended. Not
+        # after every delta: each yield wakes every follower for one event instead of a batch of them.
+        now = time.monotonic()
+        if now - self._yielded >= YIELD_EVERY_S:
+            self._yielded = now
+            await asyncio.sleep(0)
 
     async def _emit(self, event: Any) -> None:
         await self.sink.emit(event)
