@@ -36,7 +36,7 @@ from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
 from .environment import EnvironmentRequest
-from .errors import CapacityError, ConflictError, CubicleError, NotFoundError, StoreError
+from .errors import CapacityError, ConflictError, CubicleError, NotFoundError
 from .events import (
     MAX_LISTED_PATHS,
     DiscardedEvent,
@@ -156,7 +156,7 @@ class Sessions:
                 self._take_commands()
                 for record in self.store.expired():
                     await self._take_over(record, expired_only=True)
-            except (StoreError, CubicleError) as err:
+            except CubicleError as err:  # StoreError among them
                 log.warning("could not tend the leases: %s", err)
                 if time.monotonic() - renewed > self.lease_s:
                     for live in [live for live in self._live.values() if live.running]:
@@ -302,10 +302,7 @@ class Sessions:
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
         async with self._admission():
             await self._refuse_overcommit(quota, session_id)
-            if live is not None and live.recorder.epoch != record.epoch:  # written elsewhere since: reloaded
-                self._forget(live)
-                await live.discard()
-                live = None
+            live = await self._current(live, record)
             epoch = self.store.claim(session_id, self.owner, self.lease_s, record.epoch)
             if epoch is None:
                 raise ConflictError(
@@ -415,11 +412,7 @@ class Sessions:
             raise ConflictError(f"Session {session_id} began a turn or another change meanwhile; {advice}.")
         self._holds[session_id] = epoch
         try:
-            if live is not None and live.recorder.epoch != record.epoch:  # written elsewhere since: reloaded
-                self._forget(live)
-                await live.discard()
-                live = None
-            yield record, live, epoch
+            yield record, await self._current(live, record), epoch
         finally:
             del self._holds[session_id]
             with contextlib.suppress(CubicleError):
@@ -615,6 +608,15 @@ class Sessions:
         live = LiveSession(record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget)
         self._live[record.id] = live
         return live
+
+    async def _current(self, live: LiveSession | None, record: SessionRecord) -> LiveSession | None:
+        """``live`` if its copy of the session is the stored one; None (it is dropped) if the session was written
+        elsewhere since this process loaded it."""
+        if live is None or live.recorder.epoch == record.epoch:
+            return live
+        self._forget(live)
+        await live.discard()
+        return None
 
     def _forget(self, live: LiveSession) -> bool:
         if self._live.get(live.session_id) is not live:

@@ -75,6 +75,23 @@ class Only:
 
 Step = str | Column | Only
 
+
+def _notify_on_insert(table: str, function: str, channel: str) -> tuple[Only, Only]:
+    """PostgreSQL's trigger that NOTIFYs ``channel`` with the session id of each row inserted into ``table``."""
+    return (
+        Only(
+            "postgres",
+            f"""CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_notify('{channel}', NEW.session_id); RETURN NULL; END $$""",
+        ),
+        Only(
+            "postgres",
+            f"""CREATE OR REPLACE TRIGGER {function} AFTER INSERT ON {table}
+            FOR EACH ROW EXECUTE FUNCTION {function}()""",
+        ),
+    )
+
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (  # 1: the tables of the first release
         """CREATE TABLE IF NOT EXISTS sessions (
@@ -102,30 +119,12 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         Column("sessions", "lease_expires", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
         "CREATE INDEX IF NOT EXISTS sessions_status ON sessions (status)",
         # Every stored event wakes the controllers that LISTEN: a wake-up only, they read the events from the table.
-        Only(
-            "postgres",
-            """CREATE OR REPLACE FUNCTION cubicle_event_stored() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN PERFORM pg_notify('cubicle_events', NEW.session_id); RETURN NULL; END $$""",
-        ),
-        Only(
-            "postgres",
-            """CREATE OR REPLACE TRIGGER cubicle_event_stored AFTER INSERT ON events
-            FOR EACH ROW EXECUTE FUNCTION cubicle_event_stored()""",
-        ),
+        *_notify_on_insert("events", "cubicle_event_stored", "cubicle_events"),
         # Commands for the controller running a session's turn (a cancel sent to another one), one of a kind each.
         """CREATE TABLE IF NOT EXISTS commands (
             session_id TEXT NOT NULL, kind TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (session_id, kind))""",
-        Only(
-            "postgres",
-            """CREATE OR REPLACE FUNCTION cubicle_command_sent() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN PERFORM pg_notify('cubicle_commands', NEW.session_id); RETURN NULL; END $$""",
-        ),
-        Only(
-            "postgres",
-            """CREATE OR REPLACE TRIGGER cubicle_command_sent AFTER INSERT ON commands
-            FOR EACH ROW EXECUTE FUNCTION cubicle_command_sent()""",
-        ),
+        *_notify_on_insert("commands", "cubicle_command_sent", "cubicle_commands"),
     ),
 )
 NOTIFY_CHANNEL = "cubicle_events"
