@@ -41,6 +41,8 @@ class Viewer:
     url: str
     root: Path
     api: Api
+    log: Path
+    """Everything the server printed (uvicorn's access log included): shown with a failing test's report."""
     repos: list[Path] = field(default_factory=list)
 
     def make_repo(self, name: str, files: dict[str, str] | None = None) -> Path:
@@ -69,11 +71,12 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
         "CUBICLE_SSE_HEARTBEAT_S": "1",
         "CUBICLE_SESSION_EVENTS_MB": "1",  # small enough for test_output_not_kept to cross it with two commands
     }
-    process = serve_subprocess(env, port)
+    log = Path(tempfile.mkstemp(prefix="cubicle-viewer-serve-", suffix=".log")[1])
+    process = serve_subprocess(env, port, log)
     url = f"http://127.0.0.1:{port}"
     api = Api(url, TOKEN)
     try:
-        yield Viewer(url=url, root=root, api=api)
+        yield Viewer(url=url, root=root, api=api, log=log)
     finally:
         api.http.close()
         process.terminate()
@@ -86,6 +89,28 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
         # the data directory goes next, so no later controller would.
         cubicle("gc", env=env)
         shutil.rmtree(root, ignore_errors=True)
+        log.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing viewer test's report shows the end of the server's log and the browser's console, the two
+    places that say whether the page or the server was stuck."""
+    report: Any = yield
+    if report.failed and call.when == "call":
+        funcargs = getattr(item, "funcargs", {})
+        viewer, driver = funcargs.get("viewer"), funcargs.get("driver")
+        if isinstance(viewer, Viewer) and viewer.log.exists():
+            lines = viewer.log.read_text(errors="replace").splitlines()[-150:]
+            report.sections.append(("cubicle serve: the end of its log", "\n".join(lines)))
+        if driver is not None:
+            try:
+                console = [f"{entry['level']} {entry['message']}" for entry in driver.get_log("browser")]
+                report.sections.append(("chromium: console", "\n".join(console[-100:])))
+                report.sections.append(("chromium: page", f"{driver.current_url}\n{driver.page_source[:4000]}"))
+            except Exception as error:  # noqa: BLE001 - a report must not fail for want of its extras
+                report.sections.append(("chromium", f"could not be asked: {error!r}"))
+    return report
 
 
 def _browser_paths() -> tuple[str, str] | None:

@@ -80,10 +80,12 @@ def serve_env(model_url: str, token: str, root: Path, instance: str) -> dict[str
                   "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / "data"), "CUBICLE_INSTANCE": instance}  # fmt: skip
 
 
-def serve_subprocess(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """Start `cubicle serve` as its own process and wait until /healthz answers."""
-    process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+def serve_subprocess(env: dict[str, str], port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start `cubicle serve` as its own process and wait until /healthz answers; its output goes to ``log``
+    (appended), or nowhere."""
+    with open(log, "ab") if log else open(os.devnull, "wb") as output:
+        process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
+                                   stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         eventually(
             lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
