@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import secrets
 import shlex
@@ -74,6 +75,18 @@ class Hosts:
     gateway: str | None = None
 
 
+def gateway_of(network: dict[str, Any]) -> str | None:
+    """The address of the host on a Docker network (its inspected attributes): the gateway the engine records,
+    or, where it records none (seen once for the default bridge during a CI run), the subnet's first address,
+    which is the one the engine gives the host."""
+    for config in network["IPAM"]["Config"] or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+        if config.get("Subnet") and ":" not in config["Subnet"]:
+            return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    return None
+
+
 @contextlib.contextmanager
 def hosts(
     client: Any, image: str, ports: dict[str, tuple[int, ...]], instance: str, network: str | None = None
@@ -105,8 +118,7 @@ def hosts(
             _wait_serving(container)
             container.reload()
             found.addresses[name] = container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
-        inspected = client.networks.get(network).attrs
-        found.gateway = (inspected["IPAM"]["Config"] or [{}])[0].get("Gateway")
+        found.gateway = gateway_of(client.networks.get(network).attrs)
         yield found
     finally:
         for container in containers:

@@ -94,13 +94,9 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
                     raise
             finally:
                 why = f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
-                # The handlers stay until the session is ended: MCP clients close stdin, then send SIGTERM if the
-                # server has not exited a moment later, and that must not cut the clean-up short.
-                try:
-                    await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
-                finally:
-                    for signum in MCP_STOP_SIGNALS:
-                        asyncio.get_running_loop().remove_signal_handler(signum)
+                # The handlers stay until everything is ended (see _ignore_signals): MCP clients close stdin, then
+                # send SIGTERM if the server has not exited a moment later, and that must not cut the clean-up short.
+                await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
             _note(
                 f"{session.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
@@ -111,6 +107,20 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             store.close()
     finally:
         await runtime.close()
+        _ignore_signals()
+
+
+def _ignore_signals() -> None:
+    """Once all is ended, a stop signal changes nothing: ignore it rather than die of it (the default), with the
+    signals blocked while the loop's handlers go so that none arrives in between."""
+    loop = asyncio.get_running_loop()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, MCP_STOP_SIGNALS)
+    try:
+        for signum in MCP_STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _on_signals(serving: asyncio.Task[None], signals: list[int]) -> None:

@@ -243,7 +243,7 @@ def test_a_terminal_is_asked_before_the_changes_are_applied(tmp_path: Path, make
         env={"CUBICLE_DATA_DIR": os.environ["CUBICLE_DATA_DIR"]},
     )  # fmt: skip
     try:
-        shown = term.expect("? [y/N] ")
+        shown = term.expect("[y/N] ")  # after "?", or on a line of its own where a long path wrapped the question
         assert "3 files changed" in shown and "Apply these changes to" in shown
         assert not (repo / "notes.txt").exists()
         term.send(b"y\n")

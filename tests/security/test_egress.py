@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bench.egress import Hosts, hosts
+from bench.egress import Hosts, gateway_of, hosts
 from controller import egress, owners, workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
@@ -213,8 +213,8 @@ async def test_no_way_around_the_proxy(
     await box.start()
     port, hits = host_listener
     allowed_ip = test_hosts.addresses["allowed.test"]
-    bridge_gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
-    inside = docker_client.networks.get(egress.network_name(box.session_id)).attrs["IPAM"]["Config"][0]["Gateway"]
+    bridge_gateway = gateway_of(docker_client.networks.get("bridge").attrs)
+    inside = gateway_of(docker_client.networks.get(egress.network_name(box.session_id)).attrs)
     answers = await probe(
         box,
         ["get", "http://allowed.test:8080/", False],  # no proxy: the name does not resolve

@@ -85,10 +85,23 @@ def _outcome(code: int, out: Capture, err: Capture, timed_out: bool, start: floa
     }
 
 
+OOM_SCORE_TRIES = 500
+"""How many times, 1 ms apart, to try raising a command's OOM score while its /proc files are still root's."""
+
+
 def _raise_oom_score(pid: int) -> None:
-    """Make the agent's processes, not the toolbox, the OOM killer's first choice."""
-    try:
-        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
+    """Make the agent's processes, not the toolbox, the OOM killer's first choice.
+
+    The toolbox is undumpable, so its child's /proc files belong to root until the child's exec has made it
+    dumpable again; on a busy machine that can be just after ``Popen`` returns (seen on Linux 6.18, about once
+    in 500 starts), so a refusal is tried again for a moment. A child already gone needs no score.
+    """
+    for _ in range(OOM_SCORE_TRIES):
+        try:
+            with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                f.write("1000")
+            return
+        except PermissionError:
+            time.sleep(0.001)
+        except OSError:
+            return
