@@ -42,6 +42,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +59,9 @@ the kernel does not zero the unused inode tables in the background, so the image
 RESERVED_PERCENT = "1"
 """Blocks only root may use: overlayfs writes whiteouts as root, so a delete works when the agent has filled the rest."""
 COMMAND_TIMEOUT_S = 120.0
+RELEASE_PATIENCE_S = 0.5
+"""How long an unmount after a use here waits out a hold that a starting child still copies (a fork-to-exec
+window; a real holder in another process costs this much, once, at the end of each use here)."""
 
 
 def mkfs_argv(image: Path, quota: DiskQuota, uid: int, gid: int) -> list[str]:
@@ -402,7 +406,7 @@ class Disks:
                 in_use = self._uses.get(root, 0) > 0
             if timer is not None:
                 timer.cancel()
-            if in_use or not self._unmount_if_unused(root):
+            if in_use or not self._unmount_if_unused(root, RELEASE_PATIENCE_S):
                 raise DiskError(f"The workspace layer at {root} is in use (by this or another Cubicle process).")
 
     def mounted(self) -> list[Path]:
@@ -445,12 +449,18 @@ class Disks:
                 if self._uses.get(root, 0) > 0:
                     return
             try:
-                self._unmount_if_unused(root)
+                self._unmount_if_unused(root, RELEASE_PATIENCE_S)
             except DiskError as err:  # busy (a container whose process is gone uses it): the sweep retries
                 log.warning("%s", err)
 
-    def _unmount_if_unused(self, root: Path) -> bool:
-        """Unmount unless some process holds the layer; True when it is not mounted any more."""
+    def _unmount_if_unused(self, root: Path, patience_s: float = 0.0) -> bool:
+        """Unmount unless some process holds the layer; True when it is not mounted any more.
+
+        A hold this process has just let go of can outlive its ``close`` for a moment: a child that another thread
+        is starting (``mount``, ``umount``, the engine's CLI) has a copy of every fd until its exec closes them, and
+        the flock goes with the last copy. So after a use here ends, a refusal is tried again for ``patience_s``
+        (seen on a 2-CPU machine with twelve layers released at once: one stayed mounted).
+        """
         image, target = disk_image(root), disk_mount(root)
         if not os.path.ismount(target):
             return True
@@ -459,11 +469,8 @@ class Disks:
         except FileNotFoundError:  # the image is gone (a half-removed layer): nobody can hold it
             probe = -1
         try:
-            if probe >= 0:
-                try:
-                    fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return False
+            if probe >= 0 and not _flock_within(probe, patience_s):
+                return False
             with _flock(_lock_file(root)):
                 if os.path.ismount(target):
                     self.mounter.unmount(target)
@@ -509,6 +516,19 @@ class Disks:
 
 def _lock_file(root: Path) -> Path:
     return root / "disk.lock"
+
+
+def _flock_within(fd: int, patience_s: float) -> bool:
+    """Take the exclusive flock of ``fd``, trying every 10 ms for ``patience_s``; whether it was taken."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
 
 def _hold(image: Path) -> int:

@@ -122,7 +122,11 @@ class Sessions:
         tasks = [task for live in self._live.values() if (task := live.interrupt()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
-        await asyncio.gather(*(live.discard() for live in self._live.values()), return_exceptions=True)
+        lives = list(self._live.values())
+        outcomes = await asyncio.gather(*(live.discard() for live in lives), return_exceptions=True)
+        for live, outcome in zip(lives, outcomes, strict=True):
+            if isinstance(outcome, BaseException):  # what it left (a container, a mount) is the next start's to sweep
+                log.warning("could not remove the container of %s: %r", live.record.id, outcome)
 
     @property
     def running_count(self) -> int:

@@ -19,6 +19,7 @@ from docker.errors import ImageNotFound
 
 from controller import engine, images, owners, workspace
 from controller.config import DEFAULT_IMAGE, Limits, Settings
+from controller.disks import _loops, _mounts
 from controller.sandbox import DockerSandbox
 from tests.databases import postgres_schema
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
@@ -91,6 +92,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = code
     elif code == pytest.ExitCode.OK and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the last test of this process (every other fixture is gone by then): no layer filesystem is still
+    mounted, and no loop device attached, under its temporary directories. One left is an error (what it was is
+    unmounted, so the next run starts clean)."""
+    yield
+    base = str(tmp_path_factory.getbasetemp()) + os.sep
+    mounts = [str(point) for point, _ in _mounts() if str(point).startswith(base)]
+    loops = [(device, backing) for device, backing in _loops() if backing.startswith(base)]
+    for point in sorted(mounts, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+    for device, _ in loops:
+        subprocess.run(["losetup", "--detach", device], check=False, capture_output=True)
+    assert not mounts and not loops, f"left mounted: {mounts}; loop devices left attached: {loops}"
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,7 @@ def controller_pair(tmp_path: Path, model_url: str, lease_s: float) -> Iterator[
                 "CUBICLE_LEASE_S": str(lease_s),
             }
             port = free_port()
-            process = serve_subprocess(env, port)
+            process = serve_subprocess(env, port, tmp_path / f"serve-{name}.log")
             stack.callback(stop, process)
             api = Api(f"http://127.0.0.1:{port}", TOKEN)
             stack.callback(api.http.close)
