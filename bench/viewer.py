@@ -247,7 +247,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     path = root / f"{name}.json"
     path.write_text(scenario(name).model_dump_json())
     repo = make_repo(root, "viewer")
-    rounds = 2 if quick else 3
+    rounds = 3 if quick else 7
     model = ModelServer(path)
     try:
         server = Controller(model.url, root, INSTANCE, data="viewer-data", image=image)
@@ -307,7 +307,7 @@ def _cells(runs: list[Run]) -> list[str]:
 
 
 def main() -> int:
-    return section_main("viewer", __doc__, "2 runs each way instead of 3", table)
+    return section_main("viewer", __doc__, "3 runs each way instead of 7", table)
 
 
 if __name__ == "__main__":

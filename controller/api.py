@@ -106,12 +106,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _sessions(request: Request) -> Sessions:
+# The dependencies are coroutines, though none of them awaits: FastAPI runs a plain function dependency in a
+# worker thread, three thread hops a request that cost more than the route itself.
+async def _sessions(request: Request) -> Sessions:
     sessions: Sessions = request.app.state.sessions
     return sessions
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -121,7 +123,7 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 _bearer = HTTPBearer(auto_error=False)
 
 
-def _authorize(
+async def _authorize(
     request: Request,
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],  # documents the scheme
@@ -451,7 +453,7 @@ def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None
     async def healthz(request: Request) -> Health:
         """Liveness: answers without auth and without touching Docker; 503 while the database does not answer
         (a controller cut off from a shared database can serve nothing)."""
-        sessions = _sessions(request)
+        sessions = await _sessions(request)
         sessions.store.now()
         return Health(status="ok", version=__version__, running_sessions=sessions.running_count)
 

@@ -205,6 +205,11 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body the API accepts.")
     sse_heartbeat_s: float = Field(15, gt=0, description="Seconds between SSE keep-alive comments.")
+    sse_interval_ms: float = Field(
+        20, ge=0, le=1000,
+        description="An event stream's writes to one client are at least this far apart: what is stored in "
+        "between goes out together. An event after a quiet spell goes out at once.",
+    )  # fmt: skip
     ui_session_hours: float = Field(
         12, gt=0, le=24 * 30, description="How long a browser's sign-in (its session cookie) lasts."
     )

@@ -9,6 +9,12 @@ Followers of one session usually read the same events at the same moment (one no
 them all), so a read is kept on the wake-up it happened under and shared by every follower
 that reads from the same point before the next notify: one store read, and one encoding of
 each event, per wake-up instead of one per follower.
+
+A follower that has just been sent a group waits until ``interval_s`` has passed since before it
+reads again: an event after a quiet spell goes out at once, and a busy session's events go out
+in at most one group per interval per follower instead of one per store commit. Each group is a
+write to every follower's socket on the loop that also runs the turn, so with many followers
+the writes, not the events, are what following costs.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class Batch(list[Event]):
         super().__init__(events)
         self.encoded: bytes | None = None
         """What the first follower to write the batch made of it (the API's SSE frames), for the others to reuse."""
+        self.due: float | None = None
+        """When its followers read again: one interval after the first of them was done with it (loop time)."""
 
 
 class _Changed(asyncio.Event):
@@ -42,10 +50,11 @@ class _Changed(asyncio.Event):
 class Feed:
     """Replay-then-live iterators over each session's events, and the wake-up that drives them."""
 
-    def __init__(self, store: Store, running: Callable[[str], bool], poll_s: float) -> None:
+    def __init__(self, store: Store, running: Callable[[str], bool], poll_s: float, interval_s: float = 0.0) -> None:
         self._store = store
         self._running = running
         self._poll_s = poll_s
+        self._interval_s = interval_s
         self._changed: weakref.WeakValueDictionary[str, _Changed] = weakref.WeakValueDictionary()
         """One event per session that someone waits on; it goes away with its last follower."""
 
@@ -69,9 +78,15 @@ class Feed:
     async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[Batch]:
         """``follow``'s events, in the groups in which they were read from the store (never an empty one).
 
-        Events stored between two wake-ups come as one group, so a follower can send them in one write.
+        Events stored between two wake-ups come as one group, so a follower can send them in one write; after
+        a group, the next is read no sooner than ``interval_s`` later, so a busy session's events gather.
         """
+        loop = asyncio.get_running_loop()
+        due = 0.0
         while True:
+            if (wait := due - loop.time()) > 0:
+                # Followers of the same group share its deadline: they wake together and still share one read.
+                await asyncio.sleep(wait)
             changed = self._waiter(session_id)  # taken before reading, so a change in between is not missed
             # Asked before reading: a turn that ends in between has stored its last event (with its end), and the
             # read shows it; asked after, another process's last events could be stored after an empty read.
@@ -80,6 +95,9 @@ class Feed:
             if events:
                 after = events[-1].seq
                 yield events
+                if events.due is None:
+                    events.due = loop.time() + self._interval_s
+                due = events.due
                 continue
             if not running:
                 return

@@ -83,7 +83,7 @@ class Sessions:
         self.settings = settings
         self.store = store
         self.runtime = runtime
-        self.feed = Feed(store, self.turn_runs, settings.sse_heartbeat_s)
+        self.feed = Feed(store, self.turn_runs, settings.sse_heartbeat_s, settings.sse_interval_ms / 1000)
         self.workspaces = runtime.workspaces
         self.owner = owners.owner_token(settings.instance)
         self.lease_s = settings.lease_s
