@@ -122,7 +122,8 @@ class Follower:
     port: int
     token: str
 
-    async def read(self, sid: str) -> bytes:
+    async def read(self, sid: str) -> tuple[bytes, int]:
+        """The stream's body, and the number of chunks it came in (one per write of the server's)."""
         reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
             writer.write(
@@ -137,20 +138,20 @@ class Follower:
         return body(b"".join(chunks))
 
 
-def body(response: bytes) -> bytes:
-    """The body of a whole HTTP/1.1 response (200 only), de-chunked if it was sent in chunks."""
+def body(response: bytes) -> tuple[bytes, int]:
+    """The body of a whole HTTP/1.1 response (200 only), de-chunked if it was sent in chunks, and the chunks."""
     head, _, rest = response.partition(b"\r\n\r\n")
     status_line, *headers = head.decode("latin-1").split("\r\n")
     if " 200 " not in f"{status_line} ":
         raise RuntimeError(f"the event stream answered {status_line!r}")
     if not any(h.lower().replace(" ", "") == "transfer-encoding:chunked" for h in headers):
-        return rest
+        return rest, 1
     out: list[bytes] = []
     while True:
         size_line, _, rest = rest.partition(b"\r\n")
         size = int(size_line.split(b";")[0], 16)
         if size == 0:
-            return b"".join(out)
+            return b"".join(out), len(out)
         out.append(rest[:size])
         rest = rest[size + 2 :]
 
@@ -187,6 +188,8 @@ class Run:
     """Events each follower received."""
     exact: int = 0
     """Followers that received every event exactly once, in seq order."""
+    writes: list[int] = field(default_factory=list)
+    """The chunks each follower's stream came in: the server's writes to it."""
 
 
 async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, repo: Path, model: str) -> Run:
@@ -207,7 +210,7 @@ async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, 
         for task in following:
             task.cancel()
     cpu, client_cpu = cpu_seconds(pid) - cpu, time.process_time() - client_cpu
-    received = [[event["seq"] for event in frames(data)] for data in streams]
+    received = [[event["seq"] for event in frames(data)] for data, _ in streams]
     replay = await sse(api, sid)
     finished = replay[-1]
     if finished["type"] != "session_finished" or finished["reason"] != "end_turn":
@@ -219,6 +222,7 @@ async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, 
     return Run(
         wall=finished["ts"] - record["created_at"], cpu=cpu, client_cpu=client_cpu, events=len(expected),
         received=[len(r) for r in received], exact=sum(1 for r in received if r == expected),
+        writes=[n for _, n in streams],
     )  # fmt: skip
 
 
@@ -280,16 +284,18 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         )
     )  # fmt: skip
     received = sorted(n for r in followed for n in r.received)
+    writes = Sample([float(n) for r in followed for n in r.writes])
     rows = [
-        ["no follower (baseline)", *_cells(alone), "", ""],
-        [f"{FOLLOWERS} followers", *_cells(followed), f"{received[0]}–{received[-1]}", f"{exact} of {total}"],
-    ]
+        ["no follower (baseline)", *_cells(alone), "", "", ""],
+        [f"{FOLLOWERS} followers", *_cells(followed), f"{received[0]}–{received[-1]}", f"{writes.p50:.0f}",
+         f"{exact} of {total}"],
+    ]  # fmt: skip
     report.extra.append(
         (
             f"SSE fan-out: one session of {STEPS} steps ({'/'.join(str(n) for n in sorted(events))} events), "
             f"{len(alone)} runs each way, alternating",
             ["", "wall time each run", "wall p50", "server CPU each run", "server CPU p50", "bench process CPU p50",
-             "events per follower", "followers exact (all, once, in order)"],
+             "events per follower", "writes per follower p50", "followers exact (all, once, in order)"],
             rows,
         )
     )  # fmt: skip
