@@ -26,6 +26,7 @@ from .conversation import Conversation as Conversation  # re-exported: callers b
 from .conversation import tool_result
 from .errors import ContextOverflowError, ModelError, SandboxError, SetupError
 from .events import (
+    ContextEdited,
     EditReason,
     ErrorEvent,
     EventSink,
@@ -36,7 +37,7 @@ from .events import (
     ToolCall,
     ToolResult,
 )
-from .model import Model, block_to_param
+from .model import Model, block_to_param, cleared_by_api
 from .sandbox import Sandbox
 from .tools import Approver
 
@@ -155,9 +156,11 @@ class Agent:
             steps += 1
             convo.steps += 1
             reply = await self._ask(convo, steps)
+            sent = len(convo.messages)
             convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
             await self._save(convo)
             await self._count(convo, reply, steps)
+            await self._cleared_by_api(reply, sent)
             self._answered.clear()
             if reply.stop_reason == "tool_use":
                 uses = [b for b in reply.content if b.type == "tool_use"]
@@ -192,6 +195,18 @@ class Agent:
 
     async def _count(self, convo: Conversation, reply: Message, step: int) -> None:
         await self._emit(convo.count(self.session_id, step, reply.usage, self.context.window))
+
+    async def _cleared_by_api(self, reply: Message, sent: int) -> None:
+        """What the API cleared of the request itself (the server strategy), as context_edited events."""
+        used = reply.usage
+        after = used.input_tokens + (used.cache_read_input_tokens or 0) + (used.cache_creation_input_tokens or 0)
+        for cleared in cleared_by_api(reply):
+            await self._emit(
+                ContextEdited(
+                    session_id=self.session_id, kind="server", reason="threshold", upto=sent,
+                    tokens_before=after + cleared, tokens_after=after, duration_s=0.0,
+                )
+            )  # fmt: skip
 
     async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
         """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""

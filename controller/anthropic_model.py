@@ -50,13 +50,26 @@ def make_client(settings: Settings) -> anthropic.AsyncAnthropic:
     )
 
 
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+"""The beta that lets a request ask the API to clear old tool results itself (the ``server`` strategy)."""
+
+
 class AnthropicModel:
     """The real model, through ``AsyncAnthropic``; create once and share."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, name: str, max_tokens: int) -> None:
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        name: str,
+        max_tokens: int,
+        context_management: dict[str, Any] | None = None,
+    ) -> None:
+        """``context_management`` (``ContextPolicy.server_edits``) goes with every reply's request, through the
+        SDK's beta Messages API; the edits the API applied come back on the reply (``applied_edits``)."""
         self._client = client
         self.name = name
         self.max_tokens = max_tokens
+        self.context_management = context_management
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str | None = None) -> AnthropicModel:
@@ -93,16 +106,23 @@ class AnthropicModel:
         """One streamed request; a summary may not call tools and gets at most SUMMARY_MAX_TOKENS."""
         system_blocks, sent = with_cache_breakpoints(system, messages)
         try:
-            stream: AsyncStream[RawMessageStreamEvent] = await self._client.messages.create(  # type: ignore[assignment]
-                model=self.name,
-                max_tokens=min(self.max_tokens, SUMMARY_MAX_TOKENS) if summary else self.max_tokens,
-                system=system_blocks,  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
-                messages=sent,  # type: ignore[arg-type]
-                tool_choice={"type": "none"} if summary else anthropic.omit,
-                stream=True,
-                extra_headers=headers,
-            )
+            request: dict[str, Any] = {
+                "model": self.name,
+                "max_tokens": min(self.max_tokens, SUMMARY_MAX_TOKENS) if summary else self.max_tokens,
+                "system": system_blocks,
+                "tools": tools,
+                "messages": sent,
+                "tool_choice": {"type": "none"} if summary else anthropic.omit,
+                "stream": True,
+                "extra_headers": headers,
+            }
+            stream: AsyncStream[RawMessageStreamEvent]
+            if self.context_management is not None and not summary:
+                stream = await self._client.beta.messages.create(  # type: ignore[call-overload]
+                    **request, betas=[CONTEXT_MANAGEMENT_BETA], context_management=self.context_management
+                )
+            else:
+                stream = await self._client.messages.create(**request)
             async with stream:
                 return await collect(stream, on_text)
         except anthropic.AuthenticationError as err:
@@ -150,6 +170,9 @@ async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
         elif event.type == "message_delta":
             message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
             message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
+            managed = getattr(event, "context_management", None)  # the beta API's report of what it cleared
+            if managed is not None:
+                message["context_management"] = managed.to_dict()
     for index, block in enumerate(blocks):
         if partial.get(index):
             block["input"] = parse_tool_input("".join(partial[index]))

@@ -14,6 +14,11 @@ forward:
 
 Tool-use/tool-result pairing and role alternation hold by construction: a compaction cuts
 right before an assistant message, and masking changes content, never structure.
+
+The ``server`` strategy leaves the clearing to the API (Anthropic's context-management beta,
+``clear_tool_uses``, with the same thresholds as ``mask``): the view is sent whole, and
+trimmed here only when the API still finds the prompt too long. Compatible endpoints that
+lack the beta refuse such requests, so it is never the default.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ CLEARED_INPUT_CHARS = 2000
 CHARS_PER_TOKEN = 4
 SETTLED_VIEWS = 4
 """Views a Measure remembers: the current one and the planner's trial views."""
+SERVER_CLEAR = "clear_tool_uses_20250919"
+"""The API's server-side edit that the ``server`` strategy asks for."""
 
 
 class ContextPolicy(BaseModel):
@@ -38,8 +45,11 @@ class ContextPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    strategy: Literal["auto", "mask", "off"] = Field(
-        "auto", description="auto: mask, then summarize; mask: mask and trim only; off: send everything."
+    strategy: Literal["auto", "mask", "server", "off"] = Field(
+        "auto",
+        description="auto: mask, then summarize; mask: mask and trim only; server: the API clears old tool "
+        "results itself (Anthropic's context-management beta; trimmed here only when the API still finds the "
+        "prompt too long); off: send everything.",
     )
     window: int = Field(200_000, ge=4096, le=10_000_000, description="The model's context window.")
     mask_at: float = Field(0.5, gt=0, le=1, description="Mask old tool results from this share of the window.")
@@ -52,6 +62,20 @@ class ContextPolicy(BaseModel):
     def ceiling(self, max_tokens: int) -> int:
         """The largest prompt that leaves room for the reply."""
         return self.window - max_tokens - self.margin
+
+    def server_edits(self) -> dict[str, Any] | None:
+        """The Messages API's ``context_management`` for the ``server`` strategy (None for the others):
+        clear all but the newest ``keep_results`` tool uses once the prompt reaches ``mask_at``, when that
+        frees at least ``min_free`` tokens (one cache miss per batch, as the local mask does)."""
+        if self.strategy != "server":
+            return None
+        edit = {
+            "type": SERVER_CLEAR,
+            "trigger": {"type": "input_tokens", "value": int(self.mask_at * self.window)},
+            "keep": {"type": "tool_uses", "value": self.keep_results},
+            "clear_at_least": {"type": "input_tokens", "value": self.min_free},
+        }
+        return {"edits": [edit]}
 
 
 class Edit(BaseModel):
@@ -194,18 +218,33 @@ def plan(
         return None
     measure = measure or Measure()
     before = tokens(messages, edits, measure)
-    masked = max([e.upto for e in edits if e.kind == "mask"], default=0)
-    if before >= policy.mask_at * policy.window and (upto := mask_keeping(messages, policy.keep_results)) > masked:
-        after = tokens(messages, [*edits, Edit(kind="mask", upto=upto)], measure)
-        if before - after >= policy.min_free:
-            return Edit(kind="mask", upto=upto, tokens_before=before, tokens_after=after)
+    if policy.strategy != "server":  # under server the API clears old results itself; here only the ceiling
+        mask = _mask(messages, edits, policy, before, measure)
+        if mask is not None:
+            return mask
     over = force or (policy.strategy == "auto" and before >= policy.compact_at * policy.window)
-    if over or before > policy.ceiling(max_tokens):
+    # Under server, what is sent is larger than what the model sees (the API clears it); the API's own
+    # "prompt is too long" (force) is then the ceiling.
+    ceiling = policy.strategy != "server" and before > policy.ceiling(max_tokens)
+    if over or ceiling:
         cut = _cut_keeping(messages, edits, policy.keep_recent, measure)
         if cut is not None:
             kind: EditKind = "compact" if over and policy.strategy == "auto" else "trim"
             return Edit(kind=kind, upto=cut, tokens_before=before)
     return None
+
+
+def _mask(
+    messages: list[Message], edits: list[Edit], policy: ContextPolicy, before: int, measure: Measure
+) -> Edit | None:
+    """A mask of all but the newest results, when the view has reached ``mask_at`` and that frees enough."""
+    masked = max([e.upto for e in edits if e.kind == "mask"], default=0)
+    if before < policy.mask_at * policy.window or (upto := mask_keeping(messages, policy.keep_results)) <= masked:
+        return None
+    after = tokens(messages, [*edits, Edit(kind="mask", upto=upto)], measure)
+    if before - after < policy.min_free:
+        return None
+    return Edit(kind="mask", upto=upto, tokens_before=before, tokens_after=after)
 
 
 def _cut_keeping(messages: list[Message], edits: list[Edit], keep: int, measure: Measure) -> int | None:

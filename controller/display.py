@@ -78,7 +78,12 @@ def preview(output: str) -> str:
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
 
 
-CONTEXT_EDITS = {"mask": "old tool results cleared", "compact": "older turns summarized", "trim": "older turns dropped"}
+CONTEXT_EDITS = {
+    "mask": "old tool results cleared",
+    "compact": "older turns summarized",
+    "trim": "older turns dropped",
+    "server": "old tool results cleared by the API",
+}
 
 
 def context_line(event: ContextEdited) -> Text:

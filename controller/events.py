@@ -105,9 +105,11 @@ class ContextEdited(_Event):
     """The model's view of the transcript was edited (the stored transcript never is)."""
 
     type: Literal["context_edited"] = "context_edited"
-    kind: Literal["mask", "compact", "trim"]
+    kind: Literal["mask", "compact", "trim", "server"] = Field(
+        description="server: the API cleared old tool results itself (the server strategy), in the request just sent."
+    )
     reason: EditReason
-    upto: int = Field(description="Messages before this index were masked, or compacted away.")
+    upto: int = Field(description="Messages before this index were masked, or compacted away (server: the request's).")
     tokens_before: int
     tokens_after: int
     duration_s: float

@@ -81,6 +81,16 @@ def with_cache_breakpoints(
     return system_blocks, sent
 
 
+def cleared_by_api(reply: Any) -> list[int]:
+    """Input tokens each edit the API applied to the request cleared (the beta's ``applied_edits``), if any."""
+    managed = getattr(reply, "context_management", None)
+    edits = managed.get("applied_edits") if isinstance(managed, dict) else None
+    if not isinstance(edits, list):
+        return []
+    cleared = [e.get("cleared_input_tokens") for e in edits if isinstance(e, dict)]
+    return [n if isinstance(n, int) and n >= 0 else 0 for n in cleared]
+
+
 def block_to_param(block: Any) -> dict[str, Any]:
     """An SDK content block as the minimal dict the API accepts back in the history."""
     if block.type == "text":

@@ -119,12 +119,12 @@ class Runtime:
 
         ``context`` is the session's own policy; without one, the server's (``Settings.context``).
         """
+        policy = context or self.settings.context
         return Agent(
             session_id=session_id,
-            model=self._model(model),
+            model=self._model(model, policy),
             sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
-            approver=approver, save_transcript=save_transcript, context=context or self.settings.context,
-            on_turn_end=on_turn_end,
+            approver=approver, save_transcript=save_transcript, context=policy, on_turn_end=on_turn_end,
         )  # fmt: skip
 
     def compactor(self, session_id: str, model: str, sink: EventSink, context: ContextPolicy | None) -> Compactor:
@@ -150,10 +150,11 @@ class Runtime:
             self._model_client = make_client(self.settings)
         return self._model_client
 
-    def _model(self, name: str) -> Model:
+    def _model(self, name: str, context: ContextPolicy | None = None) -> Model:
         from .anthropic_model import AnthropicModel
 
-        return AnthropicModel(self._client(), name, self.settings.max_tokens)
+        edits = context.server_edits() if context is not None else None
+        return AnthropicModel(self._client(), name, self.settings.max_tokens, edits)
 
     def _clear_as_root(self, directory: Path) -> None:
         sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)

@@ -13,8 +13,10 @@ characters over four), splits it into cache reads, cache writes and uncached inp
 the prefixes marked with ``cache_control`` it has seen before, answers 400 "prompt is
 too long" above a scenario's ``context_window``, and answers 400 to a request whose
 tool results do not answer the tool calls of the message before, or that marks more
-than four cache breakpoints. Every request body is recorded; ``GET /_requests``
-returns them.
+than four cache breakpoints. With the context-management beta it applies
+``clear_tool_uses`` edits as the API does (all but the newest tool results cleared once the
+prompt reaches the trigger, when that clears enough) before counting, and reports them. Every
+request body is recorded as sent; ``GET /_requests`` returns them.
 
 Run it: ``cubicle scripted-server controller/scenarios/demo.json --port 8123``, then
 point ``ANTHROPIC_BASE_URL`` at it.
@@ -48,6 +50,9 @@ CHARS_PER_TOKEN = 4
 FRAMING_TOKENS = 3
 MAX_BREAKPOINTS = 4
 LOOKBACK_BLOCKS = 20
+CONTEXT_BETA = "context-management-2025-06-27"
+CLEAR_TOOL_USES = "clear_tool_uses_20250919"
+CLEARED = "[cleared by the API's context management]"
 
 
 class _Model(BaseModel):
@@ -132,7 +137,11 @@ class ScriptedServer:
         body = await request.json()
         self.requests.append(body)
         scenario = self.scenarios.get(body.get("model", ""), self.default)
-        usage = prompt_usage(body, self._cached)
+        edited = server_edits(body, request.headers.get("anthropic-beta", ""))
+        if isinstance(edited, str):
+            return _error_response(InjectedError(status=400, type="invalid_request_error", message=edited))
+        shown, applied = edited
+        usage = prompt_usage(shown, self._cached)
         refusal = invalid_request(body) or _too_long(usage, scenario.context_window)
         if refusal is not None:
             return _error_response(InjectedError(status=400, type="invalid_request_error", message=refusal))
@@ -149,9 +158,10 @@ class ScriptedServer:
         if turn.delay_s:
             await asyncio.sleep(turn.delay_s)
         message = _message(body, index, turn, usage)
+        managed = {"context_management": {"applied_edits": applied}} if "context_management" in body else {}
         if body.get("stream"):
-            return StreamingResponse(_sse(message, index, turn), media_type="text/event-stream")
-        return JSONResponse(_final_message(message, index, turn))
+            return StreamingResponse(_sse(message, index, turn, managed), media_type="text/event-stream")
+        return JSONResponse({**_final_message(message, index, turn), **managed})
 
     def _next_error(self, name: str, index: int, body: dict[str, Any], turn: Turn) -> InjectedError | None:
         """Errors are counted per distinct request, so a retry of the same request moves on to the next one."""
@@ -218,6 +228,51 @@ def _prompt_blocks(body: dict[str, Any]) -> Iterator[Any]:
         content = message.get("content")
         yield {"role": message.get("role")}
         yield from ([{"type": "text", "text": content}] if isinstance(content, str) else content or [])
+
+
+def server_edits(body: dict[str, Any], betas: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | str:
+    """The request as the model would see it after its ``context_management`` edits, and the edits applied;
+    or the 400 the API answers (the field without the beta, an edit it does not know)."""
+    managed = body.get("context_management")
+    if managed is None:
+        return body, []
+    if CONTEXT_BETA not in [b.strip() for b in betas.split(",")]:
+        return "context_management: Extra inputs are not permitted"
+    applied: list[dict[str, Any]] = []
+    for edit in managed.get("edits") or []:
+        if not isinstance(edit, dict) or edit.get("type") != CLEAR_TOOL_USES:
+            return f"context_management.edits: unknown edit {edit!r}"
+        body, done = _clear_tool_uses(body, edit)
+        applied += done
+    return body, applied
+
+
+def _clear_tool_uses(body: dict[str, Any], edit: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``edit`` applied: past its trigger, every tool result but the newest ``keep`` cleared, if that clears enough."""
+    trigger = (edit.get("trigger") or {}).get("value", 100_000)
+    keep = (edit.get("keep") or {}).get("value", 3)
+    at_least = (edit.get("clear_at_least") or {}).get("value", 0)
+    before = sum(prompt_usage(body, set()).values())
+    messages = list(body.get("messages") or [])
+    spots = [(i, j) for i, m in enumerate(messages) for j, b in enumerate(_blocks_of(m))
+             if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("content") != CLEARED]  # fmt: skip
+    clear = spots[: max(0, len(spots) - keep)]
+    if before < trigger or not clear:
+        return body, []
+    for i in {i for i, _ in clear}:
+        messages[i] = {**messages[i], "content": list(messages[i]["content"])}
+    for i, j in clear:
+        messages[i]["content"][j] = {**messages[i]["content"][j], "content": CLEARED}
+    edited = {**body, "messages": messages}
+    cleared = before - sum(prompt_usage(edited, set()).values())
+    if cleared < at_least:
+        return body, []
+    return edited, [{"type": CLEAR_TOOL_USES, "cleared_tool_uses": len(clear), "cleared_input_tokens": cleared}]
+
+
+def _blocks_of(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, list) else []
 
 
 def invalid_request(body: dict[str, Any]) -> str | None:
@@ -308,7 +363,9 @@ def _chunks(text: str, size: int) -> Iterator[str]:
         yield text[start : start + size]
 
 
-async def _sse(message: dict[str, Any], index: int, turn: Turn) -> AsyncIterator[str]:
+async def _sse(
+    message: dict[str, Any], index: int, turn: Turn, managed: dict[str, Any] | None = None
+) -> AsyncIterator[str]:
     yield _event("message_start", {"message": message})
     for position, block in enumerate(turn.content):
         if block.type == "text":
@@ -327,7 +384,7 @@ async def _sse(message: dict[str, Any], index: int, turn: Turn) -> AsyncIterator
         yield _event("content_block_stop", {"index": position})
         await asyncio.sleep(0)
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    yield _event("message_delta", {"delta": delta, "usage": {"output_tokens": _output_tokens(turn)}})
+    yield _event("message_delta", {"delta": delta, "usage": {"output_tokens": _output_tokens(turn)}, **(managed or {})})
     yield _event("message_stop", {})
 
 

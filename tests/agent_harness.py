@@ -90,7 +90,7 @@ async def run_turn(
     sink, convo = ListSink(), convo or Conversation()
     agent = Agent(
         session_id=name,
-        model=AnthropicModel(client, name, 1024),
+        model=AnthropicModel(client, name, 1024, context.server_edits() if context else None),
         sandbox=sandbox,
         sink=sink,
         limits=limits,

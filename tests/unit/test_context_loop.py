@@ -9,7 +9,7 @@ from typing import Any
 from controller.context import ContextPolicy
 from controller.conversation import Conversation
 from controller.events import ContextEdited, ErrorEvent, UsageEvent
-from controller.scripted import ScriptedServer, invalid_request, prompt_usage
+from controller.scripted import CLEARED, CONTEXT_BETA, ScriptedServer, invalid_request, prompt_usage, server_edits
 from controller.testing import MemorySandbox, Reply
 from tests.agent_harness import LIMITS, REPO_FILES, register, text, tool
 
@@ -51,6 +51,52 @@ async def test_sixty_steps_of_long_output_fit_a_small_window(
             assert later["messages"][: len(earlier["messages"]) - 1] == earlier["messages"][:-1]
             extended += 1
     assert extended >= 40
+
+
+async def test_under_the_server_strategy_the_api_clears_old_results_and_the_view_is_sent_whole(
+    run_in_memory: Callable[..., Any], model_server: ScriptedServer
+) -> None:
+    """The same sixty steps with the clearing left to the API (its context-management beta, as the scripted
+    server applies it): what the model sees stays under the window, what is sent is the whole transcript."""
+    limits = LIMITS.model_copy(update={"max_steps": 70})
+    name = register(model_server, _steps(60), context_window=WINDOW)
+    server = POLICY.model_copy(update={"strategy": "server"})
+    run = await run_in_memory([], limits=limits, commands=OUTPUT, context=server, name=name)
+    assert run.outcome.reason == "end_turn" and len(run.requests) == 61
+    assert all(r["context_management"] == server.server_edits() for r in run.requests)
+    seen = [server_edits(r, CONTEXT_BETA) for r in run.requests]
+    assert all(not isinstance(s, str) for s in seen)
+    shown = [s[0] for s in seen if not isinstance(s, str)]
+    assert max(sum(prompt_usage(s, set()).values()) for s in shown) <= WINDOW, "what the model sees fits"
+    assert max(_sizes(run.requests)) > 3 * WINDOW, "what is sent is everything: nothing was masked here"
+    assert not run.convo.edits and "[cleared" not in str(run.requests)
+    edits = run.of_type(ContextEdited)
+    assert edits and all(e.kind == "server" and e.tokens_before - e.tokens_after >= 6000 for e in edits)
+    assert len(edits) == sum(1 for s in shown if CLEARED in str(s["messages"]))
+    assert sum(1 for m in run.convo.messages if m["role"] == "assistant") == 61
+
+
+def test_the_scripted_server_refuses_context_management_without_the_beta_and_clears_as_asked() -> None:
+    results = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 4000}]}
+               for i in range(6)]  # fmt: skip
+    asked = POLICY.model_copy(update={"strategy": "server"}).server_edits()
+    assert asked is not None
+    body = {"messages": results, "context_management": asked}
+
+    def with_edit(**changes: Any) -> dict[str, Any]:
+        return {**body, "context_management": {"edits": [{**asked["edits"][0], **changes}]}}
+
+    assert server_edits(body, "") == "context_management: Extra inputs are not permitted"
+    assert server_edits({"messages": results}, "") == ({"messages": results}, [])
+    assert server_edits(body, CONTEXT_BETA) == (body, []), "under its trigger nothing is cleared"
+    early = with_edit(trigger={"value": 10})
+    assert server_edits(early, CONTEXT_BETA) == (early, []), "nor when it would clear less than clear_at_least"
+    edited = server_edits(with_edit(trigger={"value": 10}, clear_at_least={"value": 900}), f"other, {CONTEXT_BETA}")
+    assert not isinstance(edited, str)
+    shown, applied = edited
+    assert [b["content"] == CLEARED for m in shown["messages"] for b in m["content"]] == [True] + [False] * 5
+    assert applied[0]["cleared_tool_uses"] == 1 and applied[0]["cleared_input_tokens"] >= 990
+    assert results[0]["content"][0]["content"] == "x" * 4000, "the request itself is never changed"
 
 
 async def test_unmanaged_the_same_session_hits_the_wall(
