@@ -31,7 +31,7 @@ from . import beneath
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
 from .checkout import SAFE_BITS, Checkout, Prior
 from .errors import UnsafePathError, WorkspaceError
-from .journal import ApplyRecord, Conflict, Expectations, Status, Step, write
+from .journal import ApplyRecord, Conflict, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import FileType
 
@@ -76,6 +76,8 @@ def apply(
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored, force)
     with open_checkout(layer) as checkout:
+        for earlier in unreverted(layer):  # what a kill in an earlier apply or revert left under a temporary name
+            checkout.remove_leftovers(earlier.temp_prefixes, step_dirs(earlier))
         if bounds is not None:
             _check_bounds(checkout, chosen, bounds)
         expect = Expectations(layer)
@@ -270,7 +272,7 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
             Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i)))
             for i, c in enumerate(order)
         ]
-        record = ApplyRecord(number=number, status=Status.PENDING, steps=steps)
+        record = ApplyRecord(number=number, status=Status.PENDING, steps=steps, temp_prefixes=[checkout.temp_prefix])
         write(layer, record)
     except BaseException:
         parent = beneath.open_root(layer.applies)

@@ -12,8 +12,10 @@ new entries are given to the checkout's owner.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -23,6 +25,7 @@ from .errors import UnsafePathError
 from .records import FileType, Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
+TEMP_PREFIX = re.compile(r"\.cubicle-[0-9a-f]{12}-")
 
 
 class Prior(BaseModel):
@@ -45,6 +48,9 @@ class Checkout:
     def __init__(self, root_fd: int, owner: tuple[int, int] | None) -> None:
         self.fd = root_fd
         self.owner = owner
+        self.temp_prefix = f".cubicle-{secrets.token_hex(6)}-"
+        """How every temporary name this instance makes begins. An apply or revert records it before it writes,
+        so what a kill leaves under such a name can be found and removed later (``remove_leftovers``)."""
 
     def identity(self, rel: str) -> Identity | None:
         """What ``rel`` holds; None when absent, also when a parent is a file. A symlinked parent raises."""
@@ -66,7 +72,27 @@ class Checkout:
                 return st is not None and stat.S_ISLNK(st.st_mode)
         return False
 
+    def remove_leftovers(self, prefixes: Collection[str], dirs: Iterable[str]) -> list[str]:
+        """Remove the temporary files and symlinks named with one of ``prefixes`` (made by a killed apply or
+        revert) from the directories ``dirs``; returns their paths. Anything else is left alone."""
+        valid = tuple(p for p in prefixes if TEMP_PREFIX.fullmatch(p))
+        removed: list[str] = []
+        for rel in sorted(set(dirs)) if valid else []:
+            try:
+                names = self.names(rel)
+            except (OSError, UnsafePathError):
+                continue  # gone, or no longer a plain directory: nothing of ours can be in it
+            for name in sorted(n for n in names if n.startswith(valid) and n.endswith(".tmp")):
+                path = f"{rel}/{name}" if rel else name
+                st = beneath.lstat(self.fd, path)
+                if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                    self.remove(path)
+                    removed.append(path)
+        return removed
+
     def names(self, rel: str) -> set[str]:
+        if not rel:
+            return set(os.listdir(self.fd))
         with beneath.parent(self.fd, rel) as (parent_fd, name):
             fd = beneath.open_dir(parent_fd, name)
         try:
@@ -101,7 +127,7 @@ class Checkout:
 
     def write_file(self, rel: str, src_fd: int, mode: int, limit: int | None) -> None:
         with beneath.parent(self.fd, rel) as (fd, name):
-            tmp = _temp_name()
+            tmp = self._temp_name()
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             try:
                 beneath.copy_fd(src_fd, out, limit)
@@ -115,7 +141,7 @@ class Checkout:
 
     def write_symlink(self, rel: str, target: str) -> None:
         with beneath.parent(self.fd, rel) as (fd, name):
-            tmp = _temp_name()
+            tmp = self._temp_name()
             os.symlink(target, tmp, dir_fd=fd)
             if self.owner is not None:
                 os.chown(tmp, *self.owner, dir_fd=fd, follow_symlinks=False)
@@ -175,14 +201,13 @@ class Checkout:
                 os.chmod(name, prior.mode, dir_fd=fd)
             os.utime(name, ns=(prior.mtime_ns, prior.mtime_ns), dir_fd=fd, follow_symlinks=False)
 
+    def _temp_name(self) -> str:
+        return f"{self.temp_prefix}{secrets.token_hex(8)}.tmp"
+
     def _own(self, fd: int, mode: int) -> None:
         if self.owner is not None:
             os.fchown(fd, *self.owner)
         os.fchmod(fd, mode & SAFE_BITS)
-
-
-def _temp_name() -> str:
-    return f".cubicle-{secrets.token_hex(8)}.tmp"
 
 
 def _copy_to_new(src_fd: int, dest: Path) -> None:

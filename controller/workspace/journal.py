@@ -53,6 +53,13 @@ class ApplyRecord(BaseModel):
     number: int
     status: Status
     steps: list[Step]
+    temp_prefixes: list[str] = []
+    """The temporary-name prefixes of the apply and of each revert of it, recorded before they wrote."""
+
+
+def step_dirs(record: ApplyRecord) -> set[str]:
+    """The checkout directories an apply or revert of ``record`` writes temporary files into."""
+    return {step.path.rpartition("/")[0] for step in record.steps}
 
 
 def record_path(layer: Layer, number: int) -> Path:
@@ -65,6 +72,12 @@ def numbers(layer: Layer) -> list[int]:
 
 def write(layer: Layer, record: ApplyRecord) -> None:
     save(record_path(layer, record.number), record)
+
+
+def unreverted(layer: Layer) -> list[ApplyRecord]:
+    """Every apply of the session not reverted, oldest first."""
+    records = (load(record_path(layer, n), ApplyRecord) for n in numbers(layer))
+    return [r for r in records if r.status != Status.REVERTED]
 
 
 def newest_unreverted(layer: Layer) -> ApplyRecord:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from .apply import open_checkout, under_any
 from .checkout import Checkout
 from .errors import UnsafePathError
-from .journal import ApplyRecord, Conflict, Expectations, Status, newest_unreverted, write
+from .journal import ApplyRecord, Conflict, Expectations, Status, newest_unreverted, step_dirs, write
 from .layer import Layer
 from .records import FileType
 
@@ -34,10 +34,15 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     record = newest_unreverted(layer)
     folder = layer.applies / str(record.number)
     with open_checkout(layer) as checkout:
+        # What a kill in the middle of this apply (or of an earlier revert of it) left under a temporary name
+        # would otherwise stay in the checkout, and look like an entry the user added to a directory to remove.
+        checkout.remove_leftovers(record.temp_prefixes, step_dirs(record))
         expect = Expectations(layer)
         conflicts = _conflicts(checkout, expect, record, force)
         if conflicts:
             return RevertResult(record=record.number, conflicts=conflicts)
+        record.temp_prefixes.append(checkout.temp_prefix)
+        write(layer, record)
         for step in reversed(record.steps):
             checkout.restore(step.path, step.prior, folder)
         expect.update(checkout, [step.path for step in record.steps])

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from controller.workspace import LayerMissingError, RepoChangedError, apply, open_layer, revert, scan
+from controller.workspace import LayerMissingError, RepoChangedError, apply, journal, open_layer, revert, scan
 from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
 
@@ -189,3 +189,24 @@ def test_a_checkout_replaced_since_start_is_neither_read_nor_written(ws: Workspa
     with pytest.raises(RepoChangedError, match="no longer leads"):
         apply(ws.layer)
     assert list(stranger.iterdir()) == []
+
+
+def test_what_a_killed_apply_left_under_a_temporary_name_is_removed_and_does_not_block_revert(ws: Workspace) -> None:
+    """A kill between writing a temporary file and renaming it leaves ``<prefix><hex>.tmp`` in the checkout,
+    beside a record still ``pending``; revert (and the next apply) remove exactly those."""
+    ws.agent("mkdir -p made; echo a > made/a; echo b > b.txt")
+    ws.stop()
+    apply(ws.layer)
+    record = journal.newest_unreverted(ws.layer)
+    (prefix,) = record.temp_prefixes
+    record.status = journal.Status.PENDING  # as a kill mid-apply leaves it
+    journal.write(ws.layer, record)
+    for leftover in (f"made/{prefix}0123456789abcdef.tmp", f"{prefix}fedcba9876543210.tmp"):
+        (ws.repo / leftover).write_text("half written")
+    (ws.repo / f"{prefix}kept").write_text("not a temporary name")
+    (ws.repo / ".cubicle-0123456789ab-00.tmp").write_text("another apply's, or the user's")
+    result = revert(ws.layer)
+    assert result.conflicts == [] and not (ws.repo / "made").exists() and not (ws.repo / "b.txt").exists()
+    assert sorted(n for n in os.listdir(ws.repo) if n.startswith(".cubicle")) == [
+        ".cubicle-0123456789ab-00.tmp", f"{prefix}kept"
+    ]  # fmt: skip
