@@ -2,7 +2,9 @@
 
 The real loop runs against the scripted server (which counts prompts and cache reads like the
 real API and refuses prompts above the window) and a MemorySandbox, once with the default
-policy and once unmanaged (the baseline, which hits the window near step 45). The context
+policy, once with the ``server`` strategy (the scripted server clears old tool results as the
+API's context-management beta would; the prompt sizes are then of what the model is shown) and
+once unmanaged (the baseline, which hits the window near step 45). The context
 overhead per step is the time ``plan`` and ``view`` take at each step of the same session,
 replayed with the same policy. ``python -m bench.context`` prints this table alone.
 """
@@ -22,7 +24,7 @@ from controller.anthropic_model import AnthropicModel
 from controller.config import Limits
 from controller.context import ContextPolicy, Edit, Measure, estimate_tokens, plan, view
 from controller.events import ContextEdited, ListSink
-from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.scripted import CONTEXT_BETA, Scenario, ScriptedServer, serve_in_thread, server_edits
 from controller.testing import MemorySandbox, Reply
 
 STEPS = 300
@@ -40,7 +42,7 @@ async def _session(url: str, server: ScriptedServer, name: str, policy: ContextP
     sandbox = MemorySandbox(commands={"make test": Reply(stdout="E" * (OUTPUT_CHARS - 60))})
     sink, convo = ListSink(), Conversation()
     agent = Agent(
-        session_id=name, model=AnthropicModel(client, name, MAX_TOKENS), sandbox=sandbox, sink=sink,
+        session_id=name, model=AnthropicModel(client, name, MAX_TOKENS, policy.server_edits()), sandbox=sandbox, sink=sink,
         limits=limits, system="You are a careful engineer.", context=policy,
     )  # fmt: skip
     convo.add_user_text("Fix the failing tests.")
@@ -65,14 +67,26 @@ def _overhead(messages: list[dict[str, Any]], policy: ContextPolicy) -> list[flo
     return spent
 
 
+def _shown(request: dict[str, Any]) -> dict[str, Any]:
+    """The request as the model is shown it: after the API's own edits, if it asked for any."""
+    edited = server_edits(request, CONTEXT_BETA)
+    return request if isinstance(edited, str) else edited[0]
+
+
+def _cached(state: Any) -> float:
+    usage = state[0].usage
+    prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    return float(usage.cache_read_input_tokens / prompt) if prompt else 0.0
+
+
 def _row(label: str, server: ScriptedServer, name: str, outcome: TurnOutcome, state: Any) -> list[str]:
     convo, sink = state
     usages = [r for r in server.requests if r.get("model") == name]
-    sizes = sorted(estimate_tokens(r["messages"]) for r in usages)
+    sizes = sorted(estimate_tokens(_shown(r)["messages"]) for r in usages)
     edits = [e for e in sink.events if isinstance(e, ContextEdited)]
     steps = sum(1 for m in convo.messages if m["role"] == "assistant")
     return [label, f"{steps}", outcome.reason, f"{sizes[-1]:,}", f"{sizes[round(0.95 * (len(sizes) - 1))]:,}",
-            f"{len(edits)}", f"{len(convo.messages)}"]  # fmt: skip
+            f"{len(edits)}", f"{_cached(state):.0%}", f"{len(convo.messages)}"]  # fmt: skip
 
 
 async def table(report: Report) -> None:
@@ -80,19 +94,20 @@ async def table(report: Report) -> None:
     policy = ContextPolicy(window=WINDOW)
     with serve_in_thread(server.app) as url:
         managed = await _session(url, server, "bench-managed", policy)
+        by_api = await _session(url, server, "bench-server", policy.model_copy(update={"strategy": "server"}))
         unmanaged = await _session(url, server, "bench-unmanaged", policy.model_copy(update={"strategy": "off"}))
-    usage = managed[1][0].usage
-    prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
-    cached = usage.cache_read_input_tokens / prompt if prompt else 0.0
+    cached = _cached(managed[1])
     spent = sorted(await asyncio.to_thread(_overhead, managed[1][0].messages, policy))
     p95 = spent[round(0.95 * (len(spent) - 1))]
-    header = ["policy", "steps done", "ended", "largest prompt (est.)", "p95 prompt (est.)", "edits", "messages stored"]
+    header = ["policy", "steps done", "ended", "largest prompt shown (est.)", "p95 prompt shown (est.)", "edits",
+              "cache reads", "messages stored"]  # fmt: skip
     rows = [
         _row("auto (default)", server, "bench-managed", *managed),
+        _row("server (the API clears; opt-in)", server, "bench-server", *by_api),
         _row("off (baseline)", server, "bench-unmanaged", *unmanaged),
     ]
-    rows.append([f"cache reads {cached:.0%} of prompt tokens", "", "", "",
-                 f"context overhead p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})", "", ""])  # fmt: skip
+    rows.append(["auto: context overhead", "", "", "",
+                 f"p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})", "", "", ""])  # fmt: skip
     report.extra.append(
         (f"Context: {STEPS} steps of {OUTPUT_CHARS:,}-character outputs, {WINDOW:,}-token window", header, rows)
     )
