@@ -37,7 +37,7 @@ from .events import (
     ToolCall,
     ToolResult,
 )
-from .model import Model, block_to_param, cleared_by_api
+from .model import MAX_REPORTED_TOKENS, Model, block_to_param, cleared_by_api
 from .sandbox import Sandbox
 from .tools import Approver
 
@@ -197,16 +197,19 @@ class Agent:
         await self._emit(convo.count(self.session_id, step, reply.usage, self.context.window))
 
     async def _cleared_by_api(self, reply: Message, sent: int) -> None:
-        """What the API cleared of the request itself (the server strategy), as context_edited events."""
+        """What the API cleared of the request itself (the server strategy), as one context_edited event."""
+        cleared = cleared_by_api(reply)
+        if cleared is None:
+            return
         used = reply.usage
-        after = used.input_tokens + (used.cache_read_input_tokens or 0) + (used.cache_creation_input_tokens or 0)
-        for cleared in cleared_by_api(reply):
-            await self._emit(
-                ContextEdited(
-                    session_id=self.session_id, kind="server", reason="threshold", upto=sent,
-                    tokens_before=after + cleared, tokens_after=after, duration_s=0.0,
-                )
-            )  # fmt: skip
+        shown = used.input_tokens + (used.cache_read_input_tokens or 0) + (used.cache_creation_input_tokens or 0)
+        after = min(max(0, shown), MAX_REPORTED_TOKENS)
+        await self._emit(
+            ContextEdited(
+                session_id=self.session_id, kind="server", reason="threshold", upto=sent,
+                tokens_before=after + cleared, tokens_after=after, duration_s=0.0,
+            )
+        )  # fmt: skip
 
     async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
         """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""

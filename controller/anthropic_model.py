@@ -124,7 +124,7 @@ class AnthropicModel:
             else:
                 stream = await self._client.messages.create(**request)
             async with stream:
-                return await collect(stream, on_text)
+                return await collect(stream, on_text, managed=self.context_management is not None and not summary)
         except anthropic.AuthenticationError as err:
             raise ModelError(
                 f"The model API rejected the API key ({err.status_code}).", hint="Check ANTHROPIC_API_KEY."
@@ -139,7 +139,7 @@ class AnthropicModel:
                 f"Could not reach the model API: {_sentence(str(err))}",
                 hint="Check ANTHROPIC_BASE_URL and the network.",
             ) from None
-        except (ValueError, KeyError, IndexError) as err:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:  # a reply of an odd shape
             raise ModelError(f"The model's reply could not be read: {clean_text(str(err)[:300])}") from None
 
 
@@ -147,7 +147,7 @@ async def _ignore_text(text: str) -> None:
     return None
 
 
-async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
+async def collect(events: AsyncIterator[Any], on_text: OnText, managed: bool = False) -> Message:
     """Build the assistant message from raw stream events, surfacing text as it arrives.
 
     Tool input is parsed once, when the stream has ended. Input that is not valid JSON (cut off,
@@ -155,7 +155,9 @@ async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
     ``{INVALID_INPUT: reason}``, which the tool layer answers with an is_error result, so the model
     can send the call again. Every other string the model sent (text, tool names and ids, the
     message's own fields) gets U+FFFD for a lone surrogate, so the reply can always be stored,
-    streamed and sent back.
+    streamed and sent back. ``managed``: the request asked the API to edit its context, and the
+    report of what it did (``context_management``, an object) is kept on the message; otherwise,
+    or in any other shape, that field is ignored.
     """
     message: dict[str, Any] = {}
     blocks: list[dict[str, Any]] = []
@@ -170,9 +172,10 @@ async def collect(events: AsyncIterator[Any], on_text: OnText) -> Message:
         elif event.type == "message_delta":
             message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
             message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
-            managed = getattr(event, "context_management", None)  # the beta API's report of what it cleared
-            if managed is not None:
-                message["context_management"] = managed.to_dict()
+            report: Any = getattr(event, "context_management", None) if managed else None
+            report = report.to_dict() if hasattr(report, "to_dict") else report
+            if isinstance(report, dict):
+                message["context_management"] = report
     for index, block in enumerate(blocks):
         if partial.get(index):
             block["input"] = parse_tool_input("".join(partial[index]))

@@ -26,6 +26,9 @@ from collections.abc import AsyncIterator, Callable
 from .events import Event
 from .store import Store
 
+READ_EVENTS = 500
+"""Events one read of the store returns at most: a follower with more to catch up on reads again at once."""
+
 
 class Batch(list[Event]):
     """Events read from the store together, shared by the followers that read them under the same wake-up."""
@@ -92,15 +95,21 @@ class Feed:
             # read shows it; asked after, another process's last events could be stored after an empty read.
             running = self._running(session_id)
             events = self._read(changed, session_id, after)
+            if not events and not running:
+                # The shared empty read may predate the end: another process stores its last events and its
+                # end before its notify reaches this one. Only a read made now may end the stream.
+                events = Batch(self._store.events_after(session_id, after, READ_EVENTS))
+                if not events:
+                    return
             if events:
                 after = events[-1].seq
                 yield events
+                if len(events) >= READ_EVENTS:
+                    continue  # catching up (a replay, a slow follower): no wait, there is more already
                 if events.due is None:
                     events.due = loop.time() + self._interval_s
                 due = events.due
                 continue
-            if not running:
-                return
             try:
                 await asyncio.wait_for(changed.wait(), self._poll_s)
             except TimeoutError:
@@ -115,7 +124,7 @@ class Feed:
         """
         events = changed.reads.get(after)
         if events is None:
-            events = changed.reads[after] = Batch(self._store.events_after(session_id, after))
+            events = changed.reads[after] = Batch(self._store.events_after(session_id, after, READ_EVENTS))
         return events
 
     def _waiter(self, session_id: str) -> _Changed:

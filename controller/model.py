@@ -81,14 +81,20 @@ def with_cache_breakpoints(
     return system_blocks, sent
 
 
-def cleared_by_api(reply: Any) -> list[int]:
-    """Input tokens each edit the API applied to the request cleared (the beta's ``applied_edits``), if any."""
+MAX_REPORTED_TOKENS = 100_000_000
+"""No token count the API reports is believed past this (a hostile or broken endpoint may send anything)."""
+
+
+def cleared_by_api(reply: Any) -> int | None:
+    """Input tokens the edits the API applied to the request cleared (the beta's ``applied_edits``), in all;
+    None when it applied none. Counts that are not plain non-negative integers count as 0."""
     managed = getattr(reply, "context_management", None)
     edits = managed.get("applied_edits") if isinstance(managed, dict) else None
-    if not isinstance(edits, list):
-        return []
-    cleared = [e.get("cleared_input_tokens") for e in edits if isinstance(e, dict)]
-    return [n if isinstance(n, int) and n >= 0 else 0 for n in cleared]
+    if not isinstance(edits, list) or not edits:
+        return None
+    counts = [e.get("cleared_input_tokens") for e in edits if isinstance(e, dict)]
+    plain = [n for n in counts if type(n) is int and 0 <= n <= MAX_REPORTED_TOKENS]
+    return min(sum(plain), MAX_REPORTED_TOKENS)
 
 
 def block_to_param(block: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from controller.anthropic_model import collect
 from controller.api import create_app
 from controller.config import Settings
-from controller.model import INVALID_INPUT, parse_tool_input
+from controller.model import INVALID_INPUT, cleared_by_api, parse_tool_input
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 from controller.testing import NoSandbox
 from tests.agent_harness import register, text
@@ -201,6 +201,35 @@ def test_collect_cleans_every_string_the_model_sends() -> None:
     assert tool_use.id == "toolu_\ufffd" and tool_use.name == "n\ufffd" and tool_use.input == {"a": 1}
     whole = message.content[2]
     assert whole.type == "tool_use" and isinstance(whole.input, dict) and INVALID_INPUT in whole.input
+
+
+@pytest.mark.parametrize(
+    "report",
+    [{"applied_edits": []}, {"applied_edits": [{"cleared_input_tokens": 10**40}, {"cleared_input_tokens": True}]},
+     {"applied_edits": [{"cleared_input_tokens": 7}, "x", {"cleared_input_tokens": -3}]}, "cleared", [1], 5, None],
+)  # fmt: skip
+@pytest.mark.parametrize("managed", [False, True])
+def test_a_context_management_report_of_any_shape_never_breaks_a_reply(report: Any, managed: bool) -> None:
+    """An endpoint may pass the beta's field through on any request, in any shape: it is read only where it was
+    asked for, as a plain count, and never fails the reply."""
+    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}  # fmt: skip
+    raw = [
+        {"type": "message_start", "message": start},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"output_tokens": 3}, "context_management": report},
+    ]  # fmt: skip
+
+    async def on_text(piece: str) -> None:
+        return None
+
+    message = asyncio.run(collect(_events(raw), on_text, managed=managed))
+    assert message.stop_reason == "end_turn"
+    cleared = cleared_by_api(message)
+    if not managed or not isinstance(report, dict) or not report["applied_edits"]:
+        assert cleared is None
+    else:
+        assert cleared in (0, 7), "counts that are not plain non-negative integers count as nothing"
 
 
 @pytest.mark.parametrize(

@@ -140,6 +140,33 @@ async def test_after_a_batch_a_follower_reads_again_one_interval_later_and_gathe
     assert time.monotonic() - began >= 0.2
 
 
+async def test_a_follower_that_finds_the_turn_ended_reads_the_store_anew_before_it_ends(store: Store) -> None:
+    """Another process stores its last events and its end before its notify arrives: a follower that joins
+    in between must not end its stream on the empty read another follower made before them."""
+    turn = Turn()
+    feed = Feed(store, turn, poll_s=30)
+    store.append_event(text(0))  # seq 1, stored by the controller that runs the turn (another process)
+    waiting = asyncio.create_task(anext(feed.batches(SID, after=1)))  # reads nothing after 1, and waits
+    await asyncio.sleep(0.05)
+    store.append_event(finished("end_turn"))
+    turn.running = False
+    assert [e.seq async for batch in feed.batches(SID, after=1) for e in batch] == [2]
+    feed.notify(SID)  # the notify arrives
+    assert [e.seq for e in await asyncio.wait_for(waiting, 5)] == [2]
+
+
+async def test_a_follower_catching_up_reads_on_without_waiting_for_the_interval(store: Store) -> None:
+    turn = Turn()
+    turn.running = False
+    for n in range(1200):
+        store.append_event(text(n))
+    feed = Feed(store, turn, poll_s=30, interval_s=10)  # a wait would outlast the test
+    batches = feed.batches(SID)
+    sizes = [len(await asyncio.wait_for(anext(batches), 5)) for _ in range(3)]
+    assert sizes == [500, 500, 200]
+    await batches.aclose()
+
+
 async def test_a_poll_reads_the_store_again_despite_a_shared_read(store: Store) -> None:
     turn = Turn()
     feed = Feed(store, turn, poll_s=0.01)
