@@ -133,6 +133,12 @@ class AnthropicModel:
             detail = clean_text(_detail(err))
             if err.status_code == 400 and "prompt is too long" in detail:
                 raise ContextOverflowError(f"The model API answered 400: {detail}") from None
+            if err.status_code == 400 and "context_management" in detail and self.context_management is not None:
+                raise ModelError(
+                    f"The model API answered 400: {detail}",
+                    hint="This endpoint lacks Anthropic's context-management beta, which the context strategy "
+                    "'server' needs: use CUBICLE_CONTEXT__STRATEGY=auto (or the session's context.strategy).",
+                ) from None
             raise ModelError(f"The model API answered {err.status_code}: {detail}") from None
         except anthropic.APIConnectionError as err:
             raise ModelError(

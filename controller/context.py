@@ -64,9 +64,11 @@ class ContextPolicy(BaseModel):
         return self.window - max_tokens - self.margin
 
     def server_edits(self) -> dict[str, Any] | None:
-        """The Messages API's ``context_management`` for the ``server`` strategy (None for the others):
-        clear all but the newest ``keep_results`` tool uses once the prompt reaches ``mask_at``, when that
-        frees at least ``min_free`` tokens (one cache miss per batch, as the local mask does)."""
+        """The Messages API's ``context_management`` for the ``server`` strategy (None for the others): clear
+        all but the newest ``keep_results`` tool uses (the API counts calls, not steps) and the inputs of the
+        file-writing calls among them once the prompt reaches ``mask_at``, when that frees ``min_free``
+        tokens. The API clears each request anew from the whole transcript, so once past the trigger every
+        request clears one step more and its cached prefix breaks there (``bench.context``)."""
         if self.strategy != "server":
             return None
         edit = {
@@ -74,6 +76,7 @@ class ContextPolicy(BaseModel):
             "trigger": {"type": "input_tokens", "value": int(self.mask_at * self.window)},
             "keep": {"type": "tool_uses", "value": self.keep_results},
             "clear_at_least": {"type": "input_tokens", "value": self.min_free},
+            "clear_tool_inputs": ["write_file", "edit_file"],
         }
         return {"edits": [edit]}
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -230,44 +230,83 @@ def _prompt_blocks(body: dict[str, Any]) -> Iterator[Any]:
         yield from ([{"type": "text", "text": content}] if isinstance(content, str) else content or [])
 
 
+class _Amount(BaseModel):
+    type: str = "input_tokens"
+    value: int = Field(ge=0)
+
+
+class ClearToolUses(_Model):
+    """The beta's ``clear_tool_uses`` edit, as far as the scripted server applies it."""
+
+    type: Literal["clear_tool_uses_20250919"]
+    trigger: _Amount = _Amount(value=100_000)
+    keep: _Amount = _Amount(type="tool_uses", value=3)
+    clear_at_least: _Amount = _Amount(value=0)
+    clear_tool_inputs: bool | list[str] = False
+    exclude_tools: list[str] = Field(default_factory=list)
+
+
+class ContextManagement(_Model):
+    edits: list[ClearToolUses]
+
+
 def server_edits(body: dict[str, Any], betas: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | str:
     """The request as the model would see it after its ``context_management`` edits, and the edits applied;
-    or the 400 the API answers (the field without the beta, an edit it does not know)."""
-    managed = body.get("context_management")
-    if managed is None:
+    or the 400 the API answers (the field without the beta, an edit it does not know, a malformed one)."""
+    if "context_management" not in body:
         return body, []
     if CONTEXT_BETA not in [b.strip() for b in betas.split(",")]:
         return "context_management: Extra inputs are not permitted"
+    try:
+        managed = ContextManagement.model_validate(body["context_management"])
+    except ValidationError as err:
+        return f"context_management: {err.errors()[0]['msg']} at {err.errors()[0]['loc']}"
     applied: list[dict[str, Any]] = []
-    for edit in managed.get("edits") or []:
-        if not isinstance(edit, dict) or edit.get("type") != CLEAR_TOOL_USES:
-            return f"context_management.edits: unknown edit {edit!r}"
+    for edit in managed.edits:
         body, done = _clear_tool_uses(body, edit)
         applied += done
     return body, applied
 
 
-def _clear_tool_uses(body: dict[str, Any], edit: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``edit`` applied: past its trigger, every tool result but the newest ``keep`` cleared, if that clears enough."""
-    trigger = (edit.get("trigger") or {}).get("value", 100_000)
-    keep = (edit.get("keep") or {}).get("value", 3)
-    at_least = (edit.get("clear_at_least") or {}).get("value", 0)
+def _clear_tool_uses(body: dict[str, Any], edit: ClearToolUses) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``edit`` applied: past its trigger, every tool result but the newest ``keep`` cleared (and the inputs
+    of the calls it names), if that clears at least ``clear_at_least``."""
     before = sum(prompt_usage(body, set()).values())
-    messages = list(body.get("messages") or [])
+    messages = list(body.get("messages") or []) if isinstance(body.get("messages"), list) else []
+    names = {b.get("id"): b.get("name") for m in messages for b in _blocks_of(m) if isinstance(b, dict)}
     spots = [(i, j) for i, m in enumerate(messages) for j, b in enumerate(_blocks_of(m))
-             if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("content") != CLEARED]  # fmt: skip
-    clear = spots[: max(0, len(spots) - keep)]
-    if before < trigger or not clear:
+             if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("content") != CLEARED
+             and names.get(b.get("tool_use_id")) not in edit.exclude_tools]  # fmt: skip
+    clear = spots[: max(0, len(spots) - edit.keep.value)]
+    if before < edit.trigger.value or not clear:
         return body, []
-    for i in {i for i, _ in clear}:
-        messages[i] = {**messages[i], "content": list(messages[i]["content"])}
-    for i, j in clear:
-        messages[i]["content"][j] = {**messages[i]["content"][j], "content": CLEARED}
+    cleared_ids = {messages[i]["content"][j].get("tool_use_id") for i, j in clear}
+    for i, m in enumerate(messages):
+        blocks = _blocks_of(m)
+        if any(
+            isinstance(b, dict) and (b.get("tool_use_id") in cleared_ids or b.get("id") in cleared_ids) for b in blocks
+        ):
+            messages[i] = {**m, "content": [_cleared(b, cleared_ids, edit) for b in blocks]}
     edited = {**body, "messages": messages}
     cleared = before - sum(prompt_usage(edited, set()).values())
-    if cleared < at_least:
+    if cleared < edit.clear_at_least.value:
         return body, []
     return edited, [{"type": CLEAR_TOOL_USES, "cleared_tool_uses": len(clear), "cleared_input_tokens": cleared}]
+
+
+def _cleared(block: Any, ids: set[Any], edit: ClearToolUses) -> Any:
+    if not isinstance(block, dict):
+        return block
+    if block.get("type") == "tool_result" and block.get("tool_use_id") in ids:
+        return {**block, "content": CLEARED}
+    inputs = edit.clear_tool_inputs
+    if (
+        block.get("type") == "tool_use"
+        and block.get("id") in ids
+        and (inputs is True or (isinstance(inputs, list) and block.get("name") in inputs))
+    ):
+        return {**block, "input": {}}
+    return block
 
 
 def _blocks_of(message: Any) -> list[Any]:

@@ -97,6 +97,10 @@ def test_the_scripted_server_refuses_context_management_without_the_beta_and_cle
     assert [b["content"] == CLEARED for m in shown["messages"] for b in m["content"]] == [True] + [False] * 5
     assert applied[0]["cleared_tool_uses"] == 1 and applied[0]["cleared_input_tokens"] >= 990
     assert results[0]["content"][0]["content"] == "x" * 4000, "the request itself is never changed"
+    for odd in ("x", [1], {"edits": "abc"}, {"edits": [{**asked["edits"][0], "keep": {"value": -1}}]},
+                {"edits": [{**asked["edits"][0], "trigger": 5}]}, {"edits": [{"type": "clear_everything"}]}):  # fmt: skip
+        refused = server_edits({"messages": results, "context_management": odd}, CONTEXT_BETA)
+        assert isinstance(refused, str) and refused.startswith("context_management: "), odd
 
 
 async def test_unmanaged_the_same_session_hits_the_wall(

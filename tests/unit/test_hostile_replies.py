@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
@@ -20,9 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controller.anthropic_model import collect
+from controller.anthropic_model import AnthropicModel, collect
 from controller.api import create_app
 from controller.config import Settings
+from controller.context import ContextPolicy
+from controller.errors import ModelError
 from controller.model import INVALID_INPUT, cleared_by_api, parse_tool_input
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 from controller.testing import NoSandbox
@@ -151,6 +154,32 @@ def test_an_error_body_with_a_lone_surrogate_fails_the_turn_cleanly(tmp_path: Pa
     with serve_in_thread(app) as model_url, _api(tmp_path, model_url) as api:
         detail = _failed_session_still_answers(api, tmp_path)
     assert detail.startswith("The model API answered 400: no \ufffd thanks")
+
+
+def test_an_endpoint_without_the_context_beta_says_which_strategy_needs_it() -> None:
+    """A compatible endpoint refuses the server strategy's field; the error names the setting to change."""
+    body = b'{"type": "error", "error": {"type": "invalid_request_error", "message": "context_management: Extra inputs are not permitted"}}'
+
+    async def refusing(request: Request) -> Response:
+        return Response(body, status_code=400, media_type="application/json")
+
+    async def ask(url: str) -> None:
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=url, max_retries=0)
+        edits = ContextPolicy(strategy="server").server_edits()
+        try:
+            await AnthropicModel(client, "m", 64, edits).reply("s", [], [{"role": "user", "content": "hi"}], _quiet)
+        finally:
+            await client.close()
+
+    app = Starlette(routes=[Route("/v1/messages", refusing, methods=["POST"])])
+    with serve_in_thread(app) as url, pytest.raises(ModelError) as caught:
+        asyncio.run(ask(url))
+    assert "Extra inputs are not permitted" in str(caught.value)
+    assert "CUBICLE_CONTEXT__STRATEGY=auto" in caught.value.hint
+
+
+async def _quiet(piece: str) -> None:
+    return None
 
 
 def test_an_unreachable_model_api_is_one_sentence(tmp_path: Path) -> None:
