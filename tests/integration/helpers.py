@@ -64,7 +64,7 @@ def container_running(client: Any, needle: str) -> Any:
     Other tests' containers come and go meanwhile: one that stops between the listing and
     ``top`` (409, or 404 once removed) simply is not the one.
     """
-    for container in client.containers.list(filters={"label": "org.cubicle.managed=true"}):
+    for container in client.containers.list(sparse=True, filters={"label": "org.cubicle.managed=true"}):
         try:
             processes = container.top()["Processes"] or []
         except (APIError, NotFound):

@@ -203,7 +203,8 @@ def test_gc_removes_orphans_and_keeps_live_sandboxes(docker_client: Any) -> None
         done = cubicle("gc", env={"CUBICLE_INSTANCE": instance})
         assert done.returncode == 0, done.stderr
         remaining = {
-            c.id for c in docker_client.containers.list(all=True, filters={"label": "org.cubicle.managed=true"})
+            c.id
+            for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "org.cubicle.managed=true"})
         }
         assert made[0].id not in remaining and made[1].id in remaining and made[2].id in remaining
         assert "1 removed" in done.stdout
