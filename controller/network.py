@@ -199,3 +199,19 @@ def _parse(text: str) -> dict[str, Any]:
 def parse(text: str) -> NetworkPolicy:
     """``none``, ``open`` or ``allow=h1,h2``; a ValueError that says which form is expected."""
     return NetworkPolicy.model_validate(_parse(text))
+
+
+def briefing(policy: NetworkPolicy) -> str:
+    """What the agent is told of its container's network, so it neither wastes steps on what cannot work nor
+    misses what can. Host names are checked patterns, never free text."""
+    if policy.level == "none":
+        return (
+            "The container has no network: names do not resolve and no connection leaves it, so nothing can be "
+            "downloaded or installed. Work with what the environment already provides."
+        )
+    if policy.level == "allow":
+        return (
+            "The container reaches only these hosts, through the HTTP(S) proxy its environment variables name: "
+            f"{', '.join(map(str, policy.hosts))}. Nothing else resolves or connects."
+        )
+    return "The container has network access."

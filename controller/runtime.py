@@ -29,7 +29,7 @@ from .environments import Environments
 from .errors import DockerUnavailableError, SandboxError
 from .events import EventSink
 from .model import SYSTEM_PROMPT, Model
-from .network import NetworkPolicy
+from .network import NetworkPolicy, briefing
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
 from .workspaces import Workspaces
@@ -123,17 +123,23 @@ class Runtime:
         return Agent(
             session_id=session_id,
             model=self._model(model, policy),
-            sandbox=sandbox, sink=sink, limits=limits, system=self.settings.system_prompt or SYSTEM_PROMPT,
+            sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
             approver=approver, save_transcript=save_transcript, context=policy, on_turn_end=on_turn_end,
         )  # fmt: skip
 
-    def compactor(self, session_id: str, model: str, sink: EventSink, context: ContextPolicy | None) -> Compactor:
-        """What compacts a session's context between turns (``POST /compact``), as its agent would."""
+    def compactor(
+        self, session_id: str, model: str, sink: EventSink, limits: Limits, context: ContextPolicy | None
+    ) -> Compactor:
+        """What compacts a session's context between turns (``POST /compact``), as its agent would: the same
+        system prompt and tools, so the summary request reads the agent's cached prefix."""
         return Compactor(
-            session_id, self._model(model),
-            self.settings.system_prompt or SYSTEM_PROMPT, tools.definitions(), context or self.settings.context,
-            sink.emit,
+            session_id, self._model(model), self.system(limits), tools.definitions(),
+            context or self.settings.context, sink.emit,
         )  # fmt: skip
+
+    def system(self, limits: Limits) -> str:
+        """The session's system prompt: the configured or built-in one, and what its network allows."""
+        return f"{self.settings.system_prompt or SYSTEM_PROMPT}\n{briefing(limits.network)}"
 
     async def close(self) -> None:
         """Close both clients; the sandboxes are their owners' to stop first. Layer filesystems still mounted

@@ -394,7 +394,7 @@ class Sessions:
             recorder = live.recorder if live is not None else await self.recorder(record)
             recorder.epoch = epoch
             convo = recorder.convo
-            compactor = self.runtime.compactor(session_id, record.model, recorder, record.context)
+            compactor = self.runtime.compactor(session_id, record.model, recorder, record.limits, record.context)
             if await compactor.fit(convo, convo.steps, "manual"):
                 await recorder.save_transcript(convo)
         return self.get(session_id)

@@ -19,6 +19,9 @@ from pydantic import BaseModel, SecretStr
 from controller.api import create_app
 from controller.config import Limits, Settings
 from controller.errors import DockerUnavailableError
+from controller.events import ListSink
+from controller.model import SYSTEM_PROMPT
+from controller.network import parse
 from controller.runtime import Runtime
 from controller.sandbox import DockerSandbox
 from controller.scripted import ScriptedServer, serve_in_thread
@@ -132,3 +135,20 @@ def test_the_api_runs_tools_in_docker_unless_code_passes_a_sandbox(
     with served(sandbox_factory=lambda *_: NoSandbox()) as url:
         double = _tool_outcome(url, tmp_path, model_server)
     assert "without a sandbox" in str(double) and "Docker" not in str(double), double
+
+
+async def test_the_agent_and_its_compactor_are_told_what_the_network_allows(tmp_path: Path) -> None:
+    runtime = Runtime(Settings(api_key="unused", data_dir=tmp_path / "data"), sandbox_factory=lambda *_: NoSandbox())
+    shown: dict[str, str] = {}
+    for level in ("none", "allow=pypi.org,*.example.com:8443", "open"):
+        limits = Limits(network=parse(level))
+        agent = runtime.agent(session_id="s", model="m", sandbox=NoSandbox(), sink=ListSink(), limits=limits)
+        compactor = runtime.compactor("s", "m", ListSink(), limits, None)
+        assert agent.system == compactor.system, "a summary request reads the agent's cached prefix"
+        shown[level] = agent.system
+    assert all(prompt.startswith(SYSTEM_PROMPT + "\n") for prompt in shown.values())
+    assert "no network" in shown["none"] and "nothing can be downloaded" in shown["none"]
+    assert "only these hosts" in shown["allow=pypi.org,*.example.com:8443"]
+    assert "pypi.org, *.example.com:8443" in shown["allow=pypi.org,*.example.com:8443"]
+    assert shown["open"].endswith("The container has network access.")
+    await runtime.close()
