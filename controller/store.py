@@ -126,6 +126,9 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
             PRIMARY KEY (session_id, kind))""",
         *_notify_on_insert("commands", "cubicle_command_sent", "cubicle_commands"),
     ),
+    (  # 4: the viewer's sign-outs, so every controller on the database honours one and a restart forgets none
+        "CREATE TABLE IF NOT EXISTS revoked_cookies (nonce TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)",
+    ),
 )
 NOTIFY_CHANNEL = "cubicle_events"
 """The channel PostgreSQL's trigger notifies with the session id of each event stored."""
@@ -398,6 +401,19 @@ class Store:
             "excluded.created_at",
             (session_id, kind, time.time()),
         )
+
+    @_writes
+    def revoke_cookie(self, nonce: str, expires: float, now: float) -> None:
+        """Remember a signed-out sign-in cookie's nonce until the cookie would have expired; forget expired ones."""
+        self._run("DELETE FROM revoked_cookies WHERE expires <= ?", (now,))
+        self._run("INSERT INTO revoked_cookies VALUES (?,?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires))
+
+    def cookie_revoked(self, nonce: str) -> bool:
+        return self._run("SELECT 1 FROM revoked_cookies WHERE nonce = ?", (nonce,)).fetchone() is not None
+
+    def revoked_cookies(self) -> int:
+        """How many sign-outs are remembered."""
+        return int(self._run("SELECT COUNT(*) FROM revoked_cookies").fetchone()[0])
 
     @_writes
     def take_commands(self, owner: str) -> list[tuple[str, str, float]]:

@@ -10,7 +10,8 @@ being turned against the API:
   browsers send a host's cookies to all of its ports: a dev server on another port of
   127.0.0.1 receives the cookie, but not the key, which the page keeps in its own origin's
   storage. The signature is keyed by the token, so changing the token signs every browser out.
-  ``POST /ui/logout`` revokes the cookie it is sent with.
+  ``POST /ui/logout`` revokes the cookie it is sent with, in the session store, so every controller
+  on the database honours it and a restart does not forget it.
 - **Origin.** A request that may change something (any method but GET, HEAD, OPTIONS) and is
   authenticated by the cookie must carry an ``Origin`` equal to the server's own: another port
   on the same host is another origin, so a dev server on the user's machine cannot apply changes.
@@ -32,8 +33,8 @@ import importlib.resources
 import ipaddress
 import secrets
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Container, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse, RedirectResponse
@@ -41,6 +42,9 @@ from pydantic import BaseModel, Field, SecretStr
 
 from .config import Settings
 from .errors import NotFoundError
+
+if TYPE_CHECKING:
+    from .store import Store
 
 COOKIE = "cubicle_session"
 KEY_HEADER = "x-cubicle-key"
@@ -60,8 +64,6 @@ MEDIA_TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
 }
-MAX_REVOKED = 10_000
-"""Revoked sign-ins remembered until they expire; past this many the oldest are forgotten first."""
 
 
 class Refused(Exception):
@@ -103,7 +105,7 @@ def _parse(value: str) -> tuple[int, str, str] | None:
     return int(expires), nonce, mac
 
 
-def verify(token: SecretStr, value: str, now: float, revoked: MutableMapping[str, int]) -> bool:
+def verify(token: SecretStr, value: str, now: float, revoked: Container[str]) -> bool:
     """Whether ``value`` is a cookie this token signed, not expired and not revoked."""
     parsed = _parse(value)
     if parsed is None:
@@ -134,16 +136,28 @@ def signed_in(request: Request, token: SecretStr) -> bool:
     return hmac.compare_digest(given.encode(), page_key(token, cookie).encode())
 
 
-def revoke(value: str, now: float, revoked: MutableMapping[str, int]) -> None:
-    """Remember ``value``'s nonce until it would expire anyway (bounded: the oldest are dropped first)."""
+class Revocations:
+    """The nonces of signed-out cookies, kept in the session store (``store()``): every controller on the
+    database honours a sign-out, and a restart forgets none. Each lasts until its cookie would have expired."""
+
+    def __init__(self, store: Callable[[], Store]) -> None:
+        self._store = store
+
+    def __contains__(self, nonce: object) -> bool:
+        return isinstance(nonce, str) and self._store().cookie_revoked(nonce)
+
+    def __len__(self) -> int:
+        return self._store().revoked_cookies()
+
+    def add(self, nonce: str, expires: float, now: float) -> None:
+        self._store().revoke_cookie(nonce, expires, now)
+
+
+def revoke(value: str, now: float, revoked: Revocations) -> None:
+    """Remember ``value``'s nonce until it would expire anyway (call it for a cookie ``verify`` accepted)."""
     parsed = _parse(value)
-    for nonce, expires in list(revoked.items()):
-        if expires <= now:
-            del revoked[nonce]
     if parsed is not None:
-        revoked[parsed[1]] = parsed[0]
-    while len(revoked) > MAX_REVOKED:
-        del revoked[next(iter(revoked))]
+        revoked.add(parsed[1], parsed[0], now)
 
 
 # ----------------------------------------------------------------------------- the guards
@@ -347,5 +361,5 @@ def _static_files() -> dict[str, bytes]:
 
 def install(app: Any) -> None:
     """Add the viewer's routes and the state its guards keep to ``app``."""
-    app.state.revoked = {}
+    app.state.revoked = Revocations(lambda: app.state.sessions.store)
     app.include_router(router)

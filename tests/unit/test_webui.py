@@ -108,7 +108,7 @@ def test_a_cookie_request_that_changes_something_needs_this_origin(client: TestC
 
 def test_cookies_expire_are_bound_to_the_token_and_can_be_revoked(client: TestClient) -> None:
     now = time.time()
-    revoked: dict[str, int] = {}
+    revoked: webui.Revocations = client.app.state.revoked  # type: ignore[attr-defined]
     token = SecretStr(TOKEN)
     good = webui.issue(token, 60, now)
     assert webui.verify(token, good, now, revoked)
@@ -172,3 +172,20 @@ def test_the_cookie_is_worth_nothing_without_its_page_key(client: TestClient) ->
     assert client.get("/v1/sessions", headers={"X-Cubicle-Key": ""}).status_code == 401
     client.cookies.clear()
     assert client.get("/v1/sessions", headers={"X-Cubicle-Key": other}).status_code == 401  # the key alone
+
+
+def test_a_sign_out_holds_on_every_controller_of_the_database_and_after_a_restart(
+    tmp_path: Path, roots: Path, each_store: str
+) -> None:
+    def app() -> TestClient:
+        return TestClient(create_app(_settings(tmp_path, TOKEN), sandbox_factory=lambda *_: NoSandbox()), base_url=HERE)
+
+    with app() as first, app() as second:
+        key = _sign_in(first)
+        cookie = {"Cookie": f"{webui.COOKIE}={first.cookies[webui.COOKIE]}", "X-Cubicle-Key": key}
+        first.cookies.clear()
+        assert second.get("/v1/sessions", headers=cookie).status_code == 200
+        assert first.post("/ui/logout", headers={**cookie, "Origin": HERE}).status_code == 204
+        assert second.get("/v1/sessions", headers=cookie).status_code == 401, "the other controller honours it"
+    with app() as restarted:
+        assert restarted.get("/v1/sessions", headers=cookie).status_code == 401, "a restart forgets no sign-out"
