@@ -203,7 +203,8 @@ def parse(text: str) -> NetworkPolicy:
 
 def briefing(policy: NetworkPolicy) -> str:
     """What the agent is told of its container's network, so it neither wastes steps on what cannot work nor
-    misses what can. Host names are checked patterns, never free text."""
+    misses what can. Only the level and a count: an allow-list may come from the repository's own definition,
+    and a host name is text enough to carry instructions, so none reaches the system prompt."""
     if policy.level == "none":
         return (
             "The container has no network: names do not resolve and no connection leaves it, so nothing can be "
@@ -211,7 +212,7 @@ def briefing(policy: NetworkPolicy) -> str:
         )
     if policy.level == "allow":
         return (
-            "The container reaches only these hosts, through the HTTP(S) proxy its environment variables name: "
-            f"{', '.join(map(str, policy.hosts))}. Nothing else resolves or connects."
+            f"The container reaches only the {len(policy.hosts)} hosts its allow-list names, through the HTTP(S) "
+            "proxy its environment variables name; nothing else resolves or connects."
         )
     return "The container has network access."

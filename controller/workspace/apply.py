@@ -76,8 +76,8 @@ def apply(
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored, force)
     with open_checkout(layer) as checkout:
-        for earlier in unreverted(layer):  # what a kill in an earlier apply or revert left under a temporary name
-            checkout.remove_leftovers(earlier.temp_prefixes, step_dirs(earlier))
+        for killed in (r for r in unreverted(layer) if r.status == Status.PENDING):  # an apply cut short by a kill
+            checkout.remove_leftovers(killed.temp_prefixes, step_dirs(killed))
         if bounds is not None:
             _check_bounds(checkout, chosen, bounds)
         expect = Expectations(layer)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
+from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, open_repo, open_upper
 from .records import Change, Disposition, FileType, Kind, file_type
@@ -331,6 +332,8 @@ def unsafe_reason(change: Change) -> str:
         return change.reason
     if change.kind == Kind.DELETED:
         return ""
+    if TEMP_NAME.fullmatch(change.path.rpartition("/")[2]):
+        return "named like the temporary files an apply writes, which a later apply or revert may remove"
     if change.type in UNSAFE_TYPES:
         return f"a {change.type.value} is never applied"
     if change.type == FileType.FILE and change.size > MAX_APPLY_BYTES:

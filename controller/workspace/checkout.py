@@ -11,6 +11,7 @@ new entries are given to the checkout's owner.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -26,6 +27,8 @@ from .records import FileType, Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
 TEMP_PREFIX = re.compile(r"\.cubicle-[0-9a-f]{12}-")
+TEMP_NAME = re.compile(r"\.cubicle-[0-9a-f]{12}-.*\.tmp", re.DOTALL)
+"""What ``Checkout`` names its temporary files: never applied from a layer, so a sweep removes only its own."""
 
 
 class Prior(BaseModel):
@@ -130,22 +133,27 @@ class Checkout:
             tmp = self._temp_name()
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             try:
-                beneath.copy_fd(src_fd, out, limit)
-                self._own(out, mode)
+                try:
+                    beneath.copy_fd(src_fd, out, limit)
+                    self._own(out, mode)
+                finally:
+                    os.close(out)
+                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
-                os.close(out)
-                os.unlink(tmp, dir_fd=fd)
+                _unlink_quietly(tmp, fd)
                 raise
-            os.close(out)
-            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
 
     def write_symlink(self, rel: str, target: str) -> None:
         with beneath.parent(self.fd, rel) as (fd, name):
             tmp = self._temp_name()
             os.symlink(target, tmp, dir_fd=fd)
-            if self.owner is not None:
-                os.chown(tmp, *self.owner, dir_fd=fd, follow_symlinks=False)
-            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            try:
+                if self.owner is not None:
+                    os.chown(tmp, *self.owner, dir_fd=fd, follow_symlinks=False)
+                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                _unlink_quietly(tmp, fd)
+                raise
 
     def make_dir(self, rel: str) -> None:
         """Create ``rel`` (owner-writable until ``set_mode``), or leave an existing directory as it is."""
@@ -208,6 +216,12 @@ class Checkout:
         if self.owner is not None:
             os.fchown(fd, *self.owner)
         os.fchmod(fd, mode & SAFE_BITS)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    """Remove a temporary entry that could not be renamed into place (a failure is already on its way up)."""
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)
 
 
 def _copy_to_new(src_fd: int, dest: Path) -> None:

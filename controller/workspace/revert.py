@@ -10,16 +10,20 @@ The reverted changes do not return to the layer: the sandbox then sees the check
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+import stat
+from collections.abc import Callable, Collection
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from . import beneath
 from .apply import open_checkout, under_any
-from .checkout import Checkout
+from .checkout import SAFE_BITS, Checkout
 from .errors import UnsafePathError
-from .journal import ApplyRecord, Conflict, Expectations, Status, newest_unreverted, step_dirs, write
-from .layer import Layer
-from .records import FileType
+from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
+from .layer import Layer, open_upper
+from .records import FileType, Kind
 
 
 class RevertResult(BaseModel):
@@ -38,7 +42,7 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
         # would otherwise stay in the checkout, and look like an entry the user added to a directory to remove.
         checkout.remove_leftovers(record.temp_prefixes, step_dirs(record))
         expect = Expectations(layer)
-        conflicts = _conflicts(checkout, expect, record, force)
+        conflicts = _conflicts(layer, checkout, expect, record, force)
         if conflicts:
             return RevertResult(record=record.number, conflicts=conflicts)
         record.temp_prefixes.append(checkout.temp_prefix)
@@ -51,20 +55,23 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
 
 
-def _conflicts(checkout: Checkout, expect: Expectations, record: ApplyRecord, force: Collection[str]) -> list[Conflict]:
+def _conflicts(
+    layer: Layer, checkout: Checkout, expect: Expectations, record: ApplyRecord, force: Collection[str]
+) -> list[Conflict]:
     """Paths changed since the apply (unless forced), and directories to remove that gained entries meanwhile.
 
-    A pending record (the controller died mid-apply) has no known after-state: all its priors are restored.
+    A path that already holds what revert puts back is no conflict (a revert cut short by a kill restored
+    it). A pending record (the controller died mid-apply) has no known after-state: each of its paths must
+    hold its original or what the layer would have written there, so an edit the user made after the kill
+    is never overwritten unasked.
     """
     conflicts = []
     touched = {step.path for step in record.steps}
+    folder = layer.applies / str(record.number)
     for step in record.steps:
-        if (
-            record.status == Status.APPLIED
-            and not under_any(step.path, force)
-            and not _unchanged(checkout, expect, step.path)
-        ):
-            conflicts.append(Conflict(path=step.path, reason="changed in the checkout since it was applied"))
+        if not under_any(step.path, force) and not _as_expected(layer, checkout, expect, record, step, folder):
+            since = "it was applied" if record.status == Status.APPLIED else "its apply was cut short"
+            conflicts.append(Conflict(path=step.path, reason=f"changed in the checkout since {since}"))
         elif step.prior.type != FileType.DIR and _is_dir(checkout, step.path):
             added = sorted(n for n in checkout.names(step.path) if f"{step.path}/{n}" not in touched)
             if added:
@@ -72,6 +79,80 @@ def _conflicts(checkout: Checkout, expect: Expectations, record: ApplyRecord, fo
                     Conflict(path=step.path, reason=f"the directory holds entries added since: {added[:5]}")
                 )
     return conflicts
+
+
+def _as_expected(
+    layer: Layer, checkout: Checkout, expect: Expectations, record: ApplyRecord, step: Step, folder: Path
+) -> bool:
+    """Whether the path holds what this session left there: the apply's result, or already its original."""
+    if record.status == Status.APPLIED and _unchanged(checkout, expect, step.path):
+        return True
+    try:
+        if _holds(checkout, step.path, step.prior.type, step.prior.mode, step.prior.target, _blob(step, folder)):
+            return True
+        if record.status != Status.PENDING:
+            return False
+        change = step.change
+        if change.kind == Kind.DELETED:
+            return checkout.identity(step.path) is None
+        upper = open_upper(layer)
+        try:
+            source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
+            return _holds(checkout, step.path, change.type, change.mode & SAFE_BITS, change.target, source)
+        finally:
+            os.close(upper)
+    except (OSError, UnsafePathError):
+        return False
+
+
+def _blob(step: Step, folder: Path) -> Callable[[], int] | None:
+    blob = step.prior.blob
+    if step.prior.type != FileType.FILE or blob is None:
+        return None
+    return lambda: os.open(folder / blob, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _upper_file(upper: int, rel: str) -> Callable[[], int]:
+    def opened() -> int:
+        with beneath.parent(upper, rel) as (fd, name):
+            return beneath.open_file(fd, name)
+
+    return opened
+
+
+def _holds(
+    checkout: Checkout, rel: str, kind: FileType | None, mode: int, target: str | None, data: Callable[[], int] | None
+) -> bool:
+    """Whether ``rel`` in the checkout is absent (``kind`` None), or that kind with that mode, symlink target,
+    or (a file) the bytes ``data`` opens."""
+    held = checkout.identity(rel)
+    if kind is None or held is None:
+        return kind is None and held is None
+    if held.type != kind:
+        return False
+    if kind == FileType.SYMLINK:
+        return held.target == target
+    if kind == FileType.DIR:
+        return True
+    if stat.S_IMODE(held.mode) != stat.S_IMODE(mode) or data is None:
+        return False
+    with beneath.reading(checkout.fd, rel) as mine:
+        theirs = data()
+        try:
+            return _same_bytes(mine, theirs)
+        finally:
+            os.close(theirs)
+
+
+def _same_bytes(a: int, b: int) -> bool:
+    if os.fstat(a).st_size != os.fstat(b).st_size:
+        return False
+    while True:
+        left, right = os.read(a, 1 << 20), os.read(b, 1 << 20)
+        if left != right:
+            return False
+        if not left:
+            return True
 
 
 def _is_dir(checkout: Checkout, rel: str) -> bool:

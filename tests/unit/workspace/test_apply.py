@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from controller.workspace import LayerMissingError, RepoChangedError, apply, journal, open_layer, revert, scan
+from controller.workspace.apply import open_checkout
+from controller.workspace.checkout import Checkout
 from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
 
@@ -191,16 +194,27 @@ def test_a_checkout_replaced_since_start_is_neither_read_nor_written(ws: Workspa
     assert list(stranger.iterdir()) == []
 
 
+TWO_FILES = "mkdir -p made; echo a > made/a; echo b > b.txt"
+
+
+def _killed_apply(ws: Workspace) -> journal.ApplyRecord:
+    """The state a kill leaves after an apply has written the checkout but before its record says so: the
+    record still ``pending``, and the layer still holding the changes (they are retired after the record)."""
+    ws.agent(TWO_FILES)
+    ws.stop()
+    apply(ws.layer)
+    ws.agent(TWO_FILES)  # the same bytes into the layer again, as before the retire
+    ws.stop()
+    record = journal.newest_unreverted(ws.layer)
+    record.status = journal.Status.PENDING
+    journal.write(ws.layer, record)
+    return record
+
+
 def test_what_a_killed_apply_left_under_a_temporary_name_is_removed_and_does_not_block_revert(ws: Workspace) -> None:
     """A kill between writing a temporary file and renaming it leaves ``<prefix><hex>.tmp`` in the checkout,
     beside a record still ``pending``; revert (and the next apply) remove exactly those."""
-    ws.agent("mkdir -p made; echo a > made/a; echo b > b.txt")
-    ws.stop()
-    apply(ws.layer)
-    record = journal.newest_unreverted(ws.layer)
-    (prefix,) = record.temp_prefixes
-    record.status = journal.Status.PENDING  # as a kill mid-apply leaves it
-    journal.write(ws.layer, record)
+    (prefix,) = _killed_apply(ws).temp_prefixes
     for leftover in (f"made/{prefix}0123456789abcdef.tmp", f"{prefix}fedcba9876543210.tmp"):
         (ws.repo / leftover).write_text("half written")
     (ws.repo / f"{prefix}kept").write_text("not a temporary name")
@@ -210,3 +224,53 @@ def test_what_a_killed_apply_left_under_a_temporary_name_is_removed_and_does_not
     assert sorted(n for n in os.listdir(ws.repo) if n.startswith(".cubicle")) == [
         ".cubicle-0123456789ab-00.tmp", f"{prefix}kept"
     ]  # fmt: skip
+
+
+def test_after_a_killed_apply_revert_never_overwrites_what_the_user_changed_since(ws: Workspace) -> None:
+    _killed_apply(ws)
+    (ws.repo / "b.txt").write_text("the user's own, written after the kill\n")
+    result = revert(ws.layer)
+    assert [c.path for c in result.conflicts] == ["b.txt"] and result.reverted == []
+    assert (ws.repo / "b.txt").read_text() == "the user's own, written after the kill\n"
+    assert (ws.repo / "made/a").exists(), "nothing was written"
+
+
+def test_a_revert_cut_short_by_a_kill_can_be_run_again(ws: Workspace) -> None:
+    before = snapshot(ws.repo)
+    ws.agent(TWO_FILES + "; printf 'v2\\n' > src/app.py")
+    ws.stop()
+    apply(ws.layer)
+    record = journal.newest_unreverted(ws.layer)
+    folder = ws.layer.applies / str(record.number)
+    with open_checkout(ws.layer) as checkout:  # what the killed revert got done: its first two restores
+        for step in list(reversed(record.steps))[:2]:
+            checkout.restore(step.path, step.prior, folder)
+    result = revert(ws.layer)
+    assert result.conflicts == [] and snapshot(ws.repo) == before
+
+
+def test_a_name_like_an_applys_temporary_file_is_never_applied(ws: Workspace) -> None:
+    """The agent may learn a prefix from a killed apply's leftovers; a file it names so would be removed by the
+    sweep after the user applied it."""
+    ws.agent("echo x > .cubicle-0123456789ab-payload.tmp; mkdir -p d; echo y > d/.cubicle-0123456789ab-.tmp")
+    ws.stop()
+    result = apply(ws.layer)
+    assert {c.path for c in result.skipped} >= {".cubicle-0123456789ab-payload.tmp", "d/.cubicle-0123456789ab-.tmp"}
+    assert not (ws.repo / ".cubicle-0123456789ab-payload.tmp").exists()
+
+
+def test_a_write_whose_rename_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    (tmp_path / "taken" / "inside").mkdir(parents=True)  # a directory raced into place: the rename fails
+    (tmp_path / "source").write_text("new")
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    src = os.open(tmp_path / "source", os.O_RDONLY)
+    try:
+        with pytest.raises(OSError):
+            Checkout(root, None).write_file("taken", src, 0o644, None)
+        Checkout(root, None).write_symlink("link", "source")
+        with pytest.raises(OSError):
+            Checkout(root, None).write_symlink("taken", "source")
+    finally:
+        os.close(src)
+        os.close(root)
+    assert sorted(os.listdir(tmp_path)) == ["link", "source", "taken"]
