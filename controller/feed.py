@@ -10,9 +10,9 @@ them all), so a read is kept on the wake-up it happened under and shared by ever
 that reads from the same point before the next notify: one store read, and one encoding of
 each event, per wake-up instead of one per follower.
 
-A follower that has just been sent a group waits until ``interval_s`` has passed since before it
-reads again: an event after a quiet spell goes out at once, and a busy session's events go out
-in at most one group per interval per follower instead of one per store commit. Each group is a
+A follower that has just been sent a group reads again no sooner than ``interval_s`` later (unless
+it is catching up on a full read): an event after a quiet spell goes out at once, and a busy
+session's events go out in at most one group per interval per follower instead of one per commit. Each group is a
 write to every follower's socket on the loop that also runs the turn, so with many followers
 the writes, not the events, are what following costs.
 """
