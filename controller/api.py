@@ -176,6 +176,7 @@ async def get_session(session_id: str, sessions: SessionsDep) -> SessionRecord:
 
 @router.get("/sessions/{session_id}/events", response_class=EventSourceResponse)
 async def session_events(
+    request: Request,
     session_id: str,
     sessions: SessionsDep,
     settings: SettingsDep,
@@ -187,10 +188,18 @@ async def session_events(
     """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
     resume = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
     batches = sessions.follow_batches(session_id, after if after is not None else min(resume, MAX_INDEX))
-    # The events read together go out in one write: with many followers, a write per event per follower
-    # is most of what following costs the event loop that also runs the session.
-    frames = (sse_frames(batch) async for batch in batches)
-    return EventSourceResponse(frames, ping=settings.sse_heartbeat_s)
+    allowed = webui.still_let_in(request, settings.api_token)
+
+    async def frames() -> AsyncIterator[bytes]:
+        # The events read together go out in one write: with many followers, a write per event per follower
+        # is most of what following costs the event loop that also runs the session.
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                if not allowed():
+                    return  # signed out (or expired) since the stream began: it ends here, on every controller
+                yield sse_frames(batch)
+
+    return EventSourceResponse(frames(), ping=settings.sse_heartbeat_s)
 
 
 def sse_frames(batch: Batch) -> bytes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from .events import Event
 from .store import Store
@@ -78,7 +78,7 @@ class Feed:
             for event in batch:
                 yield event
 
-    async def batches(self, session_id: str, after: int = 0) -> AsyncIterator[Batch]:
+    async def batches(self, session_id: str, after: int = 0) -> AsyncGenerator[Batch, None]:
         """``follow``'s events, in the groups in which they were read from the store (never an empty one).
 
         Events stored between two wake-ups come as one group, so a follower can send them in one write; after

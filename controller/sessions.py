@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -495,7 +495,7 @@ class Sessions:
         self.get(session_id)
         return self.feed.follow(session_id, after)
 
-    def follow_batches(self, session_id: str, after: int) -> AsyncIterator[Batch]:
+    def follow_batches(self, session_id: str, after: int) -> AsyncGenerator[Batch, None]:
         """``follow``'s events in the groups read from the store together (see ``Feed.batches``)."""
         self.get(session_id)
         return self.feed.batches(session_id, after)

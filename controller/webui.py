@@ -180,13 +180,26 @@ def authenticate(request: Request, token: SecretStr | None) -> None:
         if unsafe and "origin" in request.headers and not same_origin(request):
             raise _cross_origin(request)
         return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.get_secret_value().encode()):
+    if _bearer_matches(request, token):
         return  # a browser cannot send this header to another origin without a CORS preflight we never grant
     if not signed_in(request, token):
         raise unauthorized()
     if unsafe and not same_origin(request):
         raise _cross_origin(request)
+
+
+def still_let_in(request: Request, token: SecretStr | None) -> Callable[[], bool]:
+    """For a long response (an event stream) that ``authenticate`` let through: whether its request would
+    still be. The bearer token, or none in loopback mode, always is; a sign-in cookie can be signed out, on
+    any controller, or expire meanwhile."""
+    if token is None or _bearer_matches(request, token):
+        return lambda: True
+    return lambda: signed_in(request, token)
+
+
+def _bearer_matches(request: Request, token: SecretStr) -> bool:
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.get_secret_value().encode())
 
 
 def _cross_origin(request: Request) -> Refused:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
@@ -13,6 +14,7 @@ from pydantic import SecretStr
 from controller import webui
 from controller.api import create_app
 from controller.config import Settings
+from controller.scripted import Block, Scenario, ScriptedServer, Turn, serve_in_thread
 from controller.testing import LOOPBACK, NoSandbox
 from tests.sandbox_defaults import owned_dir
 
@@ -189,3 +191,28 @@ def test_a_sign_out_holds_on_every_controller_of_the_database_and_after_a_restar
         assert second.get("/v1/sessions", headers=cookie).status_code == 401, "the other controller honours it"
     with app() as restarted:
         assert restarted.get("/v1/sessions", headers=cookie).status_code == 401, "a restart forgets no sign-out"
+
+
+def test_a_stream_opened_with_a_cookie_ends_once_it_is_signed_out(tmp_path: Path, roots: Path) -> None:
+    """Authentication runs when a request starts; an event stream outlives that, so it asks again per write."""
+    slow = Scenario(name="slow", turns=[Turn(content=[Block(type="text", text="after the sign-out")], delay_s=2)])
+    model = ScriptedServer([slow])
+    with serve_in_thread(model.app) as model_url:
+        settings = _settings(tmp_path, TOKEN).model_copy(update={"base_url": model_url})
+        app = create_app(settings, sandbox_factory=lambda *_: NoSandbox())
+        with serve_in_thread(app) as url, httpx.Client(base_url=url) as page, httpx.Client(base_url=url) as api:
+            key = page.post("/ui/login", json={"token": TOKEN}, headers={"Origin": url}).json()["key"]
+            page.headers["X-Cubicle-Key"] = key
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            repo = str(owned_dir(roots / "mine"))
+            made = api.post("/v1/sessions", json={"repo": repo, "task": "t", "model": "slow"}, headers=bearer)
+            assert made.status_code == 201, made.text
+            sid = made.json()["id"]
+            with page.stream("GET", f"/v1/sessions/{sid}/events") as stream:
+                lines = stream.iter_lines()
+                assert next(line for line in lines if line.startswith("event:")) == "event: session_started"
+                assert page.post("/ui/logout", headers={"Origin": url}).status_code == 204
+                rest = list(lines)
+            whole = api.get(f"/v1/sessions/{sid}/events", headers=bearer).text
+    assert "after the sign-out" in whole, "the bearer token's stream had it"
+    assert not any("after the sign-out" in line for line in rest), rest
