@@ -272,12 +272,13 @@ def _identical(dir_fd: int, name: str, st: os.stat_result, lower: int, path: str
     fd = beneath.open_file(dir_fd, name)
     try:
         with beneath.reading(lower, path) as old:
-            return _same_bytes(fd, old)
+            return same_bytes(fd, old)
     finally:
         os.close(fd)
 
 
-def _same_bytes(a: int, b: int) -> bool:
+def same_bytes(a: int, b: int) -> bool:
+    """Whether two open files hold the same bytes (read from the start, whatever their offsets)."""
     offset = 0
     while True:
         left, right = os.pread(a, 1 << 20, offset), os.pread(b, 1 << 20, offset)

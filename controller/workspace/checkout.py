@@ -27,7 +27,7 @@ from .records import FileType, Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
 TEMP_PREFIX = re.compile(r"\.cubicle-[0-9a-f]{12}-")
-TEMP_NAME = re.compile(r"\.cubicle-[0-9a-f]{12}-.*\.tmp", re.DOTALL)
+TEMP_NAME = re.compile(TEMP_PREFIX.pattern + r".*\.tmp", re.DOTALL)
 """What ``Checkout`` names its temporary files: never applied from a layer, so a sweep removes only its own."""
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from . import beneath
 from .apply import open_checkout, under_any
+from .changes import same_bytes
 from .checkout import SAFE_BITS, Checkout
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
@@ -139,20 +140,9 @@ def _holds(
     with beneath.reading(checkout.fd, rel) as mine:
         theirs = data()
         try:
-            return _same_bytes(mine, theirs)
+            return os.fstat(mine).st_size == os.fstat(theirs).st_size and same_bytes(mine, theirs)
         finally:
             os.close(theirs)
-
-
-def _same_bytes(a: int, b: int) -> bool:
-    if os.fstat(a).st_size != os.fstat(b).st_size:
-        return False
-    while True:
-        left, right = os.read(a, 1 << 20), os.read(b, 1 << 20)
-        if left != right:
-            return False
-        if not left:
-            return True
 
 
 def _is_dir(checkout: Checkout, rel: str) -> bool:
