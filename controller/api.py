@@ -186,7 +186,8 @@ async def session_events(
     last_event_id: Annotated[str | None, Header(description="Standard SSE resume header.")] = None,
 ) -> EventSourceResponse:
     """Server-Sent Events: replay from ``Last-Event-ID`` (or ``after``), then live; closes when no turn runs."""
-    resume = int(last_event_id) if last_event_id and last_event_id.isascii() and last_event_id.isdigit() else 0
+    given = last_event_id or ""
+    resume = int(given) if given.isascii() and given.isdigit() and len(given) <= 20 else 0
     batches = sessions.follow_batches(session_id, after if after is not None else min(resume, MAX_INDEX))
     allowed = webui.still_let_in(request, settings.api_token)
 

@@ -188,13 +188,30 @@ def authenticate(request: Request, token: SecretStr | None) -> None:
         raise _cross_origin(request)
 
 
+RECHECK_S = 1.0
+"""How often a long response authenticated by cookie asks the store again whether it was signed out."""
+
+
 def still_let_in(request: Request, token: SecretStr | None) -> Callable[[], bool]:
     """For a long response (an event stream) that ``authenticate`` let through: whether its request would
     still be. The bearer token, or none in loopback mode, always is; a sign-in cookie can be signed out, on
-    any controller, or expire meanwhile."""
+    any controller, or expire meanwhile. The store is asked at most every ``RECHECK_S`` (a viewer's stream
+    writes up to fifty times a second); a store that cannot answer counts as a no, and a no is final."""
     if token is None or _bearer_matches(request, token):
         return lambda: True
-    return lambda: signed_in(request, token)
+    checked_at, allowed = time.monotonic(), True
+
+    def check() -> bool:
+        nonlocal checked_at, allowed
+        if allowed and time.monotonic() - checked_at >= RECHECK_S:
+            checked_at = time.monotonic()
+            try:
+                allowed = signed_in(request, token)
+            except Exception:  # noqa: BLE001 - the database gone mid-stream: end it cleanly, refuse rather than guess
+                allowed = False
+        return allowed
+
+    return check
 
 
 def _bearer_matches(request: Request, token: SecretStr) -> bool:

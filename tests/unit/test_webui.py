@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
@@ -216,3 +217,22 @@ def test_a_stream_opened_with_a_cookie_ends_once_it_is_signed_out(tmp_path: Path
             whole = api.get(f"/v1/sessions/{sid}/events", headers=bearer).text
     assert "after the sign-out" in whole, "the bearer token's stream had it"
     assert not any("after the sign-out" in line for line in rest), rest
+
+
+def test_a_long_response_asks_the_store_at_most_every_second_and_a_store_gone_ends_it(client: TestClient) -> None:
+    key = _sign_in(client)
+    cookie = f"{webui.COOKIE}={client.cookies[webui.COOKIE]}"
+    app = client.app
+    scope = {"type": "http", "method": "GET", "path": "/v1/sessions/x/events", "query_string": b"", "app": app,
+             "headers": [(b"cookie", cookie.encode()), (b"x-cubicle-key", key.encode())]}  # fmt: skip
+    check = webui.still_let_in(Request(scope), SecretStr(TOKEN))
+    assert check(), "just let in"
+    app.state.sessions.store.close()  # type: ignore[attr-defined]  # the database goes away mid-stream
+    assert check(), "within a second of the last look the store is not asked again"
+    time.sleep(webui.RECHECK_S + 0.05)
+    assert not check(), "a store that cannot answer counts as a sign-out"
+
+
+def test_a_last_event_id_too_long_for_a_number_is_ignored_not_a_crash(client: TestClient) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Last-Event-ID": "9" * 5000}
+    assert client.get("/v1/sessions/s_nope/events", headers=headers).status_code == 404
