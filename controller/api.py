@@ -48,6 +48,7 @@ from .errors import (
     CubicleError,
     DatabaseUnavailableError,
     ForbiddenRepoError,
+    InvalidRequestError,
     ModelError,
     NotFoundError,
     RepoError,
@@ -81,6 +82,7 @@ STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (CapacityError, 429),
     (ForbiddenRepoError, 403),
     (RepoError, 400),
+    (InvalidRequestError, 422),  # a runtime the server does not allow, or a network it cannot give
     (ConfigError, 503),
     (ModelError, 502),
     (SandboxError, 503),

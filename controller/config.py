@@ -75,6 +75,11 @@ class Limits(BaseModel):
     network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
     )
+    runtime: str = Field(
+        "runc", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="The OCI runtime the sandbox runs under: runc, runsc (gVisor: a kernel of its own between the "
+        "agent and the host's), or another the engine knows; a request may name only those in allowed_runtimes.",
+    )  # fmt: skip
     command_timeout_s: int = Field(
         120, ge=1, le=86400, description="Longest a run_command may take; longer requests are capped."
     )
@@ -97,11 +102,17 @@ class Limits(BaseModel):
     event_output_chars: int = Field(1 << 20, ge=1024, le=16 << 20, description="Largest tool output an event carries.")
 
     def clamp(self, ceiling: Limits) -> Limits:
-        """Each numeric field lowered to ``ceiling``'s; the network policy to the ceiling's (``NetworkPolicy.clamp``)."""
+        """Each numeric field lowered to ``ceiling``'s; the network policy to the ceiling's (``NetworkPolicy.clamp``).
+
+        The runtime is not ordered: it is kept, and checked against the server's ``allowed_runtimes`` (``runtimes``).
+        """
         values: dict[str, Any] = {}
         for name in type(self).model_fields:
             value, top = getattr(self, name), getattr(ceiling, name)
-            values[name] = value.clamp(top) if isinstance(value, NetworkPolicy) else min(value, top)
+            if isinstance(value, NetworkPolicy):
+                values[name] = value.clamp(top)
+            else:
+                values[name] = value if isinstance(value, str) else min(value, top)
         return Limits(**values)
 
 
@@ -129,6 +140,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Images a request may name (--image, the API's environment.image), besides the default image; "
         "without them only environments the repository defines itself. JSON list or comma-separated.",
+    )
+    allowed_runtimes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["runc", "runsc"],
+        description="OCI runtimes a session may run under (limits.runtime); one the engine lacks is an error that "
+        "says how to install it. A request must not pick a weaker runtime the engine happens to have. JSON list or "
+        "comma-separated.",
     )
     setup_network: NetworkPolicy = Field(
         default_factory=lambda: NetworkPolicy(level="allow", hosts=package_hosts()),
@@ -260,7 +277,7 @@ class Settings(BaseSettings):
         """What no repository may be, contain or lie in: the engine's socket (if a file) and the data directory."""
         return [path for path in (self.docker_socket, self.data_dir) if path is not None]
 
-    @field_validator("allowed_images", mode="before")
+    @field_validator("allowed_images", "allowed_runtimes", mode="before")
     @classmethod
     def _split_images(cls, value: Any) -> Any:
         return cls._split_roots(value)

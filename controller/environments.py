@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from . import egress, owners, setups
+from . import egress, owners, runtimes, setups
 from .config import Limits, Settings
 from .egress import Egress, Route
 from .environment import Environment, EnvironmentRequest, load, setup_inputs_hash
@@ -217,8 +217,8 @@ class Preparation:
         async with self.owner.route(client, network, self.session_id) as route:
             run = SetupRun(
                 layer=self.layer, image=image, command=command, env=dict(environment.env), route=route,
-                limits=self.limits.model_copy(update={"network": network}), timeout_s=environment.setup_timeout_s,
-                instance=self.settings.instance, session_id=self.session_id,
+                limits=self.limits.model_copy(update={"network": network, "runtime": runtimes.SETUP}),
+                timeout_s=environment.setup_timeout_s, instance=self.settings.instance, session_id=self.session_id,
             )  # fmt: skip
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
 

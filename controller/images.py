@@ -36,7 +36,7 @@ class Context:
         return self.path if all((self.path / name).is_file() for name in self.needs) else None
 
 
-SANDBOX = Context("sandbox", CONTEXT, (DOCKERFILE, f"{TOOLBOX}/__main__.py"))
+SANDBOX = Context("sandbox", CONTEXT, (DOCKERFILE, f"{TOOLBOX}/__main__.py", "statx.c"))
 PROXY = Context("egress proxy", Path(__file__).resolve().parent / "proxy_image", (DOCKERFILE, "entrypoint.sh"))
 
 

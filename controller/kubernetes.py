@@ -318,6 +318,7 @@ OPTIONS: dict[str, Callable[[Any, _Draft], None]] = {
     "ipc_mode": _exactly("private", lambda d: d.spec.update(hostIPC=False)),
     "devices": _exactly([]),
     "log_config": _log,
+    "runtime": lambda value, draft: None,  # a Pod's runtime is its RuntimeClass (``pod``'s ``runtime``)
 }
 """One handler per Docker option of ``container_options`` and ``proxy_options``; any other option raises."""
 

@@ -25,7 +25,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig, Mount, Ulimit
 from pydantic import ValidationError
 
-from . import egress, images, owners, workspace
+from . import egress, images, owners, runtimes, workspace
 from .channel import ToolboxChannel
 from .config import DEFAULT_PROXY_IMAGE, Limits
 from .egress import Egress, Route
@@ -102,6 +102,10 @@ def container_options(
     route is its session's internal network, with the proxy's address in the environment, no
     resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
 
+    Under a runtime whose kernel is not the host's (``runtimes.guarded``) the container starts as root with
+    CAP_SETUID and CAP_SETGID alone, and the toolbox's guardian runs the toolbox as the owner and gives root up
+    before any request; under runsc commands also get the statx shim (``runtimes``).
+
     ``volumes`` are the image's ``VOLUME`` paths (``image_volumes``): each gets a sized tmpfs, as ``/tmp``
     has, so the engine makes no anonymous volume there, on the host's disk and outside the disk quota.
     Core dumps are off: a host whose ``core_pattern`` pipes them to a program would store them outside too.
@@ -123,6 +127,7 @@ def container_options(
         "stdin_open": True,
         "tty": False,
         "environment": {"HOME": HOME, **route.environment()},
+        "runtime": limits.runtime,
         "labels": labels,
         "hostname": "cubicle",
         "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
@@ -144,6 +149,14 @@ def container_options(
         "devices": [],
         "log_config": LogConfig(type=LogConfig.types.NONE),
     }
+    if runtimes.guarded(limits.runtime):  # the guardian starts the toolbox as the owner, then drops root
+        options.update(
+            user="0:0", cap_add=["SETUID", "SETGID"], entrypoint=[runtimes.GUARDED_INIT, "--"],
+            command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
+        )  # fmt: skip
+        options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
+    if limits.runtime == runtimes.GVISOR:
+        options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
     if route.proxy:
         # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
         # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import owners, repos
+from . import owners, repos, runtimes
 from .config import Limits, Settings
 from .context import ContextPolicy, Edit
 from .conversation import Conversation
@@ -277,6 +277,7 @@ class Sessions:
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
+        runtimes.check(limits, self.settings)
         async with self._admission():  # the check and the row it counts on, one start at a time
             return await self._admit(repo, task, model, limits, context, apply, prefix, resolved)
 

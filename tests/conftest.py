@@ -155,17 +155,30 @@ def make_repo(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-async def sandbox_factory(docker_client: Any, tmp_path: Path) -> AsyncIterator[Callable[..., DockerSandbox]]:
-    """Sandboxes as sessions get them: each over a fresh workspace layer of its repository."""
+def sandbox_runtime() -> str:
+    """The OCI runtime of the sandboxes ``sandbox_factory`` makes; the security and fault batteries run under each
+    of ``TEST_RUNTIMES`` (their conftest files parametrize this)."""
+    return "runc"
+
+
+@pytest.fixture
+async def sandbox_factory(
+    docker_client: Any, tmp_path: Path, sandbox_runtime: str
+) -> AsyncIterator[Callable[..., DockerSandbox]]:
+    """Sandboxes as sessions get them: each over a fresh workspace layer of its repository, under
+    ``sandbox_runtime`` unless the limits given name another runtime."""
     made: list[DockerSandbox] = []
 
     def factory(repo: Path, limits: Limits | None = None, **options: Any) -> DockerSandbox:
         session_id = "test-" + secrets.token_hex(4)
+        limits = limits or SANDBOX_LIMITS
+        if "runtime" not in limits.model_fields_set:
+            limits = limits.model_copy(update={"runtime": sandbox_runtime})
         box = DockerSandbox(
             lambda: docker_client,
             layer=workspace.create(tmp_path / "data", session_id, repo),
             session_id=session_id,
-            limits=limits or SANDBOX_LIMITS,
+            limits=limits,
             image=DEFAULT_IMAGE,
             instance=TEST_INSTANCE,
             **options,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from controller.config import Limits
 
 # The uid that owns a test repository (when the tests run as root) and so the one commands run as.
@@ -28,3 +30,14 @@ def owned_dir(path: Path) -> Path:
     if os.geteuid() == 0:
         os.chown(path, AGENT_UID, AGENT_UID)
     return path
+
+
+# The runtimes the security and fault batteries run under, each test once per runtime: runc, and gVisor's runsc,
+# which CI installs and registers (.ci/docker-up). CUBICLE_TEST_RUNTIMES=runc leaves runsc out on a machine without it.
+TEST_RUNTIMES = [name.strip() for name in os.environ.get("CUBICLE_TEST_RUNTIMES", "runc,runsc").split(",") if name.strip()]
+
+
+@pytest.fixture(params=TEST_RUNTIMES, name="sandbox_runtime")
+def each_runtime(request: pytest.FixtureRequest) -> str:
+    """``sandbox_runtime`` for a directory whose conftest imports this: each of its sandbox tests once per runtime."""
+    return str(request.param)

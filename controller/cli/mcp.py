@@ -33,6 +33,7 @@ from .run import (
     DiskOption,
     ImageOption,
     InodesOption,
+    RuntimeOption,
     MemoryOption,
     NetworkOption,
     RepoArgument,
@@ -145,12 +146,13 @@ def mcp(
     disk: DiskOption = None,
     inodes: InodesOption = None,
     network: NetworkOption = None,
+    runtime: RuntimeOption = None,
     image: ImageOption = None,
     setup: SetupOption = None,
 ) -> None:
     _check_run_args(repo, approve=False, json_events=False)
     settings = load_settings()
-    limits = _limits(settings, sandbox_flags(command_timeout, memory, cpus, disk, inodes, network))
+    limits = _limits(settings, sandbox_flags(command_timeout, memory, cpus, disk, inodes, network, runtime))
     request = environment_request(image, setup)
     signals: list[int] = []
     with _exit_codes(signals):

@@ -106,11 +106,21 @@ InodesOption = Annotated[int | None, typer.Option("--inodes", help="Files and di
 
 def sandbox_flags(
     command_timeout: int | None, memory: int | None, cpus: float | None, disk: int | None, inodes: int | None,
-    network: NetworkPolicy | None,
+    network: NetworkPolicy | None, runtime: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The sandbox's limits as `cubicle run` and `cubicle mcp` take them, by ``Limits`` field (None: not given)."""
     return {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
-            "inodes": inodes, "network": network}  # fmt: skip
+            "inodes": inodes, "network": network, "runtime": runtime}  # fmt: skip
+
+
+RuntimeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="The OCI runtime the sandbox runs under: runc (default), runsc (gVisor), or another the engine knows "
+        "and the server allows (`cubicle doctor` lists them).",
+    ),
+]
 
 
 NetworkOption = Annotated[
@@ -371,6 +381,7 @@ def run(
     disk: DiskOption = None,
     inodes: InodesOption = None,
     network: NetworkOption = None,
+    runtime: RuntimeOption = None,
     approve: Annotated[
         bool,
         typer.Option(
@@ -407,7 +418,7 @@ def run(
     ] = None,
 ) -> None:
     flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-             **sandbox_flags(command_timeout, memory, cpus, disk, inodes, network)}  # fmt: skip
+             **sandbox_flags(command_timeout, memory, cpus, disk, inodes, network, runtime)}  # fmt: skip
     if server is not None:
         local = {"--approve": approve, "--scenario": scenario is not None}
         given = [flag for flag, on in local.items() if on]

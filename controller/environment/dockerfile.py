@@ -29,6 +29,9 @@ TINI = "/opt/cubicle/bin/tini"
 PYTHON = "/opt/cubicle/bin/python3"
 PREPARE = "/opt/cubicle/bin/prepare.py"
 SANDBOX_TINI = "/usr/bin/tini-static"
+READABLE_TINI = "/opt/cubicle/bin/tini-readable"
+"""tini as runtimes that load the entrypoint themselves (gVisor) need it; see controller/runtimes.py."""
+STATX_SHIM = "/opt/cubicle/lib/statx.so"
 ENV_LINES = (
     "HOME=/home/agent",
     "USER=agent",
@@ -134,7 +137,7 @@ for top, dirs, files in os.walk("/opt/cubicle"):
         if not os.path.islink(path):
             os.chown(path, 0, 0)
             if path != "{TINI}":
-                os.chmod(path, 0o644)
+                os.chmod(path, 0o755 if path == "{READABLE_TINI}" else 0o644)
 if os.path.isdir("/etc/profile.d"):  # login shells (run_command) keep the image's PATH, not /etc/profile's
     with open("/etc/profile.d/cubicle.sh", "w") as profile:
         profile.write(
@@ -163,6 +166,8 @@ def toolbox_layer(base_id: str, sandbox_image: str, ca_image: str | None, labels
         f"FROM {base_id}",
         "USER 0",  # by number: an image may have no /etc/passwd (and a Dockerfile has no trailing comments)
         f"COPY --from={sandbox_image} {SANDBOX_TINI} {TINI}",
+        f"COPY --from={sandbox_image} {READABLE_TINI} {READABLE_TINI}",
+        f"COPY --from={sandbox_image} {STATX_SHIM} {STATX_SHIM}",
         *(ca_lines(ca_image) if ca_image else []),
         "COPY toolbox/ /opt/cubicle/toolbox/",
         f"COPY prepare.py {PREPARE}",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sandbox_defaults import each_runtime  # noqa: F401 - sandboxes here run under each runtime
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

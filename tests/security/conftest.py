@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controller.sandbox import DockerSandbox
-from tests.sandbox_defaults import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS, each_runtime  # noqa: F401 - sandboxes here run under each runtime
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -29,13 +29,15 @@ if not __package__:
     runpy.run_module(os.path.basename(_here), run_name="__main__", alter_sys=True)
     raise SystemExit
 
+import functools
 import json
 import signal
 import threading
 from collections.abc import Iterable
 
 from . import groups, jobs
-from .protocol import NO_THREADS, Toolbox
+from .pool import Pool
+from .protocol import LONG_OPS, NO_THREADS, Toolbox
 from .workspace import Workspace
 
 WORKSPACE = "/workspace"
@@ -64,7 +66,9 @@ def guard_self() -> dict[str, str]:
 
 
 def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
-    """Read requests until stdin ends, each answered on a thread of its own; a bad line gets an answer with id null."""
+    """Read requests until stdin ends, each answered on a thread: its own for the long ones, a kept one for the
+    rest (``pool``); a bad line gets an answer with id null."""
+    kept = Pool()
     for line in lines:
         if not line.strip():
             continue
@@ -80,7 +84,10 @@ def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
             continue
         job = jobs.register(request)
         try:
-            threading.Thread(target=toolbox.handle, args=(request, job), daemon=True).start()
+            if request.get("op") in LONG_OPS:
+                threading.Thread(target=toolbox.handle, args=(request, job), daemon=True).start()
+            else:
+                kept.submit(functools.partial(toolbox.handle, request, job))
         except RuntimeError:  # the pids limit is exhausted (a fork bomb): answer, don't die
             if job:
                 jobs.forget(job)
@@ -88,6 +95,10 @@ def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
 
 
 def main() -> None:
+    if os.getuid() == 0:  # a runtime that needs the guardian (see guardian): it starts the toolbox proper
+        from . import guardian
+
+        guardian.run(os.path.dirname(os.path.abspath(__file__)), WORKSPACE)
     command_env = guard_self()
     groups.arm()
     os.chdir(WORKSPACE)

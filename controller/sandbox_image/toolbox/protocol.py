@@ -21,6 +21,8 @@ from .search import search
 from .workspace import Workspace
 
 Operation = Callable[[JSON], JSON]
+LONG_OPS = frozenset({"run_command", "search"})
+"""Operations that may run for long (a command, a walk of a large tree): each gets a thread of its own."""
 
 NO_THREADS = (
     "The sandbox has no free processes (its pids limit is reached). Wait for running commands to end, or kill them."

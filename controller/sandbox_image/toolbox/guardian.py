@@ -1,0 +1,164 @@
+"""The guardian: the toolbox's front under runtimes that do not protect an undumpable process (gVisor).
+
+Under runc the toolbox runs as the repository's owner and makes itself undumpable, and the
+kernel then keeps every command, although it has the same uid, out of the toolbox's
+``/proc/<pid>/fd``: the controller's stdio stays the toolbox's own. gVisor's kernel (as of
+the Debian runsc) lets a process of the same uid open ``/proc/<pid>/fd/1`` of an undumpable
+one and write into the controller's stream. So under such a runtime the container starts
+as root with only CAP_SETUID and CAP_SETGID, and this module runs first:
+
+1. it starts the real toolbox (the worker) as the owner's uid and gid, with no
+   supplementary groups, on pipes of its own: the worker never holds the controller's stdio;
+2. it gives up root for a uid of its own (``guardian_uid``), losing every capability, so
+   no command can open its ``/proc`` entries or signal it;
+3. it relays: each request line from the controller goes to the worker; each line the
+   worker writes is checked before it goes to the controller.
+
+The worker runs as the agent's uid, so the agent can write into its pipes, as it can write
+any result it wants by writing files. What the guardian forwards is therefore only ever
+one well-formed JSON answer per request the controller sent and has not had answered:
+a line that does not parse, names no such request, or is too long is dropped. A worker
+that exits ends the guardian, and so the container (tini, pid 1, exits with it); its
+stderr is passed on escaped to printable ASCII and bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import IO
+
+MAX_ANSWER = 64 << 20
+"""The longest answer line passed on; the controller refuses longer ones too (controller/channel.py)."""
+MAX_STDERR = 64 << 10
+"""What of the worker's stderr is passed on, in all."""
+OWNER_VARIABLE = "CUBICLE_OWNER"
+"""``uid:gid`` of the repository's owner, set by the controller for containers that start as root."""
+NOBODY = 65534
+ANSWERS_AFTER_EXIT_S = 1.0
+"""How long answers still in the worker's pipe are passed on after it exits."""
+
+
+def owner(environ: dict[str, str]) -> tuple[int, int]:
+    """The owner ``uid:gid`` the controller named, taken out of ``environ``; neither may be root."""
+    text = environ.pop(OWNER_VARIABLE, "")
+    try:
+        uid, gid = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise SystemExit(f"toolbox: started as root without a valid {OWNER_VARIABLE} (uid:gid), not {text!r}") from None
+    if uid <= 0 or gid < 0:
+        raise SystemExit(f"toolbox: the commands' owner must not be root ({text})")
+    return uid, gid
+
+
+def guardian_uid(agent_uid: int) -> int:
+    """The uid the guardian keeps: nobody's, or the one below it when the agent is nobody."""
+    return NOBODY if agent_uid != NOBODY else NOBODY - 1
+
+
+class Relay:
+    """Requests the controller has sent and not had answered; answers the worker gives for them."""
+
+    def __init__(self, to_controller: IO[bytes], to_worker: IO[bytes]) -> None:
+        self._out = to_controller
+        self._worker = to_worker
+        self._pending: set[int] = set()
+        self._lock = threading.Lock()
+
+    def request(self, line: bytes) -> None:
+        """Note the id of a request, then pass it to the worker (the controller numbers its requests 1, 2, ...)."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        rid = message.get("id") if isinstance(message, dict) else None
+        if type(rid) is int:
+            with self._lock:
+                self._pending.add(rid)
+        self._worker.write(line)
+        self._worker.flush()
+
+    def answer(self, line: bytes) -> bool:
+        """Pass on one answer line from the worker if it answers a pending request; whether it went out."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict) or not isinstance(message.get("ok"), bool):
+            return False
+        rid = message.get("id")
+        with self._lock:
+            if type(rid) is not int or rid not in self._pending:
+                return False
+            self._pending.discard(rid)
+            body = {"id": rid, **{key: value for key, value in message.items() if key in ("ok", "result", "error")}}
+            out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
+            self._out.write(out)
+            self._out.flush()
+        return True
+
+
+def _relay_answers(worker_out: IO[bytes], relay: Relay) -> None:
+    while True:
+        line = worker_out.readline(MAX_ANSWER + 1)
+        if not line:
+            return
+        if len(line) > MAX_ANSWER:  # the rest of that line is skipped, and it is not passed on
+            while line and not line.endswith(b"\n"):
+                line = worker_out.readline(MAX_ANSWER)
+            continue
+        relay.answer(line)
+
+
+def _relay_stderr(worker_err: IO[bytes], out: IO[bytes]) -> None:
+    passed = 0
+    while chunk := os.read(worker_err.fileno(), 4096):
+        if passed >= MAX_STDERR:
+            continue
+        text = chunk.decode("utf-8", "replace")
+        clean = "".join(c if c == "\n" or " " <= c <= "~" else f"\\x{ord(c) & 0xFF:02x}" for c in text)
+        data = clean.encode()[: MAX_STDERR - passed]
+        passed += len(data)
+        out.write(data)
+        out.flush()
+
+
+def run(toolbox_dir: str, workspace: str) -> None:
+    """Start the worker as the owner, drop root, relay until the controller's stdin ends or the worker exits."""
+    environ = dict(os.environ)
+    uid, gid = owner(environ)
+    worker = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-u", toolbox_dir],
+        cwd=workspace, env=environ, user=uid, group=gid, extra_groups=[],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert worker.stdin and worker.stdout and worker.stderr
+    mine = guardian_uid(uid)
+    os.setgroups([])
+    os.setresgid(mine, mine, mine)
+    os.setresuid(mine, mine, mine)  # every capability is gone with root
+    relay = Relay(sys.stdout.buffer, worker.stdin)
+    threading.Thread(target=_relay_stderr, args=(worker.stderr, sys.stderr.buffer), daemon=True).start()
+    answers = threading.Thread(target=_relay_answers, args=(worker.stdout, relay), daemon=True)
+    answers.start()
+
+    def requests() -> None:
+        try:
+            for line in sys.stdin.buffer:
+                relay.request(line)
+        except OSError:  # the worker is gone: its exit ends the guardian below
+            pass
+        finally:
+            try:
+                worker.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    threading.Thread(target=requests, daemon=True).start()
+    code = worker.wait()
+    answers.join(ANSWERS_AFTER_EXIT_S)  # a command that opened the worker's stdout may hold it open
+    sys.stdout.flush()
+    os._exit(code if code >= 0 else 128 - code)
