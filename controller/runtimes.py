@@ -9,8 +9,8 @@ Two things differ by runtime:
 
 - Under ``runc`` and ``crun`` the host's kernel keeps every command out of the undumpable
   toolbox's ``/proc`` entries, so the container runs as the repository's owner throughout.
-  Under any other runtime the container starts as root with CAP_SETUID and CAP_SETGID
-  only, and the toolbox's guardian (``toolbox/guardian.py``) starts the toolbox as the
+  Under any other runtime the container starts as root with CAP_SETUID, CAP_SETGID and
+  CAP_SETPCAP only, and the toolbox's guardian (``toolbox/guardian.py``) starts the toolbox as the
   owner and gives up root before a request is read: gVisor lets a process open the
   ``/proc/<pid>/fd`` of an undumpable one of the same uid.
 - Under ``runsc`` the sandbox has no network but loopback (it is registered with
@@ -37,12 +37,18 @@ HOST_KERNEL = frozenset({"runc", "crun"})
 NETWORK_NONE_ONLY = frozenset({GVISOR})
 SETUP = RUNC
 """The runtime of an environment's setup container, whatever the session's: setup needs a network."""
+GUARDIAN_CAPABILITIES = ("SETUID", "SETGID", "SETPCAP")
+"""What a guarded container starts with: to empty the bounding set, start the toolbox as the owner, drop root."""
 OWNER_VARIABLE = "CUBICLE_OWNER"
 """``uid:gid`` the guardian runs the toolbox as (the sandbox image's ``toolbox/guardian.py`` reads it)."""
 TOOLBOX_COMMAND = ("/opt/cubicle/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox")
 """The toolbox's command in every Cubicle image (the sandbox image and each environment's)."""
 REGISTRATION = {GVISOR: {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}
-"""How ``runsc`` is registered with the engine (``runtimes`` in /etc/docker/daemon.json); .ci/docker-up does it."""
+"""How ``runsc`` is registered with the engine (``runtimes`` in /etc/docker/daemon.json; .ci/docker-up does it).
+
+ptrace: the KVM platform hung on the machines tried. ``--network=none``: without it runsc refuses to start a
+container of Docker's ``--network none``. Not ``--oci-seccomp``: this runsc turns the profile's ENOSYS for
+clone3 into EPERM, and glibc then cannot start a thread at all."""
 
 
 def guarded(runtime: str) -> bool:
@@ -72,10 +78,14 @@ def check(limits: Limits, settings: Settings) -> None:
         )
     if runtime in NETWORK_NONE_ONLY and limits.network.level != "none":
         raise InvalidRequestError(
-            f"Sessions under {runtime} have no network: the network {limits.network} needs the runc runtime.",
+            no_network(limits),
             hint="Use --network none (an environment's setup, which needs a network, runs under runc anyway), "
             "or --runtime runc.",
         )
+
+
+def no_network(limits: Limits) -> str:
+    return f"Sessions under {limits.runtime} have no network: the network {limits.network} needs the runc runtime."
 
 
 def engine_runtimes(client: Any) -> list[str]:

@@ -103,7 +103,7 @@ def container_options(
     resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
 
     Under a runtime whose kernel is not the host's (``runtimes.guarded``) the container starts as root with
-    CAP_SETUID and CAP_SETGID alone, and the toolbox's guardian runs the toolbox as the owner and gives root up
+    CAP_SETUID, CAP_SETGID and CAP_SETPCAP alone, and the toolbox's guardian runs the toolbox as the owner and gives root up
     before any request; under runsc commands also get the statx shim (``runtimes``).
 
     ``volumes`` are the image's ``VOLUME`` paths (``image_volumes``): each gets a sized tmpfs, as ``/tmp``
@@ -115,6 +115,8 @@ def container_options(
         route.proxy is None and route != egress.direct(limits.network)
     ):
         raise SandboxError(f"The sandbox's route ({route.network}) does not carry its policy ({limits.network}).")
+    if limits.runtime in runtimes.NETWORK_NONE_ONLY and limits.network.level != "none":
+        raise SandboxError(runtimes.no_network(limits))
     uid, gid = layer.info.uid, layer.info.gid
     if uid == 0:  # sessions refuse such checkouts (``workspaces.pin``); this holds for any caller
         raise SandboxError(f"The repository {layer.repo} is owned by root; a sandbox never runs as root.")
@@ -151,7 +153,7 @@ def container_options(
     }
     if runtimes.guarded(limits.runtime):  # the guardian starts the toolbox as the owner, then drops root
         options.update(
-            user="0:0", cap_add=["SETUID", "SETGID"], entrypoint=[runtimes.GUARDED_INIT, "--"],
+            user="0:0", cap_add=list(runtimes.GUARDIAN_CAPABILITIES), entrypoint=[runtimes.GUARDED_INIT, "--"],
             command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
         )  # fmt: skip
         options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"

@@ -34,7 +34,9 @@ def owned_dir(path: Path) -> Path:
 
 # The runtimes the security and fault batteries run under, each test once per runtime: runc, and gVisor's runsc,
 # which CI installs and registers (.ci/docker-up). CUBICLE_TEST_RUNTIMES=runc leaves runsc out on a machine without it.
-TEST_RUNTIMES = [name.strip() for name in os.environ.get("CUBICLE_TEST_RUNTIMES", "runc,runsc").split(",") if name.strip()]
+TEST_RUNTIMES = [
+    name.strip() for name in os.environ.get("CUBICLE_TEST_RUNTIMES", "runc,runsc").split(",") if name.strip()
+]
 
 
 @pytest.fixture(params=TEST_RUNTIMES, name="sandbox_runtime")

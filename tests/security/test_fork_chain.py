@@ -31,7 +31,11 @@ CHAIN = (
 async def test_a_fork_chain_does_not_outlive_its_command(box: DockerSandbox) -> None:
     plant = f'python3 -c \'import os; open("/workspace/.chain", "wb").write(bytes.fromhex("{CHAIN}"))\''
     await sh(box, f"{plant}; chmod 755 /workspace/.chain")
-    started = await sh(box, "/workspace/.chain & sleep 1; echo started")
+    # Under gVisor's ptrace platform a fork takes a millisecond or more: its first tick may take seconds.
+    started = await sh(
+        box,
+        "/workspace/.chain & for _ in $(seq 300); do [ -e /workspace/tick ] && break; sleep 0.1; done; echo started",
+    )
     assert started.stdout.text == "started\n"
     tick = box.layer.upper / "tick"  # the agent's writes land in its layer
     assert tick.exists(), "the chain ran while its command did"

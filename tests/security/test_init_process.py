@@ -7,9 +7,12 @@ sweep then left running. The image's init is an execute-only tini, which the ker
 
 from __future__ import annotations
 
+import posixpath
+
 from collections.abc import Callable
 from pathlib import Path
 
+from controller import runtimes
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import sh
 from tests.sandbox_defaults import SECURE_LIMITS
@@ -33,7 +36,8 @@ async def test_commands_cannot_reach_pid_1(
     """As the repository's uid; a root-owned repository is refused (test_privilege), so no command runs as uid 0."""
     box = sandbox_factory(make_repo(), SECURE_LIMITS)
     who = await sh(box, "id -u; cat /proc/1/comm")
-    assert who.stdout.text == "1000\ntini\n", who
+    init = posixpath.basename(runtimes.GUARDED_INIT) if runtimes.guarded(box.limits.runtime) else "tini"
+    assert who.stdout.text == f"1000\n{init}\n", who
     traced = await sh(box, f"python3 -c '{TRACE.format(pid=1)}'")
     assert traced.stdout.text == "-1 1\n", traced  # EPERM
     opened = await sh(box, f"python3 -c '{OPEN.format(pid=1)}'")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from controller import owners
+from controller import owners, runtimes
 from controller.errors import ForbiddenRepoError, SandboxError
 from controller.sandbox import DockerSandbox
 from controller.workspaces import pin
@@ -77,6 +77,8 @@ async def test_namespace_and_mount_tricks_fail(box: DockerSandbox, command: str)
 
 DEVICES = {"core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
            "urandom", "zero"}  # fmt: skip
+GVISOR_DEVICES = {"fuse", "net"}
+"""gVisor's /dev always has /dev/fuse and /dev/net/tun; both need a capability no process there holds (below)."""
 
 
 async def test_no_docker_socket_and_no_block_devices(box: DockerSandbox) -> None:
@@ -87,7 +89,26 @@ async def test_no_docker_socket_and_no_block_devices(box: DockerSandbox) -> None
     )
     found, devices = result.stdout.text.split("---\n")
     assert "docker" not in found and "/dev/" not in found
-    assert set(devices.split()) <= DEVICES
+    assert set(devices.split()) <= DEVICES | (GVISOR_DEVICES if box.limits.runtime == runtimes.GVISOR else set())
+    if box.limits.runtime == runtimes.GVISOR:  # a FUSE mount or a tun interface needs CAP_SYS_ADMIN / CAP_NET_ADMIN
+        used = await sh(box, f"python3 -c '{USE_GVISOR_DEVICES}'")
+        assert used.stdout.text.split() == ["mount", "refused", "tun", "refused"], used
+
+
+USE_GVISOR_DEVICES = """
+import ctypes, fcntl, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/dev/fuse", os.O_RDWR)
+os.makedirs("/tmp/m", exist_ok=True)
+ok = libc.mount(b"x", b"/tmp/m", b"fuse", 0, b"fd=%d,rootmode=40000,user_id=0,group_id=0" % fd) == 0
+print("mount", "worked" if ok else "refused")
+tun = os.open("/dev/net/tun", os.O_RDWR)
+try:
+    fcntl.ioctl(tun, 0x400454CA, struct.pack("16sH", b"cub0", 0x0001))  # TUNSETIFF, IFF_TUN
+    print("tun worked")
+except OSError:
+    print("tun refused")
+"""
 
 
 async def test_host_environment_does_not_reach_the_sandbox(
@@ -105,14 +126,21 @@ async def test_host_environment_does_not_reach_the_sandbox(
 async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_client: Any) -> None:
     attrs = docker_client.api.inspect_container(box.container.id)
     host, limits = attrs["HostConfig"], box.limits
-    assert host["Privileged"] is False and host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert host["Privileged"] is False and host["CapDrop"] == ["ALL"]
     assert host["SecurityOpt"] == ["no-new-privileges:true"] and host["ReadonlyRootfs"] is True
     assert host["NetworkMode"] == "none" and not host["PortBindings"] and not host["Links"]
     assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UsernsMode"] == ""
     assert not host["Devices"] and not host["DeviceCgroupRules"] and not host["Binds"] and not host["VolumesFrom"]
     assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
     assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == limits.pids
-    assert not host.get("Init") and attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "--"]  # undumpable pid 1
+    if runtimes.guarded(limits.runtime):  # root with three capabilities, until the guardian drops them (guardian.py)
+        assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == set(runtimes.GUARDIAN_CAPABILITIES)
+        assert attrs["Config"]["Entrypoint"] == [runtimes.GUARDED_INIT, "--"] and attrs["Config"]["User"] == "0:0"
+        assert attrs["Config"]["Env"].count(f"{runtimes.OWNER_VARIABLE}={box.layer.info.uid}:{box.layer.info.gid}") == 1
+    else:
+        assert not host["CapAdd"] and attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "--"]  # undumpable pid 1
+        assert attrs["Config"]["User"] == f"{box.repo.stat().st_uid}:{box.repo.stat().st_gid}"
+    assert host["Runtime"] == limits.runtime and not host.get("Init")
     assert host["LogConfig"] == {"Type": "none", "Config": {}}
     assert host["AutoRemove"] is False and host["RestartPolicy"]["Name"] in ("", "no")
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
@@ -126,5 +154,4 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
     assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])
     labels = attrs["Config"]["Labels"]
     assert labels[owners.MANAGED] == "true" and labels[owners.SESSION] == box.session_id
-    assert attrs["Config"]["User"] == f"{box.repo.stat().st_uid}:{box.repo.stat().st_gid}"
     assert attrs["Config"]["WorkingDir"] == "/workspace"

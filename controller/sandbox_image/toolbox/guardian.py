@@ -5,13 +5,14 @@ kernel then keeps every command, although it has the same uid, out of the toolbo
 ``/proc/<pid>/fd``: the controller's stdio stays the toolbox's own. gVisor's kernel (as of
 the Debian runsc) lets a process of the same uid open ``/proc/<pid>/fd/1`` of an undumpable
 one and write into the controller's stream. So under such a runtime the container starts
-as root with only CAP_SETUID and CAP_SETGID, and this module runs first:
+as root with only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and this module runs first:
 
-1. it starts the real toolbox (the worker) as the owner's uid and gid, with no
+1. it empties the bounding set (CAP_SETPCAP's one use), so no process started after can ever hold a capability;
+2. it starts the real toolbox (the worker) as the owner's uid and gid, with no
    supplementary groups, on pipes of its own: the worker never holds the controller's stdio;
-2. it gives up root for a uid of its own (``guardian_uid``), losing every capability, so
+3. it gives up root for a uid of its own (``guardian_uid``), losing every capability, so
    no command can open its ``/proc`` entries or signal it;
-3. it relays: each request line from the controller goes to the worker; each line the
+4. it relays: each request line from the controller goes to the worker; each line the
    worker writes is checked before it goes to the controller.
 
 The worker runs as the agent's uid, so the agent can write into its pipes, as it can write
@@ -31,6 +32,8 @@ import sys
 import threading
 from typing import IO
 
+from .writes import write_all
+
 MAX_ANSWER = 64 << 20
 """The longest answer line passed on; the controller refuses longer ones too (controller/channel.py)."""
 MAX_STDERR = 64 << 10
@@ -38,6 +41,7 @@ MAX_STDERR = 64 << 10
 OWNER_VARIABLE = "CUBICLE_OWNER"
 """``uid:gid`` of the repository's owner, set by the controller for containers that start as root."""
 NOBODY = 65534
+PR_CAPBSET_READ, PR_CAPBSET_DROP = 23, 24
 ANSWERS_AFTER_EXIT_S = 1.0
 """How long answers still in the worker's pipe are passed on after it exits."""
 
@@ -78,8 +82,7 @@ class Relay:
         if type(rid) is int:
             with self._lock:
                 self._pending.add(rid)
-        self._worker.write(line)
-        self._worker.flush()
+        write_all(self._worker, line)
 
     def answer(self, line: bytes) -> bool:
         """Pass on one answer line from the worker if it answers a pending request; whether it went out."""
@@ -95,9 +98,10 @@ class Relay:
                 return False
             self._pending.discard(rid)
             body = {"id": rid, **{key: value for key, value in message.items() if key in ("ok", "result", "error")}}
-            out = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
-            self._out.write(out)
-            self._out.flush()
+            write_all(
+                self._out,
+                json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n",
+            )
         return True
 
 
@@ -122,14 +126,28 @@ def _relay_stderr(worker_err: IO[bytes], out: IO[bytes]) -> None:
         clean = "".join(c if c == "\n" or " " <= c <= "~" else f"\\x{ord(c) & 0xFF:02x}" for c in text)
         data = clean.encode()[: MAX_STDERR - passed]
         passed += len(data)
-        out.write(data)
-        out.flush()
+        write_all(out, data)
+
+
+def empty_bounding_set() -> None:
+    """Take every capability out of the bounding set (this needs CAP_SETPCAP), so that no process started from
+    here on can ever hold one; the guardian keeps SETUID and SETGID in its effective set until it drops root."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    cap = 0
+    while libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:  # -1 (EINVAL) past the kernel's last capability
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise SystemExit(f"toolbox: cannot drop capability {cap} from the bounding set: "
+                             f"{os.strerror(ctypes.get_errno())}")  # fmt: skip
+        cap += 1
 
 
 def run(toolbox_dir: str, workspace: str) -> None:
     """Start the worker as the owner, drop root, relay until the controller's stdin ends or the worker exits."""
     environ = dict(os.environ)
     uid, gid = owner(environ)
+    empty_bounding_set()
     worker = subprocess.Popen(
         [sys.executable, "-I", "-S", "-u", toolbox_dir],
         cwd=workspace, env=environ, user=uid, group=gid, extra_groups=[],

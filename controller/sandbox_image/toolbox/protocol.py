@@ -19,6 +19,7 @@ from .errors import JSON, ToolError
 from .files import list_files, read_file, write_file
 from .search import search
 from .workspace import Workspace
+from .writes import write_all
 
 Operation = Callable[[JSON], JSON]
 LONG_OPS = frozenset({"run_command", "search"})
@@ -56,8 +57,7 @@ class Toolbox:
         """Write one response line whole: requests answer from many threads, and a line must never interleave."""
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n"
         with self._out_lock:
-            self.output.write(line)
-            self.output.flush()
+            write_all(self.output, line)
 
     def handle(self, request: JSON, job: jobs.Job | None = None) -> None:
         """Answer one request, on its own thread: every request gets exactly one answer, even on a bug."""
