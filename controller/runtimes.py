@@ -26,8 +26,7 @@ import json
 from typing import Any
 
 from .config import Limits, Settings
-from .environment.dockerfile import READABLE_TINI as GUARDED_INIT
-from .environment.dockerfile import STATX_SHIM
+from .environment import dockerfile
 from .errors import InvalidRequestError, SandboxError
 
 RUNC = "runc"
@@ -39,6 +38,9 @@ SETUP = RUNC
 """The runtime of an environment's setup container, whatever the session's: setup needs a network."""
 GUARDIAN_CAPABILITIES = ("SETUID", "SETGID", "SETPCAP")
 """What a guarded container starts with: to empty the bounding set, start the toolbox as the owner, drop root."""
+GUARDED_INIT = dockerfile.READABLE_TINI
+"""tini, readable: a runtime that loads the entrypoint itself (gVisor) cannot run the execute-only copy."""
+STATX_SHIM = dockerfile.STATX_SHIM
 OWNER_VARIABLE = "CUBICLE_OWNER"
 """``uid:gid`` the guardian runs the toolbox as (the sandbox image's ``toolbox/guardian.py`` reads it)."""
 TOOLBOX_COMMAND = ("/opt/cubicle/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox")
@@ -99,6 +101,6 @@ def engine_runtimes(client: Any) -> list[str]:
 def unknown_runtime(err: Exception, runtime: str) -> SandboxError | None:
     """The clear error for an engine's refusal to create a container under a runtime it lacks, else None."""
     text = str(err).lower()
-    if "unknown runtime" not in text and "runtime" not in text or runtime.lower() not in text:
+    if ("unknown runtime" not in text and "runtime" not in text) or runtime.lower() not in text:
         return None
     return SandboxError(f"The Docker engine has no runtime {runtime!r}.", hint=install_hint(runtime))

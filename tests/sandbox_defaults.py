@@ -43,3 +43,17 @@ TEST_RUNTIMES = [
 def each_runtime(request: pytest.FixtureRequest) -> str:
     """``sandbox_runtime`` for a directory whose conftest imports this: each of its sandbox tests once per runtime."""
     return str(request.param)
+
+
+def drop_other_runtimes(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the runtimes a test's ``runtimes`` mark does not name (``@pytest.mark.runtimes("runc")``): egress
+    needs a network, which sandboxes under runsc do not have (tests/security/test_network.py checks the refusal)."""
+    kept, dropped = [], []
+    for item in items:
+        mark = item.get_closest_marker("runtimes")
+        callspec = getattr(item, "callspec", None)
+        runtime = callspec.params.get("sandbox_runtime") if callspec else None
+        (dropped if mark and runtime is not None and runtime not in mark.args else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

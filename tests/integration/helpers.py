@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from docker.errors import APIError, NotFound
 
-from controller import owners, protocol
+from controller import owners, protocol, runtimes
 from controller.protocol import CommandResult, Failure, Outcome, Strict
 from controller.sandbox import DockerSandbox
 
@@ -59,17 +59,21 @@ def containers_of(client: Any, session_id: str) -> list[Any]:
 
 
 def container_running(client: Any, needle: str) -> Any:
-    """The Cubicle sandbox whose processes include ``needle``, or None.
+    """The Cubicle sandbox whose processes include ``needle`` (a command line), or None.
 
     Other tests' containers come and go meanwhile: one that stops between the listing and
     ``top`` (409, or 404 once removed) simply is not the one.
     """
     for container in client.containers.list(sparse=True, filters={"label": "org.cubicle.managed=true"}):
         try:
-            processes = container.top()["Processes"] or []
+            processes = [" ".join(p) for p in container.top()["Processes"] or []]
+            if client.api.inspect_container(container.id)["HostConfig"]["Runtime"] == runtimes.GVISOR:
+                # gVisor's `top` shows command names only, no arguments: ask inside
+                listed = container.exec_run(["ps", "-eo", "args"], user="0:0")
+                processes = listed.output.decode(errors="replace").splitlines()
         except (APIError, NotFound):
             continue
-        if any(needle in " ".join(p) for p in processes):
+        if any(needle in line for line in processes):
             return container
     return None
 

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from controller.sandbox import DockerSandbox
-from tests.sandbox_defaults import SECURE_LIMITS, each_runtime  # noqa: F401 - sandboxes here run under each runtime
+from tests.sandbox_defaults import SECURE_LIMITS, drop_other_runtimes, each_runtime  # noqa: F401 - sandboxes here run under each runtime
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/security" in str(item.path) and "test_api_input" not in str(item.path):
             item.add_marker(pytest.mark.integration)
+    drop_other_runtimes(config, items)
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,8 @@ from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, listening, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 
+pytestmark = pytest.mark.runtimes("runc")  # allow needs a network: under runsc it is refused (test_network.py)
+
 PROBE = r"""
 import concurrent.futures, json, os, socket, struct, sys, time, urllib.error, urllib.parse, urllib.request
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from controller import runtimes
 from controller.config import Limits
 from controller.errors import SandboxError
 from controller.network import OPEN
-from controller import runtimes
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import listening, sh
 

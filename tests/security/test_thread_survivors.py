@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from controller.protocol import CommandResult
 from controller import runtimes
+from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, expect, sh
 

@@ -25,6 +25,7 @@ stderr is passed on escaped to printable ASCII and bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -164,16 +165,11 @@ def run(toolbox_dir: str, workspace: str) -> None:
     answers.start()
 
     def requests() -> None:
-        try:
+        with contextlib.suppress(OSError):  # the worker is gone: its exit ends the guardian below
             for line in sys.stdin.buffer:
                 relay.request(line)
-        except OSError:  # the worker is gone: its exit ends the guardian below
-            pass
-        finally:
-            try:
-                worker.stdin.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
+        with contextlib.suppress(OSError):
+            worker.stdin.close()  # type: ignore[union-attr]
 
     threading.Thread(target=requests, daemon=True).start()
     code = worker.wait()
