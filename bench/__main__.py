@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, disk, egress, environment, flood, mcp, page, rows, stores, viewer, workspace
+from bench import context, disk, egress, environment, flood, mcp, page, rows, runtime, stores, viewer, workspace
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -65,6 +65,9 @@ async def run(args: argparse.Namespace) -> Report:
             await section("stores", stores.table(report, client, args.image, root, args.quick))
             await section("viewer page", asyncio.to_thread(page.table, report, args.quick))
             await section("context", context.table(report))
+            if args.runtime:
+                names = tuple(dict.fromkeys(["runc", *args.runtime]))
+                await section("runtimes", runtime.table(report, client, args.image, root, args.quick, names))
         finally:
             owners.sweep(client, rows.INSTANCE, everything=False)
             for container in client.containers.list(all=True, filters={"label": f"{owners.MANAGED}=bench"}):
@@ -81,6 +84,10 @@ def main() -> int:
         "--full", action="store_true", help="also N=50 and N=100 sessions and 50 docker-exec containers"
     )
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
+    parser.add_argument(
+        "--runtime", action="append", default=[], metavar="NAME",
+        help="also measure the sandbox under this OCI runtime (e.g. runsc), beside runc in the same run",
+    )  # fmt: skip
     args = parser.parse_args()
     try:
         report = asyncio.run(run(args))

@@ -8,9 +8,10 @@ import time
 from typing import Annotated, Any
 
 import typer
+from docker.errors import ImageNotFound
 from rich.text import Text
 
-from .. import config, disks, engine, images, owners, scripted, terminal
+from .. import config, disks, engine, images, owners, runtimes, scripted, terminal
 from ..config import Settings
 from ..context import Edit
 from ..display import plural
@@ -53,6 +54,35 @@ def image_build(
             err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
+
+
+@app.command()
+def doctor() -> None:
+    """What this machine gives Cubicle: the engine, its OCI runtimes (and which sessions may use), the images."""
+    settings = load_settings()
+    try:
+        client = engine.connect(settings.docker_host)
+        version = client.version().get("Version", "?")
+        known = runtimes.engine_runtimes(client)
+    except CubicleError as err:
+        raise fail(err, EXIT_INFRA) from None
+    err_console.print(f"Docker engine {version} at {settings.docker_host}")
+    for name in known:
+        allowed = "allowed" if name in settings.allowed_runtimes else "not in CUBICLE_ALLOWED_RUNTIMES"
+        err_console.print(f"  runtime {name}: {allowed}" + (" (default)" if name == settings.limits.runtime else ""))
+    for name in settings.allowed_runtimes:
+        if name not in known:
+            err_console.print(
+                Text.assemble(
+                    f"  runtime {name}: allowed, but the engine lacks it. ", (runtimes.install_hint(name), "yellow")
+                )
+            )
+    for tag in (settings.image, settings.proxy_image):
+        try:
+            client.images.get(tag)
+            err_console.print(f"  image {tag}: present")
+        except ImageNotFound:
+            err_console.print(f"  image {tag}: missing (`{images.BUILD_COMMAND}` builds it)")
 
 
 def duration_s(text: str) -> float:

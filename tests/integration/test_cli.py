@@ -352,3 +352,21 @@ def test_no_run_starts_below_the_free_space_floor(tmp_path: Path, make_repo: Cal
     assert "No new session: the filesystem of the data directory" in message
     assert "`cubicle gc --older-than 7d` removes old ended sessions" in message
     assert not (tmp_path / "data" / "workspaces").exists() or not any((tmp_path / "data" / "workspaces").iterdir())
+
+
+def test_a_run_under_gvisor_and_the_runtimes_it_refuses(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    """`--runtime runsc` runs the same session under gVisor; a runtime the server does not allow, or a network
+    runsc cannot give, is a usage error before anything starts."""
+    repo = make_repo()
+    scenario = scenario_file(tmp_path, SCENARIO)
+    done = cubicle("run", str(repo), "read the readme", "--json", "--scenario", scenario, "--runtime", "runsc")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["is_error"] is False and "# demo" in result["output"] and events[-1]["reason"] == "end_turn"
+    refused = _usage_error(cubicle("run", str(repo), "x", "--scenario", scenario, "--runtime", "kata"))
+    assert "The runtime 'kata' is not allowed on this server; allowed: runc, runsc." in refused
+    offline = _usage_error(
+        cubicle("run", str(repo), "x", "--scenario", scenario, "--runtime", "runsc", "--network", "open")
+    )
+    assert "Sessions under runsc have no network" in offline and "--network none" in offline

@@ -95,10 +95,10 @@ def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
 
 
 def main() -> None:
-    if os.getuid() == 0:  # a runtime that needs the guardian (see guardian): it starts the toolbox proper
+    if os.getuid() == 0:  # a runtime that needs the guardian (see guardian): only its worker child returns here
         from . import guardian
 
-        guardian.run(os.path.dirname(os.path.abspath(__file__)), WORKSPACE)
+        guardian.split(WORKSPACE)
     command_env = guard_self()
     groups.arm()
     os.chdir(WORKSPACE)

@@ -8,7 +8,7 @@ one and write into the controller's stream. So under such a runtime the containe
 as root with only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and this module runs first:
 
 1. it empties the bounding set (CAP_SETPCAP's one use), so no process started after can ever hold a capability;
-2. it starts the real toolbox (the worker) as the owner's uid and gid, with no
+2. it forks the toolbox proper (the worker), which becomes the owner's uid and gid, with no
    supplementary groups, on pipes of its own: the worker never holds the controller's stdio;
 3. it gives up root for a uid of its own (``guardian_uid``), losing every capability, so
    no command can open its ``/proc`` entries or signal it;
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import threading
 from typing import IO
@@ -144,24 +143,51 @@ def empty_bounding_set() -> None:
         cap += 1
 
 
-def run(toolbox_dir: str, workspace: str) -> None:
-    """Start the worker as the owner, drop root, relay until the controller's stdin ends or the worker exits."""
+def split(workspace: str) -> None:
+    """Fork: return in the child as the worker (the owner's uid, its stdio the pipes to the guardian), so that the
+    caller goes on as the toolbox; never return in the parent, which drops root and relays until the end.
+
+    A fork and not a new interpreter: under gVisor's ptrace platform a second Python start (its imports, ctypes)
+    costs a third of a second more before the sandbox is ready. Nothing but this thread runs yet, so the fork is
+    safe; the pipes are made here, by root, so their ends are root's and no command can open them through /proc.
+    """
     environ = dict(os.environ)
     uid, gid = owner(environ)
     empty_bounding_set()
-    worker = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-u", toolbox_dir],
-        cwd=workspace, env=environ, user=uid, group=gid, extra_groups=[],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert worker.stdin and worker.stdout and worker.stderr
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for mine, fd in ((requests_r, 0), (answers_w, 1), (stderr_w, 2)):
+                os.dup2(mine, fd)
+            for fd in (requests_r, requests_w, answers_r, answers_w, stderr_r, stderr_w):
+                os.close(fd)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)  # every capability is gone with root
+            os.chdir(workspace)
+            os.environ.clear()
+            os.environ.update(environ)  # what the toolbox keeps for its commands
+        except BaseException as err:  # noqa: BLE001 - the child must never go on as root, nor return to the caller
+            os.write(2, f"toolbox: the worker could not start: {err}\n".encode())
+            os._exit(1)
+        return
+    for fd in (requests_r, answers_w, stderr_w):
+        os.close(fd)
+    _guard(pid, uid, os.fdopen(requests_w, "wb", buffering=0), os.fdopen(answers_r, "rb"), os.fdopen(stderr_r, "rb"))
+
+
+def _guard(pid: int, uid: int, to_worker: IO[bytes], from_worker: IO[bytes], worker_err: IO[bytes]) -> None:
+    """The parent's side of ``split``: give up root, relay, and exit with the worker's status."""
     mine = guardian_uid(uid)
     os.setgroups([])
     os.setresgid(mine, mine, mine)
     os.setresuid(mine, mine, mine)  # every capability is gone with root
-    relay = Relay(sys.stdout.buffer, worker.stdin)
-    threading.Thread(target=_relay_stderr, args=(worker.stderr, sys.stderr.buffer), daemon=True).start()
-    answers = threading.Thread(target=_relay_answers, args=(worker.stdout, relay), daemon=True)
+    relay = Relay(sys.stdout.buffer, to_worker)
+    threading.Thread(target=_relay_stderr, args=(worker_err, sys.stderr.buffer), daemon=True).start()
+    answers = threading.Thread(target=_relay_answers, args=(from_worker, relay), daemon=True)
     answers.start()
 
     def requests() -> None:
@@ -169,10 +195,10 @@ def run(toolbox_dir: str, workspace: str) -> None:
             for line in sys.stdin.buffer:
                 relay.request(line)
         with contextlib.suppress(OSError):
-            worker.stdin.close()  # type: ignore[union-attr]
+            to_worker.close()
 
     threading.Thread(target=requests, daemon=True).start()
-    code = worker.wait()
+    _, status = os.waitpid(pid, 0)
     answers.join(ANSWERS_AFTER_EXIT_S)  # a command that opened the worker's stdout may hold it open
     sys.stdout.flush()
-    os._exit(code if code >= 0 else 128 - code)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))

@@ -1,0 +1,143 @@
+"""Runtimes: which a session may use, what a guarded container is made with, and the guardian's relay."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from controller import owners, runtimes, workspace
+from controller.config import Limits, Settings
+from controller.errors import InvalidRequestError, SandboxError
+from controller.network import OPEN
+from controller.sandbox import container_options
+from controller.sandbox_image.toolbox import guardian
+from controller.sandbox_image.toolbox.pool import Pool
+from tests.sandbox_defaults import AGENT_UID, owned_dir
+
+
+def test_a_session_may_use_only_an_allowed_runtime_and_runsc_only_without_a_network() -> None:
+    settings = Settings(allowed_runtimes=["runc", "runsc"])
+    runtimes.check(Limits(runtime="runsc"), settings)
+    runtimes.check(Limits(network=OPEN), settings)
+    with pytest.raises(InvalidRequestError, match="'kata' is not allowed on this server; allowed: runc, runsc"):
+        runtimes.check(Limits(runtime="kata"), settings)
+    with pytest.raises(InvalidRequestError, match="no network: the network open needs the runc runtime"):
+        runtimes.check(Limits(runtime="runsc", network=OPEN), settings)
+    assert Settings(allowed_runtimes="runc").allowed_runtimes == ["runc"]  # type: ignore[arg-type]
+    assert Limits(runtime="runsc").clamp(Limits()).runtime == "runsc"  # not ordered: kept, checked as above
+    with pytest.raises(ValueError, match="runtime"):
+        Limits(runtime="run c; rm")
+
+
+@pytest.fixture
+def layer(tmp_path: Path) -> workspace.Layer:
+    return workspace.create(tmp_path / "data", "s_rt", owned_dir(tmp_path / "repo"))
+
+
+def test_a_guarded_container_starts_as_root_with_three_capabilities_and_names_its_owner(layer: workspace.Layer) -> None:
+    labels = owners.labels("unit", "s_rt")
+    plain = container_options("img", layer, Limits(), labels)
+    assert plain["runtime"] == "runc" and plain["user"] == f"{layer.info.uid}:{layer.info.gid}"
+    assert "cap_add" not in plain and "entrypoint" not in plain and runtimes.OWNER_VARIABLE not in plain["environment"]
+    guarded = container_options("img", layer, Limits(runtime="runsc"), labels)
+    assert guarded["runtime"] == "runsc" and guarded["user"] == "0:0" and guarded["cap_drop"] == ["ALL"]
+    assert guarded["cap_add"] == ["SETUID", "SETGID", "SETPCAP"]
+    assert guarded["entrypoint"] == [runtimes.GUARDED_INIT, "--"] and guarded["command"] == list(
+        runtimes.TOOLBOX_COMMAND
+    )
+    assert guarded["environment"][runtimes.OWNER_VARIABLE] == f"{layer.info.uid}:{layer.info.gid}"
+    assert guarded["environment"]["LD_PRELOAD"] == runtimes.STATX_SHIM
+    assert guarded["security_opt"] == ["no-new-privileges:true"] and guarded["read_only"] is True
+    with pytest.raises(SandboxError, match="no network"):
+        container_options("img", layer, Limits(runtime="runsc", network=OPEN), labels)
+
+
+def test_an_unknown_runtime_is_explained() -> None:
+    err = runtimes.unknown_runtime(
+        Exception('400 Client Error: Bad Request ("Unknown runtime specified runsc")'), "runsc"
+    )
+    assert err is not None and "no runtime 'runsc'" in str(err) and "apt-get install runsc" in str(err)
+    assert runtimes.unknown_runtime(Exception("no such image"), "runsc") is None
+
+
+def test_the_guardian_takes_its_owner_from_the_environment_and_never_root() -> None:
+    environ = {guardian.OWNER_VARIABLE: f"{AGENT_UID}:{AGENT_UID}", "HOME": "/home/agent"}
+    assert guardian.owner(environ) == (AGENT_UID, AGENT_UID) and environ == {"HOME": "/home/agent"}
+    for bad in ("", "0:1000", "x:y", "1000"):
+        with pytest.raises(SystemExit):
+            guardian.owner({guardian.OWNER_VARIABLE: bad})
+    assert guardian.guardian_uid(AGENT_UID) == 65534 and guardian.guardian_uid(65534) == 65533
+    assert guardian.OWNER_VARIABLE == runtimes.OWNER_VARIABLE  # one name on both sides of the wire
+
+
+def answered(relay: guardian.Relay, out: io.BytesIO, line: bytes) -> list[dict[str, object]]:
+    before = len(out.getvalue())
+    relay.answer(line)
+    return [json.loads(x) for x in out.getvalue()[before:].splitlines()]
+
+
+def test_the_relay_passes_on_one_well_formed_answer_per_pending_request() -> None:
+    out, worker = io.BytesIO(), io.BytesIO()
+    relay = guardian.Relay(out, worker)
+    relay.request(b'{"id":7,"op":"ping"}\n')
+    relay.request(b'{"id":8,"op":"read_file","args":{"path":"a"}}\n')
+    assert worker.getvalue() == b'{"id":7,"op":"ping"}\n{"id":8,"op":"read_file","args":{"path":"a"}}\n'
+    assert answered(relay, out, b'{"id":9,"ok":true,"result":{}}\n') == []  # never asked
+    assert answered(relay, out, b"not json\n") == []
+    assert answered(relay, out, b'[{"id":7}]\n') == []
+    assert answered(relay, out, b'{"id":true,"ok":true}\n') == []  # True == 1 in Python; not an id here
+    assert answered(relay, out, b'{"id":7,"ok":"yes"}\n') == []
+    forged = b'{"id":7,"ok":true,"result":{"pid":1},"extra":"\\n{\\"id\\":8}"}\n'
+    assert answered(relay, out, forged) == [{"id": 7, "ok": True, "result": {"pid": 1}}]  # only its own fields
+    assert answered(relay, out, b'{"id":7,"ok":true,"result":{}}\n') == []  # answered already
+    assert answered(relay, out, b'{"id":8,"ok":false,"error":{"kind":"x","message":"\\ud800"}}\n') == [
+        {"id": 8, "ok": False, "error": {"kind": "x", "message": "?"}}
+    ]
+    assert out.getvalue().count(b"\n") == 2 and all(line.startswith(b'{"id":') for line in out.getvalue().splitlines())
+
+
+def test_the_stderr_relay_passes_printable_text_only_and_a_bounded_amount() -> None:
+    import os
+
+    r, w = os.pipe()
+    data = b"Traceback\x1b[2J\x07 \xff\n" + b"x" * (guardian.MAX_STDERR + 100)
+    threading.Thread(target=lambda: (os.write(w, data), os.close(w)), daemon=True).start()
+    out = io.BytesIO()
+    with os.fdopen(r, "rb") as reader:
+        guardian._relay_stderr(reader, out)
+    text = out.getvalue()
+    assert text.startswith(b"Traceback\\x1b[2J\\x07 \\xfd\n") and len(text) == guardian.MAX_STDERR
+    assert all(32 <= b < 127 or b == 10 for b in text)
+
+
+def test_the_pool_keeps_its_threads_and_queues_past_them() -> None:
+    pool = Pool(kept=2)
+    seen: list[str] = []
+    release = threading.Event()
+    done = threading.Semaphore(0)
+
+    def work(wait: bool) -> None:
+        if wait:
+            release.wait(5)
+        seen.append(threading.current_thread().name)
+        done.release()
+
+    before = threading.active_count()
+    for _ in range(20):
+        pool.submit(lambda: work(False))
+        done.acquire(timeout=5)
+    assert threading.active_count() - before <= 2 and len(seen) == 20  # kept, not a thread each
+    pool.submit(lambda: work(True))
+    pool.submit(lambda: work(True))
+    pool.submit(lambda: work(False))  # both kept threads busy: it waits for one
+    time.sleep(0.1)
+    assert len(seen) == 20
+    release.set()
+    for _ in range(3):
+        assert done.acquire(timeout=5)
+    assert len(seen) == 23 and threading.active_count() - before <= 2
