@@ -69,6 +69,8 @@ NODE_LEVEL = {
     "NetworkPolicies cover both address families",
     "tmpfs": "emptyDir has no mount options: nosuid is moot under allowPrivilegeEscalation false, nodev under no "
     "capabilities (no CAP_MKNOD), noexec is dropped, mode and owner come from fsGroup",
+    "runtime": "the Pod's RuntimeClass (gvisor for runsc, on the nodes labelled for it), chosen by the Pod's own "
+    "runtime, not the Docker option",
 }
 """Docker options with no per-Pod field, and what replaces each (docs/kubernetes.md lists them too)."""
 

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
         "workspace",
         "environment",
         "disks",
+        "runtimes",
     },
     {"sandbox", "egress", "scripted", "compactor", "workspaces", "review", "api_models"},
     {"setups", "environments", "client", "kubernetes"},

@@ -106,15 +106,24 @@ class Relay:
 
 
 def _relay_answers(worker_out: IO[bytes], relay: Relay) -> None:
-    while True:
-        line = worker_out.readline(MAX_ANSWER + 1)
-        if not line:
-            return
-        if len(line) > MAX_ANSWER:  # the rest of that line is skipped, and it is not passed on
-            while line and not line.endswith(b"\n"):
-                line = worker_out.readline(MAX_ANSWER)
-            continue
-        relay.answer(line)
+    """Pass answers on until the worker's stdout ends; if this thread fails, the guardian ends (and the container
+    with it), so the controller sees the stream close at once rather than waiting out its deadlines."""
+    try:
+        while True:
+            line = worker_out.readline(MAX_ANSWER + 1)
+            if not line:
+                return
+            if len(line) > MAX_ANSWER:  # the rest of that line is skipped, and it is not passed on
+                while line and not line.endswith(b"\n"):
+                    line = worker_out.readline(MAX_ANSWER)
+                continue
+            try:
+                relay.answer(line)
+            except (RecursionError, ValueError):  # nested too deeply to decode or encode: not passed on
+                continue
+    except BaseException as err:  # noqa: BLE001 - the controller's stream broke, or a bug: end it all
+        os.write(2, f"toolbox: the guardian's relay stopped: {type(err).__name__}: {err}\n".encode("ascii", "replace"))
+        os._exit(1)
 
 
 def _relay_stderr(worker_err: IO[bytes], out: IO[bytes]) -> None:
