@@ -31,7 +31,7 @@ from tests.eventually import eventually
 from tests.integration.api_helpers import Api
 from tests.integration.cli_helpers import cubicle, environment, scripted_run, tree
 from tests.integration.helpers import container_running
-from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE
+from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE, TEST_RUNTIMES
 
 TOKEN = "quota-token"
 QUOTA_MB = 64
@@ -58,10 +58,11 @@ QUOTA_TURNS = [
 
 
 @pytest.fixture
-def api(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Api]:
+def api(tmp_path: Path, model_server: ScriptedServer, sandbox_runtime: str) -> Iterator[Api]:
+    limits = SANDBOX_LIMITS.model_copy(update={"runtime": sandbox_runtime})
     settings = Settings(
         api_key="test", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path],  # type: ignore[attr-defined]
-        data_dir=tmp_path / "data", instance=TEST_INSTANCE, limits=SANDBOX_LIMITS, sse_heartbeat_s=1,
+        data_dir=tmp_path / "data", instance=TEST_INSTANCE, limits=limits, sse_heartbeat_s=1,
     )  # fmt: skip
     with serve_in_thread(create_app(settings)) as url:
         client = Api(url, TOKEN)
@@ -95,6 +96,7 @@ def results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.solo  # it measures the host filesystem's free space, which the other workers' tests write to as well
+@pytest.mark.parametrize("sandbox_runtime", TEST_RUNTIMES)  # the quota holds under gVisor too
 def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_notices(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -244,8 +246,9 @@ def test_an_apply_never_writes_more_than_the_quota_whatever_hardlinks_or_holes_m
     assert cubicle("discard", session, env=env).returncode == 0
 
 
+@pytest.mark.parametrize("sandbox_runtime", TEST_RUNTIMES)  # an environment's image under gVisor too
 def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_nothing(
-    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
+    tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any, sandbox_runtime: str
 ) -> None:
     """A Dockerfile's VOLUME would be an anonymous volume on the host's disk, outside the quota, kept after the
     container: it is a tmpfs of the sandbox's tmpfs size instead, like /tmp."""
@@ -256,7 +259,8 @@ def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_not
     volumes_before = {v.name for v in docker_client.volumes.list()}
     fill = "df -k /data | tail -n 1; dd if=/dev/zero of=/data/big bs=1M count=300 2>&1 | tail -n 1; echo rc=$?"
     turns = [{"content": [tool("run_command", command=fill)]}, {"content": [text("done")]}]
-    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_LIMITS__TMPFS_MB": "64"}
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_LIMITS__TMPFS_MB": "64",
+           "CUBICLE_LIMITS__RUNTIME": sandbox_runtime}  # fmt: skip
     scenario = tmp_path / "volume.json"
     scenario.write_text(json.dumps({"name": "volume", "turns": turns}))
     done = cubicle(
@@ -264,7 +268,8 @@ def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_not
     )
     assert done.returncode == 0, done.stderr[-2000:]
     output = next(e for e in map(json.loads, done.stdout.splitlines()) if e["type"] == "tool_result")["output"]
-    assert "\ntmpfs " in output and "(67 MB, 64 MiB) copied" in output, output  # no more than the tmpfs
+    # a 64 MiB filesystem (gVisor's df names its tmpfs "none"), and no more than that is written
+    assert re.search(r"\n(tmpfs|none) +65536 ", output) and "(67 MB, 64 MiB) copied" in output, output
     session_id = json.loads(done.stdout.splitlines()[0])["session_id"]
     left = {v.name for v in docker_client.volumes.list()} - volumes_before
     others = {name for name in left if name.startswith("cubicle-ws-") and name != volume_name(session_id)}
