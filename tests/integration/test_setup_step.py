@@ -20,7 +20,7 @@ from bench.egress import Hosts, hosts
 from controller.config import DEFAULT_IMAGE
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import owned_by, scenario_file
-from tests.sandbox_defaults import TEST_INSTANCE
+from tests.sandbox_defaults import TEST_INSTANCE, TEST_RUNTIMES
 
 pytestmark = pytest.mark.integration
 INSTANCE = f"{TEST_INSTANCE}-setup"  # the test hosts are TEST_INSTANCE's: this run's containers are told apart
@@ -63,11 +63,13 @@ def _run(repo: Path, tmp_path: Path, env: dict[str, str] | None = None) -> tuple
     return done.returncode, _events(done.stdout), done.stderr
 
 
+@pytest.mark.parametrize("runtime", TEST_RUNTIMES)  # under runsc the setup still runs under runc: it needs a network
 def test_setup_reaches_its_allowed_host_and_the_agent_runs_offline_on_what_it_left(
-    make_repo: Callable[..., Path], tmp_path: Path, test_hosts: Hosts, proxy_image: str
+    make_repo: Callable[..., Path], tmp_path: Path, test_hosts: Hosts, proxy_image: str, runtime: str
 ) -> None:
     toml = f'setup = """{SETUP}"""\nsetup_network = "allow=allowed.test:8080"\n'
-    egress = {"CUBICLE_EGRESS_NETWORK": test_hosts.network, "CUBICLE_PROXY_IMAGE": proxy_image}
+    egress = {"CUBICLE_EGRESS_NETWORK": test_hosts.network, "CUBICLE_PROXY_IMAGE": proxy_image,
+              "CUBICLE_LIMITS__RUNTIME": runtime}  # fmt: skip
     code, events, stderr = _run(_repo(make_repo, toml), tmp_path, egress)
     assert code == 0, stderr[-2000:]
     setup = "".join(e["text"] for e in events if e["type"] == "setup_output")
