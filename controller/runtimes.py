@@ -50,7 +50,8 @@ REGISTRATION = {GVISOR: {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=p
 
 ptrace: the KVM platform hung on the machines tried. ``--network=none``: without it runsc refuses to start a
 container of Docker's ``--network none``. Not ``--oci-seccomp``: this runsc turns the profile's ENOSYS for
-clone3 into EPERM, and glibc then cannot start a thread at all."""
+clone3 into EPERM, and glibc then cannot start a thread at all; the guardian installs a filter of its own
+instead (the sandbox image's ``toolbox/seccomp.py``)."""
 
 
 def guarded(runtime: str) -> bool:

@@ -15,7 +15,6 @@ from controller.sandbox import DockerSandbox
 from controller.workspaces import pin
 from tests.integration.helpers import sh
 from tests.sandbox_defaults import SECURE_LIMITS
-from tests.security.probes import OPEN
 
 
 async def test_uid_and_capabilities(box: DockerSandbox) -> None:
@@ -26,11 +25,11 @@ async def test_uid_and_capabilities(box: DockerSandbox) -> None:
     assert lines[:2] == [str(box.repo.stat().st_uid), str(box.repo.stat().st_gid)]
     fields = dict(line.split(":\t") for line in lines[2:])
     if box.limits.runtime == runtimes.GVISOR:
-        # gVisor's status has no CapAmb or NoNewPrivs (prctl answers), and no seccomp filter: its own kernel takes
-        # every system call (the host's seccomp confines gVisor itself). Ambient needs permitted ones: none here.
+        # gVisor's status has no CapAmb or NoNewPrivs (prctl answers). Ambient needs permitted ones: none here.
+        # The seccomp filter is the toolbox's own (toolbox/seccomp.py): Docker's profile does not apply there.
         assert all(fields[k] == "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd"))
         no_new = await sh(box, "python3 -c 'import ctypes; print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'")
-        assert no_new.stdout.text == "1\n" and fields["Seccomp"] == "0"  # PR_GET_NO_NEW_PRIVS
+        assert no_new.stdout.text == "1\n" and fields["Seccomp"] == "2"  # PR_GET_NO_NEW_PRIVS
         return
     assert all(fields[k] == "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
     assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
@@ -80,25 +79,8 @@ async def test_a_home_made_setuid_binary_does_nothing(box: DockerSandbox) -> Non
     ],
 )
 async def test_namespace_and_mount_tricks_fail(box: DockerSandbox, command: str) -> None:
-    result = await sh(box, command)
-    if box.limits.runtime == runtimes.GVISOR and command in USER_NAMESPACE:
-        # gVisor's kernel makes a user namespace for anyone (runc's seccomp profile refuses it). What it gives there:
-        # nothing of pid 1's, the guardian's or the toolbox's, no mount namespace, no signal to them.
-        assert result.exit_code == 0, result
-        guardian = (await sh(box, "cut -d' ' -f4 /proc/$(pgrep -o -u 65534 python3)/stat")).stdout.text.strip()
-        inside = await sh(box, f"unshare -Ur python3 -c '{OPEN.format(pid=1)}'; unshare -Ur python3 -c "
-                               f"'{OPEN.format(pid=guardian)}'; unshare -Urm true; echo $?; unshare -Ur kill -9 1 2")  # fmt: skip
-        lines = inside.stdout.text.splitlines()
-        assert [line for line in lines if line.startswith(("fd/", "mem"))] == 2 * [
-            "fd/1 Permission denied", "fd/0 Permission denied", "mem Permission denied"
-        ] and lines[-1] != "0", inside  # fmt: skip
-        assert "not permitted" in inside.stderr.text and (await sh(box, "echo fine")).stdout.text == "fine\n"
-        assert box.restarts == 0
-        return
-    assert result.exit_code != 0
-
-
-USER_NAMESPACE = ("unshare -Ur id", "python3 -c 'import ctypes; assert ctypes.CDLL(None).unshare(0x10000000) == 0'")
+    """Under runsc too: there the toolbox's own seccomp filter refuses namespaces, as Docker's profile does."""
+    assert (await sh(box, command)).exit_code != 0
 
 
 DEVICES = {"core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",

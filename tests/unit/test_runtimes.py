@@ -15,7 +15,7 @@ from controller.config import Limits, Settings
 from controller.errors import InvalidRequestError, SandboxError
 from controller.network import OPEN
 from controller.sandbox import container_options
-from controller.sandbox_image.toolbox import guardian
+from controller.sandbox_image.toolbox import guardian, seccomp
 from controller.sandbox_image.toolbox.pool import Pool
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
@@ -141,3 +141,31 @@ def test_the_pool_keeps_its_threads_and_queues_past_them() -> None:
     for _ in range(3):
         assert done.acquire(timeout=5)
     assert len(seen) == 23 and threading.active_count() - before <= 2
+
+
+def run_filter(machine: str, arch: int, nr: int, arg0: int = 0) -> int:
+    """Evaluate the toolbox's seccomp program on one call, as the kernel would."""
+    instructions, pc, acc = seccomp.program(machine), 0, 0
+    fields = {seccomp.ARCH_AT: arch, seccomp.NR_AT: nr, seccomp.ARG0_AT: arg0}
+    while True:
+        code, jt, jf, k = instructions[pc]
+        if code == seccomp.RET:
+            return k
+        if code == seccomp.LD_ABS:
+            acc, pc = fields[k], pc + 1
+        else:
+            taken = acc == k if code == seccomp.JEQ else bool(acc & k)
+            pc += 1 + (jt if taken else jf)
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp.TABLES))
+def test_the_toolbox_seccomp_filter_refuses_namespaces_and_nothing_else(machine: str) -> None:
+    arch, unshare, setns, clone, clone3 = seccomp.TABLES[machine]
+    eperm, enosys = seccomp.RET_ERRNO | 1, seccomp.RET_ERRNO | 38
+    assert run_filter(machine, arch, unshare) == eperm and run_filter(machine, arch, setns) == eperm
+    assert run_filter(machine, arch, clone, 0x10000000) == eperm  # CLONE_NEWUSER
+    assert run_filter(machine, arch, clone, 0x3D0F00) == seccomp.RET_ALLOW  # a thread's flags
+    assert run_filter(machine, arch, clone, 0x01200011) == seccomp.RET_ALLOW  # fork's
+    assert run_filter(machine, arch, clone3) == enosys  # libc falls back to clone
+    assert run_filter(machine, arch, 0) == seccomp.RET_ALLOW and run_filter(machine, arch, 1) == seccomp.RET_ALLOW
+    assert run_filter(machine, 0x40000003, unshare) == enosys  # another architecture's table

@@ -7,8 +7,9 @@ line on stdout:
     {"id": 7, "ok": true, "result": {...}}
     {"id": 7, "ok": false, "error": {"kind": "not_found", "message": "..."}}
 
-Each request runs on its own thread, so several may be in flight and their
-answers may come back in any order; the id ties them together.
+Each request runs on a thread (its own for commands and searches, a kept one for
+the rest), so several may be in flight and their answers may come back in any
+order; the id ties them together.
 
 Stdlib only: the image must not need pip. Every path is resolved inside the
 container, so a symlink to "/" in the repository points at the container's
@@ -41,5 +42,9 @@ temporary directory.
     pump        reading a command's pipes until it ends
     processes   run_command: running a command to its end
     protocol    the op table, request dispatch and answers
+    pool        kept threads for the quick requests
+    writes      writing a whole answer, however many writes it takes
+    guardian    the front that holds the controller's stream under gVisor (runsc)
+    seccomp     the filter the guardian installs where the engine's profile does not apply
     __main__    startup: the self-guard and the request loop
 """

@@ -7,7 +7,8 @@ the Debian runsc) lets a process of the same uid open ``/proc/<pid>/fd/1`` of an
 one and write into the controller's stream. So under such a runtime the container starts
 as root with only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and this module runs first:
 
-1. it empties the bounding set (CAP_SETPCAP's one use), so no process started after can ever hold a capability;
+1. it empties the bounding set (CAP_SETPCAP's one use), so no process started after can ever hold a capability,
+   and installs the toolbox's seccomp filter (``seccomp``): no process after it can make a namespace;
 2. it forks the toolbox proper (the worker), which becomes the owner's uid and gid, with no
    supplementary groups, on pipes of its own: the worker never holds the controller's stdio;
 3. it gives up root for a uid of its own (``guardian_uid``), losing every capability, so
@@ -32,6 +33,7 @@ import sys
 import threading
 from typing import IO
 
+from . import seccomp
 from .writes import write_all
 
 MAX_ANSWER = 64 << 20
@@ -163,6 +165,7 @@ def split(workspace: str) -> None:
     environ = dict(os.environ)
     uid, gid = owner(environ)
     empty_bounding_set()
+    seccomp.install()  # no namespaces from here on, for the toolbox and every command (see seccomp)
     requests_r, requests_w = os.pipe()
     answers_r, answers_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
