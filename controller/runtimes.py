@@ -102,6 +102,6 @@ def engine_runtimes(client: Any) -> list[str]:
 def unknown_runtime(err: Exception, runtime: str) -> SandboxError | None:
     """The clear error for an engine's refusal to create a container under a runtime it lacks, else None."""
     text = str(err).lower()
-    if ("unknown runtime" not in text and "runtime" not in text) or runtime.lower() not in text:
+    if "unknown runtime" not in text or runtime.lower() not in text:
         return None
     return SandboxError(f"The Docker engine has no runtime {runtime!r}.", hint=install_hint(runtime))

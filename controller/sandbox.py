@@ -102,9 +102,9 @@ def container_options(
     route is its session's internal network, with the proxy's address in the environment, no
     resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
 
-    Under a runtime whose kernel is not the host's (``runtimes.guarded``) the container starts as root with
-    CAP_SETUID, CAP_SETGID and CAP_SETPCAP alone, and the toolbox's guardian runs the toolbox as the owner and gives root up
-    before any request; under runsc commands also get the statx shim (``runtimes``).
+    Under a runtime whose kernel is not the host's (``runtimes.guarded``) the container starts as root
+    with CAP_SETUID, CAP_SETGID and CAP_SETPCAP alone, and the toolbox's guardian runs the toolbox as
+    the owner and gives root up before any request; under runsc commands also get the statx shim.
 
     ``volumes`` are the image's ``VOLUME`` paths (``image_volumes``): each gets a sized tmpfs, as ``/tmp``
     has, so the engine makes no anonymous volume there, on the host's disk and outside the disk quota.
@@ -347,6 +347,9 @@ class DockerSandbox:
         except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
             detail = self._channel.stderr_tail.strip() if self._channel else ""
             await self._abandon()
+            missing = runtimes.unknown_runtime(err, self.limits.runtime) if isinstance(err, APIError) else None
+            if missing is not None:
+                raise missing from None
             raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
         except BaseException:
             await self._abandon()

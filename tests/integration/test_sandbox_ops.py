@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import owners
+from controller.errors import SandboxError
 from controller.protocol import CommandResult, EditResult, ListResult, ReadResult, SearchResult, WriteResult
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, expect, failure
+from tests.sandbox_defaults import SANDBOX_LIMITS
 
 # ----------------------------------------------------------------------------- list_files
 
@@ -192,3 +201,12 @@ async def test_concurrent_calls_share_one_channel(sandbox: DockerSandbox) -> Non
     assert all(isinstance(r, ReadResult) for r in fast)
     assert not slow.done()
     assert expect(await slow, CommandResult).stdout.text == "slow\n"
+
+
+async def test_a_runtime_the_engine_lacks_says_how_to_get_it(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox], docker_client: Any
+) -> None:
+    box = sandbox_factory(make_repo(), SANDBOX_LIMITS.model_copy(update={"runtime": "kata"}))
+    with pytest.raises(SandboxError, match=r"The Docker engine has no runtime 'kata'.*daemon\.json"):
+        await box.start()
+    assert docker_client.containers.list(all=True, filters={"label": f"{owners.SESSION}={box.session_id}"}) == []
