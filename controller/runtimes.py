@@ -45,8 +45,9 @@ OWNER_VARIABLE = "CUBICLE_OWNER"
 """``uid:gid`` the guardian runs the toolbox as (the sandbox image's ``toolbox/guardian.py`` reads it)."""
 TOOLBOX_COMMAND = ("/opt/cubicle/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox")
 """The toolbox's command in every Cubicle image (the sandbox image and each environment's)."""
-REGISTRATION = {GVISOR: {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}
-"""How ``runsc`` is registered with the engine (``runtimes`` in /etc/docker/daemon.json; .ci/docker-up does it).
+REGISTRATION = {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}
+"""How ``runsc`` is registered with the engine (``runtimes`` in /etc/docker/daemon.json). A literal: .ci/docker-up
+reads it from this file to register runsc, before any Python environment exists.
 
 ptrace: the KVM platform hung on the machines tried. ``--network=none``: without it runsc refuses to start a
 container of Docker's ``--network none``. Not ``--oci-seccomp``: this runsc turns the profile's ENOSYS for
