@@ -213,3 +213,20 @@ def test_429_over_the_concurrency_cap(
     over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": slow})
     assert over.status_code == 429 and "Retry" in over.json()["detail"]
     api.http.post(f"/v1/sessions/{first['id']}/cancel")
+
+
+def test_a_request_may_name_only_an_allowed_runtime_and_runsc_only_offline(
+    api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    api = api_factory(allowed_runtimes=["runc"])
+    repo, model = str(make_repo()), register(model_server, prefix="rt", turns=WORK)
+    refused = api.http.post(
+        "/v1/sessions", json={"repo": repo, "task": "x", "model": model, "limits": {"runtime": "runsc"}}
+    )
+    assert refused.status_code == 422, refused.text
+    assert "The runtime 'runsc' is not allowed on this server; allowed: runc." in refused.json()["detail"]
+    api = api_factory()
+    offline = {"runtime": "runsc", "network": "open"}
+    refused = api.http.post("/v1/sessions", json={"repo": repo, "task": "x", "model": model, "limits": offline})
+    assert refused.status_code == 422 and "Sessions under runsc have no network" in refused.json()["detail"]
+    assert api.http.get("/v1/sessions").json()["total"] == 0  # nothing was started
