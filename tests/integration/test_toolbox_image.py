@@ -62,7 +62,9 @@ def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
     assert tried and loaded, trace[-2000:]
     assert {d for d in tried if not STDLIB.match(d)} == {"/opt/cubicle", "/opt/cubicle/toolbox"}
     toolbox_code = {p for p in loaded if not STDLIB.match(p)}
-    assert toolbox_code == {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    # the guardian (and its seccomp filter) is imported only by a toolbox started as root (runtimes.guarded)
+    expected = {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources() if p.name not in GUARDED_ONLY}
+    assert toolbox_code == expected
     assert "import 'toolbox.protocol'" in trace and "import 'protocol'" not in trace
     assert markers(repo) == []
 
@@ -71,13 +73,23 @@ def test_the_toolbox_files_are_root_owned_and_read_only_to_the_agent(docker_clie
     script = (
         "import os, json; top = '/opt/cubicle'; paths = [top] + [os.path.join(d, n) for d, ds, fs in os.walk(top) "
         "for n in ds + fs]; print(json.dumps({p: [os.lstat(p).st_uid, os.lstat(p).st_mode & 0o7777, "
-        "os.access(p, os.W_OK)] for p in paths}))"
+        "os.access(p, os.W_OK), os.path.islink(p)] for p in paths}))"
     )
     listing = json.loads(run_in_image(docker_client, ["/usr/bin/python3", "-I", "-S", "-c", script]))
     expected = {"/opt/cubicle", "/opt/cubicle/toolbox"} | {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    expected |= set(GUARDED_FILES)  # what the runsc start needs: readable tini, the interpreter's path, the shim
     assert set(listing) == expected  # no __pycache__, nothing else that could be imported
-    for path, (uid, mode, writable) in listing.items():
-        assert uid == 0 and not mode & 0o022 and not writable, (path, uid, oct(mode), writable)
+    for path, (uid, mode, writable, link) in listing.items():
+        # a symlink's own mode is always 777; its target (/usr/bin/python3) is the root filesystem's
+        assert uid == 0 and (link or not mode & 0o022) and not writable, (path, uid, oct(mode), writable)
+    assert listing["/opt/cubicle/bin/tini-readable"][1] == 0o755  # runsc loads it itself: it must be readable
+
+
+GUARDED_ONLY = {"guardian.py", "seccomp.py"}
+GUARDED_FILES = (
+    "/opt/cubicle/bin", "/opt/cubicle/bin/python3", "/opt/cubicle/bin/tini-readable", "/opt/cubicle/lib",
+    "/opt/cubicle/lib/statx.so",
+)  # fmt: skip
 
 
 def _package_sources() -> list[Path]:
