@@ -64,13 +64,18 @@ class Workspace:
 
     def open_regular(self, full: str, flags: int) -> int:
         """Open without blocking on FIFOs and refuse anything that is not a regular file."""
+        return self.open_regular_sized(full, flags)[0]
+
+    def open_regular_sized(self, full: str, flags: int) -> tuple[int, int]:
+        """``open_regular``, and the file's size when it was opened."""
         try:
             fd = os.open(full, flags | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as err:
             raise self.os_error(err, full) from None
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if stat.S_ISREG(mode):  # O_NONBLOCK changes nothing for a regular file: it is left set (two calls fewer)
-            return fd
+            return fd, info.st_size
         os.close(fd)
         if stat.S_ISDIR(mode):
             raise ToolError("is_directory", f"{self.display(full)} is a directory, not a file. Use list_files on it.")
