@@ -2,8 +2,8 @@
 
 Starting a thread is a handful of system calls: nothing under runc (0.1 ms), but under gVisor's
 ptrace platform each system call stops the process twice, and a thread costs about a millisecond,
-more than the rest of a read_file. Requests that can run long (run_command, search) still get a
-thread each; the others run on kept threads. A new thread is started only when every kept one is
+more than the rest of a read_file. Requests that can run long (run_command, search) and cancel
+still get a thread each; the others run on kept threads. A new thread is started only when every kept one is
 busy (up to ``MAX_KEPT``; past that they queue), so a slow request never holds up a quick one
 for long, and the pool costs nothing until it is used.
 """

@@ -22,8 +22,9 @@ from .workspace import Workspace
 from .writes import write_all
 
 Operation = Callable[[JSON], JSON]
-LONG_OPS = frozenset({"run_command", "search"})
-"""Operations that may run for long (a command, a walk of a large tree): each gets a thread of its own."""
+LONG_OPS = frozenset({"run_command", "search", "cancel"})
+"""Operations that get a thread of their own: those that may run long (a command, a walk of a large tree), and
+cancel, which must never wait behind busy kept threads."""
 
 NO_THREADS = (
     "The sandbox has no free processes (its pids limit is reached). Wait for running commands to end, or kill them."
