@@ -370,3 +370,12 @@ def test_a_run_under_gvisor_and_the_runtimes_it_refuses(tmp_path: Path, make_rep
         cubicle("run", str(repo), "x", "--scenario", scenario, "--runtime", "runsc", "--network", "open")
     )
     assert "Sessions under runsc have no network" in offline and "--network none" in offline
+
+
+def test_doctor_lists_the_engines_runtimes_and_which_are_allowed() -> None:
+    done = cubicle("doctor", env={"CUBICLE_ALLOWED_RUNTIMES": "runc,kata"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "runtime runc: allowed (default)" in said and "runtime runsc: not in CUBICLE_ALLOWED_RUNTIMES" in said
+    assert "runtime kata: allowed, but the engine lacks it." in said and "/etc/docker/daemon.json" in said
+    assert "image cubicle-sandbox:latest: present" in said
