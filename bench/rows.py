@@ -74,21 +74,23 @@ class BindSandbox(DockerSandbox):
         return options
 
 
-def sandbox(client: Any, image: str, repo: Path, bind: bool = False) -> DockerSandbox:
+def sandbox(client: Any, image: str, repo: Path, bind: bool = False, runtime: str = "runc") -> DockerSandbox:
     """A sandbox on ``repo`` over a fresh workspace layer (kept under ``<repo>/../layers``), or on a bind mount."""
     session_id = "bench-" + secrets.token_hex(4)
     layer = workspace.create(repo.parent / "layers", session_id, repo)
     kind = BindSandbox if bind else DockerSandbox
-    return kind(lambda: client, layer=layer, session_id=session_id, limits=LIMITS, image=image, instance=INSTANCE)
+    limits = LIMITS.model_copy(update={"runtime": runtime})
+    return kind(lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE)
 
 
 LAYER_TOLERANCE = 1.2
 """Tool calls over the layer count as unchanged within 20 % of the bind mount's p50 (the noise of a shared machine)."""
 
 
-def bare_run(client: Any, image: str) -> Any:
-    """The baseline of a session's start: ``docker run IMAGE true``, run to its end; the container, to remove."""
-    container = client.containers.create(image, ["true"], labels={owners.MANAGED: "bench"})
+def bare_run(client: Any, image: str, runtime: str | None = None) -> Any:
+    """The baseline of a session's start: ``docker run [--runtime R] IMAGE true``, run to its end; the container,
+    to remove."""
+    container = client.containers.create(image, ["true"], runtime=runtime, labels={owners.MANAGED: "bench"})
     container.start()
     container.wait()
     return container

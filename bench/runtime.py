@@ -10,39 +10,23 @@ p50 ≤ 2 ms, session ready ≤ 1.2 times its bare ``docker run``.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.measure import Report, Sample, ms, time_async
-from bench.rows import INSTANCE, LIMITS, make_repo, section_main
-from controller import owners, runtimes, workspace
+from bench.rows import bare_run, make_repo, sandbox, section_main
+from controller import runtimes
 from controller.protocol import ReadFile, RunCommand
-from controller.sandbox import DockerSandbox
 
 READ_TARGET_S = 0.002
 READY_TARGET = 1.2
 IMPORTS = "python3 -c 'import json, sqlite3'"
 
 
-def _sandbox(client: Any, image: str, repo: Path, runtime: str) -> DockerSandbox:
-    session_id = "bench-" + secrets.token_hex(4)
-    layer = workspace.create(repo.parent / "layers", session_id, repo)
-    limits = LIMITS.model_copy(update={"runtime": runtime})
-    return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE
-    )
-
-
 def _bare(client: Any, image: str, runtime: str) -> None:
-    container = client.containers.create(image, ["true"], runtime=runtime, labels={owners.MANAGED: "bench"})
-    try:
-        container.start()
-        container.wait()
-    finally:
-        container.remove(force=True)
+    bare_run(client, image, runtime).remove(force=True)
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool, names: tuple[str, ...] = ()) -> None:
@@ -55,7 +39,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     down: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
         for name in names:
-            box = _sandbox(client, image, repo, name)
+            box = sandbox(client, image, repo, runtime=name)
             start = time.perf_counter()
             await box.start()
             ready[name].append(time.perf_counter() - start)
@@ -69,7 +53,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     trues: dict[str, Sample] = {}
     imports: dict[str, Sample] = {}
     for name in names:
-        box = _sandbox(client, image, repo, name)
+        box = sandbox(client, image, repo, runtime=name)
         try:
             await box.start()
             reads[name] = await time_async(lambda b=box: b.call(ReadFile(args={"path": "README.md"}), 30), calls)
