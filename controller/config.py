@@ -279,7 +279,7 @@ class Settings(BaseSettings):
 
     @field_validator("allowed_images", "allowed_runtimes", mode="before")
     @classmethod
-    def _split_images(cls, value: Any) -> Any:
+    def _split_names(cls, value: Any) -> Any:
         return cls._split_roots(value)
 
     @field_validator("repo_roots", mode="before")

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 
 from . import groups, jobs
 from .pool import Pool
-from .protocol import LONG_OPS, NO_THREADS, Toolbox
+from .protocol import NO_THREADS, OWN_THREAD_OPS, Toolbox
 from .workspace import Workspace
 
 WORKSPACE = "/workspace"
@@ -66,8 +66,8 @@ def guard_self() -> dict[str, str]:
 
 
 def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
-    """Read requests until stdin ends, each answered on a thread: its own for the long ones, a kept one for the
-    rest (``pool``); a bad line gets an answer with id null."""
+    """Read requests until stdin ends, each answered on a thread: its own for those in OWN_THREAD_OPS, a kept
+    one for the rest (``pool``); a bad line gets an answer with id null."""
     kept = Pool()
     for line in lines:
         if not line.strip():
@@ -84,7 +84,7 @@ def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
             continue
         job = jobs.register(request)
         try:
-            if request.get("op") in LONG_OPS:
+            if request.get("op") in OWN_THREAD_OPS:
                 threading.Thread(target=toolbox.handle, args=(request, job), daemon=True).start()
             else:
                 kept.submit(functools.partial(toolbox.handle, request, job))

@@ -104,7 +104,7 @@ def read_file(ws: Workspace, args: JSON) -> JSON:
             return _read_lines(ws, io.BytesIO(head), full, offset, limit, size)
         os.lseek(fd, 0, os.SEEK_SET)
         with os.fdopen(fd, "rb", buffering=READ_BUFFER, closefd=False) as f:  # a size given: no isatty() call
-            return _read_lines(ws, f, full, offset, limit, os.fstat(fd).st_size)
+            return _read_lines(ws, f, full, offset, limit, size)
     finally:
         os.close(fd)
 

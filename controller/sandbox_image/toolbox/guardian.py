@@ -16,10 +16,12 @@ as root with only CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and this module runs f
 4. it relays: each request line from the controller goes to the worker; each line the
    worker writes is checked before it goes to the controller.
 
-The worker runs as the agent's uid, so the agent can write into its pipes, as it can write
-any result it wants by writing files. What the guardian forwards is therefore only ever
-one well-formed JSON answer per request the controller sent and has not had answered:
-a line that does not parse, names no such request, or is too long is dropped. A worker
+The worker runs as the agent's uid. Its pipes are root's, and this gVisor keeps commands out of
+them (measured: tests/security/test_toolbox_takeover.py), but nothing here relies on that: a
+worker's answers are only ever results, which the agent shapes anyway by writing files, and
+what the guardian forwards is only one well-formed JSON answer per request the controller
+sent and has not had answered: a line that does not parse, names no such request, or is
+too long is dropped. A worker
 that exits ends the guardian, and so the container (tini, pid 1, exits with it); its
 stderr is passed on escaped to printable ASCII and bounded.
 """
@@ -176,9 +178,7 @@ def split(workspace: str) -> None:
                 os.dup2(mine, fd)
             for fd in (requests_r, requests_w, answers_r, answers_w, stderr_r, stderr_w):
                 os.close(fd)
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)  # every capability is gone with root
+            _become(uid, gid)
             os.chdir(workspace)
             os.environ.clear()
             os.environ.update(environ)  # what the toolbox keeps for its commands
@@ -191,12 +191,18 @@ def split(workspace: str) -> None:
     _guard(pid, uid, os.fdopen(requests_w, "wb", buffering=0), os.fdopen(answers_r, "rb"), os.fdopen(stderr_r, "rb"))
 
 
+def _become(uid: int, gid: int) -> None:
+    """Give up root for ``uid``/``gid`` (real, effective and saved), with no supplementary groups: every
+    capability goes with it."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
 def _guard(pid: int, uid: int, to_worker: IO[bytes], from_worker: IO[bytes], worker_err: IO[bytes]) -> None:
     """The parent's side of ``split``: give up root, relay, and exit with the worker's status."""
     mine = guardian_uid(uid)
-    os.setgroups([])
-    os.setresgid(mine, mine, mine)
-    os.setresuid(mine, mine, mine)  # every capability is gone with root
+    _become(mine, mine)
     relay = Relay(sys.stdout.buffer, to_worker)
     threading.Thread(target=_relay_stderr, args=(worker_err, sys.stderr.buffer), daemon=True).start()
     answers = threading.Thread(target=_relay_answers, args=(from_worker, relay), daemon=True)

@@ -22,7 +22,7 @@ from .workspace import Workspace
 from .writes import write_all
 
 Operation = Callable[[JSON], JSON]
-LONG_OPS = frozenset({"run_command", "search", "cancel"})
+OWN_THREAD_OPS = frozenset({"run_command", "search", "cancel"})
 """Operations that get a thread of their own: those that may run long (a command, a walk of a large tree), and
 cancel, which must never wait behind busy kept threads."""
 
@@ -61,7 +61,8 @@ class Toolbox:
             write_all(self.output, line)
 
     def handle(self, request: JSON, job: jobs.Job | None = None) -> None:
-        """Answer one request, on its own thread: every request gets exactly one answer, even on a bug."""
+        """Answer one request, on a thread of its own or a kept one: every request gets exactly one answer, even
+        on a bug."""
         rid = request.get("id")
         try:
             op = self.operations.get(request.get("op", ""))
