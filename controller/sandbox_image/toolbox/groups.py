@@ -11,10 +11,13 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
 from threading import Lock
 
-from .limits import SWEEP_PASSES
+from .limits import KILL_ALL_PATIENCE_S, SWEEP_PASSES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _lock = Lock()
 _active: set[int] = set()  # process groups of commands still running; the sweep spares them
@@ -72,13 +75,25 @@ def _kill_everything_else() -> None:
     """With no other request running a process, nothing but pid 1 and the toolbox may live: kill(-1) ends the rest.
 
     The sweep lists /proc and then kills, so a chain of processes that each fork and exit within
-    microseconds is gone from the list by the time it is killed, and slips through. kill(-1) is one
-    atomic act against fork in the kernel. The caller holds _lock, so no request starts a
-    process meanwhile.
+    microseconds is gone from the list by the time it is killed, and slips through. Linux makes
+    kill(-1) one atomic act against fork. gVisor does not: it signals a list of the processes it
+    took first, so the child of a fork in flight is born after the list and lives on (seen: about
+    one chain in 40). So kill(-1) is repeated until /proc lists no process but pid 1, the toolbox
+    and its guardian (the toolbox's parent; under runc that is pid 1), zombies included: a process
+    that lists nobody else has nobody left to fork. Normally the first look finds nothing. The
+    caller holds _lock, so no request starts a process meanwhile.
     """
     _check_armed()
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
+    allowed = {"1", str(os.getpid()), str(os.getppid())}
+    deadline = time.monotonic() + KILL_ALL_PATIENCE_S
+    while True:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        if not any(name.isdigit() and name not in allowed for name in os.listdir("/proc")):
+            return
+        if time.monotonic() > deadline:
+            return  # stuck in the kernel (D state): killed already, and waited for no longer
+        time.sleep(0.001)
 
 
 def sweep_strays() -> None:

@@ -12,6 +12,9 @@ UNKILLABLE_WAIT_S = 5.0
 """How long a KILLed process stuck in the kernel (D state) is waited for before the answer goes out anyway."""
 SWEEP_PASSES = 200
 """Sweeps of /proc after a command, repeated while a fork bomb keeps forking."""
+KILL_ALL_PATIENCE_S = 0.5
+"""How long kill(-1) is repeated until nothing but pid 1 and the toolbox is left (gVisor's kill(-1) is not atomic
+against fork; a process stuck in the kernel ends the repeats after this long)."""
 
 MAX_LIST_ENTRIES = 1000
 MAX_LINE_CHARS = 2000
