@@ -10,7 +10,7 @@ commands reach package indexes the same way.
 
 The toolbox layer is ``FROM`` the environment's base (by image id, so nothing in it comes
 from the repository's text) and adds: tini (execute-only, from the sandbox image), the
-toolbox sources (root-owned), a check that ``python3`` ≥ 3.9 and ``bash`` exist and that
+toolbox sources (root-owned) and their bytecode, compiled by the image's Python, a check that ``python3`` ≥ 3.9 and ``bash`` exist and that
 this Python can import the toolbox, a fixed link to that Python, ``/workspace`` and
 ``/home/agent``, and the sandbox image's ENV, ENTRYPOINT and CMD.
 """
@@ -122,6 +122,13 @@ try:
     import toolbox.protocol  # noqa: F401
 except Exception as err:  # noqa: BLE001
     sys.exit("{MARK}the image's python3 " + version + " cannot run the toolbox: " + type(err).__name__ + ": " + str(err))
+import compileall
+import py_compile
+
+# The toolbox's bytecode, by this Python, so no sandbox start compiles it again (see the sandbox image's Dockerfile).
+unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+if not compileall.compile_dir("/opt/cubicle/toolbox", quiet=1, invalidation_mode=unchecked):
+    sys.exit("{MARK}the image's python3 " + version + " could not compile the toolbox.")
 if os.path.lexists("{PYTHON}"):
     os.remove("{PYTHON}")
 os.symlink(executable, "{PYTHON}")

@@ -64,7 +64,8 @@ def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
     toolbox_code = {p for p in loaded if not STDLIB.match(p)}
     # the guardian (and its seccomp filter) is imported only by a toolbox started as root (runtimes.guarded)
     expected = {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources() if p.name not in GUARDED_ONLY}
-    assert toolbox_code == expected
+    assert {_source_of(p) for p in toolbox_code} == expected
+    assert all("/__pycache__/" in p for p in toolbox_code), "the toolbox starts from the bytecode the image compiled"
     assert "import 'toolbox.protocol'" in trace and "import 'protocol'" not in trace
     assert markers(repo) == []
 
@@ -76,9 +77,12 @@ def test_the_toolbox_files_are_root_owned_and_read_only_to_the_agent(docker_clie
         "os.access(p, os.W_OK), os.path.islink(p)] for p in paths}))"
     )
     listing = json.loads(run_in_image(docker_client, ["/usr/bin/python3", "-I", "-S", "-c", script]))
-    expected = {"/opt/cubicle", "/opt/cubicle/toolbox"} | {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    sources = {f"/opt/cubicle/toolbox/{p.name}" for p in _package_sources()}
+    expected = {"/opt/cubicle", "/opt/cubicle/toolbox", BYTECODE} | sources
     expected |= set(GUARDED_FILES)  # what the runsc start needs: readable tini, the interpreter's path, the shim
-    assert set(listing) == expected  # no __pycache__, nothing else that could be imported
+    bytecode = {p for p in listing if p.startswith(BYTECODE + "/")}
+    assert set(listing) - bytecode == expected  # nothing else that could be imported
+    assert sorted(map(_source_of, bytecode)) == sorted(sources)  # the image's Python compiled each source, once
     for path, (uid, mode, writable, link) in listing.items():
         # a symlink's own mode is always 777; its target (/usr/bin/python3) is the root filesystem's
         assert uid == 0 and (link or not mode & 0o022) and not writable, (path, uid, oct(mode), writable)
@@ -86,6 +90,15 @@ def test_the_toolbox_files_are_root_owned_and_read_only_to_the_agent(docker_clie
 
 
 GUARDED_ONLY = {"guardian.py", "seccomp.py"}
+BYTECODE = "/opt/cubicle/toolbox/__pycache__"
+
+
+def _source_of(path: str) -> str:
+    """The source a path of the toolbox's code stands for: its bytecode (``__pycache__/name.cpython-311.pyc``)
+    names ``name.py``."""
+    return re.sub(r"/__pycache__/([^/.]+)\.[^/]+\.pyc$", r"/\1.py", path)
+
+
 GUARDED_FILES = (
     "/opt/cubicle/bin", "/opt/cubicle/bin/python3", "/opt/cubicle/bin/tini-readable", "/opt/cubicle/lib",
     "/opt/cubicle/lib/statx.so",

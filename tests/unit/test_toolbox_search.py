@@ -2,8 +2,8 @@
 
 The expected lines are what ripgrep printed for the same trees in the sandbox image (the
 arguments the toolbox gives it), so a session's search reads the same with or without it.
-``shutil.which`` is made to find no ``rg`` for every test here: the ripgrep path runs a
-process, and the toolbox's process sweep must never run on the host.
+Every test here runs with a PATH that holds no ``rg`` (the toolbox looks for it on its own PATH):
+the ripgrep path runs a process, and the toolbox's process sweep must never run on the host.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from controller.sandbox_image.toolbox.workspace import Workspace
 
 
 @pytest.fixture(autouse=True)
-def no_ripgrep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(search_module.shutil, "which", lambda name, *a, **k: None)
+def no_ripgrep(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path_factory.mktemp("no-rg")))
 
 
 @pytest.fixture

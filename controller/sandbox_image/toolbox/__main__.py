@@ -33,12 +33,15 @@ import functools
 import json
 import signal
 import threading
-from collections.abc import Iterable
 
 from . import groups, jobs
 from .pool import Pool
 from .protocol import NO_THREADS, OWN_THREAD_OPS, Toolbox
 from .workspace import Workspace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 WORKSPACE = "/workspace"
 PR_SET_DUMPABLE = 4
@@ -65,7 +68,7 @@ def guard_self() -> dict[str, str]:
     return command_env
 
 
-def serve(toolbox: Toolbox, lines: Iterable[bytes]) -> None:
+def serve(toolbox: Toolbox, lines: "Iterable[bytes]") -> None:
     """Read requests until stdin ends, each answered on a thread: its own for those in OWN_THREAD_OPS, a kept
     one for the rest (``pool``); a bad line gets an answer with id null."""
     kept = Pool()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # see the package's docstring: what is imported for types only
+if TYPE_CHECKING:
+    from typing import Any
 
-JSON = dict[str, Any]
+    JSON = dict[str, Any]
+else:
+    JSON = dict
 
 
 class ToolError(Exception):

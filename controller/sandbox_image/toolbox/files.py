@@ -9,8 +9,6 @@ from __future__ import annotations
 import io
 import os
 import stat
-from collections.abc import Iterator
-from typing import IO
 
 from .capture import decode
 from .errors import JSON, ToolError
@@ -23,6 +21,11 @@ from .limits import (
     READ_CHUNK,
 )
 from .workspace import Workspace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import IO
 
 
 def list_files(ws: Workspace, args: JSON) -> JSON:

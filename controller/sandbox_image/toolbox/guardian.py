@@ -33,10 +33,13 @@ import json
 import os
 import sys
 import threading
-from typing import IO
 
 from . import seccomp
 from .writes import write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 MAX_ANSWER = 64 << 20
 """The longest answer line passed on; the controller refuses longer ones too (controller/channel.py)."""

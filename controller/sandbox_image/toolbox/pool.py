@@ -10,9 +10,16 @@ for long, and the pool costs nothing until it is used.
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Callable
+
+try:  # the C queue alone: the queue module brings heapq and more, and the toolbox's start is timed
+    from _queue import SimpleQueue
+except ImportError:  # another Python
+    from queue import SimpleQueue
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_KEPT = 8
 """Kept threads at most; each is one of the sandbox's pids while it lives."""
@@ -23,7 +30,7 @@ class Pool:
     (``submit`` took it off ``_idle``) or part of ``_backlog``, which the next thread to finish takes."""
 
     def __init__(self, kept: int = MAX_KEPT) -> None:
-        self._work: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._work: SimpleQueue[Callable[[], None]] = SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0

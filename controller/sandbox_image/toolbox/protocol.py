@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
 from functools import partial
-from typing import BinaryIO
 
 from . import jobs, processes
 from .edits import edit_file
@@ -21,7 +19,12 @@ from .search import search
 from .workspace import Workspace
 from .writes import write_all
 
-Operation = Callable[[JSON], JSON]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import BinaryIO
+
+    Operation = Callable[[JSON], JSON]
 OWN_THREAD_OPS = frozenset({"run_command", "search", "cancel"})
 """Operations that get a thread of their own: those that may run long (a command, a walk of a large tree), and
 cancel, which must never wait behind busy kept threads."""

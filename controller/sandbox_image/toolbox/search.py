@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import time
-from typing import IO
 
 from .capture import Capture
 from .errors import JSON, ToolError
 from .limits import DEFAULT_SEARCH_OUTPUT, SEARCH_TIMEOUT_S
 from .processes import run
 from .workspace import Workspace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 _RG = ["rg", "--line-number", "--no-heading", "--color", "never", "--max-columns", "300", "--max-columns-preview"]
 MAX_COUNT = 100
@@ -35,12 +37,22 @@ READ_SIZE = 1 << 16
 IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")
 
 
+def _on_path(program: str) -> bool:
+    """Whether ``program`` is an executable file in a directory of this process's PATH (shutil.which, without
+    the import of shutil, which brings bz2 and lzma along)."""
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(directory, program)
+        if directory and os.path.isfile(path) and os.access(path, os.X_OK):
+            return True
+    return False
+
+
 def search(ws: Workspace, args: JSON) -> JSON:
     """Matches of ``pattern`` under ``path``; a bad regex or glob is the model's error, other failures are reported."""
     target = ws.resolve(args.get("path") or ".")
     if not os.path.exists(target):
         raise ws.os_error(FileNotFoundError(2, "not found"), target)
-    if shutil.which("rg") is None:  # the toolbox's own PATH, never the agent's
+    if not _on_path("rg"):  # the toolbox's own PATH, never the agent's
         return python_search(ws, target, args)
     cmd = [*_RG, "--max-count", str(MAX_COUNT)]
     if args.get("glob"):

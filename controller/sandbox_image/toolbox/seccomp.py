@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import struct
 
 PR_SET_SECCOMP = 22
@@ -64,7 +63,7 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
 
 def install() -> None:
     """Install the filter on this process (and so on every process it starts); SystemExit if it cannot be."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in TABLES:
         raise SystemExit(f"toolbox: no seccomp filter for {machine}; this runtime needs one")
     instructions = program(machine)

@@ -10,7 +10,10 @@ would wait for the rest of its line until its deadline.
 from __future__ import annotations
 
 import select
-from typing import IO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 
 def write_all(out: IO[bytes], data: bytes) -> None:
