@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from controller import owners
 from controller.config import DEFAULT_IMAGE
+from controller.sandbox import raw_socket
 from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
 from tests.shadow_modules import markers, plant_shadow_modules
 
@@ -26,6 +28,11 @@ STDLIB = re.compile(r"^/usr/lib/python3[.\d]*(/|\.zip|$)")
 
 def run_in_image(docker_client: Any, command: list[str], repo: Path | None = None, **extra: Any) -> str:
     """Run ``command`` in a throwaway sandbox container as the agent's uid; its output, stderr included."""
+    out: bytes = docker_client.containers.run(DEFAULT_IMAGE, command, **_options(repo), **extra)
+    return out.decode("utf-8", "replace")
+
+
+def _options(repo: Path | None) -> dict[str, Any]:
     options: dict[str, Any] = {
         "user": f"{AGENT_UID}:{AGENT_UID}",
         "read_only": True,
@@ -39,8 +46,31 @@ def run_in_image(docker_client: Any, command: list[str], repo: Path | None = Non
     }
     if repo is not None:
         options["volumes"] = {str(repo): {"bind": "/workspace", "mode": "rw"}}
-    out: bytes = docker_client.containers.run(DEFAULT_IMAGE, command, **options, **extra)
-    return out.decode("utf-8", "replace")
+    return options
+
+
+def serve_in_image(docker_client: Any, command: list[str], requests: bytes, repo: Path, **extra: Any) -> str:
+    """Run the toolbox as ``command`` in a throwaway container as the agent's uid, on stdin held open as a sandbox
+    does, send it ``requests`` and wait for their answers; all it printed by then, stderr included."""
+    options = {**_options(repo), "stdin_open": True, **extra}
+    for only_for_run in ("remove", "stdout", "stderr"):
+        del options[only_for_run]
+    container = docker_client.containers.create(DEFAULT_IMAGE, command, **options)
+    try:
+        attached = docker_client.api.attach_socket(container.id, {"stdin": 1, "stream": 1})
+        stdin = raw_socket(attached)
+        container.start()
+        stdin.sendall(requests)
+        deadline = time.monotonic() + 30
+        while container.logs(stdout=True, stderr=False).count(b'"ok":') < requests.count(b"\n"):
+            assert time.monotonic() < deadline, "the toolbox did not answer"
+            time.sleep(0.1)
+        stdin.close()
+        container.kill()
+        container.wait(timeout=30)
+        return bytes(container.logs(stdout=True, stderr=True)).decode("utf-8", "replace")
+    finally:
+        container.remove(force=True)
 
 
 def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
@@ -53,9 +83,12 @@ def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
     cmd = docker_client.images.get(DEFAULT_IMAGE).attrs["Config"]["Cmd"]
     assert cmd == ["/usr/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox"]
     environment = {"PYTHONPATH": "/workspace", "PYTHONHOME": "/workspace", "PYTHONSTARTUP": "/workspace/json.py"}
-    trace = run_in_image(
-        docker_client, [*cmd[:-1], "-vv", cmd[-1]], repo, environment=environment, working_dir="/workspace"
+    # A command and a search, so the modules the toolbox loads only after its first answer are loaded too.
+    requests = b'{"id":1,"op":"run_command","args":{"command":"true"}}\n{"id":2,"op":"search","args":{"pattern":"x"}}\n'
+    trace = serve_in_image(
+        docker_client, [*cmd[:-1], "-vv", cmd[-1]], requests, repo, environment=environment, working_dir="/workspace"
     )
+    assert '"id":1,"ok":true' in trace and '"id":2,"ok":true' in trace, trace[-2000:]
 
     tried = {m.rsplit("/", 1)[0] for m in re.findall(r"^# trying (\S+)", trace, re.M)}
     loaded = set(re.findall(r"^# code object from '?([^'\s]+)", trace, re.M))
@@ -89,7 +122,7 @@ def test_the_toolbox_files_are_root_owned_and_read_only_to_the_agent(docker_clie
     assert listing["/opt/cubicle/bin/tini-readable"][1] == 0o755  # runsc loads it itself: it must be readable
 
 
-GUARDED_ONLY = {"guardian.py", "seccomp.py"}
+GUARDED_ONLY = {"guardian.py", "relay.py", "seccomp.py"}
 BYTECODE = "/opt/cubicle/toolbox/__pycache__"
 
 

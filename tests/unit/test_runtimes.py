@@ -16,6 +16,7 @@ from controller.errors import InvalidRequestError, SandboxError
 from controller.network import OPEN
 from controller.sandbox import container_options
 from controller.sandbox_image.toolbox import guardian, seccomp
+from controller.sandbox_image.toolbox import relay as relays
 from controller.sandbox_image.toolbox.pool import Pool
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
@@ -75,7 +76,7 @@ def test_the_guardian_takes_its_owner_from_the_environment_and_never_root() -> N
     assert guardian.OWNER_VARIABLE == runtimes.OWNER_VARIABLE  # one name on both sides of the wire
 
 
-def answered(relay: guardian.Relay, out: io.BytesIO, line: bytes) -> list[dict[str, object]]:
+def answered(relay: relays.Relay, out: io.BytesIO, line: bytes) -> list[dict[str, object]]:
     before = len(out.getvalue())
     relay.answer(line)
     return [json.loads(x) for x in out.getvalue()[before:].splitlines()]
@@ -83,7 +84,7 @@ def answered(relay: guardian.Relay, out: io.BytesIO, line: bytes) -> list[dict[s
 
 def test_the_relay_passes_on_one_well_formed_answer_per_pending_request() -> None:
     out, worker = io.BytesIO(), io.BytesIO()
-    relay = guardian.Relay(out, worker)
+    relay = relays.Relay(out, worker)
     relay.request(b'{"id":7,"op":"ping"}\n')
     relay.request(b'{"id":8,"op":"read_file","args":{"path":"a"}}\n')
     assert worker.getvalue() == b'{"id":7,"op":"ping"}\n{"id":8,"op":"read_file","args":{"path":"a"}}\n'
@@ -105,13 +106,13 @@ def test_the_stderr_relay_passes_printable_text_only_and_a_bounded_amount() -> N
     import os
 
     r, w = os.pipe()
-    data = b"Traceback\x1b[2J\x07 \xff\n" + b"x" * (guardian.MAX_STDERR + 100)
+    data = b"Traceback\x1b[2J\x07 \xff\n" + b"x" * (relays.MAX_STDERR + 100)
     threading.Thread(target=lambda: (os.write(w, data), os.close(w)), daemon=True).start()
     out = io.BytesIO()
     with os.fdopen(r, "rb") as reader:
-        guardian._relay_stderr(reader, out)
+        relays.relay_stderr(reader, out)
     text = out.getvalue()
-    assert text.startswith(b"Traceback\\x1b[2J\\x07 \\xfd\n") and len(text) == guardian.MAX_STDERR
+    assert text.startswith(b"Traceback\\x1b[2J\\x07 \\xfd\n") and len(text) == relays.MAX_STDERR
     assert all(32 <= b < 127 or b == 10 for b in text)
 
 

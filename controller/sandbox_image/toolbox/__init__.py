@@ -52,5 +52,6 @@ are left out. The image holds the toolbox's bytecode, compiled when it is built.
     writes      writing a whole answer, however many writes it takes
     guardian    the front that holds the controller's stream under gVisor (runsc)
     seccomp     the filter the guardian installs where the engine's profile does not apply
+    relay       what the guardian passes between the controller and the toolbox, and how it checks it
     __main__    startup: the self-guard and the request loop
 """

@@ -29,6 +29,16 @@ if not __package__:
     runpy.run_module(os.path.basename(_here), run_name="__main__", alter_sys=True)
     raise SystemExit
 
+WORKSPACE = "/workspace"
+
+if __name__ == "__main__" and os.getuid() == 0:
+    # A runtime that needs the guardian (see guardian): it forks before the toolbox's own imports, so the fork
+    # copies a small process and the guardian sets up its relay while the worker imports. Only the worker,
+    # now the owner, goes on past this line.
+    from . import guardian
+
+    guardian.split(WORKSPACE)
+
 import functools
 import json
 import signal
@@ -43,7 +53,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-WORKSPACE = "/workspace"
 PR_SET_DUMPABLE = 4
 OWN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 """The toolbox's own environment, and that of the helpers it runs for itself (ripgrep)."""
@@ -98,10 +107,6 @@ def serve(toolbox: Toolbox, lines: "Iterable[bytes]") -> None:
 
 
 def main() -> None:
-    if os.getuid() == 0:  # a runtime that needs the guardian (see guardian): only its worker child returns here
-        from . import guardian
-
-        guardian.split(WORKSPACE)
     command_env = guard_self()
     groups.arm()
     os.chdir(WORKSPACE)

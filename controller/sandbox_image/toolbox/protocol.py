@@ -2,6 +2,10 @@
 
 The wire format is the controller's contract (controller/protocol.py): key order and
 separators here are what it has always read, so change them only together with it.
+
+Commands and searches need ``subprocess`` and the toolbox's process handling, the largest part
+of its imports: they are loaded on a thread of their own once the first answer is out (every
+sandbox start waits for that answer), or by the first command that comes sooner.
 """
 
 from __future__ import annotations
@@ -11,11 +15,10 @@ import os
 import threading
 from functools import partial
 
-from . import jobs, processes
+from . import jobs
 from .edits import edit_file
 from .errors import JSON, ToolError
 from .files import list_files, read_file, write_file
-from .search import search
 from .workspace import Workspace
 from .writes import write_all
 
@@ -42,12 +45,13 @@ class Toolbox:
         self.command_env = command_env
         self.output = output
         self._out_lock = threading.Lock()
+        self._loading = False
         self.operations: dict[str, Operation] = {
             "list_files": partial(list_files, workspace),
             "read_file": partial(read_file, workspace),
             "write_file": partial(write_file, workspace),
             "edit_file": partial(edit_file, workspace),
-            "search": partial(search, workspace),
+            "search": partial(_search, workspace),
             "run_command": self.run_command,
             "cancel": jobs.cancel,
             "ping": lambda args: {"pid": os.getpid(), "uid": os.getuid()},
@@ -55,6 +59,8 @@ class Toolbox:
 
     def run_command(self, args: JSON, job: jobs.Job | None = None) -> JSON:
         """Commands run in the workspace with the environment the container was started with, not the toolbox's."""
+        from . import processes
+
         return processes.run_command(args, self.workspace.root, self.command_env, job)
 
     def send(self, message: JSON) -> None:
@@ -82,3 +88,17 @@ class Toolbox:
         finally:
             if job:
                 jobs.forget(job)
+            if not self._loading:
+                self._loading = True
+                threading.Thread(target=load_command_modules, daemon=True).start()
+
+
+def load_command_modules() -> None:
+    """Import what commands and searches run on (see the module's docstring)."""
+    from . import processes, search  # noqa: F401
+
+
+def _search(workspace: Workspace, args: JSON) -> JSON:
+    from .search import search
+
+    return search(workspace, args)
