@@ -10,7 +10,7 @@ commands reach package indexes the same way.
 
 The toolbox layer is ``FROM`` the environment's base (by image id, so nothing in it comes
 from the repository's text) and adds: tini (execute-only, from the sandbox image), the
-toolbox sources (root-owned) and their bytecode, compiled by the image's Python, a check that ``python3`` ≥ 3.9 and ``bash`` exist and that
+toolbox sources (root-owned) and their bytecode, compiled by the image's Python, a check that ``python3`` ≥ 3.10 and ``bash`` exist and that
 this Python can import the toolbox, a fixed link to that Python, ``/workspace`` and
 ``/home/agent``, and the sandbox image's ENV, ENTRYPOINT and CMD.
 """
@@ -28,6 +28,9 @@ CA_VARIABLES = (
 TINI = "/opt/cubicle/bin/tini"
 PYTHON = "/opt/cubicle/bin/python3"
 PREPARE = "/opt/cubicle/bin/prepare.py"
+TOOLBOX = "/opt/cubicle/toolbox"
+TOOLBOX_STAGED = "/opt/cubicle/toolbox.new"
+"""Where the toolbox layer copies the toolbox; PREPARE_SOURCE moves it to TOOLBOX, in place of anything there."""
 SANDBOX_TINI = "/usr/bin/tini-static"
 READABLE_TINI = "/opt/cubicle/bin/tini-readable"
 """tini as runtimes that load the entrypoint themselves (gVisor) need it; see controller/runtimes.py."""
@@ -90,14 +93,14 @@ def after_each_from(text: str, lines: list[str]) -> str:
 
 CHECK = f"""set -e
 missing=
-command -v python3 >/dev/null 2>&1 || missing="python3 (3.9 or later)"
+command -v python3 >/dev/null 2>&1 || missing="python3 (3.10 or later)"
 command -v bash >/dev/null 2>&1 || missing="${{missing:+$missing and }}bash"
 if [ -n "$missing" ]; then
   echo "{MARK}the image has no $missing on its PATH ($PATH); Cubicle's toolbox needs it, so install it in the image." >&2
   exit 1
 fi
-if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)'; then
-  echo "{MARK}the image's python3 is $(python3 -V 2>&1); Cubicle's toolbox needs Python 3.9 or later." >&2
+if ! python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
+  echo "{MARK}the image's python3 is $(python3 -V 2>&1); Cubicle's toolbox needs Python 3.10 or later (it uses os.eventfd)." >&2
   exit 1
 fi
 exec python3 -I -S -B {PREPARE}
@@ -113,13 +116,20 @@ import sys
 
 sys.dont_write_bytecode = True
 version = sys.version.split()[0]
+# The toolbox arrives beside its place: whatever the base image has at /opt/cubicle/toolbox (an older toolbox and its
+# bytecode, say) goes, so nothing of it can be imported in place of ours.
+if os.path.isdir("{TOOLBOX}") and not os.path.islink("{TOOLBOX}"):
+    shutil.rmtree("{TOOLBOX}")
+elif os.path.lexists("{TOOLBOX}"):
+    os.remove("{TOOLBOX}")
+shutil.move("{TOOLBOX_STAGED}", "{TOOLBOX}")  # a copy: the staged one is in a lower layer of this build
 executable = os.path.realpath(sys.executable or shutil.which("python3") or "")
 if not executable or not os.access(executable, os.X_OK):
     sys.exit("{MARK}cannot find the path of the image's python3 executable.")
 sys.path.append("/opt/cubicle")
 try:
     import ctypes  # noqa: F401  (the toolbox guards itself with it)
-    import toolbox.protocol  # noqa: F401
+    import toolbox.guardian, toolbox.processes, toolbox.protocol, toolbox.relay, toolbox.search  # noqa: F401
 except Exception as err:  # noqa: BLE001
     sys.exit("{MARK}the image's python3 " + version + " cannot run the toolbox: " + type(err).__name__ + ": " + str(err))
 import compileall
@@ -127,7 +137,7 @@ import py_compile
 
 # The toolbox's bytecode, by this Python, so no sandbox start compiles it again (see the sandbox image's Dockerfile).
 unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
-if not compileall.compile_dir("/opt/cubicle/toolbox", quiet=1, invalidation_mode=unchecked):
+if not compileall.compile_dir("{TOOLBOX}", quiet=1, force=True, invalidation_mode=unchecked):
     sys.exit("{MARK}the image's python3 " + version + " could not compile the toolbox.")
 if os.path.lexists("{PYTHON}"):
     os.remove("{PYTHON}")
@@ -176,7 +186,7 @@ def toolbox_layer(base_id: str, sandbox_image: str, ca_image: str | None, labels
         f"COPY --from={sandbox_image} {READABLE_TINI} {READABLE_TINI}",
         f"COPY --from={sandbox_image} {STATX_SHIM} {STATX_SHIM}",
         *(ca_lines(ca_image) if ca_image else []),
-        "COPY toolbox/ /opt/cubicle/toolbox/",
+        f"COPY toolbox/ {TOOLBOX_STAGED}/",
         f"COPY prepare.py {PREPARE}",
         f"RUN {json.dumps(['/bin/sh', '-c', CHECK])}",
         "ENV " + " ".join(ENV_LINES),

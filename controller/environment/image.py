@@ -387,7 +387,7 @@ def _failed(what: str, failure: str, tail: list[str]) -> EnvironmentBuildError:
     if ours:
         headline = f"The environment image cannot run Cubicle's toolbox: {ours[-1]}"
     elif "/bin/sh" in failure and ("no such file" in failure or "not found" in failure):
-        headline = "The environment image has no /bin/sh; Cubicle's toolbox needs /bin/sh, bash and python3 (3.9+)."
+        headline = "The environment image has no /bin/sh; Cubicle's toolbox needs /bin/sh, bash and python3 (3.10+)."
     else:
         headline = f"Building {what} failed: {failure}"
     lines = "\n".join(f"  {line}" for line in tail)

@@ -202,7 +202,7 @@ def test_an_image_without_python3_is_a_clear_error(docker_client: Any, tmp_path:
     with pytest.raises(EnvironmentBuildError) as caught:
         build(docker_client, repo, lines)
     headline = str(caught.value).splitlines()[0]
-    assert headline.startswith("The environment image cannot run Cubicle's toolbox: the image has no python3 (3.9")
+    assert headline.startswith("The environment image cannot run Cubicle's toolbox: the image has no python3 (3.10")
     assert "toolbox needs it" in headline and "cubicle env build" in str(caught.value)
     assert leftovers(docker_client, lines) == []
     docker_client.images.get(BASE)

@@ -49,9 +49,13 @@ def _options(repo: Path | None) -> dict[str, Any]:
     return options
 
 
-def serve_in_image(docker_client: Any, command: list[str], requests: bytes, repo: Path, **extra: Any) -> str:
+def serve_in_image(
+    docker_client: Any, command: list[str], requests: bytes, until: str, repo: Path, **extra: Any
+) -> str:
     """Run the toolbox as ``command`` in a throwaway container as the agent's uid, on stdin held open as a sandbox
-    does, send it ``requests`` and wait for their answers; all it printed by then, stderr included."""
+    does, send it ``requests``, and return all it printed (stderr included) once that holds ``until`` and an
+    answer to each request. The log is read while the container runs: read after its end, the engine may not
+    have copied the last of a long stderr yet."""
     options = {**_options(repo), "stdin_open": True, **extra}
     for only_for_run in ("remove", "stdout", "stderr"):
         del options[only_for_run]
@@ -62,13 +66,13 @@ def serve_in_image(docker_client: Any, command: list[str], requests: bytes, repo
         container.start()
         stdin.sendall(requests)
         deadline = time.monotonic() + 30
-        while container.logs(stdout=True, stderr=False).count(b'"ok":') < requests.count(b"\n"):
-            assert time.monotonic() < deadline, "the toolbox did not answer"
+        while True:
+            printed = bytes(container.logs(stdout=True, stderr=True)).decode("utf-8", "replace")
+            if until in printed and printed.count('"ok":') >= requests.count(b"\n"):
+                stdin.close()
+                return printed
+            assert time.monotonic() < deadline, f"the toolbox did not answer: {printed[-2000:]}"
             time.sleep(0.1)
-        stdin.close()
-        container.kill()
-        container.wait(timeout=30)
-        return bytes(container.logs(stdout=True, stderr=True)).decode("utf-8", "replace")
     finally:
         container.remove(force=True)
 
@@ -86,8 +90,9 @@ def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
     # A command and a search, so the modules the toolbox loads only after its first answer are loaded too.
     requests = b'{"id":1,"op":"run_command","args":{"command":"true"}}\n{"id":2,"op":"search","args":{"pattern":"x"}}\n'
     trace = serve_in_image(
-        docker_client, [*cmd[:-1], "-vv", cmd[-1]], requests, repo, environment=environment, working_dir="/workspace"
-    )
+        docker_client, [*cmd[:-1], "-vv", cmd[-1]], requests, "import 'toolbox.search'", repo,
+        environment=environment, working_dir="/workspace",
+    )  # fmt: skip
     assert '"id":1,"ok":true' in trace and '"id":2,"ok":true' in trace, trace[-2000:]
 
     tried = {m.rsplit("/", 1)[0] for m in re.findall(r"^# trying (\S+)", trace, re.M)}

@@ -99,7 +99,7 @@ def test_a_packed_context_matches_its_hash_and_carries_the_generated_files(tmp_p
 
 
 def test_the_error_names_the_toolbox_check_line_first() -> None:
-    tail = ["Step 8/13 : RUN", "cubicle: the image has no python3 (3.9 or later) on its PATH (/usr/bin)."]
+    tail = ["Step 8/13 : RUN", "cubicle: the image has no python3 (3.10 or later) on its PATH (/usr/bin)."]
     err = image._failed("the toolbox layer", "The command '/bin/sh -c set -e ...' returned a non-zero code: 1", tail)
     assert str(err).startswith("The environment image cannot run Cubicle's toolbox: the image has no python3")
     assert "  Step 8/13 : RUN" in str(err) and "cubicle env build" in str(err)

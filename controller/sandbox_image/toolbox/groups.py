@@ -78,22 +78,66 @@ def _kill_everything_else() -> None:
     microseconds is gone from the list by the time it is killed, and slips through. Linux makes
     kill(-1) one atomic act against fork. gVisor does not: it signals a list of the processes it
     took first, so the child of a fork in flight is born after the list and lives on (seen: about
-    one chain in 40). So kill(-1) is repeated until /proc lists no process but pid 1, the toolbox
-    and its guardian (the toolbox's parent; under runc that is pid 1), zombies included: a process
-    that lists nobody else has nobody left to fork. Normally the first look finds nothing. The
-    caller holds _lock, so no request starts a process meanwhile.
+    one chain in 40). So kill(-1) is repeated until /proc lists no process of the toolbox's uid but
+    pid 1 (under runc, tini has that uid too) and itself, zombies included: a process that lists nobody else has nobody left to fork. The agent's
+    processes all have that uid (none can change it); others are not the agent's, and kill(-1)
+    cannot touch them anyway: pid 1, the guardian, a ``docker exec`` as root. Normally the first
+    look finds nobody. The caller holds _lock, so no request starts a process meanwhile.
+
+    Past KILL_ALL_PATIENCE_S, what is left is either stuck in the kernel (D state) or a zombie
+    (killed already: nothing more to do), or still running, which means it escapes the kills: then
+    the toolbox fails closed and exits, so the whole container goes and the controller starts a
+    fresh one on the same workspace, rather than answer with something still running in it.
     """
     _check_armed()
-    allowed = {"1", str(os.getpid()), str(os.getppid())}
+    me, uid = str(os.getpid()), os.getuid()
     deadline = time.monotonic() + KILL_ALL_PATIENCE_S
     while True:
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
-        if not any(name.isdigit() and name not in allowed for name in os.listdir("/proc")):
+        for _ in range(2):  # twice before each look: a fork in flight at the first is caught by the second
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+        left = [name for name in os.listdir("/proc") if name.isdigit() and name not in ("1", me) and _uid(name) == uid]
+        if not left:
             return
         if time.monotonic() > deadline:
-            return  # stuck in the kernel (D state): killed already, and waited for no longer
+            running = [pid for pid in left if _running(pid)]
+            if running:
+                os.write(
+                    2,
+                    f"toolbox: processes outlived every kill ({' '.join(running[:10])}); ending the sandbox\n".encode(),
+                )
+                os._exit(70)
+            return
         time.sleep(0.001)
+
+
+def _uid(pid: str) -> int | None:
+    """The real uid of ``pid`` (from its status, which stays readable when the process is undumpable); None: gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _running(pid: str) -> bool:
+    """Whether ``pid`` can still act: not gone, not stuck in the kernel (D), not a zombie without live threads."""
+    fields = _stat(pid)
+    if not fields or fields[0] in (b"D", b"X"):
+        return False
+    return fields[0] != b"Z" or _has_live_threads(pid)
+
+
+def _stat(pid: str) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after the command's name (state first, then ppid, pgrp, ...); none when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def sweep_strays() -> None:
@@ -118,10 +162,8 @@ def _sweep_once() -> int:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in (1, me):
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
+        fields = _stat(name)
+        if not fields:
             continue
         if int(fields[2]) in keep or (fields[0] == b"Z" and not _has_live_threads(name)):
             continue

@@ -68,10 +68,12 @@ def empty_bounding_set() -> None:
         last = 0
         while libc.prctl(PR_CAPBSET_READ, last + 1, 0, 0, 0) >= 0:  # -1 (EINVAL) past the kernel's last one
             last += 1
-    for cap in range(last + 1):
+    cap = 0
+    while cap <= last or libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:  # and any the file did not count
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             raise SystemExit(f"toolbox: cannot drop capability {cap} from the bounding set: "
                              f"{os.strerror(ctypes.get_errno())}")  # fmt: skip
+        cap += 1
 
 
 def split(workspace: str) -> None:

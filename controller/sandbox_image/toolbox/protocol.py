@@ -90,7 +90,10 @@ class Toolbox:
                 jobs.forget(job)
             if not self._loading:
                 self._loading = True
-                threading.Thread(target=load_command_modules, daemon=True).start()
+                try:
+                    threading.Thread(target=load_command_modules, daemon=True).start()
+                except RuntimeError:  # no thread to be had (the pids limit): the first command imports them
+                    self._loading = False
 
 
 def load_command_modules() -> None:

@@ -7,7 +7,7 @@ at 300 bytes with ripgrep's marker, at most 100 matches per file, hidden files, 
 what ``.gitignore`` / ``.ignore`` / ``.rgignore`` exclude skipped, binary files skipped,
 symlinks not followed, exit code 0 / 1 / 2, the same output cap and deadline.
 
-This module runs inside images whose Python may be as old as 3.9.
+This module runs inside images whose Python may be as old as 3.10.
 """
 
 from __future__ import annotations
