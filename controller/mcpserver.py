@@ -112,6 +112,7 @@ class ToolSession:
         self.record = record
         self.idle_s = idle_s
         self._idle: asyncio.Task[None] | None = None
+        self._rested_at = 0.0
         self.sandbox = sandbox
         self.workspaces = workspaces
         self.sink = sink
@@ -161,16 +162,23 @@ class ToolSession:
         return outcome
 
     def _rest(self) -> None:
-        """Remove the container once no call has come for ``idle_s`` (the timer restarts with every call)."""
-        if self._idle is not None:
-            self._idle.cancel()
-        self._idle = asyncio.create_task(self._stop_when_idle())
+        """Remove the container once no call has come for ``idle_s``: the clock restarts with every call (one
+        timer task for the session, not one per call: a call only notes its time)."""
+        self._rested_at = asyncio.get_running_loop().time()
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.create_task(self._stop_when_idle())
 
     async def _stop_when_idle(self) -> None:
-        await asyncio.sleep(self.idle_s)
-        if not self._closed:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            left = self._rested_at + self.idle_s - loop.time()
+            if left > 0:
+                await asyncio.sleep(left)
+                continue
             async with self._gate.exclusive():  # no call runs meanwhile; the next one starts a container again
-                await self.sandbox.stop()
+                if loop.time() - self._rested_at >= self.idle_s:  # no call ended while the running ones drained
+                    await self.sandbox.stop()
+                    return
 
     async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
         await self.sink.emit(ToolCall(session_id=self.id, id=call_id, name=name, input=arguments))
