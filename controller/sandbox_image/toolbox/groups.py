@@ -79,10 +79,11 @@ def _kill_everything_else() -> None:
     kill(-1) one atomic act against fork. gVisor does not: it signals a list of the processes it
     took first, so the child of a fork in flight is born after the list and lives on (seen: about
     one chain in 40). So kill(-1) is repeated until /proc lists no process of the toolbox's uid but
-    pid 1 (under runc, tini has that uid too) and itself, zombies included: a process that lists nobody else has nobody left to fork. The agent's
-    processes all have that uid (none can change it); others are not the agent's, and kill(-1)
-    cannot touch them anyway: pid 1, the guardian, a ``docker exec`` as root. Normally the first
-    look finds nobody. The caller holds _lock, so no request starts a process meanwhile.
+    pid 1 (under runc, tini has that uid too) and itself, zombies included: a process that lists
+    nobody else has nobody left to fork. The agent's processes all have that uid (none can change
+    it); others are not the agent's, and kill(-1) cannot touch them anyway: the guardian, a
+    ``docker exec`` as root. Normally the first look finds nobody. The caller holds _lock, so no
+    request starts a process meanwhile.
 
     Past KILL_ALL_PATIENCE_S, what is left is either stuck in the kernel (D state) or a zombie
     (killed already: nothing more to do), or still running, which means it escapes the kills: then
@@ -96,7 +97,8 @@ def _kill_everything_else() -> None:
         for _ in range(2):  # twice before each look: a fork in flight at the first is caught by the second
             with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)
-        left = [name for name in os.listdir("/proc") if name.isdigit() and name not in ("1", me) and _uid(name) == uid]
+        others = (name for name in os.listdir("/proc") if name.isdigit() and name not in ("1", me))
+        left = [name for name in others if _uid(name) == uid]
         if not left:
             return
         if time.monotonic() > deadline:
