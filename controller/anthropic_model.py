@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
+import httpcore  # noqa: F401 - see below
 from anthropic import AsyncStream
 from anthropic.types import Message, RawMessageStreamEvent
 
@@ -32,6 +33,10 @@ from .model import (
     parse_tool_input,
     with_cache_breakpoints,
 )
+
+# httpx imports httpcore only when its first client is made. Two threads making their first clients at once (the
+# API's model clients, a test's client) then import it concurrently, and CPython 3.11's import locks can fail that
+# with a KeyError (CPython issues 87712 and 91351; seen once in CI). Imported here, it is loaded before any thread.
 
 log = logging.getLogger(__name__)
 

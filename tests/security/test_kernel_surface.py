@@ -38,3 +38,27 @@ async def test_the_kernel_a_command_talks_to(box: DockerSandbox) -> None:
         assert release.stdout.text.strip() == host, release
         assert "gVisor" not in log.stdout.text, log  # the host's log, which a process without capabilities may not read
         assert call.stdout.text.split() == ["0", "0"], call  # the host's kernel answers it
+
+
+# ptrace(PTRACE_TRACEME) in a child of the command: the first step of having a tracer rewrite a call after the
+# seccomp filter allowed it, which gVisor does not check again (Linux does, since 4.8).
+TRACEME = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+pid = os.fork()
+if pid == 0:
+    rc = libc.ptrace(0, 0, None, None)
+    print(rc, __import__("errno").errorcode.get(ctypes.get_errno(), "0"), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+async def test_no_command_can_trace_under_gvisor(box: DockerSandbox) -> None:
+    traced = await sh(box, f"python3 -c '{TRACEME}'")
+    if box.limits.runtime == runtimes.GVISOR:
+        assert traced.stdout.text.split() == ["-1", "EPERM"], traced  # the toolbox's filter refuses ptrace
+    else:
+        assert traced.stdout.text.split() == ["0", "0"], traced  # Linux checks a traced call's filter again

@@ -155,15 +155,18 @@ def run_filter(machine: str, arch: int, nr: int, arg0: int = 0) -> int:
         if code == seccomp.LD_ABS:
             acc, pc = fields[k], pc + 1
         else:
-            taken = acc == k if code == seccomp.JEQ else bool(acc & k)
+            taken = acc == k if code == seccomp.JEQ else acc >= k if code == seccomp.JGE else bool(acc & k)
             pc += 1 + (jt if taken else jf)
 
 
 @pytest.mark.parametrize("machine", sorted(seccomp.TABLES))
-def test_the_toolbox_seccomp_filter_refuses_namespaces_and_nothing_else(machine: str) -> None:
-    arch, unshare, setns, clone, clone3 = seccomp.TABLES[machine]
+def test_the_toolbox_seccomp_filter_refuses_namespaces_and_ptrace_and_nothing_else(machine: str) -> None:
+    arch, unshare, setns, clone, clone3, ptrace = seccomp.TABLES[machine]
     eperm, enosys = seccomp.RET_ERRNO | 1, seccomp.RET_ERRNO | 38
     assert run_filter(machine, arch, unshare) == eperm and run_filter(machine, arch, setns) == eperm
+    assert run_filter(machine, arch, ptrace) == eperm  # a tracer could rewrite an allowed call (see seccomp)
+    assert run_filter(machine, arch, 0x40000000 | unshare) == enosys  # x32
+    assert run_filter(machine, arch, 0xFFFFFFFF) == enosys  # syscall(-1)
     assert run_filter(machine, arch, clone, 0x10000000) == eperm  # CLONE_NEWUSER
     assert run_filter(machine, arch, clone, 0x3D0F00) == seccomp.RET_ALLOW  # a thread's flags
     assert run_filter(machine, arch, clone, 0x01200011) == seccomp.RET_ALLOW  # fork's
