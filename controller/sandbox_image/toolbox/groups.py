@@ -85,14 +85,16 @@ def _kill_everything_else() -> None:
     ``docker exec`` as root. Normally the first look finds nobody. The caller holds _lock, so no
     request starts a process meanwhile.
 
-    Past KILL_ALL_PATIENCE_S, what is left is either stuck in the kernel (D state) or a zombie
-    (killed already: nothing more to do), or still running, which means it escapes the kills: then
-    the toolbox fails closed and exits, so the whole container goes and the controller starts a
-    fresh one on the same workspace, rather than answer with something still running in it.
+    Past KILL_ALL_PATIENCE_S, a process that was there at the look before is killed already and
+    only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to preempt): it is left
+    to its end. One born since, and running, escapes the kills: then the toolbox fails closed and
+    exits, so the whole container goes and the controller starts a fresh one on the same
+    workspace, rather than answer with something still running in it.
     """
     _check_armed()
     me, uid = str(os.getpid()), os.getuid()
     deadline = time.monotonic() + KILL_ALL_PATIENCE_S
+    before: set[str] = set()
     while True:
         for _ in range(2):  # twice before each look: a fork in flight at the first is caught by the second
             with contextlib.suppress(OSError):
@@ -102,7 +104,7 @@ def _kill_everything_else() -> None:
         if not left:
             return
         if time.monotonic() > deadline:
-            running = [pid for pid in left if _running(pid)]
+            running = [pid for pid in left if pid not in before and _running(pid)]
             if running:
                 os.write(
                     2,
@@ -110,6 +112,7 @@ def _kill_everything_else() -> None:
                 )
                 os._exit(70)
             return
+        before = set(left)
         time.sleep(0.001)
 
 

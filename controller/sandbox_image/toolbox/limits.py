@@ -14,7 +14,7 @@ SWEEP_PASSES = 200
 """Sweeps of /proc after a command, repeated while a fork bomb keeps forking."""
 KILL_ALL_PATIENCE_S = 0.5
 """How long kill(-1) is repeated until nothing but pid 1 and the toolbox is left (gVisor's kill(-1) is not atomic
-against fork). Past it, a process stuck in the kernel is left to its end; one still running ends the sandbox."""
+against fork). Past it, a process slow to die is left to its end; one born meanwhile ends the sandbox."""
 
 MAX_LIST_ENTRIES = 1000
 MAX_LINE_CHARS = 2000
