@@ -209,7 +209,12 @@ def test_a_sigterm_right_after_the_client_closes_stdin_does_not_cut_the_clean_up
     record, events = only_session(data)
     assert record.status == "idle"
     assert [e.type for e in events[-2:]] == ["changes", "session_finished"]
-    assert events[-1].detail == "the MCP client disconnected after 1 tool calls"
+    # Which the server saw first, the closed stdin or the signal 50 ms later, depends on the machine's load (CI
+    # once saw the signal first); either way the clean-up ran whole, which is what this test is about.
+    assert events[-1].detail in (
+        "the MCP client disconnected after 1 tool calls",
+        "stopped by SIGTERM after 1 tool calls",
+    )
 
 
 def test_a_bad_repository_is_a_usage_error_and_stdout_stays_empty(
