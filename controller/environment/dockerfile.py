@@ -10,9 +10,10 @@ commands reach package indexes the same way.
 
 The toolbox layer is ``FROM`` the environment's base (by image id, so nothing in it comes
 from the repository's text) and adds: tini (execute-only, from the sandbox image), the
-toolbox sources (root-owned) and their bytecode, compiled by the image's Python, a check that ``python3`` ≥ 3.10 and ``bash`` exist and that
-this Python can import the toolbox, a fixed link to that Python, ``/workspace`` and
-``/home/agent``, and the sandbox image's ENV, ENTRYPOINT and CMD.
+toolbox sources (root-owned) and their bytecode, compiled by the image's Python, a check
+that ``python3`` ≥ 3.10 and ``bash`` exist and that this Python can import the toolbox, a
+fixed link to that Python, ``/workspace`` and ``/home/agent``, and the sandbox image's ENV,
+ENTRYPOINT and CMD.
 """
 
 from __future__ import annotations
