@@ -31,7 +31,7 @@ from .config import DEFAULT_PROXY_IMAGE, Limits
 from .egress import Egress, Route
 from .errors import SandboxError, ToolboxGoneError
 from .protocol import Call, Failure, Outcome, Ping
-from .workspace import Layer, WorkspaceError
+from .workspace import Layer, WorkspaceError, headroom
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,7 @@ class DockerSandbox:
         self.restarts = 0
         self._holder = holder
         self._holding = False  # the layer is held from its volume's creation until the container is gone
+        self._seeded = False  # this container's overlay has the seed layer on top
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
@@ -400,6 +401,9 @@ class DockerSandbox:
         """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
         options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
         options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
+        options["environment"].pop(headroom.SEED_VARIABLE, None)  # never the environment's to set
+        if self._seeded:  # the toolbox deletes the seed as it starts (see ``workspace.headroom``)
+            options["environment"][headroom.SEED_VARIABLE] = "1"
         return options
 
     def _set_setup(self, tree: Path | None) -> None:
@@ -420,7 +424,9 @@ class DockerSandbox:
             self._holding = True
         with contextlib.suppress(NotFound):
             self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
-        self._client.volumes.create(**workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels))
+        self._seeded = headroom.prepare(self.layer)  # the old volume is gone: nothing mounts the overlay now
+        kwargs = workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
+        self._client.volumes.create(**kwargs)
 
 
 async def _remove(container: Any) -> None:

@@ -28,7 +28,7 @@ from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
-from .layer import Layer, open_repo, open_upper
+from .layer import SEED, Layer, open_repo, open_upper, seed_dir
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -53,7 +53,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     upper = open_upper(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        walker = _Walker(lower)
+        walker = _Walker(lower, seeded=(seed_dir(layer.root) / SEED).is_file())
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
@@ -97,8 +97,9 @@ def is_environment_config(path: str) -> bool:
 class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
-    def __init__(self, lower_fd: int) -> None:
+    def __init__(self, lower_fd: int, seeded: bool = False) -> None:
         self.lower = lower_fd
+        self.seeded = seeded  # a whiteout of the seed at the root is the toolbox's (see ``headroom``), not a change
         self.found: list[Change] = []
 
     def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
@@ -107,7 +108,7 @@ class _Walker:
         for name, st in entries:
             low = beneath.lstat(self.lower, prefix + name) if lower_is_dir else None
             if _is_whiteout(fd, name, st):
-                if low is not None:
+                if low is not None and not (self.seeded and not prefix and name == SEED):
                     self.deleted_tree(prefix + name, low)
             elif stat.S_ISDIR(st.st_mode):
                 self.subdir(fd, prefix + name, name, st, low, opaque, depth)

@@ -46,6 +46,8 @@ from .errors import LayerInUseError, LayerMissingError, RepoChangedError, Worksp
 from .records import load, save
 
 OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
+SEED = ".cubicle-seed"
+"""The one file of the seed layer, a lower layer a layer with a disk quota mounts topmost (see ``headroom``)."""
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Overlay's option string is split on ',' and lowerdir on ':'; '\' escapes. Refuse rather than escape.
 # A space is fine (the engine hands the string to mount(2) as is); control characters are not.
@@ -72,6 +74,7 @@ class LayerInfo(BaseModel):
     setup: str | None = None  # the environment's setup tree, a read-only layer between the checkout and ``upper``
     trusted: tuple[str, ...] = ()  # files the environment's definition reads: applied only when forced by name
     disk: DiskQuota | None = None  # the layer's writable parts live on their own filesystem of this size
+    mirrored: bool = False  # the checkout's directories have their upper directories (``headroom``)
 
 
 class Layer:
@@ -122,6 +125,11 @@ def disk_image(root: Path) -> Path:
 
 def disk_mount(root: Path) -> Path:
     return root / "disk"
+
+
+def seed_dir(root: Path) -> Path:
+    """The seed layer of the layer at ``root``: read-only to the overlay, outside the quota (see ``headroom``)."""
+    return root / "seed"
 
 
 def layer_dir(data_dir: Path, session_id: str) -> Path:
@@ -237,8 +245,11 @@ def open_repo(layer: Layer) -> int:
     return fd
 
 
-def mount_options(layer: Layer) -> str:
+def mount_options(layer: Layer, seeded: bool = False) -> str:
+    """The layer's overlay: ``seeded`` puts the seed layer on top (``headroom.prepare`` says whether it may)."""
     lowers = [Path(layer.info.setup), layer.repo] if layer.info.setup else [layer.repo]
+    if seeded:
+        lowers.insert(0, seed_dir(layer.root))
     return overlay_options(lowers, layer.upper, layer.work)
 
 
@@ -251,14 +262,14 @@ def overlay_options(lowers: list[Path], upper: Path, work: Path) -> str:
     return f"lowerdir={lowerdir},upperdir={upper},workdir={work},{OVERLAY_OPTIONS}"
 
 
-def volume_kwargs(layer: Layer, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def volume_kwargs(layer: Layer, name: str, labels: dict[str, str], seeded: bool = False) -> dict[str, Any]:
     """Arguments for ``client.volumes.create``: a ``local`` volume that mounts the overlay.
 
     The engine mounts it when the first container using it starts and unmounts it when the
     last one stops. The paths are the engine's paths: a controller in a container must see
     its data dir and the repository at the same paths as the host does.
     """
-    return overlay_volume(name, mount_options(layer), labels)
+    return overlay_volume(name, mount_options(layer, seeded), labels)
 
 
 def overlay_volume(name: str, options: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -275,12 +286,25 @@ def set_setup(layer: Layer, tree: Path | None) -> None:
     wanted = None if tree is None else str(tree)
     if layer.info.setup == wanted:
         return
-    if layer.info.setup is not None and any(layer.upper.iterdir()):
+    if layer.info.setup is not None and not _only_directories(layer.upper):
         raise WorkspaceError(
             f"The workspace of {layer.repo} was written over another environment setup; it keeps that one."
         )
     layer.info = layer.info.model_copy(update={"setup": wanted})
     save(layer.root / "layer.json", layer.info)
+
+
+def _only_directories(top: Path) -> bool:
+    """Whether the tree at ``top`` holds directories alone: the agent wrote nothing a setup tree lies beneath
+    (``headroom`` mirrors the checkout's directories before the first mount)."""
+    pending = [top]
+    while pending:
+        with os.scandir(pending.pop()) as it:  # an unreadable directory raises: not known to be empty
+            for entry in it:
+                if not entry.is_dir(follow_symlinks=False):
+                    return False
+                pending.append(Path(entry.path))
+    return True
 
 
 def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:

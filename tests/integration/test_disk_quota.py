@@ -45,13 +45,15 @@ FILL_FILES = (
     "    print('made', n, 'then', e.strerror)\n\""
 )
 QUOTA_TURNS = [
+    {"content": [tool("run_command", command=FILL_FILES)]},
+    # at the exact file quota, a file of the checkout, the mount's first whiteout, in a directory not yet written
+    {"content": [tool("run_command", command="rm src/app.py && echo deleted")]},
+    {"content": [tool("run_command", command="rm -r many && echo deleted")]},  # and what the agent made
     {"content": [tool("run_command", command="fallocate -l 50G big; echo rc=$?; rm -f big")]},
     {"content": [tool("run_command", command="dd if=/dev/zero of=fill bs=1M count=200 2>&1; echo rc=$?")]},
     {"content": [tool("write_file", path="note.txt", content="x" * 1_000_000)]},
     # at the size quota: a file of the checkout (it needs a whiteout) and one the agent made are deleted
     {"content": [tool("run_command", command="rm README.md fill && echo deleted")]},
-    {"content": [tool("run_command", command=FILL_FILES)]},
-    {"content": [tool("run_command", command="rm -r many && echo deleted")]},  # at the file quota
     {"content": [tool("write_file", path="after.txt", content="room again")]},
     {"content": [text("Done.")]},
 ]
@@ -116,7 +118,7 @@ def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_n
         time.sleep(0.2)
     events = api.events(filler["id"])
     assert api.get(filler["id"])["status"] == "idle", events[-3:]
-    fallocate, dd, note, delete, files, delete_files, after = results(events)
+    files, delete_checkout, delete_files, fallocate, dd, note, delete, after = results(events)
 
     assert "No space left on device" in fallocate["output"] and "rc=1" in fallocate["output"], fallocate
     assert "No space left on device" in dd["output"] and "rc=1" in dd["output"], dd
@@ -124,8 +126,15 @@ def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_n
     assert made and 1000 < int(made.group(1)) < 2048, files["output"]
     assert note["is_error"] and "disk quota" in note["output"], (note["output"], dd["output"])
     assert "deleted" in delete["output"] and not delete["is_error"], delete
+    assert "deleted" in delete_checkout["output"] and not delete_checkout["is_error"], delete_checkout
     assert "deleted" in delete_files["output"] and not delete_files["is_error"], delete_files
     assert not after["is_error"], after  # and free room again
+    listed = api.http.get(f"/v1/sessions/{filler['id']}/changes").json()
+    assert [(c["path"], c["kind"]) for c in listed] == [
+        ("README.md", "deleted"),
+        ("after.txt", "added"),
+        ("src/app.py", "deleted"),
+    ], "the deletions, not the write that failed, nor how the deletions were made possible"
 
     image = next((data / "workspaces").glob("*/disk.img"))  # the filler's only: the calm session got the default
     for layer in (data / "workspaces").iterdir():

@@ -14,6 +14,8 @@ disaster on the host.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +268,34 @@ def test_write_file_overwrites_whole_files(ws: Workspace, root: Path) -> None:
     (root / "f").write_text("a much longer original text\n")
     write_file(ws, {"path": "f", "content": "short"})
     assert (root / "f").read_text() == "short"
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs (mounting needs root, as CI runs): room for what the tests write first, not for more."""
+    if os.geteuid() != 0:
+        pytest.fail("this test mounts a small tmpfs and needs root (CI runs as root)")
+    point = tmp_path / "small"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)], check=True)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_a_write_or_edit_with_no_room_leaves_the_file_as_it_was(full_disk: Path) -> None:
+    ws = Workspace(str(full_disk))
+    (full_disk / "keep.txt").write_text("original\n")
+    big = "x" * (1 << 20)
+    assert "disk quota" in fails("disk_full", write_file, ws, path="keep.txt", content=big)
+    assert (full_disk / "keep.txt").read_text() == "original\n"
+    fails("disk_full", edit_file, ws, path="keep.txt", old_string="original", new_string=big)
+    assert (full_disk / "keep.txt").read_text() == "original\n"
+    fails("disk_full", write_file, ws, path="new.txt", content=big)
+    assert sorted(os.listdir(full_disk)) == ["keep.txt"], "a file the failed call created is gone again"
+    assert write_file(ws, {"path": "keep.txt", "content": "fits"})["bytes_written"] == 4
+    assert (full_disk / "keep.txt").read_text() == "fits"
 
 
 def test_write_file_new_files_are_0644_before_the_umask(ws: Workspace, root: Path) -> None:

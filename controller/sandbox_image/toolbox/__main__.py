@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 PR_SET_DUMPABLE = 4
+SEED = ".cubicle-seed"
+SEED_VARIABLE = "CUBICLE_SEED"
 OWN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 """The toolbox's own environment, and that of the helpers it runs for itself (ripgrep)."""
 
@@ -72,6 +74,7 @@ def guard_self() -> dict[str, str]:
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise SystemExit(f"toolbox: prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(ctypes.get_errno())}")
     command_env = dict(os.environ)
+    command_env.pop(SEED_VARIABLE, None)
     os.environ.clear()
     os.environ.update(OWN_ENV)
     return command_env
@@ -106,10 +109,34 @@ def serve(toolbox: Toolbox, lines: "Iterable[bytes]") -> None:
             toolbox.send({"id": request.get("id"), "ok": False, "error": {"kind": "busy", "message": NO_THREADS}})
 
 
+def sow_seed() -> None:
+    """Delete the seed: the controller put an empty ``.cubicle-seed`` in a lower layer of /workspace, topmost.
+
+    Deleting it makes overlayfs create the whiteout this mount shares with every later deletion
+    of a checkout file (each a hard link to it), now, while an inode is free: so at the exact
+    file quota a deletion still works. Under /workspace the agent may have taken the owner's
+    write permission away; it is given back for the one unlink.
+    """
+    try:
+        mode = os.stat(".").st_mode & 0o7777
+        if not mode & 0o200:
+            os.chmod(".", mode | 0o200)
+        try:
+            os.unlink(SEED)
+        finally:
+            if not mode & 0o200:
+                os.chmod(".", mode)
+    except OSError:
+        pass  # only a deletion at the exact quota pays for it
+
+
 def main() -> None:
+    seeded = os.environ.get(SEED_VARIABLE) == "1"
     command_env = guard_self()
     groups.arm()
     os.chdir(WORKSPACE)
+    if seeded:
+        sow_seed()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     serve(Toolbox(Workspace(WORKSPACE), command_env, sys.stdout.buffer), sys.stdin.buffer)
 

@@ -177,7 +177,12 @@ def _read_lines(ws: Workspace, f: IO[bytes], full: str, offset: int, limit: int,
 
 
 def write_file(ws: Workspace, args: JSON) -> JSON:
-    """Create or overwrite a file, and its missing parent directories; a FIFO or device is refused, not opened."""
+    """Create or overwrite a file, and its missing parent directories; a FIFO or device is refused, not opened.
+
+    A write that fails for want of room (the disk quota) leaves the file as it was: the room is
+    allocated first (``posix_fallocate``), before a byte is overwritten, and a file this call
+    created is removed again. Overwriting keeps the file's inode (its hardlinks, mode and owner).
+    """
     full = ws.resolve(args["path"])
     data = _encode(args["content"])
     parent = os.path.dirname(full)
@@ -187,21 +192,50 @@ def write_file(ws: Workspace, args: JSON) -> JSON:
         raise ToolError("not_a_directory", f"A part of {ws.display(parent)} is a file, not a directory.") from None
     except OSError as err:
         raise ws.os_error(err, parent) from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+    created = True
     try:
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(full, flags | os.O_EXCL, 0o644)
+        except FileExistsError:
+            created = False
+            fd = os.open(full, flags, 0o644)
     except OSError as err:
         raise ws.os_error(err, full) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ToolError("not_regular", f"{ws.display(full)} is not a regular file (a device, FIFO or socket).")
+        _make_room(fd, len(data), info.st_size)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
     except OSError as err:
+        if created:
+            _forget(full)
         raise ws.os_error(err, full) from None
     finally:
         os.close(fd)
     return {"path": ws.display(full), "bytes_written": len(data)}
+
+
+def _make_room(fd: int, size: int, was: int) -> None:
+    """Allocate ``size`` bytes for ``fd`` before writing (holes too); on failure give the file back its size ``was``."""
+    if size == 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.ftruncate(fd, was)  # fallocate may have grown the file before it ran out; the bytes there are the old ones
+        raise
+
+
+def _forget(full: str) -> None:
+    try:  # noqa: SIM105 - contextlib is not among the toolbox's imports (they are kept few, for its start)
+        os.unlink(full)
+    except OSError:
+        pass
 
 
 def _encode(text: str) -> bytes:

@@ -71,6 +71,7 @@ class Workspace:
         self.mnt.mkdir()
         self.layer: Layer = layers.create(self.data, "s1", self.repo)
         self.mounted = False
+        self.seeded = False  # mount with the seed layer on top (``headroom``)
 
     def restart(self) -> None:
         """Start the session again, so setup done to the checkout is part of its baseline."""
@@ -81,7 +82,7 @@ class Workspace:
     def agent(self, script: str) -> None:
         """Run a shell script as the agent (uid 1000) with its cwd at the mounted workspace."""
         if not self.mounted:
-            opts = layers.mount_options(self.layer)
+            opts = layers.mount_options(self.layer, self.seeded)
             subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(self.mnt)], check=True)
             self.mounted = True
         cmd = ["setpriv", f"--reuid={OWNER}", f"--regid={OWNER}", "--clear-groups", "sh", "-ec", script]

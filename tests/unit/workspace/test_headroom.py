@@ -1,0 +1,87 @@
+"""The layer made ready for deletions at the quota (``workspace.headroom``), on a real overlay mount.
+
+Mirroring the checkout's directories and sowing the seed must change nothing anyone sees:
+the merged tree, the listed changes. The exact quota itself is tested on a real engine
+(tests/integration/test_disk_quota.py); here, what the kernel makes of the prepared layer.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from controller.workspace import changes, headroom
+from controller.workspace.layer import SEED
+from tests.unit.workspace.overlay import Workspace, snapshot
+
+MIRRORED = ["docs", "docs/sub", "old", "src"]  # every directory of the checkout but .git
+
+
+def test_a_ready_layer_shows_the_checkout_as_it_is_and_lists_no_change(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    assert ws.seeded and ws.layer.info.mirrored
+    made = sorted(str(p.relative_to(ws.layer.upper)) for p in ws.layer.upper.rglob("*"))
+    assert made == MIRRORED
+    for rel in MIRRORED:
+        up, low = os.lstat(ws.layer.upper / rel), os.lstat(ws.repo / rel)
+        assert [up.st_mode, up.st_uid, up.st_gid, up.st_mtime_ns] == [
+            low.st_mode,
+            low.st_uid,
+            low.st_gid,
+            low.st_mtime_ns,
+        ]
+
+    ws.agent(f"test -f {SEED} && rm {SEED}")  # what the toolbox does as it starts
+    assert snapshot(ws.mnt) == snapshot(ws.repo)
+    assert changes.scan(ws.layer) == []
+
+
+def test_deletions_after_the_seed_share_its_whiteout_and_are_listed_alone(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    parents = [os.lstat(ws.layer.upper / rel).st_ino for rel in ("docs/sub", "old")]
+    ws.agent(f"rm {SEED} && rm docs/sub/b.txt old/gone.txt README.md")
+    listed = {(c.path, c.kind.value) for c in changes.scan(ws.layer)}
+    assert listed == {("docs/sub/b.txt", "deleted"), ("old/gone.txt", "deleted"), ("README.md", "deleted")}
+    whiteouts = [os.lstat(ws.layer.upper / rel) for rel in (SEED, "docs/sub/b.txt", "old/gone.txt", "README.md")]
+    assert all(stat.S_ISCHR(st.st_mode) and st.st_rdev == 0 for st in whiteouts)
+    assert len({st.st_ino for st in whiteouts}) == 1, "one inode: overlay links each whiteout to the first"
+    # no parent was copied up for them: the upper directories made ahead hold the whiteouts
+    assert [os.lstat(ws.layer.upper / rel).st_ino for rel in ("docs/sub", "old")] == parents
+
+
+def test_the_next_mount_sees_the_seed_again_and_the_agent_s_deletions_still(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} src/util.py")
+    ws.stop()
+    assert headroom.ready(ws.layer)
+    assert not os.path.lexists(ws.layer.upper / SEED), "the last mount's whiteout of the seed is cleared"
+    ws.agent(f"test -f {SEED} && rm {SEED} && test ! -e src/util.py")
+    assert [(c.path, c.kind.value) for c in changes.scan(ws.layer)] == [("src/util.py", "deleted")]
+
+
+def test_the_agent_s_own_file_by_the_seed_s_name_is_kept_and_no_seed_is_sown(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && echo mine > {SEED}")
+    ws.stop()
+    ws.seeded = headroom.ready(ws.layer)
+    assert not ws.seeded
+    ws.agent(f"grep -qx mine {SEED}")
+    assert [(c.path, c.kind.value) for c in changes.scan(ws.layer)] == [(SEED, "added")]
+
+
+def test_a_checkout_with_a_file_by_the_seed_s_name_gets_no_seed(ws: Workspace) -> None:
+    (ws.repo / SEED).write_text("the user's\n")
+    assert not headroom.ready(ws.layer)
+    assert ws.layer.info.mirrored  # the directories still are
+
+
+def test_mirroring_leaves_what_the_agent_did_and_makes_nothing_beneath_it(ws: Workspace) -> None:
+    ws.agent("rm -r docs old && echo x > old && rm -r src && mkdir src && touch src/new.py")  # src: opaque
+    before = sorted((c.path, c.kind.value) for c in changes.scan(ws.layer))
+    merged = snapshot(ws.mnt)
+    ws.stop()
+    ws.seeded = headroom.ready(ws.layer)
+    assert not (ws.layer.upper / "docs").is_dir() and not os.path.lexists(ws.layer.upper / "docs/sub")
+    ws.agent(f"rm {SEED}")
+    assert snapshot(ws.mnt) == merged
+    assert sorted((c.path, c.kind.value) for c in changes.scan(ws.layer)) == before
