@@ -7,10 +7,10 @@ are on an ext4 filesystem made for the session: a sparse image file ``disk.img``
 layer's directory, loop-mounted on ``disk/``. Its size is the disk quota and its inode
 count the file quota, so ``fallocate -l 50G`` or a million ``touch`` es fail inside the
 sandbox with ENOSPC while the host's filesystem only ever holds what was written. Checkpoints
-and apply backups are on it too and count. Deleting what the agent made always works at the
-quota. Deleting a file of the checkout needs a whiteout: 1% of the blocks are reserved for
-root, whose credentials (the mounter's) overlayfs writes whiteouts with, but ext4 reserves no
-inodes, so at the exact file quota the agent first deletes one of its own files.
+and apply backups are on it too and count. Deleting always works at the quota: what the
+agent made is a plain unlink; a file of the checkout needs a whiteout, whose directory entry
+may take one of the blocks reserved for root (overlayfs writes whiteouts with the mounter's
+credentials), and whose inodes ``workspace.headroom`` takes ahead of time.
 
 Why this mechanism: the host's ext4 has no project quotas to turn on, Docker's ``local``
 volume driver cannot loop-mount an image file, and a watchdog is too late for one
