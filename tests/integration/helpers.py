@@ -58,6 +58,9 @@ def containers_of(client: Any, session_id: str) -> list[Any]:
     return list(client.containers.list(all=True, sparse=True, filters={"label": f"{owners.SESSION}={session_id}"}))
 
 
+EXEC_TIMEOUT_S = 20
+
+
 def container_running(client: Any, needle: str) -> Any:
     """The Cubicle sandbox whose processes include ``needle`` (a command line), or None.
 
@@ -68,14 +71,29 @@ def container_running(client: Any, needle: str) -> Any:
         try:
             processes = [" ".join(p) for p in container.top()["Processes"] or []]
             if client.api.inspect_container(container.id)["HostConfig"]["Runtime"] == runtimes.GVISOR:
-                # gVisor's `top` shows command names only, no arguments: ask inside
-                listed = container.exec_run(["ps", "-eo", "args"], user="0:0")
-                processes = listed.output.decode(errors="replace").splitlines()
+                # gVisor's `top` shows command names only, no arguments: ask inside, for a bounded time (an exec
+                # into a container gVisor is tearing down once never answered)
+                processes = _processes_inside(container)
         except (APIError, NotFound):
             continue
         if any(needle in line for line in processes):
             return container
     return None
+
+
+def _processes_inside(container: Any) -> list[str]:
+    """``ps`` in ``container`` as root; none when it fails or does not answer within ``EXEC_TIMEOUT_S``."""
+    found: list[str] = []
+
+    def ask() -> None:
+        with contextlib.suppress(APIError, NotFound):
+            listed = container.exec_run(["ps", "-eo", "args"], user="0:0")
+            found.extend(listed.output.decode(errors="replace").splitlines())
+
+    asking = threading.Thread(target=ask, daemon=True)  # a hung exec must not hold up the test's end either
+    asking.start()
+    asking.join(EXEC_TIMEOUT_S)
+    return list(found) if not asking.is_alive() else []
 
 
 @contextlib.contextmanager
