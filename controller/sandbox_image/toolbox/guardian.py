@@ -65,11 +65,10 @@ def empty_bounding_set() -> None:
         with open("/proc/sys/kernel/cap_last_cap") as f:
             last = int(f.read())
     except (OSError, ValueError):
-        last = 0
-        while libc.prctl(PR_CAPBSET_READ, last + 1, 0, 0, 0) >= 0:  # -1 (EINVAL) past the kernel's last one
-            last += 1
+        last = -1  # then each capability is read before it is dropped
     cap = 0
-    while cap <= last or libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:  # and any the file did not count
+    # past ``last``, or without it, on while the kernel knows the capability (-1, EINVAL, past its last one)
+    while cap <= last or libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             raise SystemExit(f"toolbox: cannot drop capability {cap} from the bounding set: "
                              f"{os.strerror(ctypes.get_errno())}")  # fmt: skip
