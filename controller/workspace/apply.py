@@ -326,18 +326,22 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
     """Drop applied paths from the upper layer, deepest first, except under opaque dirs with work left.
 
     An opaque directory with nothing left to apply below it now matches the checkout, so its
-    marker goes too (else it would hide what was just applied), and it goes when empty.
+    marker goes too (else it would hide what was just applied), and it goes when empty,
+    unless the checkout has that directory: an empty upper directory over it shows the
+    checkout as it is, and ``headroom`` made it so that a deletion there works at the quota.
     """
     upper = open_upper(layer)
+    repo = open_repo(layer)
     try:
         left = [c.path for c in changes if c.path not in applied]
         blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
         parents = {a for path in applied for a in _ancestors(path)}
         for path in sorted(applied | parents, key=lambda p: -p.count("/")):
             if not any(path == b or path.startswith(b + "/") for b in blocked):
-                _drop(upper, path, only_if_empty=path not in applied)
+                _drop(upper, repo, path, only_if_empty=path not in applied)
     finally:
         os.close(upper)
+        os.close(repo)
 
 
 def _opaque(upper: int, rel: str) -> bool:
@@ -352,7 +356,7 @@ def _opaque(upper: int, rel: str) -> bool:
         return False
 
 
-def _drop(upper: int, rel: str, only_if_empty: bool) -> None:
+def _drop(upper: int, repo: int, rel: str, only_if_empty: bool) -> None:
     with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
@@ -362,6 +366,9 @@ def _drop(upper: int, rel: str, only_if_empty: bool) -> None:
                     os.removexattr(child, OPAQUE)
             finally:
                 os.close(child)
+            held = beneath.lstat(repo, rel)
+            if held is not None and stat.S_ISDIR(held.st_mode):
+                return  # the checkout's directory: kept (see ``_retire``); a mode of its own is still a change
             os.rmdir(name, dir_fd=fd)  # only when empty: what is left in it is still a change
         elif not only_if_empty:
             os.unlink(name, dir_fd=fd)

@@ -28,7 +28,7 @@ from . import beneath, gitlike, textdiff
 from .baseline import is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
-from .layer import SEED, Layer, open_repo, open_upper, seed_dir
+from .layer import Layer, open_repo, open_upper
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -53,7 +53,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     upper = open_upper(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        walker = _Walker(lower, seeded=(seed_dir(layer.root) / SEED).is_file())
+        walker = _Walker(lower, setup)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
@@ -97,9 +97,9 @@ def is_environment_config(path: str) -> bool:
 class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
-    def __init__(self, lower_fd: int, seeded: bool = False) -> None:
+    def __init__(self, lower_fd: int, setup_fd: int | None = None) -> None:
         self.lower = lower_fd
-        self.seeded = seeded  # a whiteout of the seed at the root is the toolbox's (see ``headroom``), not a change
+        self.setup = setup_fd
         self.found: list[Change] = []
 
     def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
@@ -108,7 +108,7 @@ class _Walker:
         for name, st in entries:
             low = beneath.lstat(self.lower, prefix + name) if lower_is_dir else None
             if _is_whiteout(fd, name, st):
-                if low is not None and not (self.seeded and not prefix and name == SEED):
+                if low is not None:
                     self.deleted_tree(prefix + name, low)
             elif stat.S_ISDIR(st.st_mode):
                 self.subdir(fd, prefix + name, name, st, low, opaque, depth)
@@ -129,7 +129,9 @@ class _Walker:
             return
         if low is None or unreadable(st):
             self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
-        elif not low_is_dir or stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode):
+        elif not low_is_dir or (
+            stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode) and not self._setup_mode(path, st)
+        ):
             self.add(path, Kind.MODIFIED, st, low)
         if unreadable(st):
             return  # listed once, as unsafe; what it holds is never read, so never applied
@@ -139,6 +141,16 @@ class _Walker:
             self.directory(child, path + "/", low_is_dir, is_opaque, depth + 1)
         finally:
             os.close(child)
+
+    def _setup_mode(self, path: str, st: os.stat_result) -> bool:
+        """Whether the directory ``path`` has the mode the environment's setup gave it: what the merged view showed
+        before the agent did anything (a copy-up, or ``headroom``'s mirror, copies it), so no change of the agent's."""
+        if self.setup is None:
+            return False
+        made = beneath.lstat(self.setup, path)
+        return (
+            made is not None and stat.S_ISDIR(made.st_mode) and stat.S_IMODE(made.st_mode) == stat.S_IMODE(st.st_mode)
+        )
 
     def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
         sparse = sparse_reason(fd, name, st)

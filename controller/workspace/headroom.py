@@ -13,20 +13,22 @@ Overlay writes all of this with the mounter's credentials, as it writes the agen
 files, so no filesystem quota or reserve can tell the two apart. Instead both are made
 ahead, while inodes are free:
 
-- ``mirror``: at the layer's first mount, every directory of the checkout gets its upper
-  directory, with the mode, owner and mtime the merged view already shows (so nothing is
-  listed as a change). It costs one inode and one block per directory of the quota, made
-  once per session. ``.git`` is left out: it is never applied.
+- ``Mirror``: at the layer's first mount, the checkout's directories get their upper
+  directories, with the mode, owner and mtime the merged view already shows (so nothing is
+  listed as a change), made once per session, an inode and a block of the quota each.
+  ``.git`` and ignored directories (``node_modules``, say) are left out, and at most
+  ``MIRROR_MAX`` directories, and a tenth of the quota, are made. ``apply`` keeps them.
 - ``prepare`` and the seed: a layer with a quota has a tiny read-only lower layer of its
   own, topmost, holding one empty file, ``SEED``. The toolbox deletes it as it starts
   (``SEED_VARIABLE`` tells it to), which makes that mount's shared whiteout then. Before each
   mount the last mount's whiteout of the seed is removed from the upper layer, so the seed
-  shows again. ``changes`` never lists it.
+  shows again. ``changes`` never lists it (the checkout has no such file).
 
-Left uncovered: a directory the checkout gains after the first mount, a checkout with a
-file named ``SEED`` at its root (no seed then), and a directory of the checkout this
-process cannot give its owner (a controller that is not root, on someone else's files):
-each deletion there takes inodes as before.
+Left uncovered, where a deletion takes inodes as before: a directory the checkout gains
+after the first mount, one past the mirror's bounds, an ignored one, a checkout with a
+file named ``SEED`` at its root (no seed then), a directory of the checkout this process
+cannot give its owner (a controller that is not root, on someone else's files), and past
+65,000 deletions in one mount (ext4's most links to one inode; overlay then makes another).
 """
 
 from __future__ import annotations
@@ -38,13 +40,18 @@ import stat
 from pathlib import Path
 
 from . import beneath
-from .baseline import MAX_DEPTH, is_git_name
+from .apply import BLOCK
+from .baseline import MAX_DEPTH, is_git_name, load_rules
 from .changes import OPAQUE
-from .layer import SEED, Layer, open_repo, open_upper, seed_dir
+from .ignore import IgnoreRules
+from .layer import SEED, DiskQuota, Layer, open_repo, open_upper, seed_dir
 from .records import save
 
 log = logging.getLogger(__name__)
 
+MIRROR_MAX = 10_000
+"""At most this many directories are made ahead (each is an inode and a block of the quota, and a step of
+every later listing and checkpoint)."""
 SEED_VARIABLE = "CUBICLE_SEED"
 """Set (to 1) in a sandbox whose overlay has the seed on top: the toolbox deletes ``SEED`` as it starts."""
 
@@ -66,9 +73,13 @@ def ready(layer: Layer) -> bool:
         return False
     try:
         if not layer.info.mirrored:
-            _mirror_checkout(layer, upper)
-            layer.info = layer.info.model_copy(update={"mirrored": True})
-            save(layer.root / "layer.json", layer.info)
+            try:
+                _mirror_checkout(layer, upper)
+            except OSError as err:  # say, the quota is used up already: what was made is right, the rest waits
+                log.warning("could not make the directories of %s in its layer: %s", layer.repo, err)
+            else:
+                layer.info = layer.info.model_copy(update={"mirrored": True})
+                save(layer.root / "layer.json", layer.info)
         return _ready_seed(layer, upper)
     except OSError as err:
         log.warning("could not ready the layer of %s for deletions at its quota: %s", layer.repo, err)
@@ -98,71 +109,95 @@ def _ready_seed(layer: Layer, upper: int) -> bool:
     return True
 
 
+def mirror_budget(quota: DiskQuota | None) -> int:
+    """How many directories a layer's mirror may make: ``MIRROR_MAX``, and a tenth of the quota's inodes and blocks."""
+    if quota is None:
+        return MIRROR_MAX
+    return min(MIRROR_MAX, quota.inodes // 10, (quota.mb << 20) // BLOCK // 10)
+
+
 def _mirror_checkout(layer: Layer, upper: int) -> None:
     lower = open_repo(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        mirror(lower, upper, setup, 0)
+        Mirror(load_rules(layer.baseline_file), mirror_budget(layer.info.disk)).walk(lower, upper, setup, "")
     finally:
         for fd in (lower, setup):
             if fd is not None:
                 os.close(fd)
 
 
-def mirror(lower: int, upper: int, setup: int | None, depth: int) -> None:
-    """Give every directory of ``lower`` below these fds its upper directory, where the upper has no entry.
+class Mirror:
+    """Gives directories of the checkout their upper directories, where the upper has no entry, up to ``budget``.
 
     The upper directory copies what the merged view shows: the setup tree's directory where
     it has one (it is the higher lower layer), else the checkout's. An upper entry of any kind
     is left as it is, and nothing is made below a whiteout, a file or an opaque directory,
-    where the checkout's entries are hidden. Directories are given their mode and mtime after
-    their children, so one without write permission can still be filled.
+    where the checkout's entries are hidden. Ignored directories (``node_modules``, say) are
+    left out, as ``.git`` is: their files are never applied, and there may be many.
+    A directory gets its owner and mode at once, so one cut short (a crash, a full quota)
+    leaves only right ones; its mtime comes after its children, whose creation moves it.
     """
-    if depth >= MAX_DEPTH:
-        return
-    with os.scandir(lower) as it:
-        names = [e.name for e in it if e.is_dir(follow_symlinks=False) and not is_git_name(e.name)]
-    for name in names:
-        shown = os.stat(name, dir_fd=lower, follow_symlinks=False)
-        setup_child = None
-        if setup is not None:
-            made = beneath.lstat(setup, name)
-            if made is not None:
-                if not stat.S_ISDIR(made.st_mode) or _opaque(setup, name):
-                    continue
-                shown, setup_child = made, beneath.open_dir(setup, name)
+
+    def __init__(self, rules: IgnoreRules, budget: int) -> None:
+        self.rules = rules
+        self.left = budget
+
+    def walk(self, lower: int, upper: int, setup: int | None, prefix: str) -> None:
+        if prefix.count("/") >= MAX_DEPTH:
+            return
+        with os.scandir(lower) as it:
+            names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and not is_git_name(e.name))
+        for name in names:
+            if self.left <= 0:
+                return
+            if self.rules.ignored(prefix + name, is_dir=True):
+                continue
+            shown = os.stat(name, dir_fd=lower, follow_symlinks=False)
+            setup_child = None
+            if setup is not None:
+                made = beneath.lstat(setup, name)
+                if made is not None:
+                    if not stat.S_ISDIR(made.st_mode) or _opaque(setup, name):
+                        continue
+                    shown, setup_child = made, beneath.open_dir(setup, name)
+            try:
+                self._one(lower, upper, name, shown, setup_child, prefix)
+            finally:
+                if setup_child is not None:
+                    os.close(setup_child)
+
+    def _one(self, lower: int, upper: int, name: str, shown: os.stat_result, setup: int | None, prefix: str) -> None:
+        existing = beneath.lstat(upper, name)
+        made = existing is None
+        mode = stat.S_IMODE(shown.st_mode)
+        later = mode if os.geteuid() != 0 and mode & 0o700 != 0o700 else None  # its owner must fill it first
+        if existing is None:
+            if not _can_own(shown):
+                return
+            os.mkdir(name, 0o700, dir_fd=upper)
+            self.left -= 1
+            os.chown(name, shown.st_uid, shown.st_gid, dir_fd=upper, follow_symlinks=False)
+            if later is None:
+                os.chmod(name, mode, dir_fd=upper, follow_symlinks=False)
+        elif not stat.S_ISDIR(existing.st_mode) or _opaque(upper, name):
+            return
         try:
-            _mirror_one(lower, upper, name, shown, setup_child, depth)
+            child_lower = beneath.open_dir(lower, name)
+            child_upper = beneath.open_dir(upper, name)
+        except OSError as err:
+            if err.errno in (errno.EACCES, errno.EPERM):  # a directory the agent closed (chmod 000) stays as it is
+                return
+            raise
+        try:
+            self.walk(child_lower, child_upper, setup, f"{prefix}{name}/")
         finally:
-            if setup_child is not None:
-                os.close(setup_child)
-
-
-def _mirror_one(lower: int, upper: int, name: str, shown: os.stat_result, setup: int | None, depth: int) -> None:
-    existing = beneath.lstat(upper, name)
-    made = existing is None
-    if existing is None:
-        if not _can_own(shown):
-            return
-        os.mkdir(name, 0o700, dir_fd=upper)
-        os.chown(name, shown.st_uid, shown.st_gid, dir_fd=upper, follow_symlinks=False)
-    elif not stat.S_ISDIR(existing.st_mode) or _opaque(upper, name):
-        return
-    try:
-        child_lower = beneath.open_dir(lower, name)
-        child_upper = beneath.open_dir(upper, name)
-    except OSError as err:
-        if err.errno in (errno.EACCES, errno.EPERM):  # a directory the agent closed (chmod 000) stays as it is
-            return
-        raise
-    try:
-        mirror(child_lower, child_upper, setup, depth + 1)
-    finally:
-        os.close(child_lower)
-        os.close(child_upper)
-    if made:
-        os.chmod(name, stat.S_IMODE(shown.st_mode), dir_fd=upper, follow_symlinks=False)
-        os.utime(name, ns=(shown.st_atime_ns, shown.st_mtime_ns), dir_fd=upper, follow_symlinks=False)
+            os.close(child_lower)
+            os.close(child_upper)
+            if made:
+                if later is not None:
+                    os.chmod(name, later, dir_fd=upper, follow_symlinks=False)
+                os.utime(name, ns=(shown.st_atime_ns, shown.st_mtime_ns), dir_fd=upper, follow_symlinks=False)
 
 
 def _can_own(st: os.stat_result) -> bool:

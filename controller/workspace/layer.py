@@ -286,7 +286,7 @@ def set_setup(layer: Layer, tree: Path | None) -> None:
     wanted = None if tree is None else str(tree)
     if layer.info.setup == wanted:
         return
-    if layer.info.setup is not None and not _only_directories(layer.upper):
+    if layer.info.setup is not None and not _known_unwritten(layer):
         raise WorkspaceError(
             f"The workspace of {layer.repo} was written over another environment setup; it keeps that one."
         )
@@ -294,17 +294,58 @@ def set_setup(layer: Layer, tree: Path | None) -> None:
     save(layer.root / "layer.json", layer.info)
 
 
-def _only_directories(top: Path) -> bool:
-    """Whether the tree at ``top`` holds directories alone: the agent wrote nothing a setup tree lies beneath
-    (``headroom`` mirrors the checkout's directories before the first mount)."""
-    pending = [top]
-    while pending:
-        with os.scandir(pending.pop()) as it:  # an unreadable directory raises: not known to be empty
-            for entry in it:
-                if not entry.is_dir(follow_symlinks=False):
-                    return False
-                pending.append(Path(entry.path))
+def _known_unwritten(layer: Layer) -> bool:
+    """``_unwritten``; a layer it cannot read counts as written."""
+    try:
+        return _unwritten(layer)
+    except OSError:
+        return False  # not known to be unwritten
+
+
+def _unwritten(layer: Layer) -> bool:
+    """Whether the agent wrote nothing in the layer that a setup tree lies beneath: its upper holds only
+    directories of the checkout, none opaque, each with the checkout's mode or the setup's (``headroom``
+    makes these before the first mount)."""
+    upper = open_upper(layer)
+    repo = open_repo(layer)
+    setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
+    try:
+        return _unwritten_dir(upper, repo, setup, "")
+    finally:
+        for fd in (upper, repo, setup):
+            if fd is not None:
+                os.close(fd)
+
+
+def _unwritten_dir(upper: int, repo: int, setup: int | None, prefix: str) -> bool:
+    if prefix.count("/") >= baseline.MAX_DEPTH:
+        return False
+    with os.scandir(upper) as it:
+        entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+    for name, st in entries:
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        held = beneath.lstat(repo, prefix + name)
+        made = beneath.lstat(setup, prefix + name) if setup is not None else None
+        modes = {stat.S_IMODE(x.st_mode) for x in (held, made) if x is not None and stat.S_ISDIR(x.st_mode)}
+        if held is None or not stat.S_ISDIR(held.st_mode) or stat.S_IMODE(st.st_mode) not in modes:
+            return False
+        child = beneath.open_dir(upper, name)
+        try:
+            if _xattr(child, "user.overlay.opaque") is not None or not _unwritten_dir(
+                child, repo, setup, f"{prefix}{name}/"
+            ):
+                return False
+        finally:
+            os.close(child)
     return True
+
+
+def _xattr(fd: int, name: str) -> bytes | None:
+    try:
+        return os.getxattr(fd, name)
+    except OSError:
+        return None
 
 
 def ensure_unmounted(layer: Layer, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:

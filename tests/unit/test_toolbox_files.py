@@ -293,7 +293,10 @@ def test_a_write_or_edit_with_no_room_leaves_the_file_as_it_was(full_disk: Path)
     fails("disk_full", edit_file, ws, path="keep.txt", old_string="original", new_string=big)
     assert (full_disk / "keep.txt").read_text() == "original\n"
     fails("disk_full", write_file, ws, path="new.txt", content=big)
-    assert sorted(os.listdir(full_disk)) == ["keep.txt"], "a file the failed call created is gone again"
+    fails("disk_full", write_file, ws, path="a/b/new.txt", content=big)
+    (full_disk / "link").symlink_to("target.txt")
+    fails("disk_full", write_file, ws, path="link", content=big)
+    assert sorted(os.listdir(full_disk)) == ["keep.txt", "link"], "what the failed calls created is gone again"
     assert write_file(ws, {"path": "keep.txt", "content": "fits"})["bytes_written"] == 4
     assert (full_disk / "keep.txt").read_text() == "fits"
 

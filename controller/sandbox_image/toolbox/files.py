@@ -6,6 +6,7 @@ endless line, a sparse file of terabytes), and nothing blocks on a FIFO or devic
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -179,28 +180,27 @@ def _read_lines(ws: Workspace, f: IO[bytes], full: str, offset: int, limit: int,
 def write_file(ws: Workspace, args: JSON) -> JSON:
     """Create or overwrite a file, and its missing parent directories; a FIFO or device is refused, not opened.
 
-    A write that fails for want of room (the disk quota) leaves the file as it was: the room is
-    allocated first (``posix_fallocate``), before a byte is overwritten, and a file this call
-    created is removed again. Overwriting keeps the file's inode (its hardlinks, mode and owner).
+    A write that fails for want of room (the disk quota) leaves things as they were: the room
+    is allocated first (``posix_fallocate``), before a byte is overwritten, and what this call
+    created (the file, a symlink's target, parent directories) is removed again. Overwriting
+    keeps the file's inode (its hardlinks, mode and owner).
     """
     full = ws.resolve(args["path"])
     data = _encode(args["content"])
     parent = os.path.dirname(full)
+    made = _missing_parents(parent)
     try:
         os.makedirs(parent, exist_ok=True)
     except FileExistsError:
         raise ToolError("not_a_directory", f"A part of {ws.display(parent)} is a file, not a directory.") from None
     except OSError as err:
+        _forget(made)
         raise ws.os_error(err, parent) from None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
-    created = True
+    created = not os.path.exists(full)  # a dangling symlink's target is created too
     try:
-        try:
-            fd = os.open(full, flags | os.O_EXCL, 0o644)
-        except FileExistsError:
-            created = False
-            fd = os.open(full, flags, 0o644)
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as err:
+        _forget(made)
         raise ws.os_error(err, full) from None
     try:
         info = os.fstat(fd)
@@ -212,30 +212,48 @@ def write_file(ws: Workspace, args: JSON) -> JSON:
             view = view[os.write(fd, view) :]
         os.ftruncate(fd, len(data))
     except OSError as err:
-        if created:
-            _forget(full)
+        _forget(([os.path.realpath(full)] if created else []) + made)
         raise ws.os_error(err, full) from None
     finally:
         os.close(fd)
     return {"path": ws.display(full), "bytes_written": len(data)}
 
 
+def _missing_parents(directory: str) -> list[str]:
+    """The directories ``makedirs`` will create for ``directory``, deepest first."""
+    missing = []
+    while directory and not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    return missing
+
+
 def _make_room(fd: int, size: int, was: int) -> None:
-    """Allocate ``size`` bytes for ``fd`` before writing (holes too); on failure give the file back its size ``was``."""
+    """Allocate ``size`` bytes for ``fd`` before writing (holes too); on failure give the file back its size ``was``.
+
+    Where the filesystem cannot allocate (glibc's fallback then reads the write-only fd: EBADF), the
+    write goes on unallocated, as a plain write would.
+    """
     if size == 0:
         return
     try:
         os.posix_fallocate(fd, 0, size)
-    except OSError:
-        os.ftruncate(fd, was)  # fallocate may have grown the file before it ran out; the bytes there are the old ones
-        raise
+    except OSError as err:
+        os.ftruncate(fd, was)  # fallocate may have grown the file before it stopped; the bytes there are the old ones
+        if err.errno not in (errno.EBADF, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
 
 
-def _forget(full: str) -> None:
-    try:  # noqa: SIM105 - contextlib is not among the toolbox's imports (they are kept few, for its start)
-        os.unlink(full)
-    except OSError:
-        pass
+def _forget(paths: list[str]) -> None:
+    """Remove what a failed write made: a file, then the directories it was to be in (deepest first)."""
+    for path in paths:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _encode(text: str) -> bytes:

@@ -10,9 +10,15 @@ from __future__ import annotations
 import os
 import stat
 
-from controller.workspace import changes, headroom
+import pytest
+
+from controller.workspace import apply, changes, headroom
+from controller.workspace import layer as layers
+from controller.workspace.baseline import load_rules
+from controller.workspace.errors import WorkspaceError
 from controller.workspace.layer import SEED
 from tests.unit.workspace.overlay import Workspace, snapshot
+from tests.unit.workspace.test_setup_layer import run_setup
 
 MIRRORED = ["docs", "docs/sub", "old", "src"]  # every directory of the checkout but .git
 
@@ -85,3 +91,70 @@ def test_mirroring_leaves_what_the_agent_did_and_makes_nothing_beneath_it(ws: Wo
     ws.agent(f"rm {SEED}")
     assert snapshot(ws.mnt) == merged
     assert sorted((c.path, c.kind.value) for c in changes.scan(ws.layer)) == before
+
+
+def test_an_apply_keeps_the_directories_made_ahead(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} docs/sub/b.txt && echo new > docs/sub/c.txt")
+    ws.stop()
+    assert sorted(apply(ws.layer).applied) == ["docs/sub/b.txt", "docs/sub/c.txt"]
+    assert (ws.layer.upper / "docs/sub").is_dir() and not any((ws.layer.upper / "docs/sub").iterdir())
+    assert changes.scan(ws.layer) == []
+
+
+def test_a_mirror_cut_short_leaves_only_right_directories_even_without_write_permission(ws: Workspace) -> None:
+    os.chmod(ws.repo / "docs", 0o555)
+    rules = load_rules(ws.layer.baseline_file)
+    lower, upper = os.open(ws.repo, os.O_RDONLY | os.O_DIRECTORY), os.open(ws.layer.upper, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        headroom.Mirror(rules, budget=2).walk(lower, upper, None, "")  # docs and docs/sub, then the budget is used
+    finally:
+        os.close(lower)
+        os.close(upper)
+    assert sorted(str(p.relative_to(ws.layer.upper)) for p in ws.layer.upper.rglob("*")) == ["docs", "docs/sub"]
+    assert stat.S_IMODE(os.lstat(ws.layer.upper / "docs").st_mode) == 0o555
+    assert changes.scan(ws.layer) == []
+
+
+def test_ignored_directories_are_not_made_ahead(ws: Workspace) -> None:
+    (ws.repo / "build" / "out").mkdir(parents=True)  # build/ is in the checkout's .gitignore
+    ws.restart()  # a baseline with it
+    assert headroom.ready(ws.layer)
+    assert not (ws.layer.upper / "build").exists() and (ws.layer.upper / "docs").is_dir()
+
+
+def test_a_directory_with_the_setup_s_mode_is_no_change(ws: Workspace) -> None:
+    tree, _ = run_setup(ws, "chmod 0777 docs && echo made > docs/made.txt")
+    layers.set_setup(ws.layer, tree)
+    assert stat.S_IMODE(os.lstat(tree / "docs").st_mode) == 0o777, "setup's tree keeps the directory's new mode"
+    ws.seeded = headroom.ready(ws.layer)
+    assert stat.S_IMODE(os.lstat(ws.layer.upper / "docs").st_mode) == 0o777, "as the merged view showed it"
+    ws.agent(f"rm {SEED}")
+    assert changes.scan(ws.layer) == []
+
+
+def test_a_file_the_user_adds_by_the_seed_s_name_shows_as_hidden_and_is_never_deleted(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    (ws.repo / SEED).write_text("the user's, made during the session\n")
+    ws.agent(f"rm {SEED}")  # the toolbox's unlink: the seed hid the user's file, the whiteout hides it now
+    listed = changes.scan(ws.layer)
+    assert [(c.path, c.kind.value) for c in listed] == [(SEED, "deleted")], "the review shows what the agent sees"
+    ws.stop()
+    assert apply(ws.layer).conflicts, "not in the baseline: the user made it, so applying its deletion conflicts"
+    assert (ws.repo / SEED).read_text() == "the user's, made during the session\n"
+    assert not headroom.ready(ws.layer), "the next mount has no seed: the checkout has the name now"
+
+
+def test_a_setup_goes_beneath_mirrored_directories_but_not_beneath_the_agent_s_own(ws: Workspace) -> None:
+    tree, _ = run_setup(ws, "echo a > made.txt")
+    other, _ = run_setup(ws, "echo b > other.txt", "setup2")
+    layers.set_setup(ws.layer, tree)
+    headroom.ready(ws.layer)
+    layers.set_setup(ws.layer, other)  # only mirrored directories: nothing was written over the first setup
+    for script in ("rm -r old && mkdir old", "chmod 0700 docs"):  # an opaque directory; a mode of the agent's
+        layers.set_setup(ws.layer, tree)
+        ws.agent(script)
+        ws.stop()
+        with pytest.raises(WorkspaceError, match="keeps that one"):
+            layers.set_setup(ws.layer, other)
+        ws.restart()

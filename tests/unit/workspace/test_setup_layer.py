@@ -18,9 +18,9 @@ from controller.workspace import layer as layers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 
 
-def run_setup(ws: Workspace, script: str) -> tuple[Path, list[str]]:
+def run_setup(ws: Workspace, script: str, name: str = "setup") -> tuple[Path, list[str]]:
     """Run ``script`` as the repo's owner over an overlay whose upper is a fresh setup tree; then prune it."""
-    home = ws.base / "setup"
+    home = ws.base / name
     tree, work, mnt = home / "tree", home / "work", home / "mnt"
     for path in (tree, work, mnt):
         path.mkdir(parents=True)
