@@ -24,7 +24,6 @@ import pytest
 
 from controller.api import create_app
 from controller.config import DEFAULT_IMAGE, Settings
-from controller.sandbox import volume_name
 from controller.scripted import ScriptedServer, serve_in_thread
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
