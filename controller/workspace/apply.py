@@ -327,18 +327,23 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
 
     An opaque directory with nothing left to apply below it now matches the checkout, so its
     marker goes too (else it would hide what was just applied), and it goes when empty,
-    unless the checkout has that directory: an empty upper directory over it shows the
-    checkout as it is, and ``headroom`` made it so that a deletion there works at the quota.
+    unless it is a directory the checkout had at the session's start: ``headroom`` made those
+    so that a deletion there works at the quota. Such a one is kept, given the checkout's
+    mode (what this apply wrote there, or kept), so it shows the checkout as it is.
     """
     upper = open_upper(layer)
     repo = open_repo(layer)
+    start = layer.baseline()
     try:
-        left = [c.path for c in changes if c.path not in applied]
+        left = {c.path for c in changes if c.path not in applied}
         blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
         parents = {a for path in applied for a in _ancestors(path)}
         for path in sorted(applied | parents, key=lambda p: -p.count("/")):
-            if not any(path == b or path.startswith(b + "/") for b in blocked):
-                _drop(upper, repo, path, only_if_empty=path not in applied)
+            if path in left or any(path == b or path.startswith(b + "/") for b in blocked):
+                continue  # a change of its own not applied (a directory's mode, say), or under an opaque one
+            was = start.get(path)
+            keep = was is not None and was.type == FileType.DIR
+            _drop(upper, repo if keep else None, path, only_if_empty=path not in applied)
     finally:
         os.close(upper)
         os.close(repo)
@@ -356,7 +361,9 @@ def _opaque(upper: int, rel: str) -> bool:
         return False
 
 
-def _drop(upper: int, repo: int, rel: str, only_if_empty: bool) -> None:
+def _drop(upper: int, keep_as_in: int | None, rel: str, only_if_empty: bool) -> None:
+    """Remove ``rel`` from the upper layer; a directory only when empty, and none at all with ``keep_as_in`` (the
+    checkout's fd) where the checkout holds a directory: that one gets the checkout's mode instead."""
     with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
@@ -364,11 +371,12 @@ def _drop(upper: int, repo: int, rel: str, only_if_empty: bool) -> None:
             try:
                 with contextlib.suppress(OSError):
                     os.removexattr(child, OPAQUE)
+                held = beneath.lstat(keep_as_in, rel) if keep_as_in is not None else None
+                if held is not None and stat.S_ISDIR(held.st_mode):
+                    os.chmod(child, stat.S_IMODE(held.st_mode))
+                    return
             finally:
                 os.close(child)
-            held = beneath.lstat(repo, rel)
-            if held is not None and stat.S_ISDIR(held.st_mode):
-                return  # the checkout's directory: kept (see ``_retire``); a mode of its own is still a change
             os.rmdir(name, dir_fd=fd)  # only when empty: what is left in it is still a change
         elif not only_if_empty:
             os.unlink(name, dir_fd=fd)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import beneath, gitlike, textdiff
-from .baseline import is_git_name, is_git_path, load_rules
+from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, open_repo, open_upper
@@ -53,7 +53,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     upper = open_upper(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        walker = _Walker(lower, setup)
+        walker = _Walker(lower, setup, layer.baseline)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
@@ -97,9 +97,11 @@ def is_environment_config(path: str) -> bool:
 class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
-    def __init__(self, lower_fd: int, setup_fd: int | None = None) -> None:
+    def __init__(self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline]) -> None:
         self.lower = lower_fd
         self.setup = setup_fd
+        self._load_baseline = load_baseline  # read only when a directory differs from the checkout
+        self._baseline: Baseline | None = None
         self.found: list[Change] = []
 
     def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
@@ -127,20 +129,36 @@ class _Walker:
         if depth >= MAX_DEPTH:
             self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low, reason="deeper than the walk goes")
             return
-        if low is None or unreadable(st):
-            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
-        elif not low_is_dir or (
-            stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode) and not self._setup_mode(path, st)
-        ):
-            self.add(path, Kind.MODIFIED, st, low)
         if unreadable(st):
+            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
             return  # listed once, as unsafe; what it holds is never read, so never applied
         child = beneath.open_dir(fd, name)
         try:
-            is_opaque = low_is_dir and (opaque or _has_marker(child, OPAQUE, b"y"))
+            marked = _has_marker(child, OPAQUE, b"y")
+            if self._differs(path, st, low) and not (
+                not marked and self._as_at_start(path, st) and (low_is_dir or _empty(child))
+            ):
+                self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
+            is_opaque = low_is_dir and (opaque or marked)
             self.directory(child, path + "/", low_is_dir, is_opaque, depth + 1)
         finally:
             os.close(child)
+
+    def _differs(self, path: str, st: os.stat_result, low: os.stat_result | None) -> bool:
+        """Whether the upper directory ``path`` shows other than the checkout's ``low`` (the setup's mode is the same)."""
+        if low is None or not stat.S_ISDIR(low.st_mode):
+            return True
+        return stat.S_IMODE(low.st_mode) != stat.S_IMODE(st.st_mode) and not self._setup_mode(path, st)
+
+    def _as_at_start(self, path: str, st: os.stat_result) -> bool:
+        """Whether the directory ``path`` is as the checkout had it at the session's start (``headroom`` made it so,
+        or a copy-up did): then the checkout changed since, by the user's hand, and it is no change of the agent's.
+        (Unless the user took the directory away and the agent's entries in it need it: then it is listed, so that
+        applying them, when forced, can bring it back.)"""
+        if self._baseline is None:
+            self._baseline = self._load_baseline()
+        was = self._baseline.get(path)
+        return was is not None and was.type == FileType.DIR and was.mode == stat.S_IMODE(st.st_mode)
 
     def _setup_mode(self, path: str, st: os.stat_result) -> bool:
         """Whether the directory ``path`` has the mode the environment's setup gave it: what the merged view showed
@@ -195,6 +213,11 @@ class _Walker:
                 reason=reason,
             )
         )
+
+
+def _empty(dir_fd: int) -> bool:
+    with os.scandir(dir_fd) as it:
+        return next(it, None) is None
 
 
 def unreadable(st: os.stat_result) -> bool:

@@ -49,6 +49,8 @@ from .records import save
 
 log = logging.getLogger(__name__)
 
+MAKING = "cubicle-mirror"
+"""The name in the work directory (never seen by the agent) a mirrored directory is made under."""
 MIRROR_MAX = 10_000
 """At most this many directories are made ahead (each is an inode and a block of the quota, and a step of
 every later listing and checkpoint)."""
@@ -90,12 +92,9 @@ def ready(layer: Layer) -> bool:
 
 def _ready_seed(layer: Layer, upper: int) -> bool:
     """Make the seed's lower layer and clear the last mount's whiteout of it; False when the seed cannot be used."""
-    lower = open_repo(layer)
-    try:
-        if beneath.lstat(lower, SEED) is not None:
-            return False  # the checkout's own file: the seed would hide it
-    finally:
-        os.close(lower)
+    for tree in (layer.repo, Path(layer.info.setup) if layer.info.setup else None):
+        if tree is not None and os.path.lexists(tree / SEED):
+            return False  # the checkout's own file, or the setup's: the seed would hide it
     st = beneath.lstat(upper, SEED)
     if st is not None:
         if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0):
@@ -118,11 +117,14 @@ def mirror_budget(quota: DiskQuota | None) -> int:
 
 def _mirror_checkout(layer: Layer, upper: int) -> None:
     lower = open_repo(layer)
+    work = beneath.open_root(layer.work)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        Mirror(load_rules(layer.baseline_file), mirror_budget(layer.info.disk)).walk(lower, upper, setup, "")
+        if beneath.lstat(work, MAKING) is not None:
+            beneath.remove_tree(work, MAKING)  # what a killed mirror left
+        Mirror(load_rules(layer.baseline_file), mirror_budget(layer.info.disk), work).walk(lower, upper, setup, "")
     finally:
-        for fd in (lower, setup):
+        for fd in (lower, work, setup):
             if fd is not None:
                 os.close(fd)
 
@@ -135,13 +137,15 @@ class Mirror:
     is left as it is, and nothing is made below a whiteout, a file or an opaque directory,
     where the checkout's entries are hidden. Ignored directories (``node_modules``, say) are
     left out, as ``.git`` is: their files are never applied, and there may be many.
-    A directory gets its owner and mode at once, so one cut short (a crash, a full quota)
-    leaves only right ones; its mtime comes after its children, whose creation moves it.
+    A directory is made in the work directory (``MAKING``), given its owner and mode there and
+    only then renamed into place, so a mirror cut short (a kill, a full quota) leaves only
+    right ones; its mtime comes after its children, whose creation moves it.
     """
 
-    def __init__(self, rules: IgnoreRules, budget: int) -> None:
+    def __init__(self, rules: IgnoreRules, budget: int, work: int) -> None:
         self.rules = rules
         self.left = budget
+        self.work = work
 
     def walk(self, lower: int, upper: int, setup: int | None, prefix: str) -> None:
         if prefix.count("/") >= MAX_DEPTH:
@@ -175,11 +179,12 @@ class Mirror:
         if existing is None:
             if not _can_own(shown):
                 return
-            os.mkdir(name, 0o700, dir_fd=upper)
+            os.mkdir(MAKING, 0o700, dir_fd=self.work)
             self.left -= 1
-            os.chown(name, shown.st_uid, shown.st_gid, dir_fd=upper, follow_symlinks=False)
+            os.chown(MAKING, shown.st_uid, shown.st_gid, dir_fd=self.work, follow_symlinks=False)
             if later is None:
-                os.chmod(name, mode, dir_fd=upper, follow_symlinks=False)
+                os.chmod(MAKING, mode, dir_fd=self.work, follow_symlinks=False)
+            os.rename(MAKING, name, src_dir_fd=self.work, dst_dir_fd=upper)
         elif not stat.S_ISDIR(existing.st_mode) or _opaque(upper, name):
             return
         try:

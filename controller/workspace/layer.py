@@ -286,12 +286,25 @@ def set_setup(layer: Layer, tree: Path | None) -> None:
     wanted = None if tree is None else str(tree)
     if layer.info.setup == wanted:
         return
-    if layer.info.setup is not None and not _known_unwritten(layer):
-        raise WorkspaceError(
-            f"The workspace of {layer.repo} was written over another environment setup; it keeps that one."
-        )
-    layer.info = layer.info.model_copy(update={"setup": wanted})
+    if layer.info.setup is not None:
+        if not _known_unwritten(layer):
+            raise WorkspaceError(
+                f"The workspace of {layer.repo} was written over another environment setup; it keeps that one."
+            )
+        _empty_upper(layer)  # directories made ahead over the old setup: made again over the new one
+    layer.info = layer.info.model_copy(update={"setup": wanted, "mirrored": False})
     save(layer.root / "layer.json", layer.info)
+
+
+def _empty_upper(layer: Layer) -> None:
+    upper = open_upper(layer)
+    try:
+        with os.scandir(upper) as it:
+            names = [e.name for e in it]
+        for name in names:
+            beneath.remove_tree(upper, name)
+    finally:
+        os.close(upper)
 
 
 def _known_unwritten(layer: Layer) -> bool:
@@ -323,6 +336,9 @@ def _unwritten_dir(upper: int, repo: int, setup: int | None, prefix: str) -> boo
     with os.scandir(upper) as it:
         entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
     for name, st in entries:
+        seed = not prefix and name == SEED and stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+        if seed and beneath.lstat(repo, SEED) is None:
+            continue  # the seed's whiteout (``headroom``): the toolbox's, not the agent's
         if not stat.S_ISDIR(st.st_mode):
             return False
         held = beneath.lstat(repo, prefix + name)

@@ -10,6 +10,7 @@ The reverted changes do not return to the layer: the sandbox then sees the check
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable, Collection
@@ -23,7 +24,7 @@ from .changes import same_bytes
 from .checkout import SAFE_BITS, Checkout
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
-from .layer import Layer, open_upper
+from .layer import Layer, open_repo, open_upper
 from .records import FileType, Kind
 
 
@@ -51,9 +52,32 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
         for step in reversed(record.steps):
             checkout.restore(step.path, step.prior, folder)
         expect.update(checkout, [step.path for step in record.steps])
+    _match_kept_dirs(layer, [step.path for step in record.steps])
     record.status = Status.REVERTED
     write(layer, record)
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
+
+
+def _match_kept_dirs(layer: Layer, paths: list[str]) -> None:
+    """The apply kept the checkout's directories in the upper layer (see ``apply._retire``), with the mode it wrote:
+    give each the mode the revert restored, or remove it (when empty) where the checkout now has none, so that
+    what was reverted does not come back as a change."""
+    upper = open_upper(layer)
+    repo = open_repo(layer)
+    try:
+        for rel in sorted(paths, key=lambda p: -p.count("/")):
+            up = beneath.lstat(upper, rel)
+            if up is None or not stat.S_ISDIR(up.st_mode):
+                continue
+            held = beneath.lstat(repo, rel)
+            with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
+                if held is not None and stat.S_ISDIR(held.st_mode):
+                    os.chmod(name, stat.S_IMODE(held.st_mode), dir_fd=fd, follow_symlinks=False)
+                else:
+                    os.rmdir(name, dir_fd=fd)  # only when empty: what the agent left in it is still its change
+    finally:
+        os.close(upper)
+        os.close(repo)
 
 
 def _conflicts(

@@ -8,11 +8,12 @@ the merged tree, the listed changes. The exact quota itself is tested on a real 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 
 import pytest
 
-from controller.workspace import apply, changes, headroom
+from controller.workspace import apply, changes, headroom, revert
 from controller.workspace import layer as layers
 from controller.workspace.baseline import load_rules
 from controller.workspace.errors import WorkspaceError
@@ -105,12 +106,13 @@ def test_an_apply_keeps_the_directories_made_ahead(ws: Workspace) -> None:
 def test_a_mirror_cut_short_leaves_only_right_directories_even_without_write_permission(ws: Workspace) -> None:
     os.chmod(ws.repo / "docs", 0o555)
     rules = load_rules(ws.layer.baseline_file)
-    lower, upper = os.open(ws.repo, os.O_RDONLY | os.O_DIRECTORY), os.open(ws.layer.upper, os.O_RDONLY | os.O_DIRECTORY)
+    fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path in (ws.repo, ws.layer.upper, ws.layer.work)]
     try:
-        headroom.Mirror(rules, budget=2).walk(lower, upper, None, "")  # docs and docs/sub, then the budget is used
+        headroom.Mirror(rules, 2, fds[2]).walk(fds[0], fds[1], None, "")  # docs and docs/sub, then the budget is used
     finally:
-        os.close(lower)
-        os.close(upper)
+        for fd in fds:
+            os.close(fd)
+    assert os.listdir(ws.layer.work) == [], "each was made there, then moved into place"
     assert sorted(str(p.relative_to(ws.layer.upper)) for p in ws.layer.upper.rglob("*")) == ["docs", "docs/sub"]
     assert stat.S_IMODE(os.lstat(ws.layer.upper / "docs").st_mode) == 0o555
     assert changes.scan(ws.layer) == []
@@ -158,3 +160,54 @@ def test_a_setup_goes_beneath_mirrored_directories_but_not_beneath_the_agent_s_o
         with pytest.raises(WorkspaceError, match="keeps that one"):
             layers.set_setup(ws.layer, other)
         ws.restart()
+
+
+def test_what_an_apply_wrote_and_a_revert_took_back_does_not_come_back_as_a_change(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && mkdir newdir && echo x > newdir/f && chmod 700 docs")
+    ws.stop()
+    assert sorted(apply(ws.layer).applied) == ["docs", "newdir", "newdir/f"]
+    assert changes.scan(ws.layer) == []
+    assert revert(ws.layer).conflicts == []
+    assert changes.scan(ws.layer) == [], "reverted changes stay out of the layer"
+    assert stat.S_IMODE(os.lstat(ws.layer.upper / "docs").st_mode) == 0o755 and not (ws.layer.upper / "newdir").exists()
+
+
+def test_a_directory_made_in_a_setgid_one_settles_after_its_apply(ws: Workspace) -> None:
+    os.chmod(ws.repo / "src", 0o2755)
+    ws.restart()
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && mkdir src/pkg && touch src/pkg/__init__.py")
+    ws.stop()
+    apply(ws.layer)
+    assert changes.scan(ws.layer) == []
+
+
+def test_what_the_user_does_to_the_checkout_s_directories_meanwhile_is_no_change_of_the_agent_s(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && echo mine > docs/new.txt")
+    ws.stop()
+    os.chmod(ws.repo / "docs", 0o700)
+    shutil.rmtree(ws.repo / "old")
+    assert [(c.path, c.kind.value) for c in changes.scan(ws.layer)] == [("docs/new.txt", "added")]
+
+
+def test_a_setup_switch_after_a_seeded_mount_makes_the_directories_again_over_the_new_tree(ws: Workspace) -> None:
+    first, _ = run_setup(ws, "echo a > made.txt")
+    second, _ = run_setup(ws, "chmod 0777 docs && echo b > docs/made.txt", "setup2")
+    layers.set_setup(ws.layer, first)
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED}")
+    ws.stop()
+    layers.set_setup(ws.layer, second)  # the seed's whiteout and the mirror are not the agent's writing
+    assert os.listdir(ws.layer.upper) == [] and not ws.layer.info.mirrored
+    ws.seeded = headroom.ready(ws.layer)
+    assert stat.S_IMODE(os.lstat(ws.layer.upper / "docs").st_mode) == 0o777
+    ws.agent(f"rm {SEED} && test -f docs/made.txt")
+    assert changes.scan(ws.layer) == []
+
+
+def test_a_seed_the_setup_tree_has_gets_no_seed(ws: Workspace) -> None:
+    tree, _ = run_setup(ws, f"echo from-setup > {SEED}")
+    layers.set_setup(ws.layer, tree)
+    assert not headroom.ready(ws.layer)
