@@ -328,8 +328,9 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
     An opaque directory with nothing left to apply below it now matches the checkout, so its
     marker goes too (else it would hide what was just applied), and it goes when empty,
     unless it is a directory the checkout had at the session's start: ``headroom`` made those
-    so that a deletion there works at the quota. Such a one is kept, given the checkout's
-    mode (what this apply wrote there, or kept), so it shows the checkout as it is.
+    so that a deletion there works at the quota. Such a one is kept; one this apply wrote gets
+    the checkout's mode (what was written, setgid and the like stripped), so it shows the
+    checkout as it is. A path whose own change stays unapplied loses only its opaque marker.
     """
     upper = open_upper(layer)
     repo = open_repo(layer)
@@ -339,11 +340,14 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
         blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
         parents = {a for path in applied for a in _ancestors(path)}
         for path in sorted(applied | parents, key=lambda p: -p.count("/")):
-            if path in left or any(path == b or path.startswith(b + "/") for b in blocked):
-                continue  # a change of its own not applied (a directory's mode, say), or under an opaque one
+            if any(path == b or path.startswith(b + "/") for b in blocked):
+                continue
+            if path in left:  # a change of its own not applied (a directory's mode, say): only its marker goes
+                _unmark(upper, path)
+                continue
             was = start.get(path)
             keep = was is not None and was.type == FileType.DIR
-            _drop(upper, repo if keep else None, path, only_if_empty=path not in applied)
+            _drop(upper, repo if keep else None, path, only_if_empty=path not in applied, reset=path in applied)
     finally:
         os.close(upper)
         os.close(repo)
@@ -361,9 +365,19 @@ def _opaque(upper: int, rel: str) -> bool:
         return False
 
 
-def _drop(upper: int, keep_as_in: int | None, rel: str, only_if_empty: bool) -> None:
+def _unmark(upper: int, rel: str) -> None:
+    with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
+        child = beneath.open_dir(fd, name)
+        try:
+            os.removexattr(child, OPAQUE)
+        finally:
+            os.close(child)
+
+
+def _drop(upper: int, keep_as_in: int | None, rel: str, only_if_empty: bool, reset: bool) -> None:
     """Remove ``rel`` from the upper layer; a directory only when empty, and none at all with ``keep_as_in`` (the
-    checkout's fd) where the checkout holds a directory: that one gets the checkout's mode instead."""
+    checkout's fd) where the checkout holds a directory: that one stays, given the checkout's mode when ``reset``
+    (it was applied: what the apply wrote, setgid and the like stripped), else as it was (a setup's mode, say)."""
     with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
@@ -373,7 +387,8 @@ def _drop(upper: int, keep_as_in: int | None, rel: str, only_if_empty: bool) -> 
                     os.removexattr(child, OPAQUE)
                 held = beneath.lstat(keep_as_in, rel) if keep_as_in is not None else None
                 if held is not None and stat.S_ISDIR(held.st_mode):
-                    os.chmod(child, stat.S_IMODE(held.st_mode))
+                    if reset:
+                        os.chmod(child, stat.S_IMODE(held.st_mode))
                     return
             finally:
                 os.close(child)

@@ -53,7 +53,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
     upper = open_upper(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        walker = _Walker(lower, setup, layer.baseline)
+        walker = _Walker(lower, setup, layer.baseline, layer.info.mirrored)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
@@ -97,9 +97,12 @@ def is_environment_config(path: str) -> bool:
 class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
-    def __init__(self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline]) -> None:
+    def __init__(
+        self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline], mirrored: bool = False
+    ) -> None:
         self.lower = lower_fd
         self.setup = setup_fd
+        self.mirrored = mirrored  # ``headroom`` made the checkout's directories: an empty one may be its
         self._load_baseline = load_baseline  # read only when a directory differs from the checkout
         self._baseline: Baseline | None = None
         self.found: list[Change] = []
@@ -136,7 +139,7 @@ class _Walker:
         try:
             marked = _has_marker(child, OPAQUE, b"y")
             if self._differs(path, st, low) and not (
-                not marked and self._as_at_start(path, st) and (low_is_dir or _empty(child))
+                not marked and self._as_at_start(path, st) and (low_is_dir or (self.mirrored and _empty(child)))
             ):
                 self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
             is_opaque = low_is_dir and (opaque or marked)

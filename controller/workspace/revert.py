@@ -25,7 +25,7 @@ from .checkout import SAFE_BITS, Checkout
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, open_repo, open_upper
-from .records import FileType, Kind
+from .records import FileType, Identity, Kind
 
 
 class RevertResult(BaseModel):
@@ -52,29 +52,34 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
         for step in reversed(record.steps):
             checkout.restore(step.path, step.prior, folder)
         expect.update(checkout, [step.path for step in record.steps])
-    _match_kept_dirs(layer, [step.path for step in record.steps])
     record.status = Status.REVERTED
     write(layer, record)
+    _match_kept_dirs(layer, record.steps)  # best effort, once the revert is whole
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
 
 
-def _match_kept_dirs(layer: Layer, paths: list[str]) -> None:
+def _match_kept_dirs(layer: Layer, steps: list[Step]) -> None:
     """The apply kept the checkout's directories in the upper layer (see ``apply._retire``), with the mode it wrote:
     give each the mode the revert restored, or remove it (when empty) where the checkout now has none, so that
-    what was reverted does not come back as a change."""
+    what was reverted does not come back as a change. One the agent has changed since (its mode is no longer what
+    the apply left) is its change, and stays. Best effort: what cannot be read is left as it is."""
     upper = open_upper(layer)
     repo = open_repo(layer)
     try:
-        for rel in sorted(paths, key=lambda p: -p.count("/")):
-            up = beneath.lstat(upper, rel)
-            if up is None or not stat.S_ISDIR(up.st_mode):
-                continue
-            held = beneath.lstat(repo, rel)
-            with contextlib.suppress(OSError), beneath.parent(upper, rel) as (fd, name):
-                if held is not None and stat.S_ISDIR(held.st_mode):
-                    os.chmod(name, stat.S_IMODE(held.st_mode), dir_fd=fd, follow_symlinks=False)
-                else:
-                    os.rmdir(name, dir_fd=fd)  # only when empty: what the agent left in it is still its change
+        for step in sorted(steps, key=lambda s: -s.path.count("/")):
+            with contextlib.suppress(OSError):
+                after = Identity.from_row(step.after) if step.after is not None else None
+                up = beneath.lstat(upper, step.path)
+                if after is None or after.type != FileType.DIR or up is None or not stat.S_ISDIR(up.st_mode):
+                    continue
+                if stat.S_IMODE(up.st_mode) != stat.S_IMODE(after.mode):
+                    continue
+                held = beneath.lstat(repo, step.path)
+                with beneath.parent(upper, step.path) as (fd, name):
+                    if held is not None and stat.S_ISDIR(held.st_mode):
+                        os.chmod(name, stat.S_IMODE(held.st_mode), dir_fd=fd, follow_symlinks=False)
+                    else:
+                        os.rmdir(name, dir_fd=fd)  # only when empty: what the agent left in it is still its change
     finally:
         os.close(upper)
         os.close(repo)

@@ -18,7 +18,7 @@ from controller.workspace import layer as layers
 from controller.workspace.baseline import load_rules
 from controller.workspace.errors import WorkspaceError
 from controller.workspace.layer import SEED
-from tests.unit.workspace.overlay import Workspace, snapshot
+from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, snapshot
 from tests.unit.workspace.test_setup_layer import run_setup
 
 MIRRORED = ["docs", "docs/sub", "old", "src"]  # every directory of the checkout but .git
@@ -211,3 +211,41 @@ def test_a_seed_the_setup_tree_has_gets_no_seed(ws: Workspace) -> None:
     tree, _ = run_setup(ws, f"echo from-setup > {SEED}")
     layers.set_setup(ws.layer, tree)
     assert not headroom.ready(ws.layer)
+
+
+def test_a_revert_after_the_agent_removed_the_applied_directory_ends_whole(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && echo new > docs/new.txt")
+    ws.stop()
+    apply(ws.layer)
+    ws.agent("rm -rf docs")  # a whiteout where the revert's step has its parent
+    ws.stop()
+    assert revert(ws.layer).conflicts == [] and not (ws.repo / "docs/new.txt").exists()
+    with pytest.raises(WorkspaceError):
+        revert(ws.layer)  # nothing left to revert: the first one was recorded whole
+    assert ("docs", "deleted") in {(c.path, c.kind.value) for c in changes.scan(ws.layer)}
+
+
+def test_a_revert_keeps_a_mode_the_agent_gave_after_the_apply(ws: Workspace) -> None:
+    ws.seeded = headroom.ready(ws.layer)
+    ws.agent(f"rm {SEED} && chmod 700 docs")
+    ws.stop()
+    apply(ws.layer)
+    ws.agent("chmod 750 docs")
+    ws.stop()
+    revert(ws.layer)
+    assert [(c.path, c.kind.value, c.mode) for c in changes.scan(ws.layer)] == [("docs", "modified", 0o750)]
+
+
+def test_an_opaque_directory_whose_own_change_stays_unapplied_still_shows_what_was_applied_in_it(ws: Workspace) -> None:
+    (ws.repo / ".devcontainer").mkdir()
+    (ws.repo / ".devcontainer/devcontainer.json").write_text('{"image": "old"}\n')
+    chown_tree(ws.repo, OWNER)
+    ws.restart()
+    ws.seeded = headroom.ready(ws.layer)
+    script = "rm -rf .devcontainer && mkdir .devcontainer && chmod 700 .devcontainer"
+    ws.agent(f'rm {SEED} && {script} && echo \'{{"image": "new"}}\' > .devcontainer/devcontainer.json')
+    ws.stop()
+    assert apply(ws.layer, force=[".devcontainer/devcontainer.json"]).applied == [".devcontainer/devcontainer.json"]
+    listed = [(c.path, c.kind.value) for c in changes.scan(ws.layer)]
+    assert listed == [(".devcontainer", "modified")], "the unapplied mode only, never a deletion of the applied file"
