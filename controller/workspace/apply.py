@@ -337,7 +337,7 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
     start = layer.baseline()
     try:
         left = {c.path for c in changes if c.path not in applied}
-        blocked = {a for path in left for a in _ancestors(path) if _opaque(upper, a)}
+        blocked = {a for path in left for a in _ancestors(path) if is_opaque(upper, a)}
         parents = {a for path in applied for a in _ancestors(path)}
         for path in sorted(applied | parents, key=lambda p: -p.count("/")):
             if any(path == b or path.startswith(b + "/") for b in blocked):
@@ -353,7 +353,8 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
         os.close(repo)
 
 
-def _opaque(upper: int, rel: str) -> bool:
+def is_opaque(upper: int, rel: str) -> bool:
+    """Whether the directory ``rel`` under ``upper`` carries overlay's opaque marker (no symlink followed)."""
     try:
         with beneath.parent(upper, rel) as (parent_fd, name):
             fd = beneath.open_dir(parent_fd, name)

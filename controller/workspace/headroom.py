@@ -40,9 +40,8 @@ import stat
 from pathlib import Path
 
 from . import beneath
-from .apply import BLOCK
+from .apply import BLOCK, is_opaque
 from .baseline import MAX_DEPTH, is_git_name, load_rules
-from .changes import OPAQUE
 from .ignore import IgnoreRules
 from .layer import SEED, DiskQuota, Layer, open_repo, open_upper, seed_dir
 from .records import save
@@ -162,7 +161,7 @@ class Mirror:
             if setup is not None:
                 made = beneath.lstat(setup, name)
                 if made is not None:
-                    if not stat.S_ISDIR(made.st_mode) or _opaque(setup, name):
+                    if not stat.S_ISDIR(made.st_mode) or is_opaque(setup, name):
                         continue
                     shown, setup_child = made, beneath.open_dir(setup, name)
             try:
@@ -185,7 +184,7 @@ class Mirror:
             if later is None:
                 os.chmod(MAKING, mode, dir_fd=self.work, follow_symlinks=False)
             os.rename(MAKING, name, src_dir_fd=self.work, dst_dir_fd=upper)
-        elif not stat.S_ISDIR(existing.st_mode) or _opaque(upper, name):
+        elif not stat.S_ISDIR(existing.st_mode) or is_opaque(upper, name):
             return
         try:
             child_lower = beneath.open_dir(lower, name)
@@ -210,16 +209,3 @@ def _can_own(st: os.stat_result) -> bool:
     if os.geteuid() == 0:
         return True
     return st.st_uid == os.geteuid() and (st.st_gid == os.getegid() or st.st_gid in os.getgroups())
-
-
-def _opaque(dir_fd: int, name: str) -> bool:
-    try:
-        fd = beneath.open_dir(dir_fd, name)
-    except OSError:
-        return False
-    try:
-        return os.getxattr(fd, OPAQUE) == b"y"
-    except OSError:
-        return False
-    finally:
-        os.close(fd)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api, parse_events, serve_env, serve_subprocess
 from tests.integration.helpers import containers_of
+from tests.tmpfs import small_tmpfs
 
 TOKEN = "faults-token"
 
@@ -82,11 +82,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs for the data directory (needs root)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_tmpfs(tmp_path / "small", "2m") as mount:
+        yield mount
 
 
 def test_full_data_disk(

@@ -14,7 +14,6 @@ disaster on the host.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from controller.sandbox_image.toolbox.limits import (
     MAX_SCAN_BYTES,
 )
 from controller.sandbox_image.toolbox.workspace import Workspace
+from tests.tmpfs import small_tmpfs
 
 
 @pytest.fixture
@@ -275,13 +275,8 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs (mounting needs root, as CI runs): room for what the tests write first, not for more."""
     if os.geteuid() != 0:
         pytest.fail("this test mounts a small tmpfs and needs root (CI runs as root)")
-    point = tmp_path / "small"
-    point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(point)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as point:
         yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
 
 
 def test_a_write_or_edit_with_no_room_leaves_the_file_as_it_was(full_disk: Path) -> None:
