@@ -8,8 +8,10 @@ that network resolve. Nothing leaves the machine.
 The row: a sandbox on the ``open`` network downloads 1 MiB from a server on the bridge, and a
 sandbox whose policy is ``allow=<that server>`` downloads it through its proxy, each way twice:
 a plain GET (squid relays it through its memory store) and a GET inside a CONNECT tunnel (how
-HTTPS travels; squid copies bytes). The two sandboxes alternate in batches, timed inside them
-(the tool call's round trip is not part of either).
+HTTPS travels; squid copies bytes). A third row is the floor under any proxy: the allow sandbox
+downloads through a bare TCP forwarder (``FORWARDER``) on the same two networks as its proxy, against
+the same raw download direct. The two sandboxes alternate in batches, timed inside them (the tool
+call's round trip is not part of either).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bench.measure import Report, ms
 from bench.rows import INSTANCE, give_away, standalone
 from controller import images, owners, protocol, workspace
 from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE, Limits
+from controller.egress import network_name
 from controller.network import OPEN, parse
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
@@ -62,6 +65,46 @@ print("serving", flush=True)
 threading.Event().wait()
 """
 """A host: answers ``NAME:PORT`` on each of its ports, and 1 MiB at ``/1m``."""
+
+FORWARDER = r"""
+import os, socket, sys, threading
+upstream = (sys.argv[1], int(sys.argv[2]))
+
+def pump(source, sink):
+    inlet, outlet = os.pipe()
+    try:
+        while size := os.splice(source.fileno(), outlet, 1 << 16):
+            while size:
+                size -= os.splice(inlet, sink.fileno(), size)
+    except OSError:
+        pass
+    finally:
+        os.close(inlet)
+        os.close(outlet)
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+def serve(client):
+    with client, socket.create_connection(upstream) as server:
+        for end in (client, server):
+            end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=pump, args=(server, client))
+        back.start()
+        pump(client, server)
+        back.join()
+
+listener = socket.create_server(("0.0.0.0", 8080), backlog=128)
+print("serving", flush=True)
+while True:
+    threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+"""
+"""The floor under any proxy: a bare TCP forwarder to one upstream, bytes moved by the kernel (``splice``), no HTTP.
+
+It runs on the proxy's two networks, so the difference to a direct download is what the extra hop costs by itself.
+The benchmark's baseline only, never part of Cubicle.
+"""
 
 HOST_LABEL = "org.cubicle.test-host"
 """Marks the hosts and their network (beside ``owners`` labels, so a sweep removes what a killed run left)."""
@@ -106,12 +149,7 @@ def hosts(
     try:
         for name, served in ports.items():
             aliases = [name] if made is not None else None  # the name resolves on this network only
-            container = client.containers.create(
-                image, ["/usr/bin/python3", "-u", "-c", SERVER, name, *map(str, served)], user="1000:1000",
-                labels=labels, network=network, read_only=True, cap_drop=["ALL"],
-                security_opt=["no-new-privileges:true"], mem_limit="128m", pids_limit=64,
-                networking_config={network: client.api.create_endpoint_config(aliases=aliases)},
-            )  # fmt: skip
+            container = _helper(client, image, [SERVER, name, *map(str, served)], labels, network, aliases)
             containers.append(container)
             container.start()
         for container, name in zip(containers, ports, strict=True):
@@ -125,6 +163,17 @@ def hosts(
             container.remove(force=True)
         if made is not None:
             made.remove()
+
+
+def _helper(
+    client: Any, image: str, program: list[str], labels: dict[str, str], network: str, aliases: list[str] | None = None
+) -> Any:
+    """A small unprivileged python3 container (a test host or the forwarder) on ``network``, created, not started."""
+    return client.containers.create(
+        image, ["/usr/bin/python3", "-u", "-c", *program], user="1000:1000", labels=labels, network=network,
+        read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"], mem_limit="128m", pids_limit=64,
+        networking_config={network: client.api.create_endpoint_config(aliases=aliases)},
+    )  # fmt: skip
 
 
 def _wait_serving(container: Any, timeout_s: float = 20) -> None:
@@ -143,6 +192,7 @@ RATIO_TARGET = 1.5
 DOWNLOAD = r"""
 import json, os, socket, sys, time, urllib.parse, urllib.request
 url, n = sys.argv[1], int(sys.argv[2])
+forwarder = sys.argv[3] if len(sys.argv) > 3 else None
 target = urllib.parse.urlsplit(url)
 proxy = os.environ.get("HTTP_PROXY")
 
@@ -152,11 +202,11 @@ def get():
         return len(reply.read())
 
 
-def tunnel():
-    # As HTTPS travels through a proxy: CONNECT, then the bytes of the exchange (here plain HTTP) inside.
-    where = urllib.parse.urlsplit(proxy) if proxy else target
-    with socket.create_connection((where.hostname, where.port), 30) as conn:
-        if proxy:
+def raw(host, port, connect):
+    # A GET on a socket of its own, to the server (connect=False) or, with connect=True, inside a
+    # CONNECT tunnel through the proxy at host:port (as HTTPS travels; here plain HTTP is inside).
+    with socket.create_connection((host, port), 30) as conn:
+        if connect:
             conn.sendall(f"CONNECT {target.netloc} HTTP/1.1\r\nHost: {target.netloc}\r\n\r\n".encode())
             head = b""
             while b"\r\n\r\n" not in head:
@@ -169,16 +219,25 @@ def tunnel():
         return len(data.partition(b"\r\n\r\n")[2])
 
 
-times = {"get": [], "tunnel": []}
+def tunnel():
+    where = urllib.parse.urlsplit(proxy) if proxy else target
+    return raw(where.hostname, where.port, bool(proxy))
+
+
+kinds = {"get": get, "tunnel": tunnel}
+if forwarder:
+    kinds["forward"] = lambda: raw(forwarder, target.port, False)
+times = {kind: [] for kind in kinds}
 for _ in range(n):
-    for kind, fetch in (("get", get), ("tunnel", tunnel)):
+    for kind, fetch in kinds.items():
         start = time.perf_counter()
         size = fetch()
         times[kind].append(time.perf_counter() - start)
         assert size == 1 << 20, size
 print(json.dumps(times))
 """
-"""n downloads of 1 MiB each way, each on a new connection: a plain GET, and a GET inside a tunnel."""
+"""n downloads of 1 MiB each way, each on a new connection: a plain GET, a GET inside a tunnel and, given the
+forwarder's address, a GET through it (the socket the tunnel's direct twin opens, to the forwarder instead)."""
 KINDS = {"get": "plain HTTP GET", "tunnel": "inside a CONNECT tunnel (as HTTPS travels)"}
 
 
@@ -195,8 +254,8 @@ def _sandbox(client: Any, image: str, root: Path, policy: Any, egress_network: s
     )  # fmt: skip
 
 
-async def _downloads(box: DockerSandbox, url: str, n: int) -> dict[str, list[float]]:
-    command = f"python3 -c {shlex.quote(DOWNLOAD)} {shlex.quote(url)} {n}"
+async def _downloads(box: DockerSandbox, url: str, n: int, forwarder: str = "") -> dict[str, list[float]]:
+    command = f"python3 -c {shlex.quote(DOWNLOAD)} {shlex.quote(url)} {n} {forwarder}"
     result = await box.call(protocol.call("run_command", command=command, timeout_s=120), 180)
     assert isinstance(result, CommandResult) and result.exit_code == 0, result
     return {kind: [float(v) for v in values] for kind, values in json.loads(result.stdout.text).items()}
@@ -219,15 +278,13 @@ async def table(
         started = time.perf_counter()
         await direct.start()
         direct_start = time.perf_counter() - started
+        timings: dict[str, dict[str, list[float]]] = {"direct": {k: [] for k in KINDS}, "proxy": {}}
         try:
-            timings: dict[str, dict[str, list[float]]] = {
-                "direct": {k: [] for k in KINDS},
-                "proxy": {k: [] for k in KINDS},
-            }
-            for _ in range(rounds):
-                for way, box in (("direct", direct), ("proxy", proxied)):
-                    for kind, values in (await _downloads(box, url, per_round)).items():
-                        timings[way][kind] += values
+            with _forwarder(client, image, network_name(proxied.session_id), address) as forwarder:
+                for _ in range(rounds):
+                    for way, box, via in (("direct", direct, ""), ("proxy", proxied, forwarder)):
+                        for kind, values in (await _downloads(box, url, per_round, via)).items():
+                            timings[way].setdefault(kind, []).extend(values)
         finally:
             await direct.stop()
             await proxied.stop()
@@ -241,6 +298,9 @@ async def table(
         )
         rows.append([f"1 MiB, {name}", ms(through), ms(_p95(timings["proxy"][kind])), ms(plain),
                      ms(_p95(timings["direct"][kind])), f"{ratio:.2f}", "yes" if met else "**no**"])  # fmt: skip
+    floor, plain = statistics.median(timings["proxy"]["forward"]), statistics.median(timings["direct"]["tunnel"])
+    rows.append([f"1 MiB through {FLOOR}", ms(floor), ms(_p95(timings["proxy"]["forward"])), ms(plain),
+                 ms(_p95(timings["direct"]["tunnel"])), f"{floor / plain:.2f}", ""])  # fmt: skip
     rows.append(["first start of a sandbox (allow: with its network and proxy)", ms(proxy_start), "", ms(direct_start),
                  "", f"{proxy_start / direct_start:.2f}", ""])  # fmt: skip
     n = rounds * per_round
@@ -252,6 +312,24 @@ async def table(
             rows,
         )
     )
+
+
+FLOOR = "a bare TCP forwarder on the proxy's two networks (the floor under any proxy)"
+
+
+@contextlib.contextmanager
+def _forwarder(client: Any, image: str, network: str, upstream: str) -> Iterator[str]:
+    """FORWARDER on ``network`` (the proxied sandbox's) and the bridge, to ``upstream``:8080; yields its address."""
+    labels = {**owners.labels(INSTANCE, f"forwarder-{secrets.token_hex(4)}"), HOST_LABEL: "forwarder"}
+    container = _helper(client, image, [FORWARDER, upstream, "8080"], labels, network)
+    try:
+        client.networks.get("bridge").connect(container)
+        container.start()
+        _wait_serving(container)
+        container.reload()
+        yield str(container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"])
+    finally:
+        container.remove(force=True)
 
 
 def _p95(values: list[float]) -> float:
