@@ -154,7 +154,8 @@ def _holds(
     checkout: Checkout, rel: str, kind: FileType | None, mode: int, target: str | None, data: Callable[[], int] | None
 ) -> bool:
     """Whether ``rel`` in the checkout is absent (``kind`` None), or that kind with that mode, symlink target,
-    or (a file) the bytes ``data`` opens."""
+    or (a file) the bytes ``data`` opens. A directory's entries are checked apart (``_conflicts``); its mode is
+    checked here, so a chmod the user made since the apply is a conflict, not overwritten."""
     held = checkout.identity(rel)
     if kind is None or held is None:
         return kind is None and held is None
@@ -162,9 +163,11 @@ def _holds(
         return False
     if kind == FileType.SYMLINK:
         return held.target == target
+    if stat.S_IMODE(held.mode) != stat.S_IMODE(mode):
+        return False
     if kind == FileType.DIR:
         return True
-    if stat.S_IMODE(held.mode) != stat.S_IMODE(mode) or data is None:
+    if data is None:
         return False
     with beneath.reading(checkout.fd, rel) as mine:
         theirs = data()

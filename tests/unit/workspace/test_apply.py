@@ -249,6 +249,20 @@ def test_a_revert_cut_short_by_a_kill_can_be_run_again(ws: Workspace) -> None:
     assert result.conflicts == [] and snapshot(ws.repo) == before
 
 
+def test_revert_keeps_a_directory_mode_the_user_set_since_the_apply(ws: Workspace) -> None:
+    """A directory's mode counts like a file's bytes: revert reports the user's chmod instead of undoing it."""
+    ws.agent("chmod 700 docs; echo x > docs/x.txt")
+    ws.stop()
+    assert "docs" in apply(ws.layer).applied
+    os.chmod(ws.repo / "docs", 0o750)  # the user's own, after the apply
+    result = revert(ws.layer)
+    assert [c.path for c in result.conflicts] == ["docs"] and result.reverted == []
+    assert stat.S_IMODE(os.stat(ws.repo / "docs").st_mode) == 0o750 and (ws.repo / "docs/x.txt").exists()
+    os.chmod(ws.repo / "docs", 0o700)  # as the apply left it: no conflict, and the original mode returns
+    assert revert(ws.layer).conflicts == []
+    assert stat.S_IMODE(os.stat(ws.repo / "docs").st_mode) == 0o755 and not (ws.repo / "docs/x.txt").exists()
+
+
 def test_a_name_like_an_applys_temporary_file_is_never_applied(ws: Workspace) -> None:
     """The agent may learn a prefix from a killed apply's leftovers; a file it names so would be removed by the
     sweep after the user applied it."""
