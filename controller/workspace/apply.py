@@ -153,12 +153,20 @@ def _check_bounds(checkout: Checkout, chosen: list[Change], bounds: ApplyBounds)
 def _select(
     changes: list[Change], paths: Collection[str] | None, include_ignored: bool, force: Collection[str] = ()
 ) -> tuple[list[Change], list[Change]]:
-    """The candidates: ``apply`` (and ``ignored`` when asked), and ``trusted`` paths only when forced by name."""
+    """The candidates: ``apply`` (and ``ignored`` when asked), and ``trusted`` paths only when forced by name.
+
+    By name means the exact path: a force naming a directory (a conflict's, say, as the viewer's overwrite
+    button sends them) overwrites what is under it but accepts no definition file there. A trusted
+    directory the agent made is taken along when a trusted path under it is named, so that it can be written.
+    """
     allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
+    named_trusted = {c.path for c in changes if c.disposition == Disposition.TRUSTED and c.path in force}
+    holding = {parent for path in named_trusted for parent in _ancestors(path)}
 
     def eligible_change(change: Change) -> bool:
         if change.disposition == Disposition.TRUSTED:
-            return under_any(change.path, force)
+            needed = change.path in holding and change.type == FileType.DIR and change.kind != Kind.DELETED
+            return change.path in named_trusted or needed
         return change.disposition in allowed
 
     eligible = [c for c in changes if eligible_change(c)]

@@ -5,8 +5,9 @@ when it holds ``HEAD`` plus ``objects/`` and ``refs/`` (or a ``commondir`` file)
 obeys that directory's ``config`` (``core.pager``, ``core.fsmonitor``, aliases, hooks). So
 the agent must not assemble one anywhere in the checkout, even outside ``.git``: when a
 directory would look like a repository after the apply, the agent's entries there with
-repository names (and everything below them) are marked unsafe. Names are compared
-case-insensitively, as a case-insensitive filesystem would.
+repository names (and everything below them) are marked unsafe, those of the environment's
+definition too (``trusted``: a force can accept a definition, never a repository). Names are
+compared case-insensitively, as a case-insensitive filesystem would.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def guard(changes: list[Change], lower_fd: int) -> None:
     for folder, found in members.items():
         if looks_like_repo(_names_after(lower_fd, folder, children[folder])):
             for change in found:
-                if change.disposition in (Disposition.APPLY, Disposition.IGNORED):
+                if change.disposition in (Disposition.APPLY, Disposition.IGNORED, Disposition.TRUSTED):
                     change.disposition = Disposition.UNSAFE
                     change.reason = f"would make {folder or 'the repository root'!r} look like a git repository"
 

