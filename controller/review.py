@@ -18,6 +18,8 @@ from . import terminal
 from .display import plural
 from .events import ChangeSummary
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind
+from .workspace.checkout import applied_mode
+from .workspace.records import FileType
 from .workspaces import shown, summarize
 
 _BREAKS = re.compile(r"([\n\t])")
@@ -68,6 +70,9 @@ def change_row(change: Change) -> Text:
         row.append(" (from ").append_text(path_text(change.renamed_from)).append(")")
     if change.target is not None:
         row.append(" → ").append_text(path_text(change.target))
+    note = mode_note(change)
+    if note:
+        row.append(f" ({note})", "magenta")
     added, removed = counts(change)
     if added or removed:
         row.append(" ").append(f"+{added}", "green").append(" ").append(f"−{removed}", "red")
@@ -78,6 +83,22 @@ def change_row(change: Change) -> Text:
         if change.reason:
             row.append(" (", "yellow").append_text(terminal.safe_text(change.reason, "yellow")).append(")", "yellow")
     return row
+
+
+def mode_note(change: Change) -> str:
+    """The mode, when the change sets one worth a look: a new mode of an entry the checkout has, or an executable
+    new file; and the mode apply will write when it differs (``applied_mode``). Empty otherwise."""
+    if change.kind == Kind.DELETED or change.type == FileType.SYMLINK:
+        return ""
+    applied = applied_mode(change.mode, change.previous_mode)
+    executable = change.type == FileType.FILE and bool(change.mode & 0o111)
+    if change.previous_mode is not None and change.previous_mode != change.mode:
+        note = f"mode {change.previous_mode:o} → {change.mode:o}"
+    elif change.previous_mode is None and (applied != change.mode or executable):
+        note = f"mode {change.mode:o}"
+    else:
+        return ""
+    return note if applied == change.mode else f"{note}, applied as {applied:o}"
 
 
 def change_list(changes: list[Change], limit: int | None = None) -> RenderableType:

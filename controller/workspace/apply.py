@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from . import beneath
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
-from .checkout import SAFE_BITS, Checkout, Prior
+from .checkout import Checkout, Prior, applied_mode
 from .errors import UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
@@ -157,7 +157,8 @@ def _select(
 
     By name means the exact path: a force naming a directory (a conflict's, say, as the viewer's overwrite
     button sends them) overwrites what is under it but accepts no definition file there. A trusted
-    directory the agent made is taken along when a trusted path under it is named, so that it can be written.
+    directory the agent made (where the checkout has none) is taken along when a trusted path under it is named,
+    so that it can be written.
     """
     allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
     named_trusted = {c.path for c in changes if c.disposition == Disposition.TRUSTED and c.path in force}
@@ -165,7 +166,8 @@ def _select(
 
     def eligible_change(change: Change) -> bool:
         if change.disposition == Disposition.TRUSTED:
-            needed = change.path in holding and change.type == FileType.DIR and change.kind != Kind.DELETED
+            made = change.type == FileType.DIR and change.kind != Kind.DELETED and change.previous != FileType.DIR
+            needed = change.path in holding and made  # a mode the agent gave an existing one stays unapplied
             return change.path in named_trusted or needed
         return change.disposition in allowed
 
@@ -302,6 +304,15 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
     return record
 
 
+def held_mode(checkout: Checkout, change: Change) -> int | None:
+    """The mode of the checkout's entry at ``change.path`` when it is of the change's type (else None)."""
+    with contextlib.suppress(OSError, UnsafePathError):
+        held = checkout.identity(change.path)
+        if held is not None and held.type == change.type:
+            return held.mode
+    return None
+
+
 def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
     """What ``rel`` holds; nothing when an ancestor is a non-directory being replaced by a directory."""
     if any(a in undirs for a in _ancestors(rel)):
@@ -312,6 +323,7 @@ def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
 def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change]) -> None:
     upper = open_upper(layer)
     try:
+        modes = {change.path: applied_mode(change.mode, held_mode(checkout, change)) for change in creations}
         for change in removals:
             with contextlib.suppress(FileNotFoundError):
                 checkout.remove(change.path)
@@ -322,10 +334,10 @@ def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: 
                 checkout.write_symlink(change.path, change.target or "")
             else:
                 with beneath.reading(upper, change.path) as src:
-                    checkout.write_file(change.path, src, change.mode, MAX_APPLY_BYTES)
+                    checkout.write_file(change.path, src, modes[change.path], MAX_APPLY_BYTES)
         for change in reversed(creations):
             if change.type == FileType.DIR:
-                checkout.set_mode(change.path, change.mode & SAFE_BITS)
+                checkout.set_mode(change.path, modes[change.path])
     finally:
         os.close(upper)
 

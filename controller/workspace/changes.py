@@ -211,6 +211,11 @@ class _Walker:
                 type=file_type(st.st_mode),
                 previous=None if previous is None else file_type(previous.st_mode),
                 mode=stat.S_IMODE(st.st_mode),
+                previous_mode=(
+                    stat.S_IMODE(previous.st_mode)
+                    if previous is not None and file_type(previous.st_mode) == file_type(st.st_mode)
+                    else None
+                ),
                 size=st.st_size if stat.S_ISREG(st.st_mode) else 0,
                 disposition=Disposition.UNSAFE if reason else Disposition.APPLY,
                 reason=reason,

@@ -26,6 +26,17 @@ from .errors import UnsafePathError
 from .records import FileType, Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
+SHARED_WRITE = 0o022  # write for group and others
+
+
+def applied_mode(mode: int, held: int | None) -> int:
+    """The mode apply gives the agent's entry: ``SAFE_BITS`` of it, and write for group or others only where the
+    checkout's own entry (``held``, its mode, None when there is none) had that bit already. So the agent can make
+    a script executable but cannot open the user's files or directories to other local users."""
+    keep = held & SHARED_WRITE if held is not None else 0
+    return mode & (SAFE_BITS & ~SHARED_WRITE | keep)
+
+
 TEMP_PREFIX = re.compile(r"\.cubicle-[0-9a-f]{12}-")
 TEMP_NAME = re.compile(TEMP_PREFIX.pattern + r".*\.tmp", re.DOTALL)
 """What ``Checkout`` names its temporary files: never applied from a layer, so a sweep removes only its own."""

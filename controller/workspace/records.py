@@ -117,6 +117,7 @@ class Change(BaseModel):
     disposition: Disposition = Disposition.APPLY
     reason: str = ""  # why the disposition is not "apply"
     mode: int = 0  # permission bits in the layer, setuid/setgid/sticky included (apply strips them)
+    previous_mode: int | None = None  # the checkout's permission bits, when it held an entry of the same type
     size: int = 0
     binary: bool = False
     diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from . import beneath
 from .apply import open_checkout, under_any
 from .changes import same_bytes
-from .checkout import SAFE_BITS, Checkout
+from .checkout import Checkout, applied_mode
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, open_repo, open_upper
@@ -128,7 +128,8 @@ def _as_expected(
         upper = open_upper(layer)
         try:
             source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
-            return _holds(checkout, step.path, change.type, change.mode & SAFE_BITS, change.target, source)
+            held = step.prior.mode if step.prior.type == change.type else None
+            return _holds(checkout, step.path, change.type, applied_mode(change.mode, held), change.target, source)
         finally:
             os.close(upper)
     except (OSError, UnsafePathError):

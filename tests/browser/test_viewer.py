@@ -5,6 +5,7 @@ What is asserted is what the page shows (elements, their text, counts), compared
 
 from __future__ import annotations
 
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -293,7 +294,8 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     repo = viewer.make_repo("changes-repo")
     turns = [
         {"content": [tool("write_file", path="notes/new.txt", content="brand new\n"),
-                     tool("write_file", path="src/app.py", content="def total(items):\n    return sum(items, 0)\n")]},
+                     tool("write_file", path="src/app.py", content="def total(items):\n    return sum(items, 0)\n"),
+                     tool("run_command", command="chmod 666 src/app.py")]},
         {"content": [text("Wrote two files.")]},
     ]  # fmt: skip
     sid = viewer.api.create(str(repo), register(model_server, prefix="ui", turns=turns))["id"]
@@ -302,6 +304,7 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     wait(lambda: len(find(driver, "change")) == 3 or None, "the changed paths")
     assert sorted(texts(driver, "change-path")) == ["notes/", "notes/new.txt", "src/app.py"]  # the new directory too
     assert texts(driver, "change-disposition") == ["apply"] * 3
+    assert [t.strip() for t in texts(driver, "change-mode")] == ["(mode 644 → 666, applied as 644)"]
     assert one(driver, "changes-summary").text == "3 path(s), 3 to apply"
     assert "+    return sum(items, 0)\n" in texts(driver, "diff-add")
     assert "-    return sum(items)\n" in texts(driver, "diff-del")
@@ -322,6 +325,7 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     assert not one(driver, "conflicts").is_displayed()
     assert (repo / "notes" / "new.txt").read_text() == "brand new\n"
     assert (repo / "src" / "app.py").read_text().endswith("sum(items, 0)\n")
+    assert stat.S_IMODE((repo / "src" / "app.py").stat().st_mode) == 0o644, "open to others after the apply"
     wait(lambda: find(driver, "applied-event") or None, "the applied event in the transcript")
 
     one(driver, "revert").click()

@@ -59,3 +59,16 @@ def test_a_long_list_is_cut_and_counted() -> None:
     changes = [Change(path=f"f{i}", kind=Kind.ADDED, type=FileType.FILE) for i in range(60)]
     shown = _plain(review.change_list(changes, review.MAX_LISTED))
     assert "f49" in shown and "f50" not in shown and "… and 10 more paths" in shown
+
+
+def test_a_mode_worth_a_look_is_shown_with_what_apply_writes() -> None:
+    def row(**fields: object) -> str:
+        return _plain(review.change_row(Change(path="p", type=FileType.FILE, **fields))).strip()  # type: ignore[arg-type]
+
+    assert row(kind=Kind.MODIFIED, mode=0o666, previous_mode=0o644) == "M p (mode 644 → 666, applied as 644)"
+    assert row(kind=Kind.MODIFIED, mode=0o755, previous_mode=0o644) == "M p (mode 644 → 755)"
+    assert row(kind=Kind.MODIFIED, mode=0o666, previous_mode=0o664) == "M p (mode 664 → 666, applied as 664)"
+    assert row(kind=Kind.ADDED, mode=0o755) == "A p (mode 755)"
+    assert row(kind=Kind.ADDED, mode=0o4777) == "A p (mode 4777, applied as 755)"
+    assert row(kind=Kind.ADDED, mode=0o644) == "A p"
+    assert row(kind=Kind.MODIFIED, mode=0o644, previous_mode=0o644) == "M p"

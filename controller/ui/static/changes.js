@@ -138,6 +138,7 @@ function changeView(c) {
     el("span", { class: `kind kind-${kind}`, testid: "change-kind" }, c.kind),
     el("span", { class: "mono path", testid: "change-path" }, c.path, c.type === "dir" ? "/" : ""),
     c.renamed_from ? el("span", { class: "muted small" }, ` (from ${c.renamed_from})`) : null,
+    modeNote(c) ? el("span", { class: "mode small", testid: "change-mode" }, ` (${modeNote(c)})`) : null,
     el("span", { class: `badge disp-${disposition}`, testid: "change-disposition" }, c.disposition),
     c.reason ? el("span", { class: "muted small", testid: "change-reason" }, c.reason) : null,
     el("span", { class: "counts" },
@@ -149,6 +150,21 @@ function changeView(c) {
   else if (c.target !== null && c.target !== undefined) body = el("p", { class: "muted small" }, `symlink → ${c.target}`);
   else body = el("p", { class: "muted small" }, "no diff shown (too large, not text, or past what one listing carries)");
   return el("details", { class: "change", testid: "change", open: true, dataset: { disposition } }, head, body);
+}
+
+const octal = (n) => n.toString(8);
+
+/** The mode worth a look, as review.mode_note words it (apply's rule: no write for group or others the
+ *  checkout's entry did not have, no setuid, setgid or sticky); "" when there is none. */
+function modeNote(c) {
+  if (c.kind === "deleted" || c.type === "symlink" || !Number.isInteger(c.mode)) return "";
+  const prev = Number.isInteger(c.previous_mode) ? c.previous_mode : null;
+  const applied = c.mode & (0o755 | (prev === null ? 0 : prev & 0o022));
+  let note;
+  if (prev !== null && prev !== c.mode) note = `mode ${octal(prev)} → ${octal(c.mode)}`;
+  else if (prev === null && (applied !== c.mode || (c.mode & 0o111 && c.type === "file"))) note = `mode ${octal(c.mode)}`;
+  else return "";
+  return applied === c.mode ? note : `${note}, applied as ${octal(applied)}`;
 }
 
 function countLines(diff) {

@@ -249,6 +249,24 @@ def test_a_revert_cut_short_by_a_kill_can_be_run_again(ws: Workspace) -> None:
     assert result.conflicts == [] and snapshot(ws.repo) == before
 
 
+def test_apply_never_opens_the_checkout_to_other_users(ws: Workspace) -> None:
+    """The agent's write bits for group and others reach the checkout only where the user's entry had them."""
+    os.chmod(ws.repo / "README.md", 0o664)  # the user's own group-writable file
+    ws.restart()
+    ws.agent(
+        "chmod 666 src/app.py; chmod 777 src; mkdir -m 777 tools; echo 'echo hi' > tools/run.sh;"
+        "chmod 777 tools/run.sh; echo more >> README.md; chmod 666 README.md"
+    )
+    ws.stop()
+    assert apply(ws.layer).conflicts == []
+    modes = {
+        rel: stat.S_IMODE(os.lstat(ws.repo / rel).st_mode)
+        for rel in ("src", "src/app.py", "tools", "tools/run.sh", "README.md")
+    }
+    assert modes == {"src": 0o755, "src/app.py": 0o644, "tools": 0o755, "tools/run.sh": 0o755, "README.md": 0o664}
+    assert scan(ws.layer) == [], "what was applied is no change any more"
+
+
 def test_revert_keeps_a_directory_mode_the_user_set_since_the_apply(ws: Workspace) -> None:
     """A directory's mode counts like a file's bytes: revert reports the user's chmod instead of undoing it."""
     ws.agent("chmod 700 docs; echo x > docs/x.txt")
