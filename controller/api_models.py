@@ -64,7 +64,10 @@ class ApplyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     force: list[Annotated[str, Field(max_length=4096)]] = Field(
-        [], max_length=10_000, description="Paths (or directories) to write even though the checkout changed there."
+        [],
+        max_length=10_000,
+        description="Paths (or directories) to write even though the checkout changed there; also the environment's "
+        "definition files (disposition trusted) to accept, each by its exact path.",
     )
     include_ignored: bool = Field(False, description="Also apply paths the repository's ignore rules matched.")
 

@@ -28,7 +28,12 @@ T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
 ForceOpt = Annotated[
     list[str] | None,
-    typer.Option("--force", metavar="PATH", help="Overwrite PATH even though the checkout changed there (repeatable)."),
+    typer.Option(
+        "--force",
+        metavar="PATH",
+        help="Overwrite PATH (a directory: all under it) even though the checkout changed there; for apply, also "
+        "accept the environment's definition file at exactly PATH (repeatable).",
+    ),
 ]
 
 
