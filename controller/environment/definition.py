@@ -51,6 +51,7 @@ from .files import (
     MAX_DEFINITION_BYTES,
     MAX_DOCKERFILE_BYTES,
     is_inside,
+    links_along,
     normalize,
     read_regular,
     read_text,
@@ -573,8 +574,9 @@ def setup_inputs_hash(env: Environment, repo: Path) -> str:
 
 def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:
     """Every file of the checkout the definition reads, repo-relative: the definition file (and, when it is
-    a link, where it leads), its Dockerfile and the .dockerignore files of the build. An agent's change to
-    one of them changes what the next session builds and runs, so it is applied only when named."""
+    a link, where it leads), its Dockerfile and the .dockerignore files of the build, with every symlink on
+    the way to each (``links_along``). An agent's change to one of them changes what the next session builds
+    and runs, so it is applied only when named."""
     root = real_root(repo)
     named: list[str] = []
     if env.source not in ("default", "request"):
@@ -585,6 +587,7 @@ def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:
     found: list[str] = []
     for rel in named:
         found.append(rel)
+        found += links_along(root, rel)
         real = os.path.realpath(root / rel)
         if is_inside(root, real) and real != str(root):
             found.append(Path(real).relative_to(root).as_posix())

@@ -40,6 +40,46 @@ def is_inside(root: Path, full: str) -> bool:
     return full == text or full.startswith(text.rstrip("/") + "/")
 
 
+MAX_LINKS = 40
+"""As the kernel's limit: a path that needs more links than this to resolve does not resolve (ELOOP)."""
+
+
+def links_along(root: Path, rel: str) -> list[str]:
+    """Every symlink inside ``root`` met while resolving ``rel`` (each by where it lies, repo-relative), in order.
+
+    A definition file reached through ``build -> docker`` is as much decided by ``build`` as by the file: an agent
+    that retargets the link has rewritten the file, so the links count among what the definition reads. Resolution
+    follows the kernel's: component by component, a link's target spliced in (absolute ones from ``/``); it stops
+    where a component is missing or after ``MAX_LINKS`` links."""
+    found: list[str] = []
+    pending = [part for part in rel.split("/") if part not in ("", ".")]
+    current = root
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            break
+        if not stat.S_ISLNK(info.st_mode):
+            current = candidate
+            continue
+        hops += 1
+        if hops > MAX_LINKS:
+            break
+        if is_inside(root, str(candidate)) and str(candidate) != str(root):
+            found.append(candidate.relative_to(root).as_posix())
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            current = Path("/")
+        pending = [part for part in target.split("/") if part not in ("", ".")] + pending
+    return found
+
+
 def normalize(value: str, *, base: str = ".", allow_root: bool = False) -> str:
     """``value`` (relative to repo-relative ``base``) as a normalised repo-relative POSIX path; a ValueError if it
     is empty, absolute, holds a NUL or newline, or climbs out of the repository by its text. Where it leads after

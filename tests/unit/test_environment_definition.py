@@ -658,3 +658,20 @@ def test_an_unbounded_inputs_walk_is_refused(repo: Path, monkeypatch: pytest.Mon
     env = override(Environment(), setup_inputs=["**/package.json"])
     with pytest.raises(DefinitionError, match="more than 10 entries"):
         definition.setup_input_files(env, repo)
+
+
+def test_every_symlink_on_the_way_to_a_definition_file_is_trusted(repo: Path) -> None:
+    """Retargeting ``build`` (a link the Dockerfile's path passes through) rewrites the Dockerfile as surely as an
+    edit of it: the links count among the files the definition reads (red-team finding)."""
+    write(repo, "docker/dev.Dockerfile", "FROM debian\n")
+    write(repo, "docker/v2.Dockerfile", "FROM debian\n")
+    os.symlink("v2.Dockerfile", repo / "docker" / "current")
+    os.symlink("docker", repo / "build")
+    os.symlink("build/current", repo / "Dockerfile.link")
+    write(repo, "config/cubicle/environment.toml", 'dockerfile = "Dockerfile.link"\n')
+    os.symlink("config", repo / "cfg")
+    os.symlink("cfg/cubicle", repo / ".cubicle")
+    trusted = set(definition.trusted_paths(load(repo), repo))
+    assert {".cubicle/environment.toml", ".cubicle", "cfg", "config/cubicle/environment.toml"} <= trusted
+    assert {"Dockerfile.link", "build", "docker/current", "docker/v2.Dockerfile"} <= trusted
+    assert "docker/dev.Dockerfile" not in trusted and "src/app.py" not in trusted
