@@ -32,37 +32,43 @@ def looks_like_repo(names: set[str]) -> bool:
 
 def guard(changes: list[Change], lower_fd: int) -> None:
     """Mark unsafe the agent's repository-named entries in directories that would look like a repository."""
-    members: dict[str, list[Change]] = defaultdict(list)
+    members: dict[str, list[Change]] = defaultdict(list)  # by the folder's case-folded path
     children: dict[str, list[Change]] = defaultdict(list)
+    spelled: dict[str, set[str]] = defaultdict(set)  # each folder's spellings, all listed from the checkout
     for change in changes:
         parts = change.path.split("/")
-        children["/".join(parts[:-1])].append(change)
+        children["/".join(parts[:-1]).casefold()].append(change)
         for depth, name in enumerate(parts):
             if name.casefold() in REPO_NAMES and change.kind != Kind.DELETED:
-                members["/".join(parts[:depth])].append(change)
-    for folder, found in members.items():
-        if looks_like_repo(_names_after(lower_fd, folder, children[folder])):
+                folder = "/".join(parts[:depth])
+                members[folder.casefold()].append(change)
+                spelled[folder.casefold()].add(folder)
+    for key, found in members.items():
+        folder = min(spelled[key])
+        if looks_like_repo(_names_after(lower_fd, spelled[key], children[key])):
             for change in found:
                 if change.disposition in (Disposition.APPLY, Disposition.IGNORED, Disposition.TRUSTED):
                     change.disposition = Disposition.UNSAFE
                     change.reason = f"would make {folder or 'the repository root'!r} look like a git repository"
 
 
-def _names_after(lower_fd: int, folder: str, direct: list[Change]) -> set[str]:
+def _names_after(lower_fd: int, folders: set[str], direct: list[Change]) -> set[str]:
+    """The names the folder would hold after an apply, at the most: what the checkout holds under any of its
+    spellings, plus every entry the agent adds, less only the deletions a plain apply makes (one held back, say
+    an ignored one, may well stay)."""
     names: set[str] = set()
-    with contextlib.suppress(OSError, UnsafePathError):
-        fd = _open(lower_fd, folder)
-        try:
-            names = set(os.listdir(fd))
-        finally:
-            os.close(fd)
+    for folder in folders:
+        with contextlib.suppress(OSError, UnsafePathError):
+            fd = _open(lower_fd, folder)
+            try:
+                names.update(os.listdir(fd))
+            finally:
+                os.close(fd)
+    added = {change.path.rsplit("/", 1)[-1] for change in direct if change.kind != Kind.DELETED}
     for change in direct:
-        name = change.path.rsplit("/", 1)[-1]
-        if change.kind == Kind.DELETED:
-            names.discard(name)
-        else:
-            names.add(name)
-    return names
+        if change.kind == Kind.DELETED and change.disposition == Disposition.APPLY:
+            names.discard(change.path.rsplit("/", 1)[-1])
+    return names | added
 
 
 def _open(root_fd: int, folder: str) -> int:

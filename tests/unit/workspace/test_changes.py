@@ -7,7 +7,7 @@ import stat
 
 from controller.workspace import Disposition, Kind, changes, scan, textdiff
 from controller.workspace.records import FileType
-from tests.unit.workspace.overlay import Workspace
+from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 
 
 def by_path(ws: Workspace) -> dict[str, tuple[str, str, str]]:
@@ -131,6 +131,31 @@ def test_the_agent_cannot_assemble_a_bare_repository_outside_git(ws: Workspace) 
     for path in ("sub/HEAD", "sub/config", "sub/objects", "sub/refs", "sub/refs/heads"):
         assert found[path][2] == "unsafe", path
     assert found["sub/notes.txt"][2] == found["plain/config"][2] == "apply"
+
+
+def test_a_deletion_apply_holds_back_does_not_count_against_a_repository(ws: Workspace) -> None:
+    """Deleting an ignored ``objects/`` is not applied by default, so the checkout keeps it: HEAD and config beside
+    it would make a bare repository (red-team finding)."""
+    (ws.repo / ".gitignore").write_text("objects/\n")
+    for name in ("objects", "refs"):
+        (ws.repo / "d" / name).mkdir(parents=True)
+        (ws.repo / "d" / name / "keep").write_text("")
+    chown_tree(ws.repo, OWNER)
+    ws.restart()
+    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > d/HEAD; printf '[core]\\n\\tpager = evil\\n' > d/config")
+    ws.stop()
+    found = by_path(ws)
+    assert found["d/HEAD"][2] == found["d/config"][2] == "unsafe"
+    assert found["d/objects"][2] == "ignored"
+
+
+def test_a_repository_spread_over_two_spellings_of_a_folder_is_refused(ws: Workspace) -> None:
+    """On a case-insensitive checkout ``D`` and ``d`` are one directory."""
+    ws.agent("mkdir -p D d/objects d/refs; echo 'ref: refs/heads/main' > D/HEAD; echo '[core]' > D/config")
+    ws.stop()
+    found = by_path(ws)
+    for path in ("D/HEAD", "D/config", "d/objects", "d/refs"):
+        assert found[path][2] == "unsafe", path
 
 
 def test_whiteouts_in_both_forms_in_a_hand_built_upper(ws: Workspace) -> None:
