@@ -94,7 +94,7 @@ def mode_note(change: Change) -> str:
     executable = change.type == FileType.FILE and bool(change.mode & 0o111)
     if change.previous_mode is not None and change.previous_mode != change.mode:
         note = f"mode {change.previous_mode:o} → {change.mode:o}"
-    elif change.previous_mode is None and (applied != change.mode or executable):
+    elif applied != change.mode or (change.previous_mode is None and executable):
         note = f"mode {change.mode:o}"
     else:
         return ""

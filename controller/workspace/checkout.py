@@ -27,14 +27,18 @@ from .records import FileType, Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
 SHARED_WRITE = 0o022  # write for group and others
+NEW_DIR_MODE = 0o700
+"""What ``make_dir`` creates a directory with; apply gives it its mode once everything under it is written."""
 
 
 def applied_mode(mode: int, held: int | None) -> int:
     """The mode apply gives the agent's entry: ``SAFE_BITS`` of it, and write for group or others only where the
     checkout's own entry (``held``, its mode, None when there is none) had that bit already. So the agent can make
-    a script executable but cannot open the user's files or directories to other local users."""
-    keep = held & SHARED_WRITE if held is not None else 0
-    return mode & (SAFE_BITS & ~SHARED_WRITE | keep)
+    a script executable but cannot open the user's files or directories to other local users. A sticky bit the
+    checkout's directory had stays (it only narrows who may delete in it); setuid and setgid never reach it."""
+    if held is None:
+        return mode & (SAFE_BITS & ~SHARED_WRITE)
+    return mode & (SAFE_BITS & ~SHARED_WRITE | held & SHARED_WRITE) | held & stat.S_ISVTX
 
 
 TEMP_PREFIX = re.compile(r"\.cubicle-[0-9a-f]{12}-")
@@ -176,7 +180,7 @@ class Checkout:
                 return
             child = beneath.open_dir(fd, name)
             try:
-                self._own(child, 0o700)
+                self._own(child, NEW_DIR_MODE)
             finally:
                 os.close(child)
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from . import beneath
 from .apply import open_checkout, under_any
 from .changes import same_bytes
-from .checkout import Checkout, applied_mode
+from .checkout import NEW_DIR_MODE, Checkout, applied_mode
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, open_repo, open_upper
@@ -49,6 +49,7 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
             return RevertResult(record=record.number, conflicts=conflicts)
         record.temp_prefixes.append(checkout.temp_prefix)
         write(layer, record)
+        _open_dirs(checkout, record.steps)
         for step in reversed(record.steps):
             checkout.restore(step.path, step.prior, folder)
         expect.update(checkout, [step.path for step in record.steps])
@@ -56,6 +57,18 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     write(layer, record)
     _match_kept_dirs(layer, record.steps)  # best effort, once the revert is whole
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
+
+
+def _open_dirs(checkout: Checkout, steps: list[Step]) -> None:
+    """Give the owner write and search on the apply's directories that lack them (an agent's ``chmod 555``), outermost
+    first, so that a controller that is not root can restore what lies inside; each one's own step then puts its mode
+    back (or removes it). (Root with its capabilities needs none of it.) One that cannot be opened is left for its
+    restore to report."""
+    for step in sorted(steps, key=lambda s: s.path.count("/")):
+        with contextlib.suppress(OSError, UnsafePathError):
+            held = checkout.identity(step.path)
+            if held is not None and held.type == FileType.DIR and held.mode & 0o300 != 0o300:
+                checkout.set_mode(step.path, stat.S_IMODE(held.mode) | 0o300)
 
 
 def _match_kept_dirs(layer: Layer, steps: list[Step]) -> None:
@@ -129,7 +142,10 @@ def _as_expected(
         try:
             source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
             held = step.prior.mode if step.prior.type == change.type else None
-            return _holds(checkout, step.path, change.type, applied_mode(change.mode, held), change.target, source)
+            modes = {applied_mode(change.mode, held)}
+            if change.type == FileType.DIR and step.prior.type != FileType.DIR:
+                modes.add(NEW_DIR_MODE)  # made, and the kill came before apply gave it its mode
+            return any(_holds(checkout, step.path, change.type, m, change.target, source) for m in modes)
         finally:
             os.close(upper)
     except (OSError, UnsafePathError):

@@ -72,3 +72,6 @@ def test_a_mode_worth_a_look_is_shown_with_what_apply_writes() -> None:
     assert row(kind=Kind.ADDED, mode=0o4777) == "A p (mode 4777, applied as 755)"
     assert row(kind=Kind.ADDED, mode=0o644) == "A p"
     assert row(kind=Kind.MODIFIED, mode=0o644, previous_mode=0o644) == "M p"
+    assert row(kind=Kind.MODIFIED, mode=0o4755, previous_mode=0o4755) == "M p (mode 4755, applied as 755)"
+    shared = Change(path="tmp", kind=Kind.MODIFIED, type=FileType.DIR, mode=0o777, previous_mode=0o1777)
+    assert _plain(review.change_row(shared)).strip() == "M tmp (mode 1777 → 777, applied as 1777)"

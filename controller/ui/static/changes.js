@@ -154,15 +154,15 @@ function changeView(c) {
 
 const octal = (n) => n.toString(8);
 
-/** The mode worth a look, as review.mode_note words it (apply's rule: no write for group or others the
- *  checkout's entry did not have, no setuid, setgid or sticky); "" when there is none. */
+/** The mode worth a look, as review.mode_note words it (checkout.applied_mode's rule: no write for group or
+ *  others the checkout's entry did not have, no setuid or setgid, its sticky bit kept); "" when there is none. */
 function modeNote(c) {
   if (c.kind === "deleted" || c.type === "symlink" || !Number.isInteger(c.mode)) return "";
   const prev = Number.isInteger(c.previous_mode) ? c.previous_mode : null;
-  const applied = c.mode & (0o755 | (prev === null ? 0 : prev & 0o022));
+  const applied = prev === null ? c.mode & 0o755 : (c.mode & (0o755 | (prev & 0o022))) | (prev & 0o1000);
   let note;
   if (prev !== null && prev !== c.mode) note = `mode ${octal(prev)} → ${octal(c.mode)}`;
-  else if (prev === null && (applied !== c.mode || (c.mode & 0o111 && c.type === "file"))) note = `mode ${octal(c.mode)}`;
+  else if (applied !== c.mode || (prev === null && c.mode & 0o111 && c.type === "file")) note = `mode ${octal(c.mode)}`;
   else return "";
   return applied === c.mode ? note : `${note}, applied as ${octal(applied)}`;
 }

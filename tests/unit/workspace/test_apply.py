@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from controller.workspace import LayerMissingError, RepoChangedError, apply, journal, open_layer, revert, scan
+from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout
-from controller.workspace.checkout import Checkout
+from controller.workspace.checkout import NEW_DIR_MODE, Checkout
 from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
 
@@ -252,18 +256,21 @@ def test_a_revert_cut_short_by_a_kill_can_be_run_again(ws: Workspace) -> None:
 def test_apply_never_opens_the_checkout_to_other_users(ws: Workspace) -> None:
     """The agent's write bits for group and others reach the checkout only where the user's entry had them."""
     os.chmod(ws.repo / "README.md", 0o664)  # the user's own group-writable file
+    os.chmod(ws.repo / "docs", 0o1777)  # and a shared directory: its sticky bit stays
     ws.restart()
     ws.agent(
         "chmod 666 src/app.py; chmod 777 src; mkdir -m 777 tools; echo 'echo hi' > tools/run.sh;"
-        "chmod 777 tools/run.sh; echo more >> README.md; chmod 666 README.md"
+        "chmod 777 tools/run.sh; echo more >> README.md; chmod 666 README.md; chmod 777 docs"
     )
     ws.stop()
     assert apply(ws.layer).conflicts == []
     modes = {
         rel: stat.S_IMODE(os.lstat(ws.repo / rel).st_mode)
-        for rel in ("src", "src/app.py", "tools", "tools/run.sh", "README.md")
+        for rel in ("src", "src/app.py", "tools", "tools/run.sh", "README.md", "docs")
     }
-    assert modes == {"src": 0o755, "src/app.py": 0o644, "tools": 0o755, "tools/run.sh": 0o755, "README.md": 0o664}
+    assert modes == {
+        "src": 0o755, "src/app.py": 0o644, "tools": 0o755, "tools/run.sh": 0o755, "README.md": 0o664, "docs": 0o1777,
+    }  # fmt: skip
     assert scan(ws.layer) == [], "what was applied is no change any more"
 
 
@@ -306,3 +313,46 @@ def test_a_write_whose_rename_fails_leaves_no_temporary_file(tmp_path: Path) -> 
         os.close(src)
         os.close(root)
     assert sorted(os.listdir(tmp_path)) == ["link", "source", "taken"]
+
+
+REVERT_UNPRIVILEGED = """
+import sys
+from pathlib import Path
+from controller.workspace import open_layer, revert
+print(revert(open_layer(Path(sys.argv[1]), "s1")).model_dump_json())
+"""
+
+
+def test_revert_without_root_powers_restores_inside_a_read_only_directory(tmp_path: Path) -> None:
+    """An agent's ``chmod 555`` on a directory holding its files is applied last, so the apply works; a controller
+    without root's powers (here root with CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER dropped, over a
+    checkout root owns: what the checkout's owner may do) must still be able to revert it (red-team finding)."""
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src/a.py").write_text("1\n")
+    layer = layers.create(tmp_path / "data", "s1", repo)
+    for rel in ("newdir", "src"):
+        (layer.upper / rel).mkdir(exist_ok=True)
+        (layer.upper / rel / "x.py").write_text("evil\n")
+        os.chmod(layer.upper / rel, 0o555)
+    assert sorted(apply(layer).applied) == ["newdir", "newdir/x.py", "src", "src/x.py"]
+    drop = "--bounding-set=-dac_override,-dac_read_search,-fowner"
+    done = subprocess.run(
+        ["setpriv", drop, sys.executable, "-c", REVERT_UNPRIVILEGED, str(tmp_path / "data")],
+        capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["conflicts"] == []
+    assert sorted(str(p.relative_to(repo)) for p in repo.rglob("*")) == ["src", "src/a.py"]
+    assert stat.S_IMODE(os.stat(repo / "src").st_mode) == 0o755
+
+
+def test_after_a_kill_before_a_new_directory_got_its_mode_revert_still_removes_it(ws: Workspace) -> None:
+    """Apply makes a directory 0700 and gives it its mode last; a kill in between leaves it so, and the user
+    changed nothing: no conflict."""
+    record = _killed_apply(ws)
+    made = next(step for step in record.steps if step.path == "made")
+    assert made.prior.type is None
+    os.chmod(ws.repo / "made", NEW_DIR_MODE)
+    result = revert(ws.layer)
+    assert result.conflicts == [] and not (ws.repo / "made").exists()
