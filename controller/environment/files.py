@@ -40,43 +40,48 @@ def is_inside(root: Path, full: str) -> bool:
     return full == text or full.startswith(text.rstrip("/") + "/")
 
 
-MAX_LINKS = 40
-"""As the kernel's limit: a path that needs more links than this to resolve does not resolve (ELOOP)."""
-
-
 def links_along(root: Path, rel: str) -> list[str]:
     """Every symlink inside ``root`` met while resolving ``rel`` (each by where it lies, repo-relative), in order.
 
     A definition file reached through ``build -> docker`` is as much decided by ``build`` as by the file: an agent
-    that retargets the link has rewritten the file, so the links count among what the definition reads. Resolution
-    follows the kernel's: component by component, a link's target spliced in (absolute ones from ``/``); it stops
-    where a component is missing or after ``MAX_LINKS`` links."""
+    that retargets the link has rewritten the file, so the links count among what the definition reads. The walk
+    is ``os.path.realpath``'s, step for step (that is how ``resolve`` finds the files the definition reads): any
+    number of links, a missing component taken as it is written, and a loop left where it closes."""
     found: list[str] = []
-    pending = [part for part in rel.split("/") if part not in ("", ".")]
-    current = root
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part == "..":
-            current = current.parent
-            continue
-        candidate = current / part
-        try:
-            info = os.lstat(candidate)
-        except OSError:
-            break
-        if not stat.S_ISLNK(info.st_mode):
-            current = candidate
-            continue
-        hops += 1
-        if hops > MAX_LINKS:
-            break
-        if is_inside(root, str(candidate)) and str(candidate) != str(root):
-            found.append(candidate.relative_to(root).as_posix())
-        target = os.readlink(candidate)
-        if target.startswith("/"):
-            current = Path("/")
-        pending = [part for part in target.split("/") if part not in ("", ".")] + pending
+
+    def walk(path: str, rest: str, seen: dict[str, str | None]) -> tuple[str, bool]:
+        if rest.startswith("/"):
+            path, rest = "/", rest.lstrip("/")
+        for name in rest.split("/"):
+            if name in ("", "."):
+                continue
+            if name == "..":
+                path = os.path.dirname(path) or "/"
+                continue
+            candidate = os.path.join(path, name)
+            try:
+                is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+            except OSError:
+                is_link = False
+            if not is_link:
+                path = candidate
+                continue
+            if candidate in seen:
+                resolved = seen[candidate]
+                if resolved is None:
+                    return candidate, False  # a loop: realpath stops here too
+                path = resolved
+                continue
+            if is_inside(root, candidate) and candidate != str(root):
+                found.append(Path(candidate).relative_to(root).as_posix())
+            seen[candidate] = None
+            path, ok = walk(path, os.readlink(candidate), seen)
+            if not ok:
+                return path, False
+            seen[candidate] = path
+        return path, True
+
+    walk(str(root), rel, {})
     return found
 
 

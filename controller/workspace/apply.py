@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from . import beneath
+from . import beneath, gitlike
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
 from .checkout import Checkout, Prior, applied_mode
 from .errors import UnsafePathError, WorkspaceError
@@ -75,6 +75,7 @@ def apply(
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     chosen, skipped = _select(changes, paths, include_ignored, force)
+    chosen, skipped = _guard_chosen(layer, changes, chosen, skipped)
     with open_checkout(layer) as checkout:
         for killed in (r for r in unreverted(layer) if r.status == Status.PENDING):  # an apply cut short by a kill
             checkout.remove_leftovers(killed.temp_prefixes, step_dirs(killed))
@@ -179,6 +180,26 @@ def _select(
     needed = {parent for c in named for parent in _ancestors(c.path)}
     made = [c for c in eligible if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED]
     return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path), skipped
+
+
+def _guard_chosen(
+    layer: Layer, changes: list[Change], chosen: list[Change], skipped: list[Change]
+) -> tuple[list[Change], list[Change]]:
+    """``scan`` judged repository lookalikes by the deletions a plain apply makes; this apply may make fewer (only
+    some paths chosen) or more (ignored ones too). Judged again by the deletions chosen, what would now make a
+    repository is skipped as unsafe."""
+    again = [change.model_copy() for change in changes]
+    lower = open_repo(layer)
+    try:
+        gitlike.guard(again, lower, {c.path for c in chosen if c.kind == Kind.DELETED})
+    finally:
+        os.close(lower)
+    judged = {change.path: change for change in again}
+    unsafe = [judged[c.path] for c in chosen if judged[c.path].disposition == Disposition.UNSAFE]
+    if not unsafe:
+        return chosen, skipped
+    dropped = {c.path for c in unsafe}
+    return [c for c in chosen if c.path not in dropped], skipped + unsafe
 
 
 def under_any(path: str, roots: Collection[str]) -> bool:

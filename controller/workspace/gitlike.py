@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import defaultdict
+from collections.abc import Callable, Collection
 
 from . import beneath
 from .errors import UnsafePathError
@@ -30,45 +31,53 @@ def looks_like_repo(names: set[str]) -> bool:
     return "head" in folded and ({"objects", "refs"} <= folded or "commondir" in folded)
 
 
-def guard(changes: list[Change], lower_fd: int) -> None:
-    """Mark unsafe the agent's repository-named entries in directories that would look like a repository."""
+def guard(changes: list[Change], lower_fd: int, deleting: Collection[str] | None = None) -> None:
+    """Mark unsafe the agent's repository-named entries in directories that would look like a repository.
+
+    A deletion counts as made when it is in ``deleting`` (an apply's chosen ones) or, without it, when a plain
+    apply makes it (disposition ``apply``); any other may leave the checkout's entry where it is."""
     members: dict[str, list[Change]] = defaultdict(list)  # by the folder's case-folded path
-    children: dict[str, list[Change]] = defaultdict(list)
+    children: dict[str, list[Change]] = defaultdict(list)  # by the parent's exact path
     spelled: dict[str, set[str]] = defaultdict(set)  # each folder's spellings, all listed from the checkout
     for change in changes:
         parts = change.path.split("/")
-        children["/".join(parts[:-1]).casefold()].append(change)
+        children["/".join(parts[:-1])].append(change)
         for depth, name in enumerate(parts):
             if name.casefold() in REPO_NAMES and change.kind != Kind.DELETED:
                 folder = "/".join(parts[:depth])
                 members[folder.casefold()].append(change)
                 spelled[folder.casefold()].add(folder)
+
+    def made(change: Change) -> bool:
+        return change.path in deleting if deleting is not None else change.disposition == Disposition.APPLY
+
     for key, found in members.items():
-        folder = min(spelled[key])
-        if looks_like_repo(_names_after(lower_fd, spelled[key], children[key])):
+        names: set[str] = set()
+        for folder in spelled[key]:
+            names |= _names_after(lower_fd, folder, children[folder], made)
+        if looks_like_repo(names):
             for change in found:
                 if change.disposition in (Disposition.APPLY, Disposition.IGNORED, Disposition.TRUSTED):
                     change.disposition = Disposition.UNSAFE
-                    change.reason = f"would make {folder or 'the repository root'!r} look like a git repository"
+                    change.reason = (
+                        f"would make {min(spelled[key]) or 'the repository root'!r} look like a git repository"
+                    )
 
 
-def _names_after(lower_fd: int, folders: set[str], direct: list[Change]) -> set[str]:
-    """The names the folder would hold after an apply, at the most: what the checkout holds under any of its
-    spellings, plus every entry the agent adds, less only the deletions a plain apply makes (one held back, say
-    an ignored one, may well stay)."""
+def _names_after(lower_fd: int, folder: str, direct: list[Change], made: Callable[[Change], bool]) -> set[str]:
+    """The names ``folder`` would hold after an apply, at the most: what the checkout holds there, less the
+    deletions ``made`` says happen, plus every entry the agent adds there."""
     names: set[str] = set()
-    for folder in folders:
-        with contextlib.suppress(OSError, UnsafePathError):
-            fd = _open(lower_fd, folder)
-            try:
-                names.update(os.listdir(fd))
-            finally:
-                os.close(fd)
-    added = {change.path.rsplit("/", 1)[-1] for change in direct if change.kind != Kind.DELETED}
+    with contextlib.suppress(OSError, UnsafePathError):
+        fd = _open(lower_fd, folder)
+        try:
+            names = set(os.listdir(fd))
+        finally:
+            os.close(fd)
     for change in direct:
-        if change.kind == Kind.DELETED and change.disposition == Disposition.APPLY:
+        if change.kind == Kind.DELETED and made(change):
             names.discard(change.path.rsplit("/", 1)[-1])
-    return names | added
+    return names | {change.path.rsplit("/", 1)[-1] for change in direct if change.kind != Kind.DELETED}
 
 
 def _open(root_fd: int, folder: str) -> int:

@@ -49,9 +49,13 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
             return RevertResult(record=record.number, conflicts=conflicts)
         record.temp_prefixes.append(checkout.temp_prefix)
         write(layer, record)
-        _open_dirs(checkout, record.steps)
-        for step in reversed(record.steps):
-            checkout.restore(step.path, step.prior, folder)
+        opened = _open_dirs(checkout, record.steps)
+        try:
+            for step in reversed(record.steps):
+                checkout.restore(step.path, step.prior, folder)
+        except BaseException:
+            _close_dirs(checkout, opened)  # so that a second revert finds them as the apply left them
+            raise
         expect.update(checkout, [step.path for step in record.steps])
     record.status = Status.REVERTED
     write(layer, record)
@@ -59,16 +63,29 @@ def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
     return RevertResult(record=record.number, reverted=[step.path for step in record.steps])
 
 
-def _open_dirs(checkout: Checkout, steps: list[Step]) -> None:
+def _open_dirs(checkout: Checkout, steps: list[Step]) -> list[tuple[str, int, int]]:
     """Give the owner write and search on the apply's directories that lack them (an agent's ``chmod 555``), outermost
     first, so that a controller that is not root can restore what lies inside; each one's own step then puts its mode
     back (or removes it). (Root with its capabilities needs none of it.) One that cannot be opened is left for its
-    restore to report."""
+    restore to report. Returns what it changed: each path, its mode before and after."""
+    opened = []
     for step in sorted(steps, key=lambda s: s.path.count("/")):
         with contextlib.suppress(OSError, UnsafePathError):
             held = checkout.identity(step.path)
             if held is not None and held.type == FileType.DIR and held.mode & 0o300 != 0o300:
-                checkout.set_mode(step.path, stat.S_IMODE(held.mode) | 0o300)
+                was = stat.S_IMODE(held.mode)
+                checkout.set_mode(step.path, was | 0o300)
+                opened.append((step.path, was, was | 0o300))
+    return opened
+
+
+def _close_dirs(checkout: Checkout, opened: list[tuple[str, int, int]]) -> None:
+    """Put back the modes ``_open_dirs`` changed, innermost first, where a directory still has the one it gave."""
+    for path, was, given in reversed(opened):
+        with contextlib.suppress(OSError, UnsafePathError):
+            held = checkout.identity(path)
+            if held is not None and held.type == FileType.DIR and stat.S_IMODE(held.mode) == given:
+                checkout.set_mode(path, was)
 
 
 def _match_kept_dirs(layer: Layer, steps: list[Step]) -> None:

@@ -675,3 +675,21 @@ def test_every_symlink_on_the_way_to_a_definition_file_is_trusted(repo: Path) ->
     assert {".cubicle/environment.toml", ".cubicle", "cfg", "config/cubicle/environment.toml"} <= trusted
     assert {"Dockerfile.link", "build", "docker/current", "docker/v2.Dockerfile"} <= trusted
     assert "docker/dev.Dockerfile" not in trusted and "src/app.py" not in trusted
+
+
+def test_the_links_trusted_are_those_the_definition_is_read_through_however_long_or_broken(repo: Path) -> None:
+    """``resolve`` reads through ``os.path.realpath``: any number of links, a missing component taken as written.
+    Every link it passes is trusted, so that none can be retargeted unnamed (red-team findings)."""
+    write(repo, "docker/Dockerfile", "FROM debian\n")
+    os.symlink("docker", repo / "c59")
+    for n in range(59):
+        os.symlink(f"c{n + 1}", repo / f"c{n}")
+    os.symlink("nowhere/../x", repo / "a")
+    os.symlink("docker", repo / "x")
+    for name, path in (("long", "c0/Dockerfile"), ("broken", "a/Dockerfile")):
+        write(repo, TOML, f'dockerfile = "{path}"\n')
+        env = load(repo)
+        assert materials(env, repo).dockerfile == "FROM debian\n", name
+        trusted = set(definition.trusted_paths(env, repo))
+        chain = {f"c{n}" for n in range(60)} if name == "long" else {"a", "x"}
+        assert chain <= trusted, (name, chain - trusted)

@@ -16,7 +16,7 @@ from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout
 from controller.workspace.checkout import NEW_DIR_MODE, Checkout
 from controller.workspace.records import FileType
-from tests.unit.workspace.overlay import OWNER, Workspace, snapshot
+from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, snapshot
 
 TURN = (
     "printf 'v2\\n' > src/app.py; echo new > new.txt; rm old/gone.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt;"
@@ -356,3 +356,45 @@ def test_after_a_kill_before_a_new_directory_got_its_mode_revert_still_removes_i
     os.chmod(ws.repo / "made", NEW_DIR_MODE)
     result = revert(ws.layer)
     assert result.conflicts == [] and not (ws.repo / "made").exists()
+
+
+def test_applying_only_some_paths_cannot_leave_a_repository_behind(ws: Workspace) -> None:
+    """The deletion of ``objects`` made ``HEAD`` and ``config`` beside it safe in the listing; applied without
+    that deletion, they would make a bare repository (red-team finding)."""
+    for name in ("objects", "refs"):
+        (ws.repo / "d" / name).mkdir(parents=True)
+        (ws.repo / "d" / name / "keep").write_text("")
+    chown_tree(ws.repo, OWNER)
+    ws.restart()
+    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > d/HEAD; printf '[core]\\n\\tpager = evil\\n' > d/config")
+    ws.stop()
+    assert {c.path: c.disposition for c in scan(ws.layer)}["d/HEAD"] == "apply"  # with the deletion, no repository
+    result = apply(ws.layer, paths=["d/HEAD", "d/config"])
+    assert result.applied == [] and {"d/HEAD", "d/config"} <= {c.path for c in result.skipped}
+    assert sorted(os.listdir(ws.repo / "d")) == ["objects", "refs"]
+    assert sorted(apply(ws.layer).applied) == ["d/HEAD", "d/config", "d/objects", "d/objects/keep"]
+
+
+def test_a_revert_that_fails_midway_leaves_the_modes_it_opened_as_they_were(tmp_path: Path) -> None:
+    """Revert opens the agent's read-only directories to restore inside them; when a later restore fails (here a
+    directory the user made read-only since), it closes them again, so the next revert sees no conflict."""
+    repo = tmp_path / "repo"
+    (repo / "p").mkdir(parents=True)
+    (repo / "p/a.txt").write_text("1\n")
+    layer = layers.create(tmp_path / "data", "s1", repo)
+    (layer.upper / "q").mkdir()
+    (layer.upper / "q/f").write_text("agent\n")
+    os.chmod(layer.upper / "q", 0o555)
+    (layer.upper / "p").mkdir()
+    (layer.upper / "p/new.txt").write_text("n\n")
+    assert sorted(apply(layer).applied) == ["p/new.txt", "q", "q/f"]
+    os.chmod(repo / "p", 0o555)  # the user's own, after the apply
+    drop = "--bounding-set=-dac_override,-dac_read_search,-fowner"
+    run = ["setpriv", drop, sys.executable, "-c", REVERT_UNPRIVILEGED, str(tmp_path / "data")]
+    failed = subprocess.run(run, capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60)
+    assert failed.returncode != 0 and "PermissionError" in failed.stderr
+    assert stat.S_IMODE(os.stat(repo / "q").st_mode) == 0o555
+    os.chmod(repo / "p", 0o755)
+    done = subprocess.run(run, capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["conflicts"] == [], done.stderr
+    assert sorted(str(p.relative_to(repo)) for p in repo.rglob("*")) == ["p", "p/a.txt"]

@@ -186,3 +186,15 @@ def test_one_listing_carries_a_bounded_amount_of_diff_text(ws: Workspace) -> Non
     assert [c.path for c in diffs] == [c.path for c in found[: len(diffs)]]  # in path order until spent
     spent = sum(textdiff.encoded_size(c.diff or "") for c in diffs)
     assert changes.MAX_DIFFS_TOTAL <= spent <= changes.MAX_DIFFS_TOTAL + textdiff.encoded_size(diffs[-1].diff or "")
+
+
+def test_a_deletion_in_one_spelling_of_a_folder_does_not_count_for_another(ws: Workspace) -> None:
+    for rel in ("D/objects/keep", "D/refs/keep", "d/objects/keep"):
+        (ws.repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws.repo / rel).write_text("")
+    chown_tree(ws.repo, OWNER)
+    ws.restart()
+    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > D/HEAD; echo '[core]' > D/config")
+    ws.stop()
+    found = by_path(ws)
+    assert found["D/HEAD"][2] == found["D/config"][2] == "unsafe"
