@@ -587,7 +587,10 @@ def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:
     found: list[str] = []
     for rel in named:
         found.append(rel)
-        found += links_along(root, rel)
+        try:
+            found += links_along(root, rel)
+        except ValueError as err:
+            raise DefinitionError(f"{err}.") from None
         real = os.path.realpath(root / rel)
         if is_inside(root, real) and real != str(root):
             found.append(Path(real).relative_to(root).as_posix())

@@ -40,14 +40,20 @@ def is_inside(root: Path, full: str) -> bool:
     return full == text or full.startswith(text.rstrip("/") + "/")
 
 
+MAX_LINKS = 40
+"""The kernel's own bound: a path needing more symbolic links than this is refused (the kernel says ELOOP)."""
+
+
 def links_along(root: Path, rel: str) -> list[str]:
     """Every symlink inside ``root`` met while resolving ``rel`` (each by where it lies, repo-relative), in order.
 
     A definition file reached through ``build -> docker`` is as much decided by ``build`` as by the file: an agent
     that retargets the link has rewritten the file, so the links count among what the definition reads. The walk
     is ``os.path.realpath``'s, step for step (that is how ``resolve`` finds the files the definition reads): any
-    number of links, a missing component taken as it is written, and a loop left where it closes."""
+    number of links, a missing component taken as it is written, and a loop left where it closes; but past
+    ``MAX_LINKS`` links a ValueError (realpath itself would recurse until Python gives up)."""
     found: list[str] = []
+    hops = 0
 
     def walk(path: str, rest: str, seen: dict[str, str | None]) -> tuple[str, bool]:
         if rest.startswith("/"):
@@ -72,6 +78,10 @@ def links_along(root: Path, rel: str) -> list[str]:
                     return candidate, False  # a loop: realpath stops here too
                 path = resolved
                 continue
+            nonlocal hops
+            hops += 1
+            if hops > MAX_LINKS:
+                raise ValueError(f"{rel!r} passes through more than {MAX_LINKS} symbolic links")
             if is_inside(root, candidate) and candidate != str(root):
                 found.append(Path(candidate).relative_to(root).as_posix())
             seen[candidate] = None
@@ -112,7 +122,12 @@ def relative(value: str, *, file: str, key: str, base: str = ".", allow_root: bo
 
 
 def resolve(root: Path, rel: str, *, file: str, key: str | None = None) -> Path:
-    """The real path of repo-relative ``rel``: every symlink followed, and the result inside ``root``."""
+    """The real path of repo-relative ``rel``: every symlink followed (at most ``MAX_LINKS``), and the result inside
+    ``root``."""
+    try:
+        links_along(root, rel)
+    except ValueError as err:
+        raise DefinitionError(f"{where(file, key)}: {err}.") from None
     full = os.path.realpath(os.path.join(root, rel))
     if not is_inside(root, full):
         raise DefinitionError(
