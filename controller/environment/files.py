@@ -49,9 +49,9 @@ def links_along(root: Path, rel: str) -> list[str]:
 
     A definition file reached through ``build -> docker`` is as much decided by ``build`` as by the file: an agent
     that retargets the link has rewritten the file, so the links count among what the definition reads. The walk
-    is ``os.path.realpath``'s, step for step (that is how ``resolve`` finds the files the definition reads): any
-    number of links, a missing component taken as it is written, and a loop left where it closes; but past
-    ``MAX_LINKS`` links a ValueError (realpath itself would recurse until Python gives up)."""
+    is ``os.path.realpath``'s, step for step (that is how ``resolve`` finds the files the definition reads): a
+    missing component taken as it is written, a loop left where it closes; and past ``MAX_LINKS`` links a
+    ValueError (``resolve`` refuses such a path; realpath itself would recurse until Python gives up)."""
     found: list[str] = []
     hops = 0
 
