@@ -286,6 +286,7 @@ def set_setup(layer: Layer, tree: Path | None) -> None:
     wanted = None if tree is None else str(tree)
     if layer.info.setup == wanted:
         return
+    ensure_unmounted(layer)  # it may empty the upper layer
     if layer.info.setup is not None:
         if not _known_unwritten(layer):
             raise WorkspaceError(

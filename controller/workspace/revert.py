@@ -24,7 +24,7 @@ from .changes import same_bytes
 from .checkout import NEW_DIR_MODE, Checkout, applied_mode
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
-from .layer import Layer, open_repo, open_upper
+from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import FileType, Identity, Kind
 
 
@@ -37,6 +37,7 @@ class RevertResult(BaseModel):
 
 
 def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:
+    ensure_unmounted(layer)  # it rewrites the directories apply kept in the upper layer
     record = newest_unreverted(layer)
     folder = layer.applies / str(record.number)
     with open_checkout(layer) as checkout:

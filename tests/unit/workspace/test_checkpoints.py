@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, rewind, scan
+from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, revert, rewind, scan
+from controller.workspace import layer as layers
 from controller.workspace.records import read_json
 from tests.unit.workspace.overlay import Workspace, snapshot
 
@@ -110,6 +111,13 @@ def test_the_upper_is_not_rewritten_while_mounted(ws: Workspace) -> None:
         apply(ws.layer)
     ws.stop()
     assert apply(ws.layer).applied == ["new.txt"]
+    ws.agent("true")  # mounted again: revert (which rewrites the directories apply kept) and set_setup refuse too
+    with pytest.raises(LayerInUseError):
+        revert(ws.layer)
+    with pytest.raises(LayerInUseError):
+        layers.set_setup(ws.layer, ws.base / "setup-tree")
+    ws.stop()
+    assert revert(ws.layer).reverted == ["new.txt"]
 
 
 def test_a_hostile_depth_and_locked_directories_cost_no_recursion(ws: Workspace) -> None:
