@@ -13,7 +13,7 @@ import signal
 import time
 from threading import Lock
 
-from .limits import KILL_ALL_PATIENCE_S, SWEEP_PASSES
+from .limits import KILL_ALL_PATIENCE_S, KILL_ALL_STUCK_S, SWEEP_PASSES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,16 +85,20 @@ def _kill_everything_else() -> None:
     ``docker exec`` as root. Normally the first look finds nobody. The caller holds _lock, so no
     request starts a process meanwhile.
 
-    Past KILL_ALL_PATIENCE_S, a process that was there at the look before is killed already and
-    only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to preempt): it is left
-    to its end. One born since, and running, escapes the kills: then the toolbox fails closed and
-    exits, so the whole container goes and the controller starts a fresh one on the same
-    workspace, rather than answer with something still running in it.
+    Past KILL_ALL_PATIENCE_S, processes that have stayed the same for KILL_ALL_STUCK_S of looks are
+    killed already and only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to
+    preempt): they are left to their end. Not sooner: under gVisor a link of a chain, caught in a
+    slow fork with the kill pending, still finishes that fork, so the same one at two looks a
+    millisecond apart proves nothing (seen: a chain that lived on). One born since, and running,
+    escapes the kills: then the toolbox fails closed and exits, so the whole container goes and
+    the controller starts a fresh one on the same workspace, rather than answer with something
+    still running in it.
     """
     _check_armed()
     me, uid = str(os.getpid()), os.getuid()
     deadline = time.monotonic() + KILL_ALL_PATIENCE_S
     before: set[str] = set()
+    same_since = time.monotonic()
     while True:
         for _ in range(2):  # twice before each look: a fork in flight at the first is caught by the second
             with contextlib.suppress(OSError):
@@ -103,7 +107,10 @@ def _kill_everything_else() -> None:
         left = [name for name in others if _uid(name) == uid]
         if not left:
             return
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if set(left) != before:
+            same_since = now
+        if now > deadline:
             running = [pid for pid in left if pid not in before and _running(pid)]
             if running:
                 os.write(
@@ -111,7 +118,8 @@ def _kill_everything_else() -> None:
                     f"toolbox: processes outlived every kill ({' '.join(running[:10])}); ending the sandbox\n".encode(),
                 )
                 os._exit(70)
-            return
+            if now - same_since >= KILL_ALL_STUCK_S:
+                return
         before = set(left)
         time.sleep(0.001)
 

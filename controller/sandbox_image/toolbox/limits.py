@@ -15,6 +15,8 @@ SWEEP_PASSES = 200
 KILL_ALL_PATIENCE_S = 0.5
 """How long kill(-1) is repeated until nothing but pid 1 and the toolbox is left (gVisor's kill(-1) is not atomic
 against fork). Past it, a process slow to die is left to its end; one born meanwhile ends the sandbox."""
+KILL_ALL_STUCK_S = 0.1
+"""Past the patience, how long the same processes must outlast the kills to count as slow to die, not forking."""
 
 MAX_LIST_ENTRIES = 1000
 MAX_LINE_CHARS = 2000
