@@ -92,7 +92,7 @@ def _kill_everything_else() -> None:
     millisecond apart proves nothing (seen: a chain that lived on). One born since, and running,
     escapes the kills: then the toolbox fails closed and exits, so the whole container goes and
     the controller starts a fresh one on the same workspace, rather than answer with something
-    still running in it.
+    still running in it. So does a set that never settles, after four more patiences.
     """
     _check_armed()
     me, uid = str(os.getpid()), os.getuid()
@@ -119,6 +119,11 @@ def _kill_everything_else() -> None:
                 )
                 os._exit(70)
             if now - same_since >= KILL_ALL_STUCK_S:
+                return
+            if now > deadline + KILL_ALL_PATIENCE_S * 4:  # never settles: end the sandbox if any of it can act
+                if any(_running(pid) for pid in left):
+                    os.write(2, b"toolbox: processes kept changing under every kill; ending the sandbox\n")
+                    os._exit(70)
                 return
         before = set(left)
         time.sleep(0.001)
