@@ -51,8 +51,8 @@ async def test_a_fork_chain_does_not_outlive_its_command(box: DockerSandbox) -> 
     await asyncio.sleep(3)
     # Looked at from inside, in one command (a command's end kills strays, so a second call would end a survivor
     # before it could be seen): the tick's size a second apart, and what runs. Not from the host: under gVisor the
-    # sandbox writes file data back to the layer later, so the host saw the size grow (6 to 26 bytes, twice in CI)
-    # after the writers were gone.
+    # host saw the size grow from 6 to 26 bytes, the same twice in CI, which points at data the sandbox wrote back
+    # to the layer late rather than at a live chain (that would tick a different number each time).
     look = "s() { stat -c %s /workspace/tick 2>/dev/null || echo 0; }; a=$(s); sleep 1; echo $a $(s) $(ps -e --no-headers | wc -l)"
     before, after, running = (int(n) for n in (await sh(box, look)).stdout.text.split())
     assert after == before, f"the chain kept writing after its command returned ({before} then {after} bytes)"
