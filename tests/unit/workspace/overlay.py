@@ -48,6 +48,18 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
     return seen
 
 
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def repo_beside(folder: str) -> str:
+    """The agent's script that puts HEAD and a config with a pager beside what ``folder`` holds (a repository
+    lookalike, where objects/ and refs/ are there too)."""
+    return f"echo 'ref: refs/heads/main' > {folder}/HEAD; printf '[core]\\n\\tpager = evil\\n' > {folder}/config"
+
+
 def chown_tree(root: Path, uid: int) -> None:
     for path in [root, *root.rglob("*")]:
         os.lchown(path, uid, uid)
@@ -62,9 +74,7 @@ class Workspace:
         self.outside = base / "outside"
         self.data = base / "data"
         self.mnt = base / "mnt"
-        for rel, text in REPO_FILES.items():
-            (self.repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.repo / rel).write_text(text)
+        write_files(self.repo, REPO_FILES)
         (self.outside / "secret.txt").parent.mkdir(parents=True)
         (self.outside / "secret.txt").write_text("host secret\n")
         chown_tree(self.repo, OWNER)
@@ -78,6 +88,12 @@ class Workspace:
         self.stop()
         layers.discard(self.layer)
         self.layer = layers.create(self.data, "s1", self.repo)
+
+    def start_with(self, files: dict[str, str]) -> None:
+        """Add ``files`` to the checkout, owned by its owner, and start the session again over them."""
+        write_files(self.repo, files)
+        chown_tree(self.repo, OWNER)
+        self.restart()
 
     def agent(self, script: str) -> None:
         """Run a shell script as the agent (uid 1000) with its cwd at the mounted workspace."""

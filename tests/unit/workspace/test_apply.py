@@ -16,7 +16,7 @@ from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout
 from controller.workspace.checkout import NEW_DIR_MODE, Checkout
 from controller.workspace.records import FileType
-from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, snapshot
+from tests.unit.workspace.overlay import OWNER, Workspace, repo_beside, snapshot
 
 TURN = (
     "printf 'v2\\n' > src/app.py; echo new > new.txt; rm old/gone.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt;"
@@ -361,12 +361,8 @@ def test_after_a_kill_before_a_new_directory_got_its_mode_revert_still_removes_i
 def test_applying_only_some_paths_cannot_leave_a_repository_behind(ws: Workspace) -> None:
     """The deletion of ``objects`` made ``HEAD`` and ``config`` beside it safe in the listing; applied without
     that deletion, they would make a bare repository (red-team finding)."""
-    for name in ("objects", "refs"):
-        (ws.repo / "d" / name).mkdir(parents=True)
-        (ws.repo / "d" / name / "keep").write_text("")
-    chown_tree(ws.repo, OWNER)
-    ws.restart()
-    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > d/HEAD; printf '[core]\\n\\tpager = evil\\n' > d/config")
+    ws.start_with({"d/objects/keep": "", "d/refs/keep": ""})
+    ws.agent("rm -r d/objects; " + repo_beside("d"))
     ws.stop()
     assert {c.path: c.disposition for c in scan(ws.layer)}["d/HEAD"] == "apply"  # with the deletion, no repository
     result = apply(ws.layer, paths=["d/HEAD", "d/config"])

@@ -7,7 +7,7 @@ import stat
 
 from controller.workspace import Disposition, Kind, changes, scan, textdiff
 from controller.workspace.records import FileType
-from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
+from tests.unit.workspace.overlay import Workspace, repo_beside
 
 
 def by_path(ws: Workspace) -> dict[str, tuple[str, str, str]]:
@@ -136,13 +136,8 @@ def test_the_agent_cannot_assemble_a_bare_repository_outside_git(ws: Workspace) 
 def test_a_deletion_apply_holds_back_does_not_count_against_a_repository(ws: Workspace) -> None:
     """Deleting an ignored ``objects/`` is not applied by default, so the checkout keeps it: HEAD and config beside
     it would make a bare repository (red-team finding)."""
-    (ws.repo / ".gitignore").write_text("objects/\n")
-    for name in ("objects", "refs"):
-        (ws.repo / "d" / name).mkdir(parents=True)
-        (ws.repo / "d" / name / "keep").write_text("")
-    chown_tree(ws.repo, OWNER)
-    ws.restart()
-    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > d/HEAD; printf '[core]\\n\\tpager = evil\\n' > d/config")
+    ws.start_with({".gitignore": "objects/\n", "d/objects/keep": "", "d/refs/keep": ""})
+    ws.agent("rm -r d/objects; " + repo_beside("d"))
     ws.stop()
     found = by_path(ws)
     assert found["d/HEAD"][2] == found["d/config"][2] == "unsafe"
@@ -189,12 +184,8 @@ def test_one_listing_carries_a_bounded_amount_of_diff_text(ws: Workspace) -> Non
 
 
 def test_a_deletion_in_one_spelling_of_a_folder_does_not_count_for_another(ws: Workspace) -> None:
-    for rel in ("D/objects/keep", "D/refs/keep", "d/objects/keep"):
-        (ws.repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ws.repo / rel).write_text("")
-    chown_tree(ws.repo, OWNER)
-    ws.restart()
-    ws.agent("rm -r d/objects; echo 'ref: refs/heads/main' > D/HEAD; echo '[core]' > D/config")
+    ws.start_with(dict.fromkeys(("D/objects/keep", "D/refs/keep", "d/objects/keep"), ""))
+    ws.agent("rm -r d/objects; " + repo_beside("D"))
     ws.stop()
     found = by_path(ws)
     assert found["D/HEAD"][2] == found["D/config"][2] == "unsafe"

@@ -15,7 +15,7 @@ from pathlib import Path
 from controller.setups import keep_only_new
 from controller.workspace import Disposition, Kind, apply, scan
 from controller.workspace import layer as layers
-from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
+from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, repo_beside
 
 
 def run_setup(ws: Workspace, script: str, name: str = "setup") -> tuple[Path, list[str]]:
@@ -114,8 +114,8 @@ def test_a_force_naming_a_directory_accepts_no_definition_file_under_it(ws: Work
 
 def test_a_named_definition_file_takes_its_new_directory_along_but_never_a_repository(ws: Workspace) -> None:
     ws.agent(
-        "mkdir -p .cubicle/objects .cubicle/refs && echo 'setup = \"make\"' > .cubicle/environment.toml"
-        " && echo 'ref: refs/heads/main' > .cubicle/HEAD && printf '[core]\\n\\tpager = evil\\n' > .cubicle/config"
+        "mkdir -p .cubicle/objects .cubicle/refs && echo 'setup = \"make\"' > .cubicle/environment.toml; "
+        + repo_beside(".cubicle")
     )
     ws.stop()
     changes = {c.path: c for c in scan(ws.layer)}
