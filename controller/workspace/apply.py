@@ -314,7 +314,7 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
             os.close(parent)
         raise
     try:
-        _write(layer, checkout, removals, creations)
+        _write(layer, checkout, removals, creations, steps)
     except (OSError, WorkspaceError) as err:
         for step in reversed(steps):
             with contextlib.suppress(OSError, WorkspaceError):
@@ -325,13 +325,10 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
     return record
 
 
-def held_mode(checkout: Checkout, change: Change) -> int | None:
-    """The mode of the checkout's entry at ``change.path`` when it is of the change's type (else None)."""
-    with contextlib.suppress(OSError, UnsafePathError):
-        held = checkout.identity(change.path)
-        if held is not None and held.type == change.type:
-            return held.mode
-    return None
+def step_mode(step: Step) -> int:
+    """The mode the step's change is written with: ``applied_mode``, against what the checkout held there before."""
+    held = step.prior.mode if step.prior.type == step.change.type else None
+    return applied_mode(step.change.mode, held)
 
 
 def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
@@ -341,10 +338,12 @@ def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
     return checkout.save(rel, blob)
 
 
-def _write(layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change]) -> None:
+def _write(
+    layer: Layer, checkout: Checkout, removals: list[Change], creations: list[Change], steps: list[Step]
+) -> None:
     upper = open_upper(layer)
     try:
-        modes = {change.path: applied_mode(change.mode, held_mode(checkout, change)) for change in creations}
+        modes = {step.path: step_mode(step) for step in steps}
         for change in removals:
             with contextlib.suppress(FileNotFoundError):
                 checkout.remove(change.path)

@@ -19,9 +19,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from . import beneath
-from .apply import open_checkout, under_any
+from .apply import open_checkout, step_mode, under_any
 from .changes import same_bytes
-from .checkout import NEW_DIR_MODE, Checkout, applied_mode
+from .checkout import NEW_DIR_MODE, Checkout
 from .errors import UnsafePathError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
@@ -159,8 +159,7 @@ def _as_expected(
         upper = open_upper(layer)
         try:
             source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
-            held = step.prior.mode if step.prior.type == change.type else None
-            modes = {applied_mode(change.mode, held)}
+            modes = {step_mode(step)}
             if change.type == FileType.DIR and step.prior.type != FileType.DIR:
                 modes.add(NEW_DIR_MODE)  # made, and the kill came before apply gave it its mode
             return any(_holds(checkout, step.path, change.type, m, change.target, source) for m in modes)
