@@ -52,7 +52,7 @@ from .feed import Batch, Feed
 from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
-from .store import COMMAND_CHANNEL, ApplyPolicy, SessionRecord, Store
+from .store import ApplyPolicy, SessionRecord, Store
 from .workspace import ApplyResult, Change, RevertResult
 from .workspace.layer import DiskQuota
 from .workspaces import Checkpoint, apply_and_report, pin, refuse_low_space, refuse_overlap, shown
@@ -204,7 +204,7 @@ class Sessions:
         """PostgreSQL: wake the followers of sessions that run elsewhere as their events are stored, and carry
         out commands at once. A wake-up only: the events are read from the table by sequence number."""
         async for channel, session_id in self.store.notifications():
-            if channel == COMMAND_CHANNEL:
+            if channel == "commands":
                 with contextlib.suppress(Exception):
                     self._take_commands()
             elif not session_id:  # (re)connected: whatever was stored meanwhile is read by every follower now

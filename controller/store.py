@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -76,13 +77,15 @@ class Only:
 Step = str | Column | Only
 
 
-def _notify_on_insert(table: str, function: str, channel: str) -> tuple[Only, Only]:
-    """PostgreSQL's trigger that NOTIFYs ``channel`` with the session id of each row inserted into ``table``."""
+def _notify_on_insert(table: str, function: str, channel: str, per_schema: bool = False) -> tuple[Only, Only]:
+    """PostgreSQL's trigger that NOTIFYs ``channel`` with the session id of each row inserted into ``table``; per
+    schema, the channel is ``channel()``'s name for the table's own schema."""
+    name = f"'{channel}_' || left(md5(TG_TABLE_SCHEMA), 12)" if per_schema else f"'{channel}'"
     return (
         Only(
             "postgres",
             f"""CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN PERFORM pg_notify('{channel}', NEW.session_id); RETURN NULL; END $$""",
+            BEGIN PERFORM pg_notify({name}, NEW.session_id); RETURN NULL; END $$""",
         ),
         Only(
             "postgres",
@@ -129,12 +132,24 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (  # 4: the viewer's sign-outs, so every controller on the database honours one and a restart forgets none
         "CREATE TABLE IF NOT EXISTS revoked_cookies (nonce TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)",
     ),
+    (  # 5: a channel per schema: NOTIFY is database-wide, so deployments on two schemas of one database woke
+        # each other's followers. Controllers of releases before and after this one miss each other's wake-ups.
+        *_notify_on_insert("events", "cubicle_event_stored", "cubicle_events", per_schema=True),
+        *_notify_on_insert("commands", "cubicle_command_sent", "cubicle_commands", per_schema=True),
+    ),
 )
-NOTIFY_CHANNEL = "cubicle_events"
-"""The channel PostgreSQL's trigger notifies with the session id of each event stored."""
-COMMAND_CHANNEL = "cubicle_commands"
-"""The channel notified with the session id of each command sent to the controller running it."""
 SCHEMA_VERSION = len(MIGRATIONS)
+EVENTS = "cubicle_events"
+"""The prefix of the channel PostgreSQL's trigger notifies with the session id of each event stored."""
+COMMANDS = "cubicle_commands"
+"""The prefix of the channel notified with the session id of each command sent to the controller running it."""
+
+
+def channel(prefix: str, schema: str) -> str:
+    """The NOTIFY channel of ``prefix`` for the deployment in ``schema``: the trigger of migration 5 computes the
+    same name (PostgreSQL's md5 of the table's schema), short enough for its 63-byte identifiers."""
+    return f"{prefix}_{hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()[:12]}"
+
 
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
@@ -142,6 +157,8 @@ COLUMNS = (
 )  # fmt: skip
 """The sessions table's columns in the order _record reads them."""
 ApplyPolicy = Literal["never", "on_finish"]
+Notice = Literal["events", "commands", ""]
+"""What a notification announces: events stored, a command sent, or ("") a new connection to the database."""
 SELECTED = ", ".join(COLUMNS)
 
 
@@ -246,8 +263,8 @@ class Store:
     def _lock_schema(self) -> None:
         """Hold off other processes' migrations until this transaction ends (SQLite: BEGIN IMMEDIATE did)."""
 
-    async def notifications(self) -> AsyncIterator[tuple[str, str]]:
-        """(channel, session id) as other processes store events or send commands; ("", "") on each (re)connect.
+    async def notifications(self) -> AsyncIterator[tuple[Notice, str]]:
+        """(kind, session id) as other processes store events or send commands; ("", "") on each (re)connect.
         SQLite has no such signal: its followers poll."""
         raise StoreError("Only a PostgreSQL store announces what other processes write.")
         yield ("", "")  # pragma: no cover - makes this an async generator
@@ -714,18 +731,25 @@ class PostgresStore(Store):
         self._next_seq.pop(session_id, None)
         super().delete(session_id)
 
-    async def notifications(self) -> AsyncIterator[tuple[str, str]]:
-        """LISTEN on a connection of its own, reconnecting after a second when the server goes away."""
+    async def notifications(self) -> AsyncIterator[tuple[Notice, str]]:
+        """LISTEN to this deployment's channels on a connection of its own, reconnecting after a second when the
+        server goes away: ("events" or "commands", the session id), and ("", "") on each (re)connection."""
         import psycopg
 
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    await conn.execute(f"LISTEN {COMMAND_CHANNEL}")
+                    row = await (await conn.execute("SELECT current_schema()")).fetchone()
+                    kinds: dict[str, Notice] = {
+                        channel(EVENTS, row[0] if row else ""): "events",
+                        channel(COMMANDS, row[0] if row else ""): "commands",
+                    }
+                    for name in kinds:
+                        await conn.execute(f"LISTEN {name}")
                     yield ("", "")
                     async for note in conn.notifies():
-                        yield (note.channel, note.payload)
+                        if note.channel in kinds:
+                            yield (kinds[note.channel], note.payload)
             except psycopg.Error as err:
                 log.warning("lost the database's notifications, reconnecting: %s", err)
                 await asyncio.sleep(1)

@@ -6,6 +6,7 @@ import os
 
 # testcontainers' reaper image cannot be pulled offline; our fixtures clean up by label instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+import gc
 import hashlib
 import secrets
 import subprocess
@@ -29,6 +30,14 @@ collect_ignore = ["fixtures"]
 
 # The run_scenario fixture: the real agent loop on a scripted scenario, for any test that names it.
 pytest_plugins = ["tests.agent_harness"]
+
+
+@pytest.fixture(autouse=True)
+def gc_after_each_test() -> Iterator[None]:
+    """Collect garbage at each test's teardown: an object the test leaked (a database connection, a socket)
+    warns from its finalizer now, during the test that leaked it, and the warning fails that test."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

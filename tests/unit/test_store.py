@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 from controller.config import Limits, Settings
 from controller.errors import ConfigError, StoreError
 from controller.events import StatusEvent, Usage
-from controller.store import NOTIFY_CHANNEL, SCHEMA_VERSION, PostgresStore, SessionRecord, Store, open_store
+from controller.store import EVENTS, SCHEMA_VERSION, PostgresStore, SessionRecord, Store, channel, open_store
 from tests.databases import postgres_schema
 
 RELEASED_SCHEMA = """
@@ -117,12 +118,51 @@ def test_controllers_starting_together_on_a_new_postgres_database_migrate_it_onc
 def test_every_stored_event_notifies_the_listeners_of_its_session() -> None:
     with postgres_schema() as url, psycopg.connect(url, autocommit=True) as listener:
         store = PostgresStore(url)
-        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        schema = listener.execute("SELECT current_schema()").fetchone()
+        assert schema is not None
+        listener.execute(f"LISTEN {channel(EVENTS, schema[0])}")
         store.append_event(StatusEvent(session_id="s_a", status="running"))
         store.append_event(StatusEvent(session_id="s_b", status="running"))
         got = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
         assert got == ["s_a", "s_b"]
         store.close()
+
+
+async def test_two_deployments_on_two_schemas_of_one_database_hear_only_their_own_notifications() -> None:
+    """NOTIFY channels are database-wide: with one fixed name, each deployment woke the other's followers."""
+    with postgres_schema() as first_url, postgres_schema() as second_url:
+        stores = {"first": PostgresStore(first_url), "second": PostgresStore(second_url)}
+        heard: dict[str, list[tuple[str, str]]] = {"first": [], "second": []}
+        connected = {name: asyncio.Event() for name in stores}
+
+        async def listen(name: str) -> None:
+            async for kind, session_id in stores[name].notifications():
+                if kind == "":
+                    connected[name].set()
+                else:
+                    heard[name].append((kind, session_id))
+
+        listeners = [asyncio.create_task(listen(name)) for name in stores]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in connected.values())), timeout=10)
+            for name, store in stores.items():
+                store.insert(record(f"s_{name}"))
+                store.append_event(StatusEvent(session_id=f"s_{name}", status="running"))
+                store.send_command(f"s_{name}", "cancel")
+            async with asyncio.timeout(10):
+                while len(heard["first"]) < 2 or len(heard["second"]) < 2:
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # time for a stray notification of the other deployment to arrive
+        finally:
+            for task in listeners:
+                task.cancel()
+            await asyncio.gather(*listeners, return_exceptions=True)
+            for store in stores.values():
+                store.close()
+        assert heard == {
+            "first": [("events", "s_first"), ("commands", "s_first")],
+            "second": [("events", "s_second"), ("commands", "s_second")],
+        }
 
 
 def test_a_second_writer_of_a_session_gets_the_next_numbers_not_the_same_ones() -> None:
