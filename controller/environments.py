@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from . import egress, owners, runtimes, setups
+from docker.errors import ImageNotFound
+
+from . import egress, images, owners, runtimes, setups
 from .config import Limits, Settings
 from .egress import Egress, Route
 from .environment import Environment, EnvironmentRequest, load, setup_inputs_hash
@@ -192,8 +194,14 @@ class Preparation:
                 return
             asyncio.run_coroutine_threadsafe(event, loop).result()
 
-        made = await self.owner.build(client, self.environment, self.layer.repo, self.session_id, on_line)
-        return made.tag
+        labels = owners.labels(settings.instance, self.session_id)
+        for _ in range(images.HOLD_ATTEMPTS):  # a sweep that removed the image between its build and the hold
+            made = await self.owner.build(client, self.environment, self.layer.repo, self.session_id, on_line)
+            with contextlib.suppress(ImageNotFound):
+                await asyncio.to_thread(images.hold, client, made.tag, labels)
+                return made.tag
+            await self.note(f"the image {made.tag} was removed by a sweep before this session held it; again\n")
+        raise SetupError(f"The environment image of {self.layer.repo} was removed by a sweep each time it was made.")
 
     async def setup(self, client: Any, image: str) -> Path:
         """The finished setup tree for this environment (run now unless an identical one was made before).

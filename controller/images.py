@@ -7,6 +7,7 @@ takes one and defaults to the sandbox's.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,3 +95,31 @@ def ensure(
         build(client, tag, on_line=on_line, context=context)
         return client.images.get(tag)
     raise ImageMissingError(f"The {context.what} image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")
+
+
+# --------------------------------------------------------------------------- holds
+
+HOLD = "org.cubicle.hold"
+"""Label of a hold: a container created (never started) from an image a session is about to run."""
+HOLD_ATTEMPTS = 3
+
+
+def hold(client: Any, tag: str, labels: dict[str, str]) -> None:
+    """Pin ``tag``'s image for a session until its own container runs it; blocking.
+
+    Between an environment image's build (or cache hit) and the session's container, ``cubicle gc`` or the
+    server's retention sweep could see the image unused and remove it. A container made from it is what
+    both the engine and the sweep respect: the engine refuses to remove an image a container was made from.
+    The hold carries the session's labels, so it goes with the session's containers, and a crash leaves
+    nothing the orphan sweep does not find. Raises ``ImageNotFound`` when the image went first.
+    """
+    client.containers.create(
+        tag, ["/cubicle-hold"], entrypoint=[], labels={**labels, HOLD: "true"}, network_disabled=True
+    )
+
+
+def release(client: Any, session_label: str) -> None:
+    """Remove the holds labelled ``session_label`` (``key=value``): the session's container runs the image now."""
+    for container in client.containers.list(all=True, sparse=True, filters={"label": [session_label, HOLD]}):
+        with contextlib.suppress(APIError):  # gone already, or being removed by the session's own clean-up
+            container.remove(force=True, v=True)

@@ -236,6 +236,7 @@ class DockerSandbox:
         self._holder = holder
         self._holding = False  # the layer is held from its volume's creation until the container is gone
         self._seeded = False  # this container's overlay has the seed layer on top
+        self._held = False  # the preparer left a hold on the environment's image (images.hold)
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
@@ -252,8 +253,9 @@ class DockerSandbox:
             except BaseException:
                 self._preparer = preparer
                 raise
-            if ready.image != self.image:  # an environment's image: if gc removed it, the next start fails
-                self.auto_build = False  # clearly instead of building the sandbox image under its tag
+            if ready.image != self.image:  # an environment's image, held (images.hold) until a container runs it
+                self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
+                self._held = True  # the sandbox image under its tag
             self.image, self.env = ready.image, ready.env
 
     async def start(self) -> None:
@@ -339,6 +341,9 @@ class DockerSandbox:
             self._channel = await ToolboxChannel.open(raw_socket(attached))
             await asyncio.to_thread(self.container.start)
             await self._channel.request(Ping(), READY_TIMEOUT_S)
+            if self._held:  # the container holds the image now
+                self._held = False
+                await asyncio.to_thread(images.release, self._client, f"{owners.SESSION}={self.session_id}")
         except SandboxError:
             await self._abandon()
             raise

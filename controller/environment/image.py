@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +54,8 @@ REPO = "org.cubicle.env.repo"
 SOURCE = "org.cubicle.env.source"
 LAYER_FORMAT = "1"
 """Part of every key: change it when the layer changes in a way its sources do not show."""
+FRESH_S = 600.0
+"""``sweep`` leaves an image made this recently: another process may be about to run it."""
 BUILD_TIMEOUT_S = 3600
 BUILD_MEMORY = 4 << 30
 MAX_CA_BYTES = 8 << 20
@@ -408,10 +411,11 @@ def _remove_dangling(client: Any, image_id: str) -> None:
 # --------------------------------------------------------------------------- gc
 
 
-def sweep(client: Any, keep: int = 1, repo: str | None = None) -> list[str]:
+def sweep(client: Any, keep: int = 1, repo: str | None = None, fresh_s: float = FRESH_S) -> list[str]:
     """Remove environment images no container uses, keeping the newest ``keep`` per repository; blocking.
 
-    Returns the tags removed. An image a container (running or not) was made from stays.
+    Returns the tags removed. An image a container (running or not) was made from stays, and so does one
+    made in the last ``fresh_s`` seconds (a build whose session has not held it yet: see ``images.hold``).
     ``repo`` limits the sweep to the images labelled with that repository path. Only images Cubicle tagged
     (``cubicle-env:<key>``) are candidates: an image someone built FROM one inherits its labels, and is theirs.
     """
@@ -429,7 +433,7 @@ def sweep(client: Any, keep: int = 1, repo: str | None = None) -> list[str]:
     for group in by_repo.values():
         group.sort(key=lambda image: str(image.attrs.get("Created", "")), reverse=True)
         for image in group[keep:]:
-            if image.id in used:
+            if image.id in used or _age_s(image) < fresh_s:
                 continue
             for tag in [tag for tag in image.tags if tag.startswith(TAG_PREFIX + ":")]:
                 try:
@@ -438,3 +442,12 @@ def sweep(client: Any, keep: int = 1, repo: str | None = None) -> list[str]:
                 except (NotFound, APIError):  # in use by a container made since, or already gone
                     pass
     return removed
+
+
+def _age_s(image: Any) -> float:
+    """Seconds since the engine made ``image`` (0 when its time cannot be read: then it counts as fresh)."""
+    try:
+        created = datetime.fromisoformat(str(image.attrs.get("Created", "")))
+    except ValueError:
+        return 0.0
+    return max(0.0, time.time() - created.timestamp())

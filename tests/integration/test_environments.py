@@ -14,6 +14,7 @@ import re
 import secrets
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 from docker.errors import APIError, ImageNotFound, NotFound
 from typer.testing import CliRunner
 
-from controller import protocol, workspace
+from controller import images, owners, protocol, workspace
 from controller.cli import app
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.environment import load
@@ -259,13 +260,76 @@ def test_gc_keeps_the_newest_image_of_each_repository_and_any_in_use(docker_clie
     )
     user = docker_client.containers.create(tags[0], ["/hello"], labels={"org.cubicle.managed": "test-gc"})
     try:
-        removed = sweep(docker_client, repo=repo_label)
+        assert sweep(docker_client, repo=repo_label) == [], (
+            "images made minutes ago stay: a session may be about to run one"
+        )
+        removed = sweep(docker_client, repo=repo_label, fresh_s=0)
         assert removed == [tags[1]]
         for tag in (tags[0], tags[2], derived):
             docker_client.images.get(tag)
     finally:
         user.remove(force=True)
         for tag in [*tags, derived]:
+            with contextlib.suppress(ImageNotFound):
+                docker_client.images.remove(tag, force=True)
+
+
+def test_a_held_image_outlives_every_sweep_until_the_sessions_container_runs_it(docker_client: Any) -> None:
+    """Between an environment image's build and the session's container, ``cubicle gc`` (or the server's
+    retention sweep) saw the image unused and could remove it, failing the session. A hold is what the engine
+    and the sweep respect; once released, the image is the sweep's again. Raced: a sweeper removes the older
+    image whenever nothing holds it, while holds are taken on it; every hold that was taken keeps it."""
+    repo_label = f"/test-hold/{secrets.token_hex(4)}"
+    labels = owners.labels(TEST_INSTANCE, f"s_hold{secrets.token_hex(4)}")
+    older, newer = (
+        tiny_image(
+            docker_client, f"cubicle-env:test-hold-{secrets.token_hex(4)}",
+            f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="{n}"\n',
+        )
+        for n in range(2)
+    )  # fmt: skip
+    try:
+        images.hold(docker_client, older, labels)
+        assert sweep(docker_client, repo=repo_label, fresh_s=0) == [], "the held image is the session's"
+        docker_client.containers.create(older, ["/hello"], labels=labels)  # what the session's start does
+        images.release(docker_client, f"{owners.SESSION}={labels[owners.SESSION]}")
+        owners.remove_session(docker_client, labels[owners.SESSION])
+        assert sweep(docker_client, repo=repo_label, fresh_s=0) == [older], "released, it is the sweep's again"
+
+        stop = threading.Event()
+
+        def sweeper() -> None:
+            while not stop.is_set():
+                sweep(docker_client, repo=repo_label, fresh_s=0)
+
+        tiny_image(  # the older one again, now under a sweeper that removes it whenever it is not held
+            docker_client, older,
+            f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="0"\n',
+        )  # fmt: skip
+        thread = threading.Thread(target=sweeper)
+        thread.start()
+        held = 0
+        try:
+            for _ in range(20):
+                try:
+                    images.hold(docker_client, older, labels)
+                except ImageNotFound:  # the sweeper came first: a session builds it again (environments.py)
+                    tiny_image(
+                        docker_client, older,
+                        f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="0"\n',
+                    )  # fmt: skip
+                    continue
+                held += 1
+                time.sleep(0.05)  # the sweeper runs meanwhile
+                docker_client.containers.create(older, ["/hello"], labels=labels)
+                owners.remove_session(docker_client, labels[owners.SESSION])
+        finally:
+            stop.set()
+            thread.join()
+        assert held > 0
+    finally:
+        owners.remove_session(docker_client, labels[owners.SESSION])
+        for tag in (older, newer):
             with contextlib.suppress(ImageNotFound):
                 docker_client.images.remove(tag, force=True)
 
