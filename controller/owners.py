@@ -109,13 +109,25 @@ def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
 
     Another caller may be removing the same container (an idle timer's stop racing an
     ``apply``): then this waits until the engine has it gone, so that on return the
-    session's overlay is unmounted and its volume can go too.
+    session's overlay is unmounted and its volume can go too. A removal the engine refuses
+    (a kill that got no exit event in time, as under load) is asked again each second until
+    ``wait_s``; what is still there then raises the engine's last refusal.
     """
     found = {"label": f"{SESSION}={session_id}"}
-    for container in client.containers.list(all=True, filters=found, sparse=True):
-        _remove(container)
     deadline = time.monotonic() + wait_s
-    while client.containers.list(all=True, filters=found, sparse=True) and time.monotonic() < deadline:
+    asked = float("-inf")
+    refusal: APIError | None = None
+    while left := client.containers.list(all=True, filters=found, sparse=True):
+        if time.monotonic() >= deadline:
+            raise refusal or APIError(f"the containers of session {session_id} were still there after {wait_s:.0f}s")
+        if time.monotonic() - asked >= 1.0:
+            asked = time.monotonic()
+            for container in left:
+                try:
+                    _remove(container)
+                except APIError as err:
+                    log.warning("the engine did not remove %s yet: %s", _name(container), err)
+                    refusal = err
         time.sleep(0.05)
     for volume in client.volumes.list(filters=found):
         _remove(volume)

@@ -94,6 +94,8 @@ class Sessions:
         self._live: dict[str, LiveSession] = {}
         self._admit_lock = asyncio.Lock()
         self._background: list[asyncio.Task[None]] = []
+        self._left_behind: set[str] = set()
+        """Sessions taken over whose containers the engine has not removed yet (``_remove_left``)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,6 +162,8 @@ class Sessions:
                 self._take_commands()
                 for record in self.store.expired():
                     await self._take_over(record, expired_only=True)
+                for session_id in list(self._left_behind):
+                    await self._remove_left(session_id)
             except CubicleError as err:  # StoreError among them
                 log.warning("could not tend the leases: %s", err)
                 if time.monotonic() - renewed > self.lease_s:
@@ -212,6 +216,18 @@ class Sessions:
             elif not self.is_running(session_id):  # this process wakes its own turns' followers itself
                 self.feed.notify(session_id)
 
+    async def _remove_left(self, session_id: str) -> None:
+        """Remove the containers a gone controller left for a session taken over; what the engine does not remove
+        now is asked again at the next tick, so a takeover never leaves the dead controller's sandbox running."""
+        try:
+            await self.runtime.remove_containers(session_id)
+        except Exception as err:  # noqa: BLE001 - logged, and tried again at the next tick
+            if session_id not in self._left_behind:
+                log.warning("could not remove the container of %s yet (tried again): %s", session_id, err)
+            self._left_behind.add(session_id)
+        else:
+            self._left_behind.discard(session_id)
+
     async def _take_over(self, record: SessionRecord, expired_only: bool) -> bool:
         """Claim a running session whose controller is gone (or whose lease ran out) as interrupted: its container
         is removed, a call it left unanswered gets an error result, and a follow-up continues it. False if
@@ -220,8 +236,7 @@ class Sessions:
         if epoch is None:
             return False
         log.warning("took over session %s from %s (interrupted)", record.id, record.owner)
-        with contextlib.suppress(Exception):
-            await self.runtime.remove_containers(record.id)
+        await self._remove_left(record.id)
         recorder = await self.recorder(record, epoch)
         self.store.update(
             record.id, epoch, detail="the process running this turn stopped (a controller restart, or a killed run)"

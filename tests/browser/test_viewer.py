@@ -38,10 +38,12 @@ def one(parent: WebDriver | WebElement, testid: str) -> WebElement:
     return found[0]
 
 
-def wait(check: Callable[[], Any], what: str, timeout: float = UI_WAIT) -> Any:
+def wait(check: Callable[[], Any], what: str, timeout: float = UI_WAIT, until: Callable[[Any], object] = bool) -> Any:
+    """``check()``'s first value that satisfies ``until``; on time out, the failure shows the last value."""
     return eventually(
         check,
         what=what,
+        until=until,
         timeout=timeout,
         interval=0.05,
         ignoring=(StaleElementReferenceException, NoSuchElementException, AssertionError),
@@ -321,7 +323,8 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
 
     (repo / "src" / "app.py").write_text(original)  # same bytes, but a new write: still a conflict, so force it
     one(driver, "apply-force").click()
-    wait(lambda: one(driver, "changes-message").text.startswith("Applied 3 path(s)"), "the apply")
+    # The message itself is awaited, so a failure shows what the page said instead (a refusal, a network error).
+    wait(lambda: one(driver, "changes-message").text, "the apply", until=lambda t: t.startswith("Applied 3 path(s)"))
     assert not one(driver, "conflicts").is_displayed()
     assert (repo / "notes" / "new.txt").read_text() == "brand new\n"
     assert (repo / "src" / "app.py").read_text().endswith("sum(items, 0)\n")
@@ -329,7 +332,7 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     wait(lambda: find(driver, "applied-event") or None, "the applied event in the transcript")
 
     one(driver, "revert").click()
-    wait(lambda: one(driver, "changes-message").text.startswith("Reverted"), "the revert")
+    wait(lambda: one(driver, "changes-message").text, "the revert", until=lambda t: t.startswith("Reverted"))
     assert not (repo / "notes" / "new.txt").exists()
     assert (repo / "src" / "app.py").read_text() == original
     wait(lambda: find(driver, "reverted-event") or None, "the reverted event in the transcript")
