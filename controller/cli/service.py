@@ -11,7 +11,7 @@ import typer
 from docker.errors import ImageNotFound
 from rich.text import Text
 
-from .. import config, disks, engine, images, owners, runtimes, scripted, terminal
+from .. import accesslog, config, disks, engine, images, owners, runtimes, scripted, terminal
 from ..config import Settings
 from ..context import Edit
 from ..display import plural
@@ -218,7 +218,9 @@ def serve(
             )
     if not settings.repo_roots:
         _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
-    uvicorn.run(create_app(settings), host=bind, port=port or settings.port, log_level="info")
+    uvicorn.run(
+        create_app(settings), host=bind, port=port or settings.port, log_level="info", log_config=accesslog.log_config()
+    )
 
 
 @app.command()

@@ -13,7 +13,7 @@ import controller
 
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
-    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network"},
+    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network", "accesslog"},
     {
         "usage",
         "channel",
