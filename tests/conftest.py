@@ -32,6 +32,13 @@ collect_ignore = ["fixtures"]
 pytest_plugins = ["tests.agent_harness"]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what the imports and the collection made (modules, classes, the tests themselves): the collector
+    then passes over it, and ``gc_after_each_test`` costs about a millisecond instead of a tenth of a second."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def gc_after_each_test() -> Iterator[None]:
     """Collect garbage at each test's teardown: an object the test leaked (a database connection, a socket)
