@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from . import beneath, gitlike, textdiff
+from . import beneath, gitlike, gitpointers, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
@@ -57,13 +57,14 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
+        git_reads = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
         budget = MAX_DIFFS_TOTAL
         for change in found:
             _describe(change, upper, lower, with_diffs and budget > 0)
             if change.diff is not None:
                 budget -= textdiff.encoded_size(change.diff)
             from_setup = setup is not None and made_by_setup(setup, lower, change.path)
-            _judge(change, rules, from_setup, layer.info.trusted)
+            _judge(change, rules, from_setup, layer.info.trusted, git_reads)
         gitlike.guard(found, lower)
         if with_diffs:
             _find_renames(found, upper, lower)
@@ -356,8 +357,12 @@ def _head(root: int, path: str) -> bytes | None:
         return None
 
 
-def _judge(change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[str, ...] = ()) -> None:
+def _judge(
+    change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[str, ...] = (),
+    git_reads: tuple[gitpointers.Pointer, ...] = (),
+) -> None:  # fmt: skip
     """Decide what may reach the checkout; the first reason that applies wins."""
+    pointer = next((p for p in git_reads if p.covers(change.path, change.type == FileType.DIR)), None)
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
@@ -368,6 +373,9 @@ def _judge(change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[
     elif is_environment_config(change.path) or change.path in trusted:
         change.disposition = Disposition.TRUSTED
         change.reason = "the environment's definition: applied only when forced by name (apply --force PATH)"
+    elif pointer is not None:
+        change.disposition = Disposition.TRUSTED
+        change.reason = f"git runs files here ({pointer.why}): applied only when forced by name (apply --force PATH)"
     elif rules.ignored(change.path, change.type == FileType.DIR):
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
 
