@@ -20,6 +20,7 @@ in ``upper`` — a setuid binary, say — is reachable by other host users)::
     baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
     expected.json   what this session last wrote or restored, per path (see ``apply``)
     upper/ work/    the overlay's upper and work directories
+    lower           a symlink to the checkout, which overlay's lowerdir names instead of the repository's path
     disk.img disk/  with a disk quota: the layer's own ext4 filesystem (an image file, sparse) and where it is
                     mounted; ``upper``, ``work``, ``checkpoints`` and ``applies`` are then inside ``disk/``
                     (see ``controller.disks``), so the agent's files, checkpoints and apply backups share the quota
@@ -246,11 +247,32 @@ def open_repo(layer: Layer) -> int:
 
 
 def mount_options(layer: Layer, seeded: bool = False) -> str:
-    """The layer's overlay: ``seeded`` puts the seed layer on top (``headroom.prepare`` says whether it may)."""
-    lowers = [Path(layer.info.setup), layer.repo] if layer.info.setup else [layer.repo]
+    """The layer's overlay: ``seeded`` puts the seed layer on top (``headroom.prepare`` says whether it may).
+
+    The checkout is named through ``lower_link``: the options are what a sandbox reads in its
+    ``/proc/self/mountinfo``, so they name the layer's folder, never the path of the user's repository."""
+    checkout = lower_link(layer)
+    lowers = [Path(layer.info.setup), checkout] if layer.info.setup else [checkout]
     if seeded:
         lowers.insert(0, seed_dir(layer.root))
     return overlay_options(lowers, layer.upper, layer.work)
+
+
+def lower_link(layer: Layer) -> Path:
+    """``<layer>/lower``: a symlink to the checkout, made (or made again, atomically) when it leads elsewhere.
+
+    The kernel follows it when the engine mounts the overlay, and keeps the name given. A repository path
+    overlay's options could not carry (a ``:`` or ``,`` in it) is no obstacle either."""
+    link = layer.root / "lower"
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == str(layer.repo):
+            return link
+    made = layer.root / f".lower.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(made)
+    os.symlink(str(layer.repo), made)
+    os.replace(made, link)
+    return link
 
 
 def overlay_options(lowers: list[Path], upper: Path, work: Path) -> str:

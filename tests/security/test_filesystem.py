@@ -286,3 +286,11 @@ async def test_git_redirects_and_submodule_hooks_never_reach_the_checkout(box: D
     result = await apply_all(box)
     assert git_tree(box.repo) == before, "git on the host would follow a commondir to the agent's hooks"
     assert result.applied == ["evil", "evil/hooks", "evil/hooks/post-checkout"]
+
+
+async def test_the_sandbox_reads_no_host_path_of_the_repository_in_its_mounts(box: DockerSandbox) -> None:
+    """The overlay's options show in /proc/self/mountinfo: its lowerdir was the repository's own host path
+    (the user's name, their projects' layout); it is now a link in the layer's folder (red-team finding)."""
+    shown = await sh(box, "cat /proc/self/mountinfo /proc/mounts")
+    assert shown.exit_code == 0 and "/workspace" in shown.stdout.text
+    assert str(box.repo) not in shown.stdout.text

@@ -79,15 +79,22 @@ def test_diffs_are_bounded() -> None:
     assert textdiff.is_binary(b"a\0b") and textdiff.is_binary(b"\xff\xfe bad") and not textdiff.is_binary("é".encode())
 
 
-def test_volume_options_refuse_paths_overlay_cannot_carry(tmp_path: Path) -> None:
+def test_volume_options_name_the_checkout_through_the_layers_link_and_refuse_what_they_cannot_carry(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "s").mkdir()
     layer = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "repo"), uid=1000, gid=1000, dev=0, ino=0))
     opts = volume_kwargs(layer, "v", {"a": "b"})
     assert opts["driver"] == "local" and opts["driver_opts"]["type"] == "overlay"
     assert opts["driver_opts"]["o"].endswith(",userxattr,redirect_dir=nofollow,metacopy=off,index=off")
-    spaced = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / "my repo"), uid=0, gid=0, dev=0, ino=0))
-    assert f"lowerdir={tmp_path}/my repo," in volume_kwargs(spaced, "v", {})["driver_opts"]["o"], "spaces are common"
-    for bad in ("re,po", "re:po", "re=po", "re\npo", "re\tpo"):
+    assert opts["driver_opts"]["o"].startswith(f"lowerdir={tmp_path}/s/lower,"), "never the repository's own path"
+    for odd in ("my repo", "re,po", "re:po", "re=po", "re\npo"):  # the link carries any name the kernel takes
+        oddly = Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / odd), uid=0, gid=0, dev=0, ino=0))
+        assert volume_kwargs(oddly, "v", {})["driver_opts"]["o"].startswith(f"lowerdir={tmp_path}/s/lower,")
+        assert os.readlink(tmp_path / "s" / "lower") == str(tmp_path / odd)
+    for bad in ("s,x", "s:x", "s\tx"):  # the layer's own folder is named in the options as it is
+        (tmp_path / bad).mkdir()
         with pytest.raises(WorkspaceError):
             volume_kwargs(
-                Layer(tmp_path / "s", LayerInfo(repo=str(tmp_path / bad), uid=0, gid=0, dev=0, ino=0)), "v", {}
+                Layer(tmp_path / bad, LayerInfo(repo=str(tmp_path / "repo"), uid=0, gid=0, dev=0, ino=0)), "v", {}
             )
