@@ -48,7 +48,7 @@ from .egress import Route
 from .errors import SetupError
 from .workspace import Layer, beneath
 from .workspace.changes import OPAQUE
-from .workspace.layer import discard_dir, overlay_options, overlay_volume
+from .workspace.layer import discard_dir, lower_link, overlay_options, overlay_volume
 from .workspace.records import save
 
 MAX_LINE_CHARS = 2000
@@ -127,7 +127,7 @@ class Setups:
         os.chmod(tree, stat.S_IMODE(os.stat(info.repo).st_mode) & 0o777)
         started = time.monotonic()
         try:
-            await run.execute(client, overlay_options([run.layer.repo], tree, work), output, note)
+            await run.execute(client, overlay_options([lower_link(run.layer)], tree, work), output, note)
         except BaseException:
             await asyncio.to_thread(self._remove, home)
             raise
