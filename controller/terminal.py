@@ -48,10 +48,13 @@ def _hidden(char: str) -> bool:
 
 
 def escape(char: str) -> str:
-    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``."""
+    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``; a byte UTF-8
+    could not read (held as the surrogate ``surrogateescape`` makes of it) as that byte, ``\\xff``."""
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
     if code <= 0xFF:
         return f"\\x{code:02x}"
     if code <= 0xFFFF:

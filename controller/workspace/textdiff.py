@@ -32,13 +32,14 @@ def read_head(fd: int, limit: int = MAX_INPUT + 1) -> bytes:
 
 
 def is_binary(data: bytes) -> bool:
+    """Binary as git judges it (a NUL in the first 8000 bytes), or mostly not text: more than one byte in eight
+    that UTF-8 cannot read. A few such bytes leave a text file text: its diff shows them as ``\\xNN``, so an
+    invalid byte cannot hide a script's new line behind "binary"."""
     if b"\0" in data[:SNIFF]:
         return True
-    try:
-        data[:MAX_INPUT].decode("utf-8")
-    except UnicodeDecodeError as err:
-        return err.start < min(len(data), MAX_INPUT) - 4  # a character cut at the cap is not binary
-    return False
+    sample = data[:MAX_INPUT]
+    undecodable = sum(1 for char in sample.decode("utf-8", "surrogateescape") if "\udc80" <= char <= "\udcff")
+    return undecodable * 8 > len(sample)
 
 
 _LINES = re.compile(r"[^\n]*\n|[^\n]+")
@@ -52,7 +53,8 @@ def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
     sides = [b"" if data is None else data for data in (old, new)]
     if any(len(data) > MAX_INPUT for data in sides):
         return None
-    texts = [_LINES.findall(data.decode("utf-8", "replace")) for data in sides]
+    # Undecodable bytes stay themselves (as surrogates): every display spells them ``\xNN``.
+    texts = [_LINES.findall(data.decode("utf-8", "surrogateescape")) for data in sides]
     if any(len(lines) > MAX_LINES for lines in texts):
         return None
     name = path.translate(_HEADER_ESCAPES)  # a newline in a name must not start a forged line of the diff
