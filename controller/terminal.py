@@ -7,17 +7,21 @@ escape sequences can write the clipboard (OSC 52), set the window title (OSC 0),
 query; ``\\r``, backspace and the bidi overrides rearrange what a line appears to say.
 
 So such text reaches a ``Console`` only as a ``rich.text.Text`` built here: never parsed as
-markup, with every C0/C1 control character (but newline and tab), DEL, Unicode format and
-bidi control (U+200B-U+200F, U+202A-U+202E, U+2060-U+2069, U+FEFF, ...), line/paragraph
-separator, blank-looking letter (U+3164, U+2800, ...) and lone surrogate shown as a visible, highlighted escape such as ``\\x1b``,
-``\\x9b`` or ``\\u202e``. ``visible`` goes further for what a person approves: runs of
+markup, with every character of the shared table ``ui/static/invisible.json`` (which the viewer
+reads too) shown as a visible, highlighted escape such as ``\\x1b``, ``\\x9b``, ``\\u202e`` or
+``\\ufe0f``: C0/C1 controls (but newline and tab), DEL, format and bidi controls, line and
+paragraph separators, lone surrogates, variation selectors, tags and every other default-ignorable
+code point, letters drawn blank (U+3164, U+2800, ...). ``visible`` goes further for what a person approves: runs of
 spaces, tabs, leading and trailing spaces and look-alike spaces become visible too.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import importlib.resources
 import io
+import json
 import logging
 import re
 import sys
@@ -31,20 +35,28 @@ ESCAPE_STYLE = "reverse"
 """How a made-visible character looks, so a real ``\\x1b`` is told apart from those four characters typed."""
 
 _NAMED = {"\r": "\\r", "\t": "\\t", "\n": "\\n"}
-_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 # Candidates: everything that is not printable ASCII, newline or tab; each is then judged by its category.
 _CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
 _INDENT = re.compile(r"[ \t]+(?=\S)")
 
 
-_BLANK_LETTERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0")
-"""Letters and symbols a terminal draws as blank space (Hangul fillers, braille blank, ...): runs of them
-could push the rest of a line out of sight while looking empty."""
+def _invisible() -> tuple[list[int], list[int]]:
+    """The table every display shares (``ui/static/invisible.json``, which the viewer reads too): the first and
+    last code points of each range, sorted."""
+    table = json.loads((importlib.resources.files("controller") / "ui" / "static" / "invisible.json").read_bytes())
+    return [first for first, _ in table["ranges"]], [last for _, last in table["ranges"]]
+
+
+_FIRSTS, _LASTS = _invisible()
 
 
 def _hidden(char: str) -> bool:
-    """A character a terminal acts on or draws as nothing: controls, format and bidi characters, separators."""
-    return unicodedata.category(char) in _HIDDEN_CATEGORIES or char in _BLANK_LETTERS
+    """A character a display acts on or draws as nothing: controls, format and bidi characters, separators,
+    variation selectors, tags and other default-ignorable code points, letters drawn blank (a run of Hangul
+    fillers could push the rest of a line out of sight while looking empty)."""
+    code = ord(char)
+    at = bisect.bisect_right(_FIRSTS, code) - 1
+    return at >= 0 and code <= _LASTS[at]
 
 
 def escape(char: str) -> str:

@@ -65,6 +65,37 @@ def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(drive
     assert raw == [], "shown raw: " + ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, '?')}" for c in raw)
 
 
+def test_the_page_and_the_terminal_spell_out_exactly_the_same_characters(driver: WebDriver, viewer: Viewer) -> None:
+    """One table (invisible.json) drives both; walked over every code point in the browser, the page's
+    ``visible()`` changes exactly the characters ``controller.terminal`` escapes."""
+    sign_in(driver, viewer)
+    script = """
+      const done = arguments[arguments.length - 1];
+      import("/ui/assets/dom.js").then((dom) => {
+        const ranges = [];
+        let start = -1;
+        for (let code = 0; code <= 0x10ffff; code++) {
+          const c = String.fromCodePoint(code);
+          const changed = dom.visible(c) !== c;
+          if (changed && start < 0) start = code;
+          if (!changed && start >= 0) { ranges.push([start, code - 1]); start = -1; }
+        }
+        if (start >= 0) ranges.push([start, 0x10ffff]);
+        done(ranges);
+      }, (err) => done(String(err)));
+    """
+    driver.set_script_timeout(60)
+    page: list[list[int]] = driver.execute_async_script(script)
+    terminal_ranges: list[list[int]] = []
+    for code in range(0x110000):
+        if terminal._hidden(chr(code)):
+            if terminal_ranges and terminal_ranges[-1][1] == code - 1:
+                terminal_ranges[-1][1] = code
+            else:
+                terminal_ranges.append([code, code])
+    assert page == terminal_ranges
+
+
 def test_finding_added_lines_starting_with_plus_plus_are_uncounted_and_styled_as_file_headers(
     driver: WebDriver, viewer: Viewer, model_server: Any
 ) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import itertools
+import json
 import logging
 import unicodedata
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
@@ -71,3 +74,21 @@ def test_a_console_outlives_its_terminal() -> None:
     stream = terminal.TolerantStream(Gone())
     console = Console(file=stream)
     console.print("still fine")  # no exception: the session goes on to clean up
+
+
+def test_one_table_names_every_character_the_terminal_and_the_viewer_spell_out() -> None:
+    """Red-team finding: variation selectors and other default-ignorable code points in a name reached the
+    terminal raw (``setup.py`` + U+FE0F looks like ``setup.py``). The table is shared with the viewer."""
+    table = json.loads((Path(terminal.__file__).parent / "ui" / "static" / "invisible.json").read_text())["ranges"]
+    assert all(first <= last for first, last in table)
+    assert all(before[1] < after[0] for before, after in itertools.pairwise(table)), "sorted, apart"
+    categories = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+    missing = [
+        f"U+{code:04X}" for code in range(0x110000)
+        if chr(code) not in "\t\n" and unicodedata.category(chr(code)) in categories and not terminal._hidden(chr(code))
+    ]  # fmt: skip
+    assert missing == [], "controls, format characters and separators of this Python's Unicode"
+    for char in "\ufe0f\ufe00\U000e0100\U000e01ef\U000e0001\u180e\u2061\u3164\u115f\u034f\u2800":
+        assert terminal._hidden(char), f"U+{ord(char):04X}"
+    assert terminal.safe("setup.py\ufe0f") == "setup.py\\ufe0f"
+    assert not terminal._hidden("\t") and not terminal._hidden("é") and not terminal._hidden("\u00a0")

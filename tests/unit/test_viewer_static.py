@@ -50,7 +50,7 @@ def test_index_has_no_inline_script_style_or_remote_asset() -> None:
 
 def test_static_folder_is_flat_and_text() -> None:
     assert all(p.is_file() for p in STATIC.iterdir()), "the server serves a flat folder"
-    assert {p.suffix for p in STATIC.iterdir()} <= {".html", ".js", ".css", ".svg", ".png"}
+    assert {p.suffix for p in STATIC.iterdir()} <= {".html", ".js", ".json", ".css", ".svg", ".png"}
 
 
 @pytest.mark.parametrize(

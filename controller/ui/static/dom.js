@@ -2,12 +2,14 @@
 // piece of text goes in through textContent (or a Text node). Nothing here parses HTML, and
 // no attribute is ever set from data except data-* ids, classes from fixed lists and values.
 
-/** Make what would act on the page or hide in it visible, as the terminal view does: controls
- *  (ESC as ␛, other C0 controls as their Control Pictures, DEL as ␡), format characters (bidi
- *  overrides and isolates, zero-width characters, soft hyphens, tags), lone surrogates, line and
- *  paragraph separators and letters drawn blank (Hangul fillers, braille blank...) as a visible
- *  ⟦U+XXXX⟧, so nothing can reorder text, hide in a name or pass for something else. Newlines
- *  and tabs stay. */
+import INVISIBLE from "./invisible.json" with { type: "json" };
+
+/** Make what would act on the page or hide in it visible, as the terminal view does: every code
+ *  point of the table both read (invisible.json: controls, format and bidi characters, separators,
+ *  surrogates, variation selectors, tags and other default-ignorable code points, letters drawn
+ *  blank). ESC shows as ␛, other C0 controls as their Control Pictures, DEL as ␡, the rest as a
+ *  visible ⟦U+XXXX⟧, so nothing can reorder text, hide in a name or pass for something else.
+ *  Newlines and tabs stay. */
 export function visible(text) {
   return String(text).replace(HIDDEN, (c) => {
     const code = c.codePointAt(0);
@@ -18,9 +20,9 @@ export function visible(text) {
   });
 }
 
-// The same characters as controller/terminal.py's _hidden: categories Cc (but tab and newline),
-// Cf, Cs, Zl, Zp, and its list of blank letters.
-const HIDDEN = /[^\P{Cc}\t\n]|[\p{Cf}\p{Cs}\p{Zl}\p{Zp}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\uffa0]/gu;
+const codePoint = (code) => `\\u{${code.toString(16)}}`;
+const HIDDEN = new RegExp(
+  `[${INVISIBLE.ranges.map(([first, last]) => `${codePoint(first)}-${codePoint(last)}`).join("")}]`, "gu");
 
 /** Put untrusted text in a node, made visible. */
 export function setText(node, text) {
