@@ -121,8 +121,9 @@ def diff_view(change: Change) -> RenderableType:
         what = f"{'binary' if change.binary else 'too large to diff'}, {plural(change.size, 'byte')}"
         return Group(head, terminal.safe_text(f"   ({what})", "dim"))
     lines = [head]
-    for line in change.diff.removesuffix("\n").split("\n"):
-        style = "bold" if line.startswith(("+++", "---")) else DIFF_STYLES.get(line[:1], "")
+    for number, line in enumerate(change.diff.removesuffix("\n").split("\n")):
+        # Only the first two lines name the files: a line of the file that starts with "++" is an added line.
+        style = "bold" if number < 2 else DIFF_STYLES.get(line[:1], "")
         lines.append(terminal.safe_text(line, style))
     return Group(*lines)
 

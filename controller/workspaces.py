@@ -184,10 +184,10 @@ def summarize(changes: list[Change]) -> ChangeSummary:
             summary.modified += 1
         else:
             summary.deleted += 1
-        for line in (change.diff or "").split("\n"):
-            if line.startswith("+") and not line.startswith("+++"):
+        for line in (change.diff or "").split("\n")[2:]:  # after the two lines that name the files
+            if line.startswith("+"):
                 summary.lines_added += 1
-            elif line.startswith("-") and not line.startswith("---"):
+            elif line.startswith("-"):
                 summary.lines_removed += 1
     return summary
 

@@ -38,6 +38,8 @@ MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the c
 MAX_DIFFS_TOTAL = 2 << 20
 """JSON bytes of diff text one listing carries: once spent, later files are listed without one
 (each diff is capped, but a layer may hold any number of files)."""
+RENAME_MAX_BYTES = 256 * 1024
+"""Files compared whole for the rename hint are at most this large."""
 SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
 __all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
@@ -58,13 +60,18 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
         found = sorted(walker.found, key=lambda c: c.path)
         rules = load_rules(layer.baseline_file)
         git_reads = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
-        budget = MAX_DIFFS_TOTAL
         for change in found:
+            if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
+                change.target = beneath.readlink(upper, change.path)  # judged by it
+            from_setup = setup is not None and made_by_setup(setup, lower, change.path)
+            _judge(change, rules, from_setup, layer.info.trusted, git_reads)
+        # The diff allowance goes first to what an apply may write: files it never applies (ignored, say)
+        # cannot spend it and leave an applied file with no diff to review.
+        budget = MAX_DIFFS_TOTAL
+        for change in sorted(found, key=lambda c: c.disposition not in (Disposition.APPLY, Disposition.TRUSTED)):
             _describe(change, upper, lower, with_diffs and budget > 0)
             if change.diff is not None:
                 budget -= textdiff.encoded_size(change.diff)
-            from_setup = setup is not None and made_by_setup(setup, lower, change.path)
-            _judge(change, rules, from_setup, layer.info.trusted, git_reads)
         gitlike.guard(found, lower)
         if with_diffs:
             _find_renames(found, upper, lower)
@@ -335,24 +342,22 @@ def same_bytes(a: int, b: int) -> bool:
 
 
 def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
-    """Fill in the symlink target, the binary flag and the diff, reading each side at most once, boundedly."""
-    if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
-        change.target = beneath.readlink(upper, change.path)
+    """Fill in the binary flag and the diff, reading each side at most once, boundedly."""
     if not with_diffs or (change.type != FileType.FILE and change.previous != FileType.FILE):
         return
     if change.reason.startswith("unreadable"):
         return  # held back, and a diff against nothing would read as the whole file deleted
     new = _head(upper, change.path) if change.kind != Kind.DELETED and change.type == FileType.FILE else None
     old = _head(lower, change.path) if change.previous == FileType.FILE else None
-    change.binary = any(data is not None and textdiff.is_binary(data) for data in (old, new))
+    change.binary = textdiff.shown_as_binary(old, new, executable=bool(change.mode & 0o111))
     if with_diffs and not change.binary and not is_git_path(change.path):
         change.diff = textdiff.unified(change.path, old, new)
 
 
-def _head(root: int, path: str) -> bytes | None:
+def _head(root: int, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes | None:
     try:
         with beneath.reading(root, path) as fd:
-            return textdiff.read_head(fd)
+            return textdiff.read_head(fd, limit)
     except OSError:
         return None
 
@@ -428,13 +433,13 @@ def _find_renames(found: list[Change], upper: int, lower: int) -> None:
     """Pair an added file with a deleted one of the same small size and bytes; a hint for the reviewer only."""
     deleted: dict[int, list[Change]] = {}
     for c in found:
-        if c.kind == Kind.DELETED and c.type == FileType.FILE and c.size <= textdiff.MAX_INPUT:
+        if c.kind == Kind.DELETED and c.type == FileType.FILE and c.size <= RENAME_MAX_BYTES:
             deleted.setdefault(c.size, []).append(c)
     for change in found:
         if change.kind != Kind.ADDED or change.type != FileType.FILE or change.size not in deleted:
             continue
-        new = _head(upper, change.path)
+        new = _head(upper, change.path, RENAME_MAX_BYTES + 1)
         for old in deleted[change.size]:
-            if _head(lower, old.path) == new:
+            if _head(lower, old.path, RENAME_MAX_BYTES + 1) == new:
                 change.renamed_from = old.path
                 break

@@ -157,7 +157,9 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
     assert (mount["Destination"], mount["Type"], mount["RW"]) == ("/workspace", "volume", True)
     assert mount["Name"] == f"cubicle-ws-{box.session_id}"
     volume = box._client.volumes.get(mount["Name"]).attrs["Options"]
-    assert volume["type"] == "overlay" and f"lowerdir={box.repo}," in volume["o"]
+    # The checkout through the layer's own link: the options show in the sandbox's mountinfo.
+    assert volume["type"] == "overlay" and f"lowerdir={box.layer.root}/lower," in volume["o"]
+    assert os.readlink(box.layer.root / "lower") == str(box.repo) and str(box.repo) not in volume["o"]
     assert f"upperdir={box.layer.upper}," in volume["o"]
     assert not any("docker.sock" in m["Source"] for m in attrs["Mounts"])
     labels = attrs["Config"]["Labels"]

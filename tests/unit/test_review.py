@@ -49,7 +49,7 @@ def test_a_hostile_path_and_diff_reach_the_terminal_inert() -> None:
 def test_a_held_back_change_says_why() -> None:
     change = Change(
         path=".git/hooks/post-checkout", kind=Kind.ADDED, type=FileType.FILE, disposition=Disposition.DISCARDED,
-        reason="under .git", diff="+x\n",
+        reason="under .git", diff="--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1 @@\n+x\n",
     )  # fmt: skip
     row = _plain(review.change_row(change))
     assert "A .git/hooks/post-checkout +1 −0  held back: discarded (under .git)" in row
@@ -75,3 +75,16 @@ def test_a_mode_worth_a_look_is_shown_with_what_apply_writes() -> None:
     assert row(kind=Kind.MODIFIED, mode=0o4755, previous_mode=0o4755) == "M p (mode 4755, applied as 755)"
     shared = Change(path="tmp", kind=Kind.MODIFIED, type=FileType.DIR, mode=0o777, previous_mode=0o1777)
     assert _plain(review.change_row(shared)).strip() == "M tmp (mode 1777 → 777, applied as 1777)"
+
+
+def test_a_line_of_the_file_that_starts_with_plus_plus_is_counted_and_drawn_as_added() -> None:
+    """Red-team finding: ``++__import__("os").system(...)`` appended to a Python file (it runs) counted +0 and
+    was drawn bold like the ``+++`` line that names the file."""
+    diff = "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1,2 @@\n x = 1\n+++__import__('os').system('id')\n"
+    change = Change(path="src/app.py", kind=Kind.MODIFIED, type=FileType.FILE, diff=diff)
+    assert "M src/app.py +1 −0" in _plain(review.change_row(change))
+    shown = _shown(review.diff_view(change))
+    added = next(line for line in shown.splitlines() if "system" in line)
+    header = next(line for line in shown.splitlines() if "b/src/app.py" in line)
+    assert "\x1b[1m" in header and "\x1b[1m" not in added, "drawn as the header that names the file"
+    assert "\x1b[32m" in added, "green, as every added line"

@@ -71,8 +71,9 @@ def test_baseline_records_everything_but_git_without_following_links(tmp_path: P
 
 
 def test_diffs_are_bounded() -> None:
-    big = b"x\n" * (textdiff.MAX_LINES + 1)
-    assert textdiff.unified("f", b"", big) is None
+    big = b"x\n" * (textdiff.MAX_LINES + 1)  # past difflib's bound: all removals, then all additions
+    assert (textdiff.unified("f", b"", big) or "").endswith("@@ -0,0 +1,5001 @@\n" + "+x\n" * 5001)
+    assert textdiff.unified("f", b"\0" * (textdiff.MAX_INPUT + 1), b"") is None, "too large to read whole"
     wide = b"".join(b"%040d\n" % i for i in range(4000))
     diff = textdiff.unified("f", None, wide)
     assert diff is not None and len(diff) <= textdiff.MAX_OUTPUT + 100 and diff.endswith("[diff truncated]\n")
