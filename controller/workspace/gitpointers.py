@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 10.0
 MAX_CONFIG_BYTES = 4 << 20
 """More configuration output than this is cut: the keys after it are not read (a config that large is odd)."""
+_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_INCLUDED_FILES = 64
 MAX_SCRIPT_BYTES = 64 << 10
 MAX_SCRIPTS = 200
@@ -83,7 +84,7 @@ COMMAND_KEYS = re.compile(
     r"core\.(sshcommand|editor|pager|askpass|gitproxy)|sequence\.editor|diff\.external|interactive\.difffilter"
     r"|diff\..+\.(textconv|command)|filter\..+\.(clean|smudge|process)|merge\..+\.driver"
     r"|(merge|diff)tool\..+\.(cmd|path)|credential\.(.+\.)?helper|alias\..+|gpg\.(.+\.)?program"
-    r"|gpg\.ssh\.defaultkeycommand|pager\..+|remote\..+\.(uploadpack|receivepack)",
+    r"|gpg\.ssh\.defaultkeycommand|pager\..+|remote\..+\.(uploadpack|receivepack)|hook\..+\.command",
     re.IGNORECASE,
 )
 """Keys whose value is a command git runs (through the shell, from the work tree's top)."""
@@ -107,6 +108,7 @@ class Pointer:
         (a symlink there would lead git elsewhere)."""
         return (
             path == self.path
+            or self.path == "."  # everything: the configuration could not be read
             or (self.directory and path.startswith(self.path + "/"))
             or (not is_dir and self.path.startswith(path + "/"))
         )
@@ -121,58 +123,64 @@ class _Reading:
     home: str
     found: list[Pointer] = field(default_factory=list)
     read: set[str] = field(default_factory=set)
+    script_dir: str | None = None
+    """The folder of the hook script being read (its ``$0``)."""
 
     def add(self, value: str, base: str, directory: bool, why: str) -> None:
-        """``value`` (relative to ``base``) as written and as its symlinks lead, where either lies in the repo."""
+        """``value`` (relative to ``base``) as written, each symlink on its way, and where they lead: each of
+        those that lies in the repository (a link turned elsewhere would lead git there)."""
         full = posixpath.normpath(posixpath.join(base, _expanded(value, self.home)))
-        for candidate in dict.fromkeys((full, os.path.realpath(full))):
+        links, real = _links_along(full)
+        for candidate, is_directory in [(full, directory), (real, directory), *((link, False) for link in links)]:
             inside = _relative(self.repo, candidate)
             if inside is not None:
-                self.found.append(Pointer(inside, directory, why))
+                self.found.append(Pointer(inside, is_directory, why))
 
-    def command(self, command: str, why: str, every_word: bool = True) -> None:
-        """The paths a shell command runs: each command's program, or the script an interpreter is given
-        (``sh x.sh``, ``node scripts/gen``: then its folder too, where the interpreter finds ``gen.js``), after
-        any ``cd DIR``. With ``every_word`` (a command git's own configuration names), any word that leads
-        into the repository counts too."""
-        cwd = self.top
+    def command(self, command: str, why: str, cwd: str | None = None) -> None:
+        """The paths a shell command names: every word that leads into the repository (after any ``cd DIR``),
+        the script an interpreter runs (``node scripts/gen``, ``python -m tools.lint``: with its folder,
+        where the interpreter picks the file), and ``sh -c '…'`` bodies."""
+        cwd = cwd or self.top
         for words in _commands(command):
-            while words and _ASSIGNMENT.match(words[0]):
+            while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
                 words = words[1:]
             if not words:
                 continue
             if words[0] == "cd" and len(words) > 1:
                 cwd = posixpath.join(cwd, _expanded(words[1], self.home))
                 continue
-            program, rest = words[0], [w for w in words[1:] if not w.startswith("-") or "=" in w]
-            if posixpath.basename(program) in SHELLS and "-c" in words[1:]:
-                at = words.index("-c")
-                if at + 1 < len(words):
-                    self.command(words[at + 1], why, every_word)
+            if posixpath.basename(words[0]) in SHELLS and "-c" in words[1:-1]:
+                self.command(words[words.index("-c") + 1], why, cwd)
                 continue
-            ran = (
-                [w for w in rest if not w.startswith("-")][:1]
-                if posixpath.basename(program) in INTERPRETERS
-                else [program]
-            )
-            for word in ran + (rest if every_word else []):
-                self._word(word, cwd, why, module=posixpath.basename(program) in INTERPRETERS)
+            interpreted = posixpath.basename(words[0]) in INTERPRETERS
+            for at, word in enumerate(words):
+                module = interpreted and at > 0 and words[at - 1] == "-m"
+                self._word(word.replace(".", "/") if module else word, cwd, why, interpreted, module)
 
-    def _word(self, word: str, cwd: str, why: str, module: bool) -> None:
-        word = word.split("=", 1)[1] if word.startswith("-") else word  # --file=path
-        word = _BUILT.sub("", word).lstrip("/") if _BUILT.match(word) else word
-        if not word or word in (".", "..") or not ("/" in word or "." in word):
+    def _word(self, word: str, cwd: str, why: str, interpreted: bool, module: bool) -> None:
+        if word.startswith("-"):
+            if "=" not in word:
+                return
+            word = word.split("=", 1)[1]  # --file=path
+        if _BUILT.match(word):
+            word = _BUILT.sub("", word).lstrip("/")
+        if not word or word in (".", "..") or not ("/" in word or "." in word or module):
             return
         self.add(word, cwd, False, why)
-        if module and "." not in posixpath.basename(word):  # the interpreter picks the file: its folder counts
-            self.add(posixpath.dirname(word) or ".", cwd, True, why)
+        if interpreted and "." not in posixpath.basename(word) and posixpath.dirname(word):
+            self.add(posixpath.dirname(word), cwd, True, why)  # the interpreter picks the file there: all of it
 
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
-INTERPRETERS = SHELLS | frozenset(
-    {"node", "deno", "bun", "python", "python3", "ruby", "perl", "php", "exec", "source", ".", "env", "npx", "tsx"}
-)
-"""Programs whose first argument is what they run."""
+INTERPRETERS = SHELLS | frozenset({"node", "deno", "bun", "python", "python3", "ruby", "perl", "php", "tsx", "ts-node"})
+"""Programs that run the file they are given, finding ``gen.js`` for ``gen``."""
+_PREFIXES = frozenset(
+    {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "command", "builtin", "exec", "nohup", "env",
+     "npx", "uv", "run", "poetry", "pipenv", "bundle", "source", ".", "sudo"}
+)  # fmt: skip
+"""Words before the program a command line runs."""
+_BESIDE = re.compile(r"\"?\$\(dirname (?:-- )?\"?\$0\"?\)\"?|\"?\$\{0%/\*\}\"?")
+"""What a script writes for its own folder (``"$(dirname "$0")"``): read as that folder."""
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", "{", "}", ";;", "|&", "()"})
 
@@ -194,23 +202,37 @@ def _commands(command: str) -> Iterator[list[str]]:
 def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
     """Every path of ``repo`` (the session's repository, inside some git work tree or not) git is told to run or
     read, and the hook managers' files; blocking. ``home`` holds the global config (default: the home of the
-    checkout's owner, whose git it is)."""
+    checkout's owner, whose git it is). When git is there but cannot read a checkout that has a ``.git``
+    (a newer repository format, say), everything counts: held back unless forced, rather than let through."""
     found = [Pointer(path, directory, f"{manager}, when git runs hooks") for path, directory, manager in HOOK_MANAGERS]
     home = home or _home(repo)
     where = _git(repo, home, "rev-parse", "--show-toplevel", "--git-path", "hooks")
     lines = (where or "").splitlines()
     if len(lines) < 2 or not lines[0]:
+        if where is None and _newer_than_our_git(repo, home):
+            found.append(Pointer(".", True, "this git cannot read the checkout's newer format, so all of it"))
         return tuple(dict.fromkeys(found))
     reading = _Reading(os.path.realpath(repo), lines[0], home)
     listed = _git(Path(reading.top), home, "config", "--list", "--show-origin", "--includes", "-z")
     _from_config(reading, _entries(listed or ""))
     for default in (f"{home}/.gitconfig", f"{home}/.config/git/config", "/etc/gitconfig"):
         reading.add(default, "/", False, "a config file git reads")
-    hooks = posixpath.join(str(repo), lines[1])  # git prints it relative to where it ran
+    hooks = posixpath.normpath(posixpath.join(str(repo), lines[1]))  # git prints it relative to where it ran
     reading.add(hooks, "/", True, "git's hooks")
     for script in _scripts(reading, hooks):
         _from_script(reading, script)
     return tuple(dict.fromkeys(found + reading.found))
+
+
+def _newer_than_our_git(repo: Path, home: str) -> bool:
+    """Whether git refused the checkout for a format (an extension) it does not know: a newer git on the host
+    reads it, hooks and all, so what this one cannot see must not be let through."""
+    done = _run_git(repo, home, "rev-parse", "--git-dir")
+    return (
+        done is not None
+        and done.returncode != 0
+        and re.search(rb"repository (extension|format)", done.stderr) is not None
+    )
 
 
 def _from_config(reading: _Reading, entries: Iterable[tuple[str, str, str]]) -> None:
@@ -243,30 +265,39 @@ def _included(reading: _Reading, path: str) -> None:
 
 
 def _scripts(reading: _Reading, hooks: str) -> Iterator[str]:
-    """The hooks git runs and the hook managers' files, in the real checkout: the files whose commands call
-    the repository's own scripts."""
+    """The hooks git runs and the hook managers' files (at the work tree's top and in the session's folder), in
+    the real checkout: the files whose commands call the repository's own scripts."""
     names = [posixpath.join(hooks, name) for name in _listing(hooks) if not name.endswith(".sample")]
+    folders = [*dict.fromkeys((reading.top, reading.repo))]
+    husky = [posixpath.join(reading.repo, p.path) for p in reading.found if p.why.startswith("husky")]
     for path, directory, _ in HOOK_MANAGERS:
-        full = posixpath.join(reading.repo, path)
-        names += [posixpath.join(full, name) for name in _listing(full)] if directory else [full]
-    husky = [p.path for p in reading.found if p.why.startswith("husky")]
-    for folder in husky:
-        full = posixpath.join(reading.repo, folder)
+        for full in (posixpath.join(folder, path) for folder in folders):
+            names += [posixpath.join(full, name) for name in _listing(full)] if directory else [full]
+    for full in husky:
         names += [posixpath.join(full, name) for name in _listing(full)]
     yield from [name for name in dict.fromkeys(names) if os.path.isfile(name)][:MAX_SCRIPTS]
 
 
 def _from_script(reading: _Reading, path: str) -> None:
+    """The paths a hook (or a hook manager's file) runs, line by line; and the hook itself where it leads."""
+    reading.add(path, "/", False, "a hook git runs")
     try:
         with open(path, "rb") as script:
             text = script.read(MAX_SCRIPT_BYTES).decode("utf-8", "replace")
     except OSError:
         return
     name = _relative(reading.repo, os.path.realpath(path)) or posixpath.basename(path)
+    reading.script_dir = posixpath.dirname(path)
     for line in text.splitlines():
-        line = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
-        if line.strip():
-            reading.command(line, f"run by {name}, which git runs", every_word=False)
+        line = "" if line.lstrip().startswith("#") else _DECORATION.sub("", line)  # YAML, JSON, TOML around it
+        line = _BESIDE.sub(lambda _: reading.script_dir or ".", line).strip().strip("\"',{}[]")
+        if line:
+            reading.command(line, f"run by {name}, which git runs")
+    reading.script_dir = None
+
+
+_DECORATION = re.compile(r"^\s*[{\[]?\s*(?:-\s+)?(?:[\"']?[\w.*{},/-]+[\"']?\s*[:=]\s+)?")
+"""A list item's dash and a key before a value: ``- entry: ./x.sh``, ``"*.js": "scripts/fix.sh"``."""
 
 
 def _listing(folder: str) -> list[str]:
@@ -284,6 +315,32 @@ def _words(command: str) -> list[str]:
         return list(lexer)[:1000]
     except ValueError:
         return command.split()[:1000]
+
+
+def _links_along(full: str) -> tuple[list[str], str]:
+    """The symlinks met on the way to ``full`` (each as the path where it was met) and where the way ends."""
+    links: list[str] = []
+    done, todo = "/", [part for part in full.split("/") if part]
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            done = posixpath.dirname(done)
+            continue
+        here = posixpath.join(done, part)
+        try:
+            target = os.readlink(here)
+        except OSError:  # not a link (or not there): the way goes on as written
+            done = here
+            continue
+        hops += 1
+        if hops > 40:
+            break
+        links.append(here)
+        if target.startswith("/"):
+            done = "/"
+        todo = [p for p in target.split("/") if p and p != "."] + todo
+    return links, posixpath.normpath(posixpath.join(done, *todo))
 
 
 def _relative(repo: str, full: str) -> str | None:
@@ -320,20 +377,24 @@ def _home(path: Path) -> str:
 
 
 def _git(cwd: Path, home: str, *args: str) -> str | None:
-    """git's output in a fixed environment (HOME ``home``, for the global config; none of the controller's
-    GIT_* variables); None when git is missing or fails."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "HOME": home}
+    """git's output; None when git is missing or fails."""
+    done = _run_git(cwd, home, *args)
+    if done is None or done.returncode != 0:
+        return None
+    return done.stdout[:MAX_CONFIG_BYTES].decode("utf-8", "surrogateescape")
+
+
+def _run_git(cwd: Path, home: str, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+    """git in a fixed environment (HOME ``home``, for the global config; none of the controller's GIT_*
+    variables); None when git is not installed or does not answer."""
+    env = {"PATH": _PATH, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "HOME": home}
     try:
-        done = subprocess.run(
+        return subprocess.run(
             ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, timeout=TIMEOUT_S,
             stdin=subprocess.DEVNULL, check=False,
         )  # fmt: skip
     except FileNotFoundError:
         log.debug("git is not installed: only the hook managers' files are trusted")
-        return None
     except (OSError, subprocess.TimeoutExpired) as err:
         log.warning("could not read git's configuration of %s: %s", cwd, err)
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout[:MAX_CONFIG_BYTES].decode("utf-8", "surrogateescape")
+    return None

@@ -123,10 +123,23 @@ def covered(ws: Workspace, path: str, home: str | None = None) -> bool:
         ({}, [("gpg.ssh.allowedSignersFile", ".allowed_signers")], ".allowed_signers"),
         ({}, [("mergetool.mine.cmd", "tools/merge.sh $BASE")], "tools/merge.sh"),
         ({".husky/pre-commit": "sh scripts/check.sh\nnpx eslint src/\n"}, [], "scripts/check.sh"),
+        ({".husky/pre-commit": "if [ -x scripts/a.sh ]; then scripts/a.sh; fi\n"}, [], "scripts/a.sh"),
+        ({".husky/pre-commit": "! ./x.sh && time ./y.sh\n"}, [], "y.sh"),
+        ({".husky/pre-commit": "env FOO=1 node scripts/c.js\n"}, [], "scripts/c.js"),
+        ({".husky/pre-commit": "uv run scripts/x.py\n"}, [], "scripts/x.py"),
+        ({".husky/pre-commit": "python3 -m tools.lint\n"}, [], "tools/lint.py"),
+        ({".husky/pre-commit": '"$(dirname "$0")/../scripts/x.sh"\n'}, [], "scripts/x.sh"),
+        ({"lefthook.yml": "pre-commit:\n  commands:\n    lint:\n      run: ./scripts/lint.sh\n"}, [],
+         "scripts/lint.sh"),
+        ({".pre-commit-config.yaml": "repos:\n- repo: local\n  hooks:\n  - id: check\n    entry: scripts/chk.py\n"},
+         [], "scripts/chk.py"),
+        ({".lintstagedrc.json": '{"*.js": "scripts/fix.sh"}\n'}, [], "scripts/fix.sh"),
+        ({}, [("hook.fmt.command", "tools/fmt.sh"), ("hook.fmt.event", "pre-commit")], "tools/fmt.sh"),
     ],
     ids=["function-alias", "sh-c", "cd", "node-module", "built-path", "husky-subfolder", "lefthook-json",
          "lefthook-local-dir", "includeIf-onbranch", "commit-template", "allowed-signers", "mergetool",
-         "hook-calls-a-script"],
+         "hook-calls-a-script", "if-then", "bang-time", "env-node", "uv-run", "python-m", "dirname-0",
+         "lefthook-run", "pre-commit-entry", "lint-staged-json", "config-hook"],
 )  # fmt: skip
 def test_what_the_red_team_found_the_configuration_runs_is_trusted(
     ws: Workspace, files: dict[str, str], config: list[tuple[str, str]], written: str
@@ -166,3 +179,54 @@ def test_symlinks_lead_the_configuration_where_it_really_points(ws: Workspace, t
         (home / ".gitconfig").symlink_to(ws.repo / "dotfiles/gitconfig")
         as_git_checkout(ws)
         assert covered(ws, "dotfiles/gitconfig", str(home))
+
+
+def test_a_hook_symlinked_into_the_work_tree_is_trusted_where_it_leads(ws: Workspace) -> None:
+    """Red-team finding: ``.git/hooks/pre-commit -> ../../scripts/pre-commit.sh`` (the classic install): the
+    agent's rewrite of scripts/pre-commit.sh went through a plain apply and ran on ``git commit``."""
+    ws.start_with({"scripts/pre-commit.sh": "#!/bin/sh\nexit 0\n"})
+    as_git_checkout(ws)
+    (ws.repo / ".git/hooks/pre-commit").symlink_to("../../scripts/pre-commit.sh")
+    assert covered(ws, "scripts/pre-commit.sh")
+
+
+def test_every_link_on_the_way_counts_not_only_where_the_way_ends(ws: Workspace) -> None:
+    """Red-team finding: with ``.githooks -> tools/hooks`` and ``tools -> vendor/tools``, the agent pointed
+    ``tools`` elsewhere and git ran the hooks there."""
+    ws.start_with({"vendor/tools/hooks/README": ""})
+    (ws.repo / "tools").symlink_to("vendor/tools")
+    (ws.repo / ".githooks").symlink_to("tools/hooks")
+    as_git_checkout(ws, ("core.hooksPath", ".githooks"))
+    for path in (".githooks", "tools", "vendor/tools/hooks/pre-commit"):
+        assert covered(ws, path), path
+
+
+def test_a_session_in_a_subfolder_reads_the_hooks_at_the_work_trees_top(ws: Workspace) -> None:
+    """Red-team finding: with the session at app/, the top-level .husky/pre-commit running
+    ``sh app/scripts/check.sh`` was never read."""
+    ws.start_with({".husky/pre-commit": "sh app/scripts/check.sh\n", "app/README": ""})
+    as_git_checkout(ws, ("core.hooksPath", ".husky/_"))
+    assert any(p.covers("scripts/check.sh", False) for p in pointers(ws.repo / "app"))
+
+
+def test_a_checkout_this_git_cannot_read_holds_everything_back(ws: Workspace) -> None:
+    """Red-team finding: a repository format this git does not know (a newer git's extension) made git fail and
+    the hooks path unread, so the agent's hook applied. Now every change waits for a force."""
+    as_git_checkout(ws, ("core.hooksPath", ".githooks"), ("core.repositoryformatversion", "1"),
+                    ("extensions.someFutureExtension", "true"))  # fmt: skip
+    assert covered(ws, ".githooks/pre-commit") and covered(ws, "src/app.py")
+
+
+def test_a_real_pre_commit_configuration_is_read_without_failing(ws: Workspace) -> None:
+    """Red-team finding: a line starting with ``-`` (every list item of a pre-commit or lefthook file) crashed
+    the judgement, so nothing of that repository could be reviewed or applied."""
+    config = (
+        "repos:\n-   repo: https://github.com/pre-commit/pre-commit-hooks\n    rev: v4.5.0\n    hooks:\n"
+        "    -   id: trailing-whitespace\n    -   id: end-of-file-fixer\n-   repo: https://github.com/psf/black\n"
+        "    rev: 23.12.1\n    hooks:\n    -   id: black\n        args: [--line-length=100]\n"
+    )
+    ws.start_with({".pre-commit-config.yaml": config})
+    as_git_checkout(ws)
+    ws.agent("printf 'x = 2\\n' >> src/app.py")
+    ws.stop()
+    assert judged(ws, "src/app.py")[0] == Disposition.APPLY
