@@ -65,10 +65,11 @@ def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
                 change.target = beneath.readlink(upper, change.path)  # judged by it
             from_setup = setup is not None and made_by_setup(setup, lower, change.path)
             _judge(change, rules, from_setup, layer.info.trusted, git_reads)
-        # The diff allowance goes first to what an apply may write: files it never applies (ignored, say)
-        # cannot spend it and leave an applied file with no diff to review.
+        # The diff allowance goes first to what an apply may write (files it never applies, ignored ones say,
+        # cannot spend it), smallest first: a padding of large files cannot leave a short script undiffed.
         budget = MAX_DIFFS_TOTAL
-        for change in sorted(found, key=lambda c: c.disposition not in (Disposition.APPLY, Disposition.TRUSTED)):
+        order = sorted(found, key=lambda c: (c.disposition not in (Disposition.APPLY, Disposition.TRUSTED), c.size))
+        for change in order:
             _describe(change, upper, lower, with_diffs and budget > 0)
             if change.diff is not None:
                 budget -= textdiff.encoded_size(change.diff)

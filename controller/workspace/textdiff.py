@@ -7,17 +7,18 @@ millions of lines) costs the reviewer a fixed amount of time and screen.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import os
 import re
 from collections.abc import Iterable, Iterator
+from typing import Literal
 
 MAX_INPUT = 4 << 20  # bytes per side; larger files are summarised, not diffed (lines shared at both ends are not)
 SAMPLE = 256 * 1024  # bytes judged for "binary"
 MAX_LINES = 5000  # lines per side; difflib is quadratic in the worst case
 MAX_OUTPUT = 64 * 1024  # characters of diff text
 CONTEXT = 3  # lines around each change, as git shows
-_HUNK = re.compile(r"@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@\n")
 
 
 def read_head(fd: int, limit: int = MAX_INPUT + 1) -> bytes:
@@ -34,11 +35,14 @@ def read_head(fd: int, limit: int = MAX_INPUT + 1) -> bytes:
 
 
 def is_binary(data: bytes) -> bool:
-    """Mostly not text: more than one byte in eight is a NUL, another control character (but tab, newline,
-    carriage return, form feed and escape) or a byte UTF-8 cannot read. A few such bytes leave a file text:
-    its diff spells them out (``\\x00``, ``\\xff``), so one byte cannot hide a script's new line behind "binary"
-    (see ``shown_as_binary`` for what else keeps a file text)."""
+    """Really binary: a NUL among the first bytes, as git judges, and mostly not text, more than one byte in
+    eight a NUL, another control character (but tab, newline, carriage return, form feed and escape) or a byte
+    UTF-8 cannot read. Anything else is text: its diff spells the odd bytes out (``\\x00``, ``\\xff``), so a
+    few bytes (or a comment of control characters) cannot hide a script's new line behind "binary"
+    (``shown_as_binary`` keeps scripts and files that were text as text, whatever they hold)."""
     sample = data[:SAMPLE]
+    if b"\0" not in sample:
+        return False
     odd = len(_NOT_TEXT.findall(sample.decode("utf-8", "surrogateescape")))
     return odd * 8 > len(sample)
 
@@ -65,35 +69,123 @@ _HEADER_ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
 def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
     """The diff from ``old`` to ``new`` (None = absent), or None when a side is too big to read whole.
 
-    Lines the two sides share at their start and end are set aside first (a linear pass), so a small edit
-    of a long file (a lock file, say) is diffed however many lines it has; only when what differs in
-    between is over ``MAX_LINES`` lines a side is the diff all removals then all additions, which takes
-    no quadratic time either. The output is capped at ``MAX_OUTPUT`` with a visible marker."""
+    Lines the two sides share at their start and end are set aside first (a linear pass), and what
+    differs in between is split at the lines each side holds once, in the order both hold them (as
+    patience diff does), until the pieces are small enough for difflib's quadratic worst case: so two
+    edits far apart in a long lock file are two small hunks, however many lines lie between them. Only a
+    piece over ``MAX_LINES`` a side with no such line is all removals, then all additions. The output is
+    capped at ``MAX_OUTPUT`` with a visible marker."""
     sides = [b"" if data is None else data for data in (old, new)]
     if any(len(data) > MAX_INPUT for data in sides):
         return None
     # Undecodable bytes stay themselves (as surrogates): every display spells them ``\\xNN``.
-    texts = [_LINES.findall(data.decode("utf-8", "surrogateescape")) for data in sides]
+    a, b = (_LINES.findall(data.decode("utf-8", "surrogateescape")) for data in sides)
     name = path.translate(_HEADER_ESCAPES)  # a newline in a name must not start a forged line of the diff
     before = "/dev/null" if old is None else f"a/{name}"
     after = "/dev/null" if new is None else f"b/{name}"
-    head, tail = _shared_ends(texts[0], texts[1])
-    if any(len(lines) - head - tail > MAX_LINES for lines in texts):
-        return _capped(_replaced(texts, head, tail, before, after))
-    start = max(0, head - CONTEXT)  # difflib sees what differs and its context; hunk numbers are moved back
-    windows = [lines[start : len(lines) - max(0, tail - CONTEXT)] for lines in texts]
-    return _capped(_moved(difflib.unified_diff(windows[0], windows[1], before, after, n=CONTEXT), start))
+    return _capped(_formatted(a, b, _merged(_opcodes(a, b, 0, 0)), before, after))
 
 
-def _moved(lines: Iterable[str], offset: int) -> Iterator[str]:
-    """A diff of windows ``offset`` lines into both files, its hunk headers numbered as in the files."""
-    for line in lines:
-        found = _HUNK.match(line) if offset else None
-        if found is None:
-            yield line
-            continue
-        a, a_count, b, b_count = found.groups()
-        yield f"@@ -{int(a) + offset}{a_count or ''} +{int(b) + offset}{b_count or ''} @@\n"
+def _merged(ops: list[Opcode]) -> list[Opcode]:
+    """Neighbouring equal runs as one (the anchors come one line at a time), so that hunks split between them."""
+    out: list[Opcode] = []
+    for op in ops:
+        if out and op[0] == "equal" == out[-1][0]:
+            out[-1] = ("equal", out[-1][1], op[2], out[-1][3], op[4])
+        else:
+            out.append(op)
+    return out
+
+
+Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
+
+
+def _opcodes(a: list[str], b: list[str], a0: int, b0: int) -> list[Opcode]:
+    """difflib's opcodes for ``a`` against ``b`` (which start at lines ``a0`` and ``b0`` of the files)."""
+    head, tail = _shared_ends(a, b)
+    ops: list[Opcode] = [("equal", a0, a0 + head, b0, b0 + head)] if head else []
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    i0, j0 = a0 + head, b0 + head
+    if len(a_mid) <= MAX_LINES and len(b_mid) <= MAX_LINES:
+        found = difflib.SequenceMatcher(None, a_mid, b_mid).get_opcodes() if a_mid or b_mid else []
+        ops += [(tag, i0 + i1, i0 + i2, j0 + j1, j0 + j2) for tag, i1, i2, j1, j2 in found]
+    elif anchors := _unique_in_order(a_mid, b_mid):
+        i, j = 0, 0
+        for ai, bj in [*anchors, (len(a_mid), len(b_mid))]:
+            ops += _opcodes(a_mid[i:ai], b_mid[j:bj], i0 + i, j0 + j)
+            if ai < len(a_mid):
+                ops.append(("equal", i0 + ai, i0 + ai + 1, j0 + bj, j0 + bj + 1))
+            i, j = ai + 1, bj + 1
+    else:
+        ops.append(("replace" if a_mid and b_mid else "delete" if a_mid else "insert",
+                    i0, i0 + len(a_mid), j0, j0 + len(b_mid)))  # fmt: skip
+    if tail:
+        ops.append(("equal", a0 + len(a) - tail, a0 + len(a), b0 + len(b) - tail, b0 + len(b)))
+    return ops
+
+
+def _unique_in_order(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """Lines each side holds exactly once, as (index in a, index in b): the longest run in the same order."""
+    counts: dict[str, list[int]] = {}
+    for side, lines in enumerate((a, b)):
+        for index, line in enumerate(lines):
+            seen = counts.setdefault(line, [0, 0, 0, 0])
+            seen[side] += 1
+            seen[2 + side] = index
+    pairs = sorted((c[2], c[3]) for c in counts.values() if c[0] == 1 and c[1] == 1)
+    # Longest increasing subsequence of the b indexes (patience sorting), with links back to rebuild it.
+    tops: list[int] = []
+    top_at: list[int] = []
+    back: list[int] = [-1] * len(pairs)
+    for at, (_, j) in enumerate(pairs):
+        pile = bisect.bisect_left(tops, j)
+        back[at] = top_at[pile - 1] if pile else -1
+        if pile == len(tops):
+            tops.append(j)
+            top_at.append(at)
+        else:
+            tops[pile], top_at[pile] = j, at
+    chain, at = [], top_at[-1] if top_at else -1
+    while at >= 0:
+        chain.append(pairs[at])
+        at = back[at]
+    return chain[::-1]
+
+
+def _formatted(a: list[str], b: list[str], ops: list[Opcode], before: str, after: str) -> Iterator[str]:
+    """Unified diff text of ``ops``, grouped as difflib groups them."""
+    matcher = _Given(ops)
+    for number, group in enumerate(matcher.get_grouped_opcodes(CONTEXT)):
+        if number == 0:
+            yield f"--- {before}\n"
+            yield f"+++ {after}\n"
+        first, last = group[0], group[-1]
+        yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in a[i1:i2])
+                continue
+            yield from ("-" + line for line in a[i1:i2])
+            yield from ("+" + line for line in b[j1:j2])
+
+
+class _Given(difflib.SequenceMatcher[str]):
+    """A matcher whose opcodes are given: difflib's grouping into hunks, over them."""
+
+    def __init__(self, ops: list[Opcode]) -> None:
+        super().__init__(None, [], [])
+        self._given = ops
+
+    def get_opcodes(self) -> list[Opcode]:
+        return self._given
+
+
+def _range(start: int, stop: int) -> str:
+    """A unified diff's line range, as difflib writes it."""
+    length = stop - start
+    if length == 1:
+        return f"{start + 1}"
+    return f"{start if not length else start + 1},{length}"
 
 
 def _shared_ends(a: list[str], b: list[str]) -> tuple[int, int]:
@@ -105,23 +197,6 @@ def _shared_ends(a: list[str], b: list[str]) -> tuple[int, int]:
     while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
     return head, tail
-
-
-def _replaced(texts: list[list[str]], head: int, tail: int, before: str, after: str) -> Iterable[str]:
-    """One hunk that removes the old middle and adds the new one, with up to ``CONTEXT`` lines around."""
-    old, new = texts
-    start = max(0, head - CONTEXT)
-    old_end, new_end = len(old) - tail, len(new) - tail
-    context_after = min(CONTEXT, tail)
-    yield f"--- {before}\n"
-    yield f"+++ {after}\n"
-    old_count = old_end + context_after - start
-    new_count = new_end + context_after - start
-    yield f"@@ -{start + 1 if old_count else start},{old_count} +{start + 1 if new_count else start},{new_count} @@\n"
-    yield from (" " + line for line in old[start:head])
-    yield from ("-" + line for line in old[head:old_end])
-    yield from ("+" + line for line in new[head:new_end])
-    yield from (" " + line for line in old[old_end : old_end + context_after])
 
 
 def encoded_size(text: str) -> int:

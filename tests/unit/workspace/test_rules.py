@@ -77,7 +77,10 @@ def test_diffs_are_bounded() -> None:
     wide = b"".join(b"%040d\n" % i for i in range(4000))
     diff = textdiff.unified("f", None, wide)
     assert diff is not None and len(diff) <= textdiff.MAX_OUTPUT + 100 and diff.endswith("[diff truncated]\n")
-    assert textdiff.is_binary(b"a\0b") and textdiff.is_binary(b"\xff\xfe bad") and not textdiff.is_binary("é".encode())
+    assert (
+        textdiff.is_binary(b"a\0b") and textdiff.is_binary(b"\xff\0\xfe bad") and not textdiff.is_binary("é".encode())
+    )
+    assert not textdiff.is_binary(b"\xff\xfe bad") and not textdiff.is_binary(b"\x01" * 400 + b"\nrun()\n"), "no NUL"
 
 
 def test_volume_options_name_the_checkout_through_the_layers_link_and_refuse_what_they_cannot_carry(
