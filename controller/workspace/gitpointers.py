@@ -62,6 +62,8 @@ def _hook_managers() -> tuple[tuple[str, bool, str], ...]:
         (".lefthook", True, "lefthook"),
         (".lefthook-local", True, "lefthook"),
         *((name, False, "lefthook") for name in lefthook),
+        (".gitmodules", False, "git submodule"),  # URLs and update commands git submodule obeys
+        (".lfsconfig", False, "git-lfs"),  # where git lfs sends the repository's objects
         (".pre-commit-config.yaml", False, "pre-commit"),
         (".pre-commit-config.yml", False, "pre-commit"),
         *((name, False, "lint-staged") for name in lint_staged),
@@ -70,12 +72,12 @@ def _hook_managers() -> tuple[tuple[str, bool, str], ...]:
 
 
 HOOK_MANAGERS = _hook_managers()
-"""(path, is a directory, manager): what husky, lefthook, pre-commit and lint-staged read or run when git runs
-hooks."""
+"""(path, is a directory, reader): what husky, lefthook, pre-commit and lint-staged read or run when git runs
+hooks, and what git submodule and git-lfs obey from the work tree."""
 
 PATH_KEYS = re.compile(
     r"include\.path|includeif\..*\.path|core\.(hookspath|attributesfile|excludesfile|fsmonitor)|commit\.template"
-    r"|blame\.ignorerevsfile|gpg\.ssh\.allowedsignersfile|mailmap\.file|init\.templatedir",
+    r"|blame\.ignorerevsfile|gpg\.ssh\.(allowedsignersfile|revocationfile)|mailmap\.file|init\.templatedir",
     re.IGNORECASE,
 )
 """Keys whose value is a path git reads or runs."""
@@ -84,7 +86,8 @@ COMMAND_KEYS = re.compile(
     r"core\.(sshcommand|editor|pager|askpass|gitproxy)|sequence\.editor|diff\.external|interactive\.difffilter"
     r"|diff\..+\.(textconv|command)|filter\..+\.(clean|smudge|process)|merge\..+\.driver"
     r"|(merge|diff)tool\..+\.(cmd|path)|credential\.(.+\.)?helper|alias\..+|gpg\.(.+\.)?program"
-    r"|gpg\.ssh\.defaultkeycommand|pager\..+|remote\..+\.(uploadpack|receivepack)|hook\..+\.command",
+    r"|gpg\.ssh\.defaultkeycommand|pager\..+|remote\..+\.(uploadpack|receivepack)|hook\..+\.command"
+    r"|tar\..+\.command|trailer\..+\.(cmd|command)|submodule\..+\.update|sendemail\.smtpserver",
     re.IGNORECASE,
 )
 """Keys whose value is a command git runs (through the shell, from the work tree's top)."""
@@ -204,7 +207,7 @@ def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
     read, and the hook managers' files; blocking. ``home`` holds the global config (default: the home of the
     checkout's owner, whose git it is). When git is there but cannot read a checkout that has a ``.git``
     (a newer repository format, say), everything counts: held back unless forced, rather than let through."""
-    found = [Pointer(path, directory, f"{manager}, when git runs hooks") for path, directory, manager in HOOK_MANAGERS]
+    found = [Pointer(path, directory, f"read by {reader}") for path, directory, reader in HOOK_MANAGERS]
     home = home or _home(repo)
     where = _git(repo, home, "rev-parse", "--show-toplevel", "--git-path", "hooks")
     lines = (where or "").splitlines()
