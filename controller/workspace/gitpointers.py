@@ -32,11 +32,12 @@ import os
 import posixpath
 import pwd
 import re
-import shlex
 import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import shellwords
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,6 @@ COMMAND_KEYS = re.compile(
 )
 """Keys whose value is a command git runs (through the shell, from the work tree's top)."""
 BOOLEANS = ("", "true", "false", "yes", "no", "on", "off", "0", "1")
-_BUILT = re.compile(r"^(?:.*[)}]|\$\w+)(?=/)")
-"""What a shell word builds at run time before a slash: ``"$(git rev-parse --show-toplevel)"/x``, ``$ROOT/x``."""
 
 
 @dataclass(frozen=True)
@@ -144,18 +143,18 @@ class _Reading:
         the script an interpreter runs (``node scripts/gen``, ``python -m tools.lint``: with its folder,
         where the interpreter picks the file), and ``sh -c '…'`` bodies."""
         cwd = cwd or self.top
-        for words in _commands(command):
-            while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
+        for words in shellwords.commands(command):
+            while words and (shellwords.ASSIGNMENT.match(words[0]) or words[0] in shellwords.PREFIXES):
                 words = words[1:]
             if not words:
                 continue
             if words[0] == "cd" and len(words) > 1:
                 cwd = posixpath.join(cwd, _expanded(words[1], self.home))
                 continue
-            if posixpath.basename(words[0]) in SHELLS and "-c" in words[1:-1]:
+            if posixpath.basename(words[0]) in shellwords.SHELLS and "-c" in words[1:-1]:
                 self.command(words[words.index("-c") + 1], why, cwd)
                 continue
-            interpreted = posixpath.basename(words[0]) in INTERPRETERS
+            interpreted = posixpath.basename(words[0]) in shellwords.INTERPRETERS
             for at, word in enumerate(words):
                 module = interpreted and at > 0 and words[at - 1] == "-m"
                 self._word(word.replace(".", "/") if module else word, cwd, why, interpreted, module)
@@ -165,41 +164,13 @@ class _Reading:
             if "=" not in word:
                 return
             word = word.split("=", 1)[1]  # --file=path
-        if _BUILT.match(word):
-            word = _BUILT.sub("", word).lstrip("/")
+        if shellwords.BUILT.match(word):
+            word = shellwords.BUILT.sub("", word).lstrip("/")
         if not word or word in (".", "..") or not ("/" in word or "." in word or module):
             return
         self.add(word, cwd, False, why)
         if interpreted and "." not in posixpath.basename(word) and posixpath.dirname(word):
             self.add(posixpath.dirname(word), cwd, True, why)  # the interpreter picks the file there: all of it
-
-
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
-INTERPRETERS = SHELLS | frozenset({"node", "deno", "bun", "python", "python3", "ruby", "perl", "php", "tsx", "ts-node"})
-"""Programs that run the file they are given, finding ``gen.js`` for ``gen``."""
-_PREFIXES = frozenset(
-    {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "command", "builtin", "exec", "nohup", "env",
-     "npx", "uv", "run", "poetry", "pipenv", "bundle", "source", ".", "sudo"}
-)  # fmt: skip
-"""Words before the program a command line runs."""
-_BESIDE = re.compile(r"\"?\$\(dirname (?:-- )?\"?\$0\"?\)\"?|\"?\$\{0%/\*\}\"?")
-"""What a script writes for its own folder (``"$(dirname "$0")"``): read as that folder."""
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", "{", "}", ";;", "|&", "()"})
-
-
-def _commands(command: str) -> Iterator[list[str]]:
-    """The simple commands of a shell line, split at its operators."""
-    current: list[str] = []
-    for word in _words(command):
-        if word in _OPERATORS or set(word) <= set(";&|(){}"):
-            if current:
-                yield current
-            current = []
-        else:
-            current.append(word)
-    if current:
-        yield current
 
 
 def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
@@ -292,15 +263,13 @@ def _from_script(reading: _Reading, path: str) -> None:
     name = _relative(reading.repo, os.path.realpath(path)) or posixpath.basename(path)
     reading.script_dir = posixpath.dirname(path)
     for line in text.splitlines():
-        line = "" if line.lstrip().startswith("#") else _DECORATION.sub("", line)  # YAML, JSON, TOML around it
-        line = _BESIDE.sub(lambda _: reading.script_dir or ".", line).strip().strip("\"',{}[]")
+        line = (
+            "" if line.lstrip().startswith("#") else shellwords.DECORATION.sub("", line)
+        )  # YAML, JSON, TOML around it
+        line = shellwords.BESIDE.sub(lambda _: reading.script_dir or ".", line).strip().strip("\"',{}[]")
         if line:
             reading.command(line, f"run by {name}, which git runs")
     reading.script_dir = None
-
-
-_DECORATION = re.compile(r"^\s*[{\[]?\s*(?:-\s+)?(?:[\"']?[\w.*{},/-]+[\"']?\s*[:=]\s+)?")
-"""A list item's dash and a key before a value: ``- entry: ./x.sh``, ``"*.js": "scripts/fix.sh"``."""
 
 
 def _listing(folder: str) -> list[str]:
@@ -308,16 +277,6 @@ def _listing(folder: str) -> list[str]:
         return sorted(os.listdir(folder))[:MAX_SCRIPTS]
     except OSError:
         return []
-
-
-def _words(command: str) -> list[str]:
-    """The words of a shell command, its operators (``;``, ``&&``, ``(``, ``{``...) apart, quotes removed."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        return list(lexer)[:1000]
-    except ValueError:
-        return command.split()[:1000]
 
 
 def _links_along(full: str) -> tuple[list[str], str]:
