@@ -253,7 +253,7 @@ class DockerSandbox:
             except BaseException:
                 self._preparer = preparer
                 raise
-            if ready.image != self.image:  # an environment's image, held (images.hold) until a container runs it
+            if ready.image != self.image:  # an environment's image: held (images.hold) until a container runs it;
                 self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
                 self._held = True  # the sandbox image under its tag
             self.image, self.env = ready.image, ready.env
