@@ -215,21 +215,29 @@ def approval(name: str, args: dict[str, Any]) -> RenderableType:
 
 
 async def read_line(fd: int) -> str | None:
-    """One line typed at ``fd``, read on the event loop (so Ctrl-C cancels it at once); None at end of input."""
+    """One line typed at ``fd``, read on the event loop (so Ctrl-C cancels it at once); None at end of input.
+
+    A byte at a time: a read of more could take the next line too, which the next question would then
+    never see (two answers that arrived together, as a slow loop lets them)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[str | None] = loop.create_future()
     buffer = bytearray()
 
     def readable() -> None:
+        if done.done():
+            return
         try:
-            chunk = os.read(fd, 4096)
+            chunk = os.read(fd, 1)
         except BlockingIOError:
             return
         except OSError:
             chunk = b""
-        buffer.extend(chunk)
-        if not done.done() and (not chunk or b"\n" in buffer):
-            done.set_result(buffer.decode("utf-8", "replace").split("\n")[0] if buffer else None)
+        if chunk and chunk != b"\n":
+            buffer.extend(chunk)
+        elif chunk or buffer:
+            done.set_result(buffer.decode("utf-8", "replace"))
+        else:
+            done.set_result(None)
 
     loop.add_reader(fd, readable)
     try:

@@ -137,16 +137,26 @@ async def test_approval_reads_the_answer_on_the_event_loop(pipe: tuple[int, int]
     await asyncio.sleep(0.05)
     assert not asking.done()  # "maybe" is asked again
     os.write(write, b"y\n")
-    assert await asking is True
+    assert await asyncio.wait_for(asking, 10) is True
     os.write(write, b"\n")
-    assert await sink.approve("run_command", {"command": "true"}) is False  # the default is no
+    assert await asyncio.wait_for(sink.approve("run_command", {"command": "true"}), 10) is False  # no by default
     waiting = asyncio.create_task(sink.approve("run_command", {"command": "true"}))
     await asyncio.sleep(0.05)
     waiting.cancel()  # Ctrl-C: no thread blocks in input(), so cancelling ends the question at once
     with pytest.raises(asyncio.CancelledError):
         await waiting
     os.close(write)
-    assert await sink.approve("run_command", {"command": "true"}) is False  # end of input declines
+    assert await asyncio.wait_for(sink.approve("run_command", {"command": "true"}), 10) is False  # end of input
+
+
+async def test_two_answers_that_arrive_together_answer_two_questions(pipe: tuple[int, int]) -> None:
+    """CI run 7 hung here: on a loaded machine the question was read only after both lines had arrived, one
+    read took both, and the second question waited for a line that had already been consumed."""
+    read, write = pipe
+    sink = LiveSink(_console(), stdin=read)
+    os.write(write, b"maybe\ny\nn\n")
+    assert await asyncio.wait_for(sink.approve("run_command", {"command": "true"}), 10) is True
+    assert await asyncio.wait_for(sink.approve("run_command", {"command": "true"}), 10) is False
 
 
 async def test_json_events_are_ascii_so_a_terminal_shows_them_inert(capsys: pytest.CaptureFixture[str]) -> None:
