@@ -24,7 +24,7 @@ from .config import Limits
 from .context import ContextPolicy
 from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
 from .conversation import tool_result
-from .errors import ContextOverflowError, ModelError, SandboxError, SetupError
+from .errors import ContextOverflowError, EntryLimitError, ModelError, SandboxError, SetupError
 from .events import (
     ContextEdited,
     EditReason,
@@ -119,6 +119,9 @@ class Agent:
         except asyncio.CancelledError:
             outcome = TurnOutcome("cancelled", "the turn was cancelled")
             await self._stop_sandbox()
+        except EntryLimitError as err:
+            outcome = TurnOutcome("too_many_entries", str(err))
+            await self._emit(ErrorEvent(session_id=self.session_id, kind="too_many_entries", message=str(err)))
         except SandboxError as err:
             outcome = TurnOutcome("error", str(err))
             kind = "setup" if isinstance(err, SetupError) else "sandbox"
@@ -166,6 +169,8 @@ class Agent:
                 uses = [b for b in reply.content if b.type == "tool_use"]
                 convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
                 await self._save(convo)
+                if any(use.name == "run_command" for use in uses):
+                    await self._check_names(convo)
             elif reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):
                 await self._after_max_tokens(convo, reply)
                 await self._save(convo)
@@ -173,6 +178,16 @@ class Agent:
                     await self._fit(convo, steps, "overflow")
             elif reply.stop_reason != "pause_turn":
                 return TurnOutcome("end_turn")
+
+    async def _check_names(self, convo: Conversation) -> None:
+        """Stop the turn when the workspace holds more entries than the session may; the model reads why with the
+        results it already has, in a note marked as Cubicle's, not the user's."""
+        try:
+            await self.sandbox.check_names()
+        except EntryLimitError as err:
+            convo.add_user_text(f"[Cubicle, not the user] The turn was stopped: {err}")
+            await self._save(convo)
+            raise
 
     async def _ask(self, convo: Conversation, step: int) -> Message:
         """The model's reply to the view of ``convo``; a prompt the API finds too long is compacted once and resent."""

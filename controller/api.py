@@ -59,8 +59,11 @@ from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
 from .store import SessionRecord, open_store
-from .workspace import ApplyResult, Change, RepoChangedError, RevertResult
+from .workspace import ApplyResult, Change, RepoChangedError, RevertResult, TooManyEntriesError
 from .workspaces import ApplyConflictError, Checkpoint, printable, printable_conflict, shown
+
+TRUNCATED_HEADER = "Cubicle-Truncated-At"
+"""Set on a changes listing that stopped at the session's names limit (its value)."""
 
 DESCRIPTION = """Start a coding agent on a repository and follow it live. Every tool call the agent makes
 runs in a hardened Docker container of its own session.
@@ -78,6 +81,7 @@ DOCS_ASSETS: dict[str, str] = {
 STATUS_OF: list[tuple[type[CubicleError], int]] = [
     (NotFoundError, 404),
     (RepoChangedError, 409),  # the checkout was moved or replaced under the session: nothing is read or written
+    (TooManyEntriesError, 409),  # a layer past its names limit is never applied
     (ConflictError, 409),
     (CapacityError, 429),
     (ForbiddenRepoError, 403),
@@ -256,16 +260,20 @@ async def delete_session(
 
 @router.get("/sessions/{session_id}/changes", response_model=list[Change], response_model_exclude_none=True)
 async def get_changes(
-    session_id: str, sessions: SessionsDep,
+    session_id: str, sessions: SessionsDep, response: Response,
     diff: Annotated[bool, Query(description="Add a bounded unified diff to each text file.")] = False,
 ) -> list[Change]:  # fmt: skip
     """What the session changed in its workspace layer, path by path; the checkout has none of it until applied.
 
     ``disposition`` says what apply does with each path: ``apply``; ``ignored`` (only with
     include_ignored); ``discarded`` (under .git) and ``unsafe`` (devices, FIFOs, sockets, links
-    leaving the repository) never.
+    leaving the repository) never. When the layer holds more entries than the session's ``names`` limit,
+    the list stops there and the header ``Cubicle-Truncated-At`` gives the limit: such a layer is never applied.
     """
-    return [printable(change) for change in await sessions.changes(session_id, diff)]
+    found = await sessions.changes(session_id, diff)
+    if found.truncated_at is not None:
+        response.headers[TRUNCATED_HEADER] = str(found.truncated_at)
+    return [printable(change) for change in found]
 
 
 @router.post("/sessions/{session_id}/apply", response_model=ApplyResult)

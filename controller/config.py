@@ -72,6 +72,11 @@ class Limits(BaseModel):
     inodes: int = Field(
         1_000_000, ge=1024, le=1 << 30, description="Files and directories the session's workspace layer may hold."
     )
+    names: int = Field(
+        1_000_000, ge=1024, le=1 << 30,
+        description="Entries (files, directories, links; each hard link by its name) the session's workspace layer "
+        "may hold. Past it the turn ends with too_many_entries, and the layer can be rewound or discarded, not applied.",
+    )  # fmt: skip
     network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
     )
@@ -170,6 +175,7 @@ class Settings(BaseSettings):
             tmpfs_mb=4096,
             disk_mb=102_400,
             inodes=10_000_000,
+            names=10_000_000,
             network=OPEN,
             command_timeout_s=3600,
             max_steps=500,
@@ -204,6 +210,11 @@ class Settings(BaseSettings):
     min_free_mb: int = Field(
         100, ge=0, le=1 << 24,
         description="No new session starts while the data directory's filesystem has less free space (507); 0: no floor.",
+    )  # fmt: skip
+    walk_memory_mb: int = Field(
+        1024, ge=128, le=1 << 20,
+        description="Memory (data segment) of the child process that reads a session's layer at a turn's end, for "
+        "its changes and for the retention sweep: what the agent made is never walked in the controller's own process.",
     )  # fmt: skip
     disk_quota: Literal["auto", "host", "helper", "off"] = Field(
         "auto",

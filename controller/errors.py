@@ -161,5 +161,14 @@ class DiskError(SandboxError):
     )
 
 
+class EntryLimitError(SandboxError):
+    """The session's workspace holds more entries than its ``names`` limit: the turn ends (``too_many_entries``)."""
+
+    hint = (
+        "Rewind the session to an earlier checkpoint or discard it; a follow-up may delete what is not needed. "
+        "Its changes are listed up to the limit, but never applied."
+    )
+
+
 class ToolboxGoneError(SandboxError):
     """The toolbox stopped answering or its stream ended; the next call gets a fresh container."""

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-FinishReason = Literal["end_turn", "max_steps", "token_budget", "timeout", "cancelled", "error"]
+FinishReason = Literal["end_turn", "max_steps", "token_budget", "timeout", "too_many_entries", "cancelled", "error"]
 Status = Literal["running", "idle", "interrupted", "cancelled", "failed"]
 EditReason = Literal["threshold", "overflow", "manual"]
 
@@ -139,6 +139,11 @@ class ChangeSummary(BaseModel):
     lines_added: int = 0
     lines_removed: int = 0
     held_back: int = Field(0, description="Changed paths apply skips: under .git, unsafe, or ignored.")
+    truncated_at: int | None = Field(
+        None,
+        description="Set when the layer holds more entries than the session's names limit (this number): the walk "
+        "stopped there, so the counts are partial, and the layer can be rewound or discarded but not applied.",
+    )
 
 
 class ChangesEvent(_Event):

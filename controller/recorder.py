@@ -17,7 +17,8 @@ from .feed import Feed
 from .store import Store
 
 STATUS_AFTER: dict[FinishReason, Status] = {
-    "end_turn": "idle", "max_steps": "idle", "token_budget": "idle", "timeout": "idle", "cancelled": "cancelled", "error": "failed",
+    "end_turn": "idle", "max_steps": "idle", "token_budget": "idle", "timeout": "idle", "too_many_entries": "idle",
+    "cancelled": "cancelled", "error": "failed",
 }  # fmt: skip
 
 

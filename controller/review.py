@@ -42,7 +42,7 @@ def path_text(path: str, style: str = "") -> Text:
 
 def summary_line(summary: ChangeSummary) -> Text:
     """``3 files changed (2 added, 1 modified) · +12 -1 · 1 held back``."""
-    if not summary.files and not summary.held_back:
+    if not summary.files and not summary.held_back and summary.truncated_at is None:
         return Text("no changes to the files")
     kinds = [f"{n} {name}" for n, name in ((summary.added, "added"), (summary.modified, "modified"),
                                             (summary.deleted, "deleted")) if n]  # fmt: skip
@@ -53,6 +53,12 @@ def summary_line(summary: ChangeSummary) -> Text:
     line.append(f"−{summary.lines_removed:,}", "red")
     if summary.held_back:
         line.append(f" · {summary.held_back:,} held back (not applied)", "yellow")
+    if summary.truncated_at is not None:
+        line.append(
+            f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
+            "(names), so it can be rewound or discarded, never applied",
+            "bold red",
+        )
     return line
 
 

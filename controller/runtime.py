@@ -32,6 +32,7 @@ from .model import SYSTEM_PROMPT, Model
 from .network import NetworkPolicy, briefing
 from .sandbox import DockerSandbox, Sandbox
 from .tools import Approver
+from .workspace.offload import Offload
 from .workspaces import Workspaces
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class Runtime:
         self.workspaces = Workspaces(
             settings.data_dir, self._clear_as_root,
             disks.choose(quotas, self.engine.client, settings.image, settings.data_dir, settings.docker_host),
+            Offload(settings.walk_memory_mb),
         )  # fmt: skip
         self.environments = Environments(settings, self._clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import posixpath
 import socket
 from collections.abc import Awaitable, Callable, Iterable
@@ -29,9 +30,9 @@ from . import egress, images, owners, runtimes, workspace
 from .channel import ToolboxChannel
 from .config import DEFAULT_PROXY_IMAGE, Limits
 from .egress import Egress, Route
-from .errors import SandboxError, ToolboxGoneError
+from .errors import EntryLimitError, SandboxError, ToolboxGoneError
 from .protocol import Call, Failure, Outcome, Ping
-from .workspace import Layer, WorkspaceError, headroom
+from .workspace import Layer, WorkspaceError, headroom, names
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class Sandbox(Protocol):
     async def start(self) -> None: ...
 
     async def call(self, request: Call, timeout: float) -> Outcome: ...
+
+    async def check_names(self) -> None:
+        """Raise EntryLimitError when the workspace holds more entries than the session's ``names`` limit
+        (the agent asks after its commands ran: they are what can make names by the thousand)."""
+        ...
 
     async def stop(self) -> None: ...
 
@@ -313,6 +319,27 @@ class DockerSandbox:
             return Failure(
                 kind="protocol", message=f"The toolbox answered {request.op} with an unexpected shape: {err}"
             )
+
+    async def check_names(self) -> None:
+        limit = self.limits.names
+        if await asyncio.to_thread(self._count_names, limit) > limit:
+            raise EntryLimitError(
+                f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
+                "counted by its name): the session's limit (names). The turn was stopped; its files are kept, "
+                "but a layer past the limit is never applied."
+            )
+
+    def _count_names(self, limit: int) -> int:
+        """The upper layer's names, counted to one past ``limit`` at most (its quota filesystem is mounted while
+        the container runs; a layer that cannot be read counts none: every walk of it fails the same way)."""
+        try:
+            upper = workspace.layer.open_upper(self.layer)
+        except OSError:
+            return 0
+        try:
+            return names.count(upper, limit)
+        finally:
+            os.close(upper)
 
     async def stop(self) -> None:
         """Kill and remove the container at once (no stop grace), and the session's proxy and network if any."""

@@ -53,7 +53,7 @@ from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import ApplyPolicy, SessionRecord, Store
-from .workspace import ApplyResult, Change, RevertResult
+from .workspace import ApplyResult, Changes, RevertResult
 from .workspace.layer import DiskQuota
 from .workspaces import Checkpoint, apply_and_report, pin, refuse_low_space, refuse_overlap, shown
 
@@ -309,7 +309,7 @@ class Sessions:
             environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s, created_at=now,
             updated_at=now,
         )  # fmt: skip
-        await asyncio.to_thread(self.workspaces.create, record.id, repo, quota)
+        await asyncio.to_thread(self.workspaces.create, record.id, repo, quota, limits.names)
         self.store.insert(record)
         self._claims[record.id] = record.epoch
         return record
@@ -382,7 +382,7 @@ class Sessions:
         for record, last in self.store.ended_before(time.time() - age_s):
             if not include_unapplied:
                 try:
-                    pending = len(await asyncio.to_thread(self.workspaces.changes, record.id))
+                    pending = await asyncio.to_thread(self.workspaces.pending, record.id)
                 except NotFoundError:  # no layer left (discarded, or never made)
                     pending = 0
                 except (CubicleError, OSError, ValueError) as err:  # unreadable (its checkout moved, say): kept
@@ -440,7 +440,7 @@ class Sessions:
 
     # ------------------------------------------------------------------ the workspace layer
 
-    async def changes(self, session_id: str, diff: bool = False) -> list[Change]:
+    async def changes(self, session_id: str, diff: bool = False) -> Changes:
         self.get(session_id)
         return await asyncio.to_thread(self.workspaces.changes, session_id, diff)
 

@@ -37,6 +37,7 @@ import httpx
 from testcontainers.core.container import DockerContainer
 
 from .client import AsyncClient, Client
+from .errors import EntryLimitError
 from .owners import MANAGED
 from .protocol import (
     Call,
@@ -81,6 +82,9 @@ class NoSandbox:
     async def call(self, request: Call, timeout: float) -> Outcome:
         return Failure(kind="unavailable", message="This test runs without a sandbox.")
 
+    async def check_names(self) -> None:
+        return None
+
     async def stop(self) -> None:
         return None
 
@@ -103,12 +107,15 @@ class MemorySandbox:
     binary files, process groups) are tested against the real one. A command not in the table
     exits 127. A command outlives its timeout when its Reply's ``seconds`` say so; cancelling the
     caller while it "runs" returns its result with ``cancelled`` set, as the real sandbox does.
-    ``calls`` records every request in order.
+    ``calls`` records every request in order. Its workspace's entries are its files, limited to ``names``.
     """
 
-    def __init__(self, files: dict[str, str] | None = None, commands: dict[str, Reply] | None = None) -> None:
+    def __init__(
+        self, files: dict[str, str] | None = None, commands: dict[str, Reply] | None = None, names: int | None = None
+    ) -> None:
         self.files = dict(files or {})
         self.commands = dict(commands or {})
+        self.names = names
         self.calls: list[Call] = []
         self.starts = self.stops = 0
 
@@ -120,6 +127,10 @@ class MemorySandbox:
 
     async def stop(self) -> None:
         self.stops += 1
+
+    async def check_names(self) -> None:
+        if self.names is not None and len(self.files) > self.names:
+            raise EntryLimitError(f"The workspace holds more than {self.names} entries.")
 
     async def call(self, request: Call, timeout: float) -> Outcome:
         self.calls.append(request)

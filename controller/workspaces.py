@@ -22,6 +22,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +34,9 @@ from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary,
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
 from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
+from .workspace.offload import Offload
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 SWEEP_GRACE_S = 60.0
@@ -171,8 +174,10 @@ def refuse_overlap(repo: Path, others: Iterable[tuple[str, str]]) -> None:
 
 
 def summarize(changes: list[Change]) -> ChangeSummary:
-    """Counts for an event or a terminal line: files per kind, lines added and removed, paths held back."""
-    summary = ChangeSummary()
+    """Counts for an event or a terminal line: files per kind, lines added and removed, paths held back (and
+    where the walk stopped, when ``changes`` is a scan's partial ``Changes``)."""
+    truncated_at = changes.truncated_at if isinstance(changes, workspace.Changes) else None
+    summary = ChangeSummary(truncated_at=truncated_at)
     for change in changes:
         if change.disposition != Disposition.APPLY:
             summary.held_back += 1
@@ -192,6 +197,31 @@ def summarize(changes: list[Change]) -> ChangeSummary:
     return summary
 
 
+def _listed(layer: Layer, diff: bool) -> workspace.Changes:
+    found = workspace.scan(layer, with_diffs=True)
+    if not diff:
+        for change in found:
+            change.diff = None
+    return found
+
+
+def _pending(layer: Layer) -> int:
+    found = workspace.scan(layer, with_diffs=False)
+    return len(found) + (found.truncated_at is not None)
+
+
+def _checkpoint_and_summary(layer: Layer) -> tuple[int | None, ChangeSummary]:
+    """A checkpoint and the summary; past the ``names`` limit no checkpoint, and a summary that says so."""
+    try:
+        number: int | None = workspace.checkpoint(layer)
+    except workspace.TooManyEntriesError:
+        number = None
+    summary = summarize(workspace.scan(layer, with_diffs=True))
+    if number is None and summary.truncated_at is None:  # the agent's processes removed names meanwhile
+        summary.truncated_at = layer.info.names
+    return number, summary
+
+
 def definition_files(repo: Path) -> tuple[str, ...]:
     """The files the repository's environment definition reads (none when it has no valid one)."""
     try:
@@ -204,28 +234,33 @@ class Workspaces:
     """The layers under ``<data_dir>/workspaces``, one per session id."""
 
     def __init__(
-        self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None
-    ) -> None:
+        self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None,
+        offload: Offload | None = None,
+    ) -> None:  # fmt: skip
         self.data_dir = data_dir
         self.clear_as_root = clear_as_root
         """Empties a directory with root's rights (through the engine); blocking. See ``discard``."""
         self.disks = disks
         """Makes and mounts each layer's own filesystem (its disk quota); None: layers without a quota."""
+        self.offload = offload
+        """Where the walks the agent sizes run (turn ends, listings, the retention count); None: in this process."""
 
-    def create(self, session_id: str, repo: Path, quota: DiskQuota | None = None) -> Layer:
+    def create(
+        self, session_id: str, repo: Path, quota: DiskQuota | None = None, names: int = workspace.DEFAULT_NAMES
+    ) -> Layer:
         """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
 
         With ``quota`` (and ``disks``), its writable parts are on a filesystem of that size and
-        inode count. A path the overlay's options cannot carry (a comma, colon, '=' or control
-        character in the repository's or the data directory's path) is refused here, not at the
-        first mount. A data dir that cannot take it (full, read-only) is StoreError, like the
+        inode count; ``names`` bounds the entries the agent may make. A path the overlay's options
+        cannot carry (a comma, colon, '=' or control character in the repository's or the data
+        directory's path) is refused here, not at the first mount. A data dir that cannot take it (full, read-only) is StoreError, like the
         database on it; what was made of the layer goes.
         """
         disks = self.disks if quota is not None else None
         try:
             layer = workspace.create(
                 self.data_dir, session_id, repo, definition_files(repo), quota if disks else None,
-                disks.make if disks else None,
+                disks.make if disks else None, names,
             )  # fmt: skip
         except (OSError, CubicleError) as err:
             self._remove_made(session_id)
@@ -330,18 +365,24 @@ class Workspaces:
         finally:
             self.release(layer)
 
-    def changes(self, session_id: str, diff: bool = False) -> list[Change]:
-        """Every change in the layer; with ``diff``, bounded unified diffs of text files."""
+    def changes(self, session_id: str, diff: bool = False) -> workspace.Changes:
+        """Every change in the layer (up to its ``names`` limit); with ``diff``, bounded unified diffs of text files."""
         with self.using(session_id) as layer:
-            found = workspace.scan(layer, with_diffs=True)
-        if not diff:
-            found = [change.model_copy(update={"diff": None}) for change in found]
-        return found
+            return self._walk(_listed, layer, diff)
 
-    def checkpoint_and_summary(self, session_id: str) -> tuple[int, ChangeSummary]:
-        """``checkpoint`` then ``summary``, with the layer held once for both."""
+    def pending(self, session_id: str) -> int:
+        """How many changes the layer holds (past its ``names`` limit: the limit, and more)."""
         with self.using(session_id) as layer:
-            return workspace.checkpoint(layer), summarize(workspace.scan(layer, with_diffs=True))
+            return self._walk(_pending, layer)
+
+    def checkpoint_and_summary(self, session_id: str) -> tuple[int | None, ChangeSummary]:
+        """``checkpoint`` then ``summary``, with the layer held once for both; no checkpoint (None) of a layer
+        past its ``names`` limit, whose summary says where the listing stopped."""
+        with self.using(session_id) as layer:
+            return self._walk(_checkpoint_and_summary, layer)
+
+    def _walk(self, fn: Callable[..., T], layer: Layer, *args: Any) -> T:
+        return self.offload.run(fn, layer, *args) if self.offload is not None else fn(layer, *args)
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
         with self.using(session_id) as layer:
@@ -425,7 +466,9 @@ class Workspaces:
         return left
 
     def close(self) -> None:
-        """Unmount the layer filesystems this process mounted that nothing uses now."""
+        """Unmount the layer filesystems this process mounted that nothing uses now; stop the walkers' processes."""
+        if self.offload is not None:
+            self.offload.close()
         if self.disks is not None:
             self.disks.close()
 
@@ -494,6 +537,11 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
             ErrorEvent(session_id=session_id, kind="workspace", message=f"No checkpoint of the files: {err}")
         )
         return None
+    if number is None:
+        over = workspace.TooManyEntriesError(summary.truncated_at or 0)
+        await sink.emit(
+            ErrorEvent(session_id=session_id, kind="too_many_entries", message=f"No checkpoint of the files: {over}")
+        )
     await sink.emit(ChangesEvent(session_id=session_id, summary=summary, checkpoint=number))
     return summary
 

@@ -57,6 +57,7 @@ EXIT_CODES = {
     "max_steps": EXIT_LIMIT,
     "token_budget": EXIT_LIMIT,
     "timeout": EXIT_LIMIT,
+    "too_many_entries": EXIT_LIMIT,
     "cancelled": EXIT_INTERRUPTED,
     "error": EXIT_INFRA,
 }

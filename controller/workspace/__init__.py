@@ -13,6 +13,7 @@ Modules, each one concern::
     journal      apply records and per-path expectations, on disk
     revert       undo the newest apply
     checkpoints  per-turn copies of the upper layer, and rewind
+    names        counting a layer's entries against the session's limit; bounded directory listings
     beneath      opening paths under a directory fd without following symlinks
     records      atomic JSON and the Identity model
 
@@ -27,18 +28,28 @@ Typical life of a session::
 """
 
 from .apply import ApplyBounds, ApplyResult, ApplyTooLargeError, apply
-from .changes import Change, Disposition, Kind, scan
+from .changes import Change, Changes, Disposition, Kind, scan
 from .checkpoints import checkpoint, rewind
-from .errors import LayerInUseError, LayerMissingError, RepoChangedError, UnsafePathError, WorkspaceError
+from .errors import (
+    LayerInUseError,
+    LayerMissingError,
+    RepoChangedError,
+    TooManyEntriesError,
+    UnsafePathError,
+    WorkspaceError,
+)
 from .journal import Conflict
 from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
+from .names import DEFAULT_NAMES
 from .revert import RevertResult, revert
 
 __all__ = [
+    "DEFAULT_NAMES",
     "ApplyBounds",
     "ApplyResult",
     "ApplyTooLargeError",
     "Change",
+    "Changes",
     "Conflict",
     "Disposition",
     "Kind",
@@ -47,6 +58,7 @@ __all__ = [
     "LayerMissingError",
     "RepoChangedError",
     "RevertResult",
+    "TooManyEntriesError",
     "UnsafePathError",
     "WorkspaceError",
     "apply",

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from . import beneath, gitlike
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
 from .checkout import Checkout, Prior, applied_mode
-from .errors import UnsafePathError, WorkspaceError
+from .errors import TooManyEntriesError, UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Conflict, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import FileType
@@ -74,6 +74,8 @@ def apply(
     """
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
+    if changes.truncated_at is not None:
+        raise TooManyEntriesError(changes.truncated_at)  # what the walk did not read cannot be judged
     chosen, skipped = _select(changes, paths, include_ignored, force)
     chosen, skipped = _guard_chosen(layer, changes, chosen, skipped)
     with open_checkout(layer) as checkout:

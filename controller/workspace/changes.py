@@ -24,11 +24,12 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from . import beneath, gitlike, gitpointers, textdiff
+from . import beneath, gitlike, gitpointers, names, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, open_repo, open_upper
+from .names import DEFAULT_NAMES
 from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
@@ -42,24 +43,35 @@ RENAME_MAX_BYTES = 256 * 1024
 """Files compared whole for the rename hint are at most this large."""
 SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
-__all__ = ["Change", "Disposition", "Kind", "scan", "symlink_problem"]
+__all__ = ["Change", "Changes", "Disposition", "Kind", "scan", "symlink_problem"]
 
 
-def scan(layer: Layer, with_diffs: bool = True) -> list[Change]:
+class Changes(list[Change]):
+    """What ``scan`` found, sorted by path; ``truncated_at`` is the layer's ``names`` limit when the layer holds
+    more entries than that: the walk stopped there, so the list is partial and the layer is never applied."""
+
+    truncated_at: int | None = None
+
+
+def scan(layer: Layer, with_diffs: bool = True) -> Changes:
     """Every change in the layer, sorted by path, each with its disposition.
 
     Without ``with_diffs`` (what ``apply`` needs) no file's contents are read: no diff,
-    binary flag or rename hint.
+    binary flag or rename hint. The walk reads at most the layer's ``names`` entries of the
+    upper layer; past them it stops and says so (``Changes.truncated_at``).
     """
     lower = open_repo(layer)
     upper = open_upper(layer)
     setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
     try:
-        walker = _Walker(lower, setup, layer.baseline, layer.info.mirrored)
+        walker = _Walker(lower, setup, layer.baseline, layer.info.mirrored, layer.info.names)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
-        found = sorted(walker.found, key=lambda c: c.path)
+        found = Changes(sorted(walker.found, key=lambda c: c.path))
+        found.truncated_at = layer.info.names if walker.truncated else None
         rules = load_rules(layer.baseline_file)
-        git_reads = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
+        git_reads = gitpointers.Index(
+            gitpointers.pointers(Path(layer.info.repo))
+        )  # as the checkout's git config is now
         for change in found:
             if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
                 change.target = beneath.readlink(upper, change.path)  # judged by it
@@ -107,19 +119,24 @@ class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
     def __init__(
-        self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline], mirrored: bool = False
-    ) -> None:
+        self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline], mirrored: bool = False,
+        limit: int = DEFAULT_NAMES,
+    ) -> None:  # fmt: skip
         self.lower = lower_fd
         self.setup = setup_fd
         self.mirrored = mirrored  # ``headroom`` made the checkout's directories: an empty one may be its
         self._load_baseline = load_baseline  # read only when a directory differs from the checkout
         self._baseline: Baseline | None = None
         self.found: list[Change] = []
+        self.limit = limit
+        self.seen = 0  # entries of the upper read so far
+        self.truncated = False  # the upper holds more than ``limit``: the walk stopped there
 
     def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
-        with os.scandir(fd) as it:
-            entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
-        for name, st in entries:
+        entries, more = names.listing(fd, self.limit - self.seen)
+        self.seen += len(entries)
+        self.truncated = self.truncated or more
+        for name, st in entries:  # each within the allowance; a directory below may use up the rest
             low = beneath.lstat(self.lower, prefix + name) if lower_is_dir else None
             if _is_whiteout(fd, name, st):
                 if low is not None:
@@ -128,7 +145,7 @@ class _Walker:
                 self.subdir(fd, prefix + name, name, st, low, opaque, depth)
             else:
                 self.leaf(fd, prefix + name, name, st, low)
-        if opaque and lower_is_dir and prefix:
+        if opaque and lower_is_dir and prefix and not more:  # (a partial listing would invent deletions)
             seen = {name for name, _ in entries}
             for name, st in _listing(self.lower, prefix.rstrip("/")):
                 if name not in seen:
@@ -365,10 +382,10 @@ def _head(root: int, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes | 
 
 def _judge(
     change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[str, ...] = (),
-    git_reads: tuple[gitpointers.Pointer, ...] = (),
+    git_reads: gitpointers.Index | None = None,
 ) -> None:  # fmt: skip
     """Decide what may reach the checkout; the first reason that applies wins."""
-    pointer = next((p for p in git_reads if p.covers(change.path, change.type == FileType.DIR)), None)
+    pointer = git_reads.covering(change.path, change.type == FileType.DIR) if git_reads is not None else None
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"

@@ -5,7 +5,8 @@
         ├── UnsafePathError(PermissionError) a path walks through a symlink, a non-directory or ``..``
         ├── LayerMissingError(LookupError)   no layer (or checkpoint, or apply) with that name
         ├── LayerInUseError                  an operation that rewrites the layer needs the sandbox stopped
-        └── RepoChangedError                 the repository path no longer leads where the session began
+        ├── RepoChangedError                 the repository path no longer leads where the session began
+        └── TooManyEntriesError              the layer holds more names than the session's ``names`` limit
 
 Conflicts are not errors: ``apply`` and ``revert`` return them as values, because the
 person reviewing decides what to do about each path.
@@ -13,7 +14,7 @@ person reviewing decides what to do about each path.
 
 from __future__ import annotations
 
-from ..errors import CubicleError
+from ..errors import CubicleError, EntryLimitError
 
 
 class WorkspaceError(CubicleError):
@@ -40,3 +41,19 @@ class RepoChangedError(WorkspaceError):
     """The repository path was moved, replaced or symlinked since the session began."""
 
     hint = "Start a new session on the repository's real path; this one's changes stay reviewable in its layer."
+
+
+class TooManyEntriesError(WorkspaceError):
+    """The layer holds more names than the session may create: no checkpoint, apply or patch of it is made."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link counted "
+            "by its name), the session's limit (names): it is neither checkpointed nor applied."
+        )
+
+    def __reduce__(self) -> tuple[type[TooManyEntriesError], tuple[int]]:
+        return type(self), (self.limit,)  # raised in a walk's child process, raised again here
+
+    hint = EntryLimitError.hint

@@ -116,6 +116,33 @@ class Pointer:
         )
 
 
+class Index:
+    """The pointers, looked up by path in steps of its depth (``Pointer.covers`` of each, without trying each)."""
+
+    def __init__(self, pointers: tuple[Pointer, ...]) -> None:
+        self.everything = next((p for p in pointers if p.path == "."), None)
+        self.exact: dict[str, Pointer] = {}
+        self.below: dict[str, Pointer] = {}  # directories whose whole tree is covered
+        self.on_the_way: dict[str, Pointer] = {}  # strict ancestors of a pointer: covered unless a directory
+        for pointer in reversed(pointers):  # the first pointer listed wins, as in ``covers`` order
+            self.exact[pointer.path] = pointer
+            if pointer.directory:
+                self.below[pointer.path] = pointer
+            parts = pointer.path.split("/")
+            for depth in range(1, len(parts)):
+                self.on_the_way["/".join(parts[:depth])] = pointer
+
+    def covering(self, path: str, is_dir: bool) -> Pointer | None:
+        if self.everything is not None:
+            return self.everything
+        found = [self.exact.get(path)]
+        if not is_dir:
+            found.append(self.on_the_way.get(path))
+        parts = path.split("/")
+        found += [self.below.get("/".join(parts[:depth])) for depth in range(1, len(parts))]
+        return next((p for p in found if p is not None), None)
+
+
 @dataclass
 class _Reading:
     """One reading of a checkout's git configuration: where it is, and what was found so far."""

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from . import baseline, beneath
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
+from .names import DEFAULT_NAMES
 from .records import load, save
 
 OVERLAY_OPTIONS = "userxattr,redirect_dir=nofollow,metacopy=off,index=off"
@@ -76,6 +77,7 @@ class LayerInfo(BaseModel):
     trusted: tuple[str, ...] = ()  # files the environment's definition reads: applied only when forced by name
     disk: DiskQuota | None = None  # the layer's writable parts live on their own filesystem of this size
     mirrored: bool = False  # the checkout's directories have their upper directories (``headroom``)
+    names: int = DEFAULT_NAMES  # entries the upper may hold before every walk of it stops (``names``)
 
 
 class Layer:
@@ -141,14 +143,14 @@ def layer_dir(data_dir: Path, session_id: str) -> Path:
 
 def create(
     data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (), disk: DiskQuota | None = None,
-    attach: Callable[[Layer], None] | None = None,
+    attach: Callable[[Layer], None] | None = None, names: int = DEFAULT_NAMES,
 ) -> Layer:  # fmt: skip
     """Make the layer's directories and record the checkout's baseline; the repo must be vetted already.
 
     ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
     ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
     With ``disk``, ``attach`` makes and mounts the layer's filesystem at ``layer.fs`` before
-    anything is written there.
+    anything is written there. ``names`` bounds the entries the agent may make (``names``).
     """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
@@ -157,7 +159,14 @@ def create(
     root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.mkdir(mode=0o700)
     info = LayerInfo(
-        repo=str(repo), uid=st.st_uid, gid=st.st_gid, dev=st.st_dev, ino=st.st_ino, trusted=trusted, disk=disk
+        repo=str(repo),
+        uid=st.st_uid,
+        gid=st.st_gid,
+        dev=st.st_dev,
+        ino=st.st_ino,
+        trusted=trusted,
+        disk=disk,
+        names=names,
     )
     layer = Layer(root, info)
     if disk is not None:

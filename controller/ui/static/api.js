@@ -36,6 +36,16 @@ export function setUnauthorizedHandler(fn) {
 }
 
 export async function request(method, path, body) {
+  return (await send(method, path, body)).data;
+}
+
+// A GET's parsed body and the value of one response header (null when absent).
+export async function getWithHeader(path, name) {
+  const { data, response } = await send("GET", path);
+  return [data, response.headers.get(name)];
+}
+
+async function send(method, path, body) {
   const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
   const key = pageKey();
   if (key) init.headers["X-Cubicle-Key"] = key;
@@ -44,7 +54,7 @@ export async function request(method, path, body) {
     init.body = JSON.stringify(body);
   }
   const response = await fetch(path, init);
-  if (response.status === 204) return null;
+  if (response.status === 204) return { data: null, response };
   let data = null;
   const text = await response.text();
   try {
@@ -56,7 +66,7 @@ export async function request(method, path, body) {
     if (response.status === 401 && !path.startsWith("/ui/")) onUnauthorized();
     throw new ApiError(response.status, data);
   }
-  return data;
+  return { data, response };
 }
 
 export const get = (path) => request("GET", path);

@@ -1,6 +1,6 @@
 // A session's changes: the files with their dispositions and diffs, and the actions on them
 // (apply, revert, discard, rewind to a checkpoint). A refused apply shows its conflicts.
-import { get, post, sessionPath, ApiError } from "./api.js";
+import { get, getWithHeader, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted"]);
@@ -76,17 +76,24 @@ export function mountChanges(box, id, onChanged) {
   });
 
   async function load() {
-    const [changes, checkpoints] = await Promise.all([
-      get(`${sessionPath(id)}/changes?diff=true`),
+    const [[changes, truncatedAt], checkpoints] = await Promise.all([
+      getWithHeader(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
-    const key = JSON.stringify([changes, checkpoints]);
+    const key = JSON.stringify([changes, truncatedAt, checkpoints]);
     if (key === shown) return;
     shown = key;
     const applying = changes.filter((c) => c.disposition === "apply").length;
     summary.textContent = changes.length
       ? `${changes.length} path(s), ${applying} to apply`
       : "no changes";
+    // Past the session's names limit the listing stops, and the layer can only be rewound or discarded.
+    const limit = Number(truncatedAt);
+    summary.dataset.truncatedAt = truncatedAt || "";
+    if (truncatedAt) {
+      summary.textContent += ` · truncated at ${Number.isFinite(limit) ? limit.toLocaleString("en") : "?"} entries: `
+        + "never applied; rewind or discard";
+    }
     summary.dataset.count = String(changes.length);
     replace(list, ...changes.map(changeView));
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));

@@ -10,7 +10,7 @@ import pytest
 
 from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, revert, rewind, scan
 from controller.workspace import layer as layers
-from controller.workspace.records import read_json
+from controller.workspace.checkpoints import read_manifest
 from tests.unit.workspace.overlay import Workspace, snapshot
 
 
@@ -75,7 +75,7 @@ def test_unchanged_files_are_not_copied_again_and_blobs_never_share_the_live_ino
 
 def manifest(ws: Workspace, number: int) -> dict[str, str]:
     """Each file's blob name in checkpoint ``number``."""
-    return {e[0]: e[7] for e in read_json(ws.layer.checkpoints / f"{number}.json") if e[1] == "f"}
+    return {e[0]: e[7] for e in read_manifest(ws.layer.checkpoints / f"{number}.json") if e[1] == "f"}
 
 
 def test_rewind_to_an_unknown_checkpoint_raises(ws: Workspace) -> None:
