@@ -262,3 +262,20 @@ async def test_an_unknown_command_is_a_result_not_a_failure(run_in_memory: Calla
     (result,) = run.results(1)
     assert "exit code 127" in result["content"] and "frobnicate: command not found" in result["content"]
     assert not result.get("is_error") and run.of_type(ToolResult)[0].exit_code == 127
+
+
+async def test_a_workspace_past_its_names_limit_ends_the_turn_after_the_command(
+    run_in_memory: Callable[..., Any],
+) -> None:
+    sandbox = MemorySandbox(dict(REPO_FILES), {"make": Reply(stdout="made")}, names=len(REPO_FILES) - 1)
+    run = await run_in_memory(
+        [{"content": [tool("read_file", path="src/app.py")]}, {"content": [tool("run_command", command="make")]}],
+        sandbox=sandbox,
+    )
+    assert run.outcome.reason == "too_many_entries" and "entries" in run.outcome.detail
+    (error,) = run.of_type(ErrorEvent)
+    assert error.kind == "too_many_entries"
+    last = run.convo.messages[-1]["content"]
+    assert last[0]["type"] == "tool_result" and "made" in last[0]["content"]  # the command's own result is kept
+    assert last[-1]["text"].startswith("[Cubicle, not the user] The turn was stopped")
+    assert len(sandbox.calls) == 2  # the read before it did not count names; no model request after it

@@ -83,11 +83,11 @@ class Workspace:
         self.mounted = False
         self.seeded = False  # mount with the seed layer on top (``headroom``)
 
-    def restart(self) -> None:
-        """Start the session again, so setup done to the checkout is part of its baseline."""
+    def restart(self, names: int = layers.DEFAULT_NAMES) -> None:
+        """Start the session again, so setup done to the checkout is part of its baseline (and with ``names``)."""
         self.stop()
         layers.discard(self.layer)
-        self.layer = layers.create(self.data, "s1", self.repo)
+        self.layer = layers.create(self.data, "s1", self.repo, names=names)
 
     def start_with(self, files: dict[str, str]) -> None:
         """Add ``files`` to the checkout, owned by its owner, and start the session again over them."""

@@ -1,0 +1,134 @@
+"""Every walk of a layer is bounded by what the session may make, not by what the agent chose to make.
+
+Hard links cost the agent a name each and no inode; an xattr on one inode is seen through
+every name. A checkpoint keeps each inode once, the agent's xattrs up to an allowance, and a
+layer holding more names than the session's limit is never checkpointed or applied: its
+listing stops at the limit and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from controller.workspace import TooManyEntriesError, apply, checkpoint, names, rewind, scan
+from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
+from controller.workspace.offload import Offload, WalkMemoryError
+from tests.unit.workspace.overlay import Workspace
+
+LINKS = 2000
+XATTR = b"v" * 4000
+
+
+def test_hard_links_are_kept_once_with_their_xattrs_and_come_back_as_links(ws: Workspace) -> None:
+    ws.agent(f"echo x > f; mkdir d; for i in $(seq {LINKS}); do ln f d/$i; done")
+    os.setxattr(ws.mnt / "f", "user.big", XATTR)  # on the inode: every name shows it
+    ws.stop()
+    checkpoint(ws.layer)
+    manifest = ws.layer.checkpoints / "1.json"
+    assert manifest.stat().st_size < 200_000  # one name each; per name, the xattr alone would be 16 MB of hex
+    kinds = [e[1] for e in read_manifest(manifest) if e[0].startswith("d/") or e[0] == "f"]
+    assert kinds.count("f") == 1 and kinds.count("h") == LINKS
+    ws.agent("rm -r d f; echo other > f")
+    ws.stop()
+    rewind(ws.layer, 1)
+    first = os.stat(ws.layer.upper / "f")
+    assert first.st_nlink == LINKS + 1 and os.stat(ws.layer.upper / "d" / "7").st_ino == first.st_ino
+    assert os.getxattr(ws.layer.upper / "d" / "7", "user.big") == XATTR
+    assert (ws.layer.upper / "d" / "7").read_text() == "x\n"
+
+
+def test_the_agents_xattrs_are_kept_up_to_an_allowance_and_overlays_markers_always(ws: Workspace) -> None:
+    count = MAX_XATTR_BYTES // len(XATTR) + 200
+    ws.agent(f"mkdir aaa; cd aaa; seq {count} | xargs touch")
+    for name in os.listdir(ws.mnt / "aaa"):
+        os.setxattr(ws.mnt / "aaa" / name, "user.big", XATTR)
+    ws.agent("rm -rf docs; mkdir docs")  # an opaque directory, walked after aaa/ spent the allowance
+    ws.stop()
+    checkpoint(ws.layer)
+    entries = {e[0]: e for e in read_manifest(ws.layer.checkpoints / "1.json")}
+    kept = sum(1 for path, e in entries.items() if path.startswith("aaa/") and "user.big" in e[6])
+    assert 0 < kept < count and kept * len(XATTR) <= MAX_XATTR_BYTES
+    assert entries["docs"][6] == {"user.overlay.opaque": b"y".hex()}
+    rewind(ws.layer, 1)
+    assert scan(ws.layer) and not (ws.layer.upper / "docs" / "a.txt").exists()
+
+
+def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_never_checkpointed_or_applied(ws: Workspace) -> None:
+    ws.restart(names=1024)
+    ws.agent("echo small > small.txt")
+    ws.stop()
+    assert checkpoint(ws.layer) == 1
+    ws.agent("mkdir many; cd many; seq 1100 | xargs touch")
+    ws.stop()
+    with pytest.raises(TooManyEntriesError) as raised:
+        checkpoint(ws.layer)
+    assert raised.value.limit == 1024 and "1,024" in str(raised.value)
+    assert numbers(ws.layer) == [1] and sorted(p.name for p in ws.layer.checkpoints.iterdir()) == ["1.json", "blobs"]
+    found = scan(ws.layer)
+    assert found.truncated_at == 1024 and 0 < len(found) <= 1024
+    with pytest.raises(TooManyEntriesError):
+        apply(ws.layer)
+    assert not (ws.repo / "small.txt").exists() and not (ws.repo / "many").exists()
+    rewind(ws.layer, 1)
+    assert scan(ws.layer).truncated_at is None
+    assert apply(ws.layer).applied == ["small.txt"]
+
+
+def test_a_manifest_of_the_release_before_is_still_rewound_to(ws: Workspace) -> None:
+    ws.agent("echo one > one.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    entries = list(read_manifest(ws.layer.checkpoints / "1.json"))
+    (ws.layer.checkpoints / "1.json").write_text(json.dumps(entries, separators=(",", ":")))  # one JSON array
+    ws.agent("rm one.txt; echo two > two.txt")
+    ws.stop()
+    checkpoint(ws.layer)
+    rewind(ws.layer, 1)
+    assert (ws.layer.upper / "one.txt").read_text() == "one\n" and not (ws.layer.upper / "two.txt").exists()
+
+
+def test_counting_names_stops_one_past_the_limit(tmp_path: Path) -> None:
+    for i in range(30):
+        (tmp_path / f"d{i % 3}").mkdir(exist_ok=True)
+        (tmp_path / f"d{i % 3}" / f"f{i}").write_text("")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert names.count(fd, 1000) == 33
+        assert names.count(fd, 10) == 11
+        listed, more = names.listing(fd, 2)
+        assert len(listed) == 2 and more and listed == sorted(listed)
+    finally:
+        os.close(fd)
+
+
+def _allocate(megabytes: int) -> int:
+    return len(bytearray(megabytes << 20))
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _refuse(limit: int) -> None:
+    raise TooManyEntriesError(limit)
+
+
+def test_a_walk_past_its_memory_fails_alone_and_the_next_one_runs() -> None:
+    offload = Offload(memory_mb=256, workers=1)
+    try:
+        assert offload.run(_allocate, 64) == 64 << 20
+        with pytest.raises(WalkMemoryError, match="256 MiB"):
+            offload.run(_allocate, 512)
+        with pytest.raises(WalkMemoryError, match="killed"):
+            offload.run(_die)
+        with pytest.raises(TooManyEntriesError) as raised:  # the child's own errors come back whole
+            offload.run(_refuse, 4096)
+        assert raised.value.limit == 4096
+        assert offload.run(_allocate, 1) == 1 << 20
+    finally:
+        offload.close()
