@@ -20,7 +20,21 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench import context, disk, egress, environment, flood, mcp, page, rows, runtime, stores, viewer, workspace
+from bench import (
+    context,
+    disk,
+    egress,
+    environment,
+    flood,
+    layerwalk,
+    mcp,
+    page,
+    rows,
+    runtime,
+    stores,
+    viewer,
+    workspace,
+)
 from bench.measure import Report
 from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
@@ -61,6 +75,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("egress proxy", egress.table(report, client, args.image, root, args.quick))
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
             await section("channel flood", asyncio.to_thread(flood.table, report, client, root))
+            await section("layer walk", layerwalk.table(report, client, args.image, root, args.quick))
             await section("SSE followers", viewer.table(report, client, args.image, root, args.quick))
             await section("stores", stores.table(report, client, args.image, root, args.quick))
             await section("viewer page", asyncio.to_thread(page.table, report, args.quick))

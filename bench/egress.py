@@ -35,7 +35,7 @@ from bench.rows import INSTANCE, give_away, standalone
 from controller import images, owners, protocol, workspace
 from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE, Limits
 from controller.egress import network_name
-from controller.network import OPEN, parse
+from controller.network import OPEN, Outside, parse
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 
@@ -250,7 +250,7 @@ def _sandbox(client: Any, image: str, root: Path, policy: Any, egress_network: s
     limits = LIMITS.model_copy(update={"network": policy})
     return DockerSandbox(
         lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
-        proxy_image=proxy_image, egress_network=egress_network,
+        proxy_image=proxy_image, outside=Outside(egress_network),
     )  # fmt: skip
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, IPvAnyAddress, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .context import ContextPolicy
-from .network import MAX_HOSTS, NONE, OPEN, HostPattern, NetworkPolicy, parse_host
+from .network import MAX_HOSTS, NONE, OPEN, HostPattern, NetworkPolicy, Outside, parse_host
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
@@ -162,6 +162,11 @@ class Settings(BaseSettings):
     egress_network: str = Field(
         "bridge", description="The Docker network through which the egress proxies of allow policies reach out."
     )
+    egress_dns: Annotated[tuple[IPvAnyAddress, ...], NoDecode] = Field(
+        (),
+        description="DNS servers (addresses, comma-separated) the egress proxies ask instead of the resolver the "
+        "engine gives them: every name an allow policy's sandbox reaches is resolved there.",
+    )
     instance: str = Field(default_factory=socket.gethostname, description="Names this controller in container labels.")
     limits: Limits = Field(default_factory=Limits, description="Defaults for each session.")
     context: ContextPolicy = Field(
@@ -288,7 +293,11 @@ class Settings(BaseSettings):
         """What no repository may be, contain or lie in: the engine's socket (if a file) and the data directory."""
         return [path for path in (self.docker_socket, self.data_dir) if path is not None]
 
-    @field_validator("allowed_images", "allowed_runtimes", mode="before")
+    def outside(self) -> Outside:
+        """Where the egress proxies reach out (``egress_network``) and whom they ask for names (``egress_dns``)."""
+        return Outside(self.egress_network, tuple(str(address) for address in self.egress_dns))
+
+    @field_validator("allowed_images", "allowed_runtimes", "egress_dns", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         return cls._split_roots(value)

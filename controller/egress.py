@@ -3,7 +3,8 @@
 A sandbox whose policy is ``allow=HOST,...`` is attached to one network only: its session's own
 internal Docker network, on which the host has no address (``inhibit_ipv4``) and the only other
 member is the session's proxy, Debian's squid in a hardened container that is attached to the
-egress network too (``Settings.egress_network``, the engine's ``bridge`` by default). The sandbox
+egress network too (``Settings.egress_network``, the engine's ``bridge`` by default; it asks the DNS
+servers of ``Settings.egress_dns`` when set). The sandbox
 is given ``HTTP_PROXY`` and its kin naming the proxy by IP, and an empty ``/etc/resolv.conf``: it
 resolves no name itself (a lookup fails at once), the proxy resolves for it.
 
@@ -34,7 +35,7 @@ from docker.types import LogConfig, Ulimit
 
 from . import images
 from .errors import SandboxError
-from .network import HostPattern, NetworkPolicy
+from .network import HostPattern, NetworkPolicy, Outside
 
 PORT = 3128
 ROLE = "org.cubicle.role"
@@ -135,7 +136,7 @@ def _ports(pattern: HostPattern) -> str:
     return " ".join(str(port) for port in sorted(set(pattern.ports)))
 
 
-def squid_config(policy: NetworkPolicy, clients: str) -> str:
+def squid_config(policy: NetworkPolicy, clients: str, dns: tuple[str, ...] = ()) -> str:
     """Squid's whole configuration for ``policy``, serving only ``clients`` (the session's internal subnet).
 
     Rules, first match wins: clients outside the subnet, the cache manager and schemes other than
@@ -143,7 +144,8 @@ def squid_config(policy: NetworkPolicy, clients: str) -> str:
     exact entry (a name, or an IP the request names literally) is allowed on its ports, whatever
     it resolves to; then each ``*.`` entry on its ports, unless any address it resolves to is in
     ``SPECIAL``; everything else is refused as not on the list. ``dstdomain -n`` compares the
-    request's host as written (a raw IP never matches a name by reverse DNS).
+    request's host as written (a raw IP never matches a name by reverse DNS). ``dns``: the name
+    servers squid asks (addresses), instead of the container's resolver.
     """
     if policy.level != "allow":
         raise ValueError(f"only an allow policy has a proxy, not {policy.level}")
@@ -169,6 +171,7 @@ def squid_config(policy: NetworkPolicy, clients: str) -> str:
         f"error_directory {ERRORS}",
         # An answer is kept at least this long, so the address a rule checked is the one connected to.
         "negative_dns_ttl 1 minute",
+        *([f"dns_nameservers {' '.join(str(ipaddress.ip_address(a)) for a in dns)}"] if dns else []),
         f"acl cubicle_clients src {subnet}",
         "acl cubicle_connect method CONNECT",
         "acl cubicle_web proto HTTP HTTPS",
@@ -248,7 +251,7 @@ class Egress:
         policy: NetworkPolicy,
         labels: dict[str, str],
         image: str,
-        egress_network: str,
+        outside: Outside,
         auto_build: bool = True,
     ) -> None:
         self.client = client
@@ -256,7 +259,7 @@ class Egress:
         self.policy = policy
         self.labels = labels
         self.image = image
-        self.egress_network = egress_network
+        self.outside = outside
         self.auto_build = auto_build
         self.network = network_name(session_id)
         self._route: Route | None = None
@@ -289,10 +292,10 @@ class Egress:
     def _make(self) -> Route:
         images.ensure(self.client, self.image, self.auto_build, context=images.PROXY)
         try:
-            outside = self.client.networks.get(self.egress_network)
+            outside = self.client.networks.get(self.outside.network)
         except NotFound:
             raise SandboxError(
-                f"The egress network {self.egress_network!r} does not exist (CUBICLE_EGRESS_NETWORK names it)."
+                f"The egress network {self.outside.network!r} does not exist (CUBICLE_EGRESS_NETWORK names it)."
             ) from None
         self._remove()  # a proxy that died, or what a controller that crashed left
         network = self.client.networks.create(
@@ -301,7 +304,7 @@ class Egress:
         )  # fmt: skip
         network.reload()
         subnet = next(c["Subnet"] for c in network.attrs["IPAM"]["Config"] if ":" not in c["Subnet"])
-        config = squid_config(self.policy, subnet)
+        config = squid_config(self.policy, subnet, self.outside.dns)
         proxy = self.client.containers.create(
             **proxy_options(self.image, self.session_id, self.network, self.labels, config)
         )

@@ -120,7 +120,7 @@ class Environments:
         gate = Egress(
             client, session_id=f"{session_id}-env", policy=policy,
             labels=owners.labels(settings.instance, session_id), image=settings.proxy_image,
-            egress_network=settings.egress_network, auto_build=settings.auto_build_image,
+            outside=settings.outside(), auto_build=settings.auto_build_image,
         )  # fmt: skip
         try:
             yield await asyncio.to_thread(gate.start)

@@ -32,7 +32,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from . import tools
-from .errors import SandboxError, SetupError
+from .errors import EntryLimitError, SandboxError, SetupError
 from .events import ErrorEvent, EventSink, SessionFinished, ToolCall, ToolResult
 from .sandbox import Sandbox
 from .store import SessionRecord
@@ -200,7 +200,14 @@ class ToolSession:
             text = f"The sandbox's environment could not be prepared, so no tool can run: {self._setup_failure}"
             return tools.ToolOutcome(text, text, True, 0.0)
         try:
-            return await tools.execute(name, arguments, self.sandbox, self.record.limits)
+            outcome = await tools.execute(name, arguments, self.sandbox, self.record.limits)
+            if name == "run_command":
+                await self.sandbox.check_names()
+            return outcome
+        except EntryLimitError as err:  # the call ran; what it made is past the session's limit
+            text = f"{outcome.text}\n\n[Cubicle] {err} Delete what is not needed before going on."
+            model_text = f"{outcome.model_text}\n\n[Cubicle] {err}"
+            return tools.ToolOutcome(text, model_text, True, outcome.duration_s, outcome.exit_code)
         except SandboxError as err:
             text = f"The sandbox could not start, so the call did not run: {err}"
             return tools.ToolOutcome(text, text, True, 0.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
@@ -216,3 +217,16 @@ def briefing(policy: NetworkPolicy) -> str:
             "proxy its environment variables name; nothing else resolves or connects."
         )
     return "The container has network access."
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Where the egress proxies reach out: the Docker network they are attached to, and the DNS servers they
+    ask (addresses; none: the resolver the engine gives them)."""
+
+    network: str = "bridge"
+    dns: tuple[str, ...] = ()
+
+
+DIRECT = Outside()
+"""The engine's default bridge and its resolver."""

@@ -180,5 +180,5 @@ class Runtime:
         return DockerSandbox(
             self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
             instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
-            proxy_image=settings.proxy_image, egress_network=settings.egress_network, holder=self.workspaces,
+            proxy_image=settings.proxy_image, outside=settings.outside(), holder=self.workspaces,
         )  # fmt: skip

@@ -31,6 +31,7 @@ from .channel import ToolboxChannel
 from .config import DEFAULT_PROXY_IMAGE, Limits
 from .egress import Egress, Route
 from .errors import EntryLimitError, SandboxError, ToolboxGoneError
+from .network import DIRECT, Outside
 from .protocol import Call, Failure, Outcome, Ping
 from .workspace import Layer, WorkspaceError, headroom, names
 
@@ -216,7 +217,7 @@ class DockerSandbox:
         auto_build: bool = True,
         preparer: Preparer | None = None,
         proxy_image: str = DEFAULT_PROXY_IMAGE,
-        egress_network: str = "bridge",
+        outside: Outside = DIRECT,
         holder: LayerHolder | None = None,
     ) -> None:
         self._connect = connect
@@ -233,7 +234,7 @@ class DockerSandbox:
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
         self.proxy_image = proxy_image
-        self.egress_network = egress_network
+        self.outside = outside
         self.container: Any = None
         self._egress: Egress | None = None
         self._channel: ToolboxChannel | None = None
@@ -395,7 +396,7 @@ class DockerSandbox:
         if self._egress is None:
             self._egress = Egress(
                 self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
-                image=self.proxy_image, egress_network=self.egress_network, auto_build=self._auto_build_proxy,
+                image=self.proxy_image, outside=self.outside, auto_build=self._auto_build_proxy,
             )  # fmt: skip
         return await asyncio.to_thread(self._egress.start)
 

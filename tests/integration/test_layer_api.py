@@ -255,3 +255,34 @@ def test_apply_as_the_idle_timer_removes_the_container(layer_base: Path, model_s
             sid = api.session(host.repo, commands("echo x > x.txt"))
             time.sleep(0.01 * step)  # around the moment the idle timer fires
             assert api.apply(sid)["applied"] == ["x.txt"]
+
+
+def test_a_turn_past_the_names_limit_stops_after_its_command_and_the_layer_can_only_be_rewound(
+    layer_api: LayerApi, host: Host
+) -> None:
+    links = "mkdir links && echo x > links/f && for i in $(seq 1100); do ln links/f links/$i; done"
+    turns = [
+        {"content": [tool("run_command", command="echo kept > kept.txt")]},
+        {"content": [text("first turn")]},
+        {"content": [tool("run_command", command=links)]},
+        {"content": [tool("run_command", command="echo never > never.txt")]},
+    ]  # fmt: skip
+    before = tree(host.repo)
+    sid = layer_api.session(host.repo, turns, limits={"names": 1024})
+    second = layer_api.follow_up(sid, "more")
+    assert second[-1]["reason"] == "too_many_entries" and "1,024 entries" in second[-1]["detail"]
+    errors = [e for e in second if e["type"] == "error"]
+    assert [e["kind"] for e in errors] == ["too_many_entries", "too_many_entries"]  # the turn's, then no checkpoint
+    changes = [e for e in second if e["type"] == "changes"]
+    assert changes[-1]["checkpoint"] is None and changes[-1]["summary"]["truncated_at"] == 1024
+    listed = layer_api.http.get(f"/v1/sessions/{sid}/changes")
+    assert listed.status_code == 200 and listed.headers["Cubicle-Truncated-At"] == "1024"
+    assert len(listed.json()) <= 1024
+    refused = layer_api.post(sid, "apply")
+    assert refused.status_code == 409 and "1,024" in refused.json()["detail"], refused.text
+    assert tree(host.repo) == before
+    transcript = layer_api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+    assert "The turn was stopped" in transcript[-1]["content"][-1]["text"]  # the model reads why, next turn
+    assert layer_api.post(sid, "rewind", turn=1).status_code == 200
+    assert layer_api.apply(sid)["applied"] == ["kept.txt"]
+    assert not (host.repo / "never.txt").exists()

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from docker.errors import ImageNotFound
 
 from bench.egress import Hosts, gateway_of, hosts
 from controller import egress, owners, workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
-from controller.network import parse
+from controller.network import Outside, parse
 from controller.protocol import Failure
 from controller.sandbox import DockerSandbox
 from tests.integration.helpers import call, listening, sh
@@ -143,7 +146,7 @@ def allow_box(
     def make(policy: str) -> DockerSandbox:
         limits = SECURE_LIMITS.model_copy(update={"network": parse(policy)})
         repo = make_repo("repo-" + secrets.token_hex(3))
-        return sandbox_factory(repo, limits, proxy_image=proxy_image, egress_network=test_hosts.network)
+        return sandbox_factory(repo, limits, proxy_image=proxy_image, outside=Outside(test_hosts.network))
 
     return make
 
@@ -301,7 +304,7 @@ async def test_stop_remove_session_and_sweep_leave_nothing(
     swept = DockerSandbox(
         lambda: docker_client, layer=workspace.create(tmp_path / "swept", swept_id, make_repo("swept")),
         session_id=swept_id, limits=removed.limits, image=DEFAULT_IMAGE, proxy_image=proxy_image,
-        instance="cubicle-tests-sweep-" + secrets.token_hex(3), egress_network=test_hosts.network,
+        instance="cubicle-tests-sweep-" + secrets.token_hex(3), outside=Outside(test_hosts.network),
     )  # fmt: skip
     await asyncio.gather(stopped.start(), removed.start(), swept.start())
     for box in (stopped, removed, swept):
@@ -344,3 +347,75 @@ def test_squid_takes_the_generated_configuration(docker_client: Any, proxy_image
     ).decode()  # fmt: skip
     assert "FATAL" not in output and "ERROR" not in output and "WARNING" not in output, output
     assert "cubicle_wild1_host" in config and time.monotonic() - started < 30
+
+
+DNSMASQ_IMAGE = "cubicle-test-dnsmasq:1"
+DNSMASQ_DOCKERFILE = b"""FROM debian:bookworm-slim
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dnsmasq-base \\
+ && rm -rf /var/lib/apt/lists/*
+"""
+PUBLIC = "93.184.215.14"  # a public address: allowed under a *. entry (unreachable here, which is fine)
+PRIVATE = "10.23.45.67"
+
+
+@dataclass
+class DnsServer:
+    """Debian's dnsmasq on the test hosts' network, answering from a hosts file the test rewrites (TTL 1 s)."""
+
+    container: Any
+    address: str
+
+    def answer(self, name: str, address: str) -> None:
+        result = self.container.exec_run(["sh", "-c", f"echo '{address} {name}' > /run/dns/hosts && kill -HUP 1"])
+        assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[DnsServer]:
+    try:
+        docker_client.images.get(DNSMASQ_IMAGE)
+    except ImageNotFound:
+        docker_client.images.build(fileobj=io.BytesIO(DNSMASQ_DOCKERFILE), tag=DNSMASQ_IMAGE, rm=True)
+    container = docker_client.containers.run(
+        DNSMASQ_IMAGE,
+        ["sh", "-c", "mkdir -p /run/dns && : > /run/dns/hosts && exec dnsmasq --keep-in-foreground --no-resolv "
+         "--no-hosts --addn-hosts=/run/dns/hosts --local-ttl=1 --user=root --log-queries --log-facility=-"],
+        detach=True, network=test_hosts.network, labels=owners.labels(TEST_INSTANCE, "test-dns"),
+        cap_drop=["ALL"], cap_add=["NET_BIND_SERVICE", "SETUID", "SETGID", "KILL"], read_only=True,
+        tmpfs={"/run": "size=1m"}, mem_limit="64m",
+    )  # fmt: skip
+    try:
+        container.reload()
+        address = container.attrs["NetworkSettings"]["Networks"][test_hosts.network]["IPAddress"]
+        yield DnsServer(container, address)
+    finally:
+        container.remove(force=True)
+
+
+async def test_a_wildcard_name_whose_answer_turns_private_is_refused(
+    sandbox_factory: Callable[..., DockerSandbox], make_repo: Callable[..., Path], proxy_image: str,
+    test_hosts: Hosts, dns_server: DnsServer,
+) -> None:  # fmt: skip
+    """DNS rebinding: the proxy asks the suite's own DNS server (CUBICLE_EGRESS_DNS); a *. name that answered a
+    public address is refused once its answer has turned private and the proxy asks again. The proxy keeps an
+    answer at least a minute (``negative_dns_ttl``, squid's floor for positive answers too), so that the address
+    a rule checked is the one it connects to: until then the request still goes to the public address."""
+    name = f"n{secrets.token_hex(3)}.rebind.test"
+    dns_server.answer(name, PUBLIC)
+    limits = SECURE_LIMITS.model_copy(update={"network": parse("allow=*.rebind.test:8080")})
+    outside = Outside(test_hosts.network, (dns_server.address,))
+    box = sandbox_factory(make_repo("rebind-" + secrets.token_hex(3)), limits, proxy_image=proxy_image, outside=outside)
+    before = await probe(box, ["get", f"http://{name}:8080/"])
+    assert before[0].get("status") != 403, before  # allowed: the proxy tried the public address
+    dns_server.answer(name, PRIVATE)
+    switched = time.monotonic()
+    while True:
+        (answer,) = await probe(box, ["get", f"http://{name}:8080/"])
+        if answer.get("status") == 403 or time.monotonic() - switched > 90:
+            break
+        assert "ERR_CONNECT_FAIL" in answer.get("body", ""), answer  # the cached public answer, nothing else
+        await asyncio.sleep(5)
+    refused(answer, f"{name} resolves to a private or special address")
+    logged = dns_server.container.logs().decode()
+    assert logged.count(f"query[A] {name}") >= 2  # the proxy asked our server, again after the switch

@@ -5,13 +5,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from controller import egress, owners, workspace
-from controller.config import Limits
+from controller.config import Limits, Settings
 from controller.egress import LOOPBACK, SPECIAL, Route, squid_config
 from controller.errors import SandboxError
 from controller.network import OPEN, HostPattern, NetworkPolicy, parse
@@ -243,3 +245,14 @@ def test_an_images_volumes_are_sized_tmpfs_and_core_dumps_are_off(layer: workspa
     assert tmpfs["/data"] == tmpfs["/var/lib/db"] == "rw,nosuid,nodev,size=32m,mode=1777", tmpfs
     assert tmpfs["/tmp"] == "rw,nosuid,nodev,size=32m,mode=1777"
     assert [(u["Name"], u["Soft"], u["Hard"]) for u in made["ulimits"]] == [("core", 0, 0)]
+
+
+def test_the_proxy_asks_the_dns_servers_it_is_given_and_only_addresses_are_taken(monkeypatch: Any) -> None:
+    assert "dns_nameservers" not in squid_config(parse("allow=a.org"), SUBNET)
+    config = squid_config(parse("allow=a.org"), SUBNET, ("172.18.0.53", "fd00::53"))
+    assert "dns_nameservers 172.18.0.53 fd00::53" in config.splitlines()
+    monkeypatch.setenv("CUBICLE_EGRESS_DNS", "172.18.0.53, 10.0.0.2")
+    assert Settings().outside().dns == ("172.18.0.53", "10.0.0.2")
+    monkeypatch.setenv("CUBICLE_EGRESS_DNS", "dns.example.org")  # a name would need a resolver to find the resolver
+    with pytest.raises(ValidationError):
+        Settings()
