@@ -70,6 +70,11 @@ class ApplyRequest(BaseModel):
         "definition files (disposition trusted) to accept, each by its exact path.",
     )
     include_ignored: bool = Field(False, description="Also apply paths the repository's ignore rules matched.")
+    build_inputs: bool = Field(
+        False,
+        description="Also apply the paths of the build context the environment's Dockerfile copies whole "
+        "(disposition build_input): the next environment build runs them as root.",
+    )
 
 
 class RevertRequest(BaseModel):

@@ -155,8 +155,10 @@ class Routes:
         return Request("GET", f"/v1/sessions/{session_id}/changes", _CHANGES.validate_python, params=params)
 
     @staticmethod
-    def apply(session_id: str, force: Iterable[str] = (), include_ignored: bool = False) -> Request[ApplyResult]:
-        body = {"force": list(force), "include_ignored": include_ignored}
+    def apply(
+        session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
+    ) -> Request[ApplyResult]:
+        body = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
         return Request("POST", f"/v1/sessions/{session_id}/apply", _model(ApplyResult), json=body)
 
     @staticmethod
@@ -377,8 +379,10 @@ class Client:
     def changes(self, session_id: str, diff: bool = False) -> list[Change]:
         return self.send(ROUTES.changes(session_id, diff))
 
-    def apply(self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False) -> ApplyResult:
-        return self.send(ROUTES.apply(session_id, force, include_ignored))
+    def apply(
+        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
+    ) -> ApplyResult:
+        return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs))
 
     def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return self.send(ROUTES.revert(session_id, force))
@@ -494,8 +498,10 @@ class AsyncClient:
     async def changes(self, session_id: str, diff: bool = False) -> list[Change]:
         return await self.send(ROUTES.changes(session_id, diff))
 
-    async def apply(self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False) -> ApplyResult:
-        return await self.send(ROUTES.apply(session_id, force, include_ignored))
+    async def apply(
+        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
+    ) -> ApplyResult:
+        return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs))
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return await self.send(ROUTES.revert(session_id, force))

@@ -10,6 +10,7 @@ the environment.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, IPvAnyAddress, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .context import ContextPolicy
@@ -162,7 +163,7 @@ class Settings(BaseSettings):
     egress_network: str = Field(
         "bridge", description="The Docker network through which the egress proxies of allow policies reach out."
     )
-    egress_dns: Annotated[tuple[IPvAnyAddress, ...], NoDecode] = Field(
+    egress_dns: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="DNS servers (addresses, comma-separated) the egress proxies ask instead of the resolver the "
         "engine gives them: every name an allow policy's sandbox reaches is resolved there.",
@@ -295,9 +296,16 @@ class Settings(BaseSettings):
 
     def outside(self) -> Outside:
         """Where the egress proxies reach out (``egress_network``) and whom they ask for names (``egress_dns``)."""
-        return Outside(self.egress_network, tuple(str(address) for address in self.egress_dns))
+        return Outside(self.egress_network, self.egress_dns)
 
-    @field_validator("allowed_images", "allowed_runtimes", "egress_dns", mode="before")
+    @field_validator("egress_dns", mode="before")
+    @classmethod
+    def _addresses(cls, value: Any) -> Any:
+        """Addresses only: a name would need a resolver to find the resolver."""
+        listed = cls._split_roots(value)
+        return tuple(str(ipaddress.ip_address(str(item).strip())) for item in listed) if listed else ()
+
+    @field_validator("allowed_images", "allowed_runtimes", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         return cls._split_roots(value)

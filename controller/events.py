@@ -139,6 +139,11 @@ class ChangeSummary(BaseModel):
     lines_added: int = 0
     lines_removed: int = 0
     held_back: int = Field(0, description="Changed paths apply skips: under .git, unsafe, or ignored.")
+    build_inputs: int = Field(
+        0,
+        description="Of those held back, paths of the build context the environment's Dockerfile copies whole: "
+        "applied only with build_inputs (the next environment build runs them as root).",
+    )
     truncated_at: int | None = Field(
         None,
         description="Set when the layer holds more entries than the session's names limit (this number): the walk "

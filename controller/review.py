@@ -53,6 +53,13 @@ def summary_line(summary: ChangeSummary) -> Text:
     line.append(f"−{summary.lines_removed:,}", "red")
     if summary.held_back:
         line.append(f" · {summary.held_back:,} held back (not applied)", "yellow")
+    if summary.build_inputs:
+        line.append(
+            f"\n  {plural(summary.build_inputs, 'path')} in the environment's build context, which its Dockerfile "
+            "copies whole: the next environment build runs this repository's files as root. Review them, then "
+            "apply them with --build-inputs.",
+            "yellow",
+        )
     if summary.truncated_at is not None:
         line.append(
             f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
@@ -86,7 +93,7 @@ def change_row(change: Change) -> Text:
         row.append(f" (binary, {plural(change.size, 'byte')})", "dim")
     if change.disposition != Disposition.APPLY:
         row.append(f"  held back: {change.disposition.value}", "yellow")
-        if change.reason:
+        if change.reason and change.disposition != Disposition.BUILD_INPUT:  # the summary line says why, once
             row.append(" (", "yellow").append_text(terminal.safe_text(change.reason, "yellow")).append(")", "yellow")
     return row
 

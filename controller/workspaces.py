@@ -28,11 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import workspace
 from .disks import Disks
-from .environment import load, trusted_paths
+from .environment import buildinputs, load, trusted_paths
 from .errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
 from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
+from .workspace.buildinputs import BuildInputs
 from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .workspace.offload import Offload
 
@@ -181,6 +182,7 @@ def summarize(changes: list[Change]) -> ChangeSummary:
     for change in changes:
         if change.disposition != Disposition.APPLY:
             summary.held_back += 1
+            summary.build_inputs += change.disposition == Disposition.BUILD_INPUT
             continue
         summary.files += 1
         if change.kind == Kind.ADDED:
@@ -222,12 +224,17 @@ def _checkpoint_and_summary(layer: Layer) -> tuple[int | None, ChangeSummary]:
     return number, summary
 
 
-def definition_files(repo: Path) -> tuple[str, ...]:
-    """The files the repository's environment definition reads (none when it has no valid one)."""
+def definition_files(repo: Path) -> tuple[tuple[str, ...], BuildInputs]:
+    """The files the repository's environment definition reads, and what its build and setup take from the
+    checkout (none when it has no valid definition)."""
     try:
-        return trusted_paths(load(repo), repo)
+        env = load(repo)
+        found = buildinputs.find(env, repo)
+        return trusted_paths(env, repo), BuildInputs(
+            patterns=found.patterns, context=found.context, ignore=found.ignore
+        )
     except CubicleError:
-        return ()
+        return (), BuildInputs()
 
 
 class Workspaces:
@@ -257,10 +264,11 @@ class Workspaces:
         database on it; what was made of the layer goes.
         """
         disks = self.disks if quota is not None else None
+        trusted, build = definition_files(repo)
         try:
             layer = workspace.create(
-                self.data_dir, session_id, repo, definition_files(repo), quota if disks else None,
-                disks.make if disks else None, names,
+                self.data_dir, session_id, repo, trusted, quota if disks else None,
+                disks.make if disks else None, names, build,
             )  # fmt: skip
         except (OSError, CubicleError) as err:
             self._remove_made(session_id)
@@ -393,14 +401,14 @@ class Workspaces:
 
     def apply(
         self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
-        paths: Collection[str] | None = None,
+        build_inputs: bool = False, paths: Collection[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
         """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
         with self.using(session_id) as layer:
             try:
                 result = workspace.apply(
                     layer, paths=paths, include_ignored=include_ignored, force=force,
-                    bounds=self.apply_bounds(layer),
+                    bounds=self.apply_bounds(layer), build_inputs=build_inputs,
                 )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
@@ -547,10 +555,11 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
 
 
 async def apply_and_report(
-    workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False
-) -> ApplyResult:
+    workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False,
+    build_inputs: bool = False,
+) -> ApplyResult:  # fmt: skip
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
-    result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored)
+    result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored, build_inputs)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
         more = max(0, len(result.applied) - MAX_LISTED_PATHS)

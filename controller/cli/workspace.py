@@ -70,11 +70,20 @@ def apply_command(
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
     ] = False,
+    build_inputs: Annotated[
+        bool,
+        typer.Option(
+            "--build-inputs",
+            help="Also apply the paths of the build context the environment's Dockerfile copies whole "
+            "(build_input in the review): the next environment build runs them as root.",
+        ),
+    ] = False,
 ) -> None:
     """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5)."""
 
     async def apply(sessions: Sessions) -> tuple[ApplyResult, Path]:
-        return await sessions.apply(session_id, force, include_ignored), Path(sessions.get(session_id).repo)
+        result = await sessions.apply(session_id, force, include_ignored, build_inputs)
+        return result, Path(sessions.get(session_id).repo)
 
     result, repo = _review(apply)
     terminal.console().print(review.applied(session_id, repo, result))

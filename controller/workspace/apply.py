@@ -63,20 +63,21 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 def apply(
     layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
-    bounds: ApplyBounds | None = None,
+    bounds: ApplyBounds | None = None, build_inputs: bool = False,
 ) -> ApplyResult:  # fmt: skip
     """Apply the selected changes, or nothing at all when any of them conflicts.
 
     ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is
     written whole, so hardlinks in the layer or files that are mostly one hole would become far
     more there than in the layer), its new entries, and the originals it keeps in the layer. Past
-    any, ApplyTooLargeError and nothing is written.
+    any, ApplyTooLargeError and nothing is written. ``build_inputs`` acknowledges, once for all, the paths of a
+    build context the environment's Dockerfile copies whole (disposition ``build_input``).
     """
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     if changes.truncated_at is not None:
         raise TooManyEntriesError(changes.truncated_at)  # what the walk did not read cannot be judged
-    chosen, skipped = _select(changes, paths, include_ignored, force)
+    chosen, skipped = _select(changes, paths, include_ignored, force, build_inputs)
     chosen, skipped = _guard_chosen(layer, changes, chosen, skipped)
     with open_checkout(layer) as checkout:
         for killed in (r for r in unreverted(layer) if r.status == Status.PENDING):  # an apply cut short by a kill
@@ -154,7 +155,11 @@ def _check_bounds(checkout: Checkout, chosen: list[Change], bounds: ApplyBounds)
 
 
 def _select(
-    changes: list[Change], paths: Collection[str] | None, include_ignored: bool, force: Collection[str] = ()
+    changes: list[Change],
+    paths: Collection[str] | None,
+    include_ignored: bool,
+    force: Collection[str] = (),
+    build_inputs: bool = False,
 ) -> tuple[list[Change], list[Change]]:
     """The candidates: ``apply`` (and ``ignored`` when asked), and ``trusted`` paths only when forced by name.
 
@@ -164,6 +169,8 @@ def _select(
     so that it can be written.
     """
     allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
+    if build_inputs:
+        allowed.add(Disposition.BUILD_INPUT)
     named_trusted = {c.path for c in changes if c.disposition == Disposition.TRUSTED and c.path in force}
     holding = {parent for path in named_trusted for parent in _ancestors(path)}
 

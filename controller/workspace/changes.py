@@ -28,7 +28,7 @@ from . import beneath, gitlike, gitpointers, names, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
-from .layer import Layer, open_repo, open_upper
+from .layer import Layer, LayerInfo, open_repo, open_upper
 from .names import DEFAULT_NAMES
 from .records import Change, Disposition, FileType, Kind, file_type
 
@@ -43,6 +43,10 @@ RENAME_MAX_BYTES = 256 * 1024
 """Files compared whole for the rename hint are at most this large."""
 SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
 UNSAFE_TYPES = (FileType.FIFO, FileType.SOCKET, FileType.DEVICE)
+BUILD_CONTEXT_REASON = (
+    "in the environment's build context, which its Dockerfile copies whole (COPY .): the next environment build "
+    "runs this repository's files as root; applied only with the acknowledgement for all of them (apply --build-inputs)"
+)
 __all__ = ["Change", "Changes", "Disposition", "Kind", "scan", "symlink_problem"]
 
 
@@ -76,7 +80,7 @@ def scan(layer: Layer, with_diffs: bool = True) -> Changes:
             if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
                 change.target = beneath.readlink(upper, change.path)  # judged by it
             from_setup = setup is not None and made_by_setup(setup, lower, change.path)
-            _judge(change, rules, from_setup, layer.info.trusted, git_reads)
+            _judge(change, rules, from_setup, layer.info, git_reads)
         # The diff allowance goes first to what an apply may write (files it never applies, ignored ones say,
         # cannot spend it), smallest first: a padding of large files cannot leave a short script undiffed.
         budget = MAX_DIFFS_TOTAL
@@ -381,11 +385,12 @@ def _head(root: int, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes | 
 
 
 def _judge(
-    change: Change, rules: IgnoreRules, from_setup: bool, trusted: tuple[str, ...] = (),
-    git_reads: gitpointers.Index | None = None,
-) -> None:  # fmt: skip
+    change: Change, rules: IgnoreRules, from_setup: bool, info: LayerInfo, git_reads: gitpointers.Index | None = None
+) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
-    pointer = git_reads.covering(change.path, change.type == FileType.DIR) if git_reads is not None else None
+    is_dir = change.type == FileType.DIR
+    pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
+    built = info.build.why(change.path, is_dir)
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
@@ -393,12 +398,17 @@ def _judge(
         change.disposition, change.reason = Disposition.UNSAFE, problem
     elif from_setup:
         change.disposition, change.reason = Disposition.ENVIRONMENT, "made by the environment's setup; never applied"
-    elif is_environment_config(change.path) or change.path in trusted:
+    elif is_environment_config(change.path) or change.path in info.trusted:
         change.disposition = Disposition.TRUSTED
         change.reason = "the environment's definition: applied only when forced by name (apply --force PATH)"
     elif pointer is not None:
         change.disposition = Disposition.TRUSTED
         change.reason = f"git runs files here ({pointer.why}): applied only when forced by name (apply --force PATH)"
+    elif built is not None:
+        change.disposition = Disposition.TRUSTED
+        change.reason = f"{built}: applied only when forced by name (apply --force PATH)"
+    elif info.build.copied_whole(change.path):
+        change.disposition, change.reason = Disposition.BUILD_INPUT, BUILD_CONTEXT_REASON
     elif rules.ignored(change.path, change.type == FileType.DIR):
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
 

@@ -43,6 +43,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from . import baseline, beneath
+from .buildinputs import BuildInputs
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
 from .names import DEFAULT_NAMES
 from .records import load, save
@@ -78,6 +79,7 @@ class LayerInfo(BaseModel):
     disk: DiskQuota | None = None  # the layer's writable parts live on their own filesystem of this size
     mirrored: bool = False  # the checkout's directories have their upper directories (``headroom``)
     names: int = DEFAULT_NAMES  # entries the upper may hold before every walk of it stops (``names``)
+    build: BuildInputs = BuildInputs()  # what the environment's next build and setup take from the checkout
 
 
 class Layer:
@@ -143,14 +145,15 @@ def layer_dir(data_dir: Path, session_id: str) -> Path:
 
 def create(
     data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (), disk: DiskQuota | None = None,
-    attach: Callable[[Layer], None] | None = None, names: int = DEFAULT_NAMES,
+    attach: Callable[[Layer], None] | None = None, names: int = DEFAULT_NAMES, build: BuildInputs | None = None,
 ) -> Layer:  # fmt: skip
     """Make the layer's directories and record the checkout's baseline; the repo must be vetted already.
 
     ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
     ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
     With ``disk``, ``attach`` makes and mounts the layer's filesystem at ``layer.fs`` before
-    anything is written there. ``names`` bounds the entries the agent may make (``names``).
+    anything is written there. ``names`` bounds the entries the agent may make (``names``); ``build``: what the
+    environment's build and setup take from the checkout (a change to it is held back, see ``buildinputs``).
     """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
@@ -167,6 +170,7 @@ def create(
         trusted=trusted,
         disk=disk,
         names=names,
+        build=build or BuildInputs(),
     )
     layer = Layer(root, info)
     if disk is not None:

@@ -103,6 +103,7 @@ class Disposition(StrEnum):
     TRUSTED = (
         "trusted"  # the environment's own definition (.devcontainer/, .cubicle/): applied only when forced by name
     )
+    BUILD_INPUT = "build_input"  # in a build context the Dockerfile copies whole: applied only with --build-inputs
 
 
 class Change(BaseModel):

@@ -3,7 +3,7 @@
 import { get, getWithHeader, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 
-const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted"]);
+const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
 const KINDS = new Set(["added", "modified", "deleted"]);
 
 export function mountChanges(box, id, onChanged) {
@@ -16,6 +16,12 @@ export function mountChanges(box, id, onChanged) {
   const discardBtn = el("button", { type: "button", class: "danger", testid: "discard" }, "Discard changes");
   const turn = el("select", { testid: "rewind-turn", name: "turn" });
   const rewindBtn = el("button", { type: "button", testid: "rewind" }, "Rewind");
+  // Paths of a build context the Dockerfile copies whole are applied only with one acknowledgement for all.
+  const buildBox = el("input", { type: "checkbox", testid: "build-inputs" });
+  const buildAck = el("p", { class: "notice", testid: "build-inputs-note", hidden: true },
+    el("label", {}, buildBox, " Also apply the build inputs: ", el("span", { testid: "build-inputs-count" }, ""),
+      " in the environment's build context, which its Dockerfile copies whole. The next environment build runs "
+      + "this repository's files as root."));
   const buttons = [applyBtn, revertBtn, discardBtn, rewindBtn];
   let running = false;
   let pending = null;
@@ -25,7 +31,7 @@ export function mountChanges(box, id, onChanged) {
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
     el("div", { class: "actions" }, applyBtn, revertBtn, discardBtn,
       el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
-    message, conflicts, list);
+    buildAck, message, conflicts, list);
 
   function say(text, isError = false) {
     setText(message, text);
@@ -66,7 +72,7 @@ export function mountChanges(box, id, onChanged) {
     conflicts.hidden = false;
   }
 
-  applyBtn.addEventListener("click", () => act("Apply", "apply", {}));
+  applyBtn.addEventListener("click", () => act("Apply", "apply", buildBox.checked ? { build_inputs: true } : {}));
   revertBtn.addEventListener("click", () => act("Revert", "revert", {}));
   discardBtn.addEventListener("click", () => {
     if (window.confirm("Drop this session's changes and checkpoints? What was applied stays.")) act("Discard", "discard");
@@ -95,6 +101,10 @@ export function mountChanges(box, id, onChanged) {
         + "never applied; rewind or discard";
     }
     summary.dataset.count = String(changes.length);
+    const building = changes.filter((c) => c.disposition === "build_input").length;
+    setText(buildAck.querySelector("[data-testid=build-inputs-count]"), `${building} path(s)`);
+    buildAck.hidden = building === 0;
+    if (!building) buildBox.checked = false;
     replace(list, ...changes.map(changeView));
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
     rewindBtn.disabled = running || !checkpoints.length;
@@ -147,7 +157,8 @@ function changeView(c) {
     c.renamed_from ? el("span", { class: "muted small" }, ` (from ${c.renamed_from})`) : null,
     modeNote(c) ? el("span", { class: "mode small", testid: "change-mode" }, ` (${modeNote(c)})`) : null,
     el("span", { class: `badge disp-${disposition}`, testid: "change-disposition" }, c.disposition),
-    c.reason ? el("span", { class: "muted small", testid: "change-reason" }, c.reason) : null,
+    c.reason && c.disposition !== "build_input"  // the note above the list says why, once
+      ? el("span", { class: "muted small", testid: "change-reason" }, c.reason) : null,
     el("span", { class: "counts" },
       el("span", { class: "plus" }, `+${added}`), " ", el("span", { class: "minus" }, `−${removed}`)));
   let body;

@@ -1,0 +1,46 @@
+"""The files of the checkout an environment's next build or setup runs, as the layer judges changes against them.
+
+``controller.environment.buildinputs`` finds them when the session starts; a change to one is
+never an ordinary change: a named input (a ``COPY`` source, a setup input) is ``trusted``,
+applied only when forced by name, and a path of a build context the Dockerfile copies whole is
+``build_input``, applied only with one acknowledgement for all of them (``--build-inputs``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from docker.utils.build import PatternMatcher
+from pydantic import BaseModel, ConfigDict
+
+
+class BuildInputs(BaseModel):
+    """Repo-relative globs with their reasons, and the context copied whole (with what its .dockerignore leaves out)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    patterns: tuple[tuple[str, str], ...] = ()
+    context: str | None = None
+    ignore: tuple[str, ...] = ()
+
+    def why(self, path: str, is_dir: bool) -> str | None:
+        """Why ``path`` is a named build input: it or a directory holding it matches a glob, or (not as a
+        directory) it lies on the way to one, where a link would lead the build elsewhere."""
+        parts = path.split("/")
+        ancestors = ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
+        for pattern, reason in self.patterns:
+            if any(fnmatch.fnmatchcase(candidate, pattern) for candidate in ancestors):
+                return reason
+            if not is_dir and pattern.startswith(path + "/"):
+                return reason
+        return None
+
+    def copied_whole(self, path: str) -> bool:
+        """Whether ``path`` is in the build context the Dockerfile copies whole, and not left out by its .dockerignore."""
+        if self.context is None:
+            return False
+        if self.context:
+            if not path.startswith(self.context + "/"):
+                return False
+            path = path[len(self.context) + 1 :]
+        return not PatternMatcher(list(self.ignore)).matches(path)
