@@ -29,7 +29,8 @@ from bench.rows import section_main
 from controller.scripted import Scenario, ScriptedServer, serve_in_thread
 
 LINKS = 150_000
-XATTR_BYTES = 4096
+XATTR_BYTES = 4000
+"""As much as one ext4 xattr block holds beside its header: 4 KB."""
 NEIGHBOUR_STEPS = 40
 TARGET_RSS_MB = 200
 TARGET_HEALTH_S = 0.25
@@ -157,6 +158,8 @@ def measure(controller: Controller, repos: tuple[Path, Path], models: tuple[str,
     attacked.walk_s = (changes["ts"] - result["ts"]) if changes else float("nan")
     finished = attacked_events[-1]
     files = changes["summary"]["files"] if changes else 0
+    if files < LINKS:
+        raise RuntimeError(f"the attacker's command made {files} files, not {LINKS}: {result['output'][-500:]!r}")
     attacked.attacker = f"{finished.get('reason')}, {files:,} files listed"
     return baseline, attacked
 
@@ -175,7 +178,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     """Add the layer-walk table to ``report``."""
     del client, quick  # the server process makes its own sandboxes; one run is the measurement
     title = (
-        f"Turn-end walk of a hostile layer: {LINKS:,} hard links with {XATTR_BYTES // 1024} KiB of xattrs "
+        f"Turn-end walk of a hostile layer: {LINKS:,} hard links with {XATTR_BYTES:,} bytes of xattrs "
         f"(attacker at cpus=1), beside a neighbour's {NEIGHBOUR_STEPS} steps"
     )
     header = ["", "neighbour's steps", "/healthz p50", "/healthz p99", "server RSS growth",
