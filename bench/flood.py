@@ -19,16 +19,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from bench.measure import Report, Sample, ms
 from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 
+T = TypeVar("T")
 NEIGHBOUR_STEPS = 40
 ATTACK_COMMAND_S = 10
 TRICKLE_S = 6.0
@@ -124,26 +125,37 @@ def scenarios(server: ScriptedServer) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def health_sampler(url: str) -> Iterator[list[float]]:
-    """Time GET /healthz every 10 ms on a thread of its own until the block ends."""
-    samples: list[float] = []
+def sampling(take: Callable[[], T], every_s: float, name: str) -> Iterator[list[T]]:
+    """``take()`` every ``every_s`` on a thread of its own until the block ends; the samples, as they come."""
+    samples: list[T] = []
     stop = threading.Event()
 
     def sample() -> None:
-        with httpx.Client(timeout=10) as http:
-            while not stop.is_set():
-                start = time.perf_counter()
-                http.get(f"{url}/healthz").raise_for_status()
-                samples.append(time.perf_counter() - start)
-                stop.wait(0.01)
+        while not stop.is_set():
+            samples.append(take())
+            stop.wait(every_s)
 
-    thread = threading.Thread(target=sample, name="healthz-sampler", daemon=True)
+    thread = threading.Thread(target=sample, name=name, daemon=True)
     thread.start()
     try:
         yield samples
     finally:
         stop.set()
         thread.join(15)
+
+
+@contextlib.contextmanager
+def health_sampler(url: str) -> Iterator[list[float]]:
+    """Time GET /healthz every 10 ms on a thread of its own until the block ends."""
+    with httpx.Client(timeout=10) as http:
+
+        def timed() -> float:
+            start = time.perf_counter()
+            http.get(f"{url}/healthz").raise_for_status()
+            return time.perf_counter() - start
+
+        with sampling(timed, 0.01, "healthz-sampler") as samples:
+            yield samples
 
 
 def step_latencies(events: list[dict[str, Any]]) -> Sample:
@@ -187,10 +199,11 @@ def measure(
     return baseline, attacked
 
 
-def _repo(root: Path, name: str) -> Path:
+def small_repo(root: Path, name: str) -> Path:
+    """A repository of one README, owned by the sandbox's user when we are root."""
     repo = root / name
     repo.mkdir()
-    (repo / "README.md").write_text("# flood\n")
+    (repo / "README.md").write_text(f"# {name}\n")
     if os.geteuid() == 0:
         os.chown(repo, 1000, 1000)
         os.chown(repo / "README.md", 1000, 1000)
@@ -209,7 +222,7 @@ def table(report: Report, client: Any, root: Path) -> None:
         controller = Controller(url, root, "bench")
         try:
             baseline, attacked = measure(
-                controller, client, (_repo(root, "flood-n"), _repo(root, "flood-a")), scenarios(server)
+                controller, client, (small_repo(root, "flood-n"), small_repo(root, "flood-a")), scenarios(server)
             )
         finally:
             controller.close()

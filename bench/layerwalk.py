@@ -16,14 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.flood import Controller, health_sampler, step_latencies
+from bench.flood import Controller, health_sampler, sampling, small_repo, step_latencies
 from bench.measure import Report, Sample, ms
 from bench.rows import section_main
 from controller.scripted import Scenario, ScriptedServer, serve_in_thread
@@ -89,26 +87,6 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-@contextlib.contextmanager
-def memory_sampler(pid: int) -> Iterator[list[int]]:
-    """The resident memory of ``pid``'s process tree every 50 ms (KiB) until the block ends."""
-    samples: list[int] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            samples.append(_tree_rss_kb(pid))
-            stop.wait(0.05)
-
-    thread = threading.Thread(target=sample, name="memory-sampler", daemon=True)
-    thread.start()
-    try:
-        yield samples
-    finally:
-        stop.set()
-        thread.join(15)
-
-
 def scenarios(server: ScriptedServer, tag: str) -> tuple[str, str]:
     step = {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "true"}}]}
     done = {"content": [{"type": "text", "text": "done"}]}
@@ -146,7 +124,10 @@ def measure(controller: Controller, repos: tuple[Path, Path], models: tuple[str,
     )
     response.raise_for_status()
     attacker = str(response.json()["id"])
-    with memory_sampler(pid) as memory, health_sampler(controller.url) as health:
+    with (
+        sampling(lambda: _tree_rss_kb(pid), 0.05, "memory-sampler") as memory,
+        health_sampler(controller.url) as health,
+    ):
         _wait_for_result(controller, attacker)
         events = controller.finished(controller.start(repos[0], neighbour_model))
         attacked_events = controller.finished(attacker, timeout=600)
@@ -164,16 +145,6 @@ def measure(controller: Controller, repos: tuple[Path, Path], models: tuple[str,
     return baseline, attacked
 
 
-def _repo(root: Path, name: str) -> Path:
-    repo = root / name
-    repo.mkdir()
-    (repo / "README.md").write_text("# walk\n")
-    if os.geteuid() == 0:
-        os.chown(repo, 1000, 1000)
-        os.chown(repo / "README.md", 1000, 1000)
-    return repo
-
-
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     """Add the layer-walk table to ``report``."""
     del client, quick  # the server process makes its own sandboxes; one run is the measurement
@@ -188,7 +159,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         controller = Controller(url, root, "bench", data="walk-data", image=image)
         try:
             models = scenarios(server, os.urandom(4).hex())
-            baseline, attacked = measure(controller, (_repo(root, "walk-n"), _repo(root, "walk-a")), models)
+            baseline, attacked = measure(controller, (small_repo(root, "walk-n"), small_repo(root, "walk-a")), models)
         finally:
             controller.close()
     rows = [
