@@ -420,3 +420,19 @@ def test_output_not_kept_says_so(driver: WebDriver, viewer: Viewer, model_server
     )
     summaries = texts(driver, "tool-result-summary")
     assert all(f"{size} chars" in summary for summary in summaries), summaries
+
+
+def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_says_so(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    scenario = register(model_server, prefix="names", turns=[
+        {"content": [tool("run_command", command="mkdir many && cd many && seq 1100 | xargs touch")]},
+        {"content": [text("done")]},
+    ])  # fmt: skip
+    sid = viewer.api.create(str(viewer.make_repo("names")), scenario, limits={"names": 1024})["id"]
+    open_session(driver, viewer, sid)
+    wait_finished(driver, "too_many_entries")  # past two error events: the page's stream goes on after each
+    summary = wait(lambda: one(driver, "changes-summary"), "the changes summary",
+                   until=lambda e: e.get_attribute("data-truncated-at") == "1024")  # fmt: skip
+    assert "truncated at 1,024 entries" in summary.text and "never applied" in summary.text
+    assert 0 < len(find(driver, "change")) <= 1024

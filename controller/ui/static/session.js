@@ -121,8 +121,9 @@ class SessionPage {
     for (const type of EVENT_TYPES) source.addEventListener(type, (message) => this.onMessage(message));
     // The server ends the stream when no turn runs, and the network may drop it: either way the
     // browser would reconnect to the same URL (a replay), so close it and decide here.
-    source.addEventListener("error", () => {
-      if (this.source !== source) return;
+    source.addEventListener("error", (e) => {
+      // A session's own "error" event arrives by this name too (a MessageEvent, handled above): not an end.
+      if (this.source !== source || e instanceof MessageEvent) return;
       this.closeStream();
       this.afterClose();
     });
