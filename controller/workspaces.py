@@ -260,8 +260,8 @@ class Workspaces:
         With ``quota`` (and ``disks``), its writable parts are on a filesystem of that size and
         inode count; ``names`` bounds the entries the agent may make. A path the overlay's options
         cannot carry (a comma, colon, '=' or control character in the repository's or the data
-        directory's path) is refused here, not at the first mount. A data dir that cannot take it (full, read-only) is StoreError, like the
-        database on it; what was made of the layer goes.
+        directory's path) is refused here, not at the first mount. A data dir that cannot take it
+        (full, read-only) is StoreError, like the database on it; what was made of the layer goes.
         """
         disks = self.disks if quota is not None else None
         trusted, build = definition_files(repo)
