@@ -23,6 +23,7 @@ from typing import Any
 from bench import (
     context,
     disk,
+    diskio,
     egress,
     environment,
     flood,
@@ -70,6 +71,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("environment", environment.table(report, client, args.image, root, args.quick))
             await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
             await section("disk quota", disk.table(report, client, args.image, root, args.quick))
+            await section("disk I/O", diskio.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))
             await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))
             await section("egress proxy", egress.table(report, client, args.image, root, args.quick))

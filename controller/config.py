@@ -73,6 +73,15 @@ class Limits(BaseModel):
     inodes: int = Field(
         1_000_000, ge=1024, le=1 << 30, description="Files and directories the session's workspace layer may hold."
     )
+    io_mbps: int = Field(
+        64, ge=1, le=1 << 20,
+        description="Read and write bandwidth (MiB/s, each) of the device the session's workspace layer is on: its "
+        "quota's loop device, else the data directory's disk. Binds direct and fsync'ed I/O (cgroup v1: not "
+        "buffered writes).",
+    )  # fmt: skip
+    io_iops: int = Field(
+        1000, ge=10, le=1 << 24, description="Read and write operations per second (each) on that same device."
+    )
     names: int = Field(
         1_000_000, ge=1024, le=1 << 30,
         description="Entries (files, directories, links; each hard link by its name) the session's workspace layer "
@@ -182,6 +191,8 @@ class Settings(BaseSettings):
             disk_mb=102_400,
             inodes=10_000_000,
             names=10_000_000,
+            io_mbps=4096,
+            io_iops=100_000,
             network=OPEN,
             command_timeout_s=3600,
             max_steps=500,

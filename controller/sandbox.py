@@ -166,6 +166,7 @@ def container_options(
         options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
     if limits.runtime == runtimes.GVISOR:
         options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
+    options.update(io_limits(block_device(layer.upper), limits))
     if route.proxy:
         # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
         # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can
@@ -174,6 +175,38 @@ def container_options(
         options["dns"] = [route.proxy]
         options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
     return options
+
+
+def io_limits(device: str | None, limits: Limits) -> dict[str, Any]:
+    """The engine's throttles of ``device`` at the session's ``io_mbps`` and ``io_iops``; none without a device."""
+    if device is None:
+        return {}
+    rate = limits.io_mbps << 20
+    return {
+        "device_read_bps": [{"Path": device, "Rate": rate}],
+        "device_write_bps": [{"Path": device, "Rate": rate}],
+        "device_read_iops": [{"Path": device, "Rate": limits.io_iops}],
+        "device_write_iops": [{"Path": device, "Rate": limits.io_iops}],
+    }
+
+
+def block_device(path: Path) -> str | None:
+    """The disk that holds ``path``: its filesystem's device (a quota's loop device), or for a partition the
+    whole disk, whose queue the engine's throttles act on; None on a filesystem of no block device (tmpfs,
+    an overlay, a btrfs subvolume) or when this process cannot see the device's node."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if (sysfs / "partition").exists():
+        sysfs = sysfs.resolve().parent
+    try:
+        fields = dict(line.split("=", 1) for line in (sysfs / "uevent").read_text().splitlines() if "=" in line)
+    except OSError:
+        return None
+    node = f"/dev/{fields.get('DEVNAME', '')}"
+    return node if fields.get("DEVNAME") and os.path.exists(node) else None
 
 
 def image_volumes(image: Any) -> list[str]:

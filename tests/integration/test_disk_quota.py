@@ -314,3 +314,22 @@ def test_two_starts_at_once_cannot_both_claim_the_same_free_space(
             api.http.close()
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+@pytest.mark.parametrize("sandbox_runtime", TEST_RUNTIMES)  # the throttle binds under gVisor too
+def test_fsynced_writes_are_throttled_on_the_layers_own_loop_device(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
+) -> None:
+    turns = [
+        {"content": [tool("run_command", command="dd if=/dev/zero of=big bs=1M count=12 conv=fsync 2>&1 | tail -1")]},
+        {"content": [text("done")]},
+    ]
+    sid = api.create(str(make_repo()), register(model_server, turns, prefix="io"), limits={**QUOTA, "io_mbps": 4})["id"]
+    api.wait_for(sid, lambda s: s["status"] != "running")
+    (container,) = docker_client.containers.list(filters={"label": f"org.cubicle.session={sid}"})
+    throttles = container.attrs["HostConfig"]["BlkioDeviceWriteBps"]
+    assert [t["Rate"] for t in throttles] == [4 << 20] and throttles[0]["Path"].startswith("/dev/loop"), throttles
+    (result,) = results(api.events(sid))
+    rate = re.search(r"copied, ([\d.]+) s", result["output"])
+    assert rate and float(rate.group(1)) >= 2.0, result["output"]  # 12 MiB at 4 MiB/s: about 3 s, never much less
+    assert api.http.post(f"/v1/sessions/{sid}/discard").status_code == 200
