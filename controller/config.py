@@ -80,7 +80,7 @@ class Limits(BaseModel):
         "buffered writes).",
     )  # fmt: skip
     io_iops: int = Field(
-        1000, ge=10, le=1 << 24, description="Read and write operations per second (each) on that same device."
+        4000, ge=10, le=1 << 24, description="Read and write operations per second (each) on that same device."
     )
     names: int = Field(
         1_000_000, ge=1024, le=1 << 30,
