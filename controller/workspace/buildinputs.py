@@ -9,6 +9,7 @@ applied only when forced by name, and a path of a build context the Dockerfile c
 from __future__ import annotations
 
 import fnmatch
+import functools
 
 from docker.utils.build import PatternMatcher
 from pydantic import BaseModel, ConfigDict
@@ -43,4 +44,10 @@ class BuildInputs(BaseModel):
             if not path.startswith(self.context + "/"):
                 return False
             path = path[len(self.context) + 1 :]
-        return not PatternMatcher(list(self.ignore)).matches(path)
+        return not _matcher(self.ignore).matches(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _matcher(ignore: tuple[str, ...]) -> PatternMatcher:
+    """A .dockerignore's patterns, compiled once for every path of a listing."""
+    return PatternMatcher(list(ignore))

@@ -73,9 +73,8 @@ def scan(layer: Layer, with_diffs: bool = True) -> Changes:
         found = Changes(sorted(walker.found, key=lambda c: c.path))
         found.truncated_at = layer.info.names if walker.truncated else None
         rules = load_rules(layer.baseline_file)
-        git_reads = gitpointers.Index(
-            gitpointers.pointers(Path(layer.info.repo))
-        )  # as the checkout's git config is now
+        pointers = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
+        git_reads = gitpointers.Index(pointers)
         for change in found:
             if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
                 change.target = beneath.readlink(upper, change.path)  # judged by it
