@@ -440,7 +440,7 @@ class Workspaces:
     def rewind(self, session_id: str, turn: int) -> None:
         with self.using(session_id) as layer:
             try:
-                workspace.rewind(layer, turn)
+                self._walk(workspace.rewind, layer, turn)  # it reads a manifest as large as the agent's tree
             except workspace.LayerMissingError:
                 have = ", ".join(str(n) for n in checkpoint_files.numbers(layer)) or "none yet"
                 raise NotFoundError(f"Session {session_id} has no checkpoint {turn} (it has: {have}).") from None
