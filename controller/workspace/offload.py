@@ -13,12 +13,12 @@ else.
 
 from __future__ import annotations
 
-import concurrent.futures
 import multiprocessing
 import resource
 import threading
 from collections.abc import Callable
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from .errors import WorkspaceError
@@ -41,63 +41,79 @@ class WalkMemoryError(WorkspaceError):
     )
 
 
-def _limit_memory(limit_bytes: int) -> None:
-    """In the child: a data segment (heap and anonymous mappings) no larger than ``limit_bytes``."""
+def _child(conn: Connection, limit_bytes: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """In the child: a data segment (heap and anonymous mappings) no larger than ``limit_bytes``, then the call;
+    its result or its exception goes back through ``conn``."""
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+    try:
+        outcome: tuple[str, Any] = ("result", fn(*args))
+    except BaseException as err:  # noqa: BLE001 - everything goes back to the caller, to be raised there
+        outcome = ("error", err)
+    try:
+        conn.send(outcome)
+    except Exception as err:  # noqa: BLE001 - an answer that cannot be pickled (or no memory left for it)
+        conn.send(("error", WorkspaceError(f"The walk's answer could not be sent back: {err}")))
+    finally:
+        conn.close()
 
 
 class Offload:
-    """Runs functions in child processes, one call per child, at most ``workers`` at a time.
+    """Runs functions in child processes, one child per call, at most ``workers`` at a time.
 
     ``run`` blocks; call it from a worker thread (``asyncio.to_thread``). The function and its
-    arguments must be importable and picklable (a module-level function, plain values).
+    arguments must be importable and picklable (a module-level function, plain values). (Not a
+    ``ProcessPoolExecutor``: with ``max_tasks_per_child`` it can stop replacing workers and hang,
+    CPython gh-115634, in every 3.11.)
     """
 
     def __init__(self, memory_mb: int = DEFAULT_MEMORY_MB, workers: int = DEFAULT_WORKERS) -> None:
         self.memory_mb = memory_mb
-        self.workers = workers
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._slots = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
+        self._running: set[BaseProcess] = set()
         self._closed = False
 
     def run(self, fn: Callable[..., T], *args: Any) -> T:
-        pool = self._current()
-        try:
-            return pool.submit(fn, *args).result()
-        except MemoryError:
+        with self._slots:
+            kind, value = self._call(fn, args)
+        if kind == "result":
+            return value  # type: ignore[no-any-return]
+        if isinstance(value, MemoryError):
             raise WalkMemoryError(
                 f"Reading the layer needed more than the {self.memory_mb} MiB a walk may use; nothing was changed."
-            ) from None
-        except BrokenProcessPool:
-            self._replace(pool)
-            raise WalkMemoryError(
-                f"The process reading the layer was killed (more than the {self.memory_mb} MiB a walk may use, or "
-                "the system's memory ran out); nothing was changed."
-            ) from None
+            )
+        raise value
 
     def close(self) -> None:
+        """Refuse new walks and stop the running ones (the controller is going away)."""
         with self._lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            running = list(self._running)
+        for process in running:
+            process.terminate()
 
-    def _current(self) -> concurrent.futures.ProcessPoolExecutor:
+    def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        receiving, sending = context.Pipe(duplex=False)
+        process = context.Process(target=_child, args=(sending, self.memory_mb << 20, fn, args), daemon=True)
         with self._lock:
             if self._closed:
                 raise WorkspaceError("The controller is shutting down; the layer was not read.")
-            if self._pool is None:
-                context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(PRELOAD)
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.workers, mp_context=context, initializer=_limit_memory,
-                    initargs=(self.memory_mb << 20,), max_tasks_per_child=1,
-                )  # fmt: skip
-            return self._pool
-
-    def _replace(self, broken: concurrent.futures.ProcessPoolExecutor) -> None:
-        """A child died: the pool refuses all work from then on, so the next call gets a new one."""
-        with self._lock:
-            if self._pool is broken:
-                self._pool = None
-        broken.shutdown(wait=False, cancel_futures=True)
+            process.start()
+            self._running.add(process)
+        sending.close()
+        try:
+            outcome: tuple[str, Any] = receiving.recv()
+        except EOFError:
+            process.join()
+            raise WalkMemoryError(
+                f"The process reading the layer ended without an answer (exit code {process.exitcode}): killed for "
+                f"using more than the {self.memory_mb} MiB a walk may, or by the system; nothing was changed."
+            ) from None
+        finally:
+            receiving.close()
+            with self._lock:
+                self._running.discard(process)
+        process.join()
+        return outcome

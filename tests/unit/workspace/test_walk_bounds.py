@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -130,5 +131,17 @@ def test_a_walk_past_its_memory_fails_alone_and_the_next_one_runs() -> None:
             offload.run(_refuse, 4096)
         assert raised.value.limit == 4096
         assert offload.run(_allocate, 1) == 1 << 20
+    finally:
+        offload.close()
+
+
+def test_more_walks_than_workers_all_finish() -> None:
+    """More calls than workers wait for a slot, each in a child of its own (a pool with max_tasks_per_child can
+    stop replacing its workers and hang: CPython gh-115634)."""
+    offload = Offload(memory_mb=256, workers=2)
+    try:
+        with ThreadPoolExecutor(8) as threads:
+            sizes = list(threads.map(lambda n: offload.run(_allocate, n), range(1, 9)))
+        assert sizes == [n << 20 for n in range(1, 9)]
     finally:
         offload.close()
