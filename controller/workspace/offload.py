@@ -14,6 +14,7 @@ else.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import threading
 from collections.abc import Callable
@@ -27,6 +28,8 @@ T = TypeVar("T")
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_WORKERS = 4
+NICE = 10
+"""How much lower a walk's child runs than the controller."""
 PRELOAD = ["__main__", "controller.workspaces"]
 """What the fork server imports once, so that each walk's child starts in milliseconds (the main module too, as
 ``multiprocessing`` does by default: a child would import it again otherwise)."""
@@ -45,6 +48,7 @@ def _child(conn: Connection, limit_bytes: int, fn: Callable[..., Any], args: tup
     """In the child: a data segment (heap and anonymous mappings) no larger than ``limit_bytes``, then the call;
     its result or its exception goes back through ``conn``."""
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, limit_bytes))
+    os.nice(NICE)  # background work: the sessions' own requests come first on a busy machine
     try:
         outcome: tuple[str, Any] = ("result", fn(*args))
     except BaseException as err:  # noqa: BLE001 - everything goes back to the caller, to be raised there
