@@ -35,6 +35,9 @@ def is_git_name(name: str) -> bool:
 
 
 def is_git_path(rel: str) -> bool:
+    folded = rel.translate(HFS_IGNORED).casefold()
+    if ".git" not in folded and "git~1" not in folded:
+        return False  # what every git name holds once folded: most paths are decided in one pass
     return any(is_git_name(part) for part in rel.split("/"))
 
 

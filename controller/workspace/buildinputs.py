@@ -27,10 +27,9 @@ class BuildInputs(BaseModel):
     def why(self, path: str, is_dir: bool) -> str | None:
         """Why ``path`` is a named build input: it or a directory holding it matches a glob, or (not as a
         directory) it lies on the way to one, where a link would lead the build elsewhere."""
-        parts = path.split("/")
-        ancestors = ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
         for pattern, reason in self.patterns:
-            if any(fnmatch.fnmatchcase(candidate, pattern) for candidate in ancestors):
+            # fnmatch's * crosses "/": "PATTERN/*" matches whatever lies below a match, at any depth
+            if fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path, pattern + "/*"):
                 return reason
             if not is_dir and pattern.startswith(path + "/"):
                 return reason

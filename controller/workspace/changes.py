@@ -19,6 +19,7 @@ device through the mount. Each change carries a disposition; only ``apply`` (and
 
 from __future__ import annotations
 
+import collections
 import os
 import stat
 from collections.abc import Callable
@@ -76,21 +77,22 @@ def scan(layer: Layer, with_diffs: bool = True) -> Changes:
         pointers = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
         git_reads = gitpointers.Index(pointers)
         for change in found:
-            if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
-                change.target = beneath.readlink(upper, change.path)  # judged by it
+            if change.kind != Kind.DELETED and change.type == FileType.SYMLINK and change.target is None:
+                change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
             from_setup = setup is not None and made_by_setup(setup, lower, change.path)
             _judge(change, rules, from_setup, layer.info, git_reads)
         # The diff allowance goes first to what an apply may write (files it never applies, ignored ones say,
         # cannot spend it), smallest first: a padding of large files cannot leave a short script undiffed.
         budget = MAX_DIFFS_TOTAL
         order = sorted(found, key=lambda c: (c.disposition not in (Disposition.APPLY, Disposition.TRUSTED), c.size))
-        for change in order:
-            _describe(change, upper, lower, with_diffs and budget > 0)
-            if change.diff is not None:
-                budget -= textdiff.encoded_size(change.diff)
-        gitlike.guard(found, lower)
-        if with_diffs:
-            _find_renames(found, upper, lower)
+        with _Dirs(upper) as uppers, _Dirs(lower) as lowers:
+            for change in order:
+                _describe(change, uppers, lowers, with_diffs and budget > 0)
+                if change.diff is not None:
+                    budget -= textdiff.encoded_size(change.diff)
+            gitlike.guard(found, lower)
+            if with_diffs:
+                _find_renames(found, uppers, lowers)
     finally:
         for fd in (upper, lower, setup):
             if fd is not None:
@@ -139,20 +141,35 @@ class _Walker:
         entries, more = names.listing(fd, self.limit - self.seen)
         self.seen += len(entries)
         self.truncated = self.truncated or more
-        for name, st in entries:  # each within the allowance; a directory below may use up the rest
-            low = beneath.lstat(self.lower, prefix + name) if lower_is_dir else None
-            if _is_whiteout(fd, name, st):
-                if low is not None:
-                    self.deleted_tree(prefix + name, low)
-            elif stat.S_ISDIR(st.st_mode):
-                self.subdir(fd, prefix + name, name, st, low, opaque, depth)
-            else:
-                self.leaf(fd, prefix + name, name, st, low)
+        lower = self._lower_dir(prefix) if lower_is_dir else None  # opened once: each entry costs one stat there
+        try:
+            for name, st in entries:  # each within the allowance; a directory below may use up the rest
+                low = _lstat_in(lower, name) if lower is not None else None
+                if _is_whiteout(fd, name, st):
+                    if low is not None:
+                        self.deleted_tree(prefix + name, low)
+                elif stat.S_ISDIR(st.st_mode):
+                    self.subdir(fd, prefix + name, name, st, low, opaque, depth)
+                else:
+                    self.leaf(fd, prefix + name, name, st, low)
+        finally:
+            if lower is not None:
+                os.close(lower)
         if opaque and lower_is_dir and prefix and not more:  # (a partial listing would invent deletions)
             seen = {name for name, _ in entries}
             for name, st in _listing(self.lower, prefix.rstrip("/")):
                 if name not in seen:
                     self.deleted_tree(prefix + name, st)
+
+    def _lower_dir(self, prefix: str) -> int | None:
+        """An fd on the checkout's directory ``prefix`` (no symlink followed); None when it is gone."""
+        if not prefix:
+            return os.dup(self.lower)
+        try:
+            with beneath.parent(self.lower, prefix.rstrip("/")) as (parent_fd, name):
+                return beneath.open_dir(parent_fd, name)
+        except FileNotFoundError:
+            return None
 
     def subdir(
         self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None, opaque: bool, depth: int
@@ -205,13 +222,18 @@ class _Walker:
     def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
         sparse = sparse_reason(fd, name, st)
         if low is None or unreadable(st):
-            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, previous=low, reason=sparse)
+            kind = Kind.ADDED if low is None else Kind.MODIFIED
         elif stat.S_ISDIR(low.st_mode):
             for child, child_st in _listing(self.lower, path):
                 self.deleted_tree(f"{path}/{child}", child_st)
-            self.add(path, Kind.MODIFIED, st, previous=low, reason=sparse)
+            kind = Kind.MODIFIED
         elif not _identical(fd, name, st, self.lower, path, low):
-            self.add(path, Kind.MODIFIED, st, previous=low, reason=sparse)
+            kind = Kind.MODIFIED
+        else:
+            return
+        self.add(path, kind, st, previous=low, reason=sparse)
+        if stat.S_ISLNK(st.st_mode):
+            self.found[-1].target = os.readlink(name, dir_fd=fd)  # read here, where its directory is open
 
     def deleted_tree(self, path: str, st: os.stat_result) -> None:
         """A lower entry and everything below it; inside ``.git`` (discarded anyway) only the top entry, not every object."""
@@ -250,6 +272,13 @@ class _Walker:
                 reason=reason,
             )
         )
+
+
+def _lstat_in(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 def _empty(dir_fd: int) -> bool:
@@ -362,7 +391,40 @@ def same_bytes(a: int, b: int) -> bool:
         offset += len(left)
 
 
-def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
+class _Dirs:
+    """Directory fds below a root by relative path, the last few kept open: the paths of one listing share their
+    directories, so reading each file no longer walks its whole path from the root (an agent's paths may be deep)."""
+
+    def __init__(self, root: int, keep: int = 32) -> None:
+        self.root = root
+        self.keep = keep
+        self._open: collections.OrderedDict[str, int] = collections.OrderedDict()
+
+    def __enter__(self) -> _Dirs:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in self._open.values():
+            os.close(fd)
+        self._open.clear()
+
+    def directory(self, rel: str) -> int:
+        """An fd on directory ``rel`` ("" is the root), owned by this object; no symlink on the way is followed."""
+        if not rel:
+            return self.root
+        fd = self._open.get(rel)
+        if fd is not None:
+            self._open.move_to_end(rel)
+            return fd
+        parent, _, name = rel.rpartition("/")
+        fd = beneath.open_dir(self.directory(parent), name)
+        self._open[rel] = fd
+        while len(self._open) > self.keep:
+            os.close(self._open.popitem(last=False)[1])
+        return fd
+
+
+def _describe(change: Change, upper: _Dirs, lower: _Dirs, with_diffs: bool) -> None:
     """Fill in the binary flag and the diff, reading each side at most once, boundedly."""
     if not with_diffs or (change.type != FileType.FILE and change.previous != FileType.FILE):
         return
@@ -375,12 +437,18 @@ def _describe(change: Change, upper: int, lower: int, with_diffs: bool) -> None:
         change.diff = textdiff.unified(change.path, old, new)
 
 
-def _head(root: int, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes | None:
+def _head(dirs: _Dirs, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes | None:
+    parent, _, name = path.rpartition("/")
     try:
-        with beneath.reading(root, path) as fd:
-            return textdiff.read_head(fd, limit)
+        fd = beneath.open_file(dirs.directory(parent), name)
     except OSError:
         return None
+    try:
+        return textdiff.read_head(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _judge(
@@ -456,7 +524,7 @@ def symlink_problem(link: str, target: str) -> str:
     return ""
 
 
-def _find_renames(found: list[Change], upper: int, lower: int) -> None:
+def _find_renames(found: list[Change], upper: _Dirs, lower: _Dirs) -> None:
     """Pair an added file with a deleted one of the same small size and bytes; a hint for the reviewer only."""
     deleted: dict[int, list[Change]] = {}
     for c in found:

@@ -117,30 +117,28 @@ class Pointer:
 
 
 class Index:
-    """The pointers, looked up by path in steps of its depth (``Pointer.covers`` of each, without trying each)."""
+    """The pointers, looked up by path in time of the few directory pointers, not of the path's depth (an agent's
+    paths may be deep); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order."""
 
     def __init__(self, pointers: tuple[Pointer, ...]) -> None:
         self.everything = next((p for p in pointers if p.path == "."), None)
-        self.exact: dict[str, Pointer] = {}
-        self.below: dict[str, Pointer] = {}  # directories whose whole tree is covered
-        self.on_the_way: dict[str, Pointer] = {}  # strict ancestors of a pointer: covered unless a directory
-        for pointer in reversed(pointers):  # the first pointer listed wins, as in ``covers`` order
-            self.exact[pointer.path] = pointer
+        self.exact: dict[str, tuple[int, Pointer]] = {}
+        self.on_the_way: dict[str, tuple[int, Pointer]] = {}  # strict ancestors of a pointer: covered unless a dir
+        self.below: list[tuple[str, int, Pointer]] = []  # directories whose whole tree is covered
+        for order, pointer in enumerate(pointers):
+            self.exact.setdefault(pointer.path, (order, pointer))
             if pointer.directory:
-                self.below[pointer.path] = pointer
+                self.below.append((pointer.path + "/", order, pointer))
             parts = pointer.path.split("/")
             for depth in range(1, len(parts)):
-                self.on_the_way["/".join(parts[:depth])] = pointer
+                self.on_the_way.setdefault("/".join(parts[:depth]), (order, pointer))
 
     def covering(self, path: str, is_dir: bool) -> Pointer | None:
         if self.everything is not None:
             return self.everything
-        found = [self.exact.get(path)]
-        if not is_dir:
-            found.append(self.on_the_way.get(path))
-        parts = path.split("/")
-        found += [self.below.get("/".join(parts[:depth])) for depth in range(1, len(parts))]
-        return next((p for p in found if p is not None), None)
+        found = [self.exact.get(path), None if is_dir else self.on_the_way.get(path)]
+        found += [(order, pointer) for prefix, order, pointer in self.below if path.startswith(prefix)]
+        return min((f for f in found if f is not None), key=lambda f: f[0], default=(0, None))[1]
 
 
 @dataclass

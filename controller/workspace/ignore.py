@@ -21,14 +21,18 @@ class IgnoreRules:
     def __init__(self, files: dict[str, str]) -> None:
         ordered = sorted(files.items(), key=lambda item: _rank(item[0]))
         self._specs = [(_base(key), GitIgnoreSpec.from_lines(text.splitlines())) for key, text in ordered]
+        self._directories: dict[str, bool] = {"": False}
+        """Verdicts of directories already asked about: a listing's paths share them, however deep."""
 
     def ignored(self, path: str, is_dir: bool) -> bool:
         """Whether ``path`` (or a directory above it) is ignored."""
-        parts = path.split("/")
-        for depth in range(1, len(parts) + 1):
-            if self._match("/".join(parts[:depth]), is_dir or depth < len(parts)):
-                return True
-        return False
+        return self._directory(path.rpartition("/")[0]) or self._match(path, is_dir)
+
+    def _directory(self, path: str) -> bool:
+        known = self._directories.get(path)
+        if known is None:
+            known = self._directories[path] = self._directory(path.rpartition("/")[0]) or self._match(path, True)
+        return known
 
     def _match(self, path: str, is_dir: bool) -> bool:
         verdict: bool | None = None
