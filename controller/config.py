@@ -233,6 +233,11 @@ class Settings(BaseSettings):
         description="Memory (data segment) of the child process that reads a session's layer at a turn's end, for "
         "its changes and for the retention sweep: what the agent made is never walked in the controller's own process.",
     )  # fmt: skip
+    walk_timeout_s: float = Field(
+        600, ge=1, le=86400,
+        description="Longest a walk of a session's layer may take before its process is stopped (the walk fails "
+        "with an error, and nothing is changed).",
+    )  # fmt: skip
     disk_quota: Literal["auto", "host", "helper", "off"] = Field(
         "auto",
         description="How each session's disk quota (limits.disk_mb, limits.inodes) is made: its own loop-mounted "

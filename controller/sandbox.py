@@ -359,8 +359,8 @@ class DockerSandbox:
         if await asyncio.to_thread(self._count_names, limit) > limit:
             raise EntryLimitError(
                 f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
-                "counted by its name): the session's limit (names). The turn was stopped; its files are kept, "
-                "but a layer past the limit is never applied."
+                f"counted by its name), the session's limit (names), or a directory deeper than {names.MAX_DEPTH} "
+                "levels. The turn was stopped; its files are kept, but a layer past the limit is never applied."
             )
 
     def _count_names(self, limit: int) -> int:

@@ -95,6 +95,7 @@ class Sessions:
         self._admit_lock = asyncio.Lock()
         self._background: list[asyncio.Task[None]] = []
         self._left_behind: set[str] = set()
+        self._listings: dict[tuple[str, bool], asyncio.Future[Changes]] = {}
         """Sessions taken over whose containers the engine has not removed yet (``_remove_left``)."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -382,7 +383,7 @@ class Sessions:
         for record, last in self.store.ended_before(time.time() - age_s):
             if not include_unapplied:
                 try:
-                    pending = await asyncio.to_thread(self.workspaces.pending, record.id)
+                    pending = await self.workspaces.in_thread(self.workspaces.pending, record.id)
                 except NotFoundError:  # no layer left (discarded, or never made)
                     pending = 0
                 except (CubicleError, OSError, ValueError) as err:  # unreadable (its checkout moved, say): kept
@@ -442,7 +443,13 @@ class Sessions:
 
     async def changes(self, session_id: str, diff: bool = False) -> Changes:
         self.get(session_id)
-        return await asyncio.to_thread(self.workspaces.changes, session_id, diff)
+        key = (session_id, diff)
+        listing = self._listings.get(key)
+        if listing is None:  # requests for the same listing while one is read share it: one walk, not one each
+            listing = asyncio.ensure_future(self.workspaces.in_thread(self.workspaces.changes, session_id, diff))
+            self._listings[key] = listing
+            listing.add_done_callback(lambda _: self._listings.pop(key, None))
+        return await asyncio.shield(listing)
 
     async def checkpoints(self, session_id: str) -> list[Checkpoint]:
         self.get(session_id)
@@ -474,7 +481,7 @@ class Sessions:
     async def rewind(self, session_id: str, turn: int) -> SessionRecord:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
         async with self._quiesced(session_id, "rewind when the turn has ended") as recorder:
-            await asyncio.to_thread(self.workspaces.rewind, session_id, turn)
+            await self.workspaces.in_thread(self.workspaces.rewind, session_id, turn)
             convo = recorder.convo
             convo.add_user_text(
                 f"[cubicle] The files in /workspace were rewound to how they were at the end of turn {turn}; "

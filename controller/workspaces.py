@@ -13,8 +13,10 @@ Rewriting a layer (apply, revert, rewind, discard) needs the session's container
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
+import functools
 import logging
 import os
 import shutil
@@ -40,6 +42,8 @@ from .workspace.offload import Offload
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+WAIT_THREADS = 16
+"""Threads that may wait on walks at once (each walk's child is bounded by ``Offload``'s slots)."""
 SWEEP_GRACE_S = 60.0
 """``sweep`` leaves a layer without a session alone this long: its session's row may be about to be written."""
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
@@ -251,6 +255,13 @@ class Workspaces:
         """Makes and mounts each layer's own filesystem (its disk quota); None: layers without a quota."""
         self.offload = offload
         """Where the walks the agent sizes run (turn ends, listings, the retention count); None: in this process."""
+        self._waiting = concurrent.futures.ThreadPoolExecutor(WAIT_THREADS, thread_name_prefix="cubicle-walk")
+        """Threads that wait on walks: a slow walk never holds a thread of asyncio's default pool, which every
+        other blocking call of the controller (a session's start, the engine's API) needs."""
+
+    async def in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a method of this object that walks a layer) in a thread of the walks' own pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._waiting, functools.partial(fn, *args))
 
     def create(
         self, session_id: str, repo: Path, quota: DiskQuota | None = None, names: int = workspace.DEFAULT_NAMES
@@ -406,9 +417,9 @@ class Workspaces:
         """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
         with self.using(session_id) as layer:
             try:
-                result = workspace.apply(
-                    layer, paths=paths, include_ignored=include_ignored, force=force,
-                    bounds=self.apply_bounds(layer), build_inputs=build_inputs,
+                result = self._walk(  # a scan first, as large as the agent's tree: in the walk's child
+                    workspace.apply, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
+                    build_inputs,
                 )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
@@ -477,6 +488,7 @@ class Workspaces:
         """Unmount the layer filesystems this process mounted that nothing uses now; stop the walkers' processes."""
         if self.offload is not None:
             self.offload.close()
+        self._waiting.shutdown(wait=False, cancel_futures=True)
         if self.disks is not None:
             self.disks.close()
 
@@ -538,7 +550,7 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
     ends nothing: the transcript and the layer stay as they are.
     """
     try:
-        number, summary = await asyncio.to_thread(workspaces.checkpoint_and_summary, session_id)
+        number, summary = await workspaces.in_thread(workspaces.checkpoint_and_summary, session_id)
     except (workspace.WorkspaceError, NotFoundError, QuotaFullError, OSError) as err:
         log.warning("could not checkpoint the layer of %s: %s", session_id, err)
         await sink.emit(
@@ -559,7 +571,7 @@ async def apply_and_report(
     build_inputs: bool = False,
 ) -> ApplyResult:  # fmt: skip
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
-    result = await asyncio.to_thread(workspaces.apply, session_id, force, include_ignored, build_inputs)
+    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
         more = max(0, len(result.applied) - MAX_LISTED_PATHS)

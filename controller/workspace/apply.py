@@ -127,6 +127,9 @@ class ApplyTooLargeError(WorkspaceError):
         self.total = total
         self.limit = limit
 
+    def __reduce__(self) -> tuple[type[ApplyTooLargeError], tuple[str, int, int]]:
+        return type(self), (self.what, self.total, self.limit)  # raised in a walk's child process, raised again here
+
 
 def _blocks(size: int) -> int:
     return max(BLOCK, -(-size // BLOCK) * BLOCK)

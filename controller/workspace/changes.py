@@ -36,6 +36,9 @@ from .records import Change, Disposition, FileType, Kind, file_type
 OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
 MAX_DEPTH = 256
+MAX_PATH_BYTES = 3000
+"""A longer path in the layer is listed once, as unsafe, and nothing below it is read: it is never applied or
+checkpointed (the layer's own path must fit beside it in PATH_MAX), and it would cost every listing its length."""
 MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the checkout
 MAX_DIFFS_TOTAL = 2 << 20
 """JSON bytes of diff text one listing carries: once spent, later files are listed without one
@@ -145,7 +148,10 @@ class _Walker:
         try:
             for name, st in entries:  # each within the allowance; a directory below may use up the rest
                 low = _lstat_in(lower, name) if lower is not None else None
-                if _is_whiteout(fd, name, st):
+                if len(os.fsencode(prefix + name)) > MAX_PATH_BYTES:
+                    kind = Kind.ADDED if low is None else Kind.MODIFIED
+                    self.add(prefix + name, kind, st, low, reason=f"a path longer than {MAX_PATH_BYTES} bytes")
+                elif _is_whiteout(fd, name, st):
                     if low is not None:
                         self.deleted_tree(prefix + name, low)
                 elif stat.S_ISDIR(st.st_mode):

@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from . import beneath, names
-from .changes import MAX_APPLY_BYTES, MAX_DEPTH, is_sparse, unreadable
+from .changes import MAX_APPLY_BYTES, MAX_DEPTH, MAX_PATH_BYTES, is_sparse, unreadable
 from .errors import LayerMissingError, TooManyEntriesError, WorkspaceError
 from .layer import Layer, ensure_unmounted, open_upper
 
-MAX_PATH_BYTES = 3000
-"""Entries whose path in the layer is longer are not kept (the layer's own path must fit beside it in PATH_MAX)."""
+MAX_MANIFEST_BYTES = 256 << 20
+"""A checkpoint whose manifest would be larger is not made: long names by the hundred thousand cost bytes per name."""
 MAX_XATTR_BYTES = 16 << 20
 """Bytes of the agent's own xattrs (names and values) one checkpoint keeps; past them only overlay's markers are."""
 MANIFEST_VERSION = 2
@@ -79,10 +79,18 @@ class _Walk:
     limit: int
     seen: int = 0
     xattr_bytes: int = 0
+    written: int = 0
     first_names: dict[int, str] = field(default_factory=dict)  # inode -> first path, for files with hard links
 
     def add(self, entry: Entry) -> None:
-        self.out.write(json.dumps(entry, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n")
+        line = json.dumps(entry, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
+        self.written += len(line)
+        if self.written > MAX_MANIFEST_BYTES:
+            raise WorkspaceError(
+                f"The checkpoint's list of the layer's entries would be larger than {MAX_MANIFEST_BYTES >> 20} MiB "
+                "(long names by the hundred thousand); it was not made. Earlier checkpoints are kept."
+            )
+        self.out.write(line)
 
 
 def numbers(layer: Layer) -> list[int]:

@@ -50,7 +50,8 @@ class TooManyEntriesError(WorkspaceError):
         self.limit = limit
         super().__init__(
             f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link counted "
-            "by its name), the session's limit (names): it is neither checkpointed nor applied."
+            "by its name), the session's limit (names), or a directory deeper than 256 levels: it is neither "
+            "checkpointed nor applied."
         )
 
     def __reduce__(self) -> tuple[type[TooManyEntriesError], tuple[int]]:

@@ -18,7 +18,9 @@ MAX_DEPTH = 256
 
 
 def count(root_fd: int, limit: int) -> int:
-    """The names below the directory ``root_fd``, or ``limit + 1`` as soon as there are more than ``limit``.
+    """The names below the directory ``root_fd``, or ``limit + 1`` as soon as there are more than ``limit``
+    or any name lies deeper than ``MAX_DEPTH`` directories (no walk reads there, so nothing there may be
+    made unseen).
 
     A directory that cannot be opened (gone, or unreadable to a controller that is not root) is counted
     but not entered: no walk can read what it holds, so it costs none."""
@@ -30,9 +32,9 @@ def _count(dir_fd: int, limit: int, seen: int, depth: int) -> int:
     with os.scandir(dir_fd) as it:
         for entry in it:
             seen += 1
-            if seen > limit:
-                return seen
-            if depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
+            if seen > limit or depth >= MAX_DEPTH:
+                return limit + 1
+            if entry.is_dir(follow_symlinks=False):
                 subdirs.append(entry.name)
     for name in subdirs:
         try:

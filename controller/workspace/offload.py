@@ -27,6 +27,7 @@ from .errors import WorkspaceError
 T = TypeVar("T")
 
 DEFAULT_MEMORY_MB = 1024
+DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WORKERS = 4
 NICE = 10
 """How much lower a walk's child runs than the controller."""
@@ -42,6 +43,12 @@ class WalkMemoryError(WorkspaceError):
         "The layer holds more than a walk can read within its memory (CUBICLE_WALK_MEMORY_MB): rewind the session "
         "to an earlier checkpoint or discard it."
     )
+
+
+class WalkTimeoutError(WalkMemoryError):
+    """A walk of a layer took longer than a walk may (CUBICLE_WALK_TIMEOUT_S); it was stopped."""
+
+    hint = "Rewind the session to an earlier checkpoint or discard it; a layer this costly to read is never applied."
 
 
 def _child(conn: Connection, limit_bytes: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -70,8 +77,11 @@ class Offload:
     CPython gh-115634, in every 3.11.)
     """
 
-    def __init__(self, memory_mb: int = DEFAULT_MEMORY_MB, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(
+        self, memory_mb: int = DEFAULT_MEMORY_MB, workers: int = DEFAULT_WORKERS, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.memory_mb = memory_mb
+        self.timeout_s = timeout_s
         self._slots = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
         self._running: set[BaseProcess] = set()
@@ -108,6 +118,13 @@ class Offload:
             self._running.add(process)
         sending.close()
         try:
+            if not receiving.poll(self.timeout_s):
+                process.kill()
+                process.join()
+                raise WalkTimeoutError(
+                    f"Reading the layer took longer than the {self.timeout_s:.0f} s a walk may; it was stopped and "
+                    "nothing was changed."
+                )
             outcome: tuple[str, Any] = receiving.recv()
         except EOFError:
             process.join()

@@ -405,3 +405,20 @@ def test_an_image_that_sets_another_user_still_gets_the_toolbox(
         docker_client.images.remove(built.tag)
     finally:
         docker_client.images.remove(base)
+
+
+def test_a_hold_on_an_image_that_declares_a_volume_makes_no_volume(docker_client: Any) -> None:
+    """A hold is created, never started; an image's VOLUME would still get an anonymous volume on the host's disk
+    for it (seen by a test beside it as a volume left behind), so the hold mounts a tmpfs there instead."""
+    tag = tiny_image(docker_client, f"cubicle-env:test-hold-volume-{secrets.token_hex(4)}",
+                     "FROM scratch\nCOPY hello /hello\nVOLUME /data\n")  # fmt: skip
+    labels = owners.labels(TEST_INSTANCE, f"s_holdvol{secrets.token_hex(4)}")
+    try:
+        images.hold(docker_client, tag, labels)
+        (held,) = docker_client.containers.list(
+            all=True, filters={"label": f"{owners.SESSION}={labels[owners.SESSION]}"}
+        )
+        assert [m["Type"] for m in held.attrs["Mounts"]] == [], held.attrs["Mounts"]
+    finally:
+        images.release(docker_client, f"{owners.SESSION}={labels[owners.SESSION]}")
+        docker_client.images.remove(tag, force=True)

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import LayerInUseError, LayerMissingError, apply, checkpoint, discard, revert, rewind, scan
+from controller.workspace import (
+    LayerInUseError,
+    LayerMissingError,
+    TooManyEntriesError,
+    apply,
+    checkpoint,
+    discard,
+    revert,
+    rewind,
+    scan,
+)
 from controller.workspace import layer as layers
 from controller.workspace.checkpoints import read_manifest
 from tests.unit.workspace.overlay import Workspace, snapshot
@@ -124,11 +134,15 @@ def test_a_hostile_depth_and_locked_directories_cost_no_recursion(ws: Workspace)
     ws.agent(
         'i=0; while [ $i -lt 1200 ]; do mkdir d; cd d; i=$((i+1)); done; echo x > f; cd /; chmod 000 "$OLDPWD" || true'
     )
-    ws.agent("mkdir -p locked/in; chmod 000 locked/in locked")
     ws.stop()
     found = {c.path: c for c in scan(ws.layer)}
     deepest = max((p for p in found if p.startswith("d/")), key=len)
     assert found[deepest].disposition.value == "unsafe" and deepest.count("/") < 300
+    with pytest.raises(TooManyEntriesError):  # no walk reads that deep, so nothing there is kept unseen
+        checkpoint(ws.layer)
+    ws.restart()  # the deep tree goes with its layer
+    ws.agent("mkdir -p locked/in; chmod 000 locked/in locked")
+    ws.stop()
     checkpoint(ws.layer)
     rewind(ws.layer, 1)
     assert (ws.layer.upper / "locked").exists()

@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from controller.workspace import TooManyEntriesError, apply, checkpoint, names, rewind, scan
+from controller.workspace import Disposition, TooManyEntriesError, apply, checkpoint, names, rewind, scan
+from controller.workspace.changes import MAX_PATH_BYTES
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
-from controller.workspace.offload import Offload, WalkMemoryError
+from controller.workspace.offload import Offload, WalkMemoryError, WalkTimeoutError
 from tests.unit.workspace.overlay import Workspace
 
 LINKS = 2000
@@ -143,5 +145,46 @@ def test_more_walks_than_workers_all_finish() -> None:
         with ThreadPoolExecutor(8) as threads:
             sizes = list(threads.map(lambda n: offload.run(_allocate, n), range(1, 9)))
         assert sizes == [n << 20 for n in range(1, 9)]
+    finally:
+        offload.close()
+
+
+def test_names_deeper_than_any_walk_reads_count_as_past_the_limit(ws: Workspace) -> None:
+    """A red-team finding: the count stopped at 256 levels, so a million links below them went uncounted."""
+    ws.agent("i=0; while [ $i -lt 260 ]; do mkdir d; cd d; i=$((i+1)); done; touch a b c")
+    ws.stop()
+    fd = os.open(ws.layer.upper, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert names.count(fd, 10_000) == 10_001
+    finally:
+        os.close(fd)
+    with pytest.raises(TooManyEntriesError):
+        checkpoint(ws.layer)
+
+
+def test_a_path_longer_than_any_walk_keeps_is_listed_once_and_nothing_below_it_is_read(ws: Workspace) -> None:
+    """A red-team finding: 5,000 names under 255-byte directories made 64 KB paths, a 314 MB listing."""
+    deep = "/".join(["n" * 250] * 13)  # 3,262 bytes
+    ws.agent(f"mkdir -p {deep} && cd {deep} && touch one two three")
+    ws.stop()
+    found = scan(ws.layer)
+    long = [c for c in found if len(c.path.encode()) > MAX_PATH_BYTES]
+    assert len(long) == 1 and long[0].disposition == Disposition.UNSAFE and "longer than" in long[0].reason
+    assert not any(c.path.endswith(("one", "two", "three")) for c in found)
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_walk_past_its_deadline_is_stopped() -> None:
+    offload = Offload(memory_mb=256, workers=1, timeout_s=1)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WalkTimeoutError):
+            offload.run(_sleep, 30)
+        assert time.monotonic() - started < 20
+        assert offload.run(_sleep, 0) == 0  # the slot is free again
     finally:
         offload.close()
