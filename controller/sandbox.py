@@ -37,6 +37,9 @@ from .workspace import Layer, WorkspaceError, headroom, names
 
 log = logging.getLogger(__name__)
 
+IN_PROCESS_NAMES = 20_000
+"""A layer that held fewer names at the last count is counted in a thread here (milliseconds); a larger one
+in a walk's child process, so that a tree of a million names costs the controller no CPU after each command."""
 WORKSPACE = "/workspace"
 HOME = "/home/agent"
 READY_TIMEOUT_S = 30.0
@@ -84,6 +87,10 @@ class LayerHolder(Protocol):
     def hold(self, layer: Layer) -> None: ...
 
     def release(self, layer: Layer) -> None: ...
+
+    def count_names(self, layer: Layer, limit: int) -> int:
+        """``names.count`` of the layer's upper directory, away from the controller's own process."""
+        ...
 
 
 Preparer = Callable[[Any], Awaitable[Prepared]]
@@ -277,6 +284,7 @@ class DockerSandbox:
         self._holding = False  # the layer is held from its volume's creation until the container is gone
         self._seeded = False  # this container's overlay has the seed layer on top
         self._held = False  # the preparer left a hold on the environment's image (images.hold)
+        self._names = 0  # the layer's names at the last count
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
@@ -356,7 +364,15 @@ class DockerSandbox:
 
     async def check_names(self) -> None:
         limit = self.limits.names
-        if await asyncio.to_thread(self._count_names, limit) > limit:
+        try:
+            if self._holder is not None and self._names > IN_PROCESS_NAMES:
+                self._names = await asyncio.to_thread(self._holder.count_names, self.layer, limit)
+            else:
+                self._names = await asyncio.to_thread(self._count_names, limit)
+        except WorkspaceError as err:  # the walk's child failed: the turn's end reads the layer again and says so
+            log.warning("could not count the names of the layer of %s: %s", self.session_id, err)
+            return
+        if self._names > limit:
             raise EntryLimitError(
                 f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
                 f"counted by its name), the session's limit (names), or a directory deeper than {names.MAX_DEPTH} "
@@ -367,13 +383,9 @@ class DockerSandbox:
         """The upper layer's names, counted to one past ``limit`` at most (its quota filesystem is mounted while
         the container runs; a layer that cannot be read counts none: every walk of it fails the same way)."""
         try:
-            upper = workspace.layer.open_upper(self.layer)
+            return workspace.layer.count_names(self.layer, limit)
         except OSError:
             return 0
-        try:
-            return names.count(upper, limit)
-        finally:
-            os.close(upper)
 
     async def stop(self) -> None:
         """Kill and remove the container at once (no stop grace), and the session's proxy and network if any."""

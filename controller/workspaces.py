@@ -366,6 +366,10 @@ class Workspaces:
             self.release(layer)
             raise
 
+    def count_names(self, layer: Layer, limit: int) -> int:
+        """The names in the layer's upper directory, up to one past ``limit`` (in a walk's child when offloaded)."""
+        return self._walk(workspace.layer.count_names, layer, limit)
+
     def release(self, layer: Layer) -> None:
         if self.disks is not None:
             self.disks.release(layer)

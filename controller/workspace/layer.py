@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from . import baseline, beneath
+from . import baseline, beneath, names
 from .buildinputs import BuildInputs
 from .errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
 from .names import DEFAULT_NAMES
@@ -205,6 +205,15 @@ def open_upper(layer: Layer) -> int:
             raise
         os.chmod(layer.upper, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
         return beneath.open_root(layer.upper)
+
+
+def count_names(layer: Layer, limit: int) -> int:
+    """``names.count`` of the upper directory: its names, up to one past ``limit``."""
+    upper = open_upper(layer)
+    try:
+        return names.count(upper, limit)
+    finally:
+        os.close(upper)
 
 
 def open_layer(data_dir: Path, session_id: str) -> Layer:

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from controller.workspace import Disposition, TooManyEntriesError, apply, checkpoint, names, rewind, scan
+from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
 from controller.workspace.offload import Offload, WalkMemoryError, WalkTimeoutError
+from controller.workspaces import Workspaces
 from tests.unit.workspace.overlay import Workspace
 
 LINKS = 2000
@@ -188,3 +190,14 @@ def test_a_walk_past_its_deadline_is_stopped() -> None:
         assert offload.run(_sleep, 0) == 0  # the slot is free again
     finally:
         offload.close()
+
+
+def test_a_large_layer_is_counted_in_a_walks_child(ws: Workspace) -> None:
+    ws.agent("mkdir many; cd many; seq 300 | xargs touch")
+    ws.stop()
+    workspaces = Workspaces(ws.data, offload=Offload(memory_mb=256, workers=1))
+    try:
+        assert workspaces.count_names(ws.layer, 10_000) == layers.count_names(ws.layer, 10_000) >= 301
+        assert workspaces.count_names(ws.layer, 100) == 101
+    finally:
+        workspaces.close()
