@@ -26,7 +26,7 @@ from typing import Any
 from bench.measure import Report, Row, Sample, ms
 from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, section_main
 from controller import disks, protocol
-from controller.config import Settings
+from controller.config import Limits, Settings
 from controller.protocol import CommandResult
 from controller.sandbox import DockerSandbox
 from controller.workspace.layer import DiskQuota
@@ -37,11 +37,14 @@ QUOTA = DiskQuota(mb=1024, inodes=100_000)
 WRITE = "dd if=/dev/zero of=/workspace/blob bs=1M count=256 conv=fsync 2>&1 | tail -n 1; rm -f /workspace/blob"
 
 
-def _sandbox(client: Any, image: str, repo: Path, workspaces: Workspaces, quota: DiskQuota | None) -> DockerSandbox:
+def sandbox(
+    client: Any, image: str, repo: Path, workspaces: Workspaces, quota: DiskQuota | None, limits: Limits = LIMITS
+) -> DockerSandbox:
+    """A sandbox over a fresh layer of ``repo`` (with ``quota``, on its own filesystem), as a session gets one."""
     session_id = "bench-" + secrets.token_hex(4)
     layer = workspaces.create(session_id, repo, quota)
     return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=LIMITS, image=image, instance=INSTANCE,
+        lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
         holder=workspaces,
     )  # fmt: skip
 
@@ -52,8 +55,8 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     quotas = disks.choose("auto", lambda: client, image, data, Settings().docker_host)
     assert quotas is not None
     workspaces = Workspaces(data, None, quotas)
-    quota_box = _sandbox(client, image, repo, workspaces, QUOTA)
-    plain_box = _sandbox(client, image, repo, workspaces, None)
+    quota_box = sandbox(client, image, repo, workspaces, QUOTA)
+    plain_box = sandbox(client, image, repo, workspaces, None)
     try:
         await _ready(report, client, image, quota_box, plain_box, quotas.mounter.name, 6 if quick else 10)
         await _throughput(report, quota_box, plain_box, 2 if quick else 4)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.disk import sandbox
 from bench.measure import Report, Sample, ms
-from bench.rows import INSTANCE, LIMITS, make_repo, section_main
+from bench.rows import LIMITS, make_repo, section_main
 from controller import disks, protocol
 from controller.config import Settings
 from controller.sandbox import DockerSandbox
@@ -64,15 +64,6 @@ async def _while_writing(box: DockerSandbox, loop: str, probe: Path, seconds: fl
         await asyncio.gather(writing, return_exceptions=True)
 
 
-def _sandbox(client: Any, image: str, repo: Path, workspaces: Workspaces, limits: Any) -> DockerSandbox:
-    session_id = "bench-" + secrets.token_hex(4)
-    layer = workspaces.create(session_id, repo, QUOTA)
-    return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
-        holder=workspaces,
-    )  # fmt: skip
-
-
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     """Add the disk I/O table to ``report``."""
     seconds = 5.0 if quick else 10.0
@@ -82,8 +73,8 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     assert quotas is not None
     workspaces = Workspaces(data, None, quotas)
     top = Settings().max_limits
-    limited = _sandbox(client, image, repo, workspaces, LIMITS)
-    unlimited = _sandbox(client, image, repo, workspaces, LIMITS.model_copy(update={"io_mbps": top.io_mbps,
+    limited = sandbox(client, image, repo, workspaces, QUOTA)
+    unlimited = sandbox(client, image, repo, workspaces, QUOTA, LIMITS.model_copy(update={"io_mbps": top.io_mbps,
                                                                                  "io_iops": top.io_iops}))  # fmt: skip
     probe = data / "fsync-probe"
     rows = []
