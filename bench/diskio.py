@@ -74,8 +74,8 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     workspaces = Workspaces(data, None, quotas)
     top = Settings().max_limits
     limited = sandbox(client, image, repo, workspaces, QUOTA)
-    unlimited = sandbox(client, image, repo, workspaces, QUOTA, LIMITS.model_copy(update={"io_mbps": top.io_mbps,
-                                                                                 "io_iops": top.io_iops}))  # fmt: skip
+    at_maximum = LIMITS.model_copy(update={"io_mbps": top.io_mbps, "io_iops": top.io_iops})
+    unlimited = sandbox(client, image, repo, workspaces, QUOTA, at_maximum)
     probe = data / "fsync-probe"
     rows = []
     try:
