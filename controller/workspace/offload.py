@@ -1,14 +1,14 @@
 """Walks of a layer in a child process with its own memory ceiling, never in the controller's.
 
 Everything in a layer was made by the agent, and a walk of it (the checkpoint and the change
-list at a turn's end, the retention sweep's count) costs what the agent chose: millions of
-names, hard links, xattrs. In the controller's own process such a walk would hold the GIL
+list at a turn's end, a listing, apply's scan, a rewind, the retention sweep's count) costs
+what the agent chose: millions of names, hard links, xattrs, deep trees. In the controller's own process such a walk would hold the GIL
 that every request needs, and grow the heap that every session shares. Here it runs in a
 child process forked from a small server process that has the walk's modules loaded
 (``multiprocessing``'s forkserver: no copy of the controller's threads or heap), one walk per
 child, so whatever the walk allocated is returned to the system when it ends. The child's data
-segment is limited (``RLIMIT_DATA``): a walk past it fails with a clear error and harms nobody
-else.
+segment is limited (``RLIMIT_DATA``), its time too (killed past ``timeout_s``), and it runs at a
+lower priority: a walk past its limits fails with a clear error and harms nobody else.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _child(conn: Connection, limit_bytes: int, fn: Callable[..., Any], args: tup
 class Offload:
     """Runs functions in child processes, one child per call, at most ``workers`` at a time.
 
-    ``run`` blocks; call it from a worker thread (``asyncio.to_thread``). The function and its
+    ``run`` blocks; call it from a thread of its own (``Workspaces.in_thread``). The function and its
     arguments must be importable and picklable (a module-level function, plain values). (Not a
     ``ProcessPoolExecutor``: with ``max_tasks_per_child`` it can stop replacing workers and hang,
     CPython gh-115634, in every 3.11.)
@@ -109,28 +109,32 @@ class Offload:
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        receiving, sending = context.Pipe(duplex=False)
-        process = context.Process(target=_child, args=(sending, self.memory_mb << 20, fn, args), daemon=True)
         with self._lock:
             if self._closed:
                 raise WorkspaceError("The controller is shutting down; the layer was not read.")
-            process.start()
+            receiving, sending = context.Pipe(duplex=False)
+            process = context.Process(target=_child, args=(sending, self.memory_mb << 20, fn, args), daemon=True)
+            try:
+                process.start()
+            except BaseException:
+                receiving.close()
+                raise
+            finally:
+                sending.close()
             self._running.add(process)
-        sending.close()
         try:
             if not receiving.poll(self.timeout_s):
                 process.kill()
                 process.join()
                 raise WalkTimeoutError(
-                    f"Reading the layer took longer than the {self.timeout_s:.0f} s a walk may; it was stopped and "
-                    "nothing was changed."
+                    f"Reading the layer took longer than the {self.timeout_s:.0f} s a walk may; it was stopped."
                 )
             outcome: tuple[str, Any] = receiving.recv()
         except EOFError:
             process.join()
             raise WalkMemoryError(
                 f"The process reading the layer ended without an answer (exit code {process.exitcode}): killed for "
-                f"using more than the {self.memory_mb} MiB a walk may, or by the system; nothing was changed."
+                f"using more than the {self.memory_mb} MiB a walk may, or by the system."
             ) from None
         finally:
             receiving.close()
