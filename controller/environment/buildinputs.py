@@ -64,7 +64,7 @@ def find(env: Environment, repo: Path) -> Found:
         text = b""
     for source in sources(text.decode("utf-8", "replace")):
         rel = _normal(source)
-        if rel in ("", "*"):
+        if rel in ("", "*") or "$" in rel:  # the whole context, or a source a build argument names: any of it
             whole = True
         else:
             patterns.append((posixpath.join(context, rel) if context else rel, COPIED))

@@ -108,3 +108,10 @@ def test_a_named_input_covers_what_it_copies_and_the_links_on_the_way(path: str,
 def test_a_repository_without_a_build_has_only_its_setup_inputs(tmp_path: Path) -> None:
     found = buildinputs.find(load(tmp_path), tmp_path)
     assert found.context is None and all(why == buildinputs.READ_BY_SETUP for _, why in found.patterns)
+
+
+def test_a_source_a_build_argument_names_counts_as_the_whole_context(tmp_path: Path) -> None:
+    (tmp_path / ".cubicle").mkdir()
+    (tmp_path / ".cubicle" / "environment.toml").write_text('dockerfile = "Dockerfile"\n')
+    (tmp_path / "Dockerfile").write_text("FROM debian\nARG SRC=tools\nCOPY ${SRC}/run.sh /run.sh\nRUN /run.sh\n")
+    assert buildinputs.find(load(tmp_path), tmp_path).context == ""
