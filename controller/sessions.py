@@ -448,7 +448,10 @@ class Sessions:
         if listing is None:  # requests for the same listing while one is read share it: one walk, not one each
             listing = asyncio.ensure_future(self.workspaces.in_thread(self.workspaces.changes, session_id, diff))
             self._listings[key] = listing
-            listing.add_done_callback(lambda _: self._listings.pop(key, None))
+            listing.add_done_callback(
+                lambda done: self._listings.pop(key, None) if self._listings.get(key) is done else None
+            )
+            listing.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, whoever waits
         return await asyncio.shield(listing)
 
     async def checkpoints(self, session_id: str) -> list[Checkpoint]:
@@ -601,7 +604,11 @@ class Sessions:
             await self._stop_sandbox(session_id)
             recorder = live.recorder if live is not None else await self.recorder(record, epoch)
             recorder.epoch = epoch
-            yield recorder
+            try:
+                yield recorder
+            finally:  # the layer changes here: a listing read before is not one to share from now on
+                self._listings.pop((session_id, False), None)
+                self._listings.pop((session_id, True), None)
 
     async def _stop_sandbox(self, session_id: str) -> None:
         """Remove the session's container wherever it came from (this process, or another one's idle session)."""
