@@ -85,19 +85,20 @@ def _kill_everything_else() -> None:
     ``docker exec`` as root. Normally the first look finds nobody. The caller holds _lock, so no
     request starts a process meanwhile.
 
-    Past KILL_ALL_PATIENCE_S, processes that have stayed the same for KILL_ALL_STUCK_S of looks are
+    Past KILL_ALL_PATIENCE_S, processes among which none new has appeared for KILL_ALL_STUCK_S of looks are
     killed already and only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to
     preempt): they are left to their end. Not sooner: under gVisor a link of a chain, caught in a
     slow fork with the kill pending, still finishes that fork, so the same one at two looks a
     millisecond apart proves nothing (seen: a chain that lived on). One born since, and running,
-    escapes the kills: then the toolbox fails closed and exits, so the whole container goes and
-    the controller starts a fresh one on the same workspace, rather than answer with something
-    still running in it. So does a set that never settles, after four more patiences.
+    escapes the kills (born since: no earlier look listed it; under gVisor a dying process may be missing from
+    one listing and back in the next, so one look back is not enough): then the toolbox fails closed and
+    exits, so the whole container goes and the controller starts a fresh one on the same workspace, rather
+    than answer with something still running in it. So does a set that never settles, after four more patiences.
     """
     _check_armed()
     me, uid = str(os.getpid()), os.getuid()
     deadline = time.monotonic() + KILL_ALL_PATIENCE_S
-    before: set[str] = set()
+    ever: set[str] = set()  # every pid any earlier look listed: gVisor's /proc may skip a dying one in a look
     same_since = time.monotonic()
     while True:
         for _ in range(2):  # twice before each look: a fork in flight at the first is caught by the second
@@ -108,10 +109,10 @@ def _kill_everything_else() -> None:
         if not left:
             return
         now = time.monotonic()
-        if set(left) != before:
+        if set(left) - ever:  # a pid no look listed before; the dying leaving is no change (spinners under gVisor)
             same_since = now
         if now > deadline:
-            running = [pid for pid in left if pid not in before and _running(pid)]
+            running = [pid for pid in left if pid not in ever and _running(pid)]
             if running:
                 os.write(
                     2,
@@ -125,7 +126,7 @@ def _kill_everything_else() -> None:
                     os.write(2, b"toolbox: processes kept changing under every kill; ending the sandbox\n")
                     os._exit(70)
                 return
-        before = set(left)
+        ever.update(left)
         time.sleep(0.001)
 
 
