@@ -187,6 +187,7 @@ def test_a_walk_past_its_deadline_is_stopped() -> None:
         with pytest.raises(WalkTimeoutError):
             offload.run(_sleep, 30)
         assert time.monotonic() - started < 20
+        offload.timeout_s = 120  # a fresh child's start on a busy machine may itself take a second
         assert offload.run(_sleep, 0) == 0  # the slot is free again
     finally:
         offload.close()
