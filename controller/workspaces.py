@@ -233,10 +233,7 @@ def definition_files(repo: Path) -> tuple[tuple[str, ...], BuildInputs]:
     checkout (none when it has no valid definition)."""
     try:
         env = load(repo)
-        found = buildinputs.find(env, repo)
-        return trusted_paths(env, repo), BuildInputs(
-            patterns=found.patterns, context=found.context, ignore=found.ignore
-        )
+        return trusted_paths(env, repo), buildinputs.find(env, repo)
     except CubicleError:
         return (), BuildInputs()
 

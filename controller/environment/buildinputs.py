@@ -4,7 +4,7 @@ The next session's image build copies the Dockerfile's ``COPY``/``ADD`` sources 
 context and may run them (``RUN ./install.sh``) as root, with the engine's default
 capabilities; the setup reads ``setup_inputs`` and may run a program of the repository. An
 agent's change to any of these, once applied, runs in every later build. So they are listed
-here, for the workspace to hold back (``workspace.records.BuildInputs``):
+here, for the workspace to hold back (``workspace.buildinputs.BuildInputs``, which judges changes by them):
 
 - each ``COPY``/``ADD`` source from the context (not ``--from=`` another stage or image, not a
   URL or a heredoc), each ``setup_inputs`` glob, and the setup command's first word when it is
@@ -23,10 +23,10 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CubicleError
+from ..workspace.buildinputs import BuildInputs
 from .buildcontext import DOCKERIGNORE
 from .definition import Environment
 from .files import MAX_DOCKERFILE_BYTES, read_regular, real_root, resolve
@@ -37,24 +37,14 @@ RUN_BY_SETUP = "the environment's setup runs it"
 _INSTRUCTION = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.IGNORECASE | re.DOTALL)
 
 
-@dataclass(frozen=True)
-class Found:
-    """Repo-relative globs, each with why it is a build input, and the build context when it is copied whole."""
-
-    patterns: tuple[tuple[str, str], ...] = ()
-    context: str | None = None
-    ignore: tuple[str, ...] = field(default=())
-    """The whole context's .dockerignore lines: what the copy leaves out."""
-
-
-def find(env: Environment, repo: Path) -> Found:
+def find(env: Environment, repo: Path) -> BuildInputs:
     """The build inputs of ``env`` in ``repo``; a file that cannot be read adds none (the build fails on it anyway)."""
     patterns = [(glob, READ_BY_SETUP) for glob in env.setup_inputs]
     program = _setup_program(env.setup)
     if program is not None:
         patterns.append((program, RUN_BY_SETUP))
     if not env.dockerfile:
-        return Found(tuple(patterns))
+        return BuildInputs(patterns=tuple(patterns))
     context = _normal(env.context)
     whole = False
     root = real_root(repo)
@@ -69,8 +59,8 @@ def find(env: Environment, repo: Path) -> Found:
         else:
             patterns.append((posixpath.join(context, rel) if context else rel, COPIED))
     if not whole:
-        return Found(tuple(patterns))
-    return Found(tuple(patterns), context, _ignore_lines(root, context))
+        return BuildInputs(patterns=tuple(patterns))
+    return BuildInputs(patterns=tuple(patterns), context=context, ignore=_ignore_lines(root, context))
 
 
 def sources(dockerfile: str) -> list[str]:
