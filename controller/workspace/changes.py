@@ -35,7 +35,7 @@ from .records import Change, Disposition, FileType, Kind, file_type
 
 OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
-MAX_DEPTH = 256
+MAX_DEPTH = names.MAX_DEPTH
 MAX_PATH_BYTES = 3000
 """A longer path in the layer is listed once, as unsafe, and nothing below it is read: it is never applied or
 checkpointed (the layer's own path must fit beside it in PATH_MAX), and it would cost every listing its length."""

@@ -14,7 +14,8 @@ from . import beneath
 DEFAULT_NAMES = 1_000_000
 """Names a session's layer may hold unless its limits say otherwise: far above any real repository's."""
 MAX_DEPTH = 256
-"""Directories deeper than this are not descended (``changes`` lists such a tree as unsafe, never applied)."""
+"""How deep every walk of a layer reads (``changes`` lists a deeper tree as unsafe, checkpoints skip it): a name
+below it counts as past the limit."""
 
 
 def count(root_fd: int, limit: int) -> int:
