@@ -28,6 +28,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from . import __version__, repos, webui
 from .api_models import (
     MAX_INDEX,
+    TRUNCATED_HEADER,
+    UNLISTED_HEADER,
     ApplyRequest,
     CreateSession,
     ErrorBody,
@@ -61,9 +63,6 @@ from .sessions import Sessions
 from .store import SessionRecord, open_store
 from .workspace import ApplyResult, Change, RepoChangedError, RevertResult, TooManyEntriesError
 from .workspaces import ApplyConflictError, Checkpoint, printable, printable_conflict, shown
-
-TRUNCATED_HEADER = "Cubicle-Truncated-At"
-"""Set on a changes listing that stopped at the session's names limit (its value)."""
 
 DESCRIPTION = """Start a coding agent on a repository and follow it live. Every tool call the agent makes
 runs in a hardened Docker container of its own session.
@@ -269,10 +268,14 @@ async def get_changes(
     include_ignored); ``discarded`` (under .git) and ``unsafe`` (devices, FIFOs, sockets, links
     leaving the repository) never. When the layer holds more entries than the session's ``names`` limit,
     the list stops there and the header ``Cubicle-Truncated-At`` gives the limit: such a layer is never applied.
+    A listing carries at most the server's ``listing_entries`` changes (what apply would write first); the header
+    ``Cubicle-Unlisted`` counts those left out, which apply writes too.
     """
     found = await sessions.changes(session_id, diff)
     if found.truncated_at is not None:
         response.headers[TRUNCATED_HEADER] = str(found.truncated_at)
+    if found.unlisted:
+        response.headers[UNLISTED_HEADER] = str(found.unlisted)
     return [printable(change) for change in found]
 
 

@@ -15,6 +15,10 @@ from .environment import EnvironmentRequest
 from .store import ApplyPolicy, SessionRecord
 from .workspace import Conflict
 
+TRUNCATED_HEADER = "Cubicle-Truncated-At"
+"""Set on a changes listing that stopped at the session's names limit (its value)."""
+UNLISTED_HEADER = "Cubicle-Unlisted"
+"""Set on a changes listing that left out changes past its bound (how many); apply writes them too."""
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
 
 

@@ -28,7 +28,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 from pydantic import BaseModel, TypeAdapter
 
-from .api_models import MAX_INDEX, Health, RepoList, SessionPage, Transcript
+from .api_models import MAX_INDEX, TRUNCATED_HEADER, UNLISTED_HEADER, Health, RepoList, SessionPage, Transcript
 from .context import ContextPolicy
 from .environment import EnvironmentRequest
 from .errors import (
@@ -47,7 +47,7 @@ from .errors import (
 )
 from .events import EVENT_ADAPTER, Event
 from .store import ApplyPolicy, SessionRecord
-from .workspace import ApplyResult, Change, Conflict, RevertResult
+from .workspace import ApplyResult, Change, Changes, Conflict, RevertResult
 from .workspaces import ApplyConflictError, Checkpoint
 
 __all__ = ["ROUTES", "AsyncClient", "Client", "Routes"]
@@ -86,6 +86,8 @@ class Request(Generic[T]):
     read: Callable[[Any], T]
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+    headers: Callable[[T, httpx.Headers], T] | None = None
+    """What the answer's headers add to the value read from its body, for the answers that carry some."""
 
 
 def _model(model: type[BaseModel]) -> Callable[[Any], Any]:
@@ -150,9 +152,11 @@ class Routes:
         return Request("GET", f"/v1/sessions/{session_id}/messages", _model(Transcript), params={"view": view})
 
     @staticmethod
-    def changes(session_id: str, diff: bool = False) -> Request[list[Change]]:
+    def changes(session_id: str, diff: bool = False) -> Request[Changes]:
         params = {"diff": "true" if diff else "false"}
-        return Request("GET", f"/v1/sessions/{session_id}/changes", _CHANGES.validate_python, params=params)
+        path = f"/v1/sessions/{session_id}/changes"
+        return Request("GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params,
+                       headers=_listing_bounds)  # fmt: skip
 
     @staticmethod
     def apply(
@@ -239,7 +243,19 @@ def _unreachable(url: str, err: httpx.TransportError) -> UnreachableError:
 def _read(request: Request[T], response: httpx.Response) -> T:
     if not response.is_success:
         raise error_of(response)
-    return request.read(response.json() if response.content else None)
+    value = request.read(response.json() if response.content else None)
+    return request.headers(value, response.headers) if request.headers else value
+
+
+def _listing_bounds(found: Changes, headers: httpx.Headers) -> Changes:
+    """Where the server's walk stopped (the names limit) and how many changes its listing left out."""
+    found.truncated_at = _count(headers.get(TRUNCATED_HEADER))
+    found.unlisted = _count(headers.get(UNLISTED_HEADER)) or 0
+    return found
+
+
+def _count(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
 
 
 class _Cursor:
@@ -376,7 +392,8 @@ class Client:
     def messages(self, session_id: str, view: Literal["stored", "model"] = "stored") -> Transcript:
         return self.send(ROUTES.messages(session_id, view))
 
-    def changes(self, session_id: str, diff: bool = False) -> list[Change]:
+    def changes(self, session_id: str, diff: bool = False) -> Changes:
+        """The session's changes; ``truncated_at`` and ``unlisted`` say what the listing does not hold."""
         return self.send(ROUTES.changes(session_id, diff))
 
     def apply(
@@ -495,7 +512,8 @@ class AsyncClient:
     async def messages(self, session_id: str, view: Literal["stored", "model"] = "stored") -> Transcript:
         return await self.send(ROUTES.messages(session_id, view))
 
-    async def changes(self, session_id: str, diff: bool = False) -> list[Change]:
+    async def changes(self, session_id: str, diff: bool = False) -> Changes:
+        """The session's changes; ``truncated_at`` and ``unlisted`` say what the listing does not hold."""
         return await self.send(ROUTES.changes(session_id, diff))
 
     async def apply(

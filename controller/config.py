@@ -238,6 +238,11 @@ class Settings(BaseSettings):
         description="Longest a walk of a session's layer may take before its process is stopped (the walk fails "
         "with an error, and nothing is changed).",
     )  # fmt: skip
+    listing_entries: int = Field(
+        50_000, ge=1, le=1_000_000,
+        description="Changes one listing (GET /changes, the review, the viewer) carries at most, with 16 MiB of their "
+        "paths: what apply would write first. The rest are counted (Cubicle-Unlisted), not sent; apply writes them too.",
+    )  # fmt: skip
     disk_quota: Literal["auto", "host", "helper", "off"] = Field(
         "auto",
         description="How each session's disk quota (limits.disk_mb, limits.inodes) is made: its own loop-mounted "

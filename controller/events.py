@@ -149,6 +149,11 @@ class ChangeSummary(BaseModel):
         description="Set when the layer holds more entries than the session's names limit (this number): the walk "
         "stopped there, so the counts are partial, and the layer can be rewound or discarded but not applied.",
     )
+    unlisted: int = Field(
+        0,
+        description="Changes found but left out of a bounded listing (the counts above are of the listed ones); "
+        "apply writes them too. Always 0 in a turn's changes event, which counts every change.",
+    )
 
 
 class ChangesEvent(_Event):

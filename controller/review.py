@@ -42,7 +42,7 @@ def path_text(path: str, style: str = "") -> Text:
 
 def summary_line(summary: ChangeSummary) -> Text:
     """``3 files changed (2 added, 1 modified) · +12 -1 · 1 held back``."""
-    if not summary.files and not summary.held_back and summary.truncated_at is None:
+    if not summary.files and not summary.held_back and summary.truncated_at is None and not summary.unlisted:
         return Text("no changes to the files")
     kinds = [f"{n} {name}" for n, name in ((summary.added, "added"), (summary.modified, "modified"),
                                             (summary.deleted, "deleted")) if n]  # fmt: skip
@@ -65,6 +65,13 @@ def summary_line(summary: ChangeSummary) -> Text:
             f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
             "(names), so it can be rewound or discarded, never applied",
             "bold red",
+        )
+    elif summary.unlisted:
+        line.append(
+            f"\n  and {plural(summary.unlisted, 'more change')} not listed: a listing is bounded, and what apply "
+            "writes comes first. Apply judges those too and writes the ones it may; if that is not wanted, rewind "
+            "or discard the session.",
+            "yellow",
         )
     return line
 

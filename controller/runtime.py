@@ -54,7 +54,7 @@ class Runtime:
         self.workspaces = Workspaces(
             settings.data_dir, self._clear_as_root,
             disks.choose(quotas, self.engine.client, settings.image, settings.data_dir, settings.docker_host),
-            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s),
+            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
         )  # fmt: skip
         self.environments = Environments(settings, self._clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None

@@ -36,6 +36,7 @@ from .events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary,
 from .workspace import ApplyResult, Change, Conflict, Disposition, Kind, Layer, RevertResult, journal
 from .workspace import checkpoints as checkpoint_files
 from .workspace.buildinputs import BuildInputs
+from .workspace.changes import MAX_LISTED
 from .workspace.layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .workspace.offload import Offload
 
@@ -180,9 +181,10 @@ def refuse_overlap(repo: Path, others: Iterable[tuple[str, str]]) -> None:
 
 def summarize(changes: list[Change]) -> ChangeSummary:
     """Counts for an event or a terminal line: files per kind, lines added and removed, paths held back (and
-    where the walk stopped, when ``changes`` is a scan's partial ``Changes``)."""
-    truncated_at = changes.truncated_at if isinstance(changes, workspace.Changes) else None
-    summary = ChangeSummary(truncated_at=truncated_at)
+    where the walk stopped and how many a listing left out, when ``changes`` is a scan's ``Changes``)."""
+    summary = ChangeSummary()
+    if isinstance(changes, workspace.Changes):
+        summary.truncated_at, summary.unlisted = changes.truncated_at, changes.unlisted
     for change in changes:
         if change.disposition != Disposition.APPLY:
             summary.held_back += 1
@@ -203,8 +205,9 @@ def summarize(changes: list[Change]) -> ChangeSummary:
     return summary
 
 
-def _listed(layer: Layer, diff: bool) -> workspace.Changes:
-    found = workspace.scan(layer, with_diffs=True)
+def _listed(layer: Layer, diff: bool, most: int) -> workspace.Changes:
+    """What the review shows, bounded in the walk's child: only that much crosses into the controller."""
+    found = workspace.listed(workspace.scan(layer, with_diffs=True), most)
     if not diff:
         for change in found:
             change.diff = None
@@ -243,9 +246,11 @@ class Workspaces:
 
     def __init__(
         self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None,
-        offload: Offload | None = None,
+        offload: Offload | None = None, listing: int = MAX_LISTED,
     ) -> None:  # fmt: skip
         self.data_dir = data_dir
+        self.listing = listing
+        """Changes one listing carries at most (``workspace.listed``); the rest are counted, not sent."""
         self.clear_as_root = clear_as_root
         """Empties a directory with root's rights (through the engine); blocking. See ``discard``."""
         self.disks = disks
@@ -386,9 +391,10 @@ class Workspaces:
             self.release(layer)
 
     def changes(self, session_id: str, diff: bool = False) -> workspace.Changes:
-        """Every change in the layer (up to its ``names`` limit); with ``diff``, bounded unified diffs of text files."""
+        """The layer's changes (up to its ``names`` limit), at most ``listing`` of them and the rest counted; with
+        ``diff``, bounded unified diffs of text files."""
         with self.using(session_id) as layer:
-            return self._walk(_listed, layer, diff)
+            return self._walk(_listed, layer, diff, self.listing)
 
     def pending(self, session_id: str) -> int:
         """How many changes the layer holds (past its ``names`` limit: the limit, and more)."""

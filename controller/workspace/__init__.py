@@ -28,7 +28,7 @@ Typical life of a session::
 """
 
 from .apply import ApplyBounds, ApplyResult, ApplyTooLargeError, apply
-from .changes import Change, Changes, Disposition, Kind, scan
+from .changes import Change, Changes, Disposition, Kind, listed, scan
 from .checkpoints import checkpoint, rewind
 from .errors import (
     LayerInUseError,
@@ -66,6 +66,7 @@ __all__ = [
     "checkpoint",
     "create",
     "discard",
+    "listed",
     "mount_options",
     "open_layer",
     "revert",

@@ -43,6 +43,10 @@ MAX_APPLY_BYTES = 1 << 30  # a larger file is listed but never copied into the c
 MAX_DIFFS_TOTAL = 2 << 20
 """JSON bytes of diff text one listing carries: once spent, later files are listed without one
 (each diff is capped, but a layer may hold any number of files)."""
+MAX_LISTED = 50_000
+"""A listing (what ``GET …/changes`` and the review show) carries at most this many changes by default, and
+``MAX_LISTED_BYTES`` of their paths and link targets: the rest are counted (``Changes.unlisted``), not sent."""
+MAX_LISTED_BYTES = 16 << 20
 RENAME_MAX_BYTES = 256 * 1024
 """Files compared whole for the rename hint are at most this large."""
 SPARSE_MIN_BYTES = 1 << 20  # a file this large holding less than half its size in blocks is sparse: never copied
@@ -51,14 +55,35 @@ BUILD_CONTEXT_REASON = (
     "in the environment's build context, which its Dockerfile copies whole (COPY .): the next environment build "
     "runs this repository's files as root; applied only with the acknowledgement for all of them (apply --build-inputs)"
 )
-__all__ = ["Change", "Changes", "Disposition", "Kind", "scan", "symlink_problem"]
+__all__ = ["Change", "Changes", "Disposition", "Kind", "listed", "scan", "symlink_problem"]
 
 
 class Changes(list[Change]):
     """What ``scan`` found, sorted by path; ``truncated_at`` is the layer's ``names`` limit when the layer holds
-    more entries than that: the walk stopped there, so the list is partial and the layer is never applied."""
+    more entries than that: the walk stopped there, so the list is partial and the layer is never applied.
+    ``unlisted`` counts changes the walk found and judged but a bounded listing (``listed``) left out."""
 
     truncated_at: int | None = None
+    unlisted: int = 0
+
+
+def listed(found: Changes, most: int = MAX_LISTED, most_bytes: int = MAX_LISTED_BYTES) -> Changes:
+    """At most ``most`` of ``found`` (and ``most_bytes`` of their paths and targets), sorted by path: what a
+    review can show, held whole in the controller's memory and sent whole. What apply would write goes first
+    (then what it holds back), so a flood of ignored or unsafe entries cannot push the real edits out of view.
+    The rest are only counted: ``unlisted``. Apply is not bounded by this; it judges every change again."""
+    writes = (Disposition.APPLY, Disposition.BUILD_INPUT, Disposition.TRUSTED)
+    kept: list[Change] = []
+    spent = 0
+    for change in sorted(found, key=lambda c: c.disposition not in writes):  # stable: by path within each
+        spent += len(change.path) + len(change.target or "")
+        if len(kept) >= most or spent > most_bytes:
+            break
+        kept.append(change)
+    out = Changes(sorted(kept, key=lambda c: c.path))
+    out.truncated_at = found.truncated_at
+    out.unlisted = found.unlisted + len(found) - len(kept)
+    return out
 
 
 def scan(layer: Layer, with_diffs: bool = True) -> Changes:

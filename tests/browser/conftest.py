@@ -26,6 +26,8 @@ from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "viewer-" + secrets.token_urlsafe(24)
+LISTING = 200
+"""The viewer's server lists at most this many changes (``listing_entries``): more than any other test makes."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,6 +72,7 @@ def viewer(model_server: Any, docker_client: Any) -> Iterator[Viewer]:
         "CUBICLE_LIMITS__TMPFS_MB": "64",
         "CUBICLE_SSE_HEARTBEAT_S": "1",
         "CUBICLE_SESSION_EVENTS_MB": "1",  # small enough for test_output_not_kept to cross it with two commands
+        "CUBICLE_LISTING_ENTRIES": str(LISTING),
     }
     log = Path(tempfile.mkstemp(prefix="cubicle-viewer-serve-", suffix=".log")[1])
     process = serve_subprocess(env, port, log)

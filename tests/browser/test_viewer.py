@@ -21,7 +21,7 @@ from selenium.webdriver.support.select import Select
 
 from controller.scripted import free_port
 from tests.agent_harness import register, text, tool
-from tests.browser.conftest import TOKEN, Viewer, another_port, cookie_client, idle_session
+from tests.browser.conftest import LISTING, TOKEN, Viewer, another_port, cookie_client, idle_session
 from tests.eventually import eventually
 from tests.integration.helpers import container_running
 
@@ -436,3 +436,19 @@ def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_says_so(
                    until=lambda e: e.get_attribute("data-truncated-at") == "1024")  # fmt: skip
     assert "truncated at 1,024 entries" in summary.text and "never applied" in summary.text
     assert 0 < len(find(driver, "change")) <= 1024
+
+
+def test_a_listing_past_the_servers_bound_says_how_many_more_apply_writes(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    scenario = register(model_server, prefix="unlisted", turns=[
+        {"content": [tool("run_command", command=f"seq {LISTING + 20} | xargs touch")]},
+        {"content": [text("done")]},
+    ])  # fmt: skip
+    sid = viewer.api.create(str(viewer.make_repo("unlisted")), scenario)["id"]
+    open_session(driver, viewer, sid)
+    wait_finished(driver)
+    summary = wait(lambda: one(driver, "changes-summary"), "the changes summary",
+                   until=lambda e: bool(e.get_attribute("data-unlisted")))  # fmt: skip
+    assert summary.get_attribute("data-unlisted") == "20" and "20 more not listed" in summary.text
+    assert len(find(driver, "change")) == LISTING

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from controller.client import Client
 from tests.agent_harness import text, tool
 from tests.eventually import eventually
 from tests.integration.helpers import containers_of
-from tests.integration.layer_api import LayerApi, commands
+from tests.integration.layer_api import TOKEN, LayerApi, commands
 from tests.integration.layer_host import OWNER, Host, chown_tree, tree
 
 
@@ -286,3 +287,18 @@ def test_a_turn_past_the_names_limit_stops_after_its_command_and_the_layer_can_o
     assert layer_api.post(sid, "rewind", turn=1).status_code == 200
     assert layer_api.apply(sid)["applied"] == ["kept.txt"]
     assert not (host.repo / "never.txt").exists()
+
+
+def test_a_listing_past_the_servers_bound_counts_the_rest_and_apply_writes_them(
+    layer_base: Path, model_server: Any, host: Host
+) -> None:
+    with LayerApi.serve(layer_base, model_server, listing_entries=2, data_dir=layer_base / "data-listing") as api:
+        sid = api.session(host.repo, commands("echo 1 > a.txt; echo 2 > b.txt; echo 3 > c.txt"))
+        listed = api.http.get(f"/v1/sessions/{sid}/changes")
+        assert [c["path"] for c in listed.json()] == ["a.txt", "b.txt"] and listed.headers["Cubicle-Unlisted"] == "1"
+        assert "Cubicle-Truncated-At" not in listed.headers
+        with Client(str(api.http.base_url), TOKEN) as client:
+            found = client.changes(sid)
+        assert len(found) == 2 and found.unlisted == 1 and found.truncated_at is None
+        assert api.events(sid)[-2]["summary"]["files"] == 3  # the turn's own count is of every change
+        assert api.apply(sid)["applied"] == ["a.txt", "b.txt", "c.txt"]

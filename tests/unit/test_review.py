@@ -88,3 +88,10 @@ def test_a_line_of_the_file_that_starts_with_plus_plus_is_counted_and_drawn_as_a
     header = next(line for line in shown.splitlines() if "b/src/app.py" in line)
     assert "\x1b[1m" in header and "\x1b[1m" not in added, "drawn as the header that names the file"
     assert "\x1b[32m" in added, "green, as every added line"
+
+
+def test_changes_a_bounded_listing_left_out_are_counted_and_apply_is_said_to_write_them() -> None:
+    shown = _plain(review.summary_line(ChangeSummary(files=2, added=2, unlisted=120_000)))
+    assert "2 files changed" in shown and "and 120,000 more changes not listed" in shown
+    assert "Apply judges those too" in shown
+    assert "no changes" not in _plain(review.summary_line(ChangeSummary(unlisted=3)))

@@ -39,10 +39,10 @@ export async function request(method, path, body) {
   return (await send(method, path, body)).data;
 }
 
-// A GET's parsed body and the value of one response header (null when absent).
-export async function getWithHeader(path, name) {
+// A GET's parsed body and the values of some response headers (null when absent).
+export async function getWithHeaders(path, ...names) {
   const { data, response } = await send("GET", path);
-  return [data, response.headers.get(name)];
+  return [data, ...names.map((name) => response.headers.get(name))];
 }
 
 async function send(method, path, body) {

@@ -1,6 +1,6 @@
 // A session's changes: the files with their dispositions and diffs, and the actions on them
 // (apply, revert, discard, rewind to a checkpoint). A refused apply shows its conflicts.
-import { get, getWithHeader, post, sessionPath, ApiError } from "./api.js";
+import { get, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
@@ -82,11 +82,11 @@ export function mountChanges(box, id, onChanged) {
   });
 
   async function load() {
-    const [[changes, truncatedAt], checkpoints] = await Promise.all([
-      getWithHeader(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At"),
+    const [[changes, truncatedAt, unlisted], checkpoints] = await Promise.all([
+      getWithHeaders(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At", "Cubicle-Unlisted"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
-    const key = JSON.stringify([changes, truncatedAt, checkpoints]);
+    const key = JSON.stringify([changes, truncatedAt, unlisted, checkpoints]);
     if (key === shown) return;
     shown = key;
     const applying = changes.filter((c) => c.disposition === "apply").length;
@@ -99,7 +99,11 @@ export function mountChanges(box, id, onChanged) {
     if (truncatedAt) {
       summary.textContent += ` · truncated at ${Number.isFinite(limit) ? limit.toLocaleString("en") : "?"} entries: `
         + "never applied; rewind or discard";
+    } else if (Number(unlisted) > 0) {
+      // The listing is bounded (what apply writes first); apply still judges and writes the rest.
+      summary.textContent += ` · ${Number(unlisted).toLocaleString("en")} more not listed: apply writes those it may too`;
     }
+    summary.dataset.unlisted = unlisted || "";
     summary.dataset.count = String(changes.length);
     const building = changes.filter((c) => c.disposition === "build_input").length;
     setText(buildAck.querySelector("[data-testid=build-inputs-count]"), `${building} path(s)`);

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import Disposition, TooManyEntriesError, apply, checkpoint, names, rewind, scan
+from controller.workspace import Disposition, TooManyEntriesError, apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
@@ -82,6 +82,21 @@ def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_never_checkpointed_
     rewind(ws.layer, 1)
     assert scan(ws.layer).truncated_at is None
     assert apply(ws.layer).applied == ["small.txt"]
+
+
+def test_a_listing_is_bounded_with_what_apply_writes_first_and_apply_still_writes_the_rest(ws: Workspace) -> None:
+    ws.start_with({".gitignore": "build/\n"})
+    ws.agent("mkdir build; cd build; seq 300 | xargs touch; cd ..; for f in 1 2 3; do echo $f > zz$f.txt; done")
+    ws.stop()
+    found = scan(ws.layer)
+    few = listed(found, most=4)
+    assert [c.path for c in few][-3:] == ["zz1.txt", "zz2.txt", "zz3.txt"]  # the edits, though the flood sorts first
+    assert len(few) == 4 and few.unlisted == len(found) - 4 and few.truncated_at is None
+    assert few[0].disposition == Disposition.IGNORED
+    long = listed(found, most_bytes=len("zz1.txt") * 2)
+    assert [c.path for c in long] == ["zz1.txt", "zz2.txt"] and long.unlisted == len(found) - 2
+    assert listed(found).unlisted == 0 and listed(found) == found
+    assert apply(ws.layer).applied == ["zz1.txt", "zz2.txt", "zz3.txt"]
 
 
 def test_a_manifest_of_the_release_before_is_still_rewound_to(ws: Workspace) -> None:
