@@ -29,6 +29,7 @@ from . import __version__, repos, webui
 from .api_models import (
     MAX_INDEX,
     TRUNCATED_HEADER,
+    UNLISTED_APPLIED_HEADER,
     UNLISTED_HEADER,
     ApplyRequest,
     CreateSession,
@@ -268,14 +269,16 @@ async def get_changes(
     include_ignored); ``discarded`` (under .git) and ``unsafe`` (devices, FIFOs, sockets, links
     leaving the repository) never. When the layer holds more entries than the session's ``names`` limit,
     the list stops there and the header ``Cubicle-Truncated-At`` gives the limit: such a layer is never applied.
-    A listing carries at most the server's ``listing_entries`` changes (what apply would write first); the header
-    ``Cubicle-Unlisted`` counts those left out, which apply writes too.
+    A listing carries at most the server's ``listing_entries`` changes and 16 MiB, what a plain apply writes first;
+    the header ``Cubicle-Unlisted`` counts those left out (apply judges them too), ``Cubicle-Unlisted-Applied`` how
+    many of them an apply writes.
     """
     found = await sessions.changes(session_id, diff)
     if found.truncated_at is not None:
         response.headers[TRUNCATED_HEADER] = str(found.truncated_at)
     if found.unlisted:
         response.headers[UNLISTED_HEADER] = str(found.unlisted)
+        response.headers[UNLISTED_APPLIED_HEADER] = str(found.unlisted_applied)
     return [printable(change) for change in found]
 
 

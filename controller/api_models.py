@@ -18,7 +18,9 @@ from .workspace import Conflict
 TRUNCATED_HEADER = "Cubicle-Truncated-At"
 """Set on a changes listing that stopped at the session's names limit (its value)."""
 UNLISTED_HEADER = "Cubicle-Unlisted"
-"""Set on a changes listing that left out changes past its bound (how many); apply writes them too."""
+"""Set on a changes listing that left out changes past its bound (how many); apply judges them too."""
+UNLISTED_APPLIED_HEADER = "Cubicle-Unlisted-Applied"
+"""With ``Cubicle-Unlisted``: how many of the changes left out an apply writes (disposition ``apply``)."""
 MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
 
 

@@ -28,7 +28,16 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 from pydantic import BaseModel, TypeAdapter
 
-from .api_models import MAX_INDEX, TRUNCATED_HEADER, UNLISTED_HEADER, Health, RepoList, SessionPage, Transcript
+from .api_models import (
+    MAX_INDEX,
+    TRUNCATED_HEADER,
+    UNLISTED_APPLIED_HEADER,
+    UNLISTED_HEADER,
+    Health,
+    RepoList,
+    SessionPage,
+    Transcript,
+)
 from .context import ContextPolicy
 from .environment import EnvironmentRequest
 from .errors import (
@@ -251,11 +260,12 @@ def _listing_bounds(found: Changes, headers: httpx.Headers) -> Changes:
     """Where the server's walk stopped (the names limit) and how many changes its listing left out."""
     found.truncated_at = _count(headers.get(TRUNCATED_HEADER))
     found.unlisted = _count(headers.get(UNLISTED_HEADER)) or 0
+    found.unlisted_applied = _count(headers.get(UNLISTED_APPLIED_HEADER)) or 0
     return found
 
 
 def _count(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None
 
 
 class _Cursor:

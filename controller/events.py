@@ -152,8 +152,9 @@ class ChangeSummary(BaseModel):
     unlisted: int = Field(
         0,
         description="Changes found but left out of a bounded listing (the counts above are of the listed ones); "
-        "apply writes them too. Always 0 in a turn's changes event, which counts every change.",
+        "apply judges them too. Always 0 in a turn's changes event, which counts every change.",
     )
+    unlisted_applied: int = Field(0, description="Of those left out, the changes an apply writes.")
 
 
 class ChangesEvent(_Event):

@@ -67,11 +67,14 @@ def summary_line(summary: ChangeSummary) -> Text:
             "bold red",
         )
     elif summary.unlisted:
+        writes = (
+            f"apply writes {summary.unlisted_applied:,} of them (unseen here)" if summary.unlisted_applied
+            else "apply writes none of them (with --include-ignored or --build-inputs it may)"
+        )  # fmt: skip
         line.append(
-            f"\n  and {plural(summary.unlisted, 'more change')} not listed: a listing is bounded, and what apply "
-            "writes comes first. Apply judges those too and writes the ones it may; if that is not wanted, rewind "
-            "or discard the session.",
-            "yellow",
+            f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
+            f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
+            "yellow" if not summary.unlisted_applied else "bold red",
         )
     return line
 
@@ -159,14 +162,19 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
     """What an apply wrote (and its number, to revert it), and what it held back."""
     rows = [
         Text.assemble(
-            ("applied", "green"), f" {plural(len(result.applied), 'path')} to ", path_text(str(repo)),
+            ("applied", "green"), f" {plural(len(result.applied) + result.more_applied, 'path')} to ",
+            path_text(str(repo)),
             f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
         )
     ]  # fmt: skip
     rows.extend(Text.assemble("  ", path_text(path)) for path in result.applied)
+    if result.more_applied:
+        rows.append(Text(f"  … and {plural(result.more_applied, 'more path')}", "dim"))
     if result.skipped:
-        rows.append(Text(f"{plural(len(result.skipped), 'path')} held back:", "yellow"))
+        rows.append(Text(f"{plural(len(result.skipped) + result.more_skipped, 'path')} held back:", "yellow"))
         rows.extend(change_row(change) for change in result.skipped)
+        if result.more_skipped:
+            rows.append(Text(f"  … and {plural(result.more_skipped, 'more path')}", "dim"))
     return Group(*rows)
 
 

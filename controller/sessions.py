@@ -470,13 +470,13 @@ class Sessions:
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
         """Restore the checkout to its state before the newest apply not yet reverted."""
         async with self._quiesced(session_id, "revert when the turn has ended") as recorder:
-            result = await asyncio.to_thread(self.workspaces.revert, session_id, force or ())
+            result = await self.workspaces.in_thread(self.workspaces.revert, session_id, force or ())
             await recorder.emit(
                 RevertedEvent(
                     session_id=session_id,
                     apply=result.record,
                     paths=[shown(p) for p in result.reverted[:MAX_LISTED_PATHS]],
-                    more=max(0, len(result.reverted) - MAX_LISTED_PATHS),
+                    more=max(0, len(result.reverted) - MAX_LISTED_PATHS) + result.more_reverted,
                 )
             )
         return result

@@ -185,6 +185,7 @@ def summarize(changes: list[Change]) -> ChangeSummary:
     summary = ChangeSummary()
     if isinstance(changes, workspace.Changes):
         summary.truncated_at, summary.unlisted = changes.truncated_at, changes.unlisted
+        summary.unlisted_applied = changes.unlisted_applied
     for change in changes:
         if change.disposition != Disposition.APPLY:
             summary.held_back += 1
@@ -212,6 +213,18 @@ def _listed(layer: Layer, diff: bool, most: int) -> workspace.Changes:
         for change in found:
             change.diff = None
     return found
+
+
+def _applied(
+    layer: Layer, paths: Collection[str] | None, include_ignored: bool, force: Collection[str],
+    bounds: workspace.ApplyBounds, build_inputs: bool, most: int,
+) -> ApplyResult:  # fmt: skip
+    """``workspace.apply`` in the walk's child, its answer bounded there like a listing."""
+    return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs).bounded(most)
+
+
+def _reverted(layer: Layer, force: Collection[str], most: int) -> RevertResult:
+    return workspace.revert(layer, force=force).bounded(most)
 
 
 def _pending(layer: Layer) -> int:
@@ -425,8 +438,8 @@ class Workspaces:
         with self.using(session_id) as layer:
             try:
                 result = self._walk(  # a scan first, as large as the agent's tree: in the walk's child
-                    workspace.apply, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
-                    build_inputs,
+                    _applied, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
+                    build_inputs, self.listing,
                 )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
@@ -448,7 +461,7 @@ class Workspaces:
         """Undo the newest apply not yet reverted; ApplyConflictError when the user changed its paths since."""
         with self.using(session_id) as layer:
             try:
-                result = workspace.revert(layer, force=force)
+                result = self._walk(_reverted, layer, tuple(force), self.listing)  # reads the whole apply record
             except workspace.LayerMissingError:
                 raise NotFoundError(f"Session {session_id} has no apply to revert.") from None
         if result.conflicts:
@@ -581,10 +594,9 @@ async def apply_and_report(
     result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
-        more = max(0, len(result.applied) - MAX_LISTED_PATHS)
+        more = max(0, len(result.applied) - MAX_LISTED_PATHS) + result.more_applied
+        skipped = len(result.skipped) + result.more_skipped
         await sink.emit(
-            AppliedEvent(
-                session_id=session_id, apply=result.record, paths=paths, skipped=len(result.skipped), more=more
-            )
+            AppliedEvent(session_id=session_id, apply=result.record, paths=paths, skipped=skipped, more=more)
         )
     return result

@@ -94,11 +94,12 @@ def revert(session_id: SessionArg, force: ForceOpt = None) -> None:
     """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
     result = _review(lambda s: s.revert(session_id, force))
     out = terminal.console()
-    out.print(
-        Text.assemble(("reverted", "green"), f" apply {result.record}: {plural(len(result.reverted), 'path')} restored")
-    )
+    restored = plural(len(result.reverted) + result.more_reverted, "path")
+    out.print(Text.assemble(("reverted", "green"), f" apply {result.record}: {restored} restored"))
     for path in result.reverted:
         out.print(Text.assemble("  ", review.path_text(path)))
+    if result.more_reverted:
+        out.print(Text(f"  … and {plural(result.more_reverted, 'more path')}", "dim"))
 
 
 @app.command()

@@ -43,6 +43,16 @@ class ApplyResult(BaseModel):
     conflicts: list[Conflict] = []  # when not empty, nothing was written
     skipped: list[Change] = []  # discarded, unsafe, and (unless included) ignored changes
     record: int | None = None  # the apply's number, for revert
+    more_applied: int = 0  # paths written past those ``applied`` lists (see ``bounded``)
+    more_skipped: int = 0  # changes skipped past those ``skipped`` lists
+
+    def bounded(self, most: int) -> ApplyResult:
+        """This result with at most ``most`` paths in each list, the rest counted: what an apply of a whole
+        flood of files returns to the controller (the apply record on disk keeps every path)."""
+        return self.model_copy(update={
+            "applied": self.applied[:most], "more_applied": self.more_applied + max(0, len(self.applied) - most),
+            "skipped": self.skipped[:most], "more_skipped": self.more_skipped + max(0, len(self.skipped) - most),
+        })  # fmt: skip
 
 
 @contextlib.contextmanager

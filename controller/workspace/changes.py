@@ -20,6 +20,7 @@ device through the mount. Each change carries a disposition; only ``apply`` (and
 from __future__ import annotations
 
 import collections
+import json
 import os
 import stat
 from collections.abc import Callable
@@ -61,29 +62,48 @@ __all__ = ["Change", "Changes", "Disposition", "Kind", "listed", "scan", "symlin
 class Changes(list[Change]):
     """What ``scan`` found, sorted by path; ``truncated_at`` is the layer's ``names`` limit when the layer holds
     more entries than that: the walk stopped there, so the list is partial and the layer is never applied.
-    ``unlisted`` counts changes the walk found and judged but a bounded listing (``listed``) left out."""
+    ``unlisted`` counts changes the walk found and judged but a bounded listing (``listed``) left out, and
+    ``unlisted_applied`` those of them an apply writes (disposition ``apply``)."""
 
     truncated_at: int | None = None
     unlisted: int = 0
+    unlisted_applied: int = 0
+
+
+LISTING_RANK = {Disposition.APPLY: 0, Disposition.BUILD_INPUT: 1, Disposition.IGNORED: 2, Disposition.TRUSTED: 3}
+"""Which changes a bounded listing keeps first: what a plain apply writes, then what one acknowledgement or
+flag adds (build inputs, ignored files), then the definition files forced by name; the rest never reach the
+checkout."""
 
 
 def listed(found: Changes, most: int = MAX_LISTED, most_bytes: int = MAX_LISTED_BYTES) -> Changes:
-    """At most ``most`` of ``found`` (and ``most_bytes`` of their paths and targets), sorted by path: what a
-    review can show, held whole in the controller's memory and sent whole. What apply would write goes first
-    (then what it holds back), so a flood of ignored or unsafe entries cannot push the real edits out of view.
-    The rest are only counted: ``unlisted``. Apply is not bounded by this; it judges every change again."""
-    writes = (Disposition.APPLY, Disposition.BUILD_INPUT, Disposition.TRUSTED)
+    """At most ``most`` of ``found``, and ``most_bytes`` of them as JSON text, sorted by path: what a review can
+    show, held whole in the controller's memory and sent whole. Ranked by ``LISTING_RANK``, so a flood of
+    entries an apply never writes cannot push its real edits out of view. The rest are only counted
+    (``unlisted``, ``unlisted_applied``); apply is not bounded by this, it judges every change again."""
     kept: list[Change] = []
     spent = 0
-    for change in sorted(found, key=lambda c: c.disposition not in writes):  # stable: by path within each
-        spent += len(change.path) + len(change.target or "")
+    for change in sorted(found, key=lambda c: LISTING_RANK.get(c.disposition, 4)):  # stable: by path within each
+        spent += listed_size(change)
         if len(kept) >= most or spent > most_bytes:
             break
         kept.append(change)
     out = Changes(sorted(kept, key=lambda c: c.path))
     out.truncated_at = found.truncated_at
     out.unlisted = found.unlisted + len(found) - len(kept)
+    out.unlisted_applied = (
+        found.unlisted_applied
+        + sum(c.disposition == Disposition.APPLY for c in found)
+        - sum(c.disposition == Disposition.APPLY for c in kept)
+    )
     return out
+
+
+def listed_size(change: Change) -> int:
+    """About the bytes a change takes as JSON once its names are made printable: the agent's bytes as ``\\xNN``,
+    control characters as JSON escapes (six bytes each). Its diff is bounded apart (``MAX_DIFFS_TOTAL``)."""
+    texts = (change.path, change.target or "", change.renamed_from or "", change.reason)
+    return 200 + sum(len(json.dumps(os.fsencode(t).decode("utf-8", "backslashreplace"))) for t in texts)
 
 
 def scan(layer: Layer, with_diffs: bool = True) -> Changes:

@@ -34,6 +34,12 @@ class RevertResult(BaseModel):
     record: int  # the apply that was (or would have been) reverted
     reverted: list[str] = []
     conflicts: list[Conflict] = []  # when not empty, nothing was written
+    more_reverted: int = 0  # paths restored past those ``reverted`` lists (see ``bounded``)
+
+    def bounded(self, most: int) -> RevertResult:
+        """This result with at most ``most`` paths in ``reverted``, the rest counted."""
+        more = self.more_reverted + max(0, len(self.reverted) - most)
+        return self.model_copy(update={"reverted": self.reverted[:most], "more_reverted": more})
 
 
 def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:

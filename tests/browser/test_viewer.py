@@ -451,4 +451,5 @@ def test_a_listing_past_the_servers_bound_says_how_many_more_apply_writes(
     summary = wait(lambda: one(driver, "changes-summary"), "the changes summary",
                    until=lambda e: bool(e.get_attribute("data-unlisted")))  # fmt: skip
     assert summary.get_attribute("data-unlisted") == "20" and "20 more not listed" in summary.text
+    assert "20 of which apply writes unseen" in summary.text
     assert len(find(driver, "change")) == LISTING

@@ -299,6 +299,11 @@ def test_a_listing_past_the_servers_bound_counts_the_rest_and_apply_writes_them(
         assert "Cubicle-Truncated-At" not in listed.headers
         with Client(str(api.http.base_url), TOKEN) as client:
             found = client.changes(sid)
-        assert len(found) == 2 and found.unlisted == 1 and found.truncated_at is None
+        assert len(found) == 2 and found.unlisted == 1 and found.unlisted_applied == 1 and found.truncated_at is None
         assert api.events(sid)[-2]["summary"]["files"] == 3  # the turn's own count is of every change
-        assert api.apply(sid)["applied"] == ["a.txt", "b.txt", "c.txt"]
+        applied = api.apply(sid)
+        assert applied["applied"] == ["a.txt", "b.txt"] and applied["more_applied"] == 1  # bounded like a listing
+        assert files(host)["c.txt"] == "3\n" and api.events(sid)[-1]["more"] == 1
+        reverted = api.post(sid, "revert").json()
+        assert reverted["reverted"] == ["a.txt", "b.txt"] and reverted["more_reverted"] == 1
+        assert not (host.repo / "c.txt").exists()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from rich.console import Console, RenderableType
 
 from controller import review
 from controller.events import ChangeSummary
-from controller.workspace import Change, Conflict, Disposition, Kind
+from controller.workspace import ApplyResult, Change, Conflict, Disposition, Kind
 from controller.workspace.records import FileType
 
 
@@ -90,8 +91,16 @@ def test_a_line_of_the_file_that_starts_with_plus_plus_is_counted_and_drawn_as_a
     assert "\x1b[32m" in added, "green, as every added line"
 
 
-def test_changes_a_bounded_listing_left_out_are_counted_and_apply_is_said_to_write_them() -> None:
+def test_changes_a_bounded_listing_left_out_are_counted_with_what_apply_does_with_them() -> None:
     shown = _plain(review.summary_line(ChangeSummary(files=2, added=2, unlisted=120_000)))
     assert "2 files changed" in shown and "and 120,000 more changes not listed" in shown
-    assert "Apply judges those too" in shown
+    assert "apply writes none of them" in shown
     assert "no changes" not in _plain(review.summary_line(ChangeSummary(unlisted=3)))
+
+
+def test_a_bounded_apply_or_listing_says_how_many_it_wrote_and_how_many_unseen() -> None:
+    unseen = _plain(review.summary_line(ChangeSummary(files=2, unlisted=5, unlisted_applied=4)))
+    assert "apply writes 4 of them (unseen here)" in unseen
+    result = ApplyResult(applied=["a"], more_applied=9, skipped=[], record=1)
+    shown = _plain(review.applied("s_1", Path("/repo"), result))
+    assert "applied 10 paths to /repo" in shown and "… and 9 more paths" in shown

@@ -82,11 +82,12 @@ export function mountChanges(box, id, onChanged) {
   });
 
   async function load() {
-    const [[changes, truncatedAt, unlisted], checkpoints] = await Promise.all([
-      getWithHeaders(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At", "Cubicle-Unlisted"),
+    const [[changes, truncatedAt, unlisted, unlistedApplied], checkpoints] = await Promise.all([
+      getWithHeaders(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At", "Cubicle-Unlisted",
+        "Cubicle-Unlisted-Applied"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
-    const key = JSON.stringify([changes, truncatedAt, unlisted, checkpoints]);
+    const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
     if (key === shown) return;
     shown = key;
     const applying = changes.filter((c) => c.disposition === "apply").length;
@@ -100,8 +101,10 @@ export function mountChanges(box, id, onChanged) {
       summary.textContent += ` · truncated at ${Number.isFinite(limit) ? limit.toLocaleString("en") : "?"} entries: `
         + "never applied; rewind or discard";
     } else if (Number(unlisted) > 0) {
-      // The listing is bounded (what apply writes first); apply still judges and writes the rest.
-      summary.textContent += ` · ${Number(unlisted).toLocaleString("en")} more not listed: apply writes those it may too`;
+      // The listing is bounded (what a plain apply writes first); apply still judges every change.
+      const writes = Number(unlistedApplied) || 0;
+      summary.textContent += ` · ${Number(unlisted).toLocaleString("en")} more not listed, `
+        + (writes ? `${writes.toLocaleString("en")} of which apply writes unseen` : "none of which a plain apply writes");
     }
     summary.dataset.unlisted = unlisted || "";
     summary.dataset.count = String(changes.length);
@@ -144,8 +147,9 @@ export function mountChanges(box, id, onChanged) {
 function describe(label, result) {
   if (!result) return `${label}: done.`;
   if (Array.isArray(result.applied)) {
-    return `Applied ${result.applied.length} path(s) (apply #${result.record})` +
-      (result.skipped && result.skipped.length ? `; ${result.skipped.length} skipped.` : ".");
+    const applied = result.applied.length + (result.more_applied || 0);
+    const skipped = (result.skipped ? result.skipped.length : 0) + (result.more_skipped || 0);
+    return `Applied ${applied} path(s) (apply #${result.record})` + (skipped ? `; ${skipped} skipped.` : ".");
   }
   if (Array.isArray(result.reverted)) return `Reverted apply #${result.record}: ${result.reverted.length} path(s) restored.`;
   return `${label}: done.`;

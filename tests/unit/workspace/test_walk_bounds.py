@@ -19,7 +19,7 @@ import pytest
 
 from controller.workspace import Disposition, TooManyEntriesError, apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
-from controller.workspace.changes import MAX_PATH_BYTES
+from controller.workspace.changes import MAX_PATH_BYTES, listed_size
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
 from controller.workspace.offload import Offload, WalkMemoryError, WalkTimeoutError
 from controller.workspaces import Workspaces
@@ -92,11 +92,24 @@ def test_a_listing_is_bounded_with_what_apply_writes_first_and_apply_still_write
     few = listed(found, most=4)
     assert [c.path for c in few][-3:] == ["zz1.txt", "zz2.txt", "zz3.txt"]  # the edits, though the flood sorts first
     assert len(few) == 4 and few.unlisted == len(found) - 4 and few.truncated_at is None
-    assert few[0].disposition == Disposition.IGNORED
-    long = listed(found, most_bytes=len("zz1.txt") * 2)
+    assert few[0].disposition == Disposition.IGNORED and few.unlisted_applied == 0
+    two = listed_size(found[-1]) * 2
+    long = listed(found, most_bytes=two)
     assert [c.path for c in long] == ["zz1.txt", "zz2.txt"] and long.unlisted == len(found) - 2
+    assert long.unlisted_applied == 1
     assert listed(found).unlisted == 0 and listed(found) == found
     assert apply(ws.layer).applied == ["zz1.txt", "zz2.txt", "zz3.txt"]
+
+
+def test_a_flood_of_definition_files_or_escapes_cannot_push_the_edits_out_of_a_listing(ws: Workspace) -> None:
+    ws.agent("mkdir -p .devcontainer && cd .devcontainer && seq 50 | xargs touch && cd .. && echo x > src.py")
+    (ws.mnt / ("e" + "\x01" * 100)).touch()  # each character six bytes of JSON
+    ws.stop()
+    found = scan(ws.layer)
+    few = listed(found, most=2)
+    assert [c.path for c in few][-1] == "src.py" and few.unlisted_applied == 0
+    assert {c.disposition for c in few} == {Disposition.APPLY}  # the escaped name and src.py, not the definitions
+    assert listed_size(next(c for c in found if c.path.startswith("e"))) > 6 * 100
 
 
 def test_a_manifest_of_the_release_before_is_still_rewound_to(ws: Workspace) -> None:
