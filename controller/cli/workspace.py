@@ -9,6 +9,7 @@ apply; 5 a conflict (paths listed, nothing written) or a turn of the session is 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from .. import review, terminal
 from ..display import plural
 from ..sessions import Sessions
 from ..workspace import ApplyResult
-from ..workspaces import printable
+from ..workspaces import printable, summarize
 from .app import app, load_settings, review_errors, with_sessions
 
 T = TypeVar("T")
@@ -56,6 +57,8 @@ def changes(
             printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
         ]
         print(json.dumps(shown, ensure_ascii=True, indent=2))
+        if found.truncated_at is not None or found.unlisted:  # the list is partial: say so beside it, never in it
+            print(terminal.safe(review.summary_line(summarize(found)).plain.strip()), file=sys.stderr)
         return
     out = terminal.console()
     out.print(review.change_list(found))

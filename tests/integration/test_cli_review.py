@@ -138,6 +138,9 @@ def test_changes_apply_conflict_force_revert_rewind_discard(tmp_path: Path, make
         HOSTILE_NAME: "added", "notes.txt": "added", "src/app.py": "modified"
     }  # fmt: skip
     assert all("diff" not in c for c in listed)
+    few = cubicle("changes", session_id, "--json", env={"CUBICLE_LISTING_ENTRIES": "2"})
+    assert len(json.loads(few.stdout)) == 2  # the list stays a list; that it is partial is said beside it
+    assert "and 1 more change not listed" in few.stderr and "apply writes 1 of them" in few.stderr
 
     # The user edits a file the session changed: apply writes nothing, names the path, exits 5.
     (repo / "src/app.py").write_text("def total(items):\n    return 42  # mine\n")
