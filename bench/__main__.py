@@ -37,9 +37,9 @@ from bench import (
     workspace,
 )
 from bench.measure import Report
-from controller import engine, images, owners
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.errors import CubicleError
+from controller.sandbox import engine, images, owners
 
 
 def machine(client: object) -> str:

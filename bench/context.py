@@ -19,13 +19,14 @@ from typing import Any
 import anthropic
 
 from bench.measure import Report
-from controller.agent import Agent, Conversation, TurnOutcome
-from controller.anthropic_model import AnthropicModel
-from controller.config import Limits
-from controller.context import ContextPolicy, Edit, Measure, estimate_tokens, plan, view
-from controller.events import ContextEdited, ListSink
-from controller.scripted import CONTEXT_BETA, Scenario, ScriptedServer, serve_in_thread, server_edits
+from controller.agent.anthropic_model import AnthropicModel
+from controller.agent.context import Measure, estimate_tokens, plan, view
+from controller.agent.loop import Agent, Conversation, TurnOutcome
+from controller.agent.scripted import CONTEXT_BETA, Scenario, ScriptedServer, serve_in_thread, server_edits
 from controller.testing import MemorySandbox, Reply
+from controller.wire.events import ContextEdited, ListSink
+from controller.wire.limits import Limits
+from controller.wire.policies import ContextPolicy, Edit
 
 STEPS = 300
 OUTPUT_CHARS = 16_000

@@ -25,12 +25,15 @@ from typing import Any
 
 from bench.measure import Report, Row, Sample, ms
 from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, section_main
-from controller import disks, protocol
-from controller.config import Limits, Settings
-from controller.protocol import CommandResult
-from controller.sandbox import DockerSandbox
+from controller.config import Settings
+from controller.environment.buildinputs import definition_files
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.wire.limits import Limits
+from controller.wire.protocol import CommandResult
+from controller.workspace import quota as disks
 from controller.workspace.layer import DiskQuota
-from controller.workspaces import Workspaces
+from controller.workspace.manager import Workspaces
 
 THROUGHPUT_TARGET = 0.8
 QUOTA = DiskQuota(mb=1024, inodes=100_000)
@@ -42,7 +45,7 @@ def sandbox(
 ) -> DockerSandbox:
     """A sandbox over a fresh layer of ``repo`` (with ``quota``, on its own filesystem), as a session gets one."""
     session_id = "bench-" + secrets.token_hex(4)
-    layer = workspaces.create(session_id, repo, quota)
+    layer = workspaces.create(session_id, repo, quota, definition=definition_files(repo))
     return DockerSandbox(
         lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
         holder=workspaces,

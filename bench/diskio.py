@@ -20,11 +20,12 @@ from typing import Any
 from bench.disk import sandbox
 from bench.measure import Report, Sample, ms
 from bench.rows import LIMITS, make_repo, section_main
-from controller import disks, protocol
 from controller.config import Settings
-from controller.sandbox import DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.workspace import quota as disks
 from controller.workspace.layer import DiskQuota
-from controller.workspaces import Workspaces
+from controller.workspace.manager import Workspaces
 
 QUOTA = DiskQuota(mb=2048, inodes=10_000)
 TARGET = 3.0

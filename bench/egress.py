@@ -32,12 +32,15 @@ from typing import Any
 
 from bench.measure import Report, ms
 from bench.rows import INSTANCE, give_away, standalone
-from controller import images, owners, protocol, workspace
-from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE, Limits
-from controller.egress import network_name
-from controller.network import OPEN, Outside, parse
-from controller.protocol import CommandResult
-from controller.sandbox import DockerSandbox
+from controller import workspace
+from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE
+from controller.sandbox import images, owners
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.egress import network_name
+from controller.wire import protocol
+from controller.wire.limits import Limits
+from controller.wire.network import OPEN, Outside, parse
+from controller.wire.protocol import CommandResult
 
 SERVER = r"""
 import http.server, sys, threading

@@ -22,10 +22,10 @@ from docker.errors import APIError
 
 from bench.measure import Report, Row, Sample, ms
 from bench.rows import READY_TARGET, bare_run, give_away, make_repo, sandbox
-from controller import images
 from controller.config import Settings
 from controller.environment import load
-from controller.environment.image import ensure_image
+from controller.environment.build import ensure_image
+from controller.sandbox import images
 
 HIT_BUDGET_S = 0.100
 """A cache hit may cost at most this much over a plain session's start."""

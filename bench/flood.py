@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import httpx
 
 from bench.measure import Report, Sample, ms
-from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from controller.agent.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 
 T = TypeVar("T")
 NEIGHBOUR_STEPS = 40

@@ -24,7 +24,7 @@ from typing import Any
 from bench.flood import Controller, health_sampler, sampling, small_repo, step_latencies
 from bench.measure import Report, Sample, ms
 from bench.rows import section_main
-from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 
 LINKS = 150_000
 XATTR_BYTES = 4000

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench.measure import Report, Row, Sample, ms, time_async, time_sync
 from bench.rows import INSTANCE, LIMITS, make_repo, sandbox, section_main
-from controller import tools
+from controller.agent import tools
 
 TARGET_S = 0.002
 ECHO_SERVER = """

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from bench.measure import Report, ms
-from controller.config import Limits
-from controller.events import (
+from controller.server.store import Store
+from controller.wire.events import (
     Event,
     SessionFinished,
     SessionStarted,
@@ -40,7 +40,8 @@ from controller.events import (
     Usage,
     UsageEvent,
 )
-from controller.store import SessionRecord, Store
+from controller.wire.limits import Limits
+from controller.wire.sessions import SessionRecord
 
 STEPS = 400
 EVENTS = 5 * STEPS + 2

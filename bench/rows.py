@@ -18,15 +18,19 @@ from typing import Any
 from docker.types import Mount
 
 from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_pair, time_sync
-from controller import engine, images, owners, protocol, tools, workspace
-from controller.config import DEFAULT_IMAGE, Limits, Settings
-from controller.egress import Route
-from controller.protocol import CommandResult, PingResult
-from controller.runtime import Runtime
-from controller.sandbox import WORKSPACE, DockerSandbox, container_options
-from controller.scripted import Scenario, ScriptedServer, serve_in_thread
-from controller.sessions import Sessions
-from controller.store import Store
+from controller import workspace
+from controller.agent import tools
+from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.config import DEFAULT_IMAGE, Settings
+from controller.sandbox import engine, images, owners
+from controller.sandbox.docker import WORKSPACE, DockerSandbox, container_options
+from controller.sandbox.egress import Route
+from controller.server.runtime import Runtime
+from controller.server.sessions import Sessions
+from controller.server.store import Store
+from controller.wire import protocol
+from controller.wire.limits import Limits
+from controller.wire.protocol import CommandResult, PingResult
 
 INSTANCE = "cubicle-bench"
 LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, disk_mb=256, inodes=30_000)

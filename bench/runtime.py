@@ -17,8 +17,8 @@ from typing import Any
 
 from bench.measure import Report, Sample, ms, time_async
 from bench.rows import bare_run, make_repo, sandbox, section_main
-from controller import runtimes
-from controller.protocol import ReadFile, RunCommand
+from controller.sandbox import isolation as runtimes
+from controller.wire.protocol import ReadFile, RunCommand
 
 READ_TARGET_S = 0.002
 READY_TARGET = 1.2

@@ -48,14 +48,16 @@ from bench.flood import Controller
 from bench.measure import Report, Row, Sample, ms
 from bench.rows import INSTANCE, make_repo, section_main
 from bench.viewer import ModelServer, frames
-from controller import owners
-from controller.config import Limits, Settings
-from controller.conversation import Conversation
-from controller.events import TextDelta, Usage
-from controller.feed import Feed
-from controller.recorder import Recorder
-from controller.scripted import Scenario, free_port
-from controller.store import PostgresStore, SessionRecord, Store, _redacted
+from controller.agent.conversation import Conversation
+from controller.agent.scripted import Scenario, free_port
+from controller.config import Settings
+from controller.sandbox import owners
+from controller.server.feed import Feed
+from controller.server.recorder import Recorder
+from controller.server.store import PostgresStore, Store, _redacted
+from controller.wire.events import TextDelta, Usage
+from controller.wire.limits import Limits
+from controller.wire.sessions import SessionRecord
 
 SERVER_URL = os.environ.get("CUBICLE_BENCH_DATABASE_URL", "postgresql:///cubicle_test?host=/var/run/postgresql")
 """A PostgreSQL database the bench may create (and drop) a schema in."""

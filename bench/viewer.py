@@ -35,7 +35,7 @@ import httpx
 from bench.flood import Controller
 from bench.measure import Report, Row, Sample, ms
 from bench.rows import INSTANCE, make_repo, section_main
-from controller.scripted import Scenario, free_port
+from controller.agent.scripted import Scenario, free_port
 
 FOLLOWERS = 50
 STEPS = 40

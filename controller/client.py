@@ -28,18 +28,6 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 from pydantic import BaseModel, TypeAdapter
 
-from .api_models import (
-    MAX_INDEX,
-    TRUNCATED_HEADER,
-    UNLISTED_APPLIED_HEADER,
-    UNLISTED_HEADER,
-    Health,
-    RepoList,
-    SessionPage,
-    Transcript,
-)
-from .context import ContextPolicy
-from .environment import EnvironmentRequest
 from .errors import (
     AuthError,
     CapacityError,
@@ -54,10 +42,21 @@ from .errors import (
     StoreError,
     UnreachableError,
 )
-from .events import EVENT_ADAPTER, Event
-from .store import ApplyPolicy, SessionRecord
-from .workspace import ApplyResult, Change, Changes, Conflict, RevertResult
-from .workspaces import ApplyConflictError, Checkpoint
+from .wire.bodies import (
+    MAX_INDEX,
+    TRUNCATED_HEADER,
+    UNLISTED_APPLIED_HEADER,
+    UNLISTED_HEADER,
+    Health,
+    RepoList,
+    SessionPage,
+    Transcript,
+)
+from .wire.changes import ApplyConflictError, ApplyResult, Change, Changes, Checkpoint, Conflict, RevertResult
+from .wire.environment import EnvironmentRequest
+from .wire.events import EVENT_ADAPTER, Event
+from .wire.policies import ContextPolicy
+from .wire.sessions import ApplyPolicy, SessionRecord
 
 __all__ = ["ROUTES", "AsyncClient", "Client", "Routes"]
 

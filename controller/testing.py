@@ -38,8 +38,8 @@ from testcontainers.core.container import DockerContainer
 
 from .client import AsyncClient, Client
 from .errors import EntryLimitError
-from .owners import MANAGED
-from .protocol import (
+from .sandbox.owners import MANAGED
+from .wire.protocol import (
     Call,
     CommandResult,
     EditFileArgs,

@@ -14,16 +14,16 @@ from typing import Any
 import anthropic
 import pytest
 
-from controller.agent import Agent, Conversation, TurnOutcome
-from controller.anthropic_model import AnthropicModel
-from controller.config import Limits
-from controller.context import ContextPolicy
-from controller.events import ListSink
-from controller.model import SYSTEM_PROMPT
-from controller.sandbox import DockerSandbox, Sandbox
-from controller.scripted import Scenario, ScriptedServer
+from controller.agent.anthropic_model import AnthropicModel
+from controller.agent.loop import Agent, Conversation, TurnOutcome
+from controller.agent.model import SYSTEM_PROMPT
+from controller.agent.scripted import Scenario, ScriptedServer
+from controller.agent.tools import Approver
+from controller.sandbox.docker import DockerSandbox, Sandbox
 from controller.testing import MemorySandbox, Reply
-from controller.tools import Approver
+from controller.wire.events import ListSink
+from controller.wire.limits import Limits
+from controller.wire.policies import ContextPolicy
 
 LIMITS = Limits(memory_mb=512, pids=256, tmpfs_mb=64, max_steps=20)
 REPO_FILES = {"README.md": "# demo\n", "src/app.py": "def total(items):\n    return sum(items)\n"}

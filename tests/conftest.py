@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
-from controller import engine, images, owners, workspace
-from controller.config import DEFAULT_IMAGE, Limits, Settings
-from controller.disks import _loops, _mounts
-from controller.sandbox import DockerSandbox
+from controller import workspace
+from controller.config import DEFAULT_IMAGE, Settings
+from controller.sandbox import engine, images, owners
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.limits import Limits
+from controller.workspace.quota import _loops, _mounts
 from tests.databases import postgres_schema
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
@@ -217,7 +219,7 @@ async def sandbox(make_repo: Callable[..., Path], sandbox_factory: Callable[...,
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[Any]:
     """One scripted Anthropic-compatible server for the run; tests register scenarios under unique model names."""
-    from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+    from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 
     server = ScriptedServer([Scenario(name="default", turns=[])])
     with serve_in_thread(server.app) as url:

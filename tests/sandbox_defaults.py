@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import Limits
+from controller.wire.limits import Limits
 
 # The uid that owns a test repository (when the tests run as root) and so the one commands run as.
 AGENT_UID = 1000

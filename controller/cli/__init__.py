@@ -20,8 +20,8 @@ The review commands (``changes``, ``apply``, ``revert``, ``rewind``, ``discard``
 checkpoint or apply); 5 a conflict (the paths are listed, nothing was written) or a turn is
 running; 4 Docker or filesystem failure.
 
-Everything the model or the sandbox wrote reaches the terminal through ``controller.terminal``
-(file names and diffs through ``controller.review``).
+Everything the model or the sandbox wrote reaches the terminal through ``controller.cli.terminal``
+(file names and diffs through ``controller.cli.review``).
 
 Modules: ``app`` (the Typer app, exit codes, errors, the sessions of the database), ``run``
 and ``finish`` (a run and what it does with its changes), ``workspace`` (the review
@@ -36,8 +36,7 @@ import logging
 import os
 import sys
 
-from .. import terminal
-from . import environment, mcp, run, service, workspace
+from . import environment, mcp, run, service, terminal, workspace
 from .app import app, err_console
 
 __all__ = ["app", "environment", "main", "mcp", "run", "service", "workspace"]

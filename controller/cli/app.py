@@ -11,15 +11,16 @@ import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from .. import __version__, review, terminal, usage
+from .. import __version__
 from ..config import Settings
-from ..display import plural
 from ..errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
-from ..runtime import Runtime
-from ..sessions import Sessions
-from ..store import open_store
+from ..server.runtime import Runtime
+from ..server.sessions import Sessions
+from ..server.store import open_store
+from ..wire.changes import ApplyConflictError
 from ..workspace import LayerMissingError
-from ..workspaces import ApplyConflictError
+from . import review, terminal, usage
+from .display import plural
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_CONFLICT, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
 app = typer.Typer(

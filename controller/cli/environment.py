@@ -16,10 +16,12 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from .. import engine, terminal
-from ..environment import Environment, definition_hash, load, override
-from ..environments import Environments
+from ..environment import definition_hash, load, override
+from ..environment.preparation import Environments
 from ..errors import ConfigError, CubicleError, RepoError
+from ..sandbox import engine
+from ..wire.environment import Environment
+from . import terminal
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
 
 env_app = typer.Typer(help="Show and build a repository's environment (its image, setup and network).")

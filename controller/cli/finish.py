@@ -13,14 +13,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from .. import review
-from ..agent import TurnOutcome
+from ..agent.loop import TurnOutcome
 from ..config import Settings
-from ..display import JsonSink
-from ..sessions import Sessions
-from ..workspace import ApplyResult, Change, Disposition
-from ..workspaces import summarize
+from ..server.sessions import Sessions
+from ..wire.changes import ApplyResult, Change, Disposition
+from ..workspace.manager import summarize
+from . import review
 from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions
+from .display import JsonSink
 
 
 @dataclass(frozen=True)

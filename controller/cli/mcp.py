@@ -18,12 +18,14 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from .. import __version__, terminal
-from ..config import Limits, Settings
-from ..events import SessionStarted, StatusEvent
-from ..runtime import Runtime
-from ..sessions import Sessions
-from ..store import open_store
+from .. import __version__
+from ..config import Settings
+from ..server.runtime import Runtime
+from ..server.sessions import Sessions
+from ..server.store import open_store
+from ..wire.events import SessionStarted, StatusEvent
+from ..wire.limits import Limits
+from . import terminal
 from .app import EXIT_OK, app, err_console, load_settings
 from .run import (
     STOP_SIGNALS,
@@ -67,7 +69,7 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
 
 async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> None:
     """Register the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
-    from ..mcpserver import ToolSession, serve_stdio  # the MCP SDK takes over a second to import: only here
+    from ..server.mcpserver import ToolSession, serve_stdio  # the MCP SDK takes over a second to import: only here
 
     runtime = Runtime(settings)
     try:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client import AsyncClient, Client
-from ..display import JsonSink, LiveSink
-from ..environment import EnvironmentRequest
-from ..events import SessionFinished
-from ..workspace import ApplyResult, Change
+from ..wire.changes import ApplyResult, Change
+from ..wire.environment import EnvironmentRequest
+from ..wire.events import SessionFinished
+from .display import JsonSink, LiveSink
 
 LOCAL_ONLY = {
     "--approve": "the server runs the tools without a terminal to ask on",

@@ -23,12 +23,9 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from .. import network as networks
-from .. import scripted, terminal, usage
-from ..agent import TurnOutcome
-from ..config import Limits, Settings
-from ..display import JsonSink, LiveSink, plural
-from ..environment import EnvironmentRequest
+from ..agent import scripted
+from ..agent.loop import TurnOutcome
+from ..config import Settings
 from ..errors import (
     AuthError,
     ConfigError,
@@ -39,14 +36,20 @@ from ..errors import (
     LeaseLostError,
     RepoError,
 )
-from ..events import Event, SessionFinished, SessionStarted
-from ..network import NetworkPolicy
-from ..recorder import Recorder
-from ..runtime import Runtime
-from ..sessions import Sessions
-from ..store import SessionRecord, open_store
-from ..workspaces import record_changes
+from ..server.recorder import Recorder
+from ..server.runtime import Runtime
+from ..server.sessions import Sessions
+from ..server.store import open_store
+from ..wire import network as networks
+from ..wire.environment import EnvironmentRequest
+from ..wire.events import Event, SessionFinished, SessionStarted
+from ..wire.limits import Limits
+from ..wire.network import NetworkPolicy
+from ..wire.sessions import SessionRecord
+from ..workspace.manager import record_changes
+from . import terminal, usage
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
+from .display import JsonSink, LiveSink, plural
 from .finish import Choice, LocalReview, Ran, after_turn
 from .remote import LOCAL_ONLY, Remote, RemoteReview, run_remote
 

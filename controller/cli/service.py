@@ -11,18 +11,24 @@ import typer
 from docker.errors import ImageNotFound
 from rich.text import Text
 
-from .. import accesslog, config, disks, engine, images, owners, runtimes, scripted, terminal
+from .. import config
+from ..agent import scripted
 from ..config import Settings
-from ..context import Edit
-from ..display import plural
-from ..environment import image as environment_image
+from ..environment import build as environment_image
+from ..environment.setups import Setups
 from ..errors import CubicleError
-from ..sandbox import clear_as_root
-from ..sessions import Expiry, Sessions
-from ..setups import Setups
-from ..store import open_store
-from ..workspaces import Workspaces
+from ..sandbox import engine, images, owners
+from ..sandbox import isolation as runtimes
+from ..sandbox.docker import clear_as_root
+from ..server import accesslog
+from ..server.sessions import Expiry, Sessions
+from ..server.store import open_store
+from ..wire.policies import Edit
+from ..workspace import quota as disks
+from ..workspace.manager import Workspaces
+from . import terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
+from .display import plural
 
 TOKEN_MIN_CHARS = 32
 
@@ -193,7 +199,7 @@ def serve(
     """Serve the HTTP API (/v1) with uvicorn."""
     import uvicorn
 
-    from ..api import create_app
+    from ..server.api import create_app
 
     settings = load_settings()
     bind = host or settings.host

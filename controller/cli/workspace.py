@@ -18,12 +18,12 @@ from typing import Annotated, TypeVar
 import typer
 from rich.text import Text
 
-from .. import review, terminal
-from ..display import plural
-from ..sessions import Sessions
-from ..workspace import ApplyResult
-from ..workspaces import printable, summarize
+from ..server.sessions import Sessions
+from ..wire.changes import ApplyResult
+from ..workspace.manager import printable, summarize
+from . import review, terminal
 from .app import app, load_settings, review_errors, with_sessions
+from .display import plural
 
 T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]

@@ -26,9 +26,10 @@ import shlex
 from pathlib import Path
 
 from ..errors import CubicleError
+from ..wire.environment import Environment
 from ..workspace.buildinputs import BuildInputs
 from .buildcontext import DOCKERIGNORE
-from .definition import Environment
+from .definition import load, trusted_paths
 from .files import MAX_DOCKERFILE_BYTES, read_regular, real_root, resolve
 
 COPIED = "the environment's build copies it into the image (COPY/ADD), where the build may run it as root"
@@ -142,3 +143,13 @@ def _ignore_lines(root: Path, context: str) -> tuple[str, ...]:
     except (CubicleError, OSError):
         return ()
     return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def definition_files(repo: Path) -> tuple[tuple[str, ...], BuildInputs]:
+    """The files the repository's environment definition reads, and what its build and setup take from the
+    checkout (none when it has no valid definition)."""
+    try:
+        env = load(repo)
+        return trusted_paths(env, repo), find(env, repo)
+    except CubicleError:
+        return (), BuildInputs()

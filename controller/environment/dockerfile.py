@@ -21,21 +21,21 @@ from __future__ import annotations
 import json
 import re
 
+from ..sandbox.isolation import READABLE_TINI, STATX_SHIM
+
 CA_PATH = "/usr/local/share/cubicle/ca-certificates.crt"
 CA_VARIABLES = (
     "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE",
     "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO",
 )  # fmt: skip
 TINI = "/opt/cubicle/bin/tini"
+
 PYTHON = "/opt/cubicle/bin/python3"
 PREPARE = "/opt/cubicle/bin/prepare.py"
 TOOLBOX = "/opt/cubicle/toolbox"
 TOOLBOX_STAGED = "/opt/cubicle/toolbox.new"
 """Where the toolbox layer copies the toolbox; PREPARE_SOURCE moves it to TOOLBOX, in place of anything there."""
 SANDBOX_TINI = "/usr/bin/tini-static"
-READABLE_TINI = "/opt/cubicle/bin/tini-readable"
-"""tini as runtimes that load the entrypoint themselves (gVisor) need it; see controller/runtimes.py."""
-STATX_SHIM = "/opt/cubicle/lib/statx.so"
 ENV_LINES = (
     "HOME=/home/agent",
     "USER=agent",

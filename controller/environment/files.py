@@ -10,11 +10,11 @@ final symlink and without blocking, and is read only up to a limit.
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
 from pathlib import Path
 
 from ..errors import DefinitionError
+from ..wire.environment import normalize
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 MAX_DEFINITION_BYTES = 256 * 1024
@@ -93,24 +93,6 @@ def links_along(root: Path, rel: str) -> list[str]:
 
     walk(str(root), rel, {})
     return found
-
-
-def normalize(value: str, *, base: str = ".", allow_root: bool = False) -> str:
-    """``value`` (relative to repo-relative ``base``) as a normalised repo-relative POSIX path; a ValueError if it
-    is empty, absolute, holds a NUL or newline, or climbs out of the repository by its text. Where it leads after
-    its symlinks are followed is ``resolve``'s to check."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty path, got {value!r}")
-    if "\x00" in value or "\n" in value or len(value) > 4096:
-        raise ValueError("the path holds a NUL or newline, or is too long")
-    if value.startswith("/"):
-        raise ValueError(f"{value!r} is absolute; give a path inside the repository")
-    norm = posixpath.normpath(posixpath.join(base, value))
-    if norm == ".." or norm.startswith("../"):
-        raise ValueError(f"{value!r} leads out of the repository")
-    if norm == "." and not allow_root:
-        raise ValueError(f"{value!r} names the repository itself, not a file")
-    return norm
 
 
 def relative(value: str, *, file: str, key: str, base: str = ".", allow_root: bool = False) -> str:

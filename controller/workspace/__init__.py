@@ -27,8 +27,9 @@ Typical life of a session::
     discard(layer)
 """
 
-from .apply import ApplyBounds, ApplyResult, ApplyTooLargeError, apply
-from .changes import Change, Changes, Disposition, Kind, listed, scan
+from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
+from .apply import ApplyBounds, ApplyTooLargeError, apply
+from .changes import listed, scan
 from .checkpoints import checkpoint, rewind
 from .errors import (
     LayerInUseError,
@@ -38,10 +39,9 @@ from .errors import (
     UnsafePathError,
     WorkspaceError,
 )
-from .journal import Conflict
 from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
 from .names import DEFAULT_NAMES
-from .revert import RevertResult, revert
+from .revert import revert
 
 __all__ = [
     "DEFAULT_NAMES",

@@ -27,32 +27,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from . import beneath, gitlike
-from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, Change, Disposition, Kind, scan
+from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
 from .errors import TooManyEntriesError, UnsafePathError, WorkspaceError
-from .journal import ApplyRecord, Conflict, Expectations, Status, Step, step_dirs, unreverted, write
+from .journal import ApplyRecord, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
-from .records import FileType
-
-
-class ApplyResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    applied: list[str] = []  # paths written (or removed) in the checkout
-    conflicts: list[Conflict] = []  # when not empty, nothing was written
-    skipped: list[Change] = []  # discarded, unsafe, and (unless included) ignored changes
-    record: int | None = None  # the apply's number, for revert
-    more_applied: int = 0  # paths written past those ``applied`` lists (see ``bounded``)
-    more_skipped: int = 0  # changes skipped past those ``skipped`` lists
-
-    def bounded(self, most: int) -> ApplyResult:
-        """This result with at most ``most`` paths in each list, the rest counted: what an apply of a whole
-        flood of files returns to the controller (the apply record on disk keeps every path)."""
-        return self.model_copy(update={
-            "applied": self.applied[:most], "more_applied": self.more_applied + max(0, len(self.applied) - most),
-            "skipped": self.skipped[:most], "more_skipped": self.more_skipped + max(0, len(self.skipped) - most),
-        })  # fmt: skip
 
 
 @contextlib.contextmanager

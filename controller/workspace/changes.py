@@ -26,13 +26,14 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from ..wire.changes import Change, Changes, Disposition, FileType, Kind
 from . import beneath, gitlike, gitpointers, names, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, LayerInfo, open_repo, open_upper
 from .names import DEFAULT_NAMES
-from .records import Change, Disposition, FileType, Kind, file_type
+from .records import file_type
 
 OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
@@ -57,17 +58,6 @@ BUILD_CONTEXT_REASON = (
     "runs this repository's files as root; applied only with the acknowledgement for all of them (apply --build-inputs)"
 )
 __all__ = ["Change", "Changes", "Disposition", "Kind", "listed", "scan", "symlink_problem"]
-
-
-class Changes(list[Change]):
-    """What ``scan`` found, sorted by path; ``truncated_at`` is the layer's ``names`` limit when the layer holds
-    more entries than that: the walk stopped there, so the list is partial and the layer is never applied.
-    ``unlisted`` counts changes the walk found and judged but a bounded listing (``listed``) left out, and
-    ``unlisted_applied`` those of them an apply writes (disposition ``apply``)."""
-
-    truncated_at: int | None = None
-    unlisted: int = 0
-    unlisted_applied: int = 0
 
 
 LISTING_RANK = {Disposition.APPLY: 0, Disposition.BUILD_INPUT: 1, Disposition.IGNORED: 2, Disposition.TRUSTED: 3}

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ..wire.changes import FileType
 from . import beneath
 from .errors import UnsafePathError
-from .records import FileType, Identity, file_type
+from .records import Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped
 SHARED_WRITE = 0o022  # write for group and others

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .changes import Change
+from ..wire.changes import Change
 from .checkout import Checkout, Prior
 from .errors import LayerMissingError, UnsafePathError
 from .layer import Layer
@@ -29,13 +29,6 @@ class Status(StrEnum):
     PENDING = "pending"
     APPLIED = "applied"
     REVERTED = "reverted"
-
-
-class Conflict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str
-    reason: str
 
 
 class Step(BaseModel):

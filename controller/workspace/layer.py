@@ -23,8 +23,8 @@ in ``upper`` — a setuid binary, say — is reachable by other host users)::
     lower           a symlink to the checkout, which overlay's lowerdir names instead of the repository's path
     disk.img disk/  with a disk quota: the layer's own ext4 filesystem (an image file, sparse) and where it is
                     mounted; ``upper``, ``work``, ``checkpoints`` and ``applies`` are then inside ``disk/``
-                    (see ``controller.disks``), so the agent's files, checkpoints and apply backups share the quota
-    (setup tree)    optional, shared: what the environment's setup wrote (see ``controller.setups``); the
+                    (see ``controller.workspace.quota``), so the agent's files, checkpoints and apply backups share the quota
+    (setup tree)    optional, shared: what the environment's setup wrote (see ``controller.environment.setups``); the
                     overlay's lowerdir is then ``setup:checkout``, so neither is ever written
     checkpoints/    one tree per checkpoint, plus its manifest (see ``checkpoints``)
     applies/        one record and saved originals per apply (see ``apply``)
@@ -58,7 +58,7 @@ UNSAFE_IN_OPTIONS = re.compile(r"[,:\\=\x00-\x1f\x7f]")
 
 
 class DiskQuota(BaseModel):
-    """The size and the file count of a layer's own filesystem (``controller.disks`` makes and mounts it)."""
+    """The size and the file count of a layer's own filesystem (``controller.workspace.quota`` makes and mounts it)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -31,7 +31,7 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WORKERS = 4
 NICE = 10
 """How much lower a walk's child runs than the controller."""
-PRELOAD = ["__main__", "controller.workspaces"]
+PRELOAD = ["__main__", "controller.workspace.manager"]
 """What the fork server imports once, so that each walk's child starts in milliseconds (the main module too, as
 ``multiprocessing`` does by default: a child would import it again otherwise)."""
 

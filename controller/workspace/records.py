@@ -13,24 +13,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..wire.changes import FileType
 from .beneath import write_all
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class FileType(StrEnum):
-    FILE = "file"
-    DIR = "dir"
-    SYMLINK = "symlink"
-    FIFO = "fifo"
-    SOCKET = "socket"
-    DEVICE = "device"
 
 
 def file_type(mode: int) -> FileType:
@@ -86,44 +77,6 @@ def identity_row(st: os.stat_result, target: str | None = None) -> list[Any]:
     kind = file_type(st.st_mode)
     size = st.st_size if kind != FileType.DIR else 0
     return [kind.value, stat.S_IMODE(st.st_mode), size, st.st_mtime_ns, st.st_ino, target]
-
-
-class Kind(StrEnum):
-    ADDED = "added"
-    MODIFIED = "modified"
-    DELETED = "deleted"
-
-
-class Disposition(StrEnum):
-    APPLY = "apply"  # applied by default
-    IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
-    DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
-    UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
-    ENVIRONMENT = "environment"  # under a path the environment's setup made (a virtualenv, say): never applied
-    TRUSTED = (
-        "trusted"  # the environment's own definition (.devcontainer/, .cubicle/): applied only when forced by name
-    )
-    BUILD_INPUT = "build_input"  # in a build context the Dockerfile copies whole: applied only with --build-inputs
-
-
-class Change(BaseModel):
-    """One path the agent changed. ``path`` holds the agent's bytes (non-UTF-8 as surrogates): escape it to display."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str
-    kind: Kind
-    type: FileType  # what the layer holds there; for a deletion, what the checkout held
-    previous: FileType | None = None  # what the checkout held; None when added
-    disposition: Disposition = Disposition.APPLY
-    reason: str = ""  # why the disposition is not "apply"
-    mode: int = 0  # permission bits in the layer, setuid/setgid/sticky included (apply strips them)
-    previous_mode: int | None = None  # the checkout's permission bits, when it held an entry of the same type
-    size: int = 0
-    binary: bool = False
-    diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones
-    target: str | None = None  # a symlink's target
-    renamed_from: str | None = None  # a deleted path with identical content, when cheaply found
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -16,30 +16,15 @@ import stat
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
+from ..wire.changes import Conflict, FileType, Kind, RevertResult
 from . import beneath
 from .apply import open_checkout, step_mode, under_any
 from .changes import same_bytes
 from .checkout import NEW_DIR_MODE, Checkout
 from .errors import UnsafePathError
-from .journal import ApplyRecord, Conflict, Expectations, Status, Step, newest_unreverted, step_dirs, write
+from .journal import ApplyRecord, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
-from .records import FileType, Identity, Kind
-
-
-class RevertResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    record: int  # the apply that was (or would have been) reverted
-    reverted: list[str] = []
-    conflicts: list[Conflict] = []  # when not empty, nothing was written
-    more_reverted: int = 0  # paths restored past those ``reverted`` lists (see ``bounded``)
-
-    def bounded(self, most: int) -> RevertResult:
-        """This result with at most ``most`` paths in ``reverted``, the rest counted."""
-        more = self.more_reverted + max(0, len(self.reverted) - most)
-        return self.model_copy(update={"reverted": self.reverted[:most], "more_reverted": more})
+from .records import Identity
 
 
 def revert(layer: Layer, force: Collection[str] = ()) -> RevertResult:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.scripted import free_port
+from controller.agent.scripted import free_port
 from tests.agent_harness import REPO_FILES, register, text
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 from tests.integration.cli_helpers import cubicle

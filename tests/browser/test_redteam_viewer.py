@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from controller import terminal
+from controller.cli import terminal
 from tests.agent_harness import register, text, tool
 from tests.browser.conftest import Viewer, another_port, idle_session
 from tests.browser.test_viewer import find, open_session, sign_in, texts, wait, wait_finished
@@ -42,14 +42,14 @@ def test_finding_a_server_on_another_port_receives_a_working_sign_in_cookie(
     )
 
 
-# Characters controller/terminal.py shows escaped, one or two of each kind: line and paragraph separators,
+# Characters controller/cli/terminal.py shows escaped, one or two of each kind: line and paragraph separators,
 # C1 controls, the Arabic letter mark, zero-width and other format characters, blank-looking letters, tags.
 SPOOFERS = "\u2028\u2029\u0085\u009b\u061c\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u3164\u2800\u115f\U000e0041"
 
 
 def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(driver: WebDriver, viewer: Viewer) -> None:
     """FINDING (low): dom.js `visible()` makes C0 controls, DEL and bidi overrides/isolates visible,
-    but not what the terminal (controller/terminal.py) also escapes: U+2028/U+2029 and NEL (line
+    but not what the terminal (controller/cli/terminal.py) also escapes: U+2028/U+2029 and NEL (line
     breaks inside one "line" of a tool summary or a path), zero-width and format characters (a file
     `src/\u200bapp.py` reads exactly as `src/app.py` in the changes list: a new file passes for an edit
     of an existing one), U+061C (a bidi mark, while U+200E/U+200F are escaped), blank-looking letters
@@ -67,7 +67,7 @@ def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(drive
 
 def test_the_page_and_the_terminal_spell_out_exactly_the_same_characters(driver: WebDriver, viewer: Viewer) -> None:
     """One table (invisible.json) drives both; walked over every code point in the browser, the page's
-    ``visible()`` changes exactly the characters ``controller.terminal`` escapes."""
+    ``visible()`` changes exactly the characters ``controller.cli.terminal`` escapes."""
     sign_in(driver, viewer)
     script = """
       const done = arguments[arguments.length - 1];

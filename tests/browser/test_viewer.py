@@ -19,7 +19,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
-from controller.scripted import free_port
+from controller.agent.scripted import free_port
 from tests.agent_harness import register, text, tool
 from tests.browser.conftest import LISTING, TOKEN, Viewer, another_port, cookie_client, idle_session
 from tests.eventually import eventually

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from controller.api import create_app
-from controller.config import Limits, Settings
-from controller.scripted import ScriptedServer, free_port, serve_in_thread
+from controller.agent.scripted import ScriptedServer, free_port, serve_in_thread
+from controller.config import Settings
+from controller.server.api import create_app
+from controller.wire.limits import Limits
 from controller.workspace.layer import open_layer
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually

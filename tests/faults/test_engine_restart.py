@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from controller import engine
 from controller.config import Settings
+from controller.sandbox import engine
 from tests.agent_harness import text, tool
 from tests.eventually import eventually, eventually_async
 from tests.integration.helpers import container_running

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.scripted import ScriptedServer, free_port
+from controller.agent.scripted import ScriptedServer, free_port
 from tests.integration.api_helpers import serve_env, serve_subprocess
 from tests.sandbox_defaults import TEST_INSTANCE
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from controller.scripted import free_port
+from controller.agent.scripted import free_port
 from tests.databases import postgres_schema
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
 from tests.sandbox_defaults import TEST_INSTANCE

@@ -12,9 +12,11 @@ from typing import Any, TypeVar
 
 from docker.errors import APIError, NotFound
 
-from controller import owners, protocol, runtimes
-from controller.protocol import CommandResult, Failure, Outcome, Strict
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox import owners
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.wire.protocol import CommandResult, Failure, Outcome, Strict
 
 T = TypeVar("T", bound=Strict)
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from controller.store import Store
+from controller.server.store import Store
 from tests.integration.cli_helpers import environment
 from tests.integration.pty_helpers import owned_by
 

@@ -11,12 +11,12 @@ from typing import Any
 import anthropic
 import pytest
 
-from controller.agent import Agent, Conversation
-from controller.anthropic_model import AnthropicModel
-from controller.config import Limits
-from controller.events import ListSink, ToolCall, ToolResult
-from controller.model import SYSTEM_PROMPT
-from controller.sandbox import DockerSandbox
+from controller.agent.anthropic_model import AnthropicModel
+from controller.agent.loop import Agent, Conversation
+from controller.agent.model import SYSTEM_PROMPT
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.events import ListSink, ToolCall, ToolResult
+from controller.wire.limits import Limits
 from tests.agent_harness import LIMITS, register, text, tool
 from tests.eventually import eventually_async
 

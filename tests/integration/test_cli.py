@@ -218,9 +218,10 @@ def _ticks() -> str:
 
 
 def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
-    from controller.config import Limits
-    from controller.events import Usage
-    from controller.store import SessionRecord, Store
+    from controller.server.store import Store
+    from controller.wire.events import Usage
+    from controller.wire.limits import Limits
+    from controller.wire.sessions import SessionRecord
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
@@ -295,9 +296,10 @@ def test_an_unreachable_model_api_is_one_sentence(tmp_path: Path, make_repo: Cal
 
 
 def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
-    from controller.config import Limits
-    from controller.events import Usage
-    from controller.store import SessionRecord, Store
+    from controller.server.store import Store
+    from controller.wire.events import Usage
+    from controller.wire.limits import Limits
+    from controller.wire.sessions import SessionRecord
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()

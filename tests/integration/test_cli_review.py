@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from controller.agent.scripted import ScriptedServer
 from controller.config import Settings
-from controller.runtime import Runtime
-from controller.scripted import ScriptedServer
-from controller.sessions import Sessions
-from controller.store import Store
-from controller.workspaces import Workspaces
+from controller.environment.buildinputs import definition_files
+from controller.server.runtime import Runtime
+from controller.server.sessions import Sessions
+from controller.server.store import Store
+from controller.workspace.manager import Workspaces
 from tests.agent_harness import register, text, tool
 from tests.integration.cli_helpers import SESSION_ID, cubicle, environment, tree
 from tests.integration.pty_helpers import Terminal, scenario_file
@@ -267,8 +268,9 @@ def test_gc_removes_orphan_volumes_and_the_layers_of_purged_sessions(
     kept, done = _run(tmp_path, repo, "--no-apply")
     assert done.returncode == 0, done.stderr
     layers = Workspaces(tmp_path / "data")
-    layers.create("s_purged", repo)
-    layers.create("s_fresh", make_repo("other"))  # its session may be about to be written: left alone
+    layers.create("s_purged", repo, definition=definition_files(repo))
+    other = make_repo("other")  # its session may be about to be written: left alone
+    layers.create("s_fresh", other, definition=definition_files(other))
     old = time.time() - 3600
     for session_id in ("s_purged", kept):
         os.utime(tmp_path / "data" / "workspaces" / session_id, (old, old))

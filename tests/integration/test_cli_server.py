@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from controller.agent.scripted import ScriptedServer
 from controller.client import Client
-from controller.scripted import ScriptedServer
 from tests.agent_harness import register, text, tool
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.client_helpers import Served, cubicle_serve

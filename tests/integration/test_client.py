@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
+from controller.agent.scripted import ScriptedServer, free_port
 from controller.client import AsyncClient, Client
-from controller.errors import (
-    AuthError,
-    ConflictError,
-    InvalidRequestError,
-    NotFoundError,
-    UnreachableError,
-)
-from controller.events import SessionFinished, ToolResult
-from controller.scripted import ScriptedServer, free_port
+from controller.errors import AuthError, ConflictError, InvalidRequestError, NotFoundError, UnreachableError
 from controller.testing import CubicleContainer
-from controller.workspaces import ApplyConflictError
+from controller.wire.changes import ApplyConflictError
+from controller.wire.events import SessionFinished, ToolResult
 from tests.agent_harness import register, text, tool
 from tests.integration.client_helpers import Relay, Served, cubicle_serve
 from tests.sandbox_defaults import owned_dir

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.sandbox import DockerSandbox
+from controller.sandbox.docker import DockerSandbox
 from tests.integration.helpers import sh
 
 

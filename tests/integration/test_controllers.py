@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from controller.scripted import ScriptedServer, free_port
+from controller.agent.scripted import ScriptedServer, free_port
 from controller.workspace.layer import open_layer
 from tests.agent_harness import register, text, tool
 from tests.databases import postgres_schema

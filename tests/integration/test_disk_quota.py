@@ -1,7 +1,7 @@
 """Per-session disk and inode quotas on a real engine: what the agent writes stops at its quota, inside the sandbox.
 
 Small quotas keep the runs cheap: 64 MiB and 2,048 files. Each session's layer is a loop-mounted
-ext4 filesystem of that size (``controller.disks``); these tests look at it from the host too:
+ext4 filesystem of that size (``controller.workspace.quota``); these tests look at it from the host too:
 its image's allocated bytes, the host's free space, and the mounts and loop devices left behind.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from controller.api import create_app
+from controller.agent.scripted import ScriptedServer, serve_in_thread
 from controller.config import DEFAULT_IMAGE, Settings
-from controller.scripted import ScriptedServer, serve_in_thread
+from controller.server.api import create_app
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually
 from tests.integration.api_helpers import Api

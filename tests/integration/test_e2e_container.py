@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import owners
+from controller.sandbox import owners
 from controller.testing import CubicleContainer
 from tests.integration.api_helpers import Api
 

@@ -24,14 +24,16 @@ import pytest
 from docker.errors import APIError, ImageNotFound, NotFound
 from typer.testing import CliRunner
 
-from controller import images, owners, protocol, workspace
+from controller import workspace
 from controller.cli import app
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.environment import load
-from controller.environment.image import ROLE, EnvironmentImage, ensure_image, sweep
+from controller.environment.build import ROLE, EnvironmentImage, ensure_image, sweep
 from controller.errors import EnvironmentBuildError, ImageMissingError
-from controller.protocol import CommandResult, ListResult, ReadResult, SearchResult
-from controller.sandbox import DockerSandbox
+from controller.sandbox import images, owners
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.wire.protocol import CommandResult, ListResult, ReadResult, SearchResult
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
 
 BASE = "debian:bookworm-slim"

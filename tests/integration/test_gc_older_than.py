@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from controller import owners
-from controller.store import Store
+from controller.sandbox import owners
+from controller.server.store import Store
 from tests.integration.cli_helpers import backdate, cubicle, scripted_run
 
 

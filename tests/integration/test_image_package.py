@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TAG = "cubicle-sandbox:wheel-test"
 PROXY_TAG = "cubicle-proxy:wheel-test"
 RUN_AS_MAIN = (
-    "import runpy, controller.images as images; print('CONTROLLER', images.__file__, flush=True); "
+    "import runpy, controller.sandbox.images as images; print('CONTROLLER', images.__file__, flush=True); "
     "runpy.run_module('controller', run_name='__main__', alter_sys=True)"
 )
 

@@ -20,8 +20,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from controller import mcpserver, tools
-from controller.store import Store
+from controller.agent import tools
+from controller.server import mcpserver
+from controller.server.store import Store
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.helpers import readme_example
 from tests.integration.mcp_helpers import Raw, raw_server

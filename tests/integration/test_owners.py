@@ -10,8 +10,8 @@ from typing import Any
 
 from docker.errors import DockerException
 
-from controller import owners
 from controller.config import DEFAULT_IMAGE
+from controller.sandbox import owners
 
 
 def test_the_sweep_survives_containers_removed_while_it_lists(docker_client: Any) -> None:

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from controller.output import truncate_middle
-from controller.protocol import PingResult
-from controller.sandbox import DockerSandbox
+from controller.agent.output import truncate_middle
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.protocol import PingResult
 from tests.integration.helpers import call, expect, sh
 
 GRACE_S = 2.0

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.scripted import ScriptedServer
+from controller.agent.scripted import ScriptedServer
 from tests.agent_harness import register, text, tool
 from tests.integration.client_helpers import cubicle_serve
 from tests.integration.helpers import readme_example

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from controller import protocol
-from controller.protocol import CommandResult, ReadResult
-from controller.sandbox import DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.wire.protocol import CommandResult, ReadResult
 from tests.integration.helpers import call, expect, failure, sh
 
 

@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 from docker.errors import APIError, NotFound
 
-from controller import setups, workspace
-from controller.config import DEFAULT_IMAGE, Limits, Settings
-from controller.environment import EnvironmentRequest
-from controller.environments import Environments, ImageNotAllowedError
-from controller.events import Event, SetupOutput
-from controller.network import NONE
+from controller import workspace
+from controller.config import DEFAULT_IMAGE, Settings
+from controller.environment import setups
+from controller.environment.preparation import Environments, ImageNotAllowedError
+from controller.wire.environment import EnvironmentRequest
+from controller.wire.events import Event, SetupOutput
+from controller.wire.limits import Limits
+from controller.wire.network import NONE
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import scenario_file
 from tests.sandbox_defaults import SANDBOX_LIMITS, TEST_INSTANCE

@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from controller import mcpserver
 from controller.config import Settings
-from controller.runtime import Runtime
-from controller.sandbox import volume_name
+from controller.sandbox.docker import volume_name
+from controller.server import mcpserver
+from controller.server.runtime import Runtime
 from tests.integration.mcp_helpers import events, raw_server, status
 from tests.integration.pty_helpers import owned_by
 

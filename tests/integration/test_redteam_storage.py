@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controller import owners
 from controller.config import Settings
-from controller.runtime import Runtime
-from controller.sessions import Sessions
-from controller.store import Store
+from controller.sandbox import owners
+from controller.server.runtime import Runtime
+from controller.server.sessions import Sessions
+from controller.server.store import Store
 from tests.integration.cli_helpers import backdate, cubicle, scripted_run
 
 CAP_MB = 1

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from controller import owners
 from controller.errors import SandboxError
-from controller.protocol import CommandResult, EditResult, ListResult, ReadResult, SearchResult, WriteResult
-from controller.sandbox import DockerSandbox
+from controller.sandbox import owners
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.protocol import CommandResult, EditResult, ListResult, ReadResult, SearchResult, WriteResult
 from tests.integration.helpers import call, expect, failure
 from tests.sandbox_defaults import SANDBOX_LIMITS
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from controller.scripted import ScriptedServer, free_port
+from controller.agent.scripted import ScriptedServer, free_port
 from tests.integration.api_helpers import serve_env, serve_subprocess
 from tests.integration.controllers_helpers import stop
 from tests.sandbox_defaults import TEST_INSTANCE

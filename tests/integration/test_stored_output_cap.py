@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.events import ToolResult
-from controller.store import Store
+from controller.server.store import Store
+from controller.wire.events import ToolResult
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import scenario_file
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from controller import protocol
-from controller.channel import ToolboxChannel
-from controller.protocol import CancelResult, CommandResult, Response
-from controller.sandbox import DockerSandbox
+from controller.sandbox.channel import ToolboxChannel
+from controller.sandbox.docker import DockerSandbox
+from controller.wire import protocol
+from controller.wire.protocol import CancelResult, CommandResult, Response
 from tests.eventually import eventually_async
 from tests.integration.helpers import sh
 

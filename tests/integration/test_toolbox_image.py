@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import owners
 from controller.config import DEFAULT_IMAGE
-from controller.sandbox import raw_socket
+from controller.sandbox import owners
+from controller.sandbox.docker import raw_socket
 from tests.sandbox_defaults import AGENT_UID, TEST_INSTANCE
 from tests.shadow_modules import markers, plant_shadow_modules
 

@@ -21,20 +21,10 @@ from typing import Any
 import pytest
 from docker.types import Mount
 
-from controller import owners
 from controller.config import DEFAULT_IMAGE
-from controller.workspace import (
-    Disposition,
-    Kind,
-    apply,
-    checkpoint,
-    create,
-    discard,
-    revert,
-    rewind,
-    scan,
-    volume_kwargs,
-)
+from controller.sandbox import owners
+from controller.wire.changes import Disposition, Kind
+from controller.workspace import apply, checkpoint, create, discard, revert, rewind, scan, volume_kwargs
 from controller.workspace.layer import Layer
 from tests.integration.layer_host import tree
 from tests.sandbox_defaults import TEST_INSTANCE

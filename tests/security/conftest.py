@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller.sandbox import DockerSandbox
+from controller.sandbox.docker import DockerSandbox
 from tests.sandbox_defaults import SECURE_LIMITS, drop_other_runtimes, each_runtime  # noqa: F401 - sandboxes here run under each runtime
 
 

@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from controller.api import create_app
+from controller.agent.scripted import serve_in_thread
 from controller.config import Settings
-from controller.scripted import serve_in_thread
+from controller.server.api import create_app
 from controller.testing import NoSandbox
 from tests.sandbox_defaults import owned_dir
 

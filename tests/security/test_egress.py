@@ -23,12 +23,13 @@ import pytest
 from docker.errors import ImageNotFound
 
 from bench.egress import Hosts, gateway_of, hosts
-from controller import egress, owners, workspace
+from controller import workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
-from controller.network import Outside, parse
-from controller.protocol import Failure
-from controller.sandbox import DockerSandbox
+from controller.sandbox import egress, owners
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.network import Outside, parse
+from controller.wire.protocol import Failure
 from tests.integration.helpers import call, listening, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 

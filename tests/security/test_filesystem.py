@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from controller import runtimes, workspace
-from controller.protocol import Failure, ListResult, ReadResult, WriteResult
-from controller.sandbox import DockerSandbox
-from controller.workspace import ApplyResult
+from controller import workspace
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.changes import ApplyResult
+from controller.wire.protocol import Failure, ListResult, ReadResult, WriteResult
 from controller.workspace.baseline import is_git_path
 from tests.integration.helpers import call, sh
 from tests.sandbox_defaults import SECURE_LIMITS

@@ -12,9 +12,9 @@ import platform
 
 import pytest
 
-from controller import runtimes
-from controller.protocol import CommandResult, Failure
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.protocol import CommandResult, Failure
 from tests.integration.helpers import call, sh
 
 # A 231-byte static x86-64 program: setsid(), then forever fork with the parent exiting; about every

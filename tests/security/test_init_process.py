@@ -11,8 +11,8 @@ import posixpath
 from collections.abc import Callable
 from pathlib import Path
 
-from controller import runtimes
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
 from tests.integration.helpers import sh
 from tests.sandbox_defaults import SECURE_LIMITS
 from tests.security.probes import OPEN, TRACE

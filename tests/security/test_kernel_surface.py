@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from controller import runtimes
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
 from tests.integration.helpers import sh
 
 # sched_getattr(0, buf, 56, 0): in the engine's seccomp profile, answered by Linux since 3.14; gVisor has none.

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from controller import runtimes
-from controller.config import Limits
 from controller.errors import SandboxError
-from controller.network import OPEN
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.limits import Limits
+from controller.wire.network import OPEN
 from tests.integration.helpers import listening, sh
 
 

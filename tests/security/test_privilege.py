@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from controller import owners, runtimes
 from controller.errors import ForbiddenRepoError, SandboxError
-from controller.sandbox import DockerSandbox
-from controller.workspaces import pin
+from controller.sandbox import isolation as runtimes
+from controller.sandbox import owners
+from controller.sandbox.docker import DockerSandbox
+from controller.workspace.manager import pin
 from tests.integration.helpers import sh
 from tests.sandbox_defaults import SECURE_LIMITS
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from controller.sandbox import DockerSandbox
+from controller.sandbox.docker import DockerSandbox
 from tests.integration.helpers import call, sh
 
 ESCAPES = {

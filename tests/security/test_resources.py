@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from controller import runtimes
-from controller.api import create_app
+from controller.agent.scripted import serve_in_thread
 from controller.config import Settings
-from controller.protocol import CommandResult, Failure, ListResult
-from controller.sandbox import DockerSandbox
-from controller.scripted import serve_in_thread
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
+from controller.server.api import create_app
+from controller.wire.protocol import CommandResult, Failure, ListResult
 from tests.integration.helpers import call, sh
 from tests.sandbox_defaults import SECURE_LIMITS
 

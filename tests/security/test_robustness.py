@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from controller import tools
-from controller.events import ToolResult
-from controller.protocol import Failure, ListFiles, ListFilesArgs, ReadResult
-from controller.sandbox import DockerSandbox
+from controller.agent import tools
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.events import ToolResult
+from controller.wire.protocol import Failure, ListFiles, ListFilesArgs, ReadResult
 from tests.agent_harness import LIMITS, text, tool
 from tests.integration.helpers import call, sh
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from controller import runtimes
-from controller.protocol import CommandResult
-from controller.sandbox import DockerSandbox
+from controller.sandbox import isolation as runtimes
+from controller.sandbox.docker import DockerSandbox
+from controller.wire.protocol import CommandResult
 from tests.integration.helpers import call, expect, sh
 
 # setsid leaves the command's group; the main thread then ends with the raw exit syscall, so

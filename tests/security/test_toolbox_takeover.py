@@ -13,11 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from controller import owners, protocol, runtimes, workspace
-from controller.channel import ToolboxChannel
+from controller import workspace
 from controller.config import DEFAULT_IMAGE
-from controller.protocol import CommandResult, PingResult
-from controller.sandbox import DockerSandbox, container_options, raw_socket, remove_volume, volume_name
+from controller.sandbox import isolation as runtimes
+from controller.sandbox import owners
+from controller.sandbox.channel import ToolboxChannel
+from controller.sandbox.docker import DockerSandbox, container_options, raw_socket, remove_volume, volume_name
+from controller.wire import protocol
+from controller.wire.protocol import CommandResult, PingResult
 from tests.integration.helpers import call, expect, failure, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 from tests.security.probes import OPEN, TRACE

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.errors import SandboxError
-from controller.events import ErrorEvent, SessionFinished, ToolResult
-from controller.protocol import Call, Outcome
 from controller.testing import MemorySandbox, Reply
+from controller.wire.events import ErrorEvent, SessionFinished, ToolResult
+from controller.wire.protocol import Call, Outcome
 from tests.agent_harness import LIMITS, REPO_FILES, text, tool
 from tests.eventually import eventually_async
 

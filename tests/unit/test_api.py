@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.api import create_app
-from controller.config import Limits, Settings
+from controller.config import Settings
+from controller.server.api import create_app
 from controller.testing import NoSandbox
+from controller.wire.limits import Limits
 from tests.eventually import eventually
 from tests.sandbox_defaults import owned_dir
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.api import create_app
+from controller.agent.scripted import ScriptedServer, serve_in_thread
 from controller.config import Settings
-from controller.context import ContextPolicy
-from controller.scripted import ScriptedServer, serve_in_thread
+from controller.server.api import create_app
 from controller.testing import MemorySandbox, Reply
+from controller.wire.policies import ContextPolicy
 from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api
 from tests.sandbox_defaults import owned_dir

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.api import create_app
 from controller.config import Settings
+from controller.server.api import create_app
 from controller.testing import LOOPBACK, NoSandbox
 
 pytestmark = pytest.mark.usefixtures("each_store")  # the API suite runs on SQLite and on PostgreSQL

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from controller.api import create_app
+from controller.agent.scripted import ScriptedServer, serve_in_thread
 from controller.config import Settings
-from controller.scripted import ScriptedServer, serve_in_thread
+from controller.server.api import create_app
 from controller.testing import MemorySandbox
 from tests.agent_harness import register, text, tool
 from tests.integration.api_helpers import Api

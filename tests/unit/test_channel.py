@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controller import protocol
-from controller.channel import ToolboxChannel
 from controller.errors import ToolboxGoneError
+from controller.sandbox.channel import ToolboxChannel
+from controller.wire import protocol
 
 
 def frame(kind: int, payload: bytes) -> bytes:
@@ -122,7 +122,7 @@ async def test_garbage_after_answers_keeps_the_answers(pair: tuple[ToolboxChanne
 
 async def test_receiving_is_linear_in_the_bytes_received() -> None:
     """A long unfinished line that grows by one byte per frame: each byte is looked at a bounded number of times."""
-    from controller.channel import _Lines
+    from controller.sandbox.channel import _Lines
 
     lines = _Lines(64 << 20)
     assert list(lines.feed(b'{"id":' + b"x" * (8 << 20))) == []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import inspect
 
-from controller.api import STATUS_OF
-from controller.api_models import CreateSession
 from controller.client import ERROR_OF, ROUTES, AsyncClient, Client
 from controller.errors import ConflictError, SandboxError
+from controller.server.api import STATUS_OF
+from controller.wire.bodies import CreateSession
 
 
 def test_create_sends_exactly_the_fields_of_the_apis_request() -> None:

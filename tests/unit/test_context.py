@@ -11,9 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.context import (
-    ContextPolicy,
-    Edit,
+from controller.agent.context import (
     Measure,
     cut_points,
     estimate_tokens,
@@ -24,6 +22,7 @@ from controller.context import (
     user_words,
     view,
 )
+from controller.wire.policies import ContextPolicy, Edit
 
 Message = dict[str, Any]
 

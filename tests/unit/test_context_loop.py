@@ -6,11 +6,11 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from controller.context import ContextPolicy
-from controller.conversation import Conversation
-from controller.events import ContextEdited, ErrorEvent, UsageEvent
-from controller.scripted import CLEARED, CONTEXT_BETA, ScriptedServer, invalid_request, prompt_usage, server_edits
+from controller.agent.conversation import Conversation
+from controller.agent.scripted import CLEARED, CONTEXT_BETA, ScriptedServer, invalid_request, prompt_usage, server_edits
 from controller.testing import MemorySandbox, Reply
+from controller.wire.events import ContextEdited, ErrorEvent, UsageEvent
+from controller.wire.policies import ContextPolicy
 from tests.agent_harness import LIMITS, REPO_FILES, register, text, tool
 
 OUTPUT = {"make test": Reply(stdout="E" * 8000)}

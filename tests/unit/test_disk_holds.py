@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controller.disks import _flock_within
+from controller.workspace.quota import _flock_within
 
 HOLD_FOR_S = 0.3
 # A child with a copy of the parent's fd (as one forked between fork and exec has): it keeps the shared flock

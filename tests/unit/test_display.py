@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from controller.display import (
+from controller.cli.display import (
     APPROVAL_ROWS,
     JsonSink,
     LiveSink,
@@ -22,7 +22,7 @@ from controller.display import (
     result_mark,
     summarize_args,
 )
-from controller.events import ContextEdited, TextDelta, ToolResult
+from controller.wire.events import ContextEdited, TextDelta, ToolResult
 
 
 def _console(width: int = 100, clock: list[float] | None = None) -> Console:

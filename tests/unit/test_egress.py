@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller import egress, owners, workspace
-from controller.config import Limits, Settings
-from controller.egress import LOOPBACK, SPECIAL, Route, squid_config
+from controller import workspace
+from controller.config import Settings
 from controller.errors import SandboxError
-from controller.network import OPEN, HostPattern, NetworkPolicy, parse
-from controller.sandbox import container_options
+from controller.sandbox import egress, owners
+from controller.sandbox.docker import container_options
+from controller.sandbox.egress import LOOPBACK, SPECIAL, Route, squid_config
+from controller.wire.limits import Limits
+from controller.wire.network import OPEN, HostPattern, NetworkPolicy, parse
 from tests.sandbox_defaults import owned_dir
 
 SUBNET = "172.30.0.0/16"
@@ -61,7 +63,7 @@ def test_refusals_name_their_reason() -> None:
     assert "deny_info ERR_CUBICLE_PRIVATE_ADDRESS cubicle_special" in config
     assert "deny_info ERR_CUBICLE_LOOPBACK cubicle_loopback" in config
     assert "deny_info ERR_CUBICLE_NOT_ALLOWED all" in config
-    pages = Path(egress.__file__).parent / "proxy_image" / "errors"
+    pages = Path(egress.__file__).parents[1] / "proxy_image" / "errors"
     for page in re.findall(r"^deny_info (\S+) ", config, re.MULTILINE):
         text = (pages / page).read_text()
         assert text.startswith("blocked by Cubicle's egress policy: ") and "\n" not in text.rstrip("\n")

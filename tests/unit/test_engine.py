@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from controller import engine
-from controller.api import create_app
 from controller.config import DEFAULT_DOCKER_HOST, Settings
 from controller.errors import DockerUnavailableError
+from controller.sandbox import engine
+from controller.server.api import create_app
 from controller.testing import LOOPBACK, NoSandbox
 from tests.sandbox_defaults import owned_dir
 

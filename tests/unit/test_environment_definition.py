@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 
 from controller.environment import buildcontext, definition
-from controller.environment.definition import (
-    DEFAULT_SETUP_INPUTS,
-    Environment,
-    EnvironmentRequest,
-    definition_hash,
-    load,
-    materials,
-    override,
-)
+from controller.environment.definition import definition_hash, load, materials, override, requested
 from controller.errors import DefinitionError, RepoError
-from controller.network import NetworkPolicy, parse
+from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
+from controller.wire.network import NetworkPolicy, parse
 
 TOML = ".cubicle/environment.toml"
 DEVCONTAINER = ".devcontainer/devcontainer.json"
@@ -585,10 +578,10 @@ def test_the_request_model_forbids_unknown_fields_and_applies_over_the_definitio
     dockerfile_repo(repo)
     env = load(repo)
     request = EnvironmentRequest.model_validate({"setup": ["pip", "install", "-e", ".[dev]"], "network": "allow=a.org"})
-    applied = request.apply(env)
+    applied = requested(request, env)
     assert applied.dockerfile == "Dockerfile" and applied.setup == "pip install -e '.[dev]'"
     assert applied.network == parse("allow=a.org") and applied.source == "request"
-    plain = EnvironmentRequest(ignore_repository=True).apply(env)
+    plain = requested(EnvironmentRequest(ignore_repository=True), env)
     assert not plain.builds and plain.setup is None and plain.source == "request"
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.environment import buildcontext, dockerfile, image
+from controller.environment import build as image
+from controller.environment import buildcontext, dockerfile
 from controller.environment.definition import load, materials
 from controller.errors import ConfigError
 

@@ -21,14 +21,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controller.anthropic_model import AnthropicModel, collect
-from controller.api import create_app
+from controller.agent.anthropic_model import AnthropicModel, collect
+from controller.agent.model import INVALID_INPUT, cleared_by_api, parse_tool_input
+from controller.agent.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
 from controller.config import Settings
-from controller.context import ContextPolicy
 from controller.errors import ModelError
-from controller.model import INVALID_INPUT, cleared_by_api, parse_tool_input
-from controller.scripted import Scenario, ScriptedServer, free_port, serve_in_thread
+from controller.server.api import create_app
 from controller.testing import NoSandbox
+from controller.wire.policies import ContextPolicy
 from tests.agent_harness import register, text
 from tests.integration.api_helpers import Api
 from tests.sandbox_defaults import owned_dir

@@ -15,15 +15,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controller import kubernetes
-from controller.config import DEFAULT_IMAGE, Limits
-from controller.egress import PORT, PROXY_UID, ROLE, SPECIAL
+from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
-from controller.images import CONTEXT
-from controller.kubernetes import Cluster, Manifest, Owner, manifests, session_manifests
-from controller.network import NONE, OPEN, NetworkPolicy, parse
-from controller.owners import SESSION
-from controller.sandbox import HOME, WORKSPACE, container_options
+from controller.sandbox import kubernetes
+from controller.sandbox.docker import HOME, WORKSPACE, container_options
+from controller.sandbox.egress import PORT, PROXY_UID, ROLE, SPECIAL
+from controller.sandbox.images import CONTEXT
+from controller.sandbox.kubernetes import Cluster, Manifest, Owner, manifests, session_manifests
+from controller.sandbox.owners import SESSION
+from controller.wire.limits import Limits
+from controller.wire.network import NONE, OPEN, NetworkPolicy, parse
 from controller.workspace.layer import Layer, LayerInfo
 
 VERSIONS = ("1.33", "1.37")

@@ -1,6 +1,8 @@
-"""The package's layering: each module imports only modules of its own layer or below, and nothing imports in a cycle.
+"""The package's layering: packages by layer, each importing only its own layer or those below, and no cycle.
 
-A new module must be placed in a layer here; that placement is the design decision.
+The package is a few packages (``wire``, ``workspace``, ``sandbox``, ``environment``, ``agent``, ``server``,
+``cli``) and a few modules at its root (``errors``, ``config``, the ``client`` and the ``testing`` fakes).
+A new package or root module must be placed in a layer here; that placement is the design decision.
 """
 
 from __future__ import annotations
@@ -13,33 +15,19 @@ import controller
 
 PACKAGE = Path(controller.__file__).parent
 LAYERS: list[set[str]] = [
-    {"errors", "config", "events", "output", "protocol", "terminal", "owners", "context", "network", "accesslog"},
-    {
-        "usage",
-        "channel",
-        "engine",
-        "images",
-        "repos",
-        "model",
-        "webui",
-        "anthropic_model",
-        "store",
-        "display",
-        "conversation",
-        "workspace",
-        "environment",
-        "disks",
-        "runtimes",
-    },
-    {"sandbox", "egress", "scripted", "compactor", "workspaces", "review", "api_models"},
-    {"setups", "environments", "client", "kubernetes"},
-    {"tools"},
-    {"agent"},
-    {"runtime"},
-    {"testing", "feed", "recorder", "live", "sessions"},
-    {"api", "mcpserver"},
-    {"cli", "__main__"},
+    {"errors"},
+    {"wire"},  # what crosses the API and the toolbox channel: client-safe
+    {"config"},
+    {"client"},
+    {"workspace"},  # the session's layer over the checkout, its quota filesystem, apply and revert
+    {"sandbox"},  # where tool calls run: the Sandbox protocol, the channel, the Docker backend
+    {"testing"},
+    {"environment", "agent"},  # neither imports the other
+    {"server"},
+    {"cli"},
+    {"__main__"},
 ]
+ROOT_MODULES = {"__init__", "__main__", "errors", "config", "client", "testing"}
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 
@@ -96,3 +84,25 @@ def test_no_import_cycles() -> None:
         tuple(TopologicalSorter(modules()).static_order())
     except CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
+
+
+def test_the_root_holds_only_the_packages_and_a_few_modules() -> None:
+    modules = {path.stem for path in PACKAGE.glob("*.py")}
+    assert modules == ROOT_MODULES, "a new module belongs in one of the packages"
+
+
+def test_no_two_packages_import_each_other() -> None:
+    graph = imports()
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if a in graph.get(b, ())})
+    assert pairs == []
+
+
+def test_no_two_names_differ_by_one_letter_added() -> None:
+    """``runtime`` beside ``runtimes``, ``workspace`` beside ``workspaces``: a reader cannot tell which is which."""
+    names = {p.stem for p in PACKAGE.rglob("*.py") if "sandbox_image" not in p.parts} | {
+        p.name for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists()
+    }
+    pairs = [(a, b) for a in names for b in names if len(b) == len(a) + 1 and any(
+        b[:i] + b[i + 1:] == a for i in range(len(b))
+    )]  # fmt: skip
+    assert pairs == []

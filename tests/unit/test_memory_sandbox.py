@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from controller import protocol
-from controller.protocol import CommandResult, EditResult, Failure, ListResult, ReadResult, SearchResult
 from controller.testing import MemorySandbox, Reply
+from controller.wire import protocol
+from controller.wire.protocol import CommandResult, EditResult, Failure, ListResult, ReadResult, SearchResult
 
 FILES = {"a.txt": "one\ntwo\ntwo\n", "src/pkg/mod.py": "x = 1\n", "src/main.py": "import pkg\n"}
 

@@ -10,7 +10,7 @@ import anthropic
 import pytest
 import yaml
 
-from controller.anthropic_model import make_client
+from controller.agent.anthropic_model import make_client
 from controller.config import Settings
 from controller.errors import ConfigError
 

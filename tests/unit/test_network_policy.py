@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from controller.config import Limits
-from controller.network import NONE, OPEN, NetworkPolicy, parse, parse_host
+from controller.wire.limits import Limits
+from controller.wire.network import NONE, OPEN, NetworkPolicy, parse, parse_host
 
 
 def test_levels_parse_and_print_back() -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from controller import protocol
-from controller.config import Limits, Settings
-from controller.network import NONE
-from controller.protocol import OPS, REQUESTS, CommandResult, Failure, ReadFile, ReadFileArgs, Response, RunCommand
-from controller.tools import TOOLS
+from controller.agent.tools import TOOLS
+from controller.config import Settings
+from controller.wire import protocol
+from controller.wire.limits import Limits
+from controller.wire.network import NONE
+from controller.wire.protocol import OPS, REQUESTS, CommandResult, Failure, ReadFile, ReadFileArgs, Response, RunCommand
 
 
 def test_request_rejects_unknown_keys() -> None:

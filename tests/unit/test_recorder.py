@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.agent import Conversation
-from controller.config import Limits
-from controller.context import Edit
-from controller.events import (
+from controller.agent.loop import Conversation
+from controller.server.feed import Feed
+from controller.server.recorder import Recorder
+from controller.server.store import Store
+from controller.wire.events import (
     Event,
     FinishReason,
     SessionFinished,
@@ -23,9 +24,9 @@ from controller.events import (
     Usage,
     UsageEvent,
 )
-from controller.feed import Feed
-from controller.recorder import Recorder
-from controller.store import SessionRecord, Store
+from controller.wire.limits import Limits
+from controller.wire.policies import Edit
+from controller.wire.sessions import SessionRecord
 
 SID = "s_feedtest"
 

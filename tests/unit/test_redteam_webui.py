@@ -1,4 +1,4 @@
-"""Red-team findings against the viewer's server side (controller/webui.py), without Docker.
+"""Red-team findings against the viewer's server side (controller/server/webui.py), without Docker.
 
 Each test states the property that should hold; a failing test is an open finding.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from controller import webui
-from controller.api import create_app
+from controller.server import webui
+from controller.server.api import create_app
 from controller.testing import NoSandbox
 from tests.unit.test_webui import HERE, TOKEN, _settings
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
-from controller import review
-from controller.events import ChangeSummary
-from controller.workspace import ApplyResult, Change, Conflict, Disposition, Kind
-from controller.workspace.records import FileType
+from controller.cli import review
+from controller.wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from controller.wire.events import ChangeSummary
 
 
 def _shown(renderable: RenderableType) -> str:

@@ -16,22 +16,24 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from controller.api import create_app
-from controller.config import Limits, Settings
+from controller.agent.model import SYSTEM_PROMPT
+from controller.agent.scripted import ScriptedServer, serve_in_thread
+from controller.config import Settings
+from controller.environment.buildinputs import definition_files
 from controller.errors import DockerUnavailableError
-from controller.events import ListSink
-from controller.model import SYSTEM_PROMPT
-from controller.network import parse
-from controller.runtime import Runtime
-from controller.sandbox import DockerSandbox
-from controller.scripted import ScriptedServer, serve_in_thread
+from controller.sandbox.docker import DockerSandbox
+from controller.server.api import create_app
+from controller.server.runtime import Runtime
 from controller.testing import NoSandbox
+from controller.wire.events import ListSink
+from controller.wire.limits import Limits
+from controller.wire.network import parse
 from tests.agent_harness import register, tool
 from tests.integration.api_helpers import Api
 from tests.sandbox_defaults import owned_dir
 from tests.unit.imports import modules, reachable, tree
 
-ENTRY_POINTS = ("cli", "__main__", "api")
+ENTRY_POINTS = ("cli", "__main__", "server.api")
 """What runs Cubicle: the console script and ``python -m controller`` (cli), and create_app (api)."""
 DATA_TYPES: set[Any] = {str, int, float, bool, Path, SecretStr, type(None)}
 
@@ -88,7 +90,8 @@ def test_settings_hold_only_data() -> None:
 async def test_settings_build_a_docker_sandbox_on_the_configured_engine(tmp_path: Path) -> None:
     host = f"unix://{tmp_path}/engine.sock"
     runtime = Runtime(Settings(docker_host=host, api_key="unused", data_dir=tmp_path / "data"))
-    runtime.workspaces.create("s_runtime", owned_dir(tmp_path / "repo"))
+    repo = owned_dir(tmp_path / "repo")
+    runtime.workspaces.create("s_runtime", repo, definition=definition_files(repo))
     sandbox = runtime.sandbox(tmp_path / "repo", "s_runtime", Limits())
     assert isinstance(sandbox, DockerSandbox)
     with pytest.raises(DockerUnavailableError, match=f"not reachable at {host}"):

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from controller import owners, runtimes, workspace
-from controller.config import Limits, Settings
+from controller import workspace
+from controller.config import Settings
 from controller.errors import InvalidRequestError, SandboxError
-from controller.network import OPEN
-from controller.sandbox import container_options
+from controller.sandbox import isolation as runtimes
+from controller.sandbox import owners
+from controller.sandbox.docker import container_options
 from controller.sandbox_image.toolbox import guardian, seccomp
 from controller.sandbox_image.toolbox import relay as relays
 from controller.sandbox_image.toolbox.pool import Pool
+from controller.wire.limits import Limits
+from controller.wire.network import OPEN
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
 

@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import pytest
 
-from controller.scripted import Scenario, ScriptedServer, serve_in_thread
+from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 
 SCENARIO = Scenario.model_validate(
     {

@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from controller import owners
-from controller.config import Limits, Settings
+from controller.agent.scripted import ScriptedServer
+from controller.config import Settings
 from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
-from controller.events import Usage
-from controller.runtime import Runtime
-from controller.scripted import ScriptedServer
-from controller.sessions import Sessions
-from controller.store import SessionRecord, open_store
+from controller.sandbox import owners
+from controller.server.runtime import Runtime
+from controller.server.sessions import Sessions
+from controller.server.store import open_store
 from controller.testing import NoSandbox
+from controller.wire.events import Usage
+from controller.wire.limits import Limits
+from controller.wire.sessions import SessionRecord
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
 from tests.sandbox_defaults import owned_dir

@@ -11,10 +11,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from controller.config import Limits, Settings
+from controller.config import Settings
 from controller.errors import ConfigError, StoreError
-from controller.events import StatusEvent, Usage
-from controller.store import EVENTS, SCHEMA_VERSION, PostgresStore, SessionRecord, Store, channel, open_store
+from controller.server.store import EVENTS, SCHEMA_VERSION, PostgresStore, Store, channel, open_store
+from controller.wire.events import StatusEvent, Usage
+from controller.wire.limits import Limits
+from controller.wire.sessions import SessionRecord
 from tests.databases import postgres_schema
 
 RELEASED_SCHEMA = """

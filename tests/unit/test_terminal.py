@@ -1,4 +1,4 @@
-"""controller.terminal: untrusted text reaches the terminal only as characters that are drawn, never acted on."""
+"""controller.cli.terminal: untrusted text reaches the terminal only as characters that are drawn, never acted on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from controller import terminal
+from controller.cli import terminal
 
 HOSTILE = (
     "clip\x1b]52;c;cHduZWQ=\x07 title\x1b]0;PWNED\x1b\\ link\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\ "
@@ -79,7 +79,7 @@ def test_a_console_outlives_its_terminal() -> None:
 def test_one_table_names_every_character_the_terminal_and_the_viewer_spell_out() -> None:
     """Red-team finding: variation selectors and other default-ignorable code points in a name reached the
     terminal raw (``setup.py`` + U+FE0F looks like ``setup.py``). The table is shared with the viewer."""
-    table = json.loads((Path(terminal.__file__).parent / "ui" / "static" / "invisible.json").read_text())["ranges"]
+    table = json.loads((Path(terminal.__file__).parents[1] / "ui" / "static" / "invisible.json").read_text())["ranges"]
     assert all(first <= last for first, last in table)
     assert all(before[1] < after[0] for before, after in itertools.pairwise(table)), "sorted, apart"
     categories = {"Cc", "Cf", "Cs", "Zl", "Zp"}

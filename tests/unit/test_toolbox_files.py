@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from controller.protocol import EditResult, ListResult, ReadResult, WriteResult
 from controller.sandbox_image.toolbox.edits import edit_file
 from controller.sandbox_image.toolbox.errors import ToolError
 from controller.sandbox_image.toolbox.files import list_files, read_file, write_file
@@ -32,6 +31,7 @@ from controller.sandbox_image.toolbox.limits import (
     MAX_SCAN_BYTES,
 )
 from controller.sandbox_image.toolbox.workspace import Workspace
+from controller.wire.protocol import EditResult, ListResult, ReadResult, WriteResult
 from tests.tmpfs import small_tmpfs
 
 

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller import images
-from controller.protocol import OPS, Response
+from controller.sandbox import images
 from controller.sandbox_image import toolbox
 from controller.sandbox_image.toolbox.__main__ import serve
 from controller.sandbox_image.toolbox.capture import Capture
 from controller.sandbox_image.toolbox.protocol import NO_THREADS, Toolbox
 from controller.sandbox_image.toolbox.workspace import Workspace
+from controller.wire.protocol import OPS, Response
 from tests.eventually import eventually
 
 PACKAGE = Path(toolbox.__file__).parent

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from controller.protocol import SearchResult
 from controller.sandbox_image.toolbox import search as search_module
 from controller.sandbox_image.toolbox.errors import ToolError
 from controller.sandbox_image.toolbox.search import LONG_LINE, glob_regex, search
 from controller.sandbox_image.toolbox.workspace import Workspace
+from controller.wire.protocol import SearchResult
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from controller.output import truncate_middle
+from controller.agent.output import truncate_middle
 from controller.sandbox_image.toolbox.capture import Capture
 
 

@@ -12,10 +12,10 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from controller import webui
-from controller.api import create_app
+from controller.agent.scripted import Block, Scenario, ScriptedServer, Turn, serve_in_thread
 from controller.config import Settings
-from controller.scripted import Block, Scenario, ScriptedServer, Turn, serve_in_thread
+from controller.server import webui
+from controller.server.api import create_app
 from controller.testing import LOOPBACK, NoSandbox
 from tests.sandbox_defaults import owned_dir
 

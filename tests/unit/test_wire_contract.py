@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from controller import protocol
-from controller.config import Limits
+from controller.agent.tools import DEADLINE_MARGIN_S
 from controller.sandbox_image.toolbox import limits
 from controller.sandbox_image.toolbox.protocol import Toolbox
 from controller.sandbox_image.toolbox.workspace import Workspace
-from controller.tools import DEADLINE_MARGIN_S
+from controller.wire import protocol
+from controller.wire.limits import Limits
 
 
 def test_the_toolbox_answers_exactly_the_controllers_operations(tmp_path: Path) -> None:

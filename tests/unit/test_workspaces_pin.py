@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import ForbiddenRepoError, RepoError
-from controller.workspaces import pin
+from controller.workspace.manager import pin
 
 
 def owned(path: Path) -> Path:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from controller.wire.changes import FileType
 from controller.workspace import LayerMissingError, RepoChangedError, apply, journal, open_layer, revert, scan
 from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout
 from controller.workspace.checkout import NEW_DIR_MODE, Checkout
-from controller.workspace.records import FileType
 from tests.unit.workspace.overlay import OWNER, Workspace, repo_beside, snapshot
 
 TURN = (

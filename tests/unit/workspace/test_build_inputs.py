@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from controller.environment import buildinputs, load
-from controller.workspace import Disposition, apply, scan
+from controller.environment.buildinputs import definition_files
+from controller.wire.changes import Disposition
+from controller.workspace import apply, scan
 from controller.workspace import layer as layers
 from controller.workspace.buildinputs import BuildInputs
-from controller.workspaces import Workspaces, summarize
+from controller.workspace.manager import Workspaces, summarize
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, write_files
 
 
@@ -27,7 +29,7 @@ def session_over(ws: Workspace, files: dict[str, str]) -> None:
     chown_tree(ws.repo, OWNER)
     ws.stop()
     layers.discard(ws.layer)
-    ws.layer = Workspaces(ws.data, lambda _: None).create("s1", ws.repo)
+    ws.layer = Workspaces(ws.data, lambda _: None).create("s1", ws.repo, definition=definition_files(ws.repo))
 
 
 def test_the_dockerfiles_sources_are_read_as_the_builder_reads_them() -> None:

@@ -7,10 +7,10 @@ import stat
 
 from rich.console import Console, RenderableType
 
-from controller import review
-from controller.workspace import Disposition, Kind, changes, scan, textdiff
-from controller.workspace.records import Change, FileType
-from controller.workspaces import printable
+from controller.cli import review
+from controller.wire.changes import Change, Disposition, FileType, Kind
+from controller.workspace import changes, scan, textdiff
+from controller.workspace.manager import printable
 from tests.unit.workspace.overlay import Workspace, repo_beside
 
 

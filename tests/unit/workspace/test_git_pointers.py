@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import Disposition, apply, scan
+from controller.wire.changes import Disposition
+from controller.workspace import apply, scan
 from controller.workspace.gitpointers import HOOK_MANAGERS, Index, Pointer, pointers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 

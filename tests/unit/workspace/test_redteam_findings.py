@@ -13,11 +13,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from controller import review
-from controller.events import AppliedEvent
-from controller.workspace import Disposition, apply, checkpoint, rewind, scan
+from controller.cli import review
+from controller.wire.changes import Disposition
+from controller.wire.events import AppliedEvent
+from controller.workspace import apply, checkpoint, rewind, scan
 from controller.workspace.checkpoints import MAX_PATH_BYTES, recover
-from controller.workspaces import printable, shown
+from controller.workspace.manager import printable, shown
 from tests.unit.workspace.overlay import Workspace
 
 

@@ -12,8 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from controller.setups import keep_only_new
-from controller.workspace import Disposition, Kind, apply, scan
+from controller.environment.setups import keep_only_new
+from controller.wire.changes import Disposition, Kind
+from controller.workspace import apply, scan
 from controller.workspace import layer as layers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, repo_beside
 

@@ -1,0 +1,301 @@
+"""The agent loop: the model asks for tools, the sandbox runs them, until the turn ends.
+
+One turn: append the user's text; send history + tools; append the whole assistant
+message; while it stops for ``tool_use``, run the calls (consecutive read-only calls
+concurrently, everything else in order) and send all results in one user message,
+in call order. ``max_tokens`` and ``pause_turn`` continue the turn; limits and
+cancellation end it with a recorded reason. The transcript is always left valid for
+the next turn: a tool_use never stays without its tool_result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ContextOverflowError, EntryLimitError, ModelError, SandboxError, SetupError
+from ..sandbox.docker import Sandbox
+from ..wire.events import (
+    ContextEdited,
+    EditReason,
+    ErrorEvent,
+    EventSink,
+    FinishReason,
+    SessionFinished,
+    StatusEvent,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+)
+from ..wire.limits import Limits
+from ..wire.policies import ContextPolicy
+from . import tools
+from .compactor import Compactor
+from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
+from .conversation import tool_result
+from .model import MAX_REPORTED_TOKENS, Model, block_to_param, cleared_by_api
+from .tools import Approver
+
+if TYPE_CHECKING:
+    from anthropic.types import Message
+
+log = logging.getLogger(__name__)
+
+CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue exactly where you stopped."
+CUT_OFF_TOOL_CALL = (
+    "This tool call was cut off by the output token limit before its input was complete, so it was not run. "
+    "Send it again with less input: split a large file into several smaller writes or edits."
+)
+
+
+SaveTranscript = Callable[["Conversation"], Awaitable[None]]
+"""Called after every change to the transcript, so it can be persisted before anything else happens."""
+
+
+@dataclass
+class TurnOutcome:
+    reason: FinishReason
+    detail: str = ""
+
+
+TurnEnd = Callable[[TurnOutcome], Awaitable[None]]
+"""Called when a turn has ended, just before its ``session_finished``: the workspace's checkpoint goes here."""
+
+
+YIELD_EVERY_S = 0.005
+"""How often a streaming reply lets the event loop serve others (its followers), at most: ~5 ms of latency, and
+the deltas in between reach a follower as one batch."""
+
+
+class Agent:
+    """Runs turns of one session against a model and a sandbox, reporting to a sink."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        model: Model,
+        sandbox: Sandbox,
+        sink: EventSink,
+        limits: Limits,
+        system: str,
+        approver: Approver | None = None,
+        save_transcript: SaveTranscript | None = None,
+        context: ContextPolicy | None = None,
+        on_turn_end: TurnEnd | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self._yielded = 0.0
+        self.on_turn_end = on_turn_end
+        self.model = model
+        self.sandbox = sandbox
+        self.sink = sink
+        self.limits = limits
+        self.system = system
+        self.approver = approver
+        self.save_transcript = save_transcript
+        self._tool_definitions = tools.definitions()
+        self.context = context or ContextPolicy()
+        self.compactor = Compactor(session_id, model, system, self._tool_definitions, self.context, self._emit)
+        self._answered: dict[str, dict[str, Any]] = {}
+        """Results of the current step's calls as they finish, kept for a turn stopped mid-step."""
+
+    async def run_turn(self, convo: Conversation) -> TurnOutcome:
+        """Run one turn, answering the user message already in ``convo``; never raises for model, tool or sandbox problems."""
+        await self._save(convo)
+        await self._emit(StatusEvent(session_id=self.session_id, status="running"))
+        try:
+            async with asyncio.timeout(self.limits.wall_clock_s):
+                await self.sandbox.prepare()  # a failed setup ends the turn before any token is spent
+                outcome = await self._loop(convo)
+        except TimeoutError:
+            outcome = TurnOutcome("timeout", f"the turn ran longer than {self.limits.wall_clock_s}s")
+            await self._stop_sandbox()
+        except asyncio.CancelledError:
+            outcome = TurnOutcome("cancelled", "the turn was cancelled")
+            await self._stop_sandbox()
+        except EntryLimitError as err:
+            outcome = TurnOutcome("too_many_entries", str(err))
+            await self._emit(ErrorEvent(session_id=self.session_id, kind="too_many_entries", message=str(err)))
+        except SandboxError as err:
+            outcome = TurnOutcome("error", str(err))
+            kind = "setup" if isinstance(err, SetupError) else "sandbox"
+            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
+        except ModelError as err:
+            outcome = TurnOutcome("error", str(err))
+            kind = "context" if isinstance(err, ContextOverflowError) else "model"
+            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
+        except Exception as err:
+            log.exception("turn of session %s failed", self.session_id)
+            outcome = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}")
+            await self._emit(ErrorEvent(session_id=self.session_id, kind="internal", message=outcome.detail))
+        if convo.answer_dangling(f"the turn stopped: {outcome.detail}", self._answered):
+            await self._save(convo)
+        if self.on_turn_end is not None:
+            await self.on_turn_end(outcome)
+        await self._emit(
+            SessionFinished(
+                session_id=self.session_id,
+                reason=outcome.reason,
+                steps=convo.steps,
+                usage=convo.usage,
+                detail=outcome.detail,
+            )
+        )
+        return outcome
+
+    async def _loop(self, convo: Conversation) -> TurnOutcome:
+        steps = 0
+        while True:
+            if steps >= self.limits.max_steps:
+                return TurnOutcome("max_steps", f"stopped after {steps} model requests")
+            if convo.usage.total >= self.limits.token_budget:
+                return TurnOutcome("token_budget", f"{convo.usage.total} tokens used of {self.limits.token_budget}")
+            steps += 1
+            convo.steps += 1
+            reply = await self._ask(convo, steps)
+            sent = len(convo.messages)
+            convo.messages.append({"role": "assistant", "content": [block_to_param(b) for b in reply.content]})
+            await self._save(convo)
+            await self._count(convo, reply, steps)
+            await self._cleared_by_api(reply, sent)
+            self._answered.clear()
+            if reply.stop_reason == "tool_use":
+                uses = [b for b in reply.content if b.type == "tool_use"]
+                convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
+                await self._save(convo)
+                if any(use.name == "run_command" for use in uses):
+                    await self._check_names(convo)
+            elif reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):
+                await self._after_max_tokens(convo, reply)
+                await self._save(convo)
+                if reply.stop_reason == "model_context_window_exceeded":
+                    await self._fit(convo, steps, "overflow")
+            elif reply.stop_reason != "pause_turn":
+                return TurnOutcome("end_turn")
+
+    async def _check_names(self, convo: Conversation) -> None:
+        """Stop the turn when the workspace holds more entries than the session may; the model reads why with the
+        results it already has, in a note marked as Cubicle's, not the user's."""
+        try:
+            await self.sandbox.check_names()
+        except EntryLimitError as err:
+            convo.add_user_text(f"[Cubicle, not the user] The turn was stopped: {err}")
+            await self._save(convo)
+            raise
+
+    async def _ask(self, convo: Conversation, step: int) -> Message:
+        """The model's reply to the view of ``convo``; a prompt the API finds too long is compacted once and resent."""
+        await self._fit(convo, step, "threshold")
+        replies = convo.replies
+        for attempt in (1, 2):
+            try:
+                shown = convo.view()
+                return await self.model.reply(self.system, self._tool_definitions, shown, self._on_text, turn=replies)
+            except ContextOverflowError:
+                if attempt == 2 or not await self._fit(convo, step, "overflow"):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _fit(self, convo: Conversation, step: int, reason: EditReason) -> bool:
+        if self.context.strategy == "off" or not await self.compactor.fit(convo, step, reason):
+            return False
+        await self._save(convo)
+        return True
+
+    async def _count(self, convo: Conversation, reply: Message, step: int) -> None:
+        await self._emit(convo.count(self.session_id, step, reply.usage, self.context.window))
+
+    async def _cleared_by_api(self, reply: Message, sent: int) -> None:
+        """What the API cleared of the request itself (the server strategy), as one context_edited event."""
+        cleared = cleared_by_api(reply)
+        if cleared is None:
+            return
+        used = reply.usage
+        shown = used.input_tokens + (used.cache_read_input_tokens or 0) + (used.cache_creation_input_tokens or 0)
+        after = min(max(0, shown), MAX_REPORTED_TOKENS)
+        await self._emit(
+            ContextEdited(
+                session_id=self.session_id, kind="server", reason="threshold", upto=sent,
+                tokens_before=after + cleared, tokens_after=after, duration_s=0.0,
+            )
+        )  # fmt: skip
+
+    async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
+        """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""
+        last = reply.content[-1] if reply.content else None
+        cut = last if last is not None and last.type == "tool_use" else None
+        complete = [b for b in reply.content if b.type == "tool_use" and b is not cut]
+        content = await self._run_tools(complete)
+        if cut is not None:
+            content.append(tool_result(cut.id, CUT_OFF_TOOL_CALL, True))
+        else:
+            content.append({"type": "text", "text": CONTINUE_AFTER_MAX_TOKENS})
+        convo.messages.append({"role": "user", "content": content})
+
+    async def _run_tools(self, uses: list[Any]) -> list[dict[str, Any]]:
+        """Consecutive read-only calls run together, the rest one by one; results come back in call order."""
+        results: list[dict[str, Any]] = []
+        batch: list[Any] = []
+        for use in uses:
+            if tools.is_read_only(use.name):
+                batch.append(use)
+                continue
+            results += await self._run_batch(batch)
+            batch = []
+            results += await self._run_batch([use])
+        results += await self._run_batch(batch)
+        return results
+
+    async def _run_batch(self, uses: list[Any]) -> list[dict[str, Any]]:
+        if not uses:
+            return []
+        return list(await asyncio.gather(*(self._run_one(use) for use in uses)))
+
+    async def _run_one(self, use: Any) -> dict[str, Any]:
+        await self._emit(ToolCall(session_id=self.session_id, id=use.id, name=use.name, input=use.input))
+        outcome = await tools.execute(use.name, use.input, self.sandbox, self.limits, self.approver)
+        await self._emit(
+            ToolResult(
+                session_id=self.session_id,
+                id=use.id,
+                name=use.name,
+                is_error=outcome.is_error,
+                output=outcome.text,
+                model_chars=len(outcome.model_text),
+                duration_s=round(outcome.duration_s, 4),
+                exit_code=outcome.exit_code,
+            )
+        )
+        self._answered[use.id] = block = tool_result(use.id, outcome.model_text, outcome.is_error)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # the sandbox stopped the call and gave back its output; now stop the turn
+        return block
+
+    async def _save(self, convo: Conversation) -> None:
+        if self.save_transcript is not None:
+            await self.save_transcript(convo)
+
+    async def _on_text(self, text: str) -> None:
+        await self._emit(TextDelta(session_id=self.session_id, text=text))
+        # The deltas of one socket read arrive without a pause: let the followers (and every other request) in
+        # every few milliseconds, or the session's own viewers see its text only when the reply has ended. Not
+        # after every delta: each yield wakes every follower for one event instead of a batch of them.
+        now = time.monotonic()
+        if now - self._yielded >= YIELD_EVERY_S:
+            self._yielded = now
+            await asyncio.sleep(0)
+
+    async def _emit(self, event: Any) -> None:
+        await self.sink.emit(event)
+
+    async def _stop_sandbox(self) -> None:
+        """Kill whatever runs in the sandbox; the next call starts a fresh container on the same workspace."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self.sandbox.stop())

@@ -1,0 +1,188 @@
+"""How the terminal shows a session's workspace: its changes, their diffs, an apply's conflicts.
+
+The layer holds the agent's bytes: file names with escape sequences or non-UTF-8 bytes,
+diffs of hostile content. Every such string becomes a ``Text`` here through
+``workspaces.shown`` (bytes a terminal cannot encode become ``\\xNN``) and then
+``terminal.safe_text`` (controls become highlighted escapes); only the styles are ours.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from ..wire.events import ChangeSummary
+from ..workspace.checkout import applied_mode
+from ..workspace.manager import shown, summarize
+from . import terminal
+from .display import plural
+
+_BREAKS = re.compile(r"([\n\t])")
+MAX_LISTED = 50
+"""At most this many changed paths are listed after a run; ``cubicle changes`` lists them all."""
+MARKS = {Kind.ADDED: ("A", "green"), Kind.MODIFIED: ("M", "yellow"), Kind.DELETED: ("D", "red")}
+DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
+
+
+def path_text(path: str, style: str = "") -> Text:
+    """A path from the layer, shown inert and on one line: a newline or tab in a name is an escape, not a new row."""
+    out = Text(style=style)
+    for part in _BREAKS.split(shown(path)):
+        if part in ("\n", "\t"):
+            out.append(terminal.escape(part), terminal.ESCAPE_STYLE)
+        else:
+            out.append_text(terminal.safe_text(part))
+    return out
+
+
+def summary_line(summary: ChangeSummary) -> Text:
+    """``3 files changed (2 added, 1 modified) · +12 -1 · 1 held back``."""
+    if not summary.files and not summary.held_back and summary.truncated_at is None and not summary.unlisted:
+        return Text("no changes to the files")
+    kinds = [f"{n} {name}" for n, name in ((summary.added, "added"), (summary.modified, "modified"),
+                                            (summary.deleted, "deleted")) if n]  # fmt: skip
+    line = Text(f"{plural(summary.files, 'file')} changed")
+    if kinds:
+        line.append(f" ({', '.join(kinds)})")
+    line.append(" · ").append(f"+{summary.lines_added:,}", "green").append(" ")
+    line.append(f"−{summary.lines_removed:,}", "red")
+    if summary.held_back:
+        line.append(f" · {summary.held_back:,} held back (not applied)", "yellow")
+    if summary.build_inputs:
+        line.append(
+            f"\n  {plural(summary.build_inputs, 'path')} in the environment's build context, which its Dockerfile "
+            "copies whole: the next environment build runs this repository's files as root. Review them, then "
+            "apply them with --build-inputs.",
+            "yellow",
+        )
+    if summary.truncated_at is not None:
+        line.append(
+            f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
+            "(names), so it can be rewound or discarded, never applied",
+            "bold red",
+        )
+    elif summary.unlisted:
+        writes = (
+            f"apply writes {summary.unlisted_applied:,} of them (unseen here)" if summary.unlisted_applied
+            else "apply writes none of them (with --include-ignored or --build-inputs it may)"
+        )  # fmt: skip
+        line.append(
+            f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
+            f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
+            "yellow" if not summary.unlisted_applied else "bold red",
+        )
+    return line
+
+
+def counts(change: Change) -> tuple[int, int]:
+    """Lines added and removed by one change (0, 0 for binary and oversized files)."""
+    one = summarize([change.model_copy(update={"disposition": Disposition.APPLY})])
+    return one.lines_added, one.lines_removed
+
+
+def change_row(change: Change) -> Text:
+    """One line per path: its mark, the path, lines added and removed, and what it is when not a plain text file."""
+    mark, style = MARKS[change.kind]
+    row = Text.assemble(("  " + mark + " ", style), path_text(change.path))
+    if change.renamed_from is not None:
+        row.append(" (from ").append_text(path_text(change.renamed_from)).append(")")
+    if change.target is not None:
+        row.append(" → ").append_text(path_text(change.target))
+    note = mode_note(change)
+    if note:
+        row.append(f" ({note})", "magenta")
+    added, removed = counts(change)
+    if added or removed:
+        row.append(" ").append(f"+{added}", "green").append(" ").append(f"−{removed}", "red")
+    elif change.binary:
+        row.append(f" (binary, {plural(change.size, 'byte')})", "dim")
+    if change.disposition != Disposition.APPLY:
+        row.append(f"  held back: {change.disposition.value}", "yellow")
+        if change.reason and change.disposition != Disposition.BUILD_INPUT:  # the summary line says why, once
+            row.append(" (", "yellow").append_text(terminal.safe_text(change.reason, "yellow")).append(")", "yellow")
+    return row
+
+
+def mode_note(change: Change) -> str:
+    """The mode, when the change sets one worth a look: a new mode of an entry the checkout has, or an executable
+    new file; and the mode apply will write when it differs (``applied_mode``). Empty otherwise."""
+    if change.kind == Kind.DELETED or change.type == FileType.SYMLINK:
+        return ""
+    applied = applied_mode(change.mode, change.previous_mode)
+    executable = change.type == FileType.FILE and bool(change.mode & 0o111)
+    if change.previous_mode is not None and change.previous_mode != change.mode:
+        note = f"mode {change.previous_mode:o} → {change.mode:o}"
+    elif applied != change.mode or (change.previous_mode is None and executable):
+        note = f"mode {change.mode:o}"
+    else:
+        return ""
+    return note if applied == change.mode else f"{note}, applied as {applied:o}"
+
+
+def change_list(changes: list[Change], limit: int | None = None) -> RenderableType:
+    """The summary line, then one row per changed path (the first ``limit`` of them, the rest counted)."""
+    rows = [summary_line(summarize(changes))]
+    listed = changes if limit is None else changes[:limit]
+    rows.extend(change_row(change) for change in listed)
+    if len(listed) < len(changes):
+        rows.append(Text(f"  … and {plural(len(changes) - len(listed), 'more path')}", "dim"))
+    return Group(*rows)
+
+
+def diff_view(change: Change) -> RenderableType:
+    """A change's unified diff, each line coloured by its first character, its content shown inert."""
+    head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
+    if change.diff is None:
+        if change.type.value != "file":  # a symlink's target is the agent's bytes too: one inert line
+            target = Text.assemble(" → ", path_text(change.target)) if change.target else Text()
+            return Group(head, Text.assemble(("   (", "dim"), (change.type.value, "dim"), target, (")", "dim")))
+        what = f"{'binary' if change.binary else 'too large to diff'}, {plural(change.size, 'byte')}"
+        return Group(head, terminal.safe_text(f"   ({what})", "dim"))
+    lines = [head]
+    for number, line in enumerate(change.diff.removesuffix("\n").split("\n")):
+        # Only the first two lines name the files: a line of the file that starts with "++" is an added line.
+        style = "bold" if number < 2 else DIFF_STYLES.get(line[:1], "")
+        lines.append(terminal.safe_text(line, style))
+    return Group(*lines)
+
+
+def conflict_list(conflicts: list[Conflict]) -> RenderableType:
+    """Each path the checkout changed under, and why it conflicts."""
+    return Group(
+        *(Text.assemble("  ", path_text(c.path, "bold"), ": ", terminal.safe_text(c.reason)) for c in conflicts)
+    )
+
+
+def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
+    """What an apply wrote (and its number, to revert it), and what it held back."""
+    rows = [
+        Text.assemble(
+            ("applied", "green"), f" {plural(len(result.applied) + result.more_applied, 'path')} to ",
+            path_text(str(repo)),
+            f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
+        )
+    ]  # fmt: skip
+    rows.extend(Text.assemble("  ", path_text(path)) for path in result.applied)
+    if result.more_applied:
+        rows.append(Text(f"  … and {plural(result.more_applied, 'more path')}", "dim"))
+    if result.skipped:
+        rows.append(Text(f"{plural(len(result.skipped) + result.more_skipped, 'path')} held back:", "yellow"))
+        rows.extend(change_row(change) for change in result.skipped)
+        if result.more_skipped:
+            rows.append(Text(f"  … and {plural(result.more_skipped, 'more path')}", "dim"))
+    return Group(*rows)
+
+
+def how_to_apply(session_id: str) -> RenderableType:
+    """What to run next when the changes were kept: one command per line, so none is wrapped apart."""
+    return Group(
+        Text.assemble("The changes are kept in session ", (session_id, "bold"), "; the checkout is untouched."),
+        *(Text.assemble(f"  {what:<8} ", (command, "bold")) for what, command in (
+            ("review:", f"cubicle changes {session_id} --diff"), ("apply:", f"cubicle apply {session_id}"),
+            ("drop:", f"cubicle discard {session_id}"),
+        )),
+    )  # fmt: skip

@@ -1,0 +1,454 @@
+"""Environment images: the environment's base (a local image, or the repository's Dockerfile) plus the toolbox.
+
+``ensure_image`` returns the tag a sandbox runs. The default environment uses the sandbox
+image as it is. Any other is built once and tagged ``cubicle-env:<key>``, where the key
+hashes what the image is made of: the Dockerfile and its build context (or the base image's
+id), the build arguments and target, the toolbox's sources and the CA bundle, and the
+repository's path (so ``cubicle gc`` can keep the newest image of each checkout). A tag that
+exists is reused without building (an image inspect and the context's hash: milliseconds
+for a small context). Setup, env and network are not part of the key: changing them does not
+rebuild the image (the definition hash, which covers everything, is a label and is returned).
+
+Builds never pull (no registry is assumed): a base image must exist on the engine. The
+repository's Dockerfile is sent with its context as a tar Cubicle packs itself (see
+``buildcontext``), with the CA lines inserted after each FROM (see ``dockerfile``); then the
+toolbox layer is built on the result. Both stream progress lines to ``on_line``; a failure
+raises ``EnvironmentBuildError`` with the build's last lines and removes what it left
+(intermediate containers always, ``forcerm``; the failed build's untagged layers too). A
+build runs with the engine's ordinary build isolation, not the sandbox's hardening (as
+``docker build`` would), bounded in memory and time.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from ..errors import ConfigError, EnvironmentBuildError, ImageMissingError
+from ..sandbox import images
+from ..wire.environment import Environment
+from . import buildcontext, dockerfile
+from .definition import Materials, definition_hash, materials
+from .files import real_root
+
+TAG_PREFIX = "cubicle-env"
+CA_TAG_PREFIX = "cubicle-ca"
+ROLE = "org.cubicle.role"
+DEFINITION = "org.cubicle.env.definition"
+KEY = "org.cubicle.env.key"
+REPO = "org.cubicle.env.repo"
+SOURCE = "org.cubicle.env.source"
+LAYER_FORMAT = "1"
+"""Part of every key: change it when the layer changes in a way its sources do not show."""
+FRESH_S = 600.0
+"""``sweep`` leaves an image made this recently: another process may be about to run it."""
+BUILD_TIMEOUT_S = 3600
+BUILD_MEMORY = 4 << 30
+MAX_CA_BYTES = 8 << 20
+TAIL_LINES = 20
+REPO_DOCKERFILE = ".dockerfile.cubicle"
+"""The name the rewritten Dockerfile gets in the context tar; listed in .dockerignore, so the engine drops it."""
+_LAYER_ID = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""The engine colours a RUN step's stderr; the colour codes are dropped from every line."""
+
+OnLine = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EnvironmentImage:
+    """What a session runs: ``tag`` (give it to ``DockerSandbox(image=...)``)."""
+
+    tag: str
+    definition_hash: str
+    built: bool
+    """True when this call built it; False for a reused tag and for the default environment."""
+    default: bool
+    """True when the environment is the default one: ``tag`` is the sandbox image itself."""
+
+
+def ensure_image(
+    client: Any,
+    env: Environment,
+    repo: Path,
+    *,
+    sandbox_image: str,
+    ca_bundle: Path | None = None,
+    build: bool = True,
+    auto_build_sandbox: bool = True,
+    on_line: OnLine | None = None,
+    timeout_s: float = BUILD_TIMEOUT_S,
+    network_mode: str = "bridge",
+    proxy: dict[str, str] | None = None,
+) -> EnvironmentImage:
+    """The image ``env`` runs in, built if it is missing (or ``ImageMissingError`` when ``build`` is False); blocking.
+
+    The repository's Dockerfile builds on ``network_mode`` with ``proxy``'s variables as build
+    arguments (Docker passes the ``*_PROXY`` ones to every ``RUN`` without an ``ARG``): sessions
+    and ``cubicle env build`` give it the setup's network (``environments.Environments.build``).
+    The toolbox layer and the CA image build with no network.
+
+    Raises ``DefinitionError`` (a path out of the repository, a context too large),
+    ``ImageMissingError`` (the base image is not on the engine), ``EnvironmentBuildError``,
+    ``ConfigError`` (an unreadable CA bundle) and ``SandboxError`` for the engine's failures.
+    """
+    if not env.builds:
+        images.ensure(client, sandbox_image, auto_build_sandbox, on_line)
+        return EnvironmentImage(sandbox_image, definition_hash(env, repo), built=False, default=True)
+    found = materials(env, repo)
+    ca = _ca(ca_bundle)
+    base_id = _local_base(client, env) if env.image else ""
+    root = str(real_root(repo)).encode("utf-8", "replace").decode()
+    key = _key(found, ca, base_id, root)
+    tag = f"{TAG_PREFIX}:{key[:16]}"
+    if _exists(client, tag):
+        return EnvironmentImage(tag, found.definition_hash, built=False, default=False)
+    if not build:
+        raise ImageMissingError(
+            f"The environment image of {repo} ({env.source}) is not built yet.", hint="Run `cubicle env build`."
+        )
+    with _building(key):
+        if _exists(client, tag):  # another thread built it while this one waited
+            return EnvironmentImage(tag, found.definition_hash, built=False, default=False)
+        say = on_line or (lambda line: None)
+        images.ensure(client, sandbox_image, auto_build_sandbox, on_line)
+        ca_tag = _ensure_ca(client, ca, say) if ca else None
+        if env.dockerfile:
+            base_id = _build_base(client, env, repo, found, ca_tag, say, timeout_s, network_mode, proxy or {})
+        labels = {
+            ROLE: "environment",
+            DEFINITION: found.definition_hash,
+            KEY: key,
+            REPO: root,
+            SOURCE: env.source,
+        }
+        try:
+            _build_layer(client, env, base_id, tag, labels, sandbox_image, ca_tag, say, timeout_s)
+        except BaseException:
+            if env.dockerfile:
+                _remove_dangling(client, base_id)
+            raise
+    return EnvironmentImage(tag, found.definition_hash, built=True, default=False)
+
+
+# --------------------------------------------------------------------------- the key
+
+
+@functools.cache
+def layer_digest() -> str:
+    """The toolbox's sources and the layer's own text: a new Cubicle version gets new images."""
+    hasher = hashlib.sha256(f"cubicle-layer-v{LAYER_FORMAT}\0".encode())
+    for path in _toolbox_files():
+        hasher.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for text in (dockerfile.CHECK, dockerfile.PREPARE_SOURCE, dockerfile.toolbox_layer("BASE", "SANDBOX", "CA")):
+        hasher.update(text.encode() + b"\0")
+    return hasher.hexdigest()
+
+
+def _toolbox_files() -> list[Path]:
+    context = images.build_context()
+    if context is None:
+        raise ImageMissingError(
+            f"This installation of Cubicle lacks the toolbox's files ({images.CONTEXT}).",
+            hint="Reinstall Cubicle (`pip install --force-reinstall cubicle`, or `pip install -e .` in a checkout).",
+        )
+    return sorted((context / images.TOOLBOX).glob("*.py"))
+
+
+@dataclass(frozen=True)
+class _Ca:
+    data: bytes
+    digest: str
+
+
+_ca_cache: dict[tuple[str, int, int, int], _Ca] = {}
+
+
+def _ca(path: Path | None) -> _Ca | None:
+    """The CA bundle's bytes and digest (cached while the file is unchanged); None when there is none."""
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+        cache_key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+        if cache_key not in _ca_cache:
+            if info.st_size > MAX_CA_BYTES:
+                raise ConfigError(f"The CA bundle {path} is larger than {MAX_CA_BYTES >> 20} MiB.")
+            data = Path(path).read_bytes()
+            _ca_cache[cache_key] = _Ca(data, hashlib.sha256(data).hexdigest())
+        return _ca_cache[cache_key]
+    except OSError as err:
+        raise ConfigError(
+            f"The CA bundle {path} cannot be read: {err.strerror}.",
+            hint="Point CUBICLE_CA_BUNDLE (or SSL_CERT_FILE) at a PEM file, or set CUBICLE_CA_BUNDLE= for none.",
+        ) from None
+
+
+def _key(found: Materials, ca: _Ca | None, base_id: str, root: str) -> str:
+    """The image's key; the repository's path is part of it, so each checkout has images of its own to collect
+    (a second checkout of the same files builds from the engine's layer cache in seconds)."""
+    hasher = hashlib.sha256(b"cubicle-env-image-v1\0")
+    for part in (found.build_hash, layer_digest(), ca.digest if ca else "", base_id, root):
+        hasher.update(part.encode() + b"\0")
+    return hasher.hexdigest()
+
+
+def _exists(client: Any, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except ImageNotFound:
+        return False
+    except (APIError, DockerException) as err:
+        raise EnvironmentBuildError(f"The engine could not look up {tag}: {err}") from None
+    return True
+
+
+def _local_base(client: Any, env: Environment) -> str:
+    """The id of the environment's base image, which must already be on the engine."""
+    try:
+        return str(client.images.get(env.image).id)
+    except ImageNotFound:
+        raise ImageMissingError(
+            f"The image {env.image!r} that {env.source} names is not on this Docker engine, and Cubicle never pulls.",
+            hint=f"Pull it (`docker pull {env.image}`) or build it (`docker build -t {env.image} ...`) first, "
+            "or name a Dockerfile instead.",
+        ) from None
+    except (APIError, DockerException) as err:
+        raise EnvironmentBuildError(f"The engine could not look up {env.image!r}: {err}") from None
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _building(key: str) -> Iterator[None]:
+    """One build per key at a time in this process; others wait and then reuse it."""
+    with _locks_guard:
+        lock = _locks.setdefault(key, threading.Lock())
+    with lock:
+        yield
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _ensure_ca(client: Any, ca: _Ca, say: OnLine) -> str:
+    """The one-file image holding the CA bundle, which builds copy from (never part of a repository's context)."""
+    tag = f"{CA_TAG_PREFIX}:{ca.digest[:16]}"
+    if _exists(client, tag):
+        return tag
+    with _archive() as (fileobj, archive):
+        buildcontext.add_bytes(archive, "Dockerfile", dockerfile.CA_DOCKERFILE.encode())
+        buildcontext.add_bytes(archive, "ca-certificates.crt", ca.data)
+        archive.close()
+        fileobj.seek(0)
+        _stream(client, fileobj, "Dockerfile", tag, {ROLE: "ca-bundle"}, {}, None, say, 300, "the CA bundle's image")
+    return tag
+
+
+def _build_base(
+    client: Any, env: Environment, repo: Path, found: Materials, ca_tag: str | None, say: OnLine, timeout_s: float,
+    network_mode: str, proxy: dict[str, str],
+) -> str:  # fmt: skip
+    """Build the repository's Dockerfile (untagged); its image id."""
+    assert found.dockerfile is not None and found.context is not None
+    text = found.dockerfile
+    if ca_tag:
+        text = dockerfile.after_each_from(text, dockerfile.ca_lines(ca_tag))
+    context = found.context
+    say(
+        f"{dockerfile.MARK}building {env.dockerfile} (context {env.context}: {len(context.entries)} entries, "
+        f"{context.total_bytes / (1 << 20):.1f} MiB)"
+    )
+    ignore = context.ignore_text + ("\n" if context.ignore_text else "") + REPO_DOCKERFILE + "\n"
+    with _archive() as (fileobj, archive):
+        packed = buildcontext.pack(
+            context, archive, replace={buildcontext.DOCKERIGNORE: ignore.encode(), REPO_DOCKERFILE: text.encode()}
+        )
+        archive.close()
+        if packed != found.context_digest:
+            raise EnvironmentBuildError(f"The build context of {repo} changed while it was packed; try again.")
+        fileobj.seek(0)
+        return _stream(
+            client, fileobj, REPO_DOCKERFILE, None, {}, {**env.build_args, **proxy}, env.target, say, timeout_s,
+            str(env.dockerfile), network_mode,
+        )  # fmt: skip
+
+
+def _build_layer(
+    client: Any,
+    env: Environment,
+    base_id: str,
+    tag: str,
+    labels: dict[str, str],
+    sandbox_image: str,
+    ca_tag: str | None,
+    say: OnLine,
+    timeout_s: float,
+) -> None:
+    say(f"{dockerfile.MARK}adding the toolbox to {env.image or 'the built image'}")
+    with _archive() as (fileobj, archive):
+        text = dockerfile.toolbox_layer(base_id, sandbox_image, ca_tag, labels)
+        buildcontext.add_bytes(archive, "Dockerfile", text.encode())
+        for path in _toolbox_files():
+            buildcontext.add_bytes(archive, f"toolbox/{path.name}", path.read_bytes())
+        buildcontext.add_bytes(archive, "prepare.py", dockerfile.PREPARE_SOURCE.encode())
+        archive.close()
+        fileobj.seek(0)
+        _stream(client, fileobj, "Dockerfile", tag, {}, {}, None, say, timeout_s, "the toolbox layer")
+
+
+@contextlib.contextmanager
+def _archive() -> Iterator[tuple[IO[bytes], tarfile.TarFile]]:
+    with tempfile.SpooledTemporaryFile(max_size=32 << 20) as fileobj:
+        yield fileobj, buildcontext.open_archive(fileobj)
+
+
+def _stream(
+    client: Any,
+    fileobj: IO[bytes],
+    dockerfile_name: str,
+    tag: str | None,
+    labels: dict[str, str],
+    buildargs: dict[str, str],
+    target: str | None,
+    say: OnLine,
+    timeout_s: float,
+    what: str,
+    network_mode: str = "none",
+) -> str:
+    """Run one build, relaying its lines; its image id, or EnvironmentBuildError with its last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    last_layer = ""
+    image_id = ""
+    failure = ""
+    deadline = time.monotonic() + timeout_s
+    try:
+        chunks = client.api.build(
+            fileobj=fileobj,
+            custom_context=True,
+            dockerfile=dockerfile_name,
+            tag=tag,
+            labels=labels,
+            buildargs=buildargs,
+            target=target,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            network_mode=network_mode,
+            decode=True,
+            timeout=timeout_s,
+            container_limits={"memory": BUILD_MEMORY, "memswap": BUILD_MEMORY},
+        )
+        for chunk in chunks:  # read to the end even after an error: the engine then closes the stream
+            if "error" in chunk:
+                failure = failure or str(chunk.get("error") or "").strip()
+                continue
+            for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
+                line = line.rstrip()
+                if not line:
+                    continue
+                tail.append(line)
+                say(line)
+                layer = _LAYER_ID.match(line)
+                if layer:
+                    last_layer = layer.group(1)
+            image_id = str((chunk.get("aux") or {}).get("ID") or image_id)
+            if time.monotonic() > deadline:
+                failure = f"the build took longer than {timeout_s:.0f} s"
+                chunks.close()  # the engine cancels a build whose client has gone
+                break
+    except (APIError, DockerException, OSError) as err:  # OSError covers the read timeout
+        failure = str(err).strip() or type(err).__name__
+    if not failure and not image_id:
+        failure = "the engine reported no image"
+    if failure:
+        if last_layer:
+            _remove_dangling(client, last_layer)
+        raise _failed(what, failure, list(tail))
+    return image_id
+
+
+def _failed(what: str, failure: str, tail: list[str]) -> EnvironmentBuildError:
+    """The error a person reads: the toolbox check's own line when it failed, else the build's error; then the tail."""
+    ours = [line[len(dockerfile.MARK) :] for line in tail if line.startswith(dockerfile.MARK) and "ready" not in line]
+    if ours:
+        headline = f"The environment image cannot run Cubicle's toolbox: {ours[-1]}"
+    elif "/bin/sh" in failure and ("no such file" in failure or "not found" in failure):
+        headline = "The environment image has no /bin/sh; Cubicle's toolbox needs /bin/sh, bash and python3 (3.10+)."
+    else:
+        headline = f"Building {what} failed: {failure}"
+    lines = "\n".join(f"  {line}" for line in tail)
+    return EnvironmentBuildError(f"{headline}\nLast lines of the build:\n{lines}" if lines else headline)
+
+
+def _remove_dangling(client: Any, image_id: str) -> None:
+    """Remove a failed build's last layer and, with it, its untagged parents; a tagged or used image stays."""
+    try:
+        image = client.images.get(image_id)
+        if image.tags:
+            return
+        client.images.remove(image.id, force=False, noprune=False)
+    except (NotFound, APIError, DockerException):  # gone, or still someone's parent: leave it
+        pass
+
+
+# --------------------------------------------------------------------------- gc
+
+
+def sweep(client: Any, keep: int = 1, repo: str | None = None, fresh_s: float = FRESH_S) -> list[str]:
+    """Remove environment images no container uses, keeping the newest ``keep`` per repository; blocking.
+
+    Returns the tags removed. An image a container (running or not) was made from stays, and so does one
+    made in the last ``fresh_s`` seconds (a build whose session has not held it yet: see ``images.hold``).
+    ``repo`` limits the sweep to the images labelled with that repository path. Only images Cubicle tagged
+    (``cubicle-env:<key>``) are candidates: an image someone built FROM one inherits its labels, and is theirs.
+    """
+    wanted = [f"{ROLE}=environment", *([f"{REPO}={repo}"] if repo is not None else [])]
+    listed = [
+        image
+        for image in client.images.list(filters={"label": wanted})
+        if any(tag.startswith(TAG_PREFIX + ":") for tag in image.tags or ())
+    ]
+    used = {c.attrs.get("ImageID", "") for c in client.containers.list(all=True, sparse=True)}
+    by_repo: dict[str, list[Any]] = {}
+    for image in listed:
+        by_repo.setdefault((image.labels or {}).get(REPO, ""), []).append(image)
+    removed: list[str] = []
+    for group in by_repo.values():
+        group.sort(key=lambda image: str(image.attrs.get("Created", "")), reverse=True)
+        for image in group[keep:]:
+            if image.id in used or _age_s(image) < fresh_s:
+                continue
+            for tag in [tag for tag in image.tags if tag.startswith(TAG_PREFIX + ":")]:
+                try:
+                    client.images.remove(tag, force=False, noprune=False)
+                    removed.append(tag)
+                except (NotFound, APIError):  # in use by a container made since, or already gone
+                    pass
+    return removed
+
+
+def _age_s(image: Any) -> float:
+    """Seconds since the engine made ``image`` (0 when its time cannot be read: then it counts as fresh)."""
+    try:
+        created = datetime.fromisoformat(str(image.attrs.get("Created", "")))
+    except ValueError:
+        return 0.0
+    return max(0.0, time.time() - created.timestamp())

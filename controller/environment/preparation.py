@@ -1,0 +1,238 @@
+"""A session's environment: resolved when the session is created, made ready before its first turn.
+
+``resolve`` reads the repository's definition from the real checkout (never from the
+agent's layer) and lays the request's fields over it; an image named by a request must be
+the default image or on ``Settings.allowed_images``. ``preparer`` returns what the
+sandbox runs before its first container (``sandbox.Preparer``): the environment's image
+(built once per content hash, see ``environment.image``), then its setup command, run once
+per key (``setups``) with its own network policy, whose tree goes beneath the session's
+layer. Both stream their output as ``setup_output`` events; a failure is a SetupError,
+which ends the turn with reason ``error`` before any model request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from docker.errors import ImageNotFound
+
+from ..config import Settings
+from ..errors import CubicleError, DockerUnavailableError, ForbiddenRepoError, SetupError
+from ..sandbox import egress, images, owners
+from ..sandbox import isolation as runtimes
+from ..sandbox.docker import Prepared, Preparer
+from ..sandbox.egress import Egress, Route
+from ..wire.environment import Environment, EnvironmentRequest
+from ..wire.events import EventSink, SetupOutput
+from ..wire.limits import Limits
+from ..wire.network import NONE, NetworkPolicy
+from ..workspace import Layer
+from . import build as environment_image
+from . import load, setup_inputs_hash, setups
+from .build import EnvironmentImage, OnLine
+from .definition import requested
+from .setups import SetupRun, Setups, setup_key
+
+
+class ImageNotAllowedError(ForbiddenRepoError):
+    """A request named an image this server does not allow, or asked to build something the repository does not."""
+
+    hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
+
+
+BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
+"""What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
+
+
+class Environments:
+    """Resolve a session's environment from its repository and request; prepare it for the sandbox."""
+
+    def __init__(self, settings: Settings, clear_as_root: Callable[[Path], None]) -> None:
+        self.settings = settings
+        self.setups = Setups(settings.data_dir, clear_as_root)
+
+    def resolve(self, repo: Path, request: EnvironmentRequest | None = None) -> Environment:
+        """The repository's definition (DefinitionError when invalid) with ``request`` laid over it."""
+        environment = load(repo)
+        if request is None:
+            return environment
+        chosen = [name for name in BUILD_FIELDS if getattr(request, name) is not None]
+        if chosen:
+            raise ImageNotAllowedError(
+                f"A request may not choose what is built ({', '.join(chosen)}): a build runs the repository's "
+                "code outside the sandbox, so only the repository's own definition says what it builds."
+            )
+        if request.image is not None and not self.image_allowed(request.image):
+            raise ImageNotAllowedError(
+                f"The image {request.image!r} may not be named by a request on this server; "
+                f"allowed: the default image {self.settings.image}"
+                + "".join(f", {image}" for image in self.settings.allowed_images)
+                + "."
+            )
+        return requested(request, environment)
+
+    def image_allowed(self, image: str) -> bool:
+        return image == self.settings.image or image in self.settings.allowed_images
+
+    def agent_network(self, environment: Environment, limits: Limits, by_request: bool) -> tuple[Limits, Environment]:
+        """The session's limits with the network ``environment`` asks for, under the server's maximum, and the
+        environment with a note saying so. A repository's own definition may ask for ``allow`` at most: a cloned
+        repository must not give a model it can steer the open network (only --network or a request can)."""
+        asked = environment.network or NONE
+        ceiling = self.settings.max_limits.network
+        if not by_request and asked.level == "open":
+            ceiling = NONE.clamp(ceiling)
+        granted = asked.clamp(ceiling)
+        note = f"the agent's network is {granted}, as {environment.source} asks"
+        if granted != asked:
+            note = f"{environment.source} asks for the agent's network {asked}; it runs with {granted} (--network grants more)"
+        noted = environment.model_copy(update={"warnings": (*environment.warnings, note)})
+        return limits.model_copy(update={"network": granted}), noted
+
+    def setup_network(self, environment: Environment) -> NetworkPolicy:
+        """The setup's policy: the environment's own, else the server's default, under the server's maximum."""
+        asked = environment.setup_network or self.settings.setup_network
+        return asked.clamp(self.settings.max_limits.network)
+
+    async def build(
+        self, client: Any, environment: Environment, repo: Path, name: str, on_line: OnLine | None = None
+    ) -> EnvironmentImage:
+        """The environment's image, its Dockerfile built with the setup's network (``setup_network``): no
+        network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
+        the repository's code outside the sandbox, so it reaches no more than the setup may."""
+        settings = self.settings
+        async with self.route(client, self.setup_network(environment), name) as route:
+            return await asyncio.to_thread(
+                environment_image.ensure_image, client, environment, repo, sandbox_image=settings.image,
+                ca_bundle=settings.ca_bundle, on_line=on_line, auto_build_sandbox=settings.auto_build_image,
+                network_mode=route.network, proxy=route.environment(),
+            )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def route(self, client: Any, policy: NetworkPolicy, session_id: str) -> AsyncIterator[Route]:
+        """A network for ``policy``: a proxy of its own for ``allow`` (an internal network, gone after), else direct.
+
+        Its containers carry ``session_id``'s labels, so a crash leaves nothing ``gc`` cannot find."""
+        if policy.level != "allow":
+            yield egress.direct(policy)
+            return
+        settings = self.settings
+        gate = Egress(
+            client, session_id=f"{session_id}-env", policy=policy,
+            labels=owners.labels(settings.instance, session_id), image=settings.proxy_image,
+            outside=settings.outside(), auto_build=settings.auto_build_image,
+        )  # fmt: skip
+        try:
+            yield await asyncio.to_thread(gate.start)
+        finally:
+            await asyncio.to_thread(gate.stop)
+
+    def preparer(
+        self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
+    ) -> Preparer | None:
+        """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do."""
+        if not (environment.builds or environment.setup or environment.env or environment.warnings):
+            return None
+
+        async def prepare(client: Any) -> Prepared:
+            return await Preparation(self, session_id, layer, environment, limits, sink).run(client)
+
+        return prepare
+
+
+class Preparation:
+    """One preparation of one session's environment: the image, then the setup tree."""
+
+    def __init__(
+        self, owner: Environments, session_id: str, layer: Layer, environment: Environment, limits: Limits,
+        sink: EventSink,
+    ) -> None:  # fmt: skip
+        self.owner = owner
+        self.settings = owner.settings
+        self.session_id = session_id
+        self.layer = layer
+        self.environment = environment
+        self.limits = limits
+        self.sink = sink
+
+    async def run(self, client: Any) -> Prepared:
+        """The image, then the setup tree; a failure of either (or of what they read) is a SetupError."""
+        for warning in self.environment.warnings:
+            await self.note(f"warning: {warning}\n")
+        try:
+            image = await self.image(client)
+            tree = await self.setup(client, image) if self.environment.setup else None
+        except (SetupError, DockerUnavailableError):
+            raise
+        except CubicleError as err:  # a base image missing, a Dockerfile or input moved out of the repository since
+            raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
+        return Prepared(image=image, env=dict(self.environment.env), setup=tree)
+
+    async def note(self, text: str) -> None:
+        """Cubicle's own line about the preparation: phase ``environment``, which no build or command writes."""
+        await self.output("environment", text)
+
+    async def output(self, phase: str, text: str) -> None:
+        await self.sink.emit(SetupOutput(session_id=self.session_id, phase=phase, text=text))  # type: ignore[arg-type,unused-ignore]
+
+    async def image(self, client: Any) -> str:
+        """The environment's image (built when its content hash is new); the sandbox image for no definition."""
+        settings = self.settings
+        if not self.environment.builds:
+            return settings.image
+        loop = asyncio.get_running_loop()
+        shown = [0]
+
+        def on_line(line: str) -> None:
+            """A build line as an event, cut to a line's cap; past the setup's line cap, one note and then nothing."""
+            shown[0] += 1
+            if shown[0] <= setups.MAX_EVENT_LINES:
+                event = self.output("build", line[: setups.MAX_LINE_CHARS] + "\n")
+            elif shown[0] == setups.MAX_EVENT_LINES + 1:
+                event = self.note("more build output not shown\n")
+            else:
+                return
+            asyncio.run_coroutine_threadsafe(event, loop).result()
+
+        labels = owners.labels(settings.instance, self.session_id)
+        for _ in range(images.HOLD_ATTEMPTS):  # a sweep that removed the image between its build and the hold
+            made = await self.owner.build(client, self.environment, self.layer.repo, self.session_id, on_line)
+            with contextlib.suppress(ImageNotFound):
+                await asyncio.to_thread(images.hold, client, made.tag, labels)
+                return made.tag
+            await self.note(f"the image {made.tag} was removed by a sweep before this session held it; again\n")
+        raise SetupError(f"The environment image of {self.layer.repo} was removed by a sweep each time it was made.")
+
+    async def setup(self, client: Any, image: str) -> Path:
+        """The finished setup tree for this environment (run now unless an identical one was made before).
+
+        A session keeps the tree it began with for its whole life (its layer was written over it),
+        even when its inputs change in the checkout meanwhile; a new session gets a new setup.
+        """
+        pinned = Path(self.layer.info.setup) if self.layer.info.setup else None
+        if pinned is not None and self.owner.setups.finished(pinned.parent.name):
+            await self.note(f"this session keeps its setup ({pinned.parent.name[:12]})\n")
+            return pinned
+        environment = self.environment
+        command = environment.setup or ""
+        network = self.owner.setup_network(environment)
+        image_id = (await asyncio.to_thread(client.images.get, image)).id
+        inputs = await asyncio.to_thread(setup_inputs_hash, environment, self.layer.repo)
+        key = setup_key(image_id, command, environment.env, str(network), self.layer, inputs)
+        if self.owner.setups.finished(key):
+            await self.note(f"reusing the setup made before ({key[:12]})\n")
+            return self.owner.setups.tree(key)
+        async with self.owner.route(client, network, self.session_id) as route:
+            run = SetupRun(
+                layer=self.layer, image=image, command=command, env=dict(environment.env), route=route,
+                limits=self.limits.model_copy(update={"network": network, "runtime": runtimes.SETUP}),
+                timeout_s=environment.setup_timeout_s, instance=self.settings.instance, session_id=self.session_id,
+            )  # fmt: skip
+            return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
+
+
+__all__ = ["Environments", "ImageNotAllowedError", "Preparation", "setups"]

@@ -1,0 +1,554 @@
+"""The sandbox seam and its Docker implementation.
+
+A sandbox is one container per session whose ``/workspace`` is the session's
+copy-on-write layer over the repository (``workspace``): the checkout itself is never
+written from inside. The toolbox inside it answers requests over the attached stdio
+stream (see ``channel``). The controller keeps its own deadline on every call: when
+the toolbox does not answer in time or its stream ends, the call returns a Failure,
+the container is removed, and the next call starts a fresh one on the same
+workspace. No call waits forever and no tool problem raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import posixpath
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import LogConfig, Mount, Ulimit
+from pydantic import ValidationError
+
+from .. import workspace
+from ..config import DEFAULT_PROXY_IMAGE
+from ..errors import EntryLimitError, SandboxError, ToolboxGoneError
+from ..wire.limits import Limits
+from ..wire.network import DIRECT, Outside
+from ..wire.protocol import Call, Failure, Outcome, Ping
+from ..workspace import Layer, WorkspaceError, headroom, names
+from . import egress, images, owners
+from . import isolation as runtimes
+from .channel import ToolboxChannel
+from .egress import Egress, Route
+
+log = logging.getLogger(__name__)
+
+IN_PROCESS_NAMES = 20_000
+"""A layer that held fewer names at the last count is counted in a thread here (milliseconds); a larger one
+in a walk's child process, so that a tree of a million names costs the controller no CPU after each command."""
+WORKSPACE = "/workspace"
+HOME = "/home/agent"
+READY_TIMEOUT_S = 30.0
+DOCKER_CALL_TIMEOUT_S = 30.0
+
+
+class Sandbox(Protocol):
+    """Where tool calls run. ``call`` never raises for a tool problem; it returns a Failure.
+
+    A ``run_command`` whose caller is cancelled is stopped in the sandbox, and ``call`` returns its
+    output so far (``cancelled`` set) instead of raising; the caller re-raises the cancellation.
+    """
+
+    async def prepare(self) -> None:
+        """Make the session's environment ready (its image built, its setup run) before the first model request.
+
+        Raises SetupError when it cannot be; a no-op once done, and for sandboxes with no environment.
+        """
+        ...
+
+    async def start(self) -> None: ...
+
+    async def call(self, request: Call, timeout: float) -> Outcome: ...
+
+    async def check_names(self) -> None:
+        """Raise EntryLimitError when the workspace holds more entries than the session's ``names`` limit
+        (the agent asks after its commands ran: they are what can make names by the thousand)."""
+        ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A session's environment, ready: the image its containers run, their variables, the setup tree beneath its layer."""
+
+    image: str
+    env: dict[str, str] = field(default_factory=dict)
+    setup: Path | None = None
+
+
+class LayerHolder(Protocol):
+    """Keeps a layer's files reachable (its quota filesystem mounted) between ``hold`` and ``release``; blocking."""
+
+    def hold(self, layer: Layer) -> None: ...
+
+    def release(self, layer: Layer) -> None: ...
+
+    def count_names(self, layer: Layer, limit: int) -> int:
+        """``names.count`` of the layer's upper directory, away from the controller's own process."""
+        ...
+
+
+Preparer = Callable[[Any], Awaitable[Prepared]]
+"""Makes the environment ready with the engine's client (builds, runs setup, emits progress); raises SetupError."""
+
+
+def volume_name(session_id: str) -> str:
+    """The Docker volume that mounts a session's overlay; it lives exactly as long as the session's container."""
+    return f"cubicle-ws-{session_id}"
+
+
+def container_options(
+    image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None,
+    volumes: Iterable[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """Everything a sandbox container is created with; the hardening lives here and only here.
+
+    ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
+    checkout and writes only the layer. It runs as the checkout's owner, never as root.
+
+    ``route`` is where its network leads (``egress``): without one, the route of ``limits.network``
+    when that needs no proxy (``none``: loopback only; ``open``: the bridge). An ``allow`` policy's
+    route is its session's internal network, with the proxy's address in the environment, no
+    resolver (an empty ``/etc/resolv.conf``: names are the proxy's to resolve) and no IPv6.
+
+    Under a runtime whose kernel is not the host's (``runtimes.guarded``) the container starts as root
+    with CAP_SETUID, CAP_SETGID and CAP_SETPCAP alone, and the toolbox's guardian runs the toolbox as
+    the owner and gives root up before any request; under runsc commands also get the statx shim.
+
+    ``volumes`` are the image's ``VOLUME`` paths (``image_volumes``): each gets a sized tmpfs, as ``/tmp``
+    has, so the engine makes no anonymous volume there, on the host's disk and outside the disk quota.
+    Core dumps are off: a host whose ``core_pattern`` pipes them to a program would store them outside too.
+    """
+    route = route or egress.direct(limits.network)
+    if (route.proxy is not None) != (limits.network.level == "allow") or (
+        route.proxy is None and route != egress.direct(limits.network)
+    ):
+        raise SandboxError(f"The sandbox's route ({route.network}) does not carry its policy ({limits.network}).")
+    if limits.runtime in runtimes.NETWORK_NONE_ONLY and limits.network.level != "none":
+        raise SandboxError(runtimes.no_network(limits))
+    uid, gid = layer.info.uid, layer.info.gid
+    if uid == 0:  # sessions refuse such checkouts (``workspaces.pin``); this holds for any caller
+        raise SandboxError(f"The repository {layer.repo} is owned by root; a sandbox never runs as root.")
+    tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
+    memory = f"{limits.memory_mb}m"
+    options: dict[str, Any] = {
+        "image": image,
+        "user": f"{uid}:{gid}",
+        "working_dir": WORKSPACE,
+        "stdin_open": True,
+        "tty": False,
+        "environment": {"HOME": HOME, **route.environment()},
+        "runtime": limits.runtime,
+        "labels": labels,
+        "hostname": "cubicle",
+        "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
+        "tmpfs": {
+            **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
+            "/tmp": f"{tmpfs_opts},mode=1777",
+            HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}",
+        },
+        "ulimits": [Ulimit(name="core", soft=0, hard=0)],
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "network_mode": route.network,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "pids_limit": limits.pids,
+        "ipc_mode": "private",
+        "devices": [],
+        "log_config": LogConfig(type=LogConfig.types.NONE),
+    }
+    if runtimes.guarded(limits.runtime):  # the guardian starts the toolbox as the owner, then drops root
+        options.update(
+            user="0:0", cap_add=list(runtimes.GUARDIAN_CAPABILITIES), entrypoint=[runtimes.GUARDED_INIT, "--"],
+            command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
+        )  # fmt: skip
+        options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
+    if limits.runtime == runtimes.GVISOR:
+        options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
+    options.update(io_limits(block_device(layer.upper), limits))
+    if route.proxy:
+        # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
+        # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can
+        # only ask the server named here, from inside this container: the proxy, which serves no DNS.
+        options["mounts"].append(Mount(egress.RESOLV_CONF, "/dev/null", type="bind", read_only=True))
+        options["dns"] = [route.proxy]
+        options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
+    return options
+
+
+def io_limits(device: str | None, limits: Limits) -> dict[str, Any]:
+    """The engine's throttles of ``device`` at the session's ``io_mbps`` and ``io_iops``; none without a device."""
+    if device is None:
+        return {}
+    rate = limits.io_mbps << 20
+    return {
+        "device_read_bps": [{"Path": device, "Rate": rate}],
+        "device_write_bps": [{"Path": device, "Rate": rate}],
+        "device_read_iops": [{"Path": device, "Rate": limits.io_iops}],
+        "device_write_iops": [{"Path": device, "Rate": limits.io_iops}],
+    }
+
+
+def block_device(path: Path) -> str | None:
+    """The disk that holds ``path``: its filesystem's device (a quota's loop device), or for a partition the
+    whole disk, whose queue the engine's throttles act on; None on a filesystem of no block device (tmpfs,
+    an overlay, a btrfs subvolume) or when this process cannot see the device's node."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    sysfs = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if (sysfs / "partition").exists():
+        sysfs = sysfs.resolve().parent
+    try:
+        fields = dict(line.split("=", 1) for line in (sysfs / "uevent").read_text().splitlines() if "=" in line)
+    except OSError:
+        return None
+    node = f"/dev/{fields.get('DEVNAME', '')}"
+    return node if fields.get("DEVNAME") and os.path.exists(node) else None
+
+
+def image_volumes(image: Any) -> list[str]:
+    """The ``VOLUME`` paths of ``image`` (the SDK's ``Image``; an environment's Dockerfile may declare some, as
+    database images do)."""
+    config = image.attrs.get("Config") or {}
+    # The engine matches a tmpfs to a VOLUME by the cleaned path: ``/data/`` or ``/a//b`` must be given cleaned,
+    # or the volume is made anyway (on the host's disk) and may even be mounted over the tmpfs.
+    cleaned = {posixpath.normpath(path) for path in (config.get("Volumes") or {}) if path.startswith("/")}
+    return sorted(cleaned - {"/", WORKSPACE, "/tmp", HOME})  # those are mounted already (or cannot be)
+
+
+def raw_socket(attached: Any) -> socket.socket:
+    """Take over the socket under the SDK's attach wrapper: a private duplicate, the original closed."""
+    sock = attached if isinstance(attached, socket.socket) else getattr(attached, "_sock", None)
+    if not isinstance(sock, socket.socket):
+        raise SandboxError("Attaching to the sandbox needs a unix or plain tcp DOCKER_HOST.")
+    own = sock.dup()
+    with contextlib.suppress(OSError):
+        attached.close()
+        sock.close()
+    return own
+
+
+class DockerSandbox:
+    """One session's container; started lazily, replaced when its toolbox dies.
+
+    ``connect`` returns the docker client; it is called once, off the event loop, when
+    the first container is needed, so a controller can run before Docker answers.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        layer: Layer,
+        session_id: str,
+        limits: Limits,
+        image: str,
+        instance: str,
+        auto_build: bool = True,
+        preparer: Preparer | None = None,
+        proxy_image: str = DEFAULT_PROXY_IMAGE,
+        outside: Outside = DIRECT,
+        holder: LayerHolder | None = None,
+    ) -> None:
+        self._connect = connect
+        self._client: Any = None
+        self.layer = layer
+        self.repo = layer.repo
+        self.session_id = session_id
+        self.limits = limits
+        self.image = image
+        self.instance = instance
+        self.auto_build = auto_build
+        self._auto_build_proxy = auto_build  # ``auto_build`` turns off for an environment's image, not the proxy's
+        self.env: dict[str, str] = {}
+        self._preparer = preparer
+        self._prepare_lock = asyncio.Lock()
+        self.proxy_image = proxy_image
+        self.outside = outside
+        self.container: Any = None
+        self._egress: Egress | None = None
+        self._channel: ToolboxChannel | None = None
+        self._lock = asyncio.Lock()
+        self.restarts = 0
+        self._holder = holder
+        self._holding = False  # the layer is held from its volume's creation until the container is gone
+        self._seeded = False  # this container's overlay has the seed layer on top
+        self._held = False  # the preparer left a hold on the environment's image (images.hold)
+        self._names = 0  # the layer's names at the last count
+
+    async def prepare(self) -> None:
+        """Run the session's preparer once: its image and variables become the containers', its setup tree
+        goes beneath the layer. A failure is raised every time it is asked again, never half applied."""
+        async with self._prepare_lock:
+            preparer, self._preparer = self._preparer, None
+            if preparer is None:
+                return
+            try:
+                if self._client is None:
+                    self._client = await asyncio.to_thread(self._connect)
+                ready = await preparer(self._client)
+                await asyncio.to_thread(self._set_setup, ready.setup)
+            except BaseException:
+                self._preparer = preparer
+                raise
+            if ready.image != self.image:  # an environment's image: held (images.hold) until a container runs it;
+                self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
+                self._held = True  # the sandbox image under its tag
+            self.image, self.env = ready.image, ready.env
+
+    async def start(self) -> None:
+        """Create and start the container and wait until the toolbox answers.
+
+        Cancelled while the engine creates things (the caller stopped, a client went away), it
+        lets that launch finish, then removes what it made: the engine's calls run on in worker
+        threads whatever happens to the caller, and a create that lands after a removal would leave
+        a container, or an unlabelled volume the engine makes for a mount whose volume is gone.
+        """
+        async with self._lock:
+            if self._channel is None or not self._channel.alive:
+                await self._discard()
+                await self.prepare()  # the environment's build and setup stop when cancelled, on their own
+                launching = asyncio.ensure_future(self._launch())
+                try:
+                    await asyncio.shield(launching)
+                except asyncio.CancelledError:
+                    while not launching.done():
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait([launching])
+                    if not launching.cancelled():
+                        launching.exception()  # retrieved: a failed launch has removed what it made already
+                    await self._abandon()
+                    raise
+
+    async def call(self, request: Call, timeout: float) -> Outcome:
+        await self.start()
+        channel = self._channel
+        if channel is None:  # stopped by someone else between start() and here
+            return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
+        try:
+            response = await channel.request(request, timeout)
+        except TimeoutError:
+            await self._replace_after_failure(channel)
+            return Failure(
+                kind="deadline",
+                message=f"The sandbox did not answer within {timeout:.0f}s, so it was restarted. "
+                "Files in the repository are kept; running processes and /tmp are gone.",
+            )
+        except ToolboxGoneError as err:
+            await self._replace_after_failure(channel)
+            return Failure(
+                kind="sandbox_died",
+                message=f"The call failed because {err}. A fresh sandbox on the same repository serves the next call; "
+                "if a command used too much memory or killed every process, change the approach.",
+            )
+        if not response.ok or response.result is None:
+            return response.error or Failure(
+                kind="internal", message="The toolbox returned neither a result nor an error."
+            )
+        try:
+            return request.result.model_validate(response.result)
+        except ValidationError as err:
+            return Failure(
+                kind="protocol", message=f"The toolbox answered {request.op} with an unexpected shape: {err}"
+            )
+
+    async def check_names(self) -> None:
+        limit = self.limits.names
+        try:
+            if self._holder is not None and self._names > IN_PROCESS_NAMES:
+                self._names = await asyncio.to_thread(self._holder.count_names, self.layer, limit)
+            else:
+                self._names = await asyncio.to_thread(self._count_names, limit)
+        except WorkspaceError as err:  # the walk's child failed: the turn's end reads the layer again and says so
+            log.warning("could not count the names of the layer of %s: %s", self.session_id, err)
+            return
+        if self._names > limit:
+            raise EntryLimitError(
+                f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
+                f"counted by its name), the session's limit (names), or a directory deeper than {names.MAX_DEPTH} "
+                "levels. The turn was stopped; its files are kept, but a layer past the limit is never applied."
+            )
+
+    def _count_names(self, limit: int) -> int:
+        """The upper layer's names, counted to one past ``limit`` at most (its quota filesystem is mounted while
+        the container runs; a layer that cannot be read counts none: every walk of it fails the same way)."""
+        try:
+            return workspace.layer.count_names(self.layer, limit)
+        except OSError:
+            return 0
+
+    async def stop(self) -> None:
+        """Kill and remove the container at once (no stop grace), and the session's proxy and network if any."""
+        async with self._lock:
+            await self._abandon()
+
+    async def _replace_after_failure(self, channel: ToolboxChannel) -> None:
+        async with self._lock:
+            if self._channel is channel:
+                self.restarts += 1
+                await self._discard()
+
+    async def _launch(self) -> None:
+        try:
+            if self._client is None:
+                self._client = await asyncio.to_thread(self._connect)
+            image = await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
+            labels = owners.labels(self.instance, self.session_id)
+            route = await self._route(labels)
+            await asyncio.to_thread(self._make_volume, labels)
+            options = self._options(labels, route, image_volumes(image))
+            self.container = await asyncio.to_thread(self._client.containers.create, **options)
+            attached = await asyncio.to_thread(
+                self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._channel = await ToolboxChannel.open(raw_socket(attached))
+            await asyncio.to_thread(self.container.start)
+            await self._channel.request(Ping(), READY_TIMEOUT_S)
+            if self._held:  # the container holds the image now
+                self._held = False
+                await asyncio.to_thread(images.release, self._client, f"{owners.SESSION}={self.session_id}")
+        except SandboxError:
+            await self._abandon()
+            raise
+        except WorkspaceError as err:
+            await self._abandon()
+            raise SandboxError(str(err)) from None
+        except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
+            detail = self._channel.stderr_tail.strip() if self._channel else ""
+            await self._abandon()
+            missing = runtimes.unknown_runtime(err, self.limits.runtime) if isinstance(err, APIError) else None
+            if missing is not None:
+                raise missing from None
+            raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
+        except BaseException:
+            await self._abandon()
+            raise
+
+    async def _route(self, labels: dict[str, str]) -> Route:
+        """Where the container's network leads; for ``allow``, the session's proxy, started once and kept."""
+        if self.limits.network.level != "allow":
+            return egress.direct(self.limits.network)
+        if self._egress is None:
+            self._egress = Egress(
+                self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
+                image=self.proxy_image, outside=self.outside, auto_build=self._auto_build_proxy,
+            )  # fmt: skip
+        return await asyncio.to_thread(self._egress.start)
+
+    async def _abandon(self) -> None:
+        """Remove everything of this sandbox: the container and volume (``_discard``), then the proxy and network.
+
+        A replaced container keeps its proxy (only ``_discard`` runs); a stop or a failed start leaves nothing.
+        """
+        await self._discard()
+        proxy, self._egress = self._egress, None
+        if proxy is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(proxy.stop), DOCKER_CALL_TIMEOUT_S)
+        except (APIError, DockerException, OSError, TimeoutError) as err:
+            log.warning("could not remove the egress proxy of %s: %s", self.session_id, err)
+
+    async def _discard(self) -> None:
+        channel, self._channel = self._channel, None
+        container, self.container = self.container, None
+        if channel is not None:
+            await channel.close()
+        if container is not None:
+            await _remove(container)
+        if self._client is not None:
+            await remove_volume(self._client, self.session_id)
+        if self._holding and self._holder is not None:
+            self._holding = False
+            try:
+                await asyncio.to_thread(self._holder.release, self.layer)
+            except Exception as err:  # noqa: BLE001 - a layer left mounted is swept later; the sandbox is gone
+                log.warning("could not release the layer of %s: %s", self.session_id, err)
+
+    def _options(self, labels: dict[str, str], route: Route, volumes: Iterable[str] = ()) -> dict[str, Any]:
+        """The container's options (a seam for the benchmark's bind-mount baseline, nothing else)."""
+        options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
+        options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
+        options["environment"].pop(headroom.SEED_VARIABLE, None)  # never the environment's to set
+        if self._seeded:  # the toolbox deletes the seed as it starts (see ``workspace.headroom``)
+            options["environment"][headroom.SEED_VARIABLE] = "1"
+        return options
+
+    def _set_setup(self, tree: Path | None) -> None:
+        if self._holder is None:
+            workspace.set_setup(self.layer, tree)
+            return
+        self._holder.hold(self.layer)
+        try:
+            workspace.set_setup(self.layer, tree)
+        finally:
+            self._holder.release(self.layer)
+
+    def _make_volume(self, labels: dict[str, str]) -> None:
+        """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""
+        workspace.check_repo(self.layer)
+        if self._holder is not None and not self._holding:
+            self._holder.hold(self.layer)
+            self._holding = True
+        with contextlib.suppress(NotFound):
+            self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
+        self._seeded = headroom.prepare(self.layer)  # the old volume is gone: nothing mounts the overlay now
+        kwargs = workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
+        self._client.volumes.create(**kwargs)
+
+
+async def _remove(container: Any) -> None:
+    """Force-remove (SIGKILL + delete) without letting a stuck engine hang the caller."""
+    try:
+        await asyncio.wait_for(asyncio.to_thread(container.remove, force=True, v=True), DOCKER_CALL_TIMEOUT_S)
+    except NotFound:
+        pass
+    except (APIError, DockerException, OSError) as err:  # the engine may be gone; the container with it
+        if "already in progress" not in str(err):
+            log.warning("could not remove sandbox %s: %s", container.short_id, err)
+
+
+async def remove_volume(client: Any, session_id: str) -> None:
+    """Remove the session's overlay volume (the engine unmounts it when its container goes); idempotent."""
+    await remove_named_volume(client, volume_name(session_id))
+
+
+async def remove_named_volume(client: Any, name: str) -> None:
+    """Remove the volume ``name`` if it is there, without letting a stuck engine hang the caller."""
+
+    def remove() -> None:
+        with contextlib.suppress(NotFound):
+            client.volumes.get(name).remove(force=True)
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(remove), DOCKER_CALL_TIMEOUT_S)
+    except (APIError, DockerException, OSError, TimeoutError) as err:
+        log.warning("could not remove the volume %s: %s", name, err)
+
+
+def clear_as_root(client: Any, image: str, directory: Path) -> None:
+    """Empty ``directory`` (a layer being discarded) as root, in a throwaway container; blocking.
+
+    The kernel leaves overlay's ``work/work`` owned by root at mode 000, sometimes with
+    whiteouts inside, and copies up directories still owned by root: a controller that is
+    not root cannot remove them. The container sees only that directory, has no network and
+    only the capability to pass file modes; ``find -delete`` follows no symlink.
+    """
+    client.containers.run(
+        image, ["find", "/w", "-mindepth", "1", "-delete"], entrypoint=[], user="0:0", remove=True,
+        mounts=[Mount("/w", str(directory), type="bind")], network_mode="none", cap_drop=["ALL"],
+        cap_add=["DAC_OVERRIDE"], security_opt=["no-new-privileges:true"], log_config=LogConfig(type=LogConfig.types.NONE),
+    )  # fmt: skip

@@ -1,0 +1,129 @@
+"""Cubicle's images: find one on the engine, build it from the context shipped in this package.
+
+Two images are built from package data: the sandbox (``sandbox_image``) and the egress proxy
+of ``allow`` network policies (``proxy_image``). Each is a ``Context``; every function here
+takes one and defaults to the sandbox's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker.errors import APIError, BuildError, ImageNotFound
+
+from ..errors import ImageMissingError, SandboxError
+
+BUILD_COMMAND = "cubicle image build"
+DOCKERFILE = "Dockerfile"
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The ``controller`` package's directory, which carries both images' build contexts as package data."""
+CONTEXT = PACKAGE / "sandbox_image"
+"""The image's build context: package data, so a wheel install can build the image as well as a checkout."""
+TOOLBOX = "toolbox"
+"""The toolbox's directory in the context; the image runs it as a directory (see its ``__main__``)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """One image's build context in the package: what it is called in messages, where it is, what it needs."""
+
+    what: str
+    path: Path
+    needs: tuple[str, ...] = (DOCKERFILE,)
+
+    def present(self) -> Path | None:
+        return self.path if all((self.path / name).is_file() for name in self.needs) else None
+
+
+SANDBOX = Context("sandbox", CONTEXT, (DOCKERFILE, f"{TOOLBOX}/__main__.py", "statx.c"))
+PROXY = Context("egress proxy", PACKAGE / "proxy_image", (DOCKERFILE, "entrypoint.sh"))
+
+
+def build_context(context: Context = SANDBOX) -> Path | None:
+    """The directory holding the image's Dockerfile and files, or None if this installation lacks it."""
+    return context.present()
+
+
+def build(
+    client: Any,
+    tag: str,
+    base: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+    context: Context = SANDBOX,
+) -> str:
+    """Build the image from its packaged context, streaming build output to ``on_line``; returns its id."""
+    path = context.present()
+    if path is None:
+        raise ImageMissingError(
+            f"Cannot build {tag}: this installation of Cubicle lacks its {context.what} image files ({context.path}).",
+            hint="Reinstall Cubicle (`pip install --force-reinstall cubicle`, or `pip install -e .` in a checkout).",
+        )
+    buildargs = {"BASE": base} if base else {}
+    image_id = ""
+    try:
+        stream = client.api.build(
+            path=str(path), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                raise SandboxError(f"Building {tag} failed: {chunk['error'].strip()}")
+            line = chunk.get("stream", "").rstrip()
+            if line and on_line:
+                on_line(line)
+            image_id = chunk.get("aux", {}).get("ID", image_id)
+    except (BuildError, APIError) as err:
+        raise SandboxError(f"Building {tag} failed: {err}") from None
+    return image_id
+
+
+def ensure(
+    client: Any,
+    tag: str,
+    auto_build: bool,
+    on_line: Callable[[str], None] | None = None,
+    context: Context = SANDBOX,
+) -> Any:
+    """Make sure ``tag`` exists: build it when allowed and possible, else say exactly what to run. Returns the
+    image (the SDK's ``Image``: its ``attrs`` are the engine's inspect)."""
+    try:
+        return client.images.get(tag)
+    except ImageNotFound:
+        pass
+    if auto_build and context.present() is not None:
+        build(client, tag, on_line=on_line, context=context)
+        return client.images.get(tag)
+    raise ImageMissingError(f"The {context.what} image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")
+
+
+# --------------------------------------------------------------------------- holds
+
+HOLD = "org.cubicle.hold"
+"""Label of a hold: a container created (never started) from an image a session is about to run."""
+HOLD_ATTEMPTS = 3
+
+
+def hold(client: Any, tag: str, labels: dict[str, str]) -> None:
+    """Pin ``tag``'s image for a session until its own container runs it; blocking.
+
+    Between an environment image's build (or cache hit) and the session's container, ``cubicle gc`` or the
+    server's retention sweep could see the image unused and remove it. A container made from it is what
+    both the engine and the sweep respect: the engine refuses to remove an image a container was made from.
+    The hold carries the session's labels, so it goes with the session's containers, and a crash leaves
+    nothing the orphan sweep does not find. Raises ``ImageNotFound`` when the image went first.
+    """
+    volumes = client.images.get(tag).attrs.get("Config", {}).get("Volumes") or {}
+    client.containers.create(
+        tag, ["/cubicle-hold"], entrypoint=[], labels={**labels, HOLD: "true"}, network_disabled=True,
+        tmpfs={path: "size=4k" for path in volumes},  # the image's VOLUMEs: no anonymous volume is made for a hold
+    )  # fmt: skip
+
+
+def release(client: Any, session_label: str) -> None:
+    """Remove the holds labelled ``session_label`` (``key=value``): the session's container runs the image now."""
+    for container in client.containers.list(all=True, sparse=True, filters={"label": [session_label, HOLD]}):
+        with contextlib.suppress(APIError):  # gone already, or being removed by the session's own clean-up
+            container.remove(force=True, v=True)

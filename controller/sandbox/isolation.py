@@ -1,0 +1,110 @@
+"""OCI runtimes: which one a sandbox runs under, what each changes, and whether the engine has it.
+
+``runc`` (the default) runs the sandbox on the host's kernel. ``runsc`` (gVisor) puts a
+kernel of its own between the agent and the host's: a kernel bug reachable by ordinary
+syscalls no longer crosses the boundary. Any other runtime the engine knows may be named
+too; the server's ``allowed_runtimes`` says which a session may use.
+
+Two things differ by runtime:
+
+- Under ``runc`` and ``crun`` the host's kernel keeps every command out of the undumpable
+  toolbox's ``/proc`` entries, so the container runs as the repository's owner throughout.
+  Under any other runtime the container starts as root with CAP_SETUID, CAP_SETGID and
+  CAP_SETPCAP only, and the toolbox's guardian (``toolbox/guardian.py``) starts the toolbox as the
+  owner and gives up root before a request is read: gVisor lets a process open the
+  ``/proc/<pid>/fd`` of an undumpable one of the same uid.
+- Under ``runsc`` the sandbox has no network but loopback (it is registered with
+  ``--network=none``, see ``REGISTRATION``), so only the network policy ``none`` runs there, and
+  commands get a small preload library: this gVisor rejects ``statx`` with
+  ``AT_NO_AUTOMOUNT``, the flag coreutils' ``ls``, ``stat`` and ``cp`` pass, and the library
+  drops it (the sandbox image's ``statx.c``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..config import Settings
+from ..errors import InvalidRequestError, SandboxError
+from ..wire.limits import Limits
+
+RUNC = "runc"
+GVISOR = "runsc"
+HOST_KERNEL = frozenset({"runc", "crun"})
+"""Runtimes whose kernel is the host's, which honours an undumpable process's privacy."""
+NETWORK_NONE_ONLY = frozenset({GVISOR})
+SETUP = RUNC
+"""The runtime of an environment's setup container, whatever the session's: setup needs a network."""
+GUARDIAN_CAPABILITIES = ("SETUID", "SETGID", "SETPCAP")
+"""What a guarded container starts with: to empty the bounding set, start the toolbox as the owner, drop root."""
+READABLE_TINI = "/opt/cubicle/bin/tini-readable"
+"""tini, readable, in every Cubicle image: a runtime that loads the entrypoint itself (gVisor) cannot run the
+execute-only copy."""
+GUARDED_INIT = READABLE_TINI
+STATX_SHIM = "/opt/cubicle/lib/statx.so"
+OWNER_VARIABLE = "CUBICLE_OWNER"
+"""``uid:gid`` the guardian runs the toolbox as (the sandbox image's ``toolbox/guardian.py`` reads it)."""
+TOOLBOX_COMMAND = ("/opt/cubicle/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox")
+"""The toolbox's command in every Cubicle image (the sandbox image and each environment's)."""
+REGISTRATION = {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}
+"""How ``runsc`` is registered with the engine (``runtimes`` in /etc/docker/daemon.json). A literal: .ci/docker-up
+reads it from this file to register runsc, before any Python environment exists.
+
+ptrace: the KVM platform hung on the machines tried. ``--network=none``: without it runsc refuses to start a
+container of Docker's ``--network none``. Not ``--oci-seccomp``: this runsc turns the profile's ENOSYS for
+clone3 into EPERM, and glibc then cannot start a thread at all; the guardian installs a filter of its own
+instead (the sandbox image's ``toolbox/seccomp.py``)."""
+
+
+def guarded(runtime: str) -> bool:
+    """Whether the container starts as root behind the guardian (see the module's docstring)."""
+    return runtime not in HOST_KERNEL
+
+
+def install_hint(runtime: str) -> str:
+    """What to do when the engine lacks ``runtime``."""
+    if runtime == GVISOR:
+        config = json.dumps({"runtimes": REGISTRATION})
+        return (
+            "Install gVisor (Debian: `apt-get install runsc`), register it with the engine by adding "
+            f"{config} to /etc/docker/daemon.json, and reload dockerd (`kill -HUP $(pidof dockerd)`); "
+            "`cubicle doctor` then lists it."
+        )
+    return f"Register {runtime} with the engine (`runtimes` in /etc/docker/daemon.json) or choose another runtime."
+
+
+def check(limits: Limits, settings: Settings) -> None:
+    """Refuse a runtime the server does not allow, and a network its runtime cannot give; InvalidRequestError."""
+    runtime = limits.runtime
+    if runtime not in settings.allowed_runtimes:
+        raise InvalidRequestError(
+            f"The runtime {runtime!r} is not allowed on this server; allowed: {', '.join(settings.allowed_runtimes)}.",
+            hint="Choose one of them, or add it to CUBICLE_ALLOWED_RUNTIMES.",
+        )
+    if runtime in NETWORK_NONE_ONLY and limits.network.level != "none":
+        raise InvalidRequestError(
+            no_network(limits),
+            hint="Use --network none (an environment's setup, which needs a network, runs under runc anyway), "
+            "or --runtime runc.",
+        )
+
+
+def no_network(limits: Limits) -> str:
+    return f"Sessions under {limits.runtime} have no network: the network {limits.network} needs the runc runtime."
+
+
+def engine_runtimes(client: Any) -> list[str]:
+    """The runtimes the engine knows (``docker info``), default first; blocking."""
+    info = client.info()
+    known = sorted(info.get("Runtimes") or {})
+    default = info.get("DefaultRuntime") or RUNC
+    return sorted(known, key=lambda name: name != default)
+
+
+def unknown_runtime(err: Exception, runtime: str) -> SandboxError | None:
+    """The clear error for an engine's refusal to create a container under a runtime it lacks, else None."""
+    text = str(err).lower()
+    if "unknown runtime" not in text or runtime.lower() not in text:
+        return None
+    return SandboxError(f"The Docker engine has no runtime {runtime!r}.", hint=install_hint(runtime))

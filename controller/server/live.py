@@ -1,0 +1,183 @@
+"""A session loaded in this controller, and the life of its turns.
+
+A turn is begun (the user's text saved, the container warmed while the model thinks),
+runs as an asyncio task, and when it ends arms an idle timer. The container stays up
+between turns; when the timer fires it is removed and the session forgotten, and the
+next turn reloads it from the store onto a fresh container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from ..agent.conversation import Conversation
+from ..agent.loop import Agent, TurnOutcome
+from ..errors import CubicleError
+from ..wire.events import ErrorEvent, SessionFinished
+from ..wire.sessions import SessionRecord
+from ..workspace.manager import apply_and_report, record_changes
+from .recorder import Recorder
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+Forget = Callable[["LiveSession"], bool]
+"""Drops an idle session from its owner's table; False if it was no longer there."""
+
+
+class LiveSession:
+    """One loaded session: its conversation, its sandbox and the turn running on them."""
+
+    def __init__(
+        self, record: SessionRecord, recorder: Recorder, runtime: Runtime, idle_timeout_s: float, forget: Forget
+    ) -> None:
+        self.record = record
+        self.recorder = recorder
+        self.runtime = runtime
+        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
+        self.idle_timeout_s = idle_timeout_s
+        self._forget = forget
+        self.task: asyncio.Task[TurnOutcome | None] | None = None
+        self.failure: str | None = None
+        """Why the last turn ended without even its end recorded; reported instead of the stored status."""
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._discarded = False
+
+    @property
+    def session_id(self) -> str:
+        return self.record.id
+
+    @property
+    def convo(self) -> Conversation:
+        return self.recorder.convo
+
+    @property
+    def running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    async def begin(self, text: str) -> None:
+        """Save the user's text, start the turn as a task, and warm the container while the model thinks."""
+        self._cancel_idle_timer()
+        self.convo.add_user_text(text)
+        await self.recorder.save_transcript(self.convo)
+        self.failure = None
+        self.task = asyncio.create_task(self.run(self._agent()), name=f"turn-{self.session_id}")
+        self.task.add_done_callback(self._ended)
+        _background(self.sandbox.start())
+
+    async def run(self, agent: Agent) -> TurnOutcome | None:
+        """The turn, with a last line of defence: if even its end cannot be recorded, say so in memory."""
+        try:
+            return await agent.run_turn(self.convo)
+        except Exception as err:
+            log.exception("turn of %s could not be recorded", self.session_id)
+            self.failure = f"the turn failed and could not be fully recorded: {err}"
+            with contextlib.suppress(Exception):
+                self.recorder.mark_failed(self.failure)
+            return None
+
+    async def _settle(self, outcome: TurnOutcome) -> None:
+        """After the turn: checkpoint the layer and report its changes; apply them if the session asked to.
+
+        ``on_finish`` applies only after a turn the agent ended itself (``end_turn``); a limit,
+        a cancel or an error keeps the changes for review. A conflict is reported, never forced.
+        """
+        workspaces = self.runtime.workspaces
+        summary = await record_changes(workspaces, self.session_id, self.recorder)
+        if self.record.apply != "on_finish" or outcome.reason != "end_turn" or summary is None or not summary.files:
+            return
+        await self.sandbox.stop()
+        try:
+            await apply_and_report(workspaces, self.session_id, self.recorder)
+        except (CubicleError, OSError) as err:  # a conflict, a layer that went away, a full disk: the turn still ends
+            await self.recorder.emit(
+                ErrorEvent(
+                    session_id=self.session_id, kind="apply", message=f"The changes were kept, not applied: {err}"
+                )
+            )
+
+    def _ended(self, task: asyncio.Task[TurnOutcome | None]) -> None:
+        """The turn's task is done. A task cancelled before its first line never recorded an end: record it now."""
+        if task.cancelled():
+            _background(self._record_unbegun_end())
+        self.after()
+
+    async def _record_unbegun_end(self) -> None:
+        if self.convo.answer_dangling("the turn was cancelled"):
+            await self.recorder.save_transcript(self.convo)
+        convo = self.convo
+        await self.recorder.emit(
+            SessionFinished(
+                session_id=self.session_id, reason="cancelled", steps=convo.steps, usage=convo.usage,
+                detail="the turn was cancelled before it began",
+            )
+        )  # fmt: skip
+
+    def after(self) -> None:
+        """The turn has ended: wake its followers, and remove the container if no turn comes soon."""
+        self.recorder.wake()
+        if not self._discarded:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(self.idle_timeout_s, self.idle_stop)
+
+    def idle_stop(self) -> None:
+        """Remove an idle session's container and forget it; a follow-up reloads it from the store."""
+        if self.running or not self._forget(self):
+            return
+        self._discarded = True
+        self.recorder.wake()
+        _background(self.sandbox.stop())
+
+    async def cancel(self, wait_s: float) -> None:
+        """Cancel the running turn and give it ``wait_s`` to record its end (the agent kills the command)."""
+        if self.task is not None and self.running:
+            self.task.cancel()
+            await asyncio.wait([self.task], timeout=wait_s)
+
+    def interrupt(self) -> asyncio.Task[TurnOutcome | None] | None:
+        """The controller is stopping: cancel the turn, to be recorded as interrupted; returns it to wait on."""
+        self._discarded = True
+        self.recorder.interrupting = True
+        if self.task is not None:
+            self.task.cancel()
+        return self.task
+
+    def lose(self) -> None:
+        """Another controller has claimed the session: stop the turn (its command is killed with it) and the
+        container. Nothing more is written: every write of the turn names a claim that is no longer the session's."""
+        self._discarded = True
+        self._cancel_idle_timer()
+        if self.task is not None:
+            self.task.cancel()
+        _background(self.sandbox.stop())
+
+    async def discard(self) -> None:
+        """Remove the container for good; this object runs no more turns."""
+        self._discarded = True
+        self._cancel_idle_timer()
+        await self.sandbox.stop()
+        self.recorder.wake()
+
+    def _agent(self) -> Agent:
+        record = self.record
+        return self.runtime.agent(
+            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.recorder,
+            limits=record.limits, save_transcript=self.recorder.save_transcript, context=record.context,
+            on_turn_end=self._settle,
+        )  # fmt: skip
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+
+def _background(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` without waiting for it; its failure is the next call's to report, not an unhandled error."""
+    task = asyncio.create_task(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

@@ -1,0 +1,188 @@
+"""The runtime: what a session runs on, assembled from Settings in one place for the CLI and the API alike.
+
+It owns the Docker engine's client and the model SDK client (each made once, on first use)
+and builds each session's sandbox and each turn's agent from them. A new capability (a
+workspace layer, another kind of environment, MCP tools) is a module of its own plus a
+line here, not a branch in the CLI and the API.
+
+Settings cannot choose the sandbox implementation: only ``DockerSandbox`` is built from
+them. Tests pass a ``sandbox_factory`` in code to run without Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from docker.errors import DockerException
+
+from ..agent import tools
+from ..agent.compactor import Compactor
+from ..agent.loop import Agent, SaveTranscript, TurnEnd
+from ..agent.model import SYSTEM_PROMPT, Model
+from ..agent.tools import Approver
+from ..config import Settings
+from ..environment.preparation import Environments
+from ..errors import DockerUnavailableError, SandboxError
+from ..sandbox import docker as sandbox
+from ..sandbox import images, owners
+from ..sandbox.docker import DockerSandbox, Sandbox
+from ..sandbox.engine import Engine
+from ..wire.environment import Environment
+from ..wire.events import EventSink
+from ..wire.limits import Limits
+from ..wire.network import NetworkPolicy, briefing
+from ..wire.policies import ContextPolicy
+from ..workspace import quota as disks
+from ..workspace.manager import Workspaces
+from ..workspace.offload import Offload
+
+if TYPE_CHECKING:
+    import anthropic
+
+SandboxFactory = Callable[[Path, str, Limits], Sandbox]
+"""Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""
+
+
+class Runtime:
+    """The engine, the model client, and the sandboxes and agents made from them."""
+
+    def __init__(self, settings: Settings, sandbox_factory: SandboxFactory | None = None) -> None:
+        self.settings = settings
+        self.engine = Engine(settings.docker_host)
+        self._sandbox_factory = sandbox_factory or self._docker_sandbox
+        self._uses_docker = sandbox_factory is None
+        quotas = settings.disk_quota if sandbox_factory is None else "off"  # such sandboxes never mount the layer
+        self.workspaces = Workspaces(
+            settings.data_dir, self._clear_as_root,
+            disks.choose(quotas, self.engine.client, settings.image, settings.data_dir, settings.docker_host),
+            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
+        )  # fmt: skip
+        self.environments = Environments(settings, self._clear_as_root)
+        self._model_client: anthropic.AsyncAnthropic | None = None
+
+    def check_model(self) -> None:
+        """Make the model client now, so a missing API key fails before any container exists."""
+        self._client()
+
+    async def ensure_image(self, network: NetworkPolicy | None = None) -> None:
+        """Connect to the engine and make sure the sandbox image is there (building it when allowed),
+        and the egress proxy's too when ``network`` is an allow policy."""
+        client = await asyncio.to_thread(self.engine.client)
+        await asyncio.to_thread(images.ensure, client, self.settings.image, self.settings.auto_build_image)
+        if network is not None and network.level == "allow":
+            await asyncio.to_thread(
+                images.ensure, client, self.settings.proxy_image, self.settings.auto_build_image, context=images.PROXY
+            )
+
+    async def sweep(self) -> owners.Sweep:
+        """Remove the containers of this instance's dead controllers."""
+        client = await asyncio.to_thread(self.engine.client)
+        return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
+
+    async def remove_containers(self, session_id: str) -> None:
+        """Remove the session's container and volume wherever they came from (a sandbox of another process too).
+
+        Without an engine there is nothing of the session's to remove. Sandboxes from a
+        ``sandbox_factory`` run no containers, so there is nothing to ask the engine then either.
+        """
+        if not self._uses_docker:
+            return
+        try:
+            client = await asyncio.to_thread(self.engine.client)
+        except DockerUnavailableError:
+            return
+        try:
+            await asyncio.to_thread(owners.remove_session, client, session_id)
+        except DockerException as err:
+            raise SandboxError(f"The container of session {session_id} could not be removed: {err}.") from None
+
+    def sandbox(
+        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        sink: EventSink | None = None,
+    ) -> Sandbox:  # fmt: skip
+        """The session's sandbox; a Docker one prepares ``environment`` first, its progress going to ``sink``."""
+        if not self._uses_docker:
+            return self._sandbox_factory(repo, session_id, limits)
+        return self._docker_sandbox(repo, session_id, limits, environment, sink)
+
+    def agent(
+        self,
+        *,
+        session_id: str,
+        model: str,
+        sandbox: Sandbox,
+        sink: EventSink,
+        limits: Limits,
+        approver: Approver | None = None,
+        save_transcript: SaveTranscript | None = None,
+        context: ContextPolicy | None = None,
+        on_turn_end: TurnEnd | None = None,
+    ) -> Agent:
+        """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``.
+
+        ``context`` is the session's own policy; without one, the server's (``Settings.context``).
+        """
+        policy = context or self.settings.context
+        return Agent(
+            session_id=session_id,
+            model=self._model(model, policy),
+            sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
+            approver=approver, save_transcript=save_transcript, context=policy, on_turn_end=on_turn_end,
+        )  # fmt: skip
+
+    def compactor(
+        self, session_id: str, model: str, sink: EventSink, limits: Limits, context: ContextPolicy | None
+    ) -> Compactor:
+        """What compacts a session's context between turns (``POST /compact``), as its agent would: the same
+        system prompt and tools, so the summary request reads the agent's cached prefix."""
+        return Compactor(
+            session_id, self._model(model), self.system(limits), tools.definitions(),
+            context or self.settings.context, sink.emit,
+        )  # fmt: skip
+
+    def system(self, limits: Limits) -> str:
+        """The session's system prompt: the configured or built-in one, and what its network allows."""
+        return f"{self.settings.system_prompt or SYSTEM_PROMPT}\n{briefing(limits.network)}"
+
+    async def close(self) -> None:
+        """Close both clients; the sandboxes are their owners' to stop first. Layer filesystems still mounted
+        after their last use (a helper's linger) are unmounted first, while the engine answers."""
+        if self._model_client is not None:
+            await self._model_client.close()
+        await asyncio.to_thread(self.workspaces.close)
+        await asyncio.to_thread(self.engine.close)
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        if self._model_client is None:
+            from ..agent.anthropic_model import make_client
+
+            self._model_client = make_client(self.settings)
+        return self._model_client
+
+    def _model(self, name: str, context: ContextPolicy | None = None) -> Model:
+        from ..agent.anthropic_model import AnthropicModel
+
+        edits = context.server_edits() if context is not None else None
+        return AnthropicModel(self._client(), name, self.settings.max_tokens, edits)
+
+    def _clear_as_root(self, directory: Path) -> None:
+        sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)
+
+    def _docker_sandbox(
+        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        sink: EventSink | None = None,
+    ) -> Sandbox:  # fmt: skip
+        """The session's container over its workspace layer (made by ``workspaces.create`` with the session)."""
+        settings = self.settings
+        layer = self.workspaces.open(session_id)
+        preparer = None
+        if environment is not None and sink is not None:
+            preparer = self.environments.preparer(session_id, layer, environment, limits, sink)
+        return DockerSandbox(
+            self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
+            instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
+            proxy_image=settings.proxy_image, outside=settings.outside(), holder=self.workspaces,
+        )  # fmt: skip

@@ -1,0 +1,139 @@
+"""The HTTP API's request and response bodies: one definition, for the server (``api``) and its client (``client``).
+
+They live apart from ``api`` so that a client can use them without importing FastAPI.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from .changes import Conflict
+from .environment import EnvironmentRequest
+from .limits import Limits
+from .policies import ContextPolicy, Edit
+from .sessions import ApplyPolicy, SessionRecord
+
+TRUNCATED_HEADER = "Cubicle-Truncated-At"
+"""Set on a changes listing that stopped at the session's names limit (its value)."""
+UNLISTED_HEADER = "Cubicle-Unlisted"
+"""Set on a changes listing that left out changes past its bound (how many); apply judges them too."""
+UNLISTED_APPLIED_HEADER = "Cubicle-Unlisted-Applied"
+"""With ``Cubicle-Unlisted``: how many of the changes left out an apply writes (disposition ``apply``)."""
+MAX_INDEX = 2**53  # offsets and sequence numbers stay far inside SQLite's 64-bit integers
+
+
+def _optional(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """``model`` with every field optional but its bounds kept: what a client may ask for."""
+    fields: dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        bounds = {k: getattr(m, k) for m in info.metadata for k in ("ge", "le", "gt", "lt") if hasattr(m, k)}
+        optional: Any = info.annotation
+        fields[field_name] = (optional | None, Field(None, description=info.description, **bounds))
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+LimitsRequest = _optional(Limits, "LimitsRequest")
+ContextRequest = _optional(ContextPolicy, "ContextRequest")
+
+
+class CreateSession(BaseModel):
+    """Start a session: the agent begins working on ``task`` at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(
+        max_length=4096, description="Absolute path of the repository, under one of the configured roots."
+    )
+    task: str = Field(min_length=1, max_length=200_000, description="What the agent should do.")
+    model: str | None = Field(
+        None, max_length=200, pattern=r"^[A-Za-z0-9._:@/-]+$", description="Model id; default from settings."
+    )
+    limits: LimitsRequest | None = Field(None, description="Limits to lower (or raise up to the server's maximums).")  # type: ignore[valid-type]
+    context: ContextRequest | None = Field(None, description="Context policy fields that differ from the server's.")  # type: ignore[valid-type]
+    apply: ApplyPolicy = Field(
+        "never",
+        description="on_finish: apply the changes to the checkout after a turn the agent ended itself "
+        "(not after a limit, cancel or error); never: keep them for review (GET .../changes, POST .../apply).",
+    )
+    environment: EnvironmentRequest | None = Field(
+        None,
+        description="Fields over the repository's own environment definition (.cubicle/environment.toml or "
+        ".devcontainer/devcontainer.json); an image must be the default or on the server's allowed_images.",
+    )
+
+
+class ApplyRequest(BaseModel):
+    """Apply the session's changes to the checkout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [],
+        max_length=10_000,
+        description="Paths (or directories) to write even though the checkout changed there; also the environment's "
+        "definition files (disposition trusted) to accept, each by its exact path.",
+    )
+    include_ignored: bool = Field(False, description="Also apply paths the repository's ignore rules matched.")
+    build_inputs: bool = Field(
+        False,
+        description="Also apply the paths of the build context the environment's Dockerfile copies whole "
+        "(disposition build_input): the next environment build runs them as root.",
+    )
+
+
+class RevertRequest(BaseModel):
+    """Undo the newest apply not yet reverted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [], max_length=10_000, description="Paths to restore even though the checkout changed there since the apply."
+    )
+
+
+class RewindRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int = Field(ge=1, le=MAX_INDEX, description="The checkpoint (end of a turn) to return the files to.")
+
+
+class FollowUp(BaseModel):
+    """A follow-up user message in the same conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=200_000)
+
+
+class SessionPage(BaseModel):
+    items: list[SessionRecord]
+    total: int
+    limit: int
+    offset: int
+
+
+class Transcript(BaseModel):
+    messages: list[dict[str, Any]] = Field(
+        description="The whole stored transcript; with view=model, what the model is sent next (context edits applied)."
+    )
+    estimated_tokens: int | None = Field(None, description="With view=model: the view's size, estimated.")
+    window: int | None = Field(None, description="With view=model: the context window the policy keeps it inside.")
+    edits: list[Edit] | None = Field(None, description="With view=model: the context edits, oldest first.")
+
+
+class ErrorBody(BaseModel):
+    detail: Any
+    conflicts: list[Conflict] | None = Field(None, description="With 409 from apply or revert: what changed where.")
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    running_sessions: int
+
+
+class RepoList(BaseModel):
+    roots: list[str] = Field(description="The configured roots (CUBICLE_REPO_ROOTS).")
+    repos: list[str] = Field(description="Git checkouts found under them (a few levels deep, at most 500).")

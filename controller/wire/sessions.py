@@ -1,0 +1,47 @@
+"""A session as the API reports it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .environment import Environment
+from .events import FinishReason, Status, Usage
+from .limits import Limits
+from .policies import ContextPolicy
+
+ApplyPolicy = Literal["never", "on_finish"]
+
+
+class SessionRecord(BaseModel):
+    """A session as the API reports it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    repo: str
+    task: str = Field(description="The first task of the session.")
+    model: str
+    status: Status
+    finish_reason: FinishReason | None = Field(None, description="Why the last turn ended.")
+    detail: str = Field("", description="More about the finish reason or failure.")
+    usage: Usage
+    steps: int = Field(description="Model requests made, over all turns.")
+    limits: Limits
+    context: ContextPolicy | None = Field(None, description="This session's context policy; none: the server's.")
+    owner: str = Field("", description="The controller process running it (`cubicle serve` or a `cubicle run`).")
+    apply: ApplyPolicy = Field(
+        "never", description="on_finish: apply the changes after a turn that ended with end_turn; never: keep them."
+    )
+    environment: Environment | None = Field(
+        None, description="Where its sandbox runs: the repository's definition with the request's fields over it."
+    )
+    epoch: int = Field(
+        0, description="Counts the claims on the session: each turn, and each takeover by another controller."
+    )
+    lease_expires: float = Field(
+        0, description="While a turn runs: when its controller's lease ends unless renewed (the database's clock)."
+    )
+    created_at: float
+    updated_at: float
