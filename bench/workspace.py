@@ -25,11 +25,12 @@ from typing import Any
 from bench.measure import Report
 from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from controller import workspace
+from controller.errors import LayerMissingError
 from controller.sandbox.docker import DockerSandbox
 from controller.wire import protocol
 from controller.wire.changes import ApplyResult
 from controller.wire.protocol import CommandResult
-from controller.workspace import Layer, LayerMissingError, apply, baseline, checkpoint, headroom, revert, rewind, scan
+from controller.workspace import Layer, apply, baseline, checkpoint, headroom, revert, rewind, scan
 from controller.workspace.checkpoints import numbers
 
 DIRS, PER_DIR = 200, 100  # 20,000 files

@@ -1,13 +1,13 @@
 """A Python client of the HTTP API: ``Client`` (blocking) and ``AsyncClient`` (asyncio), over httpx.
 
 Both send what ``ROUTES`` builds and read the answers into the API's own models
-(``SessionRecord``, ``Event``, ``Change``, ``ApplyResult``...; see ``api_models``), so there is one
+(``SessionRecord``, ``Event``, ``Change``, ``ApplyResult``...; see ``wire``), so there is one
 definition of every route, body and answer, the server's. Errors become the exception tree
 (``controller.errors``) with the API's ``detail``: 401 ``AuthError``, 400 ``RepoError``, 403
 ``ForbiddenRepoError``, 404 ``NotFoundError``, 409 ``ConflictError`` (``ApplyConflictError`` with
 its ``conflicts`` from apply and revert), 413 and 422 ``InvalidRequestError`` (its ``errors`` are the
-API's list), 429 ``CapacityError``, 502 ``ModelError``, 503 ``SandboxError``, 507 ``StoreError``;
-no answer at all is ``UnreachableError``, naming the URL.
+API's list), 429 ``CapacityError``, 502 ``ModelError``, 503 ``SandboxError``, 507 ``StoreError``
+(the server's own table, ``wire.statuses``); no answer at all is ``UnreachableError``, naming the URL.
 
 ``events`` follows a session's Server-Sent Events and survives dropped connections: it reconnects
 with ``Last-Event-ID`` set to the last event it yielded, so nothing is missed and nothing repeated,
@@ -30,16 +30,8 @@ from pydantic import BaseModel, TypeAdapter
 
 from .errors import (
     AuthError,
-    CapacityError,
-    ConflictError,
     CubicleError,
-    ForbiddenRepoError,
     InvalidRequestError,
-    ModelError,
-    NotFoundError,
-    RepoError,
-    SandboxError,
-    StoreError,
     UnreachableError,
 )
 from .wire.bodies import (
@@ -57,24 +49,12 @@ from .wire.environment import EnvironmentRequest
 from .wire.events import EVENT_ADAPTER, Event
 from .wire.policies import ContextPolicy
 from .wire.sessions import ApplyPolicy, SessionRecord
+from .wire.statuses import ERROR_OF
 
 __all__ = ["ROUTES", "AsyncClient", "Client", "Routes"]
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 TOKEN_VARIABLE = "CUBICLE_API_TOKEN"
-ERROR_OF: dict[int, type[CubicleError]] = {
-    400: RepoError,
-    403: ForbiddenRepoError,
-    404: NotFoundError,
-    409: ConflictError,
-    413: InvalidRequestError,
-    422: InvalidRequestError,
-    429: CapacityError,
-    502: ModelError,
-    503: SandboxError,
-    507: StoreError,
-}
-"""The exception of each status the API answers with (401 is ``AuthError``; any other status, ``CubicleError``)."""
 RECONNECTS = 8
 """Attempts in a row to reopen an event stream that dropped before ``events`` gives up (UnreachableError)."""
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)

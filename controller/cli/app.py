@@ -13,12 +13,11 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
-from ..errors import ConfigError, ConflictError, CubicleError, NotFoundError, RepoError
+from ..errors import ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
 from ..wire.changes import ApplyConflictError
-from ..workspace import LayerMissingError
 from . import review, terminal, usage
 from .display import plural
 

@@ -39,13 +39,12 @@ from ..errors import (
 from ..server.recorder import Recorder
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
-from ..server.store import open_store
+from ..server.store import Row, open_store
 from ..wire import network as networks
 from ..wire.environment import EnvironmentRequest
 from ..wire.events import Event, SessionFinished, SessionStarted
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy
-from ..wire.sessions import SessionRecord
 from ..workspace.manager import record_changes
 from . import terminal, usage
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
@@ -273,7 +272,7 @@ async def _session(
         await runtime.close()
 
 
-async def _turn(sessions: Sessions, record: SessionRecord, view: JsonSink | LiveSink, approve: bool) -> Ran:
+async def _turn(sessions: Sessions, record: Row, view: JsonSink | LiveSink, approve: bool) -> Ran:
     """The session's first turn; at its end the layer is checkpointed and its changes reported (``changes``)."""
     recorder = await sessions.recorder(record)
     sink = Tee(recorder, view)

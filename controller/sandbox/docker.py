@@ -28,11 +28,11 @@ from pydantic import ValidationError
 
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
-from ..errors import EntryLimitError, SandboxError, ToolboxGoneError
+from ..errors import EntryLimitError, SandboxError, ToolboxGoneError, WorkspaceError
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
 from ..wire.protocol import Call, Failure, Outcome, Ping
-from ..workspace import Layer, WorkspaceError, headroom, names
+from ..workspace import Layer, headroom, names
 from . import egress, images, owners
 from . import isolation as runtimes
 from .channel import ToolboxChannel

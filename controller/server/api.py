@@ -29,18 +29,8 @@ from .. import __version__
 from ..agent.context import estimate_tokens
 from ..config import Settings
 from ..errors import (
-    CapacityError,
-    ConfigError,
-    ConflictError,
     CubicleError,
-    DatabaseUnavailableError,
-    ForbiddenRepoError,
-    InvalidRequestError,
-    ModelError,
     NotFoundError,
-    RepoError,
-    SandboxError,
-    StoreError,
 )
 from ..wire.bodies import (
     MAX_INDEX,
@@ -61,7 +51,8 @@ from ..wire.bodies import (
 from ..wire.changes import ApplyConflictError, ApplyResult, Change, Checkpoint, RevertResult
 from ..wire.limits import Limits
 from ..wire.sessions import SessionRecord
-from ..workspace import RepoChangedError, TooManyEntriesError, repos
+from ..wire.statuses import status_of
+from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
 from . import webui
 from .feed import Batch
@@ -81,22 +72,6 @@ DOCS_ASSETS: dict[str, str] = {
     "favicon.png": "image/png",
 }
 """Swagger UI's files, served from the fastapi-offline package, so the docs need no network."""
-
-STATUS_OF: list[tuple[type[CubicleError], int]] = [
-    (NotFoundError, 404),
-    (RepoChangedError, 409),  # the checkout was moved or replaced under the session: nothing is read or written
-    (TooManyEntriesError, 409),  # a layer past its names limit is never applied
-    (ConflictError, 409),
-    (CapacityError, 429),
-    (ForbiddenRepoError, 403),
-    (RepoError, 400),
-    (InvalidRequestError, 422),  # a runtime the server does not allow, or a network it cannot give
-    (ConfigError, 503),
-    (ModelError, 502),
-    (SandboxError, 503),
-    (DatabaseUnavailableError, 503),
-    (StoreError, 507),
-]
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -449,7 +424,7 @@ def _handle_errors(app: FastAPI) -> None:
 
     @app.exception_handler(CubicleError)
     async def cubicle_error(request: Request, err: CubicleError) -> JSONResponse:
-        code = next((code for kind, code in STATUS_OF if isinstance(err, kind)), 500)
+        code = status_of(err)
         body: dict[str, Any] = {"detail": str(err)}
         if isinstance(err, ApplyConflictError):
             body["conflicts"] = [printable_conflict(c).model_dump() for c in err.conflicts]

@@ -52,7 +52,7 @@ from ..wire.events import (
 )
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessions import ApplyPolicy, SessionRecord
+from ..wire.sessions import ApplyPolicy
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown
@@ -60,7 +60,7 @@ from .feed import Batch, Feed
 from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime
-from .store import Store
+from .store import Row, Store
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class Sessions:
         else:
             self._left_behind.discard(session_id)
 
-    async def _take_over(self, record: SessionRecord, expired_only: bool) -> bool:
+    async def _take_over(self, record: Row, expired_only: bool) -> bool:
         """Claim a running session whose controller is gone (or whose lease ran out) as interrupted: its container
         is removed, a call it left unanswered gets an error result, and a follow-up continues it. False if
         someone else claimed it first (or its holder renewed the lease in between)."""
@@ -254,7 +254,7 @@ class Sessions:
 
     # ------------------------------------------------------------------ commands
 
-    def get(self, session_id: str) -> SessionRecord:
+    def get(self, session_id: str) -> Row:
         record = self.store.get(session_id)
         if record is None:
             raise NotFoundError(f"No session {session_id!r}.")
@@ -267,7 +267,7 @@ class Sessions:
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
         apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
         network_asked: bool = False,
-    ) -> SessionRecord:  # fmt: skip
+    ) -> Row:  # fmt: skip
         """A new session on ``repo``, its first turn started in the background (see ``register``)."""
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
@@ -281,7 +281,7 @@ class Sessions:
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
         apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
         network_asked: bool = False,
-    ) -> SessionRecord:  # fmt: skip
+    ) -> Row:  # fmt: skip
         """The record of a new session (running, owned by this process) and its workspace layer; no turn starts.
 
         ``repo`` is pinned (its real path, never root-owned) and must not overlap a session
@@ -305,11 +305,11 @@ class Sessions:
     async def _admit(
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None,
         apply: ApplyPolicy, prefix: str, resolved: Any,
-    ) -> SessionRecord:  # fmt: skip
+    ) -> Row:  # fmt: skip
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self._refuse_overcommit(quota)
         now = time.time()
-        record = SessionRecord(
+        record = Row(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
             status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
             environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s, created_at=now,
@@ -322,7 +322,7 @@ class Sessions:
         self._claims[record.id] = record.epoch
         return record
 
-    async def follow_up(self, session_id: str, text: str) -> SessionRecord:
+    async def follow_up(self, session_id: str, text: str) -> Row:
         record = self.get(session_id)
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
@@ -354,7 +354,7 @@ class Sessions:
         await live.begin(text)
         return self.get(session_id)
 
-    async def cancel(self, session_id: str) -> SessionRecord:
+    async def cancel(self, session_id: str) -> Row:
         """Cancel the running turn: here, or (a command through the database) on the controller running it."""
         record = self.get(session_id)
         live = self._live.get(session_id)
@@ -367,7 +367,7 @@ class Sessions:
                 await asyncio.sleep(0.05)
         return self.get(session_id)
 
-    async def delete(self, session_id: str, purge: bool) -> SessionRecord | None:
+    async def delete(self, session_id: str, purge: bool) -> Row | None:
         """Cancel and unload the session; its layer goes too unless an apply of it may still be reverted
         (a purged session keeps nothing: without its record no revert could reach the layer)."""
         await self.cancel(session_id)
@@ -412,7 +412,7 @@ class Sessions:
         await self.delete(session_id, purge=True)
         return True
 
-    async def compact(self, session_id: str) -> SessionRecord:
+    async def compact(self, session_id: str) -> Row:
         """Compact the session's context now (a summary of its older turns), between turns only."""
         async with self._held_between_turns(session_id, "compact it when the turn has ended") as (record, live, epoch):
             recorder = live.recorder if live is not None else await self.recorder(record)
@@ -426,7 +426,7 @@ class Sessions:
     @contextlib.asynccontextmanager
     async def _held_between_turns(
         self, session_id: str, advice: str
-    ) -> AsyncIterator[tuple[SessionRecord, LiveSession | None, int]]:
+    ) -> AsyncIterator[tuple[Row, LiveSession | None, int]]:
         """Hold the session for a change between turns (``Store.hold``): no turn begins, here or on another
         controller, until the change is done. The record, this process's live session if it is current, and the
         epoch every write of the change names."""
@@ -488,7 +488,7 @@ class Sessions:
             )
         return result
 
-    async def rewind(self, session_id: str, turn: int) -> SessionRecord:
+    async def rewind(self, session_id: str, turn: int) -> Row:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
         async with self._quiesced(session_id, "rewind when the turn has ended") as recorder:
             await self.workspaces.in_thread(self.workspaces.rewind, session_id, turn)
@@ -501,7 +501,7 @@ class Sessions:
             await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
         return self.get(session_id)
 
-    async def discard(self, session_id: str) -> SessionRecord:
+    async def discard(self, session_id: str) -> Row:
         """Drop the layer: the session's changes are gone; the checkout keeps what was applied."""
         async with self._quiesced(session_id, "cancel it first") as recorder:
             left = await asyncio.to_thread(self.workspaces.discard, session_id)
@@ -518,7 +518,7 @@ class Sessions:
         convo = Conversation(messages=self.store.messages(session_id), edits=self.store.edits(session_id))
         return convo.view(), convo.edits, record.context or self.settings.context
 
-    def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
+    def page(self, limit: int, offset: int) -> tuple[list[Row], int]:
         return self.store.page(limit, offset)
 
     def transcript(self, session_id: str) -> list[dict[str, Any]]:
@@ -544,12 +544,12 @@ class Sessions:
     # ------------------------------------------------------------------ internals
 
     @staticmethod
-    def _refuse_while_running(record: SessionRecord, live: LiveSession | None, advice: str) -> None:
+    def _refuse_while_running(record: Row, live: LiveSession | None, advice: str) -> None:
         """A turn runs here, or in a controller that stopped without recording its end (restart will interrupt it)."""
         if (live is not None and live.running) or (live is None and record.status == "running"):
             raise ConflictError(f"Session {record.id} is running a turn; {advice}.")
 
-    def _active(self, record: SessionRecord) -> bool:
+    def _active(self, record: Row) -> bool:
         """A turn of it runs now, here or in another live process (its overlay is mounted over its checkout)."""
         return self.is_running(record.id) or self._owner_alive(record)
 
@@ -588,7 +588,7 @@ class Sessions:
         record = self.store.get(session_id)
         return record is None or self._owner_alive(record)
 
-    def _owner_alive(self, record: SessionRecord) -> bool:
+    def _owner_alive(self, record: Row) -> bool:
         """Whether another process that is still alive holds this session (this process knows its own).
 
         A running turn's holder is alive while its lease lasts, unless it is a process of this instance (this
@@ -631,7 +631,7 @@ class Sessions:
                 f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
             )
 
-    async def recorder(self, record: SessionRecord, epoch: int | None = None) -> Recorder:
+    async def recorder(self, record: Row, epoch: int | None = None) -> Recorder:
         """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result.
 
         Its writes are fenced by ``epoch`` (the record's unless given): they fail once the session is claimed again.
@@ -646,13 +646,13 @@ class Sessions:
             await recorder.save_transcript(convo)
         return recorder
 
-    async def _load(self, record: SessionRecord, epoch: int | None = None) -> LiveSession:
+    async def _load(self, record: Row, epoch: int | None = None) -> LiveSession:
         recorder = await self.recorder(record, epoch)
         live = LiveSession(record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget)
         self._live[record.id] = live
         return live
 
-    async def _current(self, live: LiveSession | None, record: SessionRecord) -> LiveSession | None:
+    async def _current(self, live: LiveSession | None, record: Row) -> LiveSession | None:
         """``live`` if its copy of the session is the stored one; None (it is dropped) if the session was written
         elsewhere since this process loaded it."""
         if live is None or live.recorder.epoch == record.epoch:

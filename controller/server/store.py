@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..config import Settings
 from ..errors import ConfigError, DatabaseUnavailableError, LeaseLostError, StoreError
@@ -57,6 +57,17 @@ def _writes(method: F) -> F:
 # schema was versioned (SQLite files of earlier releases) is brought up to date by running them all; after that the
 # ``schema_version`` row skips what is done. Alembic would do the same with SQLAlchemy under it, a second database
 # layer this store does not otherwise need for four tables that only ever grow.
+
+
+class Row(SessionRecord):
+    """A session as the store keeps it: the public record and the lease of the controller running its turn."""
+
+    epoch: int = Field(
+        0, description="Counts the claims on the session: each turn, and each takeover by another controller."
+    )
+    lease_expires: float = Field(
+        0, description="While a turn runs: when its controller's lease ends unless renewed (the database's clock)."
+    )
 
 
 @dataclass(frozen=True)
@@ -273,7 +284,7 @@ class Store:
     # ------------------------------------------------------------------ sessions
 
     @_writes
-    def insert(self, record: SessionRecord) -> None:
+    def insert(self, record: Row) -> None:
         self._run(
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
             (record.id, self._text(record.repo), self._text(record.task), record.model, record.status,
@@ -371,7 +382,7 @@ class Store:
         ).fetchall()
         return {row[0]: int(row[1]) for row in rows}
 
-    def expired(self) -> list[SessionRecord]:
+    def expired(self) -> list[Row]:
         """Running sessions whose controller's lease has run out."""
         rows = self._run(
             f"SELECT {SELECTED} FROM sessions WHERE status = 'running' AND lease_expires < {self.NOW}"
@@ -412,22 +423,22 @@ class Store:
             ).fetchall()
         ]
 
-    def get(self, session_id: str) -> SessionRecord | None:
+    def get(self, session_id: str) -> Row | None:
         row = self._run(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return _record(row) if row else None
 
-    def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
+    def page(self, limit: int, offset: int) -> tuple[list[Row], int]:
         rows = self._run(
             f"SELECT {SELECTED} FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
         total = self._run("SELECT COUNT(*) FROM sessions").fetchone()[0]
         return [_record(r) for r in rows], total
 
-    def with_status(self, status: str) -> list[SessionRecord]:
+    def with_status(self, status: str) -> list[Row]:
         rows = self._run(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
         return [_record(r) for r in rows]
 
-    def ended_before(self, cutoff: float) -> list[tuple[SessionRecord, float]]:
+    def ended_before(self, cutoff: float) -> list[tuple[Row, float]]:
         """Sessions not running whose last activity (their newest event, or the row's last update) is older than
         ``cutoff``, with that time: oldest first."""
         last = (
@@ -767,10 +778,10 @@ def open_store(settings: Settings) -> Store:
     return Store(settings.data_dir / "cubicle.db")
 
 
-def _record(row: tuple[Any, ...]) -> SessionRecord:
+def _record(row: tuple[Any, ...]) -> Row:
     (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
      environment, epoch, lease_expires) = row  # fmt: skip
-    return SessionRecord(
+    return Row(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
         context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,

@@ -15,7 +15,8 @@ ApplyPolicy = Literal["never", "on_finish"]
 
 
 class SessionRecord(BaseModel):
-    """A session as the API reports it."""
+    """A session as the API reports it. The store's row adds what only controllers use (``server.store.Row``):
+    the lease and its epoch."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,12 +37,6 @@ class SessionRecord(BaseModel):
     )
     environment: Environment | None = Field(
         None, description="Where its sandbox runs: the repository's definition with the request's fields over it."
-    )
-    epoch: int = Field(
-        0, description="Counts the claims on the session: each turn, and each takeover by another controller."
-    )
-    lease_expires: float = Field(
-        0, description="While a turn runs: when its controller's lease ends unless renewed (the database's clock)."
     )
     created_at: float
     updated_at: float

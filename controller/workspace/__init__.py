@@ -27,11 +27,7 @@ Typical life of a session::
     discard(layer)
 """
 
-from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
-from .apply import ApplyBounds, ApplyTooLargeError, apply
-from .changes import listed, scan
-from .checkpoints import checkpoint, rewind
-from .errors import (
+from ..errors import (
     LayerInUseError,
     LayerMissingError,
     RepoChangedError,
@@ -39,6 +35,10 @@ from .errors import (
     UnsafePathError,
     WorkspaceError,
 )
+from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
+from .apply import ApplyBounds, ApplyTooLargeError, apply
+from .changes import listed, scan
+from .checkpoints import checkpoint, rewind
 from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
 from .names import DEFAULT_NAMES
 from .revert import revert

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import TooManyEntriesError, UnsafePathError, WorkspaceError
 from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from . import beneath, gitlike
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
-from .errors import TooManyEntriesError, UnsafePathError, WorkspaceError
 from .journal import ApplyRecord, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
 

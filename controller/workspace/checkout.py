@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import UnsafePathError
 from ..wire.changes import FileType
 from . import beneath
-from .errors import UnsafePathError
 from .records import Identity, file_type
 
 SAFE_BITS = 0o777  # what apply keeps of a mode: setuid, setgid and sticky are stripped

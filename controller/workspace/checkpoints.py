@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..errors import LayerMissingError, TooManyEntriesError, WorkspaceError
 from . import beneath, names
 from .changes import MAX_APPLY_BYTES, MAX_DEPTH, MAX_PATH_BYTES, is_sparse, unreadable
-from .errors import LayerMissingError, TooManyEntriesError, WorkspaceError
 from .layer import Layer, ensure_unmounted, open_upper
 
 MAX_MANIFEST_BYTES = 256 << 20

@@ -17,9 +17,9 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Collection
 
+from ..errors import UnsafePathError
 from ..wire.changes import Change, Disposition, Kind
 from . import beneath
-from .errors import UnsafePathError
 
 REPO_NAMES = frozenset(
     {"head", "config", "commondir", "objects", "refs", "hooks", "info", "packed-refs", "index", "gitdir"}

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import LayerMissingError, UnsafePathError
 from ..wire.changes import Change
 from .checkout import Checkout, Prior
-from .errors import LayerMissingError, UnsafePathError
 from .layer import Layer
 from .records import Identity, load, read_json, save, write_json
 

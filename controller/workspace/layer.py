@@ -42,9 +42,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
 from . import baseline, beneath, names
 from .buildinputs import BuildInputs
-from .errors import LayerInUseError, LayerMissingError, RepoChangedError, WorkspaceError
 from .names import DEFAULT_NAMES
 from .records import load, save
 

@@ -22,7 +22,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from .errors import WorkspaceError
+from ..errors import WorkspaceError
 
 T = TypeVar("T")
 

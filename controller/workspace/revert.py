@@ -16,12 +16,12 @@ import stat
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from ..errors import UnsafePathError
 from ..wire.changes import Conflict, FileType, Kind, RevertResult
 from . import beneath
 from .apply import open_checkout, step_mode, under_any
 from .changes import same_bytes
 from .checkout import NEW_DIR_MODE, Checkout
-from .errors import UnsafePathError
 from .journal import ApplyRecord, Expectations, Status, Step, newest_unreverted, step_dirs, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
 from .records import Identity

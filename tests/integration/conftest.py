@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
-from controller.testing import DEFAULT_IMAGE
+from controller.testing.container import DEFAULT_IMAGE
 from tests.integration.layer_api import LayerApi
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -218,14 +218,13 @@ def _ticks() -> str:
 
 
 def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
-    from controller.server.store import Store
+    from controller.server.store import Row, Store
     from controller.wire.events import Usage
     from controller.wire.limits import Limits
-    from controller.wire.sessions import SessionRecord
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    store.insert(SessionRecord(id="s_listed", repo="/r", task="a listed task", model="m", status="idle", finish_reason="end_turn",
+    store.insert(Row(id="s_listed", repo="/r", task="a listed task", model="m", status="idle", finish_reason="end_turn",
                                usage=Usage(input_tokens=5), steps=2, limits=Limits(), created_at=now, updated_at=now))  # fmt: skip
     store.close()
     done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path)})
@@ -296,14 +295,13 @@ def test_an_unreachable_model_api_is_one_sentence(tmp_path: Path, make_repo: Cal
 
 
 def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
-    from controller.server.store import Store
+    from controller.server.store import Row, Store
     from controller.wire.events import Usage
     from controller.wire.limits import Limits
-    from controller.wire.sessions import SessionRecord
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    store.insert(SessionRecord(id="s_hostile", repo="/r\x1b]8;;http://evil\x1b\\", task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
+    store.insert(Row(id="s_hostile", repo="/r\x1b]8;;http://evil\x1b\\", task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
                                model="m", status="idle", finish_reason="end_turn", usage=Usage(), steps=1, limits=Limits(),
                                created_at=now, updated_at=now))  # fmt: skip
     store.close()

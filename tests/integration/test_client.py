@@ -14,7 +14,7 @@ import pytest
 from controller.agent.scripted import ScriptedServer, free_port
 from controller.client import AsyncClient, Client
 from controller.errors import AuthError, ConflictError, InvalidRequestError, NotFoundError, UnreachableError
-from controller.testing import CubicleContainer
+from controller.testing.container import CubicleContainer
 from controller.wire.changes import ApplyConflictError
 from controller.wire.events import SessionFinished, ToolResult
 from tests.agent_harness import register, text, tool

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.sandbox import owners
-from controller.testing import CubicleContainer
+from controller.testing.container import CubicleContainer
 from tests.integration.api_helpers import Api
 
 

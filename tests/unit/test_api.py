@@ -15,6 +15,7 @@ from controller.config import Settings
 from controller.server.api import create_app
 from controller.testing import NoSandbox
 from controller.wire.limits import Limits
+from controller.wire.sessions import SessionRecord
 from tests.eventually import eventually
 from tests.sandbox_defaults import owned_dir
 
@@ -187,6 +188,9 @@ def test_list_is_paginated(client: TestClient, roots: Path) -> None:
         assert create(client, repo=str(owned_dir(roots / f"p{n}"))).status_code == 201
     page = client.get("/v1/sessions", params={"limit": 2}).json()
     assert page["total"] == 3 and len(page["items"]) == 2
+    one = client.get(f"/v1/sessions/{page['items'][0]['id']}").json()
+    for shown in (one, *page["items"]):  # the public record: the lease is the controllers' business
+        assert set(shown) <= set(SessionRecord.model_fields) and "epoch" not in shown and "lease_expires" not in shown
     assert client.get("/v1/sessions", params={"limit": 0}).status_code == 422
 
 

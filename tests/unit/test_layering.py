@@ -1,7 +1,7 @@
 """The package's layering: packages by layer, each importing only its own layer or those below, and no cycle.
 
-The package is a few packages (``wire``, ``workspace``, ``sandbox``, ``environment``, ``agent``, ``server``,
-``cli``) and a few modules at its root (``errors``, ``config``, the ``client`` and the ``testing`` fakes).
+The package is a few packages (``wire``, ``workspace``, ``sandbox``, ``testing``, ``environment``, ``agent``,
+``server``, ``cli``) and a few modules at its root (``errors``, ``config``, the ``client``).
 A new package or root module must be placed in a layer here; that placement is the design decision.
 """
 
@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"__main__"},
 ]
-ROOT_MODULES = {"__init__", "__main__", "errors", "config", "client", "testing"}
+ROOT_MODULES = {"__init__", "__main__", "errors", "config", "client"}
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 

@@ -12,7 +12,7 @@ import pytest
 from controller.agent.loop import Conversation
 from controller.server.feed import Feed
 from controller.server.recorder import Recorder
-from controller.server.store import Store
+from controller.server.store import Row, Store
 from controller.wire.events import (
     Event,
     FinishReason,
@@ -26,7 +26,6 @@ from controller.wire.events import (
 )
 from controller.wire.limits import Limits
 from controller.wire.policies import Edit
-from controller.wire.sessions import SessionRecord
 
 SID = "s_feedtest"
 
@@ -35,7 +34,7 @@ SID = "s_feedtest"
 def store(tmp_path: Path) -> Iterator[Store]:
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    record = SessionRecord(id=SID, repo="/r", task="t", model="m", status="running", usage=Usage(), steps=0,
+    record = Row(id=SID, repo="/r", task="t", model="m", status="running", usage=Usage(), steps=0,
                            limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
     store.insert(record)
     yield store

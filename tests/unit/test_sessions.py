@@ -15,11 +15,10 @@ from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.sandbox import owners
 from controller.server.runtime import Runtime
 from controller.server.sessions import Sessions
-from controller.server.store import open_store
+from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
 from controller.wire.events import Usage
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
 from tests.sandbox_defaults import owned_dir
@@ -140,7 +139,7 @@ async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_ca
     settings = Settings(api_key="test", data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/no-docker.sock")
     store = open_store(settings)
     now = time.time()
-    left = SessionRecord(id="s_left", repo=str(tmp_path), task="go", model="m", status="running", usage=Usage(),
+    left = Row(id="s_left", repo=str(tmp_path), task="go", model="m", status="running", usage=Usage(),
                          steps=1, limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
     store.insert(left)
     call = {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {"command": "sleep 9"}}

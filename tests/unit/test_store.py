@@ -13,10 +13,9 @@ import pytest
 
 from controller.config import Settings
 from controller.errors import ConfigError, StoreError
-from controller.server.store import EVENTS, SCHEMA_VERSION, PostgresStore, Store, channel, open_store
+from controller.server.store import EVENTS, SCHEMA_VERSION, PostgresStore, Row, Store, channel, open_store
 from controller.wire.events import StatusEvent, Usage
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
 from tests.databases import postgres_schema
 
 RELEASED_SCHEMA = """
@@ -34,9 +33,9 @@ CREATE INDEX sessions_created ON sessions (created_at DESC);
 """The tables as the first release made them: no schema version, none of the columns added since."""
 
 
-def record(sid: str, task: str = "t", status: str = "idle") -> SessionRecord:
+def record(sid: str, task: str = "t", status: str = "idle") -> Row:
     now = time.time()
-    return SessionRecord(
+    return Row(
         id=sid, repo="/r", task=task, model="m", status=status, usage=Usage(), steps=0, limits=Limits(),  # type: ignore[arg-type]
         created_at=now, updated_at=now,
     )  # fmt: skip

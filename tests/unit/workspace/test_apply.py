@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.errors import LayerMissingError, RepoChangedError
 from controller.wire.changes import FileType
-from controller.workspace import LayerMissingError, RepoChangedError, apply, journal, open_layer, revert, scan
+from controller.workspace import apply, journal, open_layer, revert, scan
 from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout
 from controller.workspace.checkout import NEW_DIR_MODE, Checkout

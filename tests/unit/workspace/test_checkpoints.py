@@ -8,17 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import (
-    LayerInUseError,
-    LayerMissingError,
-    TooManyEntriesError,
-    apply,
-    checkpoint,
-    discard,
-    revert,
-    rewind,
-    scan,
-)
+from controller.errors import LayerInUseError, LayerMissingError, TooManyEntriesError
+from controller.workspace import apply, checkpoint, discard, revert, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.checkpoints import read_manifest
 from tests.unit.workspace.overlay import Workspace, snapshot

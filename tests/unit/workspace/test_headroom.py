@@ -13,10 +13,10 @@ import stat
 
 import pytest
 
+from controller.errors import WorkspaceError
 from controller.workspace import apply, changes, headroom, revert
 from controller.workspace import layer as layers
 from controller.workspace.baseline import load_rules
-from controller.workspace.errors import WorkspaceError
 from controller.workspace.layer import SEED
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, snapshot
 from tests.unit.workspace.test_setup_layer import run_setup

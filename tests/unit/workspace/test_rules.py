@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.workspace import WorkspaceError, textdiff
+from controller.errors import WorkspaceError
+from controller.workspace import textdiff
 from controller.workspace.baseline import is_git_path, record
 from controller.workspace.changes import symlink_problem
 from controller.workspace.ignore import EXCLUDE, IgnoreRules

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.errors import TooManyEntriesError
 from controller.wire.changes import Disposition
-from controller.workspace import TooManyEntriesError, apply, checkpoint, listed, names, rewind, scan
+from controller.workspace import apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES, listed_size
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
