@@ -102,7 +102,7 @@ class RepoError(CubicleError, ValueError):
 class DefinitionError(RepoError):
     """A repository's environment definition cannot be used: bad syntax, a wrong type, a path out of the repo."""
 
-    hint = "Fix the file named above (see the README's Environments section), or run `cubicle env show` to check it."
+    hint = "Fix the file named above (see docs/guides/environments.md), or run `cubicle env show` to check it."
 
 
 class ForbiddenRepoError(CubicleError, PermissionError):

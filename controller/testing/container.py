@@ -2,7 +2,7 @@
 
 It needs the ``testing`` extra (``pip install 'cubicle[testing]'``: testcontainers).
 
-Use ``CubicleContainer`` to test your own integration against a real Cubicle (the README has a complete,
+Use ``CubicleContainer`` to test your own integration against a real Cubicle (docs/guides/testing.md has a complete,
 tested example):
 
     with CubicleContainer(token="t", repo_roots=[repos_dir], scenario=scenario_file) as cubicle:

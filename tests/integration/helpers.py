@@ -19,16 +19,17 @@ from controller.wire import protocol
 from controller.wire.protocol import CommandResult, Failure, Outcome, Strict
 
 T = TypeVar("T", bound=Strict)
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_example(heading: str, language: str = "python") -> str:
-    """The first fenced ``language`` block under ``heading`` of README.md (and before the next heading)."""
-    text = README.read_text()
+def doc_example(page: str, heading: str, language: str = "python") -> str:
+    """The first fenced ``language`` block under ``heading`` of ``page`` (README.md or a page of docs/), before
+    the next heading: the examples the documentation shows are the ones the tests run."""
+    text = (ROOT / page).read_text()
     section = text[text.index(heading) + len(heading) :]
     section = re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.MULTILINE)[0]
     match = re.search(rf"^```{language}\n(.*?)^```$", section, flags=re.MULTILINE | re.DOTALL)
-    assert match, f"no {language} block under {heading!r} in README.md"
+    assert match, f"no {language} block under {heading!r} in {page}"
     return match.group(1)
 
 

@@ -1,4 +1,4 @@
-"""The README's Python client example, run exactly as written against a live `cubicle serve`."""
+"""The docs' Python client example (docs/guides/api.md), run exactly as written against a live `cubicle serve`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from controller.agent.scripted import ScriptedServer
 from tests.agent_harness import register, text, tool
 from tests.integration.client_helpers import cubicle_serve
-from tests.integration.helpers import readme_example
+from tests.integration.helpers import doc_example
 
-HEADING = "### Python client"
+PAGE, HEADING = "docs/guides/api.md", "## Python client"
 
 
 def test_the_readme_client_example_runs(
@@ -26,7 +26,7 @@ def test_the_readme_client_example_runs(
     model = register(model_server, turns, prefix="readme-client")
     with cubicle_serve(home / "code", model_server, CUBICLE_MODEL=model) as served:
         script = tmp_path / "readme_client.py"
-        script.write_text(readme_example(HEADING))
+        script.write_text(doc_example(PAGE, HEADING))
         env = {**os.environ, "HOME": str(home), "CUBICLE_URL": served.url, "CUBICLE_API_TOKEN": served.token}
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"

@@ -1,4 +1,4 @@
-"""The README's testcontainers example, run exactly as written, so it cannot rot."""
+"""The docs' testcontainers example (docs/guides/testing.md), run exactly as written, so it cannot rot."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from controller.config import Settings
-from tests.integration.helpers import readme_example
+from tests.integration.helpers import doc_example
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
-HEADING = "### Testing your integration against Cubicle"
+PAGE, HEADING = "docs/guides/testing.md", "# Testing your integration against Cubicle"
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def user(tmp_path: Path) -> Iterator[tuple[list[str], Path]]:
 def test_the_readme_example_runs(controller_image: str, user: tuple[list[str], Path]) -> None:
     prefix, home = user
     script = home / "readme_example.py"
-    script.write_text(readme_example(HEADING))
+    script.write_text(doc_example(PAGE, HEADING))
     env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true", "HOME": str(home)}
     done = subprocess.run(
         [*prefix, sys.executable, str(script)], cwd=home, env=env, capture_output=True, text=True, timeout=300

@@ -24,7 +24,7 @@ from controller.agent import tools
 from controller.server import mcpserver
 from controller.server.store import Store
 from tests.integration.cli_helpers import cubicle, environment
-from tests.integration.helpers import readme_example
+from tests.integration.helpers import doc_example
 from tests.integration.mcp_helpers import Raw, raw_server
 from tests.integration.pty_helpers import owned_by
 
@@ -232,7 +232,9 @@ async def test_the_readme_configuration_starts_a_working_server(
     tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     """The README's `mcpServers` entry, as a client would run it: `cubicle` from PATH, HOME's data directory."""
-    (entry,) = json.loads(readme_example("## MCP server (`cubicle mcp`)", "json"))["mcpServers"].values()
+    (entry,) = json.loads(doc_example("docs/guides/mcp.md", "# MCP server (`cubicle mcp`)", "json"))[
+        "mcpServers"
+    ].values()
     repo = make_repo("home/you/code/shop")
     home = repo.parents[1]
     args = [arg.replace("/home/you", str(home)) for arg in entry["args"]]

@@ -1,4 +1,4 @@
-"""Every cap and timing the toolbox keeps, in one place, so the numbers the README quotes live in one file."""
+"""Every cap and timing the toolbox keeps, in one place, so the numbers the documentation quotes live in one file."""
 
 from __future__ import annotations
 
