@@ -23,6 +23,7 @@ import importlib.resources
 import io
 import json
 import logging
+import os
 import re
 import sys
 import unicodedata
@@ -170,9 +171,28 @@ class TolerantStream(io.TextIOBase):
                 self._gone = True
 
 
+PIPED_WIDTH = 1 << 16
+"""Columns a console writing to a pipe or a file lays out in: no line of ours is that long, so none is cut."""
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A Rich console on stdout or stderr that outlives its terminal (see ``TolerantStream``)."""
-    return Console(file=cast(IO[str], TolerantStream(sys.stderr if stderr else sys.stdout)), stderr=stderr)
+    """A Rich console on stdout or stderr that outlives its terminal (see ``TolerantStream``).
+
+    Written to a pipe or a file, or with ``NO_COLOR`` set, it never wraps or crops a line (soft wrap, and a width
+    no line reaches): ``cubicle changes ID --diff | git apply`` gets the diff's lines whole. The escaping of
+    control and invisible characters is the same either way."""
+    stream = sys.stderr if stderr else sys.stdout
+    plain = not _isatty(stream) or bool(os.environ.get("NO_COLOR"))
+    return Console(
+        file=cast(IO[str], TolerantStream(stream)), stderr=stderr, soft_wrap=plain, width=PIPED_WIDTH if plain else None
+    )
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):  # a closed or detached stream
+        return False
 
 
 class SafeFormatter(logging.Formatter):

@@ -318,3 +318,38 @@ async def test_rewind_an_api_session_to_its_first_turn(
     assert [c["path"] for c in listed] == ["turn1.txt"]
     assert cubicle("apply", session_id).returncode == 0
     assert (repo / "turn1.txt").read_text() == "1\n" and not (repo / "turn2.txt").exists()
+
+
+WIDE = "total = " + " + ".join(f"price_{n}" for n in range(40))  # 400 characters: wider than any terminal default
+WIDE_EDIT = {
+    "name": "wide",
+    "turns": [
+        {
+            "content": [
+                {"type": "tool_use", "name": "write_file", "input": {"path": "wide.py", "content": WIDE + "\n"}},
+                {
+                    "type": "tool_use",
+                    "name": "edit_file",
+                    "input": {"path": "src/app.py", "old_string": "sum(items)", "new_string": "sum(items) or 0"},
+                },
+            ]
+        },
+        {"content": [{"type": "text", "text": "Done."}]},
+    ],
+}
+
+
+def test_a_piped_diff_is_never_wrapped_so_git_applies_it(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    repo = make_repo()
+    session_id, done = _run(tmp_path, repo, "--no-apply", scenario=WIDE_EDIT)
+    assert done.returncode == 0, done.stderr
+    shown = cubicle("changes", session_id, "--diff")  # stdout is a pipe here
+    assert shown.returncode == 0 and f"+{WIDE}\n" in shown.stdout, shown.stdout
+    copy = tmp_path / "copy"
+    (copy / "src").mkdir(parents=True)
+    (copy / "src" / "app.py").write_text((repo / "src" / "app.py").read_text())
+    applied = subprocess.run(
+        ["git", "apply"], cwd=copy, input=shown.stdout, capture_output=True, text=True, check=False
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert (copy / "wide.py").read_text() == WIDE + "\n" and "sum(items) or 0" in (copy / "src" / "app.py").read_text()
