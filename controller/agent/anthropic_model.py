@@ -46,7 +46,8 @@ def make_client(settings: Settings) -> anthropic.AsyncAnthropic:
     if settings.api_key is None or not settings.api_key.get_secret_value().strip():
         raise ConfigError(
             "ANTHROPIC_API_KEY is not set.",
-            hint="Export your key, or point ANTHROPIC_BASE_URL at an Anthropic-compatible server and set any key it accepts.",
+            hint="Export your key, or point ANTHROPIC_BASE_URL at an Anthropic-compatible server and set any key it "
+            "accepts; to try Cubicle with no key at all, add --scenario demo (a scripted model, offline).",
         )
     return anthropic.AsyncAnthropic(
         api_key=settings.api_key.get_secret_value(),

@@ -27,7 +27,7 @@ from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fai
 env_app = typer.Typer(help="Show and build a repository's environment (its image, setup and network).")
 app.add_typer(env_app, name="env", no_args_is_help=True)
 
-RepoArgument = Annotated[Path, typer.Argument(help="The repository (default: the current directory).")]
+RepoArgument = Annotated[Path, typer.Argument(metavar="REPO", help="The repository (default: the current directory).")]
 ImageOption = Annotated[
     str | None, typer.Option(help="A local image to add the toolbox to, instead of the repository's definition.")
 ]

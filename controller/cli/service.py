@@ -278,7 +278,10 @@ def compact(
 
 @app.command("scripted-server")
 def scripted_server(
-    scenarios: Annotated[list[str], typer.Argument(help="Scenario files (or names shipped in controller/scenarios).")],
+    scenarios: Annotated[
+        list[str],
+        typer.Argument(metavar="SCENARIO...", help="Scenario files (or names shipped in controller/scenarios)."),
+    ],
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8123,
 ) -> None:

@@ -32,8 +32,16 @@ ForceOpt = Annotated[
     typer.Option(
         "--force",
         metavar="PATH",
-        help="Overwrite PATH (a directory: all under it) even though the checkout changed there; for apply, also "
-        "accept the environment's definition file at exactly PATH (repeatable).",
+        help="Overwrite PATH (a directory: all under it) even though the checkout changed there since the session "
+        "saw it; also accept the environment's definition file at exactly PATH (repeatable).",
+    ),
+]
+RevertForceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--force",
+        metavar="PATH",
+        help="Restore PATH (a directory: all under it) even though you changed it since the apply (repeatable).",
     ),
 ]
 
@@ -93,7 +101,7 @@ def apply_command(
 
 
 @app.command()
-def revert(session_id: SessionArg, force: ForceOpt = None) -> None:
+def revert(session_id: SessionArg, force: RevertForceOpt = None) -> None:
     """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
     result = _review(lambda s: s.revert(session_id, force))
     out = terminal.console()
@@ -115,7 +123,9 @@ def discard(session_id: SessionArg) -> None:
 @app.command()
 def rewind(
     session_id: SessionArg,
-    turn: Annotated[int, typer.Argument(min=1, help="The checkpoint (end of that turn) to return the files to.")],
+    turn: Annotated[
+        int, typer.Argument(min=1, metavar="TURN", help="The checkpoint (end of that turn) to return the files to.")
+    ],
 ) -> None:
     """Return a session's files to how they were at the end of turn TURN (the checkout is untouched)."""
     _review(lambda s: s.rewind(session_id, turn))
