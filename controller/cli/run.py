@@ -46,7 +46,7 @@ from ..wire.events import Event, SessionFinished, SessionStarted
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy
 from ..workspace.manager import record_changes
-from . import terminal, usage
+from . import options, terminal, usage
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink, plural
 from .finish import Choice, LocalReview, Ran, after_turn
@@ -94,7 +94,7 @@ def _network(text: str) -> NetworkPolicy:
 
 # The arguments `cubicle run` and `cubicle mcp` share, declared once.
 RepoArgument = Annotated[
-    Path, typer.Argument(help="The repository (seen at /workspace; writes go to the session's layer).")
+    Path, typer.Argument(metavar="REPO", help="The repository (seen at /workspace; writes go to the session's layer).")
 ]
 CommandTimeoutOption = Annotated[
     int | None, typer.Option("--command-timeout", help="Longest a single command may run, in seconds.")
@@ -370,34 +370,36 @@ def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]
     return summary
 
 
-@app.command(help=RUN_HELP)
-def run(
-    repo: RepoArgument,
-    task: Annotated[str, typer.Argument(help="What the agent should do.")],
-    model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None,
-    token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None,
-    timeout: Annotated[int | None, typer.Option(help="Wall-clock seconds for the turn.")] = None,
-    command_timeout: CommandTimeoutOption = None,
-    memory: MemoryOption = None,
-    cpus: CpusOption = None,
-    disk: DiskOption = None,
-    inodes: InodesOption = None,
-    network: NetworkOption = None,
-    runtime: RuntimeOption = None,
+@dataclass(frozen=True)
+class RunOptions:
+    """What `cubicle run` was given: its arguments and flags, as Typer reads them from these fields."""
+
+    repo: RepoArgument
+    task: Annotated[str, typer.Argument(metavar="TASK", help="What the agent should do.")]
+    model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None
+    max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None
+    token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None
+    timeout: Annotated[int | None, typer.Option(help="Wall-clock seconds for the turn.")] = None
+    command_timeout: CommandTimeoutOption = None
+    memory: MemoryOption = None
+    cpus: CpusOption = None
+    disk: DiskOption = None
+    inodes: InodesOption = None
+    network: NetworkOption = None
+    runtime: RuntimeOption = None
     approve: Annotated[
         bool,
         typer.Option(
             "--approve",
             help="Show each write_file, edit_file and run_command whole and ask y/n before it runs (needs a terminal).",
         ),
-    ] = False,
+    ] = False
     json_events: Annotated[
         bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")
-    ] = False,
+    ] = False
     scenario: Annotated[
         str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
-    ] = None,
+    ] = None
     apply: Annotated[
         bool | None,
         typer.Option(
@@ -405,12 +407,12 @@ def run(
             help="After a turn the agent ended itself, apply the changes to REPO without asking (--apply), or keep "
             "them for review (--no-apply). Without either: ask on a terminal, keep them otherwise.",
         ),
-    ] = None,
+    ] = None
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
-    ] = False,
-    image: ImageOption = None,
-    setup: SetupOption = None,
+    ] = False
+    image: ImageOption = None
+    setup: SetupOption = None
     server: Annotated[
         str | None,
         typer.Option(
@@ -418,58 +420,59 @@ def run(
             help="Run on this `cubicle serve` instead (token: CUBICLE_API_TOKEN); REPO is then a path on the server. "
             "--approve and --scenario are refused; the other flags are sent with the request.",
         ),
-    ] = None,
-) -> None:
-    flags = {"max_steps": max_steps, "token_budget": token_budget, "wall_clock_s": timeout,
-             **sandbox_flags(command_timeout, memory, cpus, disk, inodes, network, runtime)}  # fmt: skip
-    if server is not None:
-        local = {"--approve": approve, "--scenario": scenario is not None}
+    ] = None
+
+
+@app.command(help=RUN_HELP)
+@options.command(RunOptions)
+def run(o: RunOptions) -> None:
+    flags = {"max_steps": o.max_steps, "token_budget": o.token_budget, "wall_clock_s": o.timeout,
+             **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)}  # fmt: skip
+    if o.server is not None:
+        local = {"--approve": o.approve, "--scenario": o.scenario is not None}
         given = [flag for flag, on in local.items() if on]
         if given:
             raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
-        _run_remote(server, repo, task, model, flags, image, setup, json_events, Choice(apply, include_ignored, False))
+        _run_remote(o.server, o, flags)
         return
-    _check_run_args(repo, approve, json_events)
-    settings = load_settings().model_copy(update={"model": model} if model else {})
+    _check_run_args(o.repo, o.approve, o.json_events)
+    settings = load_settings().model_copy(update={"model": o.model} if o.model else {})
     limits = _limits(settings, flags)
-    console = terminal.console(stderr=json_events)
+    console = terminal.console(stderr=o.json_events)
     signals: list[int] = []
-    with _exit_codes(signals), _scripted_endpoint(settings, scenario) as effective, _view(json_events, console) as sink:
-        asked = Asked(environment_request(image, setup), network is not None)
-        ran = asyncio.run(_run_session(effective, repo, task, limits, sink, approve, signals, asked))
-    if not json_events and sink.finished is not None:
+    with _exit_codes(signals), _scripted_endpoint(settings, o.scenario) as effective, _view(o.json_events, console) as sink:  # fmt: skip
+        asked = Asked(environment_request(o.image, o.setup), o.network is not None)
+        ran = asyncio.run(_run_session(effective, o.repo, o.task, limits, sink, o.approve, signals, asked))
+    if not o.json_events and sink.finished is not None:
         console.print(_summary(ran.outcome, sink.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
-    choice = Choice(apply, include_ignored, interactive=sys.stdin.isatty() and not json_events)
+    choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)
     raise typer.Exit(
         after_turn(LocalReview(settings, ran.session_id), ran, choice, sink, console, bool(signals)) or code
     )
 
 
-def _run_remote(
-    url: str, repo: Path, task: str, model: str | None, flags: dict[str, Any], image: str | None, setup: str | None,
-    json_events: bool, choice: Choice,
-) -> None:  # fmt: skip
+def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
     """``--server``: the run on a remote ``cubicle serve``, shown and ended like a local one."""
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         checked = Limits.model_validate({**Limits().model_dump(), **given}).model_dump(mode="json")
     except ValidationError as err:
         raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
-    environment = environment_request(image, setup)
+    environment = environment_request(o.image, o.setup)
     token = os.environ.get("CUBICLE_API_TOKEN") or None
-    remote = Remote(url, token, str(repo), task, model, {name: checked[name] for name in given}, environment)
-    console = terminal.console(stderr=json_events)
+    remote = Remote(url, token, str(o.repo), o.task, o.model, {name: checked[name] for name in given}, environment)
+    console = terminal.console(stderr=o.json_events)
     signals: list[int] = []
-    with _exit_codes(signals), _view(json_events, console) as sink:
+    with _exit_codes(signals), _view(o.json_events, console) as sink:
         done = asyncio.run(_stoppable(run_remote(remote, sink), signals))
     if done.finished is None:
         raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
     outcome = TurnOutcome(done.finished.reason, done.finished.detail)
-    if not json_events:
+    if not o.json_events:
         console.print(_summary(outcome, done.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[outcome.reason]
-    choice = Choice(choice.apply, choice.include_ignored, interactive=sys.stdin.isatty() and not json_events)
+    choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)
     ran = Ran(done.session_id, Path(done.repo), outcome)
     with _exit_codes(signals):
         replaced = after_turn(RemoteReview(url, token, done.session_id), ran, choice, sink, console, bool(signals))
