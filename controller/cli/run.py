@@ -35,17 +35,17 @@ from ..errors import (
     InvalidRequestError,
     LeaseLostError,
     RepoError,
+    StoreError,
 )
-from ..server.recorder import Recorder
+from ..server.live import LiveSession
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
-from ..server.store import Row, open_store
+from ..server.store import open_store
 from ..wire import network as networks
 from ..wire.environment import EnvironmentRequest
-from ..wire.events import Event, SessionFinished, SessionStarted
+from ..wire.events import SessionFinished
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy
-from ..workspace.manager import record_changes
 from . import options, terminal, usage
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink, plural
@@ -228,18 +228,6 @@ async def _stoppable(work: Awaitable[T], signals: list[int]) -> T:
             loop.remove_signal_handler(signum)
 
 
-class Tee:
-    """The run's events: committed by the session's recorder first (the API and ``cubicle sessions`` see them), then shown."""
-
-    def __init__(self, recorder: Recorder, view: JsonSink | LiveSink) -> None:
-        self.recorder = recorder
-        self.view = view
-
-    async def emit(self, event: Event) -> None:
-        await self.recorder.emit(event)
-        await self.view.emit(event)
-
-
 @dataclass(frozen=True)
 class Asked:
     """What the flags asked of the environment: fields over the repository's definition, and whether --network was given."""
@@ -251,7 +239,8 @@ class Asked:
 async def _session(
     settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool, asked: Asked
 ) -> Ran:
-    """One turn in a fresh container, recorded in the API's database as a session of this process."""
+    """One turn in a fresh container: a session of the API's database, begun and run by ``Sessions`` as the API's
+    are (``server.live.LiveSession``), with the terminal as its view and, with --approve, its approver."""
     runtime = Runtime(settings)
     try:
         runtime.check_model()  # a missing key is a usage error before Docker is even asked
@@ -260,47 +249,39 @@ async def _session(
         sessions = Sessions(settings, store, runtime)
         try:
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
-            record = await sessions.register(
+            approver = view.approve if approve and isinstance(view, LiveSink) else None
+            record = await sessions.create(
                 repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
-                network_asked=asked.network,
+                network_asked=asked.network, view=view, approver=approver,
             )  # fmt: skip
-            return await _turn(sessions, record, view, approve)
+            live = sessions.loaded(record.id)
+            assert live is not None and live.task is not None  # create begins the turn
+            outcome = await _turn_of(live, record.id)
+            if outcome is None:  # the turn failed, and even its end could not be recorded
+                raise StoreError(live.failure or f"The turn of session {record.id} failed.")
+            return Ran(record.id, Path(record.repo), outcome)
         finally:
-            await sessions.close()  # the run's lease is renewed until here
+            await sessions.close()  # the run's lease is renewed until here; the container goes with it
             store.close()
     finally:
         await runtime.close()
 
 
-async def _turn(sessions: Sessions, record: Row, view: JsonSink | LiveSink, approve: bool) -> Ran:
-    """The session's first turn; at its end the layer is checkpointed and its changes reported (``changes``)."""
-    recorder = await sessions.recorder(record)
-    sink = Tee(recorder, view)
-    sandbox = sessions.runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, sink)
-
-    async def settle(outcome: TurnOutcome) -> None:
-        await record_changes(sessions.workspaces, record.id, sink)
-
-    agent = sessions.runtime.agent(
-        session_id=record.id, model=record.model, sandbox=sandbox, sink=sink, limits=record.limits,
-        approver=view.approve if approve and isinstance(view, LiveSink) else None,
-        save_transcript=recorder.save_transcript, on_turn_end=settle,
-    )  # fmt: skip
-    await sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=record.task, model=record.model))
-    warm = asyncio.create_task(sandbox.start())  # the container starts while the model writes its first reply
-    warm.add_done_callback(lambda t: t.cancelled() or t.exception())
+async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome | None:
+    """The run's turn, awaited: a cancel of this run (Ctrl-C, a signal) cancels the turn, which records its end; a
+    turn stopped by ``Sessions`` because another controller took the session over is said so."""
+    assert live.task is not None  # create begins the turn
+    me = asyncio.current_task()
     try:
-        recorder.convo.add_user_text(record.task)
-        return Ran(record.id, Path(record.repo), await agent.run_turn(recorder.convo))
-    finally:
-        await asyncio.shield(sandbox.stop())
-        stored = sessions.store.get(record.id)
-        if stored is not None and stored.status == "running":  # stopped before the turn could record its end
-            with contextlib.suppress(LeaseLostError):  # fenced: taken over meanwhile, the session is not ours
-                sessions.store.update(
-                    record.id, recorder.epoch, status="cancelled", finish_reason="cancelled",
-                    detail="stopped at start", lease_expires=0,
-                )  # fmt: skip
+        return await live.task
+    except asyncio.CancelledError:
+        if me is not None and me.cancelling():
+            raise
+        raise LeaseLostError(
+            f"Session {session_id} was taken over by another controller (this run's lease ran out); this run "
+            "stopped and wrote nothing more.",
+            hint="Follow the session where it runs now (`cubicle sessions`).",
+        ) from None
 
 
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:

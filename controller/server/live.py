@@ -1,9 +1,13 @@
-"""A session loaded in this controller, and the life of its turns.
+"""A session loaded in this controller, and the life of its turns: the one driver of a session's turns.
 
 A turn is begun (the user's text saved, the container warmed while the model thinks),
 runs as an asyncio task, and when it ends arms an idle timer. The container stays up
 between turns; when the timer fires it is removed and the session forgotten, and the
 next turn reloads it from the store onto a fresh container.
+
+The API's sessions and ``cubicle run`` both run their turns here; they differ only in a
+``view`` (the terminal's, which sees every event after the recorder has committed it) and
+an ``approver`` (the terminal's y/n before each change).
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from typing import Any
 
 from ..agent.conversation import Conversation
 from ..agent.loop import Agent, TurnOutcome
+from ..agent.tools import Approver
 from ..errors import CubicleError
-from ..wire.events import ErrorEvent, SessionFinished
+from ..wire.events import ErrorEvent, Event, EventSink, SessionFinished
 from ..wire.sessions import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
 from .recorder import Recorder
@@ -28,18 +33,36 @@ log = logging.getLogger(__name__)
 
 Forget = Callable[["LiveSession"], bool]
 """Drops an idle session from its owner's table; False if it was no longer there."""
+END_WAIT_S = 10
+"""How long ``discard`` waits for the end of a turn cancelled before it began to be recorded."""
+
+
+class Tee:
+    """A session's events: committed by its recorder first (the API and ``cubicle sessions`` see them), then shown."""
+
+    def __init__(self, recorder: Recorder, view: EventSink) -> None:
+        self.recorder = recorder
+        self.view = view
+
+    async def emit(self, event: Event) -> None:
+        await self.recorder.emit(event)
+        await self.view.emit(event)
 
 
 class LiveSession:
     """One loaded session: its conversation, its sandbox and the turn running on them."""
 
     def __init__(
-        self, record: SessionRecord, recorder: Recorder, runtime: Runtime, idle_timeout_s: float, forget: Forget
-    ) -> None:
+        self, record: SessionRecord, recorder: Recorder, runtime: Runtime, idle_timeout_s: float, forget: Forget,
+        view: EventSink | None = None, approver: Approver | None = None,
+    ) -> None:  # fmt: skip
         self.record = record
         self.recorder = recorder
+        self.sink: EventSink = recorder if view is None else Tee(recorder, view)
+        """Where every event of the session goes: the recorder, and the view when there is one."""
+        self.approver = approver
         self.runtime = runtime
-        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
+        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, self.sink)
         self.idle_timeout_s = idle_timeout_s
         self._forget = forget
         self.task: asyncio.Task[TurnOutcome | None] | None = None
@@ -47,6 +70,8 @@ class LiveSession:
         """Why the last turn ended without even its end recorded; reported instead of the stored status."""
         self._idle_timer: asyncio.TimerHandle | None = None
         self._discarded = False
+        self._ending: asyncio.Task[None] | None = None
+        """The recording of the end of a turn cancelled before it began; ``discard`` waits for it."""
 
     @property
     def session_id(self) -> str:
@@ -88,14 +113,14 @@ class LiveSession:
         a cancel or an error keeps the changes for review. A conflict is reported, never forced.
         """
         workspaces = self.runtime.workspaces
-        summary = await record_changes(workspaces, self.session_id, self.recorder)
+        summary = await record_changes(workspaces, self.session_id, self.sink)
         if self.record.apply != "on_finish" or outcome.reason != "end_turn" or summary is None or not summary.files:
             return
         await self.sandbox.stop()
         try:
-            await apply_and_report(workspaces, self.session_id, self.recorder)
+            await apply_and_report(workspaces, self.session_id, self.sink)
         except (CubicleError, OSError) as err:  # a conflict, a layer that went away, a full disk: the turn still ends
-            await self.recorder.emit(
+            await self.sink.emit(
                 ErrorEvent(
                     session_id=self.session_id, kind="apply", message=f"The changes were kept, not applied: {err}"
                 )
@@ -104,14 +129,15 @@ class LiveSession:
     def _ended(self, task: asyncio.Task[TurnOutcome | None]) -> None:
         """The turn's task is done. A task cancelled before its first line never recorded an end: record it now."""
         if task.cancelled():
-            _background(self._record_unbegun_end())
+            self._ending = asyncio.create_task(self._record_unbegun_end())
+            self._ending.add_done_callback(lambda t: t.cancelled() or t.exception())
         self.after()
 
     async def _record_unbegun_end(self) -> None:
         if self.convo.answer_dangling("the turn was cancelled"):
             await self.recorder.save_transcript(self.convo)
         convo = self.convo
-        await self.recorder.emit(
+        await self.sink.emit(
             SessionFinished(
                 session_id=self.session_id, reason="cancelled", steps=convo.steps, usage=convo.usage,
                 detail="the turn was cancelled before it began",
@@ -140,10 +166,11 @@ class LiveSession:
             await asyncio.wait([self.task], timeout=wait_s)
 
     def interrupt(self) -> asyncio.Task[TurnOutcome | None] | None:
-        """The controller is stopping: cancel the turn, to be recorded as interrupted; returns it to wait on."""
+        """The controller is stopping: cancel a running turn, to be recorded as interrupted; returns it to wait on.
+        A turn already over keeps the end it recorded (or is recording: a cancel before it began)."""
         self._discarded = True
-        self.recorder.interrupting = True
-        if self.task is not None:
+        if self.task is not None and not self.task.done():
+            self.recorder.interrupting = True
             self.task.cancel()
         return self.task
 
@@ -157,16 +184,19 @@ class LiveSession:
         _background(self.sandbox.stop())
 
     async def discard(self) -> None:
-        """Remove the container for good; this object runs no more turns."""
+        """Remove the container for good; this object runs no more turns. The end of a turn cancelled before it
+        began is recorded first (within ``END_WAIT_S``)."""
         self._discarded = True
         self._cancel_idle_timer()
+        if self._ending is not None:
+            await asyncio.wait([self._ending], timeout=END_WAIT_S)
         await self.sandbox.stop()
         self.recorder.wake()
 
     def _agent(self) -> Agent:
         record = self.record
         return self.runtime.agent(
-            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.recorder,
+            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.sink, approver=self.approver,
             limits=record.limits, save_transcript=self.recorder.save_transcript, context=record.context,
             on_turn_end=self._settle,
         )  # fmt: skip

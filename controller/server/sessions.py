@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.conversation import Conversation
+from ..agent.tools import Approver
 from ..config import Settings
 from ..environment.buildinputs import definition_files
 from ..errors import CapacityError, ConflictError, CubicleError, NotFoundError
@@ -43,6 +44,7 @@ from ..wire.events import (
     MAX_LISTED_PATHS,
     DiscardedEvent,
     Event,
+    EventSink,
     RevertedEvent,
     RewoundEvent,
     SessionStarted,
@@ -266,16 +268,23 @@ class Sessions:
     async def create(
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
         apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
-        network_asked: bool = False,
+        network_asked: bool = False, view: EventSink | None = None, approver: Approver | None = None,
     ) -> Row:  # fmt: skip
-        """A new session on ``repo``, its first turn started in the background (see ``register``)."""
+        """A new session on ``repo``, its first turn started in the background (see ``register``); ``turn`` is it.
+
+        The API's sessions and ``cubicle run`` both start here; ``view`` and ``approver`` are the terminal's."""
         self._check_capacity()
         self.runtime.check_model()  # a missing key fails here, before any container exists
         record = await self.register(repo, task, model, limits, context, apply, prefix, environment, network_asked)
-        live = await self._load(record)
-        await live.recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
+        live = await self._load(record, view=view, approver=approver)
+        await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
         await live.begin(task)
         return record
+
+    def loaded(self, session_id: str) -> LiveSession | None:
+        """The session as this process holds it (None when it holds none): its running turn is ``task``, and
+        cancelling that stops the turn, which records its end."""
+        return self._live.get(session_id)
 
     async def register(
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
@@ -646,9 +655,13 @@ class Sessions:
             await recorder.save_transcript(convo)
         return recorder
 
-    async def _load(self, record: Row, epoch: int | None = None) -> LiveSession:
+    async def _load(
+        self, record: Row, epoch: int | None = None, view: EventSink | None = None, approver: Approver | None = None
+    ) -> LiveSession:
         recorder = await self.recorder(record, epoch)
-        live = LiveSession(record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget)
+        live = LiveSession(
+            record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget, view=view, approver=approver
+        )
         self._live[record.id] = live
         return live
 

@@ -46,6 +46,8 @@ class _Event(BaseModel):
 
 
 class SessionStarted(_Event):
+    """A session began: its repository, its first task and its model."""
+
     type: Literal["session_started"] = "session_started"
     repo: str
     task: str
@@ -60,11 +62,15 @@ class UserMessage(_Event):
 
 
 class TextDelta(_Event):
+    """A piece of the model's text, as it streams."""
+
     type: Literal["text"] = "text"
     text: str
 
 
 class ToolCall(_Event):
+    """The model asked for a tool call (its input as the model wrote it, capped)."""
+
     type: Literal["tool_call"] = "tool_call"
     id: str
     name: str
@@ -77,6 +83,8 @@ class ToolCall(_Event):
 
 
 class ToolResult(_Event):
+    """A tool call's result: what the model is shown, and whether it is an error."""
+
     type: Literal["tool_result"] = "tool_result"
     id: str
     name: str
@@ -93,6 +101,8 @@ class ToolResult(_Event):
 
 
 class UsageEvent(_Event):
+    """Tokens used by the last model request, by the turn and by the session."""
+
     type: Literal["usage"] = "usage"
     step: int
     turn: Usage
@@ -116,12 +126,16 @@ class ContextEdited(_Event):
 
 
 class StatusEvent(_Event):
+    """The session's status changed (running, idle, interrupted, cancelled, failed)."""
+
     type: Literal["status"] = "status"
     status: Status
     detail: str = ""
 
 
 class SessionFinished(_Event):
+    """A turn ended: why (the finish reason), after how many steps and tokens."""
+
     type: Literal["session_finished"] = "session_finished"
     reason: FinishReason
     steps: int
@@ -170,6 +184,8 @@ MAX_LISTED_PATHS = 1000
 
 
 class AppliedEvent(_Event):
+    """The changes were applied to the checkout: the apply's number and the paths it wrote."""
+
     type: Literal["applied"] = "applied"
     apply: int = Field(description="The apply's number (revert undoes the newest).")
     paths: list[str] = Field(description=f"The paths written: the first {MAX_LISTED_PATHS}.")
@@ -178,6 +194,8 @@ class AppliedEvent(_Event):
 
 
 class RevertedEvent(_Event):
+    """An apply was reverted: the checkout is as it was before it."""
+
     type: Literal["reverted"] = "reverted"
     apply: int
     paths: list[str] = Field(description=f"The paths restored: the first {MAX_LISTED_PATHS}.")
@@ -185,11 +203,15 @@ class RevertedEvent(_Event):
 
 
 class RewoundEvent(_Event):
+    """The layer's files were returned to the end of a turn."""
+
     type: Literal["rewound"] = "rewound"
     turn: int
 
 
 class DiscardedEvent(_Event):
+    """The session's layer and checkpoints were dropped (what was applied stays)."""
+
     type: Literal["discarded"] = "discarded"
 
 
@@ -204,6 +226,8 @@ class SetupOutput(_Event):
 
 
 class ErrorEvent(_Event):
+    """Something failed without ending the session: its kind and a message saying what to do."""
+
     type: Literal["error"] = "error"
     kind: str
     message: str

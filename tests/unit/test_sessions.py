@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from controller.server.runtime import Runtime
 from controller.server.sessions import Sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
-from controller.wire.events import Usage
+from controller.wire.events import ListSink, Usage
 from controller.wire.limits import Limits
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
@@ -203,3 +204,29 @@ async def test_a_repository_holding_the_data_directory_is_refused_and_the_databa
     if store.path is not None:  # SQLite's file; PostgreSQL's transcripts are its server's to guard
         assert store.path.stat().st_mode & 0o777 == 0o600
     store.close()
+
+
+async def test_a_view_and_an_approver_see_the_turn_the_store_records(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    """`cubicle run` drives its turn through the same session object as the API, with its terminal as a view (every
+    event, after the store has it) and its y/n as the approver."""
+    sessions = controller.sessions
+    model = register(
+        model_server, [{"content": [tool("write_file", path="a.txt", content="x")]}, {"content": [text("ok")]}]
+    )
+    view = ListSink()
+    asked: list[str] = []
+
+    async def approver(name: str, arguments: dict[str, Any]) -> bool:
+        asked.append(name)
+        return False  # declined: the model is told, and carries on
+
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "write", model, Limits(), view=view, approver=approver)
+    live = sessions.loaded(record.id)
+    assert live is not None and live.task is not None
+    outcome = await live.task
+    assert outcome is not None and outcome.reason == "end_turn" and asked == ["write_file"]
+    stored = [event.type async for event in sessions.follow(record.id, 0)]
+    assert [event.type for event in view.events] == stored
+    assert stored[0] == "session_started" and stored[-1] == "session_finished"
