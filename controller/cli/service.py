@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import json
 import time
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from ..server import accesslog
 from ..server.sessions import Expiry, Sessions
 from ..server.store import open_store
 from ..wire.policies import Edit
+from ..wire.sessions import SessionRecord
 from ..workspace import quota as disks
 from ..workspace.manager import Workspaces
 from . import terminal
@@ -230,7 +232,12 @@ def serve(
 
 
 @app.command()
-def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20) -> None:
+def sessions(
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON array of the sessions as the API reports them (ASCII).")
+    ] = False,
+) -> None:
     """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
     from rich.table import Table
 
@@ -238,14 +245,21 @@ def sessions(limit: Annotated[int, typer.Option(help="How many, newest first.")]
     store = open_store(settings)
     records, total = store.page(limit, 0)
     store.close()
-    table = Table("status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
+    if json_out:
+        public = set(SessionRecord.model_fields)
+        print(json.dumps([r.model_dump(mode="json", include=public) for r in records], ensure_ascii=True, indent=2))
+        return
+    out = terminal.console()
+    table = Table("updated", "status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
     # The id is what every other command takes, so it is never cut short.
     table.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in records), default=2))
     table.columns.insert(0, table.columns.pop())
     for r in records:
-        cells = (r.id, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, r.task[:40])
+        task = r.task if not out.is_terminal or len(r.task) <= 40 else r.task[:39] + "…"  # piped: whole
+        updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
+        cells = (r.id, updated, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, task)
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
-    terminal.console().print(table)
+    out.print(table)
 
 
 @app.command()

@@ -224,7 +224,8 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    store.insert(Row(id="s_listed", repo="/r", task="a listed task", model="m", status="idle", finish_reason="end_turn",
+    task = "a listed task whose words run on well past forty characters, all of them shown when piped"
+    store.insert(Row(id="s_listed", repo="/r", task=task, model="m", status="idle", finish_reason="end_turn",
                                usage=Usage(input_tokens=5), steps=2, limits=Limits(), created_at=now, updated_at=now))  # fmt: skip
     store.close()
     done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path)})
@@ -233,7 +234,12 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
         and "s_listed" in done.stdout
         and "end_turn" in done.stdout
         and done.stdout.startswith("1 session\n")  # piped: the title is not padded to a width
+        and task in done.stdout
+        and time.strftime("%Y-%m-%d %H:%M", time.localtime(now)) in done.stdout
     )
+    listed = cubicle("sessions", "--json", env={"CUBICLE_DATA_DIR": str(tmp_path)})
+    (one,) = json.loads(listed.stdout)
+    assert (one["id"], one["task"], one["finish_reason"]) == ("s_listed", task, "end_turn") and "epoch" not in one
 
 
 def test_missing_image_names_the_command_to_run(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
