@@ -256,32 +256,45 @@ async def _session(
             )  # fmt: skip
             live = sessions.loaded(record.id)
             assert live is not None and live.task is not None  # create begins the turn
-            outcome = await _turn_of(live, record.id)
-            if outcome is None:  # the turn failed, and even its end could not be recorded
-                raise StoreError(live.failure or f"The turn of session {record.id} failed.")
-            return Ran(record.id, Path(record.repo), outcome)
+            return Ran(record.id, Path(record.repo), await _turn_of(live, record.id))
         finally:
-            await sessions.close()  # the run's lease is renewed until here; the container goes with it
+            await _unstoppable(sessions.close())  # the run's lease is renewed until here; the container goes with it
             store.close()
     finally:
         await runtime.close()
 
 
-async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome | None:
-    """The run's turn, awaited: a cancel of this run (Ctrl-C, a signal) cancels the turn, which records its end; a
-    turn stopped by ``Sessions`` because another controller took the session over is said so."""
+async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
+    """The run's turn, awaited: a cancel of this run (Ctrl-C, a signal) cancels the turn, which records its end. A
+    turn stopped because another controller took the session over (this run's lease ran out while it was paused or
+    cut off) is a conflict; one whose end could not even be recorded, a store failure."""
     assert live.task is not None  # create begins the turn
-    me = asyncio.current_task()
     try:
-        return await live.task
+        outcome = await live.task
     except asyncio.CancelledError:
-        if me is not None and me.cancelling():
+        if not live.lost:
             raise
+        outcome = None
+    if outcome is not None:
+        return outcome
+    if live.lost:
         raise LeaseLostError(
             f"Session {session_id} was taken over by another controller (this run's lease ran out); this run "
             "stopped and wrote nothing more.",
             hint="Follow the session where it runs now (`cubicle sessions`).",
-        ) from None
+        )
+    raise StoreError(live.failure or f"The turn of session {session_id} failed.")
+
+
+async def _unstoppable(work: Awaitable[None]) -> None:
+    """``work`` to its end even if the run is cancelled meanwhile (a second signal during clean-up): the container
+    and the lease go first, then the cancel goes on."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from ..agent.conversation import Conversation
 from ..agent.loop import Agent, TurnOutcome
 from ..agent.tools import Approver
-from ..errors import CubicleError
+from ..errors import CubicleError, LeaseLostError
 from ..wire.events import ErrorEvent, Event, EventSink, SessionFinished
 from ..wire.sessions import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
@@ -43,10 +43,17 @@ class Tee:
     def __init__(self, recorder: Recorder, view: EventSink) -> None:
         self.recorder = recorder
         self.view = view
+        self.view_failed: BaseException | None = None
 
     async def emit(self, event: Event) -> None:
+        """The recorder's failure is the turn's; the view's (a closed pipe, a terminal gone) only ends the view:
+        the turn goes on and records its end."""
         await self.recorder.emit(event)
-        await self.view.emit(event)
+        if self.view_failed is None:
+            try:
+                await self.view.emit(event)
+            except (OSError, ValueError, SystemExit) as err:  # a closed pipe or file; rich turns EPIPE into SystemExit
+                self.view_failed = err
 
 
 class LiveSession:
@@ -72,6 +79,8 @@ class LiveSession:
         self._discarded = False
         self._ending: asyncio.Task[None] | None = None
         """The recording of the end of a turn cancelled before it began; ``discard`` waits for it."""
+        self.lost = False
+        """Another controller took the session over: this object writes nothing more of it (``lose``)."""
 
     @property
     def session_id(self) -> str:
@@ -99,6 +108,10 @@ class LiveSession:
         """The turn, with a last line of defence: if even its end cannot be recorded, say so in memory."""
         try:
             return await agent.run_turn(self.convo)
+        except LeaseLostError:  # taken over by another controller: the writes were fenced, nothing more is ours
+            self.lost = True
+            log.warning("turn of %s stopped: another controller took the session over", self.session_id)
+            return None
         except Exception as err:
             log.exception("turn of %s could not be recorded", self.session_id)
             self.failure = f"the turn failed and could not be fully recorded: {err}"
@@ -178,6 +191,7 @@ class LiveSession:
         """Another controller has claimed the session: stop the turn (its command is killed with it) and the
         container. Nothing more is written: every write of the turn names a claim that is no longer the session's."""
         self._discarded = True
+        self.lost = True
         self._cancel_idle_timer()
         if self.task is not None:
             self.task.cancel()

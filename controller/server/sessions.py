@@ -270,7 +270,7 @@ class Sessions:
         apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
         network_asked: bool = False, view: EventSink | None = None, approver: Approver | None = None,
     ) -> Row:  # fmt: skip
-        """A new session on ``repo``, its first turn started in the background (see ``register``); ``turn`` is it.
+        """A new session on ``repo``, its first turn started in the background (see ``register``; ``loaded`` holds it).
 
         The API's sessions and ``cubicle run`` both start here; ``view`` and ``approver`` are the terminal's."""
         self._check_capacity()

@@ -230,3 +230,24 @@ async def test_a_view_and_an_approver_see_the_turn_the_store_records(
     stored = [event.type async for event in sessions.follow(record.id, 0)]
     assert [event.type for event in view.events] == stored
     assert stored[0] == "session_started" and stored[-1] == "session_finished"
+
+
+class GoneView:
+    """A terminal that went away (a closed pipe): every emit fails."""
+
+    async def emit(self, event: Any) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def test_a_view_that_fails_ends_the_view_not_the_turn(
+    controller: Controller, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    sessions = controller.sessions
+    model = register(model_server, [{"content": [text("hello")]}])
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "look", model, Limits(), view=GoneView())
+    live = sessions.loaded(record.id)
+    assert live is not None and live.task is not None
+    outcome = await live.task
+    assert outcome is not None and outcome.reason == "end_turn"
+    finished = sessions.get(record.id)
+    assert (finished.status, finished.finish_reason) == ("idle", "end_turn")
