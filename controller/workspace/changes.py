@@ -33,7 +33,7 @@ from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, LayerInfo, open_repo, open_upper
 from .names import DEFAULT_NAMES
-from .records import file_type
+from .records import file_type, shown
 
 OPAQUE = "user.overlay.opaque"
 WHITEOUT = "user.overlay.whiteout"
@@ -93,7 +93,7 @@ def listed_size(change: Change) -> int:
     """About the bytes a change takes as JSON once its names are made printable: the agent's bytes as ``\\xNN``,
     control characters as JSON escapes (six bytes each). Its diff is bounded apart (``MAX_DIFFS_TOTAL``)."""
     texts = (change.path, change.target or "", change.renamed_from or "", change.reason)
-    return 200 + sum(len(json.dumps(os.fsencode(t).decode("utf-8", "backslashreplace"))) for t in texts)
+    return 200 + sum(len(json.dumps(shown(t))) for t in texts)
 
 
 def scan(layer: Layer, with_diffs: bool = True) -> Changes:

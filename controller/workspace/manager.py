@@ -46,6 +46,7 @@ from .changes import MAX_LISTED
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
 from .quota import Disks
+from .records import shown as shown  # the one spelling of a layer path as text; callers import it from here
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -526,11 +527,6 @@ class Workspaces:
                     )
                 removed.append(session_id)
         return removed
-
-
-def shown(path: str) -> str:
-    """A path as text that any encoder takes: the agent's non-UTF-8 bytes become ``\\xNN`` escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def printable(change: Change) -> Change:

@@ -72,6 +72,11 @@ class Identity(BaseModel):
         return cls.from_row(identity_row(st, target))
 
 
+def shown(path: str) -> str:
+    """A path as text that any encoder takes: the agent's non-UTF-8 bytes become ``\\xNN`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def identity_row(st: os.stat_result, target: str | None = None) -> list[Any]:
     """An Identity as a plain list: the baseline holds tens of thousands, and models cost ~10x more."""
     kind = file_type(st.st_mode)
