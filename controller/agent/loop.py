@@ -63,8 +63,27 @@ class TurnOutcome:
     detail: str = ""
 
 
+Execute = Callable[[], Awaitable[tools.ToolOutcome]]
+"""Runs one tool call (its arguments bound) and gives back its outcome."""
 TurnEnd = Callable[[TurnOutcome], Awaitable[None]]
 """Called when a turn has ended, just before its ``session_finished``: the workspace's checkpoint goes here."""
+
+
+async def run_call(
+    sink: EventSink, session_id: str, call_id: str, name: str, arguments: Any, execute: Execute
+) -> tools.ToolOutcome:
+    """One tool call, recorded: its ``tool_call`` event, ``execute`` (``tools.execute`` underneath: the same checks,
+    limits and result text for every caller), its ``tool_result`` event. The model's calls and an MCP client's
+    both come through here."""
+    await sink.emit(ToolCall(session_id=session_id, id=call_id, name=name, input=arguments))
+    outcome = await execute()
+    await sink.emit(
+        ToolResult(
+            session_id=session_id, id=call_id, name=name, is_error=outcome.is_error, output=outcome.text,
+            model_chars=len(outcome.model_text), duration_s=round(outcome.duration_s, 4), exit_code=outcome.exit_code,
+        )
+    )  # fmt: skip
+    return outcome
 
 
 YIELD_EVERY_S = 0.005
@@ -258,20 +277,10 @@ class Agent:
         return list(await asyncio.gather(*(self._run_one(use) for use in uses)))
 
     async def _run_one(self, use: Any) -> dict[str, Any]:
-        await self._emit(ToolCall(session_id=self.session_id, id=use.id, name=use.name, input=use.input))
-        outcome = await tools.execute(use.name, use.input, self.sandbox, self.limits, self.approver)
-        await self._emit(
-            ToolResult(
-                session_id=self.session_id,
-                id=use.id,
-                name=use.name,
-                is_error=outcome.is_error,
-                output=outcome.text,
-                model_chars=len(outcome.model_text),
-                duration_s=round(outcome.duration_s, 4),
-                exit_code=outcome.exit_code,
-            )
-        )
+        def execute() -> Awaitable[tools.ToolOutcome]:
+            return tools.execute(use.name, use.input, self.sandbox, self.limits, self.approver)
+
+        outcome = await run_call(self.sink, self.session_id, use.id, use.name, use.input, execute)
         self._answered[use.id] = block = tool_result(use.id, outcome.model_text, outcome.is_error)
         task = asyncio.current_task()
         if task is not None and task.cancelling():

@@ -20,10 +20,10 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
+from ..server.live import LiveSession
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
-from ..wire.events import SessionStarted, StatusEvent
 from ..wire.limits import Limits
 from . import terminal
 from .app import EXIT_OK, app, err_console, load_settings
@@ -68,8 +68,20 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
 
 
 async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> None:
-    """Register the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
-    from ..server.mcpserver import ToolSession, serve_stdio  # the MCP SDK takes over a second to import: only here
+    """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
+    from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
+
+    async def calls(live: LiveSession) -> str:
+        serving = asyncio.create_task(serve_stdio(live, __version__))
+        _on_signals(serving, signals)
+        try:
+            await serving
+        except (asyncio.CancelledError, BaseExceptionGroup):
+            if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
+                raise
+        # The handlers stay until everything is ended (see _ignore_signals): MCP clients close stdin, then send
+        # SIGTERM if the server has not exited a moment later, and that must not cut the clean-up short.
+        return f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
 
     runtime = Runtime(settings)
     try:
@@ -78,30 +90,16 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
         sessions = Sessions(settings, store, runtime)
         try:
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
-            record = await sessions.register(
-                repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
-            )
-            recorder = await sessions.recorder(record)
-            sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, recorder)
-            session = ToolSession(record, recorder, sandbox, sessions.workspaces, settings.idle_timeout_s)
-            await recorder.emit(SessionStarted(session_id=record.id, repo=record.repo, task=TASK, model=record.model))
-            await recorder.emit(StatusEvent(session_id=record.id, status="running"))
+            record = await sessions.create(
+                repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network,
+                serve=calls,
+            )  # fmt: skip
+            live = sessions.loaded(record.id)
+            assert live is not None and live.task is not None
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
-            session.warm()
-            serving = asyncio.create_task(serve_stdio(session, __version__))
-            _on_signals(serving, signals)
-            try:
-                await serving
-            except (asyncio.CancelledError, BaseExceptionGroup):
-                if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
-                    raise
-            finally:
-                why = f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
-                # The handlers stay until everything is ended (see _ignore_signals): MCP clients close stdin, then
-                # send SIGTERM if the server has not exited a moment later, and that must not cut the clean-up short.
-                await asyncio.shield(session.close(f"{why} after {session.calls} tool calls"))
+            await asyncio.wait([live.task])  # the served turn records its end whatever stops it
             _note(
-                f"{session.calls} tool calls; review the changes with ",
+                f"{live.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip

@@ -5,36 +5,48 @@ runs as an asyncio task, and when it ends arms an idle timer. The container stay
 between turns; when the timer fires it is removed and the session forgotten, and the
 next turn reloads it from the store onto a fresh container.
 
-The API's sessions and ``cubicle run`` both run their turns here; they differ only in a
-``view`` (the terminal's, which sees every event after the recorder has committed it) and
-an ``approver`` (the terminal's y/n before each change).
+The API's sessions, ``cubicle run`` and ``cubicle mcp`` all run their turns here. The
+first two differ only in a ``view`` (the terminal's, which sees every event after the
+recorder has committed it) and an ``approver`` (the terminal's y/n before each change). An
+MCP session's turn is *served* instead: its tool calls come from an outside client
+(``serve`` and ``call``) rather than from the model, through the same recorded call, the
+same warm start, idle timer, checkpoint, fencing and finish record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
+
+from ..agent import tools
 from ..agent.conversation import Conversation
-from ..agent.loop import Agent, TurnOutcome
+from ..agent.loop import Agent, TurnOutcome, run_call
 from ..agent.tools import Approver
-from ..errors import CubicleError, LeaseLostError
-from ..wire.events import ErrorEvent, Event, EventSink, SessionFinished
+from ..errors import CubicleError, EntryLimitError, LeaseLostError, SandboxError, SetupError
+from ..wire.events import ErrorEvent, Event, EventSink, FinishReason, SessionFinished, StatusEvent
 from ..wire.sessions import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
 from .recorder import Recorder
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Forget = Callable[["LiveSession"], bool]
 """Drops an idle session from its owner's table; False if it was no longer there."""
 END_WAIT_S = 10
 """How long ``discard`` waits for the end of a turn cancelled before it began to be recorded."""
+CHECKPOINT_EVERY = 50
+"""Tool calls of a served turn between checkpoints of the layer (it has no steps to end)."""
+Serve = Callable[["LiveSession"], Awaitable[str]]
+"""Makes a served turn's tool calls (through ``LiveSession.call``) until its client goes; returns what ended it."""
 
 
 class Tee:
@@ -56,6 +68,56 @@ class Tee:
                 self.view_failed = err
 
 
+class _Gate:
+    """A served turn's calls run side by side; a checkpoint (or the idle stop) waits for the running ones to end
+    and holds new ones back."""
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @contextlib.asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._running += 1
+        self._drained.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._drained.set()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._open.clear()
+        try:
+            await self._drained.wait()
+            yield
+        finally:
+            self._open.set()
+
+
+async def _finished(task: asyncio.Task[T], cancel: bool) -> T:
+    """``task``'s result, even when the caller is cancelled meanwhile: then ``task`` is cancelled once (if ``cancel``)
+    and waited for before the cancellation goes on. anyio (under which the MCP SDK runs its handlers) cancels again
+    at every await (its cancellation is level-triggered), so the wait is in a shielded scope."""
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if cancel:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([task])
+        raise
+
+
 class LiveSession:
     """One loaded session: its conversation, its sandbox and the turn running on them."""
 
@@ -75,12 +137,23 @@ class LiveSession:
         self.task: asyncio.Task[TurnOutcome | None] | None = None
         self.failure: str | None = None
         """Why the last turn ended without even its end recorded; reported instead of the stored status."""
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle: asyncio.Task[None] | None = None
+        self._rested_at = 0.0
         self._discarded = False
         self._ending: asyncio.Task[None] | None = None
         """The recording of the end of a turn cancelled before it began; ``discard`` waits for it."""
         self.lost = False
         """Another controller took the session over: this object writes nothing more of it (``lose``)."""
+        self._warm: asyncio.Task[None] | None = None
+        self.served = False
+        """The running turn's tool calls come from outside (``serve``), not from the model."""
+        self.calls = 0
+        """Tool calls a served turn has run."""
+        self._next_checkpoint = CHECKPOINT_EVERY
+        self._ids = itertools.count(1)
+        self._gate = _Gate()
+        self._setup_failure: str | None = None
+        self._serving_ended = False
 
     @property
     def session_id(self) -> str:
@@ -99,15 +172,48 @@ class LiveSession:
         self._cancel_idle_timer()
         self.convo.add_user_text(text)
         await self.recorder.save_transcript(self.convo)
-        self.failure = None
-        self.task = asyncio.create_task(self.run(self._agent()), name=f"turn-{self.session_id}")
-        self.task.add_done_callback(self._ended)
-        _background(self.sandbox.start())
+        agent = self._agent()
+        self._start_turn(lambda: agent.run_turn(self.convo))
 
-    async def run(self, agent: Agent) -> TurnOutcome | None:
+    async def serve(self, calls: Serve) -> None:
+        """Start a served turn: ``calls`` makes its tool calls through ``call`` until its client goes, and the turn
+        then records its end like the model's turns (the layer checkpointed, the session idle with its changes).
+        The container is started at once, so the first call need not wait for the environment to be prepared."""
+        self._cancel_idle_timer()
+        self.served = True
+        self._start_turn(lambda: self._served(calls))
+
+    def _start_turn(self, turn: Callable[[], Awaitable[TurnOutcome]]) -> None:
+        """Run ``turn`` as the session's task (made in the task: one cancelled before it starts leaves nothing)."""
+        self.failure = None
+        self.task = asyncio.create_task(self.run(turn), name=f"turn-{self.session_id}")
+        self.task.add_done_callback(self._ended)
+        self.warm()
+
+    def warm(self) -> None:
+        """Start the container now, so the turn's first call finds it ready. What fails is the turn's to report:
+        a model's turn prepares the sandbox again first thing; a served turn records it here (a setup that failed
+        then fails each of its calls with its output: it is not run again)."""
+        self._warm = asyncio.create_task(self._start())
+        self._warm.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _start(self) -> None:
+        try:
+            await self.sandbox.start()
+            if self.served:
+                self._rest()
+        except SandboxError as err:
+            if not self.served:
+                return
+            kind = "setup" if isinstance(err, SetupError) else "sandbox"
+            if isinstance(err, SetupError):
+                self._setup_failure = str(err)
+            await self.sink.emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
+
+    async def run(self, turn: Callable[[], Awaitable[TurnOutcome]]) -> TurnOutcome | None:
         """The turn, with a last line of defence: if even its end cannot be recorded, say so in memory."""
         try:
-            return await agent.run_turn(self.convo)
+            return await turn()
         except LeaseLostError:  # taken over by another controller: the writes were fenced, nothing more is ours
             self.lost = True
             log.warning("turn of %s stopped: another controller took the session over", self.session_id)
@@ -139,6 +245,80 @@ class LiveSession:
                 )
             )
 
+    # ------------------------------------------------------------------ a served turn
+
+    async def _served(self, calls: Serve) -> TurnOutcome:
+        await self.sink.emit(StatusEvent(session_id=self.session_id, status="running"))
+        try:
+            ended = await calls(self)
+            outcome = TurnOutcome("end_turn", f"{ended} after {self.calls} tool calls")
+        except asyncio.CancelledError:
+            outcome = TurnOutcome("cancelled", f"the session was cancelled after {self.calls} tool calls")
+        self._serving_ended = True  # a call that comes now is answered that the session has ended
+        self._cancel_idle_timer()
+        try:
+            if self._warm is not None and not self._warm.done():
+                self._warm.cancel()
+                await asyncio.wait([self._warm])
+            async with self._gate.exclusive():  # the calls still running end first
+                await self._settle(outcome)
+            if self._setup_failure is not None:
+                outcome = TurnOutcome("error", self._setup_failure)
+            await self._finish(outcome.reason, outcome.detail)
+        finally:
+            await self.sandbox.stop()
+        return outcome
+
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> tools.ToolOutcome:
+        """One tool call of a served turn, run and recorded as the model's are (the same checks, limits and result
+        text); every ``CHECKPOINT_EVERY`` calls the layer is checkpointed. Calls may run side by side."""
+        if self._serving_ended or not self.running:
+            return _failed("This session has ended.")
+        if self._warm is not None:
+            await asyncio.shield(self._warm)
+        call_id = f"mcp_{next(self._ids)}"
+        async with self._gate.call():
+            # The caller may be cancelled (an MCP client cancels its request, or goes away). The call is then
+            # cancelled once, so the sandbox kills the command and gives back its output, which is recorded.
+            outcome = await _finished(asyncio.create_task(self._recorded(call_id, name, arguments or {})), cancel=True)
+        if self.calls >= self._next_checkpoint:
+            self._next_checkpoint = (self.calls // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY  # after 50, 100, ...
+            await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
+        self._rest()
+        return outcome
+
+    async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
+        try:
+            return await run_call(
+                self.sink, self.session_id, call_id, name, arguments, lambda: self._execute(name, arguments)
+            )
+        finally:
+            self.calls += 1
+
+    async def _execute(self, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
+        if self._setup_failure is not None:
+            return _failed(
+                f"The sandbox's environment could not be prepared, so no tool can run: {self._setup_failure}"
+            )
+        try:
+            outcome = await tools.execute(name, arguments, self.sandbox, self.record.limits)
+            if name == "run_command":
+                await self.sandbox.check_names()
+            return outcome
+        except EntryLimitError as err:  # the call ran; what it made is past the session's limit
+            text = f"{outcome.text}\n\n[Cubicle] {err} Delete what is not needed before going on."
+            model_text = f"{outcome.model_text}\n\n[Cubicle] {err}"
+            return tools.ToolOutcome(text, model_text, True, outcome.duration_s, outcome.exit_code)
+        except SandboxError as err:
+            return _failed(f"The sandbox could not start, so the call did not run: {err}")
+
+    async def checkpoint(self) -> None:
+        """Keep the layer as a checkpoint and record its changes, between a served turn's calls."""
+        async with self._gate.exclusive():
+            await record_changes(self.runtime.workspaces, self.session_id, self.sink)
+
+    # ------------------------------------------------------------------ the end of a turn, and of this object
+
     def _ended(self, task: asyncio.Task[TurnOutcome | None]) -> None:
         """The turn's task is done. A task cancelled before its first line never recorded an end: record it now."""
         if task.cancelled():
@@ -149,20 +329,47 @@ class LiveSession:
     async def _record_unbegun_end(self) -> None:
         if self.convo.answer_dangling("the turn was cancelled"):
             await self.recorder.save_transcript(self.convo)
+        await self._finish("cancelled", "the turn was cancelled before it began")
+
+    async def _finish(self, reason: FinishReason, detail: str) -> None:
+        """Record the end of a turn the model did not run to its end itself (the agent records its own)."""
         convo = self.convo
         await self.sink.emit(
             SessionFinished(
-                session_id=self.session_id, reason="cancelled", steps=convo.steps, usage=convo.usage,
-                detail="the turn was cancelled before it began",
+                session_id=self.session_id, reason=reason, steps=convo.steps, usage=convo.usage, detail=detail
             )
-        )  # fmt: skip
+        )
 
     def after(self) -> None:
         """The turn has ended: wake its followers, and remove the container if no turn comes soon."""
         self.recorder.wake()
+        self.served = False
         if not self._discarded:
-            loop = asyncio.get_running_loop()
-            self._idle_timer = loop.call_later(self.idle_timeout_s, self.idle_stop)
+            self._rest()
+
+    def _rest(self) -> None:
+        """Start the idle clock: when nothing has run for ``idle_timeout_s``, the container is removed. One timer
+        task a session: a call or a turn's end only notes its time."""
+        self._rested_at = asyncio.get_running_loop().time()
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.create_task(self._when_idle(), name=f"idle-{self.session_id}")
+
+    async def _when_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._discarded:
+            left = self._rested_at + self.idle_timeout_s - loop.time()
+            if left > 0:
+                await asyncio.sleep(left)
+                continue
+            if not self.running:  # between turns: the container goes, and the session is forgotten
+                self.idle_stop()
+                return
+            if not self.served:  # a model's turn keeps its container; its end starts the clock again
+                return
+            async with self._gate.exclusive():  # between a served turn's calls; the next one starts a container
+                if loop.time() - self._rested_at >= self.idle_timeout_s:  # no call ended while the others drained
+                    await self.sandbox.stop()
+                    return
 
     def idle_stop(self) -> None:
         """Remove an idle session's container and forget it; a follow-up reloads it from the store."""
@@ -216,9 +423,13 @@ class LiveSession:
         )  # fmt: skip
 
     def _cancel_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+
+def _failed(text: str) -> tools.ToolOutcome:
+    return tools.ToolOutcome(text, text, True, 0.0)
 
 
 def _background(work: Coroutine[Any, Any, None]) -> None:

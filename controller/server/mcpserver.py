@@ -1,12 +1,11 @@
 """Cubicle's sandbox as an MCP server: the agent's six tools, called by another agent, in one session's container.
 
-``ToolSession`` is the part that is ours: one recorded session (started like a ``cubicle
-run``, so ``cubicle changes``/``apply`` and the viewer work on it) whose tool calls come from
-outside instead of from Cubicle's own model. Each call goes through ``tools.execute``, so its
-validation, limits, truncation and result text are exactly the agent's, and is recorded as a
-``tool_call``/``tool_result`` pair. MCP sessions have no turns: the workspace layer is
-checkpointed every ``CHECKPOINT_EVERY`` calls and when the client goes, and the changes stay
-for review; the container is removed then.
+The session is one ``LiveSession`` running a *served* turn (``LiveSession.serve``): recorded
+like a ``cubicle run`` (so ``cubicle changes``/``apply`` and the viewer work on it), its tool
+calls made by the MCP client instead of Cubicle's own model, each through the agent's own
+recorded call (validation, limits, truncation and result text exactly the agent's). The layer
+is checkpointed every ``live.CHECKPOINT_EVERY`` calls and when the client goes, and the
+changes stay for review; the container is removed then.
 
 ``server`` wraps it in the official ``mcp`` SDK's low-level server (the tool list is
 ``tools.definitions()``, unchanged; a failed call is a result with ``isError``), and
@@ -18,225 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
-import logging
 import os
 import re
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from ..agent import tools
-from ..errors import EntryLimitError, SandboxError, SetupError
-from ..sandbox.docker import Sandbox
-from ..wire.events import ErrorEvent, EventSink, SessionFinished, ToolCall, ToolResult
-from ..wire.sessions import SessionRecord
-from ..workspace.manager import Workspaces, record_changes
+from .live import LiveSession
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-CHECKPOINT_EVERY = 50
-"""Tool calls between checkpoints of the layer (there are no turns to end)."""
 SERVER_NAME = "cubicle"
 INSTRUCTIONS = (
     "Every tool runs inside an isolated Linux container that sees the repository at /workspace. "
     "Writes go to the session's own layer, never to the user's checkout: the user reviews them "
     "(cubicle changes ID --diff) and applies them (cubicle apply ID) after you are done."
 )
-
-
-class _Gate:
-    """Tool calls run side by side; a checkpoint waits for the running ones to end and holds new ones back."""
-
-    def __init__(self) -> None:
-        self._running = 0
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._open = asyncio.Event()
-        self._open.set()
-
-    @contextlib.asynccontextmanager
-    async def call(self) -> AsyncIterator[None]:
-        while not self._open.is_set():
-            await self._open.wait()
-        self._running += 1
-        self._drained.clear()
-        try:
-            yield
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                self._drained.set()
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self) -> AsyncIterator[None]:
-        while not self._open.is_set():
-            await self._open.wait()
-        self._open.clear()
-        try:
-            await self._drained.wait()
-            yield
-        finally:
-            self._open.set()
-
-
-async def _finished(task: asyncio.Task[T], cancel: bool) -> T:
-    """``task``'s result, even when the caller is cancelled meanwhile: then ``task`` is cancelled once (if ``cancel``)
-    and waited for before the cancellation goes on. anyio, under which the SDK runs handlers, cancels again at
-    every await (its cancellation is level-triggered), so the wait is in a shielded scope."""
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if cancel:
-            task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait([task])
-        raise
-
-
-class ToolSession:
-    """One recorded session whose tool calls come from an MCP client; ``close`` ends it and keeps its changes."""
-
-    def __init__(
-        self, record: SessionRecord, sink: EventSink, sandbox: Sandbox, workspaces: Workspaces, idle_s: float
-    ) -> None:
-        """``sink`` is the session's recorder: every call is committed before the client gets its result. After
-        ``idle_s`` without a call the container is removed (as the API does between turns); the next call starts
-        a fresh one on the same layer."""
-        self.record = record
-        self.idle_s = idle_s
-        self._idle: asyncio.Task[None] | None = None
-        self._rested_at = 0.0
-        self.sandbox = sandbox
-        self.workspaces = workspaces
-        self.sink = sink
-        self.calls = 0
-        self._next_checkpoint = CHECKPOINT_EVERY
-        self._ids = itertools.count(1)
-        self._gate = _Gate()
-        self._warm: asyncio.Task[None] | None = None
-        self._setup_failure: str | None = None
-        self._closed = False
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-    def warm(self) -> None:
-        """Start preparing the environment and the container now; the first call waits for it."""
-        if self._warm is None:
-            self._warm = asyncio.create_task(self._start())
-
-    async def _start(self) -> None:
-        try:
-            await self.sandbox.start()
-            self._rest()
-        except SetupError as err:  # a setup that failed fails every call the same way; it is not run again
-            self._setup_failure = str(err)
-            await self.sink.emit(ErrorEvent(session_id=self.id, kind="setup", message=str(err)))
-        except SandboxError as err:  # the next call tries to start a container again
-            await self.sink.emit(ErrorEvent(session_id=self.id, kind="sandbox", message=str(err)))
-
-    async def call(self, name: str, arguments: dict[str, Any] | None) -> tools.ToolOutcome:
-        """Run one tool call as the agent would (the same checks, limits and result text) and record it."""
-        if self._closed:
-            return tools.ToolOutcome("This session has ended.", "This session has ended.", True, 0.0)
-        self.warm()
-        assert self._warm is not None
-        await asyncio.shield(self._warm)
-        call_id = f"mcp_{next(self._ids)}"
-        async with self._gate.call():
-            # The client may cancel the request (or go away). The call is then cancelled once, so the sandbox
-            # kills the command and returns its output, which is recorded.
-            outcome = await _finished(asyncio.create_task(self._recorded(call_id, name, arguments or {})), cancel=True)
-        if self.calls >= self._next_checkpoint:
-            self._next_checkpoint = (self.calls // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY  # after 50, 100, ...
-            await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
-        self._rest()
-        return outcome
-
-    def _rest(self) -> None:
-        """Remove the container once no call has come for ``idle_s``: the clock restarts with every call (one
-        timer task for the session, not one per call: a call only notes its time)."""
-        self._rested_at = asyncio.get_running_loop().time()
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.create_task(self._stop_when_idle())
-
-    async def _stop_when_idle(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            left = self._rested_at + self.idle_s - loop.time()
-            if left > 0:
-                await asyncio.sleep(left)
-                continue
-            async with self._gate.exclusive():  # no call runs meanwhile; the next one starts a container again
-                if loop.time() - self._rested_at >= self.idle_s:  # no call ended while the running ones drained
-                    await self.sandbox.stop()
-                    return
-
-    async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
-        await self.sink.emit(ToolCall(session_id=self.id, id=call_id, name=name, input=arguments))
-        try:
-            outcome = await self._execute(name, arguments)
-        finally:
-            self.calls += 1
-        await self.sink.emit(
-            ToolResult(
-                session_id=self.id, id=call_id, name=name, is_error=outcome.is_error, output=outcome.text,
-                model_chars=len(outcome.model_text), duration_s=round(outcome.duration_s, 4),
-                exit_code=outcome.exit_code,
-            )
-        )  # fmt: skip
-        return outcome
-
-    async def _execute(self, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
-        if self._setup_failure is not None:
-            text = f"The sandbox's environment could not be prepared, so no tool can run: {self._setup_failure}"
-            return tools.ToolOutcome(text, text, True, 0.0)
-        try:
-            outcome = await tools.execute(name, arguments, self.sandbox, self.record.limits)
-            if name == "run_command":
-                await self.sandbox.check_names()
-            return outcome
-        except EntryLimitError as err:  # the call ran; what it made is past the session's limit
-            text = f"{outcome.text}\n\n[Cubicle] {err} Delete what is not needed before going on."
-            model_text = f"{outcome.model_text}\n\n[Cubicle] {err}"
-            return tools.ToolOutcome(text, model_text, True, outcome.duration_s, outcome.exit_code)
-        except SandboxError as err:
-            text = f"The sandbox could not start, so the call did not run: {err}"
-            return tools.ToolOutcome(text, text, True, 0.0)
-
-    async def checkpoint(self) -> None:
-        """Keep the layer as a checkpoint and record its changes, between calls."""
-        async with self._gate.exclusive():
-            await record_changes(self.workspaces, self.id, self.sink)
-
-    async def close(self, detail: str) -> None:
-        """The client is gone: checkpoint, record the end (the session becomes idle), remove the container."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._idle is not None:
-            self._idle.cancel()
-        try:
-            if self._warm is not None and not self._warm.done():
-                self._warm.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._warm
-            await self.checkpoint()
-            reason = "error" if self._setup_failure is not None else "end_turn"
-            shown = self._setup_failure or detail
-            await self.sink.emit(
-                SessionFinished(session_id=self.id, reason=reason, steps=0, usage=self.record.usage, detail=shown)
-            )
-        finally:
-            await self.sandbox.stop()
 
 
 def tool_list() -> list[types.Tool]:
@@ -256,7 +55,7 @@ def tool_list() -> list[types.Tool]:
     ]
 
 
-def server(session: ToolSession, version: str) -> Server[Any]:
+def server(session: LiveSession, version: str) -> Server[Any]:
     """The MCP server of ``session``: ``tools/list`` and ``tools/call``, nothing else."""
     listed = types.ListToolsResult(tools=tool_list())
 
@@ -274,7 +73,7 @@ def server(session: ToolSession, version: str) -> Server[Any]:
     )
 
 
-async def serve_stdio(session: ToolSession, version: str) -> None:
+async def serve_stdio(session: LiveSession, version: str) -> None:
     """Serve ``session`` over stdin/stdout until the client closes stdin."""
     mcp = server(session, version)
     async with _stdio() as (read, write):

@@ -59,7 +59,7 @@ from ..workspace import repos
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown
 from .feed import Batch, Feed
-from .live import LiveSession
+from .live import LiveSession, Serve
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import Row, Store
@@ -269,16 +269,23 @@ class Sessions:
         self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
         apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
         network_asked: bool = False, view: EventSink | None = None, approver: Approver | None = None,
+        serve: Serve | None = None,
     ) -> Row:  # fmt: skip
         """A new session on ``repo``, its first turn started in the background (see ``register``; ``loaded`` holds it).
 
-        The API's sessions and ``cubicle run`` both start here; ``view`` and ``approver`` are the terminal's."""
+        The API's sessions, ``cubicle run`` and ``cubicle mcp`` all start here: ``view`` and ``approver`` are the
+        terminal's; with ``serve`` the turn is served (its tool calls come from an MCP client, and no model is
+        needed) instead of run by the model on ``task``."""
         self._check_capacity()
-        self.runtime.check_model()  # a missing key fails here, before any container exists
+        if serve is None:
+            self.runtime.check_model()  # a missing key fails here, before any container exists
         record = await self.register(repo, task, model, limits, context, apply, prefix, environment, network_asked)
         live = await self._load(record, view=view, approver=approver)
         await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
-        await live.begin(task)
+        if serve is None:
+            await live.begin(task)
+        else:
+            await live.serve(serve)
         return record
 
     def loaded(self, session_id: str) -> LiveSession | None:

@@ -251,3 +251,49 @@ async def test_a_view_that_fails_ends_the_view_not_the_turn(
     assert outcome is not None and outcome.reason == "end_turn"
     finished = sessions.get(record.id)
     assert (finished.status, finished.finish_reason) == ("idle", "end_turn")
+
+
+async def test_a_served_turn_records_its_calls_and_its_end_through_the_same_driver(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """An MCP client's calls (``serve``) go through the driver the model's turns use: recorded calls, the end
+    recorded with the changes, the container removed, the session idle; no model (and no key) is needed."""
+    sessions = controller.sessions
+    sessions.runtime.settings.api_key = None  # a served turn never asks a model
+    answers: list[str] = []
+
+    async def calls(live: Any) -> str:
+        answers.append((await live.call("list_files", {"path": "."})).text)
+        answers.append((await live.call("no_such_tool", None)).text)
+        return "the client went"
+
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "served", None, Limits(), serve=calls)
+    live = sessions.loaded(record.id)
+    assert live is not None and live.task is not None
+    await asyncio.wait([live.task])
+    events = [event async for event in sessions.follow(record.id, 0)]
+    kinds = [event.type for event in events]
+    assert kinds.count("tool_call") == 2 == kinds.count("tool_result") and kinds[-1] == "session_finished"
+    assert "This test runs without a sandbox." in answers[0] and "no_such_tool" in answers[1]
+    ended = sessions.get(record.id)
+    assert (ended.status, ended.finish_reason, ended.detail) == ("idle", "end_turn", "the client went after 2 tool calls")
+    assert controller.made[0].stops >= 1
+    late = await live.call("list_files", {})
+    assert (late.is_error, late.text) == (True, "This session has ended.")
+
+
+async def test_a_served_turn_is_cancelled_like_a_model_turn(controller: Controller, tmp_path: Path) -> None:
+    """Cancel (the API's, or another controller's command) ends a served turn as it ends the model's: recorded."""
+    sessions = controller.sessions
+    waiting = asyncio.Event()
+
+    async def calls(live: Any) -> str:
+        waiting.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    record = await sessions.create(owned_dir(tmp_path / "repo"), "served", None, Limits(), serve=calls)
+    await waiting.wait()
+    cancelled = await sessions.cancel(record.id)
+    assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
+    assert cancelled.detail == "the session was cancelled after 0 tool calls"
