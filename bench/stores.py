@@ -53,6 +53,7 @@ from controller.agent.scripted import Scenario, free_port
 from controller.config import Settings
 from controller.sandbox import owners
 from controller.server.feed import Feed
+from controller.server.leases import Leases
 from controller.server.recorder import Recorder
 from controller.server.store import PostgresStore, Store, _redacted
 from controller.wire.events import TextDelta, Usage
@@ -150,7 +151,7 @@ class Streams:
             setattr(store, name, self._timed(getattr(store, name)))
         settings = Settings(instance=INSTANCE)
         feed = Feed(store, lambda _: True, settings.sse_heartbeat_s)
-        owner = owners.owner_token(INSTANCE)
+        leases = Leases(store, owners.owner_token(INSTANCE), settings.lease_s)
         now = time.time()
         self.recorders: list[Recorder] = []
         for _ in range(SESSIONS):
@@ -159,7 +160,7 @@ class Streams:
                 usage=Usage(), steps=0, limits=Limits(), created_at=now, updated_at=now,
             )  # fmt: skip
             store.insert(record)
-            epoch = store.claim(record.id, owner, settings.lease_s, record.epoch)  # as a turn begins
+            epoch = leases.claim(record.id, record.epoch)  # as a turn begins
             assert epoch is not None
             recorder = Recorder(store, feed, record.id, Conversation(), settings.session_events_mb << 20)
             recorder.epoch = epoch

@@ -54,7 +54,7 @@ from ..wire.sessions import SessionRecord
 from ..wire.statuses import status_of
 from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
-from . import webui
+from . import webauth, webui
 from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import Sessions
@@ -114,7 +114,7 @@ async def _authorize(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],  # documents the scheme
 ) -> None:
     """The bearer token or the viewer's sign-in cookie (see ``webui``); none needed on loopback-only servers."""
-    webui.authenticate(request, settings.api_token)
+    webauth.authenticate(request, settings.api_token)
 
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=ERRORS)
@@ -174,7 +174,7 @@ async def session_events(
     given = last_event_id or ""
     resume = int(given) if given.isascii() and given.isdigit() and len(given) <= 20 else 0
     batches = sessions.follow_batches(session_id, after if after is not None else min(resume, MAX_INDEX))
-    allowed = webui.still_let_in(request, settings.api_token)
+    allowed = webauth.still_let_in(request, settings.api_token)
 
     async def frames() -> AsyncIterator[bytes]:
         # The events read together go out in one write: with many followers, a write per event per follower
@@ -438,8 +438,8 @@ def _handle_errors(app: FastAPI) -> None:
         ]
         return JSONResponse({"detail": detail}, status_code=422)
 
-    @app.exception_handler(webui.Refused)
-    async def refused(request: Request, err: webui.Refused) -> JSONResponse:
+    @app.exception_handler(webauth.Refused)
+    async def refused(request: Request, err: webauth.Refused) -> JSONResponse:
         return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=err.headers)
 
 

@@ -73,7 +73,7 @@ class Recorder:
         self.interrupting = False
         """Set when the controller stops: a turn cancelled then is ``interrupted``, to be continued later."""
         self.epoch: int | None = None
-        """The claim this process holds on the session (see ``Store.claim``): every write names it, and fails once
+        """The claim this process holds on the session (see ``Leases.claim``): every write names it, and fails once
         another controller has claimed the session since. None: writes between turns, not fenced."""
 
     async def emit(self, event: Event) -> None:

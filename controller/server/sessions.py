@@ -1,14 +1,16 @@
 """Sessions served by the API: the commands on them, each turn a task, nothing lost on restart.
 
 ``Sessions`` answers the commands of the API and the CLI (create, follow up, cancel,
-delete, get, and the workspace's changes, apply, revert, rewind, discard) and keeps the
-sessions loaded in this process (``live.LiveSession``). Each session row names its owner,
+delete, get, and the workspace's changes, apply, revert, rewind, discard). Beneath it, each
+job has its own module: the sessions loaded in this process (``table.Loaded``, each a
+``live.LiveSession`` that drives its turns), whether a turn may start (``admission``), and the
+leases and the command queue between controllers, with their SQL (``leases``). Each session row names its owner,
 the process running it; on startup, sessions left ``running`` by an owner that is gone
 become ``interrupted`` (their containers are swept) and can be continued with a follow-up
 message. A ``cubicle run`` in another process is alive and is left alone.
 
 Several controllers may share one database (PostgreSQL) and one data directory. A turn
-runs under a lease its controller renews (``Store.claim``, ``Store.renew``); every write of
+runs under a lease its controller renews (``Leases.claim``, ``Leases.renew``); every write of
 the turn is fenced by the claim's epoch. Each controller, every tick, renews its leases,
 stops the turns whose claim another took, carries out the commands sent to its turns (a
 cancel that reached another controller), and takes over the running sessions whose lease
@@ -21,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import os
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -35,7 +35,7 @@ from ..agent.conversation import Conversation
 from ..agent.tools import Approver
 from ..config import Settings
 from ..environment.buildinputs import definition_files
-from ..errors import CapacityError, ConflictError, CubicleError, NotFoundError
+from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import isolation as runtimes
 from ..sandbox import owners
 from ..wire.changes import ApplyResult, Changes, Checkpoint, RevertResult
@@ -58,11 +58,14 @@ from ..wire.sessions import ApplyPolicy
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown
+from .admission import Admission
 from .feed import Batch, Feed
+from .leases import Leases
 from .live import LiveSession, Serve
 from .recorder import Recorder
 from .runtime import Runtime
 from .store import Row, Store
+from .table import Loaded
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +97,9 @@ class Sessions:
         self.workspaces = runtime.workspaces
         self.owner = owners.owner_token(settings.instance)
         self.lease_s = settings.lease_s
-        self._claims: dict[str, int] = {}
-        """The epoch of each turn this process claimed and may still run (its lease is renewed)."""
-        self._holds: dict[str, int] = {}
-        """The sessions this process holds for a change between turns, with their epoch (renewed too)."""
-        self._live: dict[str, LiveSession] = {}
-        self._admit_lock = asyncio.Lock()
+        self.leases = Leases(store, self.owner, settings.lease_s)
+        self._live = Loaded()
+        self.admission = Admission(settings, self.workspaces, self._live)
         self._background: list[asyncio.Task[None]] = []
         self._left_behind: set[str] = set()
         self._listings: dict[tuple[str, bool], asyncio.Future[Changes]] = {}
@@ -129,10 +129,10 @@ class Sessions:
         for tending in self._background:
             tending.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        tasks = [task for live in self._live.values() if (task := live.interrupt()) is not None]
+        tasks = [task for live in self._live.all() if (task := live.interrupt()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
-        lives = list(self._live.values())
+        lives = self._live.all()
         outcomes = await asyncio.gather(*(live.discard() for live in lives), return_exceptions=True)
         for live, outcome in zip(lives, outcomes, strict=True):
             if isinstance(outcome, BaseException):  # what it left (a container, a mount) is the next start's to sweep
@@ -140,11 +140,10 @@ class Sessions:
 
     @property
     def running_count(self) -> int:
-        return sum(1 for live in self._live.values() if live.running)
+        return len(self._live.running())
 
     def is_running(self, session_id: str) -> bool:
-        live = self._live.get(session_id)
-        return live is not None and live.running
+        return self._live.is_running(session_id)
 
     def turn_runs(self, session_id: str) -> bool:
         """A turn of the session runs, here or on another live controller (whose events reach the database)."""
@@ -165,17 +164,17 @@ class Sessions:
             await asyncio.sleep(tick)
             try:
                 if time.monotonic() - renewed >= self.lease_s / 3 - tick / 2:
-                    self._held(self.store.renew(self.owner, self.lease_s, list(self._holds)))
+                    self._held(self.leases.renew())
                     renewed = time.monotonic()
                 self._take_commands()
-                for record in self.store.expired():
+                for record in self.leases.expired():
                     await self._take_over(record, expired_only=True)
                 for session_id in list(self._left_behind):
                     await self._remove_left(session_id)
             except CubicleError as err:  # StoreError among them
                 log.warning("could not tend the leases: %s", err)
                 if time.monotonic() - renewed > self.lease_s:
-                    for live in [live for live in self._live.values() if live.running]:
+                    for live in self._live.running():
                         self._lose(live, "its lease could not be renewed")
             except Exception:
                 log.exception("could not tend the leases")
@@ -184,7 +183,7 @@ class Sessions:
         """After a renewal: stop each turn running here whose session has been claimed since this process claimed
         it, and give up the lease of a session left under this process's name at a claim it does not hold (so that
         it is taken over as interrupted rather than stuck running)."""
-        for live in [live for live in self._live.values() if live.running]:
+        for live in self._live.running():
             epoch = renewed.get(live.session_id)
             if epoch is None:  # not renewed: ended (then the row is at the same claim) or claimed by another
                 record = self.store.get(live.session_id)
@@ -192,21 +191,21 @@ class Sessions:
             if epoch != live.recorder.epoch:
                 self._lose(live, "another controller took the session over")
         for session_id, epoch in renewed.items():
-            if session_id not in self._holds and self._claims.get(session_id) != epoch:
+            if session_id not in self.leases.holds and self.leases.claims.get(session_id) != epoch:
                 log.warning("gave up the lease of %s: this process does not hold its claim %d", session_id, epoch)
-                self.store.release(session_id, epoch)
-        for session_id in [sid for sid in self._claims if sid not in renewed and not self.is_running(sid)]:
-            del self._claims[session_id]
+                self.leases.release(session_id, epoch)
+        claims = self.leases.claims
+        for session_id in [sid for sid in claims if sid not in renewed and not self.is_running(sid)]:
+            del claims[session_id]
 
     def _lose(self, live: LiveSession, why: str) -> None:
         log.warning("stopping the turn of %s: %s", live.session_id, why)
-        if self._live.get(live.session_id) is live:
-            del self._live[live.session_id]
+        self._live.forget(live)
         live.lose()
 
     def _take_commands(self) -> None:
         """Carry out what other controllers were asked to do to the turns running here (a cancel)."""
-        for session_id, kind, sent in self.store.take_commands(self.owner):
+        for session_id, kind, sent in self.leases.take():
             live = self._live.get(session_id)
             if kind == "cancel" and live is not None and live.running and time.time() - sent < COMMAND_TTL_S:
                 task = asyncio.create_task(live.cancel(CANCEL_WAIT_S))
@@ -240,7 +239,7 @@ class Sessions:
         """Claim a running session whose controller is gone (or whose lease ran out) as interrupted: its container
         is removed, a call it left unanswered gets an error result, and a follow-up continues it. False if
         someone else claimed it first (or its holder renewed the lease in between)."""
-        epoch = self.store.claim(record.id, self.owner, self.lease_s, record.epoch, "interrupted", expired_only)
+        epoch = self.leases.claim(record.id, record.epoch, "interrupted", expired_only)
         if epoch is None:
             return False
         log.warning("took over session %s from %s (interrupted)", record.id, record.owner)
@@ -276,7 +275,7 @@ class Sessions:
         The API's sessions, ``cubicle run`` and ``cubicle mcp`` all start here: ``view`` and ``approver`` are the
         terminal's; with ``serve`` the turn is served (its tool calls come from an MCP client, and no model is
         needed) instead of run by the model on ``task``."""
-        self._check_capacity()
+        self.admission.check_capacity()
         if serve is None:
             self.runtime.check_model()  # a missing key fails here, before any container exists
         record = await self.register(repo, task, model, limits, context, apply, prefix, environment, network_asked)
@@ -315,7 +314,7 @@ class Sessions:
         if resolved.network is not None and not network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
         runtimes.check(limits, self.settings)
-        async with self._admission():  # the check and the row it counts on, one start at a time
+        async with self.admission.one_at_a_time():  # the check and the row it counts on, one start at a time
             return await self._admit(repo, task, model, limits, context, apply, prefix, resolved)
 
     async def _admit(
@@ -323,7 +322,7 @@ class Sessions:
         apply: ApplyPolicy, prefix: str, resolved: Any,
     ) -> Row:  # fmt: skip
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
-        await self._refuse_overcommit(quota)
+        await self.admission.refuse_overcommit(quota, self._running_ids())
         now = time.time()
         record = Row(
             id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
@@ -335,25 +334,24 @@ class Sessions:
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))
         )
         self.store.insert(record)
-        self._claims[record.id] = record.epoch
+        self.leases.registered(record.id, record.epoch)
         return record
 
     async def follow_up(self, session_id: str, text: str) -> Row:
         record = self.get(session_id)
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
-        self._check_capacity()
+        self.admission.check_capacity()
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
-        async with self._admission():
-            await self._refuse_overcommit(quota, session_id)
+        async with self.admission.one_at_a_time():
+            await self.admission.refuse_overcommit(quota, self._running_ids(), session_id)
             live = await self._current(live, record)
-            epoch = self.store.claim(session_id, self.owner, self.lease_s, record.epoch)
+            epoch = self.leases.claim(session_id, record.epoch)
             if epoch is None:
                 raise ConflictError(
                     f"Session {session_id} was just continued or changed by another request or controller; "
                     "retry when that is done."
                 )
-            self._claims[session_id] = epoch
             try:
                 if live is None:
                     await self.runtime.remove_containers(session_id)  # one another controller kept between turns
@@ -377,7 +375,7 @@ class Sessions:
         if live is not None:
             await live.cancel(CANCEL_WAIT_S)
         elif record.status == "running" and self._owner_alive(record):
-            self.store.send_command(session_id, "cancel")
+            self.leases.send(session_id, "cancel")
             deadline = time.monotonic() + CANCEL_WAIT_S + TICK_S
             while time.monotonic() < deadline and self.get(session_id).status == "running":
                 await asyncio.sleep(0.05)
@@ -387,7 +385,7 @@ class Sessions:
         """Cancel and unload the session; its layer goes too unless an apply of it may still be reverted
         (a purged session keeps nothing: without its record no revert could reach the layer)."""
         await self.cancel(session_id)
-        live = self._live.pop(session_id, None)
+        live = self._live.pop(session_id)
         if live is not None:
             await live.discard()
         if purge or not await asyncio.to_thread(self.workspaces.has_applied, session_id):
@@ -443,7 +441,7 @@ class Sessions:
     async def _held_between_turns(
         self, session_id: str, advice: str
     ) -> AsyncIterator[tuple[Row, LiveSession | None, int]]:
-        """Hold the session for a change between turns (``Store.hold``): no turn begins, here or on another
+        """Hold the session for a change between turns (``Leases.hold``): no turn begins, here or on another
         controller, until the change is done. The record, this process's live session if it is current, and the
         epoch every write of the change names."""
         record = self.get(session_id)
@@ -451,16 +449,14 @@ class Sessions:
         stale = live is None and record.status == "running" and not self._owner_alive(record)
         if not stale:  # a stale "running" was left by a process that is gone: nothing runs on the layer any more
             self._refuse_while_running(record, live, advice)
-        epoch = self.store.hold(session_id, self.owner, self.lease_s, record.epoch, stale)
+        epoch = self.leases.hold(session_id, record.epoch, stale)
         if epoch is None:
             raise ConflictError(f"Session {session_id} began a turn or another change meanwhile; {advice}.")
-        self._holds[session_id] = epoch
         try:
             yield record, await self._current(live, record), epoch
         finally:
-            del self._holds[session_id]
             with contextlib.suppress(CubicleError):
-                self.store.release(session_id, epoch)
+                self.leases.release(session_id, epoch)
 
     # ------------------------------------------------------------------ the workspace layer
 
@@ -573,31 +569,6 @@ class Sessions:
         """The sessions a turn of which runs now, or is about to (registered here), here or in another live process."""
         return [r.id for r in self.store.with_status("running") if r.owner == self.owner or self._active(r)]
 
-    async def _refuse_overcommit(self, quota: DiskQuota, session_id: str | None = None) -> None:
-        await asyncio.to_thread(
-            self.workspaces.refuse_overcommit, quota, self._running_ids(), self.settings.min_free_mb, session_id,
-            self.settings.session_events_mb,
-        )  # fmt: skip
-
-    @contextlib.asynccontextmanager
-    async def _admission(self) -> AsyncIterator[None]:
-        """One admission at a time: in this process (a lock) and across processes on the data directory (an flock
-        on ``admission.lock``), so two starts cannot both pass the free-space check before either is counted."""
-        async with self._admit_lock:
-            path = self.settings.data_dir / "admission.lock"
-            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                while True:  # polled, not a blocking call in a thread that a cancellation would leave behind
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        await asyncio.sleep(0.02)
-                yield
-            finally:
-                os.close(fd)
-
     def _in_use(self, session_id: str) -> bool:
         """Whether another live process may use the session's layer (a turn, or a container kept between turns).
         A layer without a row may be one whose row is about to be written: ``Workspaces.sweep`` judges those."""
@@ -640,13 +611,6 @@ class Sessions:
             await live.sandbox.stop()
         await self.runtime.remove_containers(session_id)
 
-    def _check_capacity(self) -> None:
-        cap = self.settings.max_concurrent_sessions
-        if self.running_count >= cap:
-            raise CapacityError(
-                f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
-            )
-
     async def recorder(self, record: Row, epoch: int | None = None) -> Recorder:
         """The session's recorder over its stored transcript, repaired: a call cut off by a crash gets an error result.
 
@@ -669,7 +633,7 @@ class Sessions:
         live = LiveSession(
             record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget, view=view, approver=approver
         )
-        self._live[record.id] = live
+        self._live.add(live)
         return live
 
     async def _current(self, live: LiveSession | None, record: Row) -> LiveSession | None:
@@ -682,7 +646,4 @@ class Sessions:
         return None
 
     def _forget(self, live: LiveSession) -> bool:
-        if self._live.get(live.session_id) is not live:
-            return False
-        del self._live[live.session_id]
-        return True
+        return self._live.forget(live)

@@ -17,7 +17,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from ..config import Settings
 from ..errors import ConfigError, DatabaseUnavailableError, LeaseLostError, StoreError
 from ..wire.environment import Environment
-from ..wire.events import EVENT_ADAPTER, Event, Status, Usage
+from ..wire.events import EVENT_ADAPTER, Event, Usage
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
 from ..wire.sessions import SessionRecord
@@ -42,10 +42,8 @@ def _writes(method: F) -> F:
 
     @functools.wraps(method)
     def guarded(self: Store, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with self.writing():
             return method(self, *args, **kwargs)
-        except self.errors as err:
-            raise StoreError(f"The session database could not be written: {err}.") from None
 
     return guarded  # type: ignore[return-value]
 
@@ -219,14 +217,24 @@ class Store:
         """``query`` in this database's parameter style."""
         return query
 
-    def _run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+    def run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        """Run one statement (written with ``?`` placeholders, in the SQL both databases accept); its cursor."""
         return self._db.execute(self._sql(query), params)
 
     def _run_many(self, query: str, rows: list[tuple[Any, ...]]) -> None:
         self._db.executemany(self._sql(query), rows)
 
     @contextlib.contextmanager
-    def _transaction(self, immediate: bool = False) -> Iterator[None]:
+    def writing(self) -> Iterator[None]:
+        """A failed write in here (disk full, I/O error, the database server gone) becomes a StoreError that says
+        what to do. For the modules that keep their own SQL beside their job (``leases``, ``webauth``)."""
+        try:
+            yield
+        except self.errors as err:
+            raise StoreError(f"The session database could not be written: {err}.") from None
+
+    @contextlib.contextmanager
+    def transaction(self, immediate: bool = False) -> Iterator[None]:
         """One transaction; ``immediate`` takes SQLite's write lock at once (two writers must not both read first)."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
@@ -251,15 +259,15 @@ class Store:
     # ------------------------------------------------------------------ schema
 
     def _version(self) -> int:
-        self._run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = self._run("SELECT MAX(version) FROM schema_version").fetchone()
+        self.run("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = self.run("SELECT MAX(version) FROM schema_version").fetchone()
         return int(row[0] or 0)
 
     @_writes
     def _migrate(self) -> None:
         """Bring the database up to ``SCHEMA_VERSION`` in place, in one transaction (another process starting at
         the same moment waits, then finds it done)."""
-        with self._transaction(immediate=True):
+        with self.transaction(immediate=True):
             self._lock_schema()
             version = self._version()
             if version > SCHEMA_VERSION:
@@ -271,21 +279,21 @@ class Store:
                 for step in MIGRATIONS[number]:
                     if isinstance(step, Column):
                         if step.name not in self._columns(step.table):
-                            self._run(f"ALTER TABLE {step.table} ADD COLUMN {step.name} {step.kind}")
+                            self.run(f"ALTER TABLE {step.table} ADD COLUMN {step.name} {step.kind}")
                     elif isinstance(step, Only):
                         if step.dialect == self.dialect:
-                            self._run(step.sql)
+                            self.run(step.sql)
                     else:
-                        self._run(step)
+                        self.run(step)
             if version < SCHEMA_VERSION:
-                self._run("DELETE FROM schema_version")
-                self._run("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                self.run("DELETE FROM schema_version")
+                self.run("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
 
     # ------------------------------------------------------------------ sessions
 
     @_writes
     def insert(self, record: Row) -> None:
-        self._run(
+        self.run(
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
             (record.id, self._text(record.repo), self._text(record.task), record.model, record.status,
              record.finish_reason, self._text(record.detail), record.usage.model_dump_json(), record.steps,
@@ -308,135 +316,50 @@ class Store:
         values["updated_at"] = time.time()
         assignments = ", ".join(f"{name} = ?" for name in values)
         if epoch is None:
-            self._run(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
+            self.run(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values.values(), session_id))
             return
-        cursor = self._run(
+        cursor = self.run(
             f"UPDATE sessions SET {assignments} WHERE id = ? AND epoch = ?", (*values.values(), session_id, epoch)
         )
         if cursor.rowcount == 0:
             raise _lost(session_id)
 
-    # ------------------------------------------------------------------ leases
+    # ------------------------------------------------------------------ the clock
     #
-    # A turn runs under a lease: its controller claims the session (epoch + 1, owner, lease) and renews the lease
-    # while it runs. Every write of the turn names the epoch it claimed, and fails once another controller has
-    # claimed the session since (fencing): a controller that was paused past its lease writes nothing more.
+    # Leases and the command queue (``leases``) and sign-outs (``webauth.Revocations``) keep their own SQL on this
+    # connection; every write below that names an epoch is fenced by it (``_set``, ``_fence``).
 
     def now(self) -> float:
         """The database's clock."""
-        return float(self._run(f"SELECT {self.NOW}").fetchone()[0])
-
-    @_writes
-    def claim(
-        self, session_id: str, owner: str, lease_s: float, epoch: int, status: Status = "running",
-        expired_only: bool = False,
-    ) -> int | None:  # fmt: skip
-        """Take the session at ``epoch`` for ``owner``: the next epoch and ``status``; None if it is no longer at
-        that epoch or someone holds it (claimed it first). ``status`` running (a turn begins, under a lease of
-        ``lease_s``) needs a session that is neither running nor held between turns (``hold``); otherwise (a
-        takeover, which holds no lease) one that is running, with ``expired_only`` its lease run out. Commands
-        left for an earlier holder are dropped."""
-        if status == "running":
-            condition = f"status != 'running' AND lease_expires < {self.NOW}"
-        else:
-            condition = "status = 'running'" + (f" AND lease_expires < {self.NOW}" if expired_only else "")
-        with self._transaction(immediate=True):
-            row = self._run(
-                f"UPDATE sessions SET owner = ?, epoch = epoch + 1, lease_expires = {self.NOW} + ?, status = ?, "
-                f"finish_reason = NULL, detail = '', updated_at = ? WHERE id = ? AND epoch = ? AND {condition} "
-                "RETURNING epoch",
-                (owner, lease_s if status == "running" else -1.0, status, time.time(), session_id, epoch),
-            ).fetchone()
-            if row is not None:
-                self._run("DELETE FROM commands WHERE session_id = ?", (session_id,))
-        return None if row is None else int(row[0])
-
-    @_writes
-    def hold(self, session_id: str, owner: str, lease_s: float, epoch: int, stale: bool = False) -> int | None:
-        """Hold the session between turns for a change to it (apply, revert, rewind, discard, compact): the next
-        epoch, so a controller holding an older copy reloads it, and a lease no turn can begin under. None if it
-        is no longer at ``epoch``, runs a turn or is held. ``stale``: it is left running by a controller that is
-        gone, which the epoch alone fences."""
-        condition = "" if stale else f" AND status != 'running' AND lease_expires < {self.NOW}"
-        row = self._run(
-            f"UPDATE sessions SET owner = ?, epoch = epoch + 1, lease_expires = {self.NOW} + ? "
-            f"WHERE id = ? AND epoch = ?{condition} RETURNING epoch",
-            (owner, lease_s, session_id, epoch),
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    @_writes
-    def release(self, session_id: str, epoch: int) -> None:
-        """End a hold (or a lease this process no longer wants): a turn may begin at once."""
-        self._run("UPDATE sessions SET lease_expires = 0 WHERE id = ? AND epoch = ?", (session_id, epoch))
-
-    @_writes
-    def renew(self, owner: str, lease_s: float, held: Collection[str] = ()) -> dict[str, int]:
-        """Extend the lease of every running session ``owner`` holds, and of the sessions in ``held`` (changes
-        between turns); each with the epoch it is at."""
-        extra = f" OR id IN ({', '.join('?' * len(held))})" if held else ""
-        rows = self._run(
-            f"UPDATE sessions SET lease_expires = {self.NOW} + ? WHERE owner = ? AND (status = 'running'{extra}) "
-            "RETURNING id, epoch",
-            (lease_s, owner, *held),
-        ).fetchall()
-        return {row[0]: int(row[1]) for row in rows}
-
-    def expired(self) -> list[Row]:
-        """Running sessions whose controller's lease has run out."""
-        rows = self._run(
-            f"SELECT {SELECTED} FROM sessions WHERE status = 'running' AND lease_expires < {self.NOW}"
-        ).fetchall()
-        return [_record(r) for r in rows]
-
-    @_writes
-    def send_command(self, session_id: str, kind: str) -> None:
-        """Leave ``kind`` (cancel) for the controller running the session; it picks it up within a second."""
-        self._run(
-            "INSERT INTO commands VALUES (?,?,?) ON CONFLICT (session_id, kind) DO UPDATE SET created_at = "
-            "excluded.created_at",
-            (session_id, kind, time.time()),
-        )
+        return float(self.run(f"SELECT {self.NOW}").fetchone()[0])
 
     @_writes
     def revoke_cookie(self, nonce: str, expires: float, now: float) -> None:
         """Remember a signed-out sign-in cookie's nonce until the cookie would have expired; forget expired ones."""
-        self._run("DELETE FROM revoked_cookies WHERE expires <= ?", (now,))
-        self._run("INSERT INTO revoked_cookies VALUES (?,?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires))
+        self.run("DELETE FROM revoked_cookies WHERE expires <= ?", (now,))
+        self.run("INSERT INTO revoked_cookies VALUES (?,?) ON CONFLICT (nonce) DO NOTHING", (nonce, expires))
 
     def cookie_revoked(self, nonce: str) -> bool:
-        return self._run("SELECT 1 FROM revoked_cookies WHERE nonce = ?", (nonce,)).fetchone() is not None
+        return self.run("SELECT 1 FROM revoked_cookies WHERE nonce = ?", (nonce,)).fetchone() is not None
 
     def revoked_cookies(self) -> int:
         """How many sign-outs are remembered."""
-        return int(self._run("SELECT COUNT(*) FROM revoked_cookies").fetchone()[0])
-
-    @_writes
-    def take_commands(self, owner: str) -> list[tuple[str, str, float]]:
-        """The commands sent to ``owner``'s running sessions (session id, kind, sent at), removed as they are read."""
-        return [
-            (row[0], row[1], float(row[2]))
-            for row in self._run(
-                "DELETE FROM commands WHERE session_id IN (SELECT id FROM sessions WHERE owner = ? AND "
-                "status = 'running') RETURNING session_id, kind, created_at",
-                (owner,),
-            ).fetchall()
-        ]
+        return int(self.run("SELECT COUNT(*) FROM revoked_cookies").fetchone()[0])
 
     def get(self, session_id: str) -> Row | None:
-        row = self._run(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return _record(row) if row else None
+        row = self.run(f"SELECT {SELECTED} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row_from(row) if row else None
 
     def page(self, limit: int, offset: int) -> tuple[list[Row], int]:
-        rows = self._run(
+        rows = self.run(
             f"SELECT {SELECTED} FROM sessions ORDER BY created_at DESC LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
-        total = self._run("SELECT COUNT(*) FROM sessions").fetchone()[0]
-        return [_record(r) for r in rows], total
+        total = self.run("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        return [row_from(r) for r in rows], total
 
     def with_status(self, status: str) -> list[Row]:
-        rows = self._run(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
-        return [_record(r) for r in rows]
+        rows = self.run(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
+        return [row_from(r) for r in rows]
 
     def ended_before(self, cutoff: float) -> list[tuple[Row, float]]:
         """Sessions not running whose last activity (their newest event, or the row's last update) is older than
@@ -445,18 +368,18 @@ class Store:
             f"{self.GREATEST}(updated_at, COALESCE((SELECT {self.EVENT_TS} FROM events "
             "WHERE session_id = sessions.id ORDER BY seq DESC LIMIT 1), 0))"
         )
-        rows = self._run(
+        rows = self.run(
             f"SELECT {SELECTED}, {last} AS last FROM sessions WHERE status != 'running' AND {last} < ? ORDER BY last",
             (cutoff,),
         ).fetchall()
-        return [(_record(r[:-1]), float(r[-1])) for r in rows]
+        return [(row_from(r[:-1]), float(r[-1])) for r in rows]
 
     @_writes
     def delete(self, session_id: str) -> None:
-        with self._transaction():
+        with self.transaction():
             for table, key in (("events", "session_id"), ("messages", "session_id"), ("context_edits", "session_id"),
                                ("sessions", "id")):  # fmt: skip
-                self._run(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
+                self.run(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
 
     # ------------------------------------------------------------------ transcript
 
@@ -464,7 +387,7 @@ class Store:
         """Inside a write's transaction: fail unless the session is still at ``epoch`` (None: not fenced)."""
         if epoch is None:
             return
-        row = self._run(f"SELECT epoch FROM sessions WHERE id = ?{self.LOCK_ROW}", (session_id,)).fetchone()
+        row = self.run(f"SELECT epoch FROM sessions WHERE id = ?{self.LOCK_ROW}", (session_id,)).fetchone()
         if row is None or row[0] != epoch:
             raise _lost(session_id)
 
@@ -473,18 +396,18 @@ class Store:
         self, session_id: str, messages: list[dict[str, Any]], start: int, epoch: int | None = None
     ) -> None:
         """Write messages[start:] (the last saved one may have changed: a user text merged into it)."""
-        with self._transaction(immediate=epoch is not None):
+        with self.transaction(immediate=epoch is not None):
             self._fence(session_id, epoch)
             self._run_many(
                 "INSERT INTO messages VALUES (?,?,?) ON CONFLICT (session_id, idx) DO UPDATE SET message = excluded.message",
                 [(session_id, i, json.dumps(messages[i])) for i in range(start, len(messages))],
             )
-            self._run("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
+            self.run("DELETE FROM messages WHERE session_id = ? AND idx >= ?", (session_id, len(messages)))
 
     @_writes
     def add_edits(self, session_id: str, edits: list[Edit], start: int, epoch: int | None = None) -> None:
         """Write edits[start:]: context edits are only ever appended."""
-        with self._transaction(immediate=epoch is not None):
+        with self.transaction(immediate=epoch is not None):
             self._fence(session_id, epoch)
             self._run_many(
                 "INSERT INTO context_edits VALUES (?,?,?) ON CONFLICT (session_id, seq) DO UPDATE SET edit = excluded.edit",
@@ -493,18 +416,18 @@ class Store:
 
     def edits(self, session_id: str) -> list[Edit]:
         """The context edits of the session's view, oldest first (the transcript itself is never edited)."""
-        rows = self._run("SELECT edit FROM context_edits WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+        rows = self.run("SELECT edit FROM context_edits WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
         return [Edit.model_validate_json(r[0]) for r in rows]
 
     def messages(self, session_id: str) -> list[dict[str, Any]]:
-        rows = self._run("SELECT message FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)).fetchall()
+        rows = self.run("SELECT message FROM messages WHERE session_id = ? ORDER BY idx", (session_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     # ------------------------------------------------------------------ events
 
     def event_bytes(self, session_id: str) -> int:
         """How many bytes the session's stored events take."""
-        row = self._run(f"SELECT COALESCE(SUM({self.BYTES}), 0) FROM events WHERE session_id = ?", (session_id,))
+        row = self.run(f"SELECT COALESCE(SUM({self.BYTES}), 0) FROM events WHERE session_id = ?", (session_id,))
         return int(row.fetchone()[0])
 
     @_writes
@@ -512,17 +435,17 @@ class Store:
         """Give the event the next sequence number of its session and write it; returns the bytes stored.
         With ``epoch``, only while the session is still at that epoch (fenced). ``fields`` of the session row are
         set in the same transaction: a reader that sees a turn's end in the row sees its ``session_finished`` too."""
-        with self._transaction(immediate=True):
+        with self.transaction(immediate=True):
             if fields:
                 self._set(event.session_id, epoch, fields)
             else:
                 self._fence(event.session_id, epoch)
-            row = self._run(
+            row = self.run(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
             ).fetchone()
             event.seq = row[0] + 1
             data = event.model_dump_json()
-            self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, event.seq, event.type, data))
+            self.run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, event.seq, event.type, data))
         return len(data.encode("utf-8", "surrogatepass"))
 
     def events_after(
@@ -530,7 +453,7 @@ class Store:
     ) -> list[Event]:
         """The next events after ``after``, in order: at most ``limit`` of them, and no more than ``max_bytes``
         of stored JSON past the first (one event may carry a command's whole captured output)."""
-        cursor = self._run(
+        cursor = self.run(
             "SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?", (session_id, after, limit)
         )
         events: list[Event] = []
@@ -607,7 +530,7 @@ class PostgresStore(Store):
             self._next_seq.clear()  # other processes may have written meanwhile: read the numbers again
         return self._db
 
-    def _run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+    def run(self, query: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
         """Run ``query``. A read outside a transaction whose connection was dropped is tried once more on a new
         one; a write is not (it may have committed before the connection went): its caller sees the error."""
         import psycopg
@@ -631,7 +554,7 @@ class PostgresStore(Store):
             cursor.executemany(self._sql(query), rows)
 
     @contextlib.contextmanager
-    def _transaction(self, immediate: bool = False) -> Iterator[None]:
+    def transaction(self, immediate: bool = False) -> Iterator[None]:
         import psycopg
 
         conn = self._connected()
@@ -647,7 +570,7 @@ class PostgresStore(Store):
             self._in_transaction = False
 
     def _columns(self, table: str) -> set[str]:
-        rows = self._run(
+        rows = self.run(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
             "AND table_name = ?",
             (table,),
@@ -658,7 +581,7 @@ class PostgresStore(Store):
         return super()._text(value).replace("\x00", "\ufffd")
 
     def _lock_schema(self) -> None:
-        self._run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+        self.run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
 
     @_writes
     def append_event(self, event: Event, epoch: int | None = None, fields: dict[str, Any] | None = None) -> int:
@@ -671,11 +594,11 @@ class PostgresStore(Store):
         for _ in range(5):
             seq = self._next_seq.get(event.session_id)
             try:
-                with self._transaction() if fields else contextlib.nullcontext():
+                with self.transaction() if fields else contextlib.nullcontext():
                     if fields:
                         self._set(event.session_id, epoch, fields)
                     if seq is None:
-                        row = self._run(
+                        row = self.run(
                             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (event.session_id,)
                         )
                         seq = int(row.fetchone()[0]) + 1
@@ -695,9 +618,9 @@ class PostgresStore(Store):
     def _insert_event(self, event: Event, seq: int, data: str, epoch: int | None) -> None:
         """The INSERT; fenced by ``epoch`` unless None (unfenced, or fenced by the row's update before it)."""
         if epoch is None:
-            self._run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
+            self.run("INSERT INTO events VALUES (?,?,?,?)", (event.session_id, seq, event.type, data))
         else:
-            inserted = self._run(
+            inserted = self.run(
                 "INSERT INTO events SELECT id, CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS TEXT) "
                 "FROM sessions WHERE id = ? AND epoch = ? FOR SHARE",
                 (seq, event.type, data, event.session_id, epoch),
@@ -778,7 +701,7 @@ def open_store(settings: Settings) -> Store:
     return Store(settings.data_dir / "cubicle.db")
 
 
-def _record(row: tuple[Any, ...]) -> Row:
+def row_from(row: tuple[Any, ...]) -> Row:
     (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
      environment, epoch, lease_expires) = row  # fmt: skip
     return Row(

@@ -1,4 +1,4 @@
-"""Red-team findings against the viewer's server side (controller/server/webui.py), without Docker.
+"""Red-team findings against the viewer's server side (controller/server/webui.py and webauth.py), without Docker.
 
 Each test states the property that should hold; a failing test is an open finding.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from controller.server import webui
+from controller.server import webauth
 from controller.server.api import create_app
 from controller.testing import NoSandbox
 from tests.unit.test_webui import HERE, TOKEN, _settings
@@ -29,7 +29,7 @@ def _sign_in(client: TestClient) -> str:
     response = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": HERE})
     assert response.status_code == 200
     client.headers["X-Cubicle-Key"] = response.json()["key"]
-    cookie = client.cookies.get(webui.COOKIE)
+    cookie = client.cookies.get(webauth.COOKIE)
     assert cookie
     return cookie
 
@@ -44,14 +44,14 @@ def test_finding_unauthenticated_logout_flushes_the_revocation_list(client: Test
     assert client.post("/ui/logout", headers={"Origin": HERE}).status_code == 204
     client.cookies.clear()
     assert (
-        client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"}).status_code == 401
+        client.get("/v1/sessions", headers={"Cookie": f"{webauth.COOKIE}={stolen}"}).status_code == 401
     )  # revoked: good
 
     for i in range(200):  # the attacker: no token, no cookie of its own, no Origin
         forged = f"999999999999.flood{i}.not-a-mac"
-        assert client.post("/ui/logout", headers={"Cookie": f"{webui.COOKIE}={forged}"}).status_code == 204
+        assert client.post("/ui/logout", headers={"Cookie": f"{webauth.COOKIE}={forged}"}).status_code == 204
 
-    replay = client.get("/v1/sessions", headers={"Cookie": f"{webui.COOKIE}={stolen}"})
+    replay = client.get("/v1/sessions", headers={"Cookie": f"{webauth.COOKIE}={stolen}"})
     assert replay.status_code == 401, "a cookie revoked by sign-out works again after a flood of forged sign-outs"
 
 
@@ -60,9 +60,9 @@ def test_finding_forged_logouts_fill_the_servers_memory(client: TestClient) -> N
     header size, and kept until its forged expiry (year 33658): 10,000 of them are hundreds of MB
     that no one signed in for. Only a cookie this server signed should be remembered."""
     client.cookies.clear()
-    revoked: webui.Revocations = client.app.state.revoked  # type: ignore[attr-defined]
+    revoked: webauth.Revocations = client.app.state.revoked  # type: ignore[attr-defined]
     before = len(revoked)
     big = "n" * 60_000
-    assert client.post("/ui/logout", headers={"Cookie": f"{webui.COOKIE}=999999999999.{big}.x"}).status_code == 204
+    assert client.post("/ui/logout", headers={"Cookie": f"{webauth.COOKIE}=999999999999.{big}.x"}).status_code == 204
     grown = len(revoked) - before
     assert grown == 0, f"an unauthenticated sign-out stored {grown} sign-outs"

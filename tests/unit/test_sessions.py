@@ -276,7 +276,11 @@ async def test_a_served_turn_records_its_calls_and_its_end_through_the_same_driv
     assert kinds.count("tool_call") == 2 == kinds.count("tool_result") and kinds[-1] == "session_finished"
     assert "This test runs without a sandbox." in answers[0] and "no_such_tool" in answers[1]
     ended = sessions.get(record.id)
-    assert (ended.status, ended.finish_reason, ended.detail) == ("idle", "end_turn", "the client went after 2 tool calls")
+    assert (ended.status, ended.finish_reason, ended.detail) == (
+        "idle",
+        "end_turn",
+        "the client went after 2 tool calls",
+    )
     assert controller.made[0].stops >= 1
     late = await live.call("list_files", {})
     assert (late.is_error, late.text) == (True, "This session has ended.")

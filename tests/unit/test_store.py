@@ -13,6 +13,7 @@ import pytest
 
 from controller.config import Settings
 from controller.errors import ConfigError, StoreError
+from controller.server.leases import Leases
 from controller.server.store import EVENTS, SCHEMA_VERSION, PostgresStore, Row, Store, channel, open_store
 from controller.wire.events import StatusEvent, Usage
 from controller.wire.limits import Limits
@@ -42,7 +43,7 @@ def record(sid: str, task: str = "t", status: str = "idle") -> Row:
 
 
 def version(store: Store) -> list[int]:
-    return [row[0] for row in store._run("SELECT version FROM schema_version").fetchall()]
+    return [row[0] for row in store.run("SELECT version FROM schema_version").fetchall()]
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,7 @@ async def test_two_deployments_on_two_schemas_of_one_database_hear_only_their_ow
             for name, store in stores.items():
                 store.insert(record(f"s_{name}"))
                 store.append_event(StatusEvent(session_id=f"s_{name}", status="running"))
-                store.send_command(f"s_{name}", "cancel")
+                Leases(store, "owner", 30).send(f"s_{name}", "cancel")
             async with asyncio.timeout(10):
                 while len(heard["first"]) < 2 or len(heard["second"]) < 2:
                     await asyncio.sleep(0.02)

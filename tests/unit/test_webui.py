@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from controller.agent.scripted import Block, Scenario, ScriptedServer, Turn, serve_in_thread
 from controller.config import Settings
-from controller.server import webui
+from controller.server import webauth, webui
 from controller.server.api import create_app
 from controller.testing import LOOPBACK, NoSandbox
 from tests.sandbox_defaults import owned_dir
@@ -111,12 +111,12 @@ def test_a_cookie_request_that_changes_something_needs_this_origin(client: TestC
 
 def test_cookies_expire_are_bound_to_the_token_and_can_be_revoked(client: TestClient) -> None:
     now = time.time()
-    revoked: webui.Revocations = client.app.state.revoked  # type: ignore[attr-defined]
+    revoked: webauth.Revocations = client.app.state.revoked  # type: ignore[attr-defined]
     token = SecretStr(TOKEN)
-    good = webui.issue(token, 60, now)
-    assert webui.verify(token, good, now, revoked)
-    assert not webui.verify(token, good, now + 61, revoked)  # expired
-    assert not webui.verify(SecretStr("another-token-of-this-server"), good, now, revoked)
+    good = webauth.issue(token, 60, now)
+    assert webauth.verify(token, good, now, revoked)
+    assert not webauth.verify(token, good, now + 61, revoked)  # expired
+    assert not webauth.verify(SecretStr("another-token-of-this-server"), good, now, revoked)
     expires, nonce, mac = good.split(".")
     for forged in (
         f"{int(expires) + 999}.{nonce}.{mac}",
@@ -125,9 +125,9 @@ def test_cookies_expire_are_bound_to_the_token_and_can_be_revoked(client: TestCl
         "",
         "a.b.c",
     ):
-        assert not webui.verify(token, forged, now, revoked), forged
-    webui.revoke(good, now, revoked)
-    assert not webui.verify(token, good, now, revoked)
+        assert not webauth.verify(token, forged, now, revoked), forged
+    webauth.revoke(good, now, revoked)
+    assert not webauth.verify(token, good, now, revoked)
 
     _sign_in(client)
     assert client.get("/v1/sessions").status_code == 200
@@ -185,7 +185,7 @@ def test_a_sign_out_holds_on_every_controller_of_the_database_and_after_a_restar
 
     with app() as first, app() as second:
         key = _sign_in(first)
-        cookie = {"Cookie": f"{webui.COOKIE}={first.cookies[webui.COOKIE]}", "X-Cubicle-Key": key}
+        cookie = {"Cookie": f"{webauth.COOKIE}={first.cookies[webauth.COOKIE]}", "X-Cubicle-Key": key}
         first.cookies.clear()
         assert second.get("/v1/sessions", headers=cookie).status_code == 200
         assert first.post("/ui/logout", headers={**cookie, "Origin": HERE}).status_code == 204
@@ -221,15 +221,15 @@ def test_a_stream_opened_with_a_cookie_ends_once_it_is_signed_out(tmp_path: Path
 
 def test_a_long_response_asks_the_store_at_most_every_second_and_a_store_gone_ends_it(client: TestClient) -> None:
     key = _sign_in(client)
-    cookie = f"{webui.COOKIE}={client.cookies[webui.COOKIE]}"
+    cookie = f"{webauth.COOKIE}={client.cookies[webauth.COOKIE]}"
     app = client.app
     scope = {"type": "http", "method": "GET", "path": "/v1/sessions/x/events", "query_string": b"", "app": app,
              "headers": [(b"cookie", cookie.encode()), (b"x-cubicle-key", key.encode())]}  # fmt: skip
-    check = webui.still_let_in(Request(scope), SecretStr(TOKEN))
+    check = webauth.still_let_in(Request(scope), SecretStr(TOKEN))
     assert check(), "just let in"
     app.state.sessions.store.close()  # type: ignore[attr-defined]  # the database goes away mid-stream
     assert check(), "within a second of the last look the store is not asked again"
-    time.sleep(webui.RECHECK_S + 0.05)
+    time.sleep(webauth.RECHECK_S + 0.05)
     assert not check(), "a store that cannot answer counts as a sign-out"
 
 

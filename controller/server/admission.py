@@ -1,0 +1,60 @@
+"""Whether a turn may start: the controller's capacity, and the disk its sessions may fill, one start at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator
+
+from ..config import Settings
+from ..errors import CapacityError
+from ..workspace.layer import DiskQuota
+from ..workspace.manager import Workspaces
+from .table import Loaded
+
+
+class Admission:
+    """The checks a new session or a follow-up passes before its turn is claimed."""
+
+    def __init__(self, settings: Settings, workspaces: Workspaces, loaded: Loaded) -> None:
+        self.settings = settings
+        self.workspaces = workspaces
+        self.loaded = loaded
+        self._lock = asyncio.Lock()
+
+    def check_capacity(self) -> None:
+        """Refuse a turn past ``max_concurrent_sessions`` running in this process."""
+        cap = self.settings.max_concurrent_sessions
+        if len(self.loaded.running()) >= cap:
+            raise CapacityError(
+                f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
+            )
+
+    async def refuse_overcommit(self, quota: DiskQuota, running: list[str], session_id: str | None = None) -> None:
+        """Refuse a session whose disk quota, with those of the ``running`` sessions, the data disk cannot hold."""
+        settings = self.settings
+        await asyncio.to_thread(
+            self.workspaces.refuse_overcommit, quota, running, settings.min_free_mb, session_id,
+            settings.session_events_mb,
+        )  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def one_at_a_time(self) -> AsyncIterator[None]:
+        """One admission at a time: in this process (a lock) and across processes on the data directory (an flock
+        on ``admission.lock``), so two starts cannot both pass the free-space check before either is counted."""
+        async with self._lock:
+            path = self.settings.data_dir / "admission.lock"
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                while True:  # polled, not a blocking call in a thread that a cancellation would leave behind
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(0.02)
+                yield
+            finally:
+                os.close(fd)
