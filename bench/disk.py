@@ -27,11 +27,11 @@ from bench.measure import Report, Row, Sample, ms
 from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, section_main
 from controller.config import Settings
 from controller.environment.buildinputs import definition_files
+from controller.sandbox import mounters
 from controller.sandbox.docker import DockerSandbox
 from controller.wire import protocol
 from controller.wire.limits import Limits
 from controller.wire.protocol import CommandResult
-from controller.workspace import quota as disks
 from controller.workspace.layer import DiskQuota
 from controller.workspace.manager import Workspaces
 
@@ -55,7 +55,7 @@ def sandbox(
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     repo = make_repo(root, "disk")
     data = root / "disk-data"
-    quotas = disks.choose("auto", lambda: client, image, data, Settings().docker_host)
+    quotas = mounters.choose("auto", lambda: client, image, data, Settings().docker_host)
     assert quotas is not None
     workspaces = Workspaces(data, None, quotas)
     quota_box = sandbox(client, image, repo, workspaces, QUOTA)

@@ -21,9 +21,9 @@ from bench.disk import sandbox
 from bench.measure import Report, Sample, ms
 from bench.rows import LIMITS, make_repo, section_main
 from controller.config import Settings
+from controller.sandbox import mounters
 from controller.sandbox.docker import DockerSandbox
 from controller.wire import protocol
-from controller.workspace import quota as disks
 from controller.workspace.layer import DiskQuota
 from controller.workspace.manager import Workspaces
 
@@ -70,7 +70,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     seconds = 5.0 if quick else 10.0
     repo = make_repo(root, "diskio")
     data = root / "diskio-data"
-    quotas = disks.choose("auto", lambda: client, image, data, Settings().docker_host)
+    quotas = mounters.choose("auto", lambda: client, image, data, Settings().docker_host)
     assert quotas is not None
     workspaces = Workspaces(data, None, quotas)
     top = Settings().max_limits

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .wire.limits import Limits
@@ -53,6 +53,27 @@ def duration_s(text: str) -> float:
     return float(match.group(1)) * UNIT_S[match.group(2)]
 
 
+class DockerBackend(BaseModel):
+    """Sandboxes as containers on one Docker engine (``docker_host``): the backend that runs today."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["docker"] = "docker"
+
+
+class KubernetesBackend(BaseModel):
+    """Sandboxes as Pods in a cluster: designed (docs/kubernetes.md), not yet runnable. Choosing it is refused with
+    that said, before anything starts; the design's module is never imported unless asked for."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["kubernetes"]
+    namespace: str = Field("cubicle-sandboxes", description="The namespace the sandbox Pods go in.")
+    context: str | None = Field(None, description="The kubeconfig context to use; the current one if unset.")
+
+
+Backend = Annotated[DockerBackend | KubernetesBackend, Field(discriminator="kind")]
+"""Where sessions' sandboxes run, chosen by ``kind`` (``CUBICLE_BACKEND__KIND``)."""
+
+
 class Settings(BaseSettings):
     """Cubicle's configuration; CLI flags override it, tests build their own."""
 
@@ -72,6 +93,11 @@ class Settings(BaseSettings):
     max_tokens: int = Field(8192, ge=1, le=128_000, description="max_tokens of each model reply.")
     system_prompt: str | None = Field(None, description="Replaces the built-in system prompt.")
     model_retries: int = Field(4, ge=0, le=20, description="Retries of 429, 529 and 5xx answers, with backoff.")
+    backend: Backend = Field(
+        default_factory=DockerBackend,
+        description="Where sandboxes run, by kind (CUBICLE_BACKEND__KIND): docker (the default) or kubernetes "
+        "(designed, not yet runnable: refused with a note).",
+    )
     image: str = Field(DEFAULT_IMAGE, description="The sandbox image.")
     allowed_images: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -17,16 +17,16 @@ from ..agent import scripted
 from ..config import Settings
 from ..environment import build as environment_image
 from ..environment.setups import Setups
-from ..errors import CubicleError
-from ..sandbox import engine, images, owners
+from ..errors import ConfigError, CubicleError
+from ..sandbox import engine, images, mounters, owners
 from ..sandbox import isolation as runtimes
+from ..sandbox.backends import open_backend
 from ..sandbox.docker import clear_as_root
 from ..server import accesslog
 from ..server.sessions import Expiry, Sessions
 from ..server.store import open_store
 from ..wire.policies import Edit
 from ..wire.sessions import SessionRecord
-from ..workspace import quota as disks
 from ..workspace.manager import Workspaces
 from . import terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
@@ -142,7 +142,7 @@ def gc(
         print(f"removed the environment image {tag}")
     store = open_store(settings)
     try:
-        quotas = disks.choose(
+        quotas = mounters.choose(
             settings.disk_quota, lambda: client, settings.image, settings.data_dir, settings.docker_host
         )
         workspaces = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image), quotas)
@@ -226,6 +226,10 @@ def serve(
             )
     if not settings.repo_roots:
         _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
+    try:
+        open_backend(settings).close()  # a backend that cannot run is a usage error now, not a failed startup
+    except ConfigError as err:
+        raise fail(str(err), EXIT_USAGE) from None
     uvicorn.run(
         create_app(settings), host=bind, port=port or settings.port, log_level="info", log_config=accesslog.log_config()
     )

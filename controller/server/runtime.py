@@ -1,12 +1,13 @@
 """The runtime: what a session runs on, assembled from Settings in one place for the CLI and the API alike.
 
-It owns the Docker engine's client and the model SDK client (each made once, on first use)
+It owns the sandbox backend and the model SDK client (each connected once, on first use)
 and builds each session's sandbox and each turn's agent from them. A new capability (a
 workspace layer, another kind of environment, MCP tools) is a module of its own plus a
 line here, not a branch in the CLI and the API.
 
-Settings cannot choose the sandbox implementation: only ``DockerSandbox`` is built from
-them. Tests pass a ``sandbox_factory`` in code to run without Docker.
+Where sandboxes run is the backend's (``sandbox.backends``, chosen by ``Settings.backend``):
+this module asks it for a session's sandbox, an image, a sweep or a removal, and never talks to
+an engine itself. Tests pass a ``sandbox_factory`` in code to run without one.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from docker.errors import DockerException
-
 from ..agent import tools
 from ..agent.compactor import Compactor
 from ..agent.loop import Agent, SaveTranscript, TurnEnd
@@ -25,17 +24,14 @@ from ..agent.model import SYSTEM_PROMPT, Model
 from ..agent.tools import Approver
 from ..config import Settings
 from ..environment.preparation import Environments
-from ..errors import DockerUnavailableError, SandboxError
-from ..sandbox import docker as sandbox
-from ..sandbox import images, owners
-from ..sandbox.docker import DockerSandbox, Sandbox
-from ..sandbox.engine import Engine
+from ..sandbox import owners
+from ..sandbox.backends import open_backend
+from ..sandbox.docker import Sandbox
 from ..wire.environment import Environment
 from ..wire.events import EventSink
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy, briefing
 from ..wire.policies import ContextPolicy
-from ..workspace import quota as disks
 from ..workspace.manager import Workspaces
 from ..workspace.offload import Offload
 
@@ -51,16 +47,14 @@ class Runtime:
 
     def __init__(self, settings: Settings, sandbox_factory: SandboxFactory | None = None) -> None:
         self.settings = settings
-        self.engine = Engine(settings.docker_host)
-        self._sandbox_factory = sandbox_factory or self._docker_sandbox
-        self._uses_docker = sandbox_factory is None
-        quotas = settings.disk_quota if sandbox_factory is None else "off"  # such sandboxes never mount the layer
+        self.backend = open_backend(settings)
+        self._sandbox_factory = sandbox_factory
         self.workspaces = Workspaces(
-            settings.data_dir, self._clear_as_root,
-            disks.choose(quotas, self.engine.client, settings.image, settings.data_dir, settings.docker_host),
+            settings.data_dir, self.backend.clear_as_root,
+            None if sandbox_factory is not None else self.backend.disks(),  # such sandboxes never mount the layer
             Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
         )  # fmt: skip
-        self.environments = Environments(settings, self._clear_as_root)
+        self.environments = Environments(settings, self.backend.clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
     def check_model(self) -> None:
@@ -68,45 +62,35 @@ class Runtime:
         self._client()
 
     async def ensure_image(self, network: NetworkPolicy | None = None) -> None:
-        """Connect to the engine and make sure the sandbox image is there (building it when allowed),
-        and the egress proxy's too when ``network`` is an allow policy."""
-        client = await asyncio.to_thread(self.engine.client)
-        await asyncio.to_thread(images.ensure, client, self.settings.image, self.settings.auto_build_image)
-        if network is not None and network.level == "allow":
-            await asyncio.to_thread(
-                images.ensure, client, self.settings.proxy_image, self.settings.auto_build_image, context=images.PROXY
-            )
+        """Make sure the sandbox image is there (building it when allowed), and the egress proxy's too when
+        ``network`` is an allow policy."""
+        await self.backend.ensure_image(network)
 
     async def sweep(self) -> owners.Sweep:
         """Remove the containers of this instance's dead controllers."""
-        client = await asyncio.to_thread(self.engine.client)
-        return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
+        return await self.backend.sweep()
 
     async def remove_containers(self, session_id: str) -> None:
         """Remove the session's container and volume wherever they came from (a sandbox of another process too).
 
-        Without an engine there is nothing of the session's to remove. Sandboxes from a
-        ``sandbox_factory`` run no containers, so there is nothing to ask the engine then either.
+        Sandboxes from a ``sandbox_factory`` run no containers, so there is nothing to ask the backend then.
         """
-        if not self._uses_docker:
-            return
-        try:
-            client = await asyncio.to_thread(self.engine.client)
-        except DockerUnavailableError:
-            return
-        try:
-            await asyncio.to_thread(owners.remove_session, client, session_id)
-        except DockerException as err:
-            raise SandboxError(f"The container of session {session_id} could not be removed: {err}.") from None
+        if self._sandbox_factory is None:
+            await self.backend.remove(session_id)
 
     def sandbox(
         self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
         sink: EventSink | None = None,
     ) -> Sandbox:  # fmt: skip
-        """The session's sandbox; a Docker one prepares ``environment`` first, its progress going to ``sink``."""
-        if not self._uses_docker:
+        """The session's sandbox over its workspace layer (made by ``workspaces.create`` with the session); it
+        prepares ``environment`` first, its progress going to ``sink``."""
+        if self._sandbox_factory is not None:
             return self._sandbox_factory(repo, session_id, limits)
-        return self._docker_sandbox(repo, session_id, limits, environment, sink)
+        layer = self.workspaces.open(session_id)
+        preparer = None
+        if environment is not None and sink is not None:
+            preparer = self.environments.preparer(session_id, layer, environment, limits, sink)
+        return self.backend.sandbox(session_id, layer, limits, preparer, self.workspaces)
 
     def agent(
         self,
@@ -153,7 +137,7 @@ class Runtime:
         if self._model_client is not None:
             await self._model_client.close()
         await asyncio.to_thread(self.workspaces.close)
-        await asyncio.to_thread(self.engine.close)
+        await asyncio.to_thread(self.backend.close)
 
     def _client(self) -> anthropic.AsyncAnthropic:
         if self._model_client is None:
@@ -167,22 +151,3 @@ class Runtime:
 
         edits = context.server_edits() if context is not None else None
         return AnthropicModel(self._client(), name, self.settings.max_tokens, edits)
-
-    def _clear_as_root(self, directory: Path) -> None:
-        sandbox.clear_as_root(self.engine.client(), self.settings.image, directory)
-
-    def _docker_sandbox(
-        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
-        sink: EventSink | None = None,
-    ) -> Sandbox:  # fmt: skip
-        """The session's container over its workspace layer (made by ``workspaces.create`` with the session)."""
-        settings = self.settings
-        layer = self.workspaces.open(session_id)
-        preparer = None
-        if environment is not None and sink is not None:
-            preparer = self.environments.preparer(session_id, layer, environment, limits, sink)
-        return DockerSandbox(
-            self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
-            instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
-            proxy_image=settings.proxy_image, outside=settings.outside(), holder=self.workspaces,
-        )  # fmt: skip

@@ -36,7 +36,6 @@ from ..agent.tools import Approver
 from ..config import Settings
 from ..environment.buildinputs import definition_files
 from ..errors import ConflictError, CubicleError, NotFoundError
-from ..sandbox import isolation as runtimes
 from ..sandbox import owners
 from ..wire.changes import ApplyResult, Changes, Checkpoint, RevertResult
 from ..wire.environment import EnvironmentRequest
@@ -313,7 +312,7 @@ class Sessions:
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
-        runtimes.check(limits, self.settings)
+        self.runtime.backend.check(limits)
         async with self.admission.one_at_a_time():  # the check and the row it counts on, one start at a time
             return await self._admit(repo, task, model, limits, context, apply, prefix, resolved)
 

@@ -96,6 +96,16 @@ def context() -> str:
     return _table(ContextPolicy, "CUBICLE_CONTEXT__")
 
 
+def backend() -> str:
+    from controller.config import DockerBackend, KubernetesBackend
+
+    def kinds(model: type[BaseModel]) -> str:
+        return _table(model, "CUBICLE_BACKEND__").split("\n", 2)[2]
+
+    head = "| variable | default | bounds | meaning |\n|---|---|---|---|\n"
+    return head + kinds(DockerBackend) + kinds(KubernetesBackend).replace("| required |", "| `kubernetes` |", 1)
+
+
 def events() -> str:
     import typing
 
@@ -123,4 +133,4 @@ def routes() -> str:
     return "| route | what | statuses |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
-TABLES = {"settings": settings, "limits": limits, "context": context, "events": events, "routes": routes}
+TABLES = {"settings": settings, "limits": limits, "context": context, "backend": backend, "events": events, "routes": routes}
