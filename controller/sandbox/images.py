@@ -1,7 +1,8 @@
 """Cubicle's images: find one on the engine, build it from the context shipped in this package.
 
-Two images are built from package data: the sandbox (``sandbox_image``) and the egress proxy
-of ``allow`` network policies (``proxy_image``). Each is a ``Context``; every function here
+Two images are built from files this installation carries: the sandbox (``sandbox-image/`` and
+``Dockerfile.sandbox`` at the top of a checkout; ``controller/sandbox_image/`` in a wheel) and
+the egress proxy of ``allow`` network policies (``controller/proxy_image``). Each is a ``Context``; every function here
 takes one and defaults to the sandbox's.
 """
 
@@ -20,31 +21,45 @@ from ..errors import ImageMissingError, SandboxError
 BUILD_COMMAND = "cubicle image build"
 DOCKERFILE = "Dockerfile"
 PACKAGE = Path(__file__).resolve().parents[1]
-"""The ``controller`` package's directory, which carries both images' build contexts as package data."""
-CONTEXT = PACKAGE / "sandbox_image"
-"""The image's build context: package data, so a wheel install can build the image as well as a checkout."""
+"""The ``controller`` package's directory, which carries the proxy's build context as package data."""
+CHECKOUT = PACKAGE.parent
+"""The repository, when this package runs from a checkout (an editable install)."""
 TOOLBOX = "toolbox"
 """The toolbox's directory in the context; the image runs it as a directory (see its ``__main__``)."""
 
 
 @dataclass(frozen=True)
 class Context:
-    """One image's build context in the package: what it is called in messages, where it is, what it needs."""
+    """One image's build context: what it is called in messages, where it is, its Dockerfile, what it needs."""
 
     what: str
     path: Path
-    needs: tuple[str, ...] = (DOCKERFILE,)
+    dockerfile: Path
+    needs: tuple[str, ...] = ()
 
     def present(self) -> Path | None:
-        return self.path if all((self.path / name).is_file() for name in self.needs) else None
+        files = [self.dockerfile, *(self.path / name for name in self.needs)]
+        return self.path if all(path.is_file() for path in files) else None
 
 
-SANDBOX = Context("sandbox", CONTEXT, (DOCKERFILE, f"{TOOLBOX}/__main__.py", "statx.c"))
-PROXY = Context("egress proxy", PACKAGE / "proxy_image", (DOCKERFILE, "entrypoint.sh"))
+def _sandbox() -> Context:
+    """The sandbox image's context: the top-level ``sandbox-image/`` with ``Dockerfile.sandbox`` in a checkout (their
+    one source), or the copy a wheel carries as ``controller/sandbox_image/`` (made by setup.py at build time)."""
+    needs = (f"{TOOLBOX}/__main__.py", "statx.c", "profile.sh")
+    packaged = PACKAGE / "sandbox_image"
+    if (packaged / DOCKERFILE).is_file():
+        return Context("sandbox", packaged, packaged / DOCKERFILE, needs)
+    return Context("sandbox", CHECKOUT / "sandbox-image", CHECKOUT / "Dockerfile.sandbox", needs)
+
+
+SANDBOX = _sandbox()
+CONTEXT = SANDBOX.path
+"""The sandbox image's build context, where this installation has it."""
+PROXY = Context("egress proxy", PACKAGE / "proxy_image", PACKAGE / "proxy_image" / DOCKERFILE, ("entrypoint.sh",))
 
 
 def build_context(context: Context = SANDBOX) -> Path | None:
-    """The directory holding the image's Dockerfile and files, or None if this installation lacks it."""
+    """The directory holding the image's files, or None if this installation lacks it."""
     return context.present()
 
 
@@ -66,7 +81,7 @@ def build(
     image_id = ""
     try:
         stream = client.api.build(
-            path=str(path), dockerfile=DOCKERFILE, tag=tag, buildargs=buildargs, rm=True, decode=True
+            path=str(path), dockerfile=str(context.dockerfile), tag=tag, buildargs=buildargs, rm=True, decode=True
         )
         for chunk in stream:
             if "error" in chunk:

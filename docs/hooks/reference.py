@@ -133,4 +133,11 @@ def routes() -> str:
     return "| route | what | statuses |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
-TABLES = {"settings": settings, "limits": limits, "context": context, "backend": backend, "events": events, "routes": routes}
+TABLES = {
+    "settings": settings,
+    "limits": limits,
+    "context": context,
+    "backend": backend,
+    "events": events,
+    "routes": routes,
+}

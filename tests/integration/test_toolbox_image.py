@@ -146,6 +146,6 @@ GUARDED_FILES = (
 
 
 def _package_sources() -> list[Path]:
-    from controller.sandbox_image import toolbox
+    import toolbox
 
     return sorted(Path(toolbox.__file__).parent.glob("*.py"))

@@ -1,7 +1,7 @@
 """The package's own import graph, read from the source (function-level imports included).
 
 Modules are named relative to the package (``sessions``, ``workspace.apply``); a subpackage is
-its ``__init__``. The toolbox (``sandbox_image``) runs inside the container and is left out.
+its ``__init__``. The toolbox (``sandbox-image/``) is not part of the package.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ PACKAGE = Path(controller.__file__).parent
 
 
 def modules() -> list[str]:
-    """Every module of the package but the toolbox's, by dotted name relative to the package."""
+    """Every module of the package, by dotted name relative to the package."""
     names = []
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
-        if parts[0] != "sandbox_image" and parts != ("__init__",):
+        if parts != ("__init__",):
             names.append(".".join(parts).removesuffix(".__init__"))
     return sorted(names)
 

@@ -20,7 +20,7 @@ from controller.errors import SandboxError
 from controller.sandbox import kubernetes
 from controller.sandbox.docker import HOME, WORKSPACE, container_options
 from controller.sandbox.egress import PORT, PROXY_UID, ROLE, SPECIAL
-from controller.sandbox.images import CONTEXT
+from controller.sandbox.images import SANDBOX
 from controller.sandbox.kubernetes import Cluster, Manifest, Owner, manifests, session_manifests
 from controller.sandbox.owners import SESSION
 from controller.wire.limits import Limits
@@ -197,7 +197,7 @@ def test_the_toolbox_is_execd_beside_a_pid_1_that_runs_nothing() -> None:
     box = container(one(generate(Limits()), "Pod", "sandbox"))
     assert box["command"] == kubernetes.PAUSE and "args" not in box
     assert box["stdin"] is False and box["tty"] is False  # the main process reads nothing: exec brings its own stdin
-    dockerfile = (CONTEXT / "Dockerfile").read_text()
+    dockerfile = SANDBOX.dockerfile.read_text()
     (cmd,) = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
     assert json.loads(cmd.removeprefix("CMD ")) == kubernetes.TOOLBOX
 

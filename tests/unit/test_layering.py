@@ -36,8 +36,6 @@ def modules() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
-        if parts[0] == "sandbox_image":
-            continue  # the toolbox runs inside the container and imports nothing of ours
         package = parts[:-1]
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         targets = graph.setdefault(name, set())
@@ -99,7 +97,7 @@ def test_no_two_packages_import_each_other() -> None:
 
 def test_no_two_names_differ_by_one_letter_added() -> None:
     """``runtime`` beside ``runtimes``, ``workspace`` beside ``workspaces``: a reader cannot tell which is which."""
-    names = {p.stem for p in PACKAGE.rglob("*.py") if "sandbox_image" not in p.parts} | {
+    names = {p.stem for p in PACKAGE.rglob("*.py")} | {
         p.name for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists()
     }
     pairs = [(a, b) for a in names for b in names if len(b) == len(a) + 1 and any(

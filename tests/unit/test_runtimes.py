@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from toolbox import guardian, seccomp
+from toolbox import relay as relays
+from toolbox.pool import Pool
 
 from controller import workspace
 from controller.config import Settings
@@ -16,9 +19,6 @@ from controller.errors import InvalidRequestError, SandboxError
 from controller.sandbox import isolation as runtimes
 from controller.sandbox import owners
 from controller.sandbox.docker import container_options
-from controller.sandbox_image.toolbox import guardian, seccomp
-from controller.sandbox_image.toolbox import relay as relays
-from controller.sandbox_image.toolbox.pool import Pool
 from controller.wire.limits import Limits
 from controller.wire.network import OPEN
 from tests.sandbox_defaults import AGENT_UID, owned_dir

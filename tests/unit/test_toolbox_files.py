@@ -19,18 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from controller.sandbox_image.toolbox.edits import edit_file
-from controller.sandbox_image.toolbox.errors import ToolError
-from controller.sandbox_image.toolbox.files import list_files, read_file, write_file
-from controller.sandbox_image.toolbox.limits import (
+from toolbox.edits import edit_file
+from toolbox.errors import ToolError
+from toolbox.files import list_files, read_file, write_file
+from toolbox.limits import (
     MAX_EDIT_FILE_BYTES,
     MAX_LINE_CHARS,
     MAX_LIST_ENTRIES,
     MAX_READ_BYTES,
     MAX_SCAN_BYTES,
 )
-from controller.sandbox_image.toolbox.workspace import Workspace
+from toolbox.workspace import Workspace
+
 from controller.wire.protocol import EditResult, ListResult, ReadResult, WriteResult
 from tests.tmpfs import small_tmpfs
 

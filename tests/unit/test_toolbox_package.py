@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import toolbox
 from hypothesis import given
 from hypothesis import strategies as st
+from toolbox.__main__ import serve
+from toolbox.capture import Capture
+from toolbox.protocol import NO_THREADS, Toolbox
+from toolbox.workspace import Workspace
 
 from controller.sandbox import images
-from controller.sandbox_image import toolbox
-from controller.sandbox_image.toolbox.__main__ import serve
-from controller.sandbox_image.toolbox.capture import Capture
-from controller.sandbox_image.toolbox.protocol import NO_THREADS, Toolbox
-from controller.sandbox_image.toolbox.workspace import Workspace
 from controller.wire.protocol import OPS, Response
 from tests.eventually import eventually
 
@@ -69,7 +69,7 @@ def test_main_rearranges_sys_path_before_any_other_import() -> None:
 def test_the_image_runs_the_directory_the_context_ships() -> None:
     context = images.build_context()
     assert context is not None
-    dockerfile = (context / images.DOCKERFILE).read_text()
+    dockerfile = images.SANDBOX.dockerfile.read_text()
     assert "COPY toolbox/*.py /opt/cubicle/toolbox/\n" in dockerfile
     cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
     assert cmd == ["/usr/bin/python3", "-I", "-S", "-u", "/opt/cubicle/toolbox"]
@@ -187,7 +187,7 @@ def test_busy_message_says_what_to_do() -> None:
 
 def test_the_sweep_refuses_to_run_outside_the_sandbox() -> None:
     """Imported on a host (as these tests do), the toolbox must never kill every other process."""
-    from controller.sandbox_image.toolbox import groups
+    from toolbox import groups
 
     with pytest.raises(RuntimeError, match="only inside its sandbox"):
         groups.sweep_strays()

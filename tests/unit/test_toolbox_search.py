@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from toolbox import search as search_module
+from toolbox.errors import ToolError
+from toolbox.search import LONG_LINE, glob_regex, search
+from toolbox.workspace import Workspace
 
-from controller.sandbox_image.toolbox import search as search_module
-from controller.sandbox_image.toolbox.errors import ToolError
-from controller.sandbox_image.toolbox.search import LONG_LINE, glob_regex, search
-from controller.sandbox_image.toolbox.workspace import Workspace
 from controller.wire.protocol import SearchResult
 
 

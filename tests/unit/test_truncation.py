@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from toolbox.capture import Capture
 
 from controller.agent.output import truncate_middle
-from controller.sandbox_image.toolbox.capture import Capture
 
 
 def test_text_within_limit_is_unchanged() -> None:

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
+from toolbox import limits
+from toolbox.protocol import Toolbox
+from toolbox.workspace import Workspace
 
 from controller.agent.tools import DEADLINE_MARGIN_S
-from controller.sandbox_image.toolbox import limits
-from controller.sandbox_image.toolbox.protocol import Toolbox
-from controller.sandbox_image.toolbox.workspace import Workspace
 from controller.wire import protocol
 from controller.wire.limits import Limits
 

@@ -27,8 +27,8 @@ The image runs this directory (``python3 -I -S -u /opt/cubicle/toolbox``); see
 ``__main__`` for how it then imports itself as the package ``toolbox``. Its modules
 import each other only relatively, so none of them is ever a top-level module that
 could stand in for a stdlib one. Importing the package runs nothing: the unit tests
-import it as ``controller.sandbox_image.toolbox`` and point a ``Workspace`` at a
-temporary directory.
+import it as ``toolbox`` too (pytest puts ``sandbox-image/`` on the path) and point a
+``Workspace`` at a temporary directory.
 
 Every sandbox start waits for this process to answer, and under gVisor each import
 costs milliseconds (about 50 µs a system call), so what is imported only for type
