@@ -26,7 +26,7 @@ from controller.sandbox import engine, images, owners
 from controller.sandbox.docker import WORKSPACE, DockerSandbox, container_options
 from controller.sandbox.egress import Route
 from controller.server.runtime import Runtime
-from controller.server.sessions import Sessions
+from controller.server.sessions import NewSession, Sessions
 from controller.server.store import Store
 from controller.wire import protocol
 from controller.wire.limits import Limits
@@ -389,7 +389,7 @@ async def concurrency(
             sessions = Sessions(settings, store, runtime)
             repos = [make_repo(root, f"c{n}-{i}") for i in range(n)]
             start = time.perf_counter()
-            records = [await sessions.create(repo, "bench", "bench-flow", LIMITS) for repo in repos]
+            records = [await sessions.create(NewSession(repo, "bench", "bench-flow", LIMITS)) for repo in repos]
             await asyncio.gather(*(sessions.join(r.id) for r in records))
             wall = time.perf_counter() - start
             finals = [store.get(r.id) for r in records]

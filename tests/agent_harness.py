@@ -15,7 +15,7 @@ import anthropic
 import pytest
 
 from controller.agent.anthropic_model import AnthropicModel
-from controller.agent.loop import Agent, Conversation, TurnOutcome
+from controller.agent.loop import Agent, Conversation, Hooks, TurnOutcome
 from controller.agent.model import SYSTEM_PROMPT
 from controller.agent.scripted import Scenario, ScriptedServer
 from controller.agent.tools import Approver
@@ -95,8 +95,8 @@ async def run_turn(
         sink=sink,
         limits=limits,
         system=SYSTEM_PROMPT,
-        approver=approver,
         context=context,
+        hooks=Hooks(approver=approver),
     )
     convo.add_user_text("do the task")
     try:

@@ -111,6 +111,7 @@ class AnthropicModel:
     ) -> Message:
         """One streamed request; a summary may not call tools and gets at most SUMMARY_MAX_TOKENS."""
         system_blocks, sent = with_cache_breakpoints(system, messages)
+        managed = self.context_management is not None and not summary
         try:
             request: dict[str, Any] = {
                 "model": self.name,
@@ -123,36 +124,42 @@ class AnthropicModel:
                 "extra_headers": headers,
             }
             stream: AsyncStream[RawMessageStreamEvent]
-            if self.context_management is not None and not summary:
+            if managed and self.context_management is not None:
                 stream = await self._client.beta.messages.create(  # type: ignore[call-overload]
                     **request, betas=[CONTEXT_MANAGEMENT_BETA], context_management=self.context_management
                 )
             else:
                 stream = await self._client.messages.create(**request)
             async with stream:
-                return await collect(stream, on_text, managed=self.context_management is not None and not summary)
-        except anthropic.AuthenticationError as err:
-            raise ModelError(
+                return await collect(stream, on_text, managed=managed)
+        except anthropic.APIError as err:
+            raise self._failed(err) from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:  # a reply of an odd shape
+            raise ModelError(f"The model's reply could not be read: {clean_text(str(err)[:300])}") from None
+
+    def _failed(self, err: anthropic.APIError) -> ModelError:
+        """What a failed request is to the user: the API's answer, and what to check."""
+        if isinstance(err, anthropic.AuthenticationError):
+            return ModelError(
                 f"The model API rejected the API key ({err.status_code}).", hint="Check ANTHROPIC_API_KEY."
-            ) from None
-        except anthropic.APIStatusError as err:
+            )
+        if isinstance(err, anthropic.APIStatusError):
             detail = clean_text(_detail(err))
             if err.status_code == 400 and "prompt is too long" in detail:
-                raise ContextOverflowError(f"The model API answered 400: {detail}") from None
+                return ContextOverflowError(f"The model API answered 400: {detail}")
             if err.status_code == 400 and "context_management" in detail and self.context_management is not None:
-                raise ModelError(
+                return ModelError(
                     f"The model API answered 400: {detail}",
                     hint="This endpoint lacks Anthropic's context-management beta, which the context strategy "
                     "'server' needs: use CUBICLE_CONTEXT__STRATEGY=auto (or the session's context.strategy).",
-                ) from None
-            raise ModelError(f"The model API answered {err.status_code}: {detail}") from None
-        except anthropic.APIConnectionError as err:
-            raise ModelError(
+                )
+            return ModelError(f"The model API answered {err.status_code}: {detail}")
+        if isinstance(err, anthropic.APIConnectionError):
+            return ModelError(
                 f"Could not reach the model API: {_sentence(str(err))}",
                 hint="Check ANTHROPIC_BASE_URL and the network.",
-            ) from None
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:  # a reply of an odd shape
-            raise ModelError(f"The model's reply could not be read: {clean_text(str(err)[:300])}") from None
+            )
+        raise err
 
 
 async def _ignore_text(text: str) -> None:

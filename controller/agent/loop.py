@@ -86,6 +86,19 @@ async def run_call(
     return outcome
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a turn calls out to, each optional: the approver asked before each change, the saving of the transcript
+    after each change to it, and the end of the turn (just before its ``session_finished``)."""
+
+    approver: Approver | None = None
+    save_transcript: SaveTranscript | None = None
+    on_turn_end: TurnEnd | None = None
+
+
+NO_HOOKS = Hooks()
+
+
 YIELD_EVERY_S = 0.005
 """How often a streaming reply lets the event loop serve others (its followers), at most: ~5 ms of latency, and
 the deltas in between reach a follower as one batch."""
@@ -103,21 +116,19 @@ class Agent:
         sink: EventSink,
         limits: Limits,
         system: str,
-        approver: Approver | None = None,
-        save_transcript: SaveTranscript | None = None,
         context: ContextPolicy | None = None,
-        on_turn_end: TurnEnd | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.session_id = session_id
         self._yielded = 0.0
-        self.on_turn_end = on_turn_end
+        self.on_turn_end = hooks.on_turn_end
         self.model = model
         self.sandbox = sandbox
         self.sink = sink
         self.limits = limits
         self.system = system
-        self.approver = approver
-        self.save_transcript = save_transcript
+        self.approver = hooks.approver
+        self.save_transcript = hooks.save_transcript
         self._tool_definitions = tools.definitions()
         self.context = context or ContextPolicy()
         self.compactor = Compactor(session_id, model, system, self._tool_definitions, self.context, self._emit)
@@ -138,21 +149,8 @@ class Agent:
         except asyncio.CancelledError:
             outcome = TurnOutcome("cancelled", "the turn was cancelled")
             await self._stop_sandbox()
-        except EntryLimitError as err:
-            outcome = TurnOutcome("too_many_entries", str(err))
-            await self._emit(ErrorEvent(session_id=self.session_id, kind="too_many_entries", message=str(err)))
-        except SandboxError as err:
-            outcome = TurnOutcome("error", str(err))
-            kind = "setup" if isinstance(err, SetupError) else "sandbox"
-            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
-        except ModelError as err:
-            outcome = TurnOutcome("error", str(err))
-            kind = "context" if isinstance(err, ContextOverflowError) else "model"
-            await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=str(err)))
-        except Exception as err:
-            log.exception("turn of session %s failed", self.session_id)
-            outcome = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}")
-            await self._emit(ErrorEvent(session_id=self.session_id, kind="internal", message=outcome.detail))
+        except Exception as err:  # noqa: BLE001 - each kind becomes the turn's end; _failed logs the unknown ones
+            outcome = await self._failed(err)
         if convo.answer_dangling(f"the turn stopped: {outcome.detail}", self._answered):
             await self._save(convo)
         if self.on_turn_end is not None:
@@ -166,6 +164,23 @@ class Agent:
                 detail=outcome.detail,
             )
         )
+        return outcome
+
+    async def _failed(self, err: Exception) -> TurnOutcome:
+        """How a turn that raised ends: its reason, and an error event that says what went wrong."""
+        if isinstance(err, EntryLimitError):
+            outcome, kind = TurnOutcome("too_many_entries", str(err)), "too_many_entries"
+        elif isinstance(err, SandboxError):
+            outcome, kind = TurnOutcome("error", str(err)), "setup" if isinstance(err, SetupError) else "sandbox"
+        elif isinstance(err, ModelError):
+            outcome, kind = (
+                TurnOutcome("error", str(err)),
+                "context" if isinstance(err, ContextOverflowError) else "model",
+            )
+        else:
+            log.exception("turn of session %s failed", self.session_id, exc_info=err)
+            outcome, kind = TurnOutcome("error", f"internal error: {type(err).__name__}: {err}"), "internal"
+        await self._emit(ErrorEvent(session_id=self.session_id, kind=kind, message=outcome.detail))
         return outcome
 
     async def _loop(self, convo: Conversation) -> TurnOutcome:

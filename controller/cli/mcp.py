@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -20,12 +21,12 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
-from ..server.live import LiveSession
+from ..server.live import LiveSession, Serve
 from ..server.runtime import Runtime
-from ..server.sessions import Sessions
+from ..server.sessions import NewSession, Sessions
 from ..server.store import open_store
 from ..wire.limits import Limits
-from . import terminal
+from . import options, terminal
 from .app import EXIT_OK, app, err_console, load_settings
 from .run import (
     STOP_SIGNALS,
@@ -69,20 +70,7 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
 
 async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> None:
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
-    from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
-
-    async def calls(live: LiveSession) -> str:
-        serving = asyncio.create_task(serve_stdio(live, __version__))
-        _on_signals(serving, signals)
-        try:
-            await serving
-        except (asyncio.CancelledError, BaseExceptionGroup):
-            if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
-                raise
-        # The handlers stay until everything is ended (see _ignore_signals): MCP clients close stdin, then send
-        # SIGTERM if the server has not exited a moment later, and that must not cut the clean-up short.
-        return f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
-
+    calls = _served_over_stdio(signals)
     runtime = Runtime(settings)
     try:
         await runtime.ensure_image(limits.network)
@@ -90,10 +78,10 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
         sessions = Sessions(settings, store, runtime)
         try:
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
-            record = await sessions.create(
-                repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network,
-                serve=calls,
-            )  # fmt: skip
+            new = NewSession(
+                repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
+            )
+            record = await sessions.create(new, serve=calls)
             live = sessions.loaded(record.id)
             assert live is not None and live.task is not None
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
@@ -109,6 +97,27 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
     finally:
         await runtime.close()
         _ignore_signals()
+
+
+def _served_over_stdio(signals: list[int]) -> Serve:
+    """The session's calls: the MCP SDK's server over stdin/stdout, until the client goes or a stop signal comes
+    (appended to ``signals``); what ended it, for the session's record."""
+
+    async def calls(live: LiveSession) -> str:
+        from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
+
+        serving = asyncio.create_task(serve_stdio(live, __version__))
+        _on_signals(serving, signals)
+        try:
+            await serving
+        except (asyncio.CancelledError, BaseExceptionGroup):
+            if not signals:  # a signal stops the SDK's task group, whatever it was doing: that is the end
+                raise
+        # The handlers stay until everything is ended (see _ignore_signals): MCP clients close stdin, then send
+        # SIGTERM if the server has not exited a moment later, and that must not cut the clean-up short.
+        return f"stopped by {signal.Signals(signals[0]).name}" if signals else "the MCP client disconnected"
+
+    return calls
 
 
 def _ignore_signals() -> None:
@@ -137,24 +146,31 @@ def _on_signals(serving: asyncio.Task[None], signals: list[int]) -> None:
         loop.add_signal_handler(signum, stop, signum)
 
 
+@dataclass(frozen=True)
+class McpOptions:
+    """What `cubicle mcp` was given, as Typer reads it from these fields."""
+
+    repo: RepoArgument
+    command_timeout: CommandTimeoutOption = None
+    memory: MemoryOption = None
+    cpus: CpusOption = None
+    disk: DiskOption = None
+    inodes: InodesOption = None
+    network: NetworkOption = None
+    runtime: RuntimeOption = None
+    image: ImageOption = None
+    setup: SetupOption = None
+
+
 @app.command(help=MCP_HELP)
-def mcp(
-    repo: RepoArgument,
-    command_timeout: CommandTimeoutOption = None,
-    memory: MemoryOption = None,
-    cpus: CpusOption = None,
-    disk: DiskOption = None,
-    inodes: InodesOption = None,
-    network: NetworkOption = None,
-    runtime: RuntimeOption = None,
-    image: ImageOption = None,
-    setup: SetupOption = None,
-) -> None:
-    _check_run_args(repo, approve=False, json_events=False)
+@options.command(McpOptions)
+def mcp(o: McpOptions) -> None:
+    _check_run_args(o.repo, approve=False, json_events=False)
     settings = load_settings()
-    limits = _limits(settings, sandbox_flags(command_timeout, memory, cpus, disk, inodes, network, runtime))
-    request = environment_request(image, setup)
+    flags = sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)
+    limits = _limits(settings, flags)
+    request = environment_request(o.image, o.setup)
     signals: list[int] = []
     with _exit_codes(signals):
-        asyncio.run(_serve(settings, repo, limits, Asked(request, network is not None), signals))
+        asyncio.run(_serve(settings, o.repo, limits, Asked(request, o.network is not None), signals))
     raise typer.Exit(128 + signals[0] if signals else EXIT_OK)

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..server.live import LiveSession
 from ..server.runtime import Runtime
-from ..server.sessions import Sessions
+from ..server.sessions import NewSession, Sessions
 from ..server.store import open_store
 from ..wire import network as networks
 from ..wire.environment import EnvironmentRequest
@@ -250,10 +250,11 @@ async def _session(
         try:
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
             approver = view.approve if approve and isinstance(view, LiveSink) else None
-            record = await sessions.create(
+            new = NewSession(
                 repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
-                network_asked=asked.network, view=view, approver=approver,
+                network_asked=asked.network,
             )  # fmt: skip
+            record = await sessions.create(new, view=view, approver=approver)
             live = sessions.loaded(record.id)
             assert live is not None and live.task is not None  # create begins the turn
             return Ran(record.id, Path(record.repo), await _turn_of(live, record.id))

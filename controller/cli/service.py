@@ -6,6 +6,7 @@ import functools
 import ipaddress
 import json
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -28,7 +29,7 @@ from ..server.store import open_store
 from ..wire.policies import Edit
 from ..wire.sessions import SessionRecord
 from ..workspace.manager import Workspaces
-from . import terminal
+from . import options, terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
 from .display import plural
 
@@ -101,9 +102,11 @@ def duration_s(text: str) -> float:
         raise typer.BadParameter(str(err)) from None
 
 
-@app.command()
-def gc(
-    everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False,
+@dataclass(frozen=True)
+class GcOptions:
+    """What `cubicle gc` was given, as Typer reads it from these fields."""
+
+    everything: Annotated[bool, typer.Option("--all", help="Remove every Cubicle container, live or not.")] = False
     older_than: Annotated[
         float | None,
         typer.Option(
@@ -112,7 +115,7 @@ def gc(
             help="Also remove the sessions that ended longer ago than this (90s, 30m, 12h, 7d, 2w, counted from "
             "their last event): record, events, layer and checkpoints. Running sessions are never touched.",
         ),
-    ] = None,
+    ] = None
     include_unapplied: Annotated[
         bool,
         typer.Option(
@@ -120,39 +123,50 @@ def gc(
             help="With --older-than, remove sessions whose changes were never applied or discarded too "
             "(kept otherwise).",
         ),
-    ] = False,
-) -> None:
-    """Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged
-    sessions, the setup trees no session's layer sits on, and environment images no container uses (the newest of
-    each repository stays); with --older-than, old ended sessions too."""
+    ] = False
+
+
+@app.command(
+    help="Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged "
+    "sessions, the setup trees no session's layer sits on, and environment images no container uses (the newest "
+    "of each repository stays); with --older-than, old ended sessions too."
+)
+@options.command(GcOptions)
+def gc(o: GcOptions) -> None:
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
-        result = owners.sweep(client, settings.instance, everything=everything)
+        result = owners.sweep(client, settings.instance, everything=o.everything)
         for name in result.removed:
             print(f"removed {name}")
         print(f"{len(result.removed)} removed, {len(result.kept)} kept")
-        if older_than is not None:
-            _expire(settings, older_than, include_unapplied)
+        if o.older_than is not None:
+            _expire(settings, o.older_than, o.include_unapplied)
         else:  # what killed processes left: their sessions interrupted, their layers' filesystems unmounted
             with_sessions(settings, Sessions.start)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
     for tag in environment_image.sweep(client):
         print(f"removed the environment image {tag}")
+    _sweep_disk(settings, client)
+
+
+def _sweep_disk(settings: Settings, client: Any) -> None:
+    """Remove the layers of purged sessions and the setup trees no session's layer sits on."""
+    clear = functools.partial(clear_as_root, client, settings.image)
     store = open_store(settings)
     try:
         quotas = mounters.choose(
             settings.disk_quota, lambda: client, settings.image, settings.data_dir, settings.docker_host
         )
-        workspaces = Workspaces(settings.data_dir, functools.partial(clear_as_root, client, settings.image), quotas)
-        layers = workspaces.sweep(lambda session_id: store.get(session_id) is not None)
+        layers = Workspaces(settings.data_dir, clear, quotas).sweep(
+            lambda session_id: store.get(session_id) is not None
+        )
     finally:
         store.close()
     for session_id in layers:
         print(f"removed the workspace layer of purged session {terminal.safe(session_id)}")
-    setups = Setups(settings.data_dir, functools.partial(clear_as_root, client, settings.image))
-    for key in setups.sweep(settings.data_dir / "workspaces"):
+    for key in Setups(settings.data_dir, clear).sweep(settings.data_dir / "workspaces"):
         print(f"removed the setup tree {key[:12]}, which no session uses")
 
 

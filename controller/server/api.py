@@ -57,7 +57,7 @@ from ..workspace.manager import printable, printable_conflict, shown
 from . import webauth, webui
 from .feed import Batch
 from .runtime import Runtime, SandboxFactory
-from .sessions import Sessions
+from .sessions import NewSession, Sessions
 from .store import open_store
 
 DESCRIPTION = """Start a coding agent on a repository and follow it live. Every tool call the agent makes
@@ -129,10 +129,11 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
     context = None
     if body.context is not None:
         context = settings.context.model_copy(update=body.context.model_dump(exclude_none=True))
-    return await sessions.create(
+    new = NewSession(
         repo, body.task, body.model, limits, context, body.apply, environment=body.environment,
         network_asked="network" in asked,
     )  # fmt: skip
+    return await sessions.create(new)
 
 
 @router.get("/sessions", response_model=SessionPage)

@@ -27,7 +27,7 @@ import anyio
 
 from ..agent import tools
 from ..agent.conversation import Conversation
-from ..agent.loop import Agent, TurnOutcome, run_call
+from ..agent.loop import Agent, Hooks, TurnOutcome, run_call
 from ..agent.tools import Approver
 from ..errors import CubicleError, EntryLimitError, LeaseLostError, SandboxError, SetupError
 from ..wire.events import ErrorEvent, Event, EventSink, FinishReason, SessionFinished, StatusEvent
@@ -417,9 +417,9 @@ class LiveSession:
     def _agent(self) -> Agent:
         record = self.record
         return self.runtime.agent(
-            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.sink, approver=self.approver,
-            limits=record.limits, save_transcript=self.recorder.save_transcript, context=record.context,
-            on_turn_end=self._settle,
+            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.sink, limits=record.limits,
+            context=record.context,
+            hooks=Hooks(approver=self.approver, save_transcript=self.recorder.save_transcript, on_turn_end=self._settle),
         )  # fmt: skip
 
     def _cancel_idle_timer(self) -> None:

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..agent import tools
 from ..agent.compactor import Compactor
-from ..agent.loop import Agent, SaveTranscript, TurnEnd
+from ..agent.loop import NO_HOOKS, Agent, Hooks
 from ..agent.model import SYSTEM_PROMPT, Model
-from ..agent.tools import Approver
 from ..config import Settings
 from ..environment.preparation import Environments
 from ..sandbox import owners
@@ -100,10 +99,8 @@ class Runtime:
         sandbox: Sandbox,
         sink: EventSink,
         limits: Limits,
-        approver: Approver | None = None,
-        save_transcript: SaveTranscript | None = None,
         context: ContextPolicy | None = None,
-        on_turn_end: TurnEnd | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> Agent:
         """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``.
 
@@ -114,7 +111,7 @@ class Runtime:
             session_id=session_id,
             model=self._model(model, policy),
             sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
-            approver=approver, save_transcript=save_transcript, context=policy, on_turn_end=on_turn_end,
+            context=policy, hooks=hooks,
         )  # fmt: skip
 
     def compactor(

@@ -38,7 +38,7 @@ from ..environment.buildinputs import definition_files
 from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import owners
 from ..wire.changes import ApplyResult, Changes, Checkpoint, RevertResult
-from ..wire.environment import EnvironmentRequest
+from ..wire.environment import Environment, EnvironmentRequest
 from ..wire.events import (
     MAX_LISTED_PATHS,
     DiscardedEvent,
@@ -74,6 +74,25 @@ TICK_S = 1.0
 """How often a controller renews its leases and looks for commands and for sessions to take over (at most)."""
 COMMAND_TTL_S = 30.0
 """A command older than this (its sender has long answered) is dropped, not carried out."""
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """What a new session is asked for: the API's body, ``cubicle run``'s and ``cubicle mcp``'s arguments."""
+
+    repo: Path
+    task: str
+    model: str | None = None
+    """The model's name; the server's (``CUBICLE_MODEL``) when None."""
+    limits: Limits = field(default_factory=Limits)
+    context: ContextPolicy | None = None
+    apply: ApplyPolicy = "never"
+    prefix: str = "s_"
+    """Starts the session's id: ``s_`` for the API's, ``cli-`` and ``mcp-`` for the CLI's."""
+    environment: EnvironmentRequest | None = None
+    """What the request lays over the repository's own environment definition."""
+    network_asked: bool = False
+    """The request named a network, so the one the definition asks for does not apply."""
 
 
 @dataclass
@@ -264,24 +283,22 @@ class Sessions:
         return record
 
     async def create(
-        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
-        apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
-        network_asked: bool = False, view: EventSink | None = None, approver: Approver | None = None,
+        self, new: NewSession, view: EventSink | None = None, approver: Approver | None = None,
         serve: Serve | None = None,
     ) -> Row:  # fmt: skip
-        """A new session on ``repo``, its first turn started in the background (see ``register``; ``loaded`` holds it).
+        """A new session, its first turn started in the background (see ``register``; ``loaded`` holds it).
 
         The API's sessions, ``cubicle run`` and ``cubicle mcp`` all start here: ``view`` and ``approver`` are the
         terminal's; with ``serve`` the turn is served (its tool calls come from an MCP client, and no model is
-        needed) instead of run by the model on ``task``."""
+        needed) instead of run by the model on the task."""
         self.admission.check_capacity()
         if serve is None:
             self.runtime.check_model()  # a missing key fails here, before any container exists
-        record = await self.register(repo, task, model, limits, context, apply, prefix, environment, network_asked)
+        record = await self.register(new)
         live = await self._load(record, view=view, approver=approver)
-        await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
+        await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=new.task, model=record.model))
         if serve is None:
-            await live.begin(task)
+            await live.begin(new.task)
         else:
             await live.serve(serve)
         return record
@@ -291,43 +308,36 @@ class Sessions:
         cancelling that stops the turn, which records its end."""
         return self._live.get(session_id)
 
-    async def register(
-        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None = None,
-        apply: ApplyPolicy = "never", prefix: str = "s_", environment: EnvironmentRequest | None = None,
-        network_asked: bool = False,
-    ) -> Row:  # fmt: skip
+    async def register(self, new: NewSession) -> Row:
         """The record of a new session (running, owned by this process) and its workspace layer; no turn starts.
 
-        ``repo`` is pinned (its real path, never root-owned) and must not overlap a session
-        that a live process is running. Its environment is the repository's definition with
-        ``environment`` over it; the network the definition asks for applies unless the request
-        named one (``network_asked``), under the server's maximum. The API's ``create`` and
-        ``cubicle run`` both start here.
+        Its repository is pinned (its real path, never root-owned) and must not overlap a session
+        that a live process is running. Its environment is the repository's definition with the
+        requested one over it; the network the definition asks for applies unless the request
+        named one (``network_asked``), under the server's maximum.
         """
-        repo = pin(repo)
+        repo = pin(new.repo)
         repos.refuse_protected(repo, self.settings.protected_paths)
         refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
         refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        environment, limits = new.environment, new.limits
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
-        if resolved.network is not None and not network_asked:
+        if resolved.network is not None and not new.network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
         self.runtime.backend.check(limits)
         async with self.admission.one_at_a_time():  # the check and the row it counts on, one start at a time
-            return await self._admit(repo, task, model, limits, context, apply, prefix, resolved)
+            return await self._admit(new, repo, limits, resolved)
 
-    async def _admit(
-        self, repo: Path, task: str, model: str | None, limits: Limits, context: ContextPolicy | None,
-        apply: ApplyPolicy, prefix: str, resolved: Any,
-    ) -> Row:  # fmt: skip
+    async def _admit(self, new: NewSession, repo: Path, limits: Limits, resolved: Environment) -> Row:
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self.admission.refuse_overcommit(quota, self._running_ids())
         now = time.time()
         record = Row(
-            id=prefix + secrets.token_hex(8), repo=str(repo), task=task, model=model or self.settings.model,
-            status="running", usage=Usage(), steps=0, limits=limits, context=context, owner=self.owner, apply=apply,
-            environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s, created_at=now,
-            updated_at=now,
+            id=new.prefix + secrets.token_hex(8), repo=str(repo), task=new.task, model=new.model or self.settings.model,
+            status="running", usage=Usage(), steps=0, limits=limits, context=new.context, owner=self.owner,
+            apply=new.apply, environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s,
+            created_at=now, updated_at=now,
         )  # fmt: skip
         await asyncio.to_thread(
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))

@@ -173,17 +173,22 @@ def create(
         build=build or BuildInputs(),
     )
     layer = Layer(root, info)
-    if disk is not None:
+    _make_parts(layer, st, attach)
+    baseline.record(repo).save(layer.baseline_file)
+    save(root / "layer.json", info)
+    return layer
+
+
+def _make_parts(layer: Layer, repo_st: os.stat_result, attach: Callable[[Layer], None] | None) -> None:
+    """The layer's writable parts, on its own filesystem when it has a disk quota (made and mounted first)."""
+    if layer.info.disk is not None:
         if attach is None:
             raise WorkspaceError("A layer with a disk quota needs something to make its filesystem.")
         layer.fs.mkdir(mode=0o700)
         attach(layer)
     for sub in (layer.work, layer.checkpoints, layer.applies):
         sub.mkdir(mode=0o700)
-    _make_upper(layer.upper, st)
-    baseline.record(repo).save(layer.baseline_file)
-    save(root / "layer.json", info)
-    return layer
+    _make_upper(layer.upper, repo_st)
 
 
 def _make_upper(upper: Path, repo_st: os.stat_result) -> None:

@@ -21,7 +21,7 @@ from controller.agent.scripted import ScriptedServer
 from controller.config import Settings
 from controller.environment.buildinputs import definition_files
 from controller.server.runtime import Runtime
-from controller.server.sessions import Sessions
+from controller.server.sessions import NewSession, Sessions
 from controller.server.store import Store
 from controller.workspace.manager import Workspaces
 from tests.agent_harness import register, text, tool
@@ -293,7 +293,7 @@ async def _two_turns(data_dir: Path, repo: Path, model_server: ScriptedServer) -
     runtime = Runtime(settings)
     sessions = Sessions(settings, store, runtime)
     try:
-        record = await sessions.create(repo, "first", model, SANDBOX_LIMITS)
+        record = await sessions.create(NewSession(repo, "first", model, SANDBOX_LIMITS))
         await sessions.join(record.id)
         await sessions.follow_up(record.id, "second")
         await sessions.join(record.id)

@@ -15,7 +15,7 @@ from controller.config import Settings
 from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.sandbox import owners
 from controller.server.runtime import Runtime
-from controller.server.sessions import Sessions
+from controller.server.sessions import NewSession, Sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
 from controller.wire.events import ListSink, Usage
@@ -68,7 +68,7 @@ async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("hello"), tool("list_files")]}, {"content": [text("done")]}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "look", model, Limits())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "look", model, Limits()))
     events = [event.type async for event in sessions.follow(record.id, 0)]
     assert events[0] == "session_started" and events[-1] == "session_finished"
     assert events.count("tool_call") == 1 == events.count("tool_result")
@@ -82,7 +82,7 @@ async def test_an_idle_container_is_removed_and_a_follow_up_gets_a_fresh_one(
 ) -> None:
     sessions, made = controller.sessions, controller.made
     model = register(model_server, [{"content": [text("one")]}, {"content": [text("two")]}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "first", model, Limits())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "first", model, Limits()))
     await sessions.join(record.id)
     # the idle timeout (0.3 s) removes the container
     await eventually_async(lambda: made[0].stops == 1, what="the idle sandbox to be stopped", timeout=5, interval=0.02)
@@ -98,7 +98,7 @@ async def test_a_follow_up_while_a_turn_runs_is_a_conflict_and_cancel_ends_it(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "wait", model, Limits())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "wait", model, Limits()))
     await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
     with pytest.raises(ConflictError):
         await sessions.follow_up(record.id, "again")
@@ -113,7 +113,7 @@ async def test_closing_the_controller_leaves_a_running_turn_interrupted(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "wait", model, Limits())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "wait", model, Limits()))
     await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
     await sessions.close()
     stopped = sessions.get(record.id)
@@ -126,7 +126,7 @@ async def test_delete_keeps_the_record_unless_purged(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("hi")]}])
-    kept = await sessions.create(owned_dir(tmp_path / "repo"), "x", model, Limits())
+    kept = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "x", model, Limits()))
     await sessions.join(kept.id)
     assert (await sessions.delete(kept.id, purge=False)) is not None and controller.made[0].stops == 1
     assert await sessions.delete(kept.id, purge=True) is None
@@ -161,7 +161,7 @@ async def test_a_turn_cancelled_before_it_began_still_records_its_end(
     """Cancel in the same step as create: the turn's task never ran a line, yet the session ends cancelled."""
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("never sent")]}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "start and stop", model, Limits())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "start and stop", model, Limits()))
     await sessions.cancel(record.id)
     ended = await eventually_async(
         lambda: sessions.get(record.id), what="the session to leave running", until=lambda r: r.status != "running"
@@ -177,7 +177,7 @@ async def test_register_makes_the_record_and_layer_and_refuses_a_repo_a_live_pro
     """What `cubicle run` starts from: a running record owned by this process and its layer; no turn, no sandbox."""
     sessions = controller.sessions
     repo = owned_dir(tmp_path / "repo")
-    record = await sessions.register(repo, "task", None, Limits(), prefix="cli-")
+    record = await sessions.register(NewSession(repo, "task", None, Limits(), prefix="cli-"))
     assert record.id.startswith("cli-") and record.owner == sessions.owner and record.status == "running"
     assert sessions.store.get(record.id) == record
     assert sessions.workspaces.sessions() == [record.id] and controller.made == []
@@ -186,9 +186,9 @@ async def test_register_makes_the_record_and_layer_and_refuses_a_repo_a_live_pro
     elsewhere = f"{sessions.settings.instance}:1:{owners._start_ticks(1)}"  # pid 1: alive, and not us
     sessions.store.update(record.id, owner=elsewhere)
     with pytest.raises(ConflictError, match=f"Session {record.id} is running on"):
-        await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())
+        await sessions.register(NewSession(owned_dir(repo / "sub"), "task", None, Limits()))
     sessions.store.update(record.id, owner=f"{sessions.settings.instance}:999999:1")  # gone: no longer in the way
-    await sessions.register(owned_dir(repo / "sub"), "task", None, Limits())
+    await sessions.register(NewSession(owned_dir(repo / "sub"), "task", None, Limits()))
 
 
 async def test_a_repository_holding_the_data_directory_is_refused_and_the_database_is_private(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ async def test_a_repository_holding_the_data_directory_is_refused_and_the_databa
     store = open_store(settings)
     sessions = Sessions(settings, store, Runtime(settings, sandbox_factory=lambda *_: NoSandbox()))
     with pytest.raises(ForbiddenRepoError, match="would expose"):
-        await sessions.register(repo, "t", "m", Limits())
+        await sessions.register(NewSession(repo, "t", "m", Limits()))
     assert not (settings.data_dir / "workspaces").exists()
     assert settings.data_dir.stat().st_mode & 0o777 == 0o700
     if store.path is not None:  # SQLite's file; PostgreSQL's transcripts are its server's to guard
@@ -222,7 +222,9 @@ async def test_a_view_and_an_approver_see_the_turn_the_store_records(
         asked.append(name)
         return False  # declined: the model is told, and carries on
 
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "write", model, Limits(), view=view, approver=approver)
+    record = await sessions.create(
+        NewSession(owned_dir(tmp_path / "repo"), "write", model, Limits()), view=view, approver=approver
+    )
     live = sessions.loaded(record.id)
     assert live is not None and live.task is not None
     outcome = await live.task
@@ -244,7 +246,7 @@ async def test_a_view_that_fails_ends_the_view_not_the_turn(
 ) -> None:
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("hello")]}])
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "look", model, Limits(), view=GoneView())
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "look", model, Limits()), view=GoneView())
     live = sessions.loaded(record.id)
     assert live is not None and live.task is not None
     outcome = await live.task
@@ -267,7 +269,7 @@ async def test_a_served_turn_records_its_calls_and_its_end_through_the_same_driv
         answers.append((await live.call("no_such_tool", None)).text)
         return "the client went"
 
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "served", None, Limits(), serve=calls)
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "served", None, Limits()), serve=calls)
     live = sessions.loaded(record.id)
     assert live is not None and live.task is not None
     await asyncio.wait([live.task])
@@ -296,7 +298,7 @@ async def test_a_served_turn_is_cancelled_like_a_model_turn(controller: Controll
         await asyncio.sleep(60)
         return "never"
 
-    record = await sessions.create(owned_dir(tmp_path / "repo"), "served", None, Limits(), serve=calls)
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "served", None, Limits()), serve=calls)
     await waiting.wait()
     cancelled = await sessions.cancel(record.id)
     assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
