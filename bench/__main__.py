@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    contents,
     context,
     disk,
     diskio,
@@ -70,6 +71,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("ready and teardown", rows.ready_and_teardown(report, client, args.image, root, args.quick))
             await section("environment", environment.table(report, client, args.image, root, args.quick))
             await section("workspace layer", workspace.table(report, client, args.image, root, args.quick))
+            await section("session start, content ids", asyncio.to_thread(contents.table, report, args.quick))
             await section("disk quota", disk.table(report, client, args.image, root, args.quick))
             await section("disk I/O", diskio.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))

@@ -258,7 +258,7 @@ def _conflict(checkout: Checkout, change: Change, expect: Expectations, forced: 
     current = None if replaced else checkout.identity(change.path)
     if current is not None and current.type in UNSAFE_TYPES:
         return f"the checkout holds a {current.type.value} here"
-    if not forced and not expect.matches(change.path, current):
+    if not forced and not expect.holds(checkout, change.path, current):
         return "changed in the checkout since the session started (or since this session last applied it)"
     if _removes(change) and current is not None and current.type == FileType.DIR:
         kept = sorted(n for n in checkout.names(change.path) if f"{change.path}/{n}" not in plan.removed)

@@ -1,19 +1,22 @@
-"""The checkout as it was when the session started: one cheap identity per entry.
+"""The checkout as it was when the session started: one cheap identity per entry, and content ids.
 
 ``apply`` must not overwrite what the user changed while the agent worked, so it needs
 to know what each path looked like at the start. Recording an ``lstat`` (and a symlink's
-target) per entry costs one syscall each; nothing is read or hashed except the ignore
-files, which are kept so the session judges "ignored" by the rules it started with.
-Nothing under a ``.git`` directory (any case) is recorded: it is never applied.
+target) per entry costs one syscall each. The ignore files are kept so the session judges
+"ignored" by the rules it started with, and regular files get a content id where one is
+cheap (``contents``: from the checkout's git index, else hashed within a budget), so a
+file rewritten with the same bytes is not taken for a change. Nothing under a ``.git``
+directory (any case) is recorded: it is never applied.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import beneath
+from . import beneath, contents
 from .ignore import EXCLUDE, IgnoreRules
 from .records import Identity, identity_row, read_json, write_json
 
@@ -48,10 +51,15 @@ class Baseline:
     JSON decodes 20,000 strings several times faster than 20,000 small lists.
     """
 
-    def __init__(self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str]) -> None:
+    def __init__(
+        self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str],
+        blobs: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self._entries = entries
         self._targets = targets
         self.ignore_files = ignore_files
+        self.blobs = blobs or {}
+        """Content ids of regular files, where session start knew one (``contents``); saved apart (``blobs.json``)."""
 
     def get(self, rel: str) -> Identity | None:
         packed = self._entries.get(rel)
@@ -67,6 +75,7 @@ class Baseline:
         """Entries to ``path``; ignore files apart (``ignore.json``), so listing changes skips the big file."""
         write_json(path, {"entries": self._entries, "targets": self._targets})
         write_json(path.with_name("ignore.json"), self.ignore_files)
+        write_json(blobs_file(path), self.blobs)
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
@@ -74,35 +83,62 @@ class Baseline:
         return cls(data["entries"], data["targets"], read_json(path.with_name("ignore.json")))
 
 
+def blobs_file(path: Path) -> Path:
+    """Where the content ids of the baseline at ``path`` are kept."""
+    return path.with_name("blobs.json")
+
+
+def load_blobs(path: Path) -> dict[str, str]:
+    """The content ids recorded beside the baseline at ``path`` (none for a layer made before they were)."""
+    where = blobs_file(path)
+    return read_json(where) if where.exists() else {}
+
+
 def load_rules(path: Path) -> IgnoreRules:
     """The ignore rules recorded beside the baseline at ``path``."""
     return IgnoreRules(read_json(path.with_name("ignore.json")))
 
 
-def record(repo: Path) -> Baseline:
-    """Walk the checkout without following symlinks and fingerprint every entry outside ``.git``."""
+def record(repo: Path, with_contents: bool = True) -> Baseline:
+    """Walk the checkout without following symlinks and fingerprint every entry outside ``.git``; with
+    ``with_contents``, the files' content ids too (the benchmark's baseline records without them)."""
     entries: dict[str, str] = {}
     targets: dict[str, str] = {}
     ignore_files: dict[str, str] = {}
+    blobs: dict[str, str] = {}
     root = beneath.open_root(repo)
     try:
-        _walk(root, "", (entries, targets, ignore_files), 0)
+        hasher = contents.Hasher(root) if with_contents else None
+        _walk(root, "", _Into(entries, targets, ignore_files, blobs, hasher), 0)
         exclude = _read_small(root, EXCLUDE)
         if exclude is not None:
             ignore_files[EXCLUDE] = exclude
     finally:
         os.close(root)
-    return Baseline(entries, targets, ignore_files)
+    return Baseline(entries, targets, ignore_files, blobs)
 
 
-def _walk(dir_fd: int, prefix: str, into: tuple[dict[str, str], dict[str, str], dict[str, str]], depth: int) -> None:
-    entries, targets, ignores = into
+@dataclass
+class _Into:
+    entries: dict[str, str]
+    targets: dict[str, str]
+    ignores: dict[str, str]
+    blobs: dict[str, str]
+    hasher: contents.Hasher | None
+
+
+def _walk(dir_fd: int, prefix: str, into: _Into, depth: int) -> None:
+    entries, targets, ignores = into.entries, into.targets, into.ignores
     with os.scandir(dir_fd) as it:
         listing = [(e.name, e.stat(follow_symlinks=False)) for e in it if not is_git_name(e.name)]
     for name, st in listing:
         rel = f"{prefix}{name}"
         row = identity_row(st)
         entries[rel] = " ".join(map(str, row[:5]))
+        if stat.S_ISREG(st.st_mode) and into.hasher is not None:
+            blob = into.hasher.blob(dir_fd, name, rel, st)
+            if blob is not None:
+                into.blobs[rel] = blob
         if stat.S_ISLNK(st.st_mode):
             targets[rel] = os.readlink(name, dir_fd=dir_fd)
         elif name == ".gitignore" and stat.S_ISREG(st.st_mode):

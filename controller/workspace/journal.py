@@ -19,7 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import LayerMissingError, UnsafePathError
-from ..wire.changes import Change
+from ..wire.changes import Change, FileType
+from . import contents
+from .baseline import load_blobs
 from .checkout import Checkout, Prior
 from .layer import Layer
 from .records import Identity, load, read_json, save, write_json
@@ -81,14 +83,34 @@ def newest_unreverted(layer: Layer) -> ApplyRecord:
     raise LayerMissingError("No apply of this session is left to revert.")
 
 
+def _written_blobs_file(layer: Layer) -> Path:
+    return layer.expected_file.with_name("expected-blobs.json")
+
+
+def _content_id(checkout: Checkout, rel: str) -> str | None:
+    try:
+        return contents.blob_id(checkout.fd, rel) or None
+    except (OSError, UnsafePathError):
+        return None
+
+
 class Expectations:
-    """What each path should hold now, as far as this session knows."""
+    """What each path should hold now, as far as this session knows: its identity, and its content id where known.
+
+    A path holds what is expected when its identity is the expected one, or when only its metadata moved: the
+    same type and mode, and the same symlink target or content id (``contents``). So a file rewritten with the
+    same bytes (``git checkout``, a stash popped, ``touch``, an edit undone by hand) is no conflict.
+    """
 
     def __init__(self, layer: Layer) -> None:
         self.layer = layer
         self.baseline = layer.baseline()
         path = layer.expected_file
         self.rows: dict[str, list[Any] | None] = read_json(path) if path.exists() else {}
+        self._written = _written_blobs_file(layer)
+        self.written: dict[str, str | None] = read_json(self._written) if self._written.exists() else {}
+        """Content ids of what this session's applies and reverts left, by path (None: none known)."""
+        self._started: dict[str, str] | None = None
 
     def get(self, rel: str) -> Identity | None:
         if rel in self.rows:
@@ -96,14 +118,39 @@ class Expectations:
             return None if row is None else Identity.from_row(row)
         return self.baseline.get(rel)
 
+    def blob(self, rel: str) -> str | None:
+        """The content id the path should hold, if known."""
+        if rel in self.rows:
+            return self.written.get(rel)
+        if self._started is None:
+            self._started = load_blobs(self.layer.baseline_file)  # read only when metadata alone did not decide
+        return self._started.get(rel)
+
     def matches(self, rel: str, current: Identity | None) -> bool:
         expected = self.get(rel)
         if expected is None or current is None:
             return expected is None and current is None
         return expected.same(current)
 
+    def holds(self, checkout: Checkout, rel: str, current: Identity | None) -> bool:
+        """Whether ``rel`` (whose identity is ``current``) holds what is expected, by metadata or else by content."""
+        if self.matches(rel, current):
+            return True
+        expected = self.get(rel)
+        if expected is None or current is None or (expected.type, expected.mode) != (current.type, current.mode):
+            return False
+        if current.type == FileType.SYMLINK:
+            return expected.target == current.target
+        blob = self.blob(rel) if current.type == FileType.FILE else None
+        if not blob:
+            return False
+        try:
+            return contents.blob_id(checkout.fd, rel) == blob
+        except (OSError, UnsafePathError):
+            return False
+
     def update(self, checkout: Checkout, paths: list[str]) -> dict[str, list[Any] | None]:
-        """Record what ``paths`` hold now; returns those rows."""
+        """Record what ``paths`` hold now (identities and content ids); returns the identities' rows."""
         fresh: dict[str, list[Any] | None] = {}
         for rel in paths:
             try:
@@ -111,6 +158,8 @@ class Expectations:
             except UnsafePathError:  # below a symlink the user put there: nothing of ours
                 now = None
             fresh[rel] = None if now is None else now.as_row()
+            self.written[rel] = _content_id(checkout, rel) if now is not None and now.type == FileType.FILE else None
         self.rows.update(fresh)
         write_json(self.layer.expected_file, self.rows)
+        write_json(self._written, self.written)
         return fresh

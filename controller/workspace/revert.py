@@ -212,6 +212,6 @@ def _is_dir(checkout: Checkout, rel: str) -> bool:
 
 def _unchanged(checkout: Checkout, expect: Expectations, rel: str) -> bool:
     try:
-        return expect.matches(rel, checkout.identity(rel))
+        return expect.holds(checkout, rel, checkout.identity(rel))
     except UnsafePathError:
         return False
