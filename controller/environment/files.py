@@ -52,10 +52,23 @@ def links_along(root: Path, rel: str) -> list[str]:
     is ``os.path.realpath``'s, step for step (that is how ``resolve`` finds the files the definition reads): a
     missing component taken as it is written, a loop left where it closes; and past ``MAX_LINKS`` links a
     ValueError (``resolve`` refuses such a path; realpath itself would recurse until Python gives up)."""
-    found: list[str] = []
-    hops = 0
+    walk = _LinkWalk(root, rel)
+    walk.walk(str(root), rel)
+    return walk.found
 
-    def walk(path: str, rest: str, seen: dict[str, str | None]) -> tuple[str, bool]:
+
+class _LinkWalk:
+    """One ``links_along``: the links found so far, the hops taken, and where each link met has led."""
+
+    def __init__(self, root: Path, rel: str) -> None:
+        self.root = root
+        self.rel = rel
+        self.found: list[str] = []
+        self.hops = 0
+        self.seen: dict[str, str | None] = {}  # a link's resolved path; None while it is being resolved (a loop)
+
+    def walk(self, path: str, rest: str) -> tuple[str, bool]:
+        """Resolve ``rest`` from directory ``path``: where it leads, and False when it ended in a loop."""
         if rest.startswith("/"):
             path, rest = "/", rest.lstrip("/")
         for name in rest.split("/"):
@@ -65,34 +78,41 @@ def links_along(root: Path, rel: str) -> list[str]:
                 path = os.path.dirname(path) or "/"
                 continue
             candidate = os.path.join(path, name)
-            try:
-                is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
-            except OSError:
-                is_link = False
-            if not is_link:
+            if not _is_link(candidate):
                 path = candidate
                 continue
-            if candidate in seen:
-                resolved = seen[candidate]
+            if candidate in self.seen:
+                resolved = self.seen[candidate]
                 if resolved is None:
                     return candidate, False  # a loop: realpath stops here too
                 path = resolved
                 continue
-            nonlocal hops
-            hops += 1
-            if hops > MAX_LINKS:
-                raise ValueError(f"{rel!r} passes through more than {MAX_LINKS} symbolic links")
-            if is_inside(root, candidate) and candidate != str(root):
-                found.append(Path(candidate).relative_to(root).as_posix())
-            seen[candidate] = None
-            path, ok = walk(path, os.readlink(candidate), seen)
+            path, ok = self.follow(path, candidate)
             if not ok:
                 return path, False
-            seen[candidate] = path
         return path, True
 
-    walk(str(root), rel, {})
-    return found
+    def follow(self, path: str, link: str) -> tuple[str, bool]:
+        """Resolve ``link`` (met in directory ``path``) as ``walk`` does, counting it against ``MAX_LINKS`` and
+        noting it when it lies inside the root."""
+        self.hops += 1
+        if self.hops > MAX_LINKS:
+            raise ValueError(f"{self.rel!r} passes through more than {MAX_LINKS} symbolic links")
+        if is_inside(self.root, link) and link != str(self.root):
+            self.found.append(Path(link).relative_to(self.root).as_posix())
+        self.seen[link] = None
+        path, ok = self.walk(path, os.readlink(link))
+        if ok:
+            self.seen[link] = path
+        return path, ok
+
+
+def _is_link(path: str) -> bool:
+    """Whether ``path`` is a symlink; a path that cannot be looked at is taken as it is written, as realpath does."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def relative(value: str, *, file: str, key: str, base: str = ".", allow_root: bool = False) -> str:
