@@ -86,11 +86,18 @@ def scan(
     patterns = [line.strip() for line in ignore_text.splitlines() if line.strip() and not line.startswith("#")]
     matcher = PatternMatcher(patterns)
     negations = any(pattern.startswith("!") for pattern in patterns)
+    walked = (entry for entry in _walk(directory, "", matcher, negations) if entry.name not in leave_out)
+    entries = _bounded(walked, directory, file, max_bytes, max_entries)
+    entries.sort(key=lambda e: _encoded(e.name))
+    return Context(directory, tuple(entries), ignore_text)
+
+
+def _bounded(walked: Iterator[Entry], directory: Path, file: str, max_bytes: int, max_entries: int) -> list[Entry]:
+    """The walk's entries, refused as soon as they hold more than ``max_bytes`` of files or number more than
+    ``max_entries``: the walk stops there, not after listing the whole of a huge context."""
     entries: list[Entry] = []
     total = 0
-    for entry in _walk(directory, "", matcher, negations):
-        if entry.name in leave_out:
-            continue
+    for entry in walked:
         entries.append(entry)
         if entry.kind == "file":
             total += entry.size
@@ -105,8 +112,7 @@ def scan(
                 f"{file}: the build context {directory} has more than {max_entries} entries.",
                 hint="Narrow the context, or list what the build does not need in its .dockerignore.",
             )
-    entries.sort(key=lambda e: _encoded(e.name))
-    return Context(directory, tuple(entries), ignore_text)
+    return entries
 
 
 def _dockerignore(directory: Path, root: Path, file: str) -> str:
