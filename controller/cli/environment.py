@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..environment import definition_hash, load, override
+from ..environment import Overrides, definition_hash, load, override
 from ..environment.preparation import Environments
 from ..errors import ConfigError, CubicleError, RepoError
 from ..sandbox import engine
@@ -39,7 +39,7 @@ DockerfileOption = Annotated[
 def _resolve(repo: Path, image: str | None, dockerfile: str | None) -> Environment:
     if not repo.is_dir():
         raise RepoError(f"{repo} is not a directory.")
-    return override(load(repo), image=image, dockerfile=dockerfile)
+    return override(load(repo), Overrides(image=image, dockerfile=dockerfile))
 
 
 def _warn(env: Environment) -> None:

@@ -9,12 +9,21 @@ built once per content hash and reused after.
 from __future__ import annotations
 
 from ..wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
-from .definition import definition_hash, load, override, setup_input_files, setup_inputs_hash, trusted_paths
+from .definition import (
+    Overrides,
+    definition_hash,
+    load,
+    override,
+    setup_input_files,
+    setup_inputs_hash,
+    trusted_paths,
+)
 
 __all__ = [
     "DEFAULT_SETUP_INPUTS",
     "Environment",
     "EnvironmentRequest",
+    "Overrides",
     "definition_hash",
     "load",
     "override",

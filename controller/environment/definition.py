@@ -195,46 +195,31 @@ def load(repo: Path) -> Environment:
         raise _named(err, file, keys) from None
 
 
-def override(
-    env: Environment,
-    *,
-    image: str | None = None,
-    dockerfile: str | None = None,
-    context: str | None = None,
-    target: str | None = None,
-    build_args: dict[str, str] | None = None,
-    variables: dict[str, str] | None = None,
-    setup: str | None = None,
-    setup_timeout_s: int | None = None,
-    setup_network: NetworkPolicy | str | None = None,
-    setup_inputs: tuple[str, ...] | list[str] | None = None,
-    network: NetworkPolicy | str | None = None,
-) -> Environment:
-    """``env`` with what flags or an API request say instead; ``source`` becomes "request" if anything changed.
+@dataclass(frozen=True)
+class Overrides:
+    """What flags or an API request say instead of a definition; a field left None leaves the definition's."""
+
+    image: str | None = None
+    dockerfile: str | None = None
+    context: str | None = None
+    target: str | None = None
+    build_args: dict[str, str] | None = None
+    variables: dict[str, str] | None = None
+    setup: str | None = None
+    setup_timeout_s: int | None = None
+    setup_network: NetworkPolicy | str | None = None
+    setup_inputs: tuple[str, ...] | list[str] | None = None
+    network: NetworkPolicy | str | None = None
+
+
+def override(env: Environment, given: Overrides) -> Environment:
+    """``env`` with what ``given`` says instead; ``source`` becomes "request" if anything changed.
 
     An ``image`` replaces the file's Dockerfile build and a ``dockerfile`` its image. ``setup=""``
     removes the file's setup. ``variables`` are added to (and override) the file's ``env``.
     An invalid value is a ``DefinitionError`` naming the field.
     """
-    changes: dict[str, Any] = {}
-    if image is not None:
-        changes.update(image=image, dockerfile=None, build_args={}, target=None, context=".")
-    if dockerfile is not None:
-        changes.update(dockerfile=dockerfile, image=None)
-    if variables is not None:
-        changes["env"] = {**env.env, **variables}
-    if setup is not None:
-        changes["setup"] = setup or None
-    given: dict[str, Any] = {
-        "context": context,
-        "target": target,
-        "build_args": build_args,
-        "setup_timeout_s": setup_timeout_s,
-        "setup_network": setup_network,
-        "setup_inputs": tuple(setup_inputs) if setup_inputs is not None else None,
-        "network": network,
-    }
-    changes.update({name: value for name, value in given.items() if value is not None})
+    changes = _changes(env, given)
     if not changes:
         return env
     data = env.model_dump(mode="json")
@@ -243,6 +228,31 @@ def override(
         return Environment.model_validate(data)
     except ValidationError as err:
         raise _named(err, "the request", {}) from None
+
+
+def _changes(env: Environment, given: Overrides) -> dict[str, Any]:
+    """The environment's fields ``given`` changes, with their new values (an image or a Dockerfile clears the
+    other way of getting one, and what only that way uses)."""
+    changes: dict[str, Any] = {}
+    if given.image is not None:
+        changes.update(image=given.image, dockerfile=None, build_args={}, target=None, context=".")
+    if given.dockerfile is not None:
+        changes.update(dockerfile=given.dockerfile, image=None)
+    if given.variables is not None:
+        changes["env"] = {**env.env, **given.variables}
+    if given.setup is not None:
+        changes["setup"] = given.setup or None
+    as_given: dict[str, Any] = {
+        "context": given.context,
+        "target": given.target,
+        "build_args": given.build_args,
+        "setup_timeout_s": given.setup_timeout_s,
+        "setup_network": given.setup_network,
+        "setup_inputs": tuple(given.setup_inputs) if given.setup_inputs is not None else None,
+        "network": given.network,
+    }
+    changes.update({name: value for name, value in as_given.items() if value is not None})
+    return changes
 
 
 # --------------------------------------------------------------------------- hashes
@@ -427,15 +437,17 @@ def requested(request: EnvironmentRequest, env: Environment) -> Environment:
     setup = shlex.join(request.setup) if isinstance(request.setup, list) else request.setup
     return override(
         base,
-        image=request.image,
-        dockerfile=request.dockerfile,
-        context=request.context,
-        target=request.target,
-        build_args=request.build_args,
-        variables=request.env,
-        setup=setup,
-        setup_timeout_s=request.setup_timeout_s,
-        setup_network=request.setup_network,
-        setup_inputs=request.setup_inputs,
-        network=request.network,
+        Overrides(
+            image=request.image,
+            dockerfile=request.dockerfile,
+            context=request.context,
+            target=request.target,
+            build_args=request.build_args,
+            variables=request.env,
+            setup=setup,
+            setup_timeout_s=request.setup_timeout_s,
+            setup_network=request.setup_network,
+            setup_inputs=request.setup_inputs,
+            network=request.network,
+        ),
     )

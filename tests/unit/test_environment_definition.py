@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.environment import buildcontext, definition
-from controller.environment.definition import definition_hash, load, materials, override, requested
+from controller.environment.definition import Overrides, definition_hash, load, materials, override, requested
 from controller.errors import DefinitionError, RepoError
 from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
 from controller.wire.network import NetworkPolicy, parse
@@ -549,11 +549,11 @@ def test_a_file_replaced_between_listing_and_reading_is_refused(repo: Path) -> N
 def test_override_replaces_and_marks_the_source_as_request(repo: Path) -> None:
     dockerfile_repo(repo)
     env = load(repo)
-    assert override(env) is env
-    swapped = override(env, image="python:3.12", setup="", network="open", variables={"A": "1"})
+    assert override(env, Overrides()) is env
+    swapped = override(env, Overrides(image="python:3.12", setup="", network="open", variables={"A": "1"}))
     assert (swapped.source, swapped.image, swapped.dockerfile, swapped.setup) == ("request", "python:3.12", None, None)
     assert swapped.network == NetworkPolicy(level="open") and swapped.env == {"A": "1"}
-    back = override(swapped, dockerfile="Dockerfile", context=".", target="dev")
+    back = override(swapped, Overrides(dockerfile="Dockerfile", context=".", target="dev"))
     assert (back.image, back.dockerfile, back.target) == (None, "Dockerfile", "dev")
 
 
@@ -569,7 +569,7 @@ def test_override_replaces_and_marks_the_source_as_request(repo: Path) -> None:
 )
 def test_an_invalid_override_names_the_field(kwargs: dict[str, object], needle: str) -> None:
     with pytest.raises(DefinitionError, match=needle):
-        override(Environment(), **kwargs)  # type: ignore[arg-type]
+        override(Environment(), Overrides(**kwargs))  # type: ignore[arg-type]
 
 
 def test_the_request_model_forbids_unknown_fields_and_applies_over_the_definition(repo: Path) -> None:
@@ -624,7 +624,7 @@ def test_input_globs_reach_into_directories_only_as_far_as_asked(repo: Path, tmp
     ):
         write(repo, rel, "x\n")
     (repo / "linked.txt").symlink_to(tmp_path)
-    env = override(Environment(), setup_inputs=["**/package.json", "backend/*.txt", "linked.txt"])
+    env = override(Environment(), Overrides(setup_inputs=["**/package.json", "backend/*.txt", "linked.txt"]))
     assert definition.setup_input_files(env, repo) == [
         "a/b/package.json", "a/package.json", "backend/requirements.txt", "linked.txt", "package.json",
     ]  # fmt: skip
@@ -648,7 +648,7 @@ def test_an_unbounded_inputs_walk_is_refused(repo: Path, monkeypatch: pytest.Mon
     for n in range(20):
         write(repo, f"d{n}/x.txt", "x")
     monkeypatch.setattr(definition, "MAX_INPUT_SCAN", 10)
-    env = override(Environment(), setup_inputs=["**/package.json"])
+    env = override(Environment(), Overrides(setup_inputs=["**/package.json"]))
     with pytest.raises(DefinitionError, match="more than 10 entries"):
         definition.setup_input_files(env, repo)
 
