@@ -35,7 +35,7 @@ from . import build as environment_image
 from . import load, setup_inputs_hash, setups
 from .build import EnvironmentImage, OnLine
 from .definition import requested
-from .setups import SetupRun, Setups, setup_key
+from .setups import SetupCommand, SetupRun, Setups, setup_key
 
 
 class ImageNotAllowedError(ForbiddenRepoError):
@@ -227,10 +227,11 @@ class Preparation:
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
         async with self.owner.route(client, network, self.session_id) as route:
+            setup = SetupCommand(command, image, dict(environment.env), environment.setup_timeout_s)
             run = SetupRun(
-                layer=self.layer, image=image, command=command, env=dict(environment.env), route=route,
+                layer=self.layer, setup=setup, route=route,
                 limits=self.limits.model_copy(update={"network": network, "runtime": runtimes.SETUP}),
-                timeout_s=environment.setup_timeout_s, instance=self.settings.instance, session_id=self.session_id,
+                instance=self.settings.instance, session_id=self.session_id,
             )  # fmt: skip
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
 

@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ class Setups:
         if dropped:
             shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
             await note(f"setup changed paths of the repository; those changes are not kept: {shown}\n")
-        record = SetupRecord(key=key, command=run.command, seconds=time.monotonic() - started, dropped=dropped)
+        record = SetupRecord(key=key, command=run.setup.command, seconds=time.monotonic() - started, dropped=dropped)
         save(home / "setup.json", record)
 
     def _remove(self, home: Path) -> None:
@@ -178,20 +179,26 @@ class Setups:
         return removed
 
 
+@dataclass(frozen=True)
+class SetupCommand:
+    """What a setup runs: ``command`` (by ``bash -lc``) in ``image`` with ``env``, stopped after ``timeout_s``."""
+
+    command: str
+    image: str
+    env: dict[str, str]
+    timeout_s: float
+
+
 class SetupRun:
     """One run of the setup command in a throwaway container; the output streamed, bounded in time and size."""
 
     def __init__(
-        self, *, layer: Layer, image: str, command: str, env: dict[str, str], route: Route, limits: Limits,
-        timeout_s: float, instance: str, session_id: str,
-    ) -> None:  # fmt: skip
+        self, *, layer: Layer, setup: SetupCommand, route: Route, limits: Limits, instance: str, session_id: str
+    ) -> None:
         self.layer = layer
-        self.image = image
-        self.command = command
-        self.env = env
+        self.setup = setup
         self.route = route
         self.limits = limits
-        self.timeout_s = timeout_s
         self.instance = instance
         self.session_id = session_id
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -216,13 +223,15 @@ class SetupRun:
                     await asyncio.to_thread(container.remove, force=True, v=True)
             await sandbox.remove_named_volume(client, self.volume)
         if code is None:
-            raise SetupError(self._failure(f"The setup command ran longer than {self.timeout_s:.0f}s and was stopped"))
+            raise SetupError(
+                self._failure(f"The setup command ran longer than {self.setup.timeout_s:.0f}s and was stopped")
+            )
         if code != 0:
             raise SetupError(self._failure(f"The setup command failed (exit code {code})"))
 
     def _failure(self, what: str) -> str:
         tail = "".join(self.tail).rstrip()
-        return f"{what}: {self.command}" + (f"\nIts last lines:\n{tail}" if tail else "")
+        return f"{what}: {self.setup.command}" + (f"\nIts last lines:\n{tail}" if tail else "")
 
     def _make_volume(self, client: Any, options: str, labels: dict[str, str]) -> None:
         with contextlib.suppress(NotFound):
@@ -232,12 +241,12 @@ class SetupRun:
     def _options(self, labels: dict[str, str]) -> dict[str, Any]:
         """The sandbox's own hardening and network (``sandbox.container_options``, with the setup's policy and
         route), on the setup's overlay, running the command instead of the toolbox."""
-        options = sandbox.container_options(self.image, self.layer, self.limits, labels, self.route)
+        options = sandbox.container_options(self.setup.image, self.layer, self.limits, labels, self.route)
         workspace = Mount(sandbox.WORKSPACE, self.volume, type="volume", no_copy=True)
         mounts = [workspace if m["Target"] == sandbox.WORKSPACE else m for m in options["mounts"]]
         options.update(
-            command=["/bin/bash", "-lc", self.command], stdin_open=False, mounts=mounts,
-            environment={**self.env, **options["environment"]},
+            command=["/bin/bash", "-lc", self.setup.command], stdin_open=False, mounts=mounts,
+            environment={**self.setup.env, **options["environment"]},
         )  # fmt: skip
         return options
 
@@ -262,7 +271,7 @@ class SetupRun:
         await asyncio.to_thread(container.start)
         threading.Thread(target=pump, daemon=True, name=f"setup-{self.session_id}").start()
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(self.setup.timeout_s):
                 await self._relay(lines, output, note)
                 result = await asyncio.to_thread(container.wait)
         except TimeoutError:
@@ -363,4 +372,4 @@ def _marked(fd: int, name: str) -> bool:
     return True
 
 
-__all__ = ["SetupRecord", "SetupRun", "Setups", "keep_only_new", "setup_key"]
+__all__ = ["SetupCommand", "SetupRecord", "SetupRun", "Setups", "keep_only_new", "setup_key"]
