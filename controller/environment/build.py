@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -258,7 +258,7 @@ def _ensure_ca(client: Any, ca: _Ca, say: OnLine) -> str:
         buildcontext.add_bytes(archive, "ca-certificates.crt", ca.data)
         archive.close()
         fileobj.seek(0)
-        _stream(client, fileobj, "Dockerfile", tag, {ROLE: "ca-bundle"}, {}, None, say, 300, "the CA bundle's image")
+        _stream(client, fileobj, _Build("the CA bundle's image", 300, tag=tag, labels={ROLE: "ca-bundle"}), say)
     return tag
 
 
@@ -285,10 +285,11 @@ def _build_base(
         if packed != found.context_digest:
             raise EnvironmentBuildError(f"The build context of {repo} changed while it was packed; try again.")
         fileobj.seek(0)
-        return _stream(
-            client, fileobj, REPO_DOCKERFILE, None, {}, {**env.build_args, **proxy}, env.target, say, timeout_s,
-            str(env.dockerfile), network_mode,
+        run = _Build(
+            str(env.dockerfile), timeout_s, dockerfile=REPO_DOCKERFILE, buildargs={**env.build_args, **proxy},
+            target=env.target, network_mode=network_mode,
         )  # fmt: skip
+        return _stream(client, fileobj, run, say)
 
 
 def _build_layer(
@@ -311,7 +312,7 @@ def _build_layer(
         buildcontext.add_bytes(archive, "prepare.py", dockerfile.PREPARE_SOURCE.encode())
         archive.close()
         fileobj.seek(0)
-        _stream(client, fileobj, "Dockerfile", tag, {}, {}, None, say, timeout_s, "the toolbox layer")
+        _stream(client, fileobj, _Build("the toolbox layer", timeout_s, tag=tag), say)
 
 
 @contextlib.contextmanager
@@ -320,69 +321,88 @@ def _archive() -> Iterator[tuple[IO[bytes], tarfile.TarFile]]:
         yield fileobj, buildcontext.open_archive(fileobj)
 
 
-def _stream(
-    client: Any,
-    fileobj: IO[bytes],
-    dockerfile_name: str,
-    tag: str | None,
-    labels: dict[str, str],
-    buildargs: dict[str, str],
-    target: str | None,
-    say: OnLine,
-    timeout_s: float,
-    what: str,
-    network_mode: str = "none",
-) -> str:
-    """Run one build, relaying its lines; its image id, or EnvironmentBuildError with its last lines."""
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    last_layer = ""
-    image_id = ""
-    failure = ""
-    deadline = time.monotonic() + timeout_s
-    try:
-        chunks = client.api.build(
-            fileobj=fileobj,
-            custom_context=True,
-            dockerfile=dockerfile_name,
-            tag=tag,
-            labels=labels,
-            buildargs=buildargs,
-            target=target,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            network_mode=network_mode,
-            decode=True,
-            timeout=timeout_s,
-            container_limits={"memory": BUILD_MEMORY, "memswap": BUILD_MEMORY},
-        )
-        for chunk in chunks:  # read to the end even after an error: the engine then closes the stream
-            if "error" in chunk:
-                failure = failure or str(chunk.get("error") or "").strip()
+@dataclass(frozen=True)
+class _Build:
+    """One build for ``_stream``: ``what`` names it in errors; the rest is what the engine is asked for."""
+
+    what: str
+    timeout_s: float
+    dockerfile: str = "Dockerfile"
+    tag: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    buildargs: dict[str, str] = field(default_factory=dict)
+    target: str | None = None
+    network_mode: str = "none"
+
+
+@dataclass
+class _Progress:
+    """What a build's stream has said so far: its last lines, the last layer made, the image, the first error."""
+
+    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    last_layer: str = ""
+    image_id: str = ""
+    failure: str = ""
+
+    def take(self, chunk: dict[str, Any], say: OnLine) -> bool:
+        """Note one chunk of the stream, relaying its lines; False for an error (the first one is kept)."""
+        if "error" in chunk:
+            self.failure = self.failure or str(chunk.get("error") or "").strip()
+            return False
+        for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
+            line = line.rstrip()
+            if not line:
                 continue
-            for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
-                line = line.rstrip()
-                if not line:
-                    continue
-                tail.append(line)
-                say(line)
-                layer = _LAYER_ID.match(line)
-                if layer:
-                    last_layer = layer.group(1)
-            image_id = str((chunk.get("aux") or {}).get("ID") or image_id)
-            if time.monotonic() > deadline:
-                failure = f"the build took longer than {timeout_s:.0f} s"
+            self.tail.append(line)
+            say(line)
+            layer = _LAYER_ID.match(line)
+            if layer:
+                self.last_layer = layer.group(1)
+        self.image_id = str((chunk.get("aux") or {}).get("ID") or self.image_id)
+        return True
+
+
+def _stream(client: Any, fileobj: IO[bytes], run: _Build, say: OnLine) -> str:
+    """Run one build, relaying its lines; its image id, or EnvironmentBuildError with its last lines."""
+    progress = _Progress()
+    deadline = time.monotonic() + run.timeout_s
+    try:
+        chunks = _start(client, fileobj, run)
+        for chunk in chunks:  # read to the end even after an error: the engine then closes the stream
+            if progress.take(chunk, say) and time.monotonic() > deadline:
+                progress.failure = f"the build took longer than {run.timeout_s:.0f} s"
                 chunks.close()  # the engine cancels a build whose client has gone
                 break
     except (APIError, DockerException, OSError) as err:  # OSError covers the read timeout
-        failure = str(err).strip() or type(err).__name__
-    if not failure and not image_id:
-        failure = "the engine reported no image"
-    if failure:
-        if last_layer:
-            _remove_dangling(client, last_layer)
-        raise _failed(what, failure, list(tail))
-    return image_id
+        progress.failure = str(err).strip() or type(err).__name__
+    if not progress.failure and not progress.image_id:
+        progress.failure = "the engine reported no image"
+    if progress.failure:
+        if progress.last_layer:
+            _remove_dangling(client, progress.last_layer)
+        raise _failed(run.what, progress.failure, list(progress.tail))
+    return progress.image_id
+
+
+def _start(client: Any, fileobj: IO[bytes], run: _Build) -> Any:
+    """Ask the engine for the build, its progress decoded: no pull, intermediate containers removed even when it
+    fails, bounded in memory and in time."""
+    return client.api.build(
+        fileobj=fileobj,
+        custom_context=True,
+        dockerfile=run.dockerfile,
+        tag=run.tag,
+        labels=run.labels,
+        buildargs=run.buildargs,
+        target=run.target,
+        rm=True,
+        forcerm=True,
+        pull=False,
+        network_mode=run.network_mode,
+        decode=True,
+        timeout=run.timeout_s,
+        container_limits={"memory": BUILD_MEMORY, "memswap": BUILD_MEMORY},
+    )
 
 
 def _failed(what: str, failure: str, tail: list[str]) -> EnvironmentBuildError:
