@@ -24,7 +24,7 @@ from bench.measure import Report, Row, Sample, ms
 from bench.rows import READY_TARGET, bare_run, give_away, make_repo, sandbox
 from controller.config import Settings
 from controller.environment import load
-from controller.environment.build import ensure_image
+from controller.environment.build import ImageOptions, ensure_image
 from controller.sandbox import images
 
 HIT_BUDGET_S = 0.100
@@ -39,7 +39,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     ca_bundle = Settings().ca_bundle
 
     def resolve() -> str:
-        return ensure_image(client, load(repo), repo, sandbox_image=image, ca_bundle=ca_bundle).tag
+        return ensure_image(client, load(repo), repo, ImageOptions(sandbox_image=image, ca_bundle=ca_bundle)).tag
 
     tag = await asyncio.to_thread(resolve)  # the one build, untimed
     try:

@@ -82,19 +82,28 @@ class EnvironmentImage:
     """True when the environment is the default one: ``tag`` is the sandbox image itself."""
 
 
+@dataclass(frozen=True)
+class ImageOptions:
+    """How ``ensure_image`` finds or makes an image.
+
+    ``sandbox_image`` is the default environment's image, and the toolbox layer copies its init and shims from
+    it; it is built when missing if ``auto_build_sandbox``. ``ca_bundle`` goes into every image built. With
+    ``build`` False a missing image is an error instead of a build. The repository's Dockerfile and the toolbox
+    layer each stop after ``timeout_s``; the Dockerfile builds on ``network_mode``, with ``proxy``'s variables as
+    build arguments (see ``ensure_image``).
+    """
+
+    sandbox_image: str
+    ca_bundle: Path | None = None
+    build: bool = True
+    auto_build_sandbox: bool = True
+    timeout_s: float = BUILD_TIMEOUT_S
+    network_mode: str = "bridge"
+    proxy: dict[str, str] = field(default_factory=dict)
+
+
 def ensure_image(
-    client: Any,
-    env: Environment,
-    repo: Path,
-    *,
-    sandbox_image: str,
-    ca_bundle: Path | None = None,
-    build: bool = True,
-    auto_build_sandbox: bool = True,
-    on_line: OnLine | None = None,
-    timeout_s: float = BUILD_TIMEOUT_S,
-    network_mode: str = "bridge",
-    proxy: dict[str, str] | None = None,
+    client: Any, env: Environment, repo: Path, options: ImageOptions, on_line: OnLine | None = None
 ) -> EnvironmentImage:
     """The image ``env`` runs in, built if it is missing (or ``ImageMissingError`` when ``build`` is False); blocking.
 
@@ -108,42 +117,60 @@ def ensure_image(
     ``ConfigError`` (an unreadable CA bundle) and ``SandboxError`` for the engine's failures.
     """
     if not env.builds:
-        images.ensure(client, sandbox_image, auto_build_sandbox, on_line)
-        return EnvironmentImage(sandbox_image, definition_hash(env, repo), built=False, default=True)
+        images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
+        return EnvironmentImage(options.sandbox_image, definition_hash(env, repo), built=False, default=True)
+    recipe = _recipe(client, env, repo, options.ca_bundle)
+    if _exists(client, recipe.tag):
+        return recipe.image(built=False)
+    if not options.build:
+        raise ImageMissingError(
+            f"The environment image of {repo} ({env.source}) is not built yet.", hint="Run `cubicle env build`."
+        )
+    with _building(recipe.key):
+        if _exists(client, recipe.tag):  # another thread built it while this one waited
+            return recipe.image(built=False)
+        _make(client, recipe, options, on_line)
+    return recipe.image(built=True)
+
+
+@dataclass(frozen=True)
+class _Recipe:
+    """What an environment's image is made of, read from the checkout, and the key and tag that follow from it."""
+
+    env: Environment
+    repo: Path
+    found: Materials
+    ca: _Ca | None
+    base_id: str
+    """The local base image's id; empty when the repository's Dockerfile is the base (built in ``_make``)."""
+    root: str
+    key: str
+
+    @property
+    def tag(self) -> str:
+        return f"{TAG_PREFIX}:{self.key[:16]}"
+
+    def labels(self) -> dict[str, str]:
+        """What the image says about itself: ``sweep`` and ``cubicle gc`` find it by them."""
+        return {
+            ROLE: "environment",
+            DEFINITION: self.found.definition_hash,
+            KEY: self.key,
+            REPO: self.root,
+            SOURCE: self.env.source,
+        }
+
+    def image(self, built: bool) -> EnvironmentImage:
+        return EnvironmentImage(self.tag, self.found.definition_hash, built=built, default=False)
+
+
+def _recipe(client: Any, env: Environment, repo: Path, ca_bundle: Path | None) -> _Recipe:
+    """Read what ``env``'s image is made of, and key it (a DefinitionError, ConfigError or ImageMissingError first)."""
     found = materials(env, repo)
     ca = _ca(ca_bundle)
     base_id = _local_base(client, env) if env.image else ""
     root = str(real_root(repo)).encode("utf-8", "replace").decode()
-    key = _key(found, ca, base_id, root)
-    tag = f"{TAG_PREFIX}:{key[:16]}"
-    if _exists(client, tag):
-        return EnvironmentImage(tag, found.definition_hash, built=False, default=False)
-    if not build:
-        raise ImageMissingError(
-            f"The environment image of {repo} ({env.source}) is not built yet.", hint="Run `cubicle env build`."
-        )
-    with _building(key):
-        if _exists(client, tag):  # another thread built it while this one waited
-            return EnvironmentImage(tag, found.definition_hash, built=False, default=False)
-        say = on_line or (lambda line: None)
-        images.ensure(client, sandbox_image, auto_build_sandbox, on_line)
-        ca_tag = _ensure_ca(client, ca, say) if ca else None
-        if env.dockerfile:
-            base_id = _build_base(client, env, repo, found, ca_tag, say, timeout_s, network_mode, proxy or {})
-        labels = {
-            ROLE: "environment",
-            DEFINITION: found.definition_hash,
-            KEY: key,
-            REPO: root,
-            SOURCE: env.source,
-        }
-        try:
-            _build_layer(client, env, base_id, tag, labels, sandbox_image, ca_tag, say, timeout_s)
-        except BaseException:
-            if env.dockerfile:
-                _remove_dangling(client, base_id)
-            raise
-    return EnvironmentImage(tag, found.definition_hash, built=True, default=False)
+    return _Recipe(env, repo, found, ca, base_id, root, _key(found, ca, base_id, root))
 
 
 # --------------------------------------------------------------------------- the key
@@ -262,11 +289,26 @@ def _ensure_ca(client: Any, ca: _Ca, say: OnLine) -> str:
     return tag
 
 
-def _build_base(
-    client: Any, env: Environment, repo: Path, found: Materials, ca_tag: str | None, say: OnLine, timeout_s: float,
-    network_mode: str, proxy: dict[str, str],
-) -> str:  # fmt: skip
+def _make(client: Any, recipe: _Recipe, options: ImageOptions, on_line: OnLine | None) -> None:
+    """Build the image ``recipe`` names: the sandbox and CA images it copies from when missing, the repository's
+    Dockerfile when it has one, then the toolbox layer on the base (a failed layer takes the built base with it)."""
+    say = on_line or (lambda line: None)
+    images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
+    ca_tag = _ensure_ca(client, recipe.ca, say) if recipe.ca else None
+    base_id = recipe.base_id
+    if recipe.env.dockerfile:
+        base_id = _build_base(client, recipe, ca_tag, options, say)
+    try:
+        _build_layer(client, recipe, base_id, ca_tag, options, say)
+    except BaseException:
+        if recipe.env.dockerfile:
+            _remove_dangling(client, base_id)
+        raise
+
+
+def _build_base(client: Any, recipe: _Recipe, ca_tag: str | None, options: ImageOptions, say: OnLine) -> str:
     """Build the repository's Dockerfile (untagged); its image id."""
+    env, found = recipe.env, recipe.found
     assert found.dockerfile is not None and found.context is not None
     text = found.dockerfile
     if ca_tag:
@@ -283,36 +325,28 @@ def _build_base(
         )
         archive.close()
         if packed != found.context_digest:
-            raise EnvironmentBuildError(f"The build context of {repo} changed while it was packed; try again.")
+            raise EnvironmentBuildError(f"The build context of {recipe.repo} changed while it was packed; try again.")
         fileobj.seek(0)
         run = _Build(
-            str(env.dockerfile), timeout_s, dockerfile=REPO_DOCKERFILE, buildargs={**env.build_args, **proxy},
-            target=env.target, network_mode=network_mode,
+            str(env.dockerfile), options.timeout_s, dockerfile=REPO_DOCKERFILE,
+            buildargs={**env.build_args, **options.proxy}, target=env.target, network_mode=options.network_mode,
         )  # fmt: skip
         return _stream(client, fileobj, run, say)
 
 
 def _build_layer(
-    client: Any,
-    env: Environment,
-    base_id: str,
-    tag: str,
-    labels: dict[str, str],
-    sandbox_image: str,
-    ca_tag: str | None,
-    say: OnLine,
-    timeout_s: float,
+    client: Any, recipe: _Recipe, base_id: str, ca_tag: str | None, options: ImageOptions, say: OnLine
 ) -> None:
-    say(f"{dockerfile.MARK}adding the toolbox to {env.image or 'the built image'}")
+    say(f"{dockerfile.MARK}adding the toolbox to {recipe.env.image or 'the built image'}")
     with _archive() as (fileobj, archive):
-        text = dockerfile.toolbox_layer(base_id, sandbox_image, ca_tag, labels)
+        text = dockerfile.toolbox_layer(base_id, options.sandbox_image, ca_tag, recipe.labels())
         buildcontext.add_bytes(archive, "Dockerfile", text.encode())
         for path in _toolbox_files():
             buildcontext.add_bytes(archive, f"toolbox/{path.name}", path.read_bytes())
         buildcontext.add_bytes(archive, "prepare.py", dockerfile.PREPARE_SOURCE.encode())
         archive.close()
         fileobj.seek(0)
-        _stream(client, fileobj, _Build("the toolbox layer", timeout_s, tag=tag), say)
+        _stream(client, fileobj, _Build("the toolbox layer", options.timeout_s, tag=recipe.tag), say)
 
 
 @contextlib.contextmanager

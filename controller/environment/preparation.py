@@ -33,7 +33,7 @@ from ..wire.network import NONE, NetworkPolicy
 from ..workspace import Layer
 from . import build as environment_image
 from . import load, setup_inputs_hash, setups
-from .build import EnvironmentImage, OnLine
+from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
 from .setups import SetupCommand, SetupRun, Setups, setup_key
 
@@ -106,11 +106,11 @@ class Environments:
         the repository's code outside the sandbox, so it reaches no more than the setup may."""
         settings = self.settings
         async with self.route(client, self.setup_network(environment), name) as route:
-            return await asyncio.to_thread(
-                environment_image.ensure_image, client, environment, repo, sandbox_image=settings.image,
-                ca_bundle=settings.ca_bundle, on_line=on_line, auto_build_sandbox=settings.auto_build_image,
-                network_mode=route.network, proxy=route.environment(),
+            options = ImageOptions(
+                sandbox_image=settings.image, ca_bundle=settings.ca_bundle,
+                auto_build_sandbox=settings.auto_build_image, network_mode=route.network, proxy=route.environment(),
             )  # fmt: skip
+            return await asyncio.to_thread(environment_image.ensure_image, client, environment, repo, options, on_line)
 
     @contextlib.asynccontextmanager
     async def route(self, client: Any, policy: NetworkPolicy, session_id: str) -> AsyncIterator[Route]:

@@ -28,7 +28,7 @@ from controller import workspace
 from controller.cli import app
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.environment import load
-from controller.environment.build import ROLE, EnvironmentImage, ensure_image, sweep
+from controller.environment.build import ROLE, EnvironmentImage, ImageOptions, ensure_image, sweep
 from controller.errors import EnvironmentBuildError, ImageMissingError
 from controller.sandbox import images, owners
 from controller.sandbox.docker import DockerSandbox
@@ -58,7 +58,7 @@ def build(client: Any, repo: Path, lines: list[str] | None = None) -> Environmen
     settings = Settings()
     say = lines.append if lines is not None else None
     return ensure_image(
-        client, load(repo), repo, sandbox_image=DEFAULT_IMAGE, ca_bundle=settings.ca_bundle, on_line=say
+        client, load(repo), repo, ImageOptions(sandbox_image=DEFAULT_IMAGE, ca_bundle=settings.ca_bundle), on_line=say
     )
 
 
