@@ -108,15 +108,22 @@ class Converter:
     def _string(self, value: Any, key: str) -> str:
         if not isinstance(value, str):
             raise DefinitionError(f"{where(self.file, key)}: expected a string, got {_kind(value)}.")
-        return self.substitute(value, key)
+        try:
+            return self.substitute(value, key)
+        except _Unresolvable as missing:
+            raise DefinitionError(
+                f"{where(self.file, key)}: ${{containerEnv:{missing}}} is known only in the running container; "
+                "it may be used in remoteEnv and in the lifecycle commands, not here."
+            ) from None
 
     def _object(self, value: Any, key: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise DefinitionError(f"{where(self.file, key)}: expected an object, got {_kind(value)}.")
         return value
 
-    def substitute(self, text: str, key: str, container_env: dict[str, str] | None = None) -> str:
-        """Expand the devcontainer variables that make sense here; never read the host's environment."""
+    def substitute(self, text: str, key: str, container_env: dict[str, str] | None = None, defer: bool = False) -> str:
+        """Expand the devcontainer variables that make sense here; never read the host's environment. With ``defer``,
+        a ``${containerEnv:NAME}`` that only the image knows is left as it is, for ``expand_container_env``."""
 
         def one(match: re.Match[str]) -> str:
             name, _, rest = match.group(1).partition(":")
@@ -134,6 +141,8 @@ class Converter:
                 variable, _, default = rest.partition(":")
                 if container_env is not None and variable in container_env:
                     return container_env[variable]
+                if defer:
+                    return match.group(0)
                 raise _Unresolvable(variable)
             return match.group(0)
 
@@ -179,10 +188,7 @@ class Converter:
                 continue
             if not isinstance(value, str):
                 raise DefinitionError(f"{where(self.file, key)}: expected a string or null, got {_kind(value)}.")
-            try:
-                env[name] = self.substitute(value, key, container_env=env)
-            except _Unresolvable as missing:
-                self.warn(key, f"it refers to ${{containerEnv:{missing}}}, which only the running image knows")
+            env[name] = self.substitute(value, key, container_env=env, defer=True)  # the image's: at preparation
         self.fields["env"] = env
 
     def _setup(self) -> None:
@@ -193,12 +199,12 @@ class Converter:
     def commands(self, value: Any, key: str) -> list[str]:
         """A lifecycle command as shell commands: a string, an exec-form array (quoted), or an object of named ones."""
         if isinstance(value, str):
-            text = self.substitute(value, key).strip()
+            text = self.substitute(value, key, defer=True).strip()  # ${containerEnv:...}: at preparation
             return [text] if text else []
         if isinstance(value, list):
             if not value or not all(isinstance(item, str) for item in value):
                 raise DefinitionError(f"{where(self.file, key)}: an array command must be a non-empty list of strings.")
-            return [shlex.join(self.substitute(item, key) for item in value)]
+            return [shlex.join(self.substitute(item, key, defer=True) for item in value)]
         if isinstance(value, dict):
             return [part for name, item in value.items() for part in self.commands(item, f"{key}.{name}")]
         raise DefinitionError(f"{where(self.file, key)}: expected a string, an array or an object, got {_kind(value)}.")
@@ -223,6 +229,21 @@ class _Unresolvable(Exception):
 
 
 _NEEDS_GROUPING = re.compile(r"[;\n#]|(?<!&)&(?!&)")
+
+
+def expand_container_env(env: dict[str, str], image_env: dict[str, str]) -> dict[str, str]:
+    """``env`` with each ``${containerEnv:NAME}`` (or ``${containerEnv:NAME:default}``) left by the definition made
+    the value the image gives NAME (its ``ENV``), else the default, else empty: a ``remoteEnv`` PATH of
+    ``/opt/venv/bin:${containerEnv:PATH}`` becomes the venv before the image's own PATH."""
+
+    def one(match: re.Match[str]) -> str:
+        name, _, rest = match.group(1).partition(":")
+        if name != "containerEnv":
+            return match.group(0)
+        variable, _, default = rest.partition(":")
+        return image_env.get(variable, default)
+
+    return {name: _VARIABLE.sub(one, value) for name, value in env.items()}
 
 
 def join_commands(parts: list[str]) -> str:

@@ -35,6 +35,7 @@ from . import build as environment_image
 from . import load, setup_inputs_hash, setups
 from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
+from .devcontainer import expand_container_env
 from .setups import SetupCommand, SetupRun, Setups, setup_key
 
 
@@ -165,12 +166,24 @@ class Preparation:
             await self.note(f"warning: {warning}\n")
         try:
             image = await self.image(client)
-            tree = await self.setup(client, image) if self.environment.setup else None
+            env, command = await asyncio.to_thread(self.expanded, client, image)
+            tree = await self.setup(client, image, env, command) if command else None
         except (SetupError, DockerUnavailableError):
             raise
         except CubicleError as err:  # a base image missing, a Dockerfile or input moved out of the repository since
             raise SetupError(f"The environment of {self.layer.repo} ({self.environment.source}): {err}") from None
-        return Prepared(image=image, env=dict(self.environment.env), setup=tree)
+        return Prepared(image=image, env=env, setup=tree)
+
+    def expanded(self, client: Any, image: str) -> tuple[dict[str, str], str]:
+        """The environment's variables and setup command, each ``${containerEnv:NAME}`` the definition left in them
+        made the value the running container has: the image's ``ENV``, under the definition's own variables."""
+        env, command = dict(self.environment.env), self.environment.setup or ""
+        if "${containerEnv:" not in command and not any("${containerEnv:" in value for value in env.values()):
+            return env, command
+        listed = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+        known = dict(item.split("=", 1) for item in listed if "=" in item)
+        env = expand_container_env(env, known)
+        return env, expand_container_env({"": command}, {**known, **env})[""]
 
     async def note(self, text: str) -> None:
         """Cubicle's own line about the preparation: phase ``environment``, which no build or command writes."""
@@ -207,7 +220,7 @@ class Preparation:
             await self.note(f"the image {made.tag} was removed by a sweep before this session held it; again\n")
         raise SetupError(f"The environment image of {self.layer.repo} was removed by a sweep each time it was made.")
 
-    async def setup(self, client: Any, image: str) -> Path:
+    async def setup(self, client: Any, image: str, env: dict[str, str], command: str) -> Path:
         """The finished setup tree for this environment (run now unless an identical one was made before).
 
         A session keeps the tree it began with for its whole life (its layer was written over it),
@@ -218,16 +231,15 @@ class Preparation:
             await self.note(f"this session keeps its setup ({pinned.parent.name[:12]})\n")
             return pinned
         environment = self.environment
-        command = environment.setup or ""
         network = self.owner.setup_network(environment)
         image_id = (await asyncio.to_thread(client.images.get, image)).id
         inputs = await asyncio.to_thread(setup_inputs_hash, environment, self.layer.repo)
-        key = setup_key(image_id, command, environment.env, str(network), self.layer, inputs)
+        key = setup_key(image_id, command, env, str(network), self.layer, inputs)
         if self.owner.setups.finished(key):
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
         async with self.owner.route(client, network, self.session_id) as route:
-            setup = SetupCommand(command, image, dict(environment.env), environment.setup_timeout_s)
+            setup = SetupCommand(command, image, env, environment.setup_timeout_s)
             run = SetupRun(
                 layer=self.layer, setup=setup, route=route,
                 limits=self.limits.model_copy(update={"network": network, "runtime": runtimes.SETUP}),

@@ -47,6 +47,7 @@ from ..errors import SetupError
 from ..sandbox import docker as sandbox
 from ..sandbox import owners
 from ..sandbox.egress import Route
+from ..wire.environment import keeping_path
 from ..wire.limits import Limits
 from ..workspace import Layer, beneath
 from ..workspace.changes import OPAQUE
@@ -245,8 +246,8 @@ class SetupRun:
         workspace = Mount(sandbox.WORKSPACE, self.volume, type="volume", no_copy=True)
         mounts = [workspace if m["Target"] == sandbox.WORKSPACE else m for m in options["mounts"]]
         options.update(
-            command=["/bin/bash", "-lc", self.setup.command], stdin_open=False, mounts=mounts,
-            environment={**self.setup.env, **options["environment"]},
+            command=["/bin/bash", "-lc", keeping_path(self.setup.command, self.setup.env)], stdin_open=False,
+            mounts=mounts, environment={**self.setup.env, **options["environment"]},
         )  # fmt: skip
         return options
 

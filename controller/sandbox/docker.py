@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
 from ..errors import EntryLimitError, SandboxError, ToolboxGoneError, WorkspaceError
+from ..wire.environment import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
 from ..wire.protocol import Call, Failure, Outcome, Ping
@@ -483,6 +484,9 @@ class DockerSandbox:
         options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
         options["environment"] = {**self.env, **options["environment"]}  # ours (HOME, proxy) win over the environment's
         options["environment"].pop(headroom.SEED_VARIABLE, None)  # never the environment's to set
+        options["environment"].pop(PATH_VARIABLE, None)
+        if self.env.get("PATH"):  # kept from the login shell's profile by the toolbox, before every command
+            options["environment"][PATH_VARIABLE] = self.env["PATH"]
         if self._seeded:  # the toolbox deletes the seed as it starts (see ``workspace.headroom``)
             options["environment"][headroom.SEED_VARIABLE] = "1"
         return options

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -50,7 +52,19 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
+PATH_VARIABLE = "CUBICLE_PATH"
+"""The sandbox's copy of the PATH an environment defines: the toolbox sets PATH to it after the login shell's
+profile, before each command (the toolbox's ``processes.PATH_VARIABLE``)."""
 RESERVED_ENV = re.compile(r"^(HOME|LD_[A-Z0-9_]*)$")
+
+
+def keeping_path(command: str, env: Mapping[str, str]) -> str:
+    """``command`` for ``bash -lc`` with the environment's PATH set again after the login shell's profile (as the
+    toolbox does for the agent's commands; the setup runs without a toolbox)."""
+    path = env.get("PATH")
+    return f"PATH={shlex.quote(path)}; export PATH; {command}" if path else command
+
+
 """Variables a definition may not set: HOME is the container's tmpfs, and LD_* would load code into the toolbox."""
 
 

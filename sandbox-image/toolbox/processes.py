@@ -18,10 +18,20 @@ from .jobs import Job
 from .limits import DEFAULT_COMMAND_OUTPUT, DEFAULT_COMMAND_TIMEOUT_S, UNKILLABLE_WAIT_S
 from .pump import pump
 
+PATH_VARIABLE = "CUBICLE_PATH"
+"""Set by the controller to the PATH the session's environment defines (devcontainer ``containerEnv``/``remoteEnv``,
+``environment.toml``'s ``env``): a login shell's profile (Debian's ``/etc/profile`` sets PATH outright) must not
+take it away, so it is set again after the profile, before the command."""
+KEEP_PATH = 'PATH="$CUBICLE_PATH"; export PATH; '
+
 
 def run_command(args: JSON, cwd: str, env: dict[str, str] | None, job: Job | None = None) -> JSON:
-    """Run ``args["command"]`` with bash as a login shell in ``cwd``, with the environment the container started with."""
-    cmd = ["bash", "-lc", args["command"]]
+    """Run ``args["command"]`` with bash as a login shell in ``cwd``, with the environment the container started with
+    (and the environment's PATH, when it defines one, whatever the profile did to it)."""
+    command = args["command"]
+    if env and env.get(PATH_VARIABLE):
+        command = KEEP_PATH + command
+    cmd = ["bash", "-lc", command]
     timeout = float(args.get("timeout_s") or DEFAULT_COMMAND_TIMEOUT_S)
     result = run(cmd, args.get("max_output") or DEFAULT_COMMAND_OUTPUT, timeout, cwd, job=job, env=env)
     result["cancelled"] = bool(job and job.cancelled)

@@ -94,3 +94,46 @@ def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: 
     reused = "".join(e["text"] for e in _events(again.stdout) if e["type"] == "setup_output")
     assert "reusing the setup made before" in reused
     assert "Step 1/" not in reused  # the image was not built again
+
+
+VENV_PATH_SCENARIO = {
+    "name": "venv-on-path",
+    "turns": [
+        {
+            "content": [
+                _tool(
+                    "run_command",
+                    timeout_s=120,
+                    command="python -m pytest -q -p no:cacheprovider test_inflection.py 2>&1 | tail -n 2; "
+                    'echo "PATH=$PATH"; command -v python',
+                )
+            ]
+        },
+        {"content": [{"type": "text", "text": "The suite ran with the virtualenv's python."}]},
+    ],
+}
+
+
+def test_the_definitions_path_reaches_the_agents_commands_whatever_the_login_profile_does(
+    project: Path, tmp_path: Path
+) -> None:
+    """remoteEnv puts the workspace's virtualenv first on PATH, over the image's own (``${containerEnv:PATH}``); a
+    login shell's /etc/profile (Debian's sets PATH outright) must not take it away: bare ``python`` (which Debian
+    does not have) is the virtualenv's."""
+    definition = project / ".devcontainer" / "devcontainer.json"
+    text = definition.read_text().replace(
+        '"containerEnv":', '"remoteEnv": {"PATH": "/workspace/.venv/bin:${containerEnv:PATH}"},\n  "containerEnv":'
+    )
+    definition.write_text(text)
+    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
+    shown = cubicle("env", "show", str(project), env=env, timeout=120)
+    assert "/workspace/.venv/bin:${containerEnv:PATH}" in shown.stdout, shown.stdout + shown.stderr
+    done = cubicle("run", str(project), "run the suite", "--json", "--no-apply",
+                   "--scenario", scenario_file(tmp_path, VENV_PATH_SCENARIO), env=env, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = [e for e in _events(done.stdout) if e["type"] == "tool_result"]
+    assert re.search(r"\b45\d passed in ", result["output"]), result["output"]
+    path = next(line for line in result["output"].splitlines() if line.startswith("PATH="))
+    # The venv, then the image's own PATH (its ENV), not the one Debian's /etc/profile sets for a login shell.
+    assert path == "PATH=/workspace/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", path
+    assert "/workspace/.venv/bin/python" in result["output"].splitlines()

@@ -12,8 +12,9 @@ import pytest
 
 from controller.environment import buildcontext, definition
 from controller.environment.definition import Overrides, definition_hash, load, materials, override, requested
+from controller.environment.devcontainer import expand_container_env
 from controller.errors import DefinitionError, RepoError
-from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
+from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest, keeping_path
 from controller.wire.network import NetworkPolicy, parse
 
 TOML = ".cubicle/environment.toml"
@@ -299,10 +300,46 @@ def test_the_host_environment_is_never_read(repo: Path, monkeypatch: pytest.Monk
     )
     env = load(repo)
     assert "hunter2" not in env.model_dump_json()
-    assert env.env == {"S": "", "D": "fallback", "W": "/workspace/bin", "Q": "/workspace/bin/q"}
+    assert env.env == {
+        "S": "",
+        "D": "fallback",
+        "W": "/workspace/bin",
+        "Q": "/workspace/bin/q",
+        "P": "${containerEnv:PATH}:/x",
+    }  # fmt: skip  (P names a variable only the image knows: made its value when the environment is prepared)
     assert env.setup == "echo"
-    assert any("'remoteEnv.P' ignored" in w and "containerEnv:PATH" in w for w in env.warnings)
     assert any("${localEnv:CUBICLE_TEST_SECRET} is never read from the host" in w for w in env.warnings)
+
+
+def test_a_container_variable_only_the_image_knows_waits_for_the_image(repo: Path) -> None:
+    """``${containerEnv:NAME}`` in remoteEnv and the lifecycle commands is left for the preparation, which makes it
+    the image's value (``expand_container_env``); where it cannot be known (the image's name), it is refused."""
+    write(
+        repo, DEVCONTAINER,
+        '{"image": "x", "containerEnv": {"A": "1"}, "remoteEnv": {"PATH": "/opt/venv/bin:${containerEnv:PATH}",'
+        ' "B": "${containerEnv:A}-b", "C": "${containerEnv:NOPE:fallback}"},'
+        ' "postCreateCommand": ["echo", "${containerEnv:HOME}"]}',
+    )  # fmt: skip
+    env = load(repo)
+    assert env.env["PATH"] == "/opt/venv/bin:${containerEnv:PATH}" and env.env["B"] == "1-b"
+    image = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}
+    expanded = expand_container_env(env.env, image)
+    assert expanded == {"A": "1", "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "B": "1-b", "C": "fallback"}
+    assert expand_container_env({"": env.setup or ""}, image)[""] == "echo '${containerEnv:HOME}'".replace(
+        "${containerEnv:HOME}", "/root"
+    )
+    write(repo, DEVCONTAINER, '{"image": "${containerEnv:IMAGE}"}')
+    with pytest.raises(DefinitionError, match=r"containerEnv:IMAGE\} is known only in the running container"):
+        load(repo)
+
+
+def test_the_environments_path_is_set_again_after_the_login_profile() -> None:
+    """The setup's command (the toolbox does the same for the agent's, from ``PATH_VARIABLE``)."""
+    assert keeping_path("make test", {"PATH": "/opt/venv/bin:/usr/bin"}) == (
+        "PATH=/opt/venv/bin:/usr/bin; export PATH; make test"
+    )
+    assert keeping_path("make test", {"PATH": "/a b:$(x)"}) == "PATH='/a b:$(x)'; export PATH; make test"
+    assert keeping_path("make test", {}) == "make test"
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from toolbox import limits
+from toolbox import limits, processes
 from toolbox.protocol import Toolbox
 from toolbox.workspace import Workspace
 
 from controller.agent.tools import DEADLINE_MARGIN_S
-from controller.wire import protocol
+from controller.wire import environment, protocol
 from controller.wire.limits import Limits
 
 
@@ -72,3 +72,8 @@ def test_every_request_the_controller_sends_is_one_the_toolbox_reads(tmp_path: P
         assert response.ok, response.error
         type(request).result.model_validate(response.result)
     assert (tmp_path / "b.txt").read_text() == "three\n"
+
+
+def test_both_ends_name_the_environments_path_alike() -> None:
+    assert environment.PATH_VARIABLE == processes.PATH_VARIABLE
+    assert processes.KEEP_PATH.startswith(f'PATH="${processes.PATH_VARIABLE}"; export PATH; ')
