@@ -36,10 +36,10 @@ import logging
 import os
 import sys
 
-from . import environment, mcp, run, service, terminal, workspace
+from . import environment, mcp, run, service, terminal, turns, workspace
 from .app import app, err_console
 
-__all__ = ["app", "environment", "main", "mcp", "run", "service", "workspace"]
+__all__ = ["app", "environment", "main", "mcp", "run", "service", "turns", "workspace"]
 
 
 def main() -> None:

@@ -51,29 +51,43 @@ async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
         record = await client.create(
             remote.repo, remote.task, model=remote.model, limits=remote.limits or None, environment=remote.environment
         )
-        finished: SessionFinished | None = None
+        return await _turn(client, record.id, record.repo, 0, view)
+
+
+async def continue_remote(url: str, token: str | None, session_id: str, text: str, view: Any) -> RemoteRun:
+    """Begin the session's next turn on ``text`` and show its events until it ends (as ``run_remote`` does)."""
+    async with AsyncClient(url, token) as client:
         last = 0
-        try:
-            async for event in client.events(record.id):
-                last = event.seq
-                finished = event if isinstance(event, SessionFinished) else finished
-                await view.emit(event)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            await client.cancel(record.id)
-            async for event in client.events(record.id, after=last):  # the turn's end, as the server recorded it
-                finished = event if isinstance(event, SessionFinished) else finished
-                await view.emit(event)
-        if finished is None:  # the stream ended without the turn's end (its process failed): the record says why
-            stored = await client.get(record.id)
-            if stored.finish_reason is not None:
-                finished = SessionFinished(
-                    session_id=record.id, reason=stored.finish_reason, steps=stored.steps, usage=stored.usage,
-                    detail=stored.detail,
-                )  # fmt: skip
-        return RemoteRun(record.id, record.repo, finished)
+        async for event in client.events(session_id):  # what is stored; the stream ends as no turn runs
+            last = event.seq
+        record = await client.follow_up(session_id, text)
+        return await _turn(client, session_id, record.repo, last, view)
+
+
+async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, view: Any) -> RemoteRun:
+    finished: SessionFinished | None = None
+    last = after
+    try:
+        async for event in client.events(session_id, after=after):
+            last = event.seq
+            finished = event if isinstance(event, SessionFinished) else finished
+            await view.emit(event)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        await client.cancel(session_id)
+        async for event in client.events(session_id, after=last):  # the turn's end, as the server recorded it
+            finished = event if isinstance(event, SessionFinished) else finished
+            await view.emit(event)
+    if finished is None:  # the stream ended without the turn's end (its process failed): the record says why
+        stored = await client.get(session_id)
+        if stored.finish_reason is not None:
+            finished = SessionFinished(
+                session_id=session_id, reason=stored.finish_reason, steps=stored.steps, usage=stored.usage,
+                detail=stored.detail,
+            )  # fmt: skip
+    return RemoteRun(session_id, repo, finished)
 
 
 @dataclass(frozen=True)

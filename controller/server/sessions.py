@@ -346,7 +346,11 @@ class Sessions:
         self.leases.registered(record.id, record.epoch)
         return record
 
-    async def follow_up(self, session_id: str, text: str) -> Row:
+    async def follow_up(
+        self, session_id: str, text: str, view: EventSink | None = None, approver: Approver | None = None
+    ) -> Row:
+        """Begin the session's next turn on ``text`` (here, whichever controller ran the last one). ``view`` and
+        ``approver`` are a terminal's (``cubicle continue``), for a session this process has not loaded."""
         record = self.get(session_id)
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
@@ -364,7 +368,7 @@ class Sessions:
             try:
                 if live is None:
                     await self.runtime.remove_containers(session_id)  # one another controller kept between turns
-                    live = await self._load(record, epoch)
+                    live = await self._load(record, epoch, view=view, approver=approver)
                 live.recorder.epoch = epoch
                 await live.recorder.emit(UserMessage(session_id=session_id, text=text))  # a full disk fails here
             except BaseException:

@@ -118,3 +118,50 @@ def test_ctrl_c_cancels_the_remote_turn(
     with Client(served.url, served.token) as client:
         record = client.get(lines[-1]["session_id"])
     assert record.status == "cancelled" and record.finish_reason == "cancelled"
+
+
+CONTINUED = [
+    {"content": [text("First."), tool("read_file", path="README.md")]},
+    {"content": [text("First turn done.")]},
+    {"content": [tool("run_command", command="echo more > more.txt")]},
+    {"content": [text("Second turn done.")]},
+]
+
+
+def _texts(done: subprocess.CompletedProcess[str]) -> str:
+    return "".join(json.loads(line).get("text", "") for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize("where", ["here", "server"])
+def test_continue_runs_the_next_turn_and_show_prints_every_turn(
+    served: Served, model_server: ScriptedServer, tmp_path: Path, make_repo: Callable[..., Path], where: str
+) -> None:
+    model = register(model_server, CONTINUED, prefix=f"cli-continue-{where}")
+    repo = make_repo(where)
+    if where == "here":
+        env = {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_API_KEY": "test",  # type: ignore[attr-defined]
+               "CUBICLE_DATA_DIR": str(tmp_path / "local-data")}  # fmt: skip
+        first = cubicle("run", str(repo), "do it", "--json", "--no-apply", "--model", model, env=env)
+    else:  # every session command reaches the server through CUBICLE_SERVER as through --server
+        env = {"CUBICLE_API_TOKEN": served.token, "CUBICLE_DATA_DIR": str(served.root / "unused"),
+               "CUBICLE_SERVER": served.url}  # fmt: skip
+        first = cubicle("run", str(repo), "do it", "--server", served.url, "--json", "--no-apply", "--model", model,
+                        env=env)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+
+    second = cubicle("continue", session_id, "now more", "--json", "--no-apply", env=env)
+    assert second.returncode == 0, second.stderr
+    assert "Second turn done." in _texts(second) and "First turn done." not in _texts(second)  # only the new turn
+    assert _kinds(second).count("tool_call") == 1 and _kinds(second)[-1] == "session_finished"
+
+    shown = cubicle("show", session_id, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    events = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [e["text"] for e in events if e["type"] == "user_message"] == ["now more"]
+    assert [e["type"] for e in events].count("session_finished") == 2
+    assert "First turn done." in _texts(shown) and "Second turn done." in _texts(shown)
+    human = cubicle("show", session_id, env=env)
+    assert "now more" in human.stdout and "▸ run_command echo more > more.txt" in human.stdout, human.stdout
+    unknown = cubicle("show", "s_0000000000000000", env=env)
+    assert unknown.returncode == 2 and "s_0000000000000000" in unknown.stderr, unknown.stderr

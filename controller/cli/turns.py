@@ -1,0 +1,182 @@
+"""``cubicle continue ID MESSAGE`` and ``cubicle show ID``: the next turn of a session, and what a session did.
+
+``continue`` runs a follow-up turn of any session (``cubicle run``'s, the API's, an MCP one)
+through the same driver and the same live view as ``cubicle run``, then offers the same
+review and apply; ``--server URL`` does it on a ``cubicle serve`` through the Python client.
+``show`` prints a session's events as the live view shows them (``--json``: one event a line),
+from this machine's database or a server's; a turn running meanwhile is followed to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..agent.loop import TurnOutcome
+from ..client import Client
+from ..config import Settings
+from ..errors import NotFoundError
+from ..server.runtime import Runtime
+from ..server.sessions import Sessions
+from ..server.store import open_store
+from . import options, terminal
+from .app import EXIT_INFRA, EXIT_USAGE, app, fail, load_settings
+from .display import JsonSink, LiveSink
+from .finish import Choice, LocalReview, Ran, after_turn
+from .remote import LOCAL_ONLY, RemoteReview, continue_remote
+from .run import (
+    EXIT_CODES,
+    _exit_codes,
+    _scripted_endpoint,
+    _stoppable,
+    _summary,
+    _turn_of,
+    _unstoppable,
+    _view,
+)
+
+SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="URL", envvar="CUBICLE_SERVER",
+        help="Work on this `cubicle serve` (token: CUBICLE_API_TOKEN) instead of this machine's database; an apply "
+        "then writes the server's checkout.",
+    ),
+]  # fmt: skip
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")]
+
+
+@dataclass(frozen=True)
+class ContinueOptions:
+    """What `cubicle continue` was given, as Typer reads it from these fields."""
+
+    session_id: SessionArg
+    message: Annotated[str, typer.Argument(metavar="MESSAGE", help="What the agent should do next.")]
+    json_events: JsonOpt = False
+    approve: Annotated[
+        bool, typer.Option("--approve", help="Ask y/n before each write_file, edit_file and run_command.")
+    ] = False
+    apply: Annotated[
+        bool | None,
+        typer.Option("--apply/--no-apply", help="After the turn, apply the changes (or keep them) without asking."),
+    ] = None
+    include_ignored: Annotated[
+        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+    ] = False
+    scenario: Annotated[
+        str | None, typer.Option(help="Drive the turn with a scripted model scenario (offline demo).")
+    ] = None
+    server: ServerOpt = None
+
+
+@app.command(
+    "continue",
+    help="Run a follow-up turn of session ID on MESSAGE, with the same live view, review and apply as `cubicle "
+    "run`. Exit codes as `cubicle run`'s; 5 also while a turn of the session runs elsewhere.",
+)
+@options.command(ContinueOptions)
+def continue_(o: ContinueOptions) -> None:
+    if o.server is not None:
+        local = {"--approve": o.approve, "--scenario": o.scenario is not None}
+        given = [flag for flag, on in local.items() if on]
+        if given:
+            raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
+    if o.approve and (o.json_events or not sys.stdin.isatty()):
+        raise fail("--approve needs a terminal to ask on (and not --json).", EXIT_USAGE)
+    console = terminal.console(stderr=o.json_events)
+    signals: list[int] = []
+    settings = load_settings()
+    scripted = _scripted_endpoint(settings, o.scenario)
+    with _exit_codes(signals), _unknown_is_usage(), scripted as effective, _view(o.json_events, console) as sink:
+        ran = asyncio.run(_stoppable(_next_turn(effective, o, sink), signals))
+    if not o.json_events and sink.finished is not None:
+        console.print(_summary(ran.outcome, sink.finished, signals))
+    code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
+    choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)
+    token = os.environ.get("CUBICLE_API_TOKEN") or None
+    source = LocalReview(settings, ran.session_id) if o.server is None else RemoteReview(o.server, token, o.session_id)
+    with _exit_codes(signals):
+        replaced = after_turn(source, ran, choice, sink, console, bool(signals))
+    raise typer.Exit(replaced or code)
+
+
+async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
+    if o.server is not None:
+        token = os.environ.get("CUBICLE_API_TOKEN") or None
+        done = await continue_remote(o.server, token, o.session_id, o.message, view)
+        if done.finished is None:
+            raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
+        return Ran(done.session_id, Path(done.repo), TurnOutcome(done.finished.reason, done.finished.detail))
+    return await _continue_here(settings, o, view)
+
+
+async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
+    """The turn in this process, on this machine's database, driven as ``cubicle run`` drives its own."""
+    runtime = Runtime(settings)
+    try:
+        runtime.check_model()  # a missing key is a usage error before Docker is even asked
+        store = open_store(settings)
+        sessions = Sessions(settings, store, runtime)
+        try:
+            await sessions.start()
+            record = sessions.get(o.session_id)
+            await runtime.ensure_image(record.limits.network)
+            approver = view.approve if o.approve and isinstance(view, LiveSink) else None
+            await sessions.follow_up(o.session_id, o.message, view=view, approver=approver)
+            live = sessions.loaded(o.session_id)
+            assert live is not None and live.task is not None  # follow_up begins the turn
+            return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id))
+        finally:
+            await _unstoppable(sessions.close())
+            store.close()
+    finally:
+        await runtime.close()
+
+
+@app.command()
+def show(session_id: SessionArg, json_events: JsonOpt = False, server: ServerOpt = None) -> None:
+    """Print a session's events as the live view shows them (--json: one JSON event per line); a turn that runs
+    meanwhile is followed to its end."""
+    console = terminal.console(stderr=json_events)
+    signals: list[int] = []
+    with _exit_codes(signals), _unknown_is_usage(), _view(json_events, console) as sink:
+        if server is not None:
+            _show_remote(server, session_id, sink)
+        else:
+            asyncio.run(_show_here(load_settings(), session_id, sink))
+
+
+@contextlib.contextmanager
+def _unknown_is_usage() -> Iterator[None]:
+    """An unknown session is a usage error (exit 2), as the workspace commands make it."""
+    try:
+        yield
+    except NotFoundError as err:
+        raise fail(err, EXIT_USAGE) from None
+
+
+async def _show_here(settings: Settings, session_id: str, view: Any) -> None:
+    store, runtime = open_store(settings), Runtime(settings)
+    try:
+        sessions = Sessions(settings, store, runtime)
+        sessions.get(session_id)  # an unknown session is an error that names it
+        async for event in sessions.follow(session_id, 0):
+            await view.emit(event)
+    finally:
+        await runtime.close()
+        store.close()
+
+
+def _show_remote(url: str, session_id: str, view: Any) -> None:
+    with Client(url, os.environ.get("CUBICLE_API_TOKEN") or None) as client:
+        for event in client.events(session_id):
+            asyncio.run(view.emit(event))
