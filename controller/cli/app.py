@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
-from ..errors import ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
+from ..errors import AuthError, ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
@@ -85,7 +85,7 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
 
 @contextlib.contextmanager
 def review_errors() -> Iterator[None]:
-    """2 unknown session, checkpoint or apply · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
+    """2 unknown session, checkpoint or apply (or a server that refuses the token) · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
     try:
         yield
     except ApplyConflictError as err:
@@ -99,7 +99,7 @@ def review_errors() -> Iterator[None]:
         err_console.print(review.conflict_list(err.conflicts))
         err_console.print("Look at them, then repeat with --force PATH for each one to overwrite, or leave them.")
         raise typer.Exit(EXIT_CONFLICT) from None
-    except (NotFoundError, LayerMissingError, ConfigError, RepoError) as err:
+    except (NotFoundError, LayerMissingError, ConfigError, RepoError, AuthError) as err:
         raise fail(err, EXIT_USAGE) from None
     except ConflictError as err:
         raise fail(err, EXIT_CONFLICT) from None

@@ -44,6 +44,11 @@ class Choice:
 class Review(Protocol):
     """Where a run's changes are read and applied: this machine's sessions, or a server's through the client."""
 
+    @property
+    def where(self) -> str:
+        """What the printed commands need to reach the session: nothing here, ``--server URL`` for a server's."""
+        ...
+
     def changes(self) -> list[Change]: ...
 
     def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
@@ -57,6 +62,7 @@ class LocalReview:
 
     settings: Settings
     session_id: str
+    where: str = ""
 
     def changes(self) -> list[Change]:
         return with_sessions(self.settings, lambda s: s.changes(self.session_id, diff=True))
@@ -86,15 +92,15 @@ def after_turn(source: Review, ran: Ran, choice: Choice, view: Any, console: Con
         console.print(Text(f"Not applied: the turn ended with {ran.outcome.reason}, not end_turn.", "yellow"))
         wanted = False
     elif wanted is None and choice.interactive and not stopped:
-        wanted = _ask_apply(console, ran)
+        wanted = _ask_apply(console, ran, source.where)
     if not wanted:
-        console.print(review.how_to_apply(session_id))
+        console.print(review.how_to_apply(session_id, source.where))
         return None
     _apply_after_run(source, ran, choice.include_ignored, view, console)
     return None
 
 
-def _ask_apply(console: Console, ran: Ran) -> bool:
+def _ask_apply(console: Console, ran: Ran, where: str) -> bool:
     """Ask y/n on the terminal (what was typed before the question does not answer it); Ctrl-C keeps the changes."""
     with contextlib.suppress(termios.error, OSError):
         termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
@@ -107,7 +113,7 @@ def _ask_apply(console: Console, ran: Ran) -> bool:
             return False
         except KeyboardInterrupt:
             console.print()
-            console.print(review.how_to_apply(ran.session_id))
+            console.print(review.how_to_apply(ran.session_id, where))
             raise typer.Exit(EXIT_INTERRUPTED) from None
         if answer in ("y", "yes"):
             return True
@@ -123,6 +129,6 @@ def _apply_after_run(source: Review, ran: Ran, include_ignored: bool, view: Any,
             result = source.apply(include_ignored, view)
     except typer.Exit as done:
         if done.exit_code == EXIT_CONFLICT:
-            console.print(review.how_to_apply(ran.session_id))
+            console.print(review.how_to_apply(ran.session_id, source.where))
         raise
     console.print(review.applied(ran.session_id, ran.repo, result))

@@ -9,15 +9,28 @@ then reviewed and applied through the API, as ``finish.after_turn`` does for a l
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from ..client import AsyncClient, Client
-from ..wire.changes import ApplyResult, Change
+from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
 from ..wire.environment import EnvironmentRequest
 from ..wire.events import SessionFinished
+from ..wire.sessions import SessionRecord
 from .display import JsonSink, LiveSink
 
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="URL", envvar="CUBICLE_SERVER",
+        help="Work on this `cubicle serve` (token: CUBICLE_API_TOKEN) instead of this machine's database (an "
+        "apply, revert or rewind then changes the server's files).",
+    ),
+]  # fmt: skip
 LOCAL_ONLY = {
     "--approve": "the server runs the tools without a terminal to ask on",
     "--scenario": "the server's model is the server's (run `cubicle scripted-server` beside it for an offline one)",
@@ -98,6 +111,10 @@ class RemoteReview:
     token: str | None
     session_id: str
 
+    @property
+    def where(self) -> str:
+        return f" --server {shlex.quote(self.url)}"
+
     def changes(self) -> list[Change]:
         with Client(self.url, self.token) as client:
             return client.changes(self.session_id, diff=True)
@@ -109,3 +126,43 @@ class RemoteReview:
                 for event in client.events(self.session_id, after=view.seq):
                     asyncio.run(view.emit(event))
             return result
+
+
+class RemoteSessions:
+    """The session commands ``Sessions`` answers (changes, apply, revert, rewind, discard, checkpoints, get, page),
+    answered by a ``cubicle serve`` through the client: what ``--server`` (or ``CUBICLE_SERVER``) gives the CLI."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def get(self, session_id: str) -> SessionRecord:
+        return self.client.get(session_id)
+
+    def page(self, limit: int, offset: int) -> tuple[list[SessionRecord], int]:
+        found = self.client.sessions(limit, offset)
+        return found.items, found.total
+
+    async def changes(self, session_id: str, diff: bool = False) -> Changes:
+        return self.client.changes(session_id, diff)
+
+    async def apply(
+        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False, build_inputs: bool = False
+    ) -> ApplyResult:
+        return self.client.apply(session_id, force or (), include_ignored, build_inputs)
+
+    async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
+        return self.client.revert(session_id, force or ())
+
+    async def rewind(self, session_id: str, turn: int) -> SessionRecord:
+        return self.client.rewind(session_id, turn)
+
+    async def discard(self, session_id: str) -> SessionRecord:
+        return self.client.discard(session_id)
+
+    async def checkpoints(self, session_id: str) -> list[Checkpoint]:
+        return self.client.checkpoints(session_id)
+
+
+def remote_sessions(url: str) -> Client:
+    """The client of ``url``, with the token from ``CUBICLE_API_TOKEN``."""
+    return Client(url, os.environ.get("CUBICLE_API_TOKEN") or None)

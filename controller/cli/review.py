@@ -177,12 +177,13 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
     return Group(*rows)
 
 
-def how_to_apply(session_id: str) -> RenderableType:
-    """What to run next when the changes were kept: one command per line, so none is wrapped apart."""
+def how_to_apply(session_id: str, where: str = "") -> RenderableType:
+    """What to run next when the changes were kept: one command per line, so none is wrapped apart; ``where`` (a
+    ``--server URL``) makes them reach the server the session is on."""
     return Group(
         Text.assemble("The changes are kept in session ", (session_id, "bold"), "; the checkout is untouched."),
         *(Text.assemble(f"  {what:<8} ", (command, "bold")) for what, command in (
-            ("review:", f"cubicle changes {session_id} --diff"), ("apply:", f"cubicle apply {session_id}"),
-            ("drop:", f"cubicle discard {session_id}"),
+            ("review:", f"cubicle changes {session_id} --diff{where}"), ("apply:", f"cubicle apply {session_id}{where}"),
+            ("drop:", f"cubicle discard {session_id}{where}"),
         )),
     )  # fmt: skip

@@ -32,6 +32,7 @@ from ..workspace.manager import Workspaces
 from . import options, terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
 from .display import plural
+from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 TOKEN_MIN_CHARS = 32
 
@@ -255,14 +256,12 @@ def sessions(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print one JSON array of the sessions as the API reports them (ASCII).")
     ] = False,
+    server: ServerOpt = None,
 ) -> None:
     """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
     from rich.table import Table
 
-    settings = load_settings()
-    store = open_store(settings)
-    records, total = store.page(limit, 0)
-    store.close()
+    records, total = _page(limit, server)
     if json_out:
         public = set(SessionRecord.model_fields)
         print(json.dumps([r.model_dump(mode="json", include=public) for r in records], ensure_ascii=True, indent=2))
@@ -280,9 +279,23 @@ def sessions(
     out.print(table)
 
 
+def _page(limit: int, server: str | None) -> tuple[list[SessionRecord], int]:
+    """The newest sessions, from this machine's database or (``server``) a ``cubicle serve``'s."""
+    if server is not None:
+        with review_errors(), remote_sessions(server) as client:
+            return RemoteSessions(client).page(limit, 0)
+    store = open_store(load_settings())
+    try:
+        found, total = store.page(limit, 0)
+    finally:
+        store.close()
+    return list(found), total
+
+
 @app.command()
 def compact(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")],
+    server: ServerOpt = None,
 ) -> None:
     """Summarize a session's older turns now, as the API's POST /compact does; the stored transcript stays whole.
 
@@ -296,9 +309,8 @@ def compact(
         edits = sessions.store.edits(session_id)
         return len(edits) - before, edits[-1] if edits else None
 
-    settings = load_settings()
     with review_errors():
-        added, edit = with_sessions(settings, run)
+        added, edit = with_sessions(load_settings(), run) if server is None else _compact_remote(server, session_id)
     if not added or edit is None:
         print("nothing to compact: the session has no older turns to summarize")
         return
@@ -306,6 +318,15 @@ def compact(
         f"{edit.kind}: messages before {edit.upto} summarized · ~{edit.tokens_before:,} → ~{edit.tokens_after:,} tokens"
     )
     terminal.console().print(terminal.safe_text(line))
+
+
+def _compact_remote(url: str, session_id: str) -> tuple[int, Edit | None]:
+    """``compact --server``: the server compacts; its edits, read before and after, say what it did."""
+    with remote_sessions(url) as client:
+        before = client.messages(session_id, "model").edits or []
+        client.compact(session_id)
+        after = client.messages(session_id, "model").edits or []
+    return len(after) - len(before), after[-1] if after else None
 
 
 @app.command("scripted-server")

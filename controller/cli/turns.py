@@ -31,7 +31,7 @@ from . import options, terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink
 from .finish import Choice, LocalReview, Ran, after_turn
-from .remote import LOCAL_ONLY, RemoteReview, continue_remote
+from .remote import LOCAL_ONLY, RemoteReview, ServerOpt, continue_remote
 from .run import (
     EXIT_CODES,
     _exit_codes,
@@ -44,14 +44,6 @@ from .run import (
 )
 
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
-ServerOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="URL", envvar="CUBICLE_SERVER",
-        help="Work on this `cubicle serve` (token: CUBICLE_API_TOKEN) instead of this machine's database; an apply "
-        "then writes the server's checkout.",
-    ),
-]  # fmt: skip
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")]
 
 

@@ -8,12 +8,13 @@ apply; 5 a conflict (paths listed, nothing written) or a turn of the session is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.text import Text
@@ -24,6 +25,7 @@ from ..workspace.manager import printable, summarize
 from . import review, terminal
 from .app import app, load_settings, review_errors, with_sessions
 from .display import plural
+from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
@@ -46,10 +48,13 @@ RevertForceOpt = Annotated[
 ]
 
 
-def _review(op: Callable[[Sessions], Awaitable[T]]) -> T:
-    settings = load_settings()
+def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
+    """``op`` on this machine's database, or (``server``) on a ``cubicle serve``'s through the client."""
     with review_errors():
-        return with_sessions(settings, op)
+        if server is None:
+            return with_sessions(load_settings(), op)
+        with remote_sessions(server) as client:
+            return asyncio.run(op(RemoteSessions(client)))
 
 
 @app.command()
@@ -57,9 +62,10 @@ def changes(
     session_id: SessionArg,
     diff: Annotated[bool, typer.Option("--diff", help="Show each text file's unified diff.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
+    server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
-    found = _review(lambda s: s.changes(session_id, diff=True))
+    found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
         shown = [
             printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
@@ -89,21 +95,23 @@ def apply_command(
             "(build_input in the review): the next environment build runs them as root.",
         ),
     ] = False,
+    server: ServerOpt = None,
 ) -> None:
-    """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5)."""
+    """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5). With
+    --server, the checkout is the server's: the repository as the server sees it."""
 
-    async def apply(sessions: Sessions) -> tuple[ApplyResult, Path]:
+    async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
         result = await sessions.apply(session_id, force, include_ignored, build_inputs)
         return result, Path(sessions.get(session_id).repo)
 
-    result, repo = _review(apply)
+    result, repo = _review(apply, server)
     terminal.console().print(review.applied(session_id, repo, result))
 
 
 @app.command()
-def revert(session_id: SessionArg, force: RevertForceOpt = None) -> None:
+def revert(session_id: SessionArg, force: RevertForceOpt = None, server: ServerOpt = None) -> None:
     """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
-    result = _review(lambda s: s.revert(session_id, force))
+    result = _review(lambda s: s.revert(session_id, force), server)
     out = terminal.console()
     restored = plural(len(result.reverted) + result.more_reverted, "path")
     out.print(Text.assemble(("reverted", "green"), f" apply {result.record}: {restored} restored"))
@@ -114,9 +122,9 @@ def revert(session_id: SessionArg, force: RevertForceOpt = None) -> None:
 
 
 @app.command()
-def discard(session_id: SessionArg) -> None:
+def discard(session_id: SessionArg, server: ServerOpt = None) -> None:
     """Drop a session's workspace layer and checkpoints; what was applied stays in the checkout."""
-    _review(lambda s: s.discard(session_id))
+    _review(lambda s: s.discard(session_id), server)
     terminal.console().print(Text.assemble(("discarded", "green"), f" the changes of {session_id}"))
 
 
@@ -126,18 +134,19 @@ def rewind(
     turn: Annotated[
         int, typer.Argument(min=1, metavar="TURN", help="The checkpoint (end of that turn) to return the files to.")
     ],
+    server: ServerOpt = None,
 ) -> None:
     """Return a session's files to how they were at the end of turn TURN (the checkout is untouched)."""
-    _review(lambda s: s.rewind(session_id, turn))
+    _review(lambda s: s.rewind(session_id, turn), server)
     terminal.console().print(
         Text.assemble(("rewound", "green"), f" {session_id} to the end of turn {turn}; later changes are gone")
     )
 
 
 @app.command()
-def checkpoints(session_id: SessionArg) -> None:
+def checkpoints(session_id: SessionArg, server: ServerOpt = None) -> None:
     """List a session's checkpoints, one per turn (`cubicle rewind ID TURN` returns to one)."""
-    found = _review(lambda s: s.checkpoints(session_id))
+    found = _review(lambda s: s.checkpoints(session_id), server)
     out = terminal.console()
     for point in found:
         out.print(f"turn {point.turn}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(point.created_at))}")

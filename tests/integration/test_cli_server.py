@@ -165,3 +165,36 @@ def test_continue_runs_the_next_turn_and_show_prints_every_turn(
     assert "now more" in human.stdout and "▸ run_command echo more > more.txt" in human.stdout, human.stdout
     unknown = cubicle("show", "s_0000000000000000", env=env)
     assert unknown.returncode == 2 and "s_0000000000000000" in unknown.stderr, unknown.stderr
+
+
+def test_every_session_command_reaches_the_server_and_the_run_says_how(
+    served: Served, model_server: ScriptedServer, make_repo: Callable[..., Path]
+) -> None:
+    """What `run --server` prints works as printed: each command takes --server (here, or CUBICLE_SERVER)."""
+    repo = make_repo("remote")
+    model = register(model_server, READS, prefix="cli-reach")
+    env = {"CUBICLE_API_TOKEN": served.token, "CUBICLE_DATA_DIR": str(served.root / "unused")}
+    ran = cubicle("run", str(repo), "do it", "--server", served.url, "--no-apply", "--model", model, env=env)
+    assert ran.returncode == 0, ran.stderr
+    review_line = next(line for line in ran.stdout.splitlines() if "review:" in line)
+    session_id = review_line.split("cubicle changes ", 1)[1].split()[0]
+    assert f"cubicle changes {session_id} --diff --server {served.url}" in review_line
+
+    def on_server(*args: str) -> subprocess.CompletedProcess[str]:
+        done = cubicle(*args, "--server", served.url, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    listed = json.loads(on_server("sessions", "--json").stdout)
+    assert [s["id"] for s in listed] == [session_id]
+    changed = json.loads(on_server("changes", session_id, "--json").stdout)
+    assert [c["path"] for c in changed] == ["made.txt"]
+    assert "turn 1" in on_server("checkpoints", session_id).stdout
+    assert "applied" in on_server("apply", session_id).stdout
+    assert (repo / "made.txt").read_text() == "made\n"  # the server's checkout (the same machine here)
+    assert "reverted" in on_server("revert", session_id).stdout
+    assert not (repo / "made.txt").exists()
+    on_server("rewind", session_id, "1")
+    assert "discarded" in on_server("discard", session_id).stdout
+    refused = cubicle("changes", session_id, "--server", served.url, env={**env, "CUBICLE_API_TOKEN": "wrong" * 8})
+    assert refused.returncode == 2, refused.stdout + refused.stderr
