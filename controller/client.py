@@ -148,9 +148,12 @@ class Routes:
 
     @staticmethod
     def apply(
-        session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
-    ) -> Request[ApplyResult]:
-        body = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
+        session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+    ) -> Request[ApplyResult]:  # fmt: skip
+        body: dict[str, Any] = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
+        if paths is not None:
+            body["paths"] = list(paths)
         return Request("POST", f"/v1/sessions/{session_id}/apply", _model(ApplyResult), json=body)
 
     @staticmethod
@@ -386,9 +389,12 @@ class Client:
         return self.send(ROUTES.changes(session_id, diff))
 
     def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
-    ) -> ApplyResult:
-        return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs))
+        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+    ) -> ApplyResult:  # fmt: skip
+        """Apply the changes (only ``paths``, each as the changes list it, if given); ApplyConflictError writes
+        nothing."""
+        return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths))
 
     def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return self.send(ROUTES.revert(session_id, force))
@@ -506,9 +512,10 @@ class AsyncClient:
         return await self.send(ROUTES.changes(session_id, diff))
 
     async def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False
-    ) -> ApplyResult:
-        return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs))
+        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+    ) -> ApplyResult:  # fmt: skip
+        return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths))
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return await self.send(ROUTES.revert(session_id, force))

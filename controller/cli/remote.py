@@ -146,9 +146,10 @@ class RemoteSessions:
         return self.client.changes(session_id, diff)
 
     async def apply(
-        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False, build_inputs: bool = False
-    ) -> ApplyResult:
-        return self.client.apply(session_id, force or (), include_ignored, build_inputs)
+        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
+        build_inputs: bool = False, paths: list[str] | None = None,
+    ) -> ApplyResult:  # fmt: skip
+        return self.client.apply(session_id, force or (), include_ignored, build_inputs, paths)
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
         return self.client.revert(session_id, force or ())

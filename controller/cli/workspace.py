@@ -20,7 +20,7 @@ import typer
 from rich.text import Text
 
 from ..server.sessions import Sessions
-from ..wire.changes import ApplyResult
+from ..wire.changes import ApplyResult, Change
 from ..workspace.manager import printable, summarize
 from . import review, terminal
 from .app import app, load_settings, review_errors, with_sessions
@@ -83,6 +83,15 @@ def changes(
 @app.command("apply")
 def apply_command(
     session_id: SessionArg,
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[PATH]...",
+            help="Apply only these (a directory: all under it), each as `cubicle changes` shows it; the rest stays "
+            "in the session for a later apply. A PATH that names no change is an error (exit 2), and nothing is "
+            "written.",
+        ),
+    ] = None,
     force: ForceOpt = None,
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
@@ -101,11 +110,19 @@ def apply_command(
     --server, the checkout is the server's: the repository as the server sees it."""
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
-        result = await sessions.apply(session_id, force, include_ignored, build_inputs)
+        named = None if not paths else as_listed(paths, await sessions.changes(session_id))
+        result = await sessions.apply(session_id, force, include_ignored, build_inputs, named)
         return result, Path(sessions.get(session_id).repo)
 
     result, repo = _review(apply, server)
     terminal.console().print(review.applied(session_id, repo, result))
+
+
+def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
+    """Each of ``paths`` as the session's changes name it: a path typed as the review printed it (its hidden
+    characters spelled out, ``\\x1b``) becomes the listed one; anything else goes as given (the apply judges it)."""
+    printed = {terminal.safe(change.path): change.path for change in listed}
+    return [printed.get(path, path) for path in paths]
 
 
 @app.command()

@@ -265,7 +265,7 @@ async def get_changes(
 @router.post("/sessions/{session_id}/apply", response_model=ApplyResult)
 async def apply_changes(session_id: str, body: ApplyRequest, sessions: SessionsDep) -> ApplyResult:
     """Copy the changes into the checkout (409 while a turn runs, or with ``conflicts``: nothing was written)."""
-    result = await sessions.apply(session_id, body.force, body.include_ignored, body.build_inputs)
+    result = await sessions.apply(session_id, body.force, body.include_ignored, body.build_inputs, body.paths)
     return result.model_copy(
         update={"applied": [shown(p) for p in result.applied], "skipped": [printable(c) for c in result.skipped]}
     )

@@ -491,12 +491,14 @@ class Sessions:
         return await asyncio.to_thread(self.workspaces.checkpoints, session_id)
 
     async def apply(
-        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False, build_inputs: bool = False
-    ) -> ApplyResult:
-        """Copy the layer's changes into the checkout (sandbox stopped first); ApplyConflictError writes nothing."""
+        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
+        build_inputs: bool = False, paths: list[str] | None = None,
+    ) -> ApplyResult:  # fmt: skip
+        """Copy the layer's changes (only ``paths``, if given) into the checkout (sandbox stopped first);
+        ApplyConflictError writes nothing."""
         async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
             return await apply_and_report(
-                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs
+                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths
             )
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:

@@ -81,6 +81,12 @@ class ApplyRequest(BaseModel):
         description="Also apply the paths of the build context the environment's Dockerfile copies whole "
         "(disposition build_input): the next environment build runs them as root.",
     )
+    paths: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None,
+        max_length=10_000,
+        description="Apply only these (a directory: all under it), each as the changes list it; the rest stays in "
+        "the session. A path that names no change is a 404 naming it, and nothing is written.",
+    )
 
 
 class RevertRequest(BaseModel):

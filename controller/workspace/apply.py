@@ -27,13 +27,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import TooManyEntriesError, UnsafePathError, WorkspaceError
+from ..errors import NotFoundError, TooManyEntriesError, UnsafePathError, WorkspaceError
 from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from . import beneath, gitlike
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
 from .journal import ApplyRecord, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
+from .records import shown
 
 
 @contextlib.contextmanager
@@ -179,6 +180,7 @@ def _select(
     skipped = [c for c in changes if not eligible_change(c)]
     if paths is None:
         return eligible, skipped
+    paths = _named(paths, changes)
     named = [c for c in eligible if under_any(c.path, paths)]
     needed = {parent for c in named for parent in _ancestors(c.path)}
     made = [c for c in eligible if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED]
@@ -203,6 +205,27 @@ def _guard_chosen(
         return chosen, skipped
     dropped = {c.path for c in unsafe}
     return [c for c in chosen if c.path not in dropped], skipped + unsafe
+
+
+def _named(paths: Collection[str], changes: list[Change]) -> list[str]:
+    """The changes' own paths for ``paths``, each given exactly or in its printable form (``records.shown``: the
+    agent's non-UTF-8 bytes as ``\\xNN``), a file or a directory above changes; one that names no change is an
+    error that names it, and nothing is written."""
+    real = [c.path for c in changes]
+    printed = {shown(path): path for path in real}
+    found: list[str] = []
+    for given in paths:
+        root = given.rstrip("/") or given
+        if any(under_any(path, [root]) for path in real):
+            found.append(root)
+        elif root in printed or any(under_any(text, [root]) for text in printed):
+            found += [path for text, path in printed.items() if under_any(text, [root])]
+        else:
+            raise NotFoundError(
+                f"No change of this session is at {shown(given)!r}: nothing was written.",
+                hint="`cubicle changes ID` lists them; give each path as it shows it, or a directory above some.",
+            )
+    return found
 
 
 def under_any(path: str, roots: Collection[str]) -> bool:

@@ -570,10 +570,10 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
 
 async def apply_and_report(
     workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False,
-    build_inputs: bool = False,
+    build_inputs: bool = False, paths: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
-    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs)
+    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
         more = max(0, len(result.applied) - MAX_LISTED_PATHS) + result.more_applied

@@ -353,3 +353,21 @@ def test_a_piped_diff_is_never_wrapped_so_git_applies_it(tmp_path: Path, make_re
     )
     assert applied.returncode == 0, applied.stderr
     assert (copy / "wide.py").read_text() == WIDE + "\n" and "sum(items) or 0" in (copy / "src" / "app.py").read_text()
+
+
+def test_apply_some_paths_now_and_the_rest_later(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    """A path given as the review printed it (the hostile name's escapes typed as shown) applies that file only."""
+    repo = make_repo()
+    session_id, done = _run(tmp_path, repo)
+    assert done.returncode == 0, done.stderr
+    unknown = cubicle("apply", session_id, "notes.txt", "nope.txt")
+    assert unknown.returncode == 2 and "nope.txt" in unknown.stderr, unknown.stdout + unknown.stderr
+    assert not (repo / "notes.txt").exists()  # nothing was written
+    part = cubicle("apply", session_id, "notes.txt", "evil\\x1b]0;PWNED\\x07.txt")
+    assert part.returncode == 0, part.stdout + part.stderr
+    assert (repo / "notes.txt").read_text() == "one\ntwo\n" and (repo / HOSTILE_NAME).read_text() == "x"
+    assert "sum(items) or 0" not in (repo / "src/app.py").read_text()  # the rest stays in the session
+    listed = json.loads(cubicle("changes", session_id, "--json").stdout)
+    assert [c["path"] for c in listed] == ["src/app.py"]
+    rest = cubicle("apply", session_id)
+    assert rest.returncode == 0 and "sum(items) or 0" in (repo / "src/app.py").read_text()

@@ -190,7 +190,9 @@ def test_every_session_command_reaches_the_server_and_the_run_says_how(
     changed = json.loads(on_server("changes", session_id, "--json").stdout)
     assert [c["path"] for c in changed] == ["made.txt"]
     assert "turn 1" in on_server("checkpoints", session_id).stdout
-    assert "applied" in on_server("apply", session_id).stdout
+    unknown = cubicle("apply", session_id, "nope.txt", "--server", served.url, env=env)
+    assert unknown.returncode == 2 and "nope.txt" in unknown.stderr, unknown.stdout + unknown.stderr
+    assert "applied" in on_server("apply", session_id, "made.txt").stdout  # the API's paths
     assert (repo / "made.txt").read_text() == "made\n"  # the server's checkout (the same machine here)
     assert "reverted" in on_server("revert", session_id).stdout
     assert not (repo / "made.txt").exists()

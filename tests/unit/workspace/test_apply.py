@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.errors import LayerMissingError, RepoChangedError
+from controller.errors import LayerMissingError, NotFoundError, RepoChangedError
 from controller.wire.changes import FileType
 from controller.workspace import apply, journal, open_layer, revert, scan
 from controller.workspace import layer as layers
@@ -143,6 +143,18 @@ def test_ignored_paths_apply_only_when_asked_and_paths_narrow_the_apply(ws: Work
     assert sorted(apply(ws.layer, include_ignored=True).applied) == ["build", "build/x", "build/x/out.o"]
     assert stat.S_ISREG(os.lstat(ws.repo / "build/x/out.o").st_mode)
     assert scan(ws.layer) == []
+
+
+def test_paths_name_changes_exactly_or_as_printed_and_an_unknown_one_writes_nothing(ws: Workspace) -> None:
+    ws.agent("mkdir -p sub; echo a > sub/a.txt; echo b > b.txt; printf z > \"$(printf 'odd\\377')\"")
+    ws.stop()
+    before = snapshot(ws.repo)
+    with pytest.raises(NotFoundError, match=r"No change of this session is at 'nope\.txt'"):
+        apply(ws.layer, paths=["b.txt", "nope.txt"])
+    assert snapshot(ws.repo) == before  # the known path was not written either
+    assert apply(ws.layer, paths=["sub/"]).applied == ["sub", "sub/a.txt"]  # a directory: all under it
+    assert apply(ws.layer, paths=["odd\\xff"]).applied == ["odd\udcff"]  # as the listing prints a non-UTF-8 byte
+    assert apply(ws.layer).applied == ["b.txt"]
 
 
 def test_type_changes_apply_and_revert(ws: Workspace) -> None:
