@@ -110,7 +110,7 @@ def container_options(
     image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None,
     volumes: Iterable[str] = (),
 ) -> dict[str, Any]:  # fmt: skip
-    """Everything a sandbox container is created with; the hardening lives here and only here.
+    """Everything a sandbox container is created with; the hardening lives here and in the helpers below, only.
 
     ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
     checkout and writes only the layer. It runs as the checkout's owner, never as root.
@@ -128,6 +128,26 @@ def container_options(
     has, so the engine makes no anonymous volume there, on the host's disk and outside the disk quota.
     Core dumps are off: a host whose ``core_pattern`` pipes them to a program would store them outside too.
     """
+    route = _checked_route(route, limits)
+    uid, gid = _owner(layer)
+    options: dict[str, Any] = {
+        **_process(image, uid, gid, limits, labels, route),
+        "tmpfs": _tmpfs(limits.tmpfs_mb, volumes, uid, gid),
+        **_confinement(limits, route.network),
+    }
+    if runtimes.guarded(limits.runtime):
+        _guarded(options, uid, gid)
+    if limits.runtime == runtimes.GVISOR:
+        options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
+    options.update(io_limits(block_device(layer.upper), limits))
+    if route.proxy:
+        _without_resolver(options, route.proxy)
+    return options
+
+
+def _checked_route(route: Route | None, limits: Limits) -> Route:
+    """``route``, or the direct one of ``limits.network``, once it is known to carry that policy and the runtime can
+    give it: a route of another policy would open (or close) the sandbox's network behind its session's back."""
     route = route or egress.direct(limits.network)
     if (route.proxy is not None) != (limits.network.level == "allow") or (
         route.proxy is None and route != egress.direct(limits.network)
@@ -135,12 +155,21 @@ def container_options(
         raise SandboxError(f"The sandbox's route ({route.network}) does not carry its policy ({limits.network}).")
     if limits.runtime in runtimes.NETWORK_NONE_ONLY and limits.network.level != "none":
         raise SandboxError(runtimes.no_network(limits))
+    return route
+
+
+def _owner(layer: Layer) -> tuple[int, int]:
+    """The checkout owner's uid and gid, whom the sandbox runs as: never root, whoever the caller is."""
     uid, gid = layer.info.uid, layer.info.gid
     if uid == 0:  # sessions refuse such checkouts (``workspaces.pin``); this holds for any caller
         raise SandboxError(f"The repository {layer.repo} is owned by root; a sandbox never runs as root.")
-    tmpfs_opts = f"rw,nosuid,nodev,size={limits.tmpfs_mb}m"
-    memory = f"{limits.memory_mb}m"
-    options: dict[str, Any] = {
+    return uid, gid
+
+
+def _process(image: str, uid: int, gid: int, limits: Limits, labels: dict[str, str], route: Route) -> dict[str, Any]:
+    """What runs and as whom: the image as the owner in ``/workspace`` (the session's overlay volume), its stdio
+    attached for the toolbox's stream, with ``HOME`` and the route's proxy variables."""
+    return {
         "image": image,
         "user": f"{uid}:{gid}",
         "working_dir": WORKSPACE,
@@ -151,16 +180,30 @@ def container_options(
         "labels": labels,
         "hostname": "cubicle",
         "mounts": [Mount(WORKSPACE, volume_name(labels[owners.SESSION]), type="volume", no_copy=True)],
-        "tmpfs": {
-            **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
-            "/tmp": f"{tmpfs_opts},mode=1777",
-            HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}",
-        },
+    }
+
+
+def _tmpfs(size_mb: int, volumes: Iterable[str], uid: int, gid: int) -> dict[str, str]:
+    """The writable places of a read-only root besides ``/workspace``, each sized: the image's volumes and ``/tmp``
+    for anyone, ``HOME`` for the owner alone."""
+    tmpfs_opts = f"rw,nosuid,nodev,size={size_mb}m"
+    return {
+        **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
+        "/tmp": f"{tmpfs_opts},mode=1777",
+        HOME: f"{tmpfs_opts},mode=0700,uid={uid},gid={gid}",
+    }
+
+
+def _confinement(limits: Limits, network: str) -> dict[str, Any]:
+    """What the container may not do (no capabilities, no new privileges, no writes to its root, no devices, no
+    core dumps, no logs on the host) and how much it may use (memory without swap, CPU, processes)."""
+    memory = f"{limits.memory_mb}m"
+    return {
         "ulimits": [Ulimit(name="core", soft=0, hard=0)],
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
-        "network_mode": route.network,
+        "network_mode": network,
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),
@@ -169,23 +212,26 @@ def container_options(
         "devices": [],
         "log_config": LogConfig(type=LogConfig.types.NONE),
     }
-    if runtimes.guarded(limits.runtime):  # the guardian starts the toolbox as the owner, then drops root
-        options.update(
-            user="0:0", cap_add=list(runtimes.GUARDIAN_CAPABILITIES), entrypoint=[runtimes.GUARDED_INIT, "--"],
-            command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
-        )  # fmt: skip
-        options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
-    if limits.runtime == runtimes.GVISOR:
-        options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
-    options.update(io_limits(block_device(layer.upper), limits))
-    if route.proxy:
-        # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
-        # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can
-        # only ask the server named here, from inside this container: the proxy, which serves no DNS.
-        options["mounts"].append(Mount(egress.RESOLV_CONF, "/dev/null", type="bind", read_only=True))
-        options["dns"] = [route.proxy]
-        options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
-    return options
+
+
+def _guarded(options: dict[str, Any], uid: int, gid: int) -> None:
+    """Start as root under the guardian, which starts the toolbox as the owner and drops root before a request:
+    a runtime whose kernel is not the host's may let a command of the owner's uid into the toolbox's ``/proc``."""
+    options.update(
+        user="0:0", cap_add=list(runtimes.GUARDIAN_CAPABILITIES), entrypoint=[runtimes.GUARDED_INIT, "--"],
+        command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
+    )  # fmt: skip
+    options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
+
+
+def _without_resolver(options: dict[str, Any], proxy: str) -> None:
+    """Behind its proxy the sandbox resolves no names (they are the proxy's to resolve) and has no IPv6."""
+    # No resolver: resolv.conf is the host's /dev/null, so a lookup fails at once. Docker's DNS
+    # at 127.0.0.11 still answers a query sent to it, but for names outside the network it can
+    # only ask the server named here, from inside this container: the proxy, which serves no DNS.
+    options["mounts"].append(Mount(egress.RESOLV_CONF, "/dev/null", type="bind", read_only=True))
+    options["dns"] = [proxy]
+    options["sysctls"] = {"net.ipv6.conf.all.disable_ipv6": "1"}
 
 
 def io_limits(device: str | None, limits: Limits) -> dict[str, Any]:
