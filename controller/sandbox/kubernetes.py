@@ -119,6 +119,38 @@ class Owner:
     uid: str
 
 
+@dataclass(frozen=True)
+class SandboxImage:
+    """The sandbox's image and its ``VOLUME`` paths (``docker.image_volumes``): each gets a memory-backed volume, as
+    under Docker it gets a tmpfs."""
+
+    name: str
+    volumes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckoutCopy:
+    """The session's checkout as its Pod gets it, copied into the claim: its owner, whom the sandbox runs as (as the
+    Docker sandbox does), and the MiB the copy takes there, on top of the disk quota."""
+
+    uid: int
+    gid: int
+    mb: int = 0
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """The egress proxy of an ``allow`` policy: its image, and its Service's clusterIP, which the sandbox is given
+    because it resolves no names (``allow`` needs it; the cluster assigns it when the Service is made)."""
+
+    image: str = DEFAULT_PROXY_IMAGE
+    address: str | None = None
+
+
+EXAMPLE_PROXY = Proxy(address=EXAMPLE_PROXY_ADDRESS)
+"""The proxy of the written examples (``manifests``)."""
+
+
 # ----------------------------------------------------------------------------- names
 
 
@@ -376,32 +408,33 @@ def _runtime(runtime: Runtime) -> dict[str, Any]:
 
 
 def session_manifests(
-    session_id: str, image: str, limits: Limits, *, uid: int, gid: int, runtime: Runtime = "runc",
-    cluster: Cluster | None = None, proxy_image: str = DEFAULT_PROXY_IMAGE, proxy_address: str | None = None,
-    volumes: Iterable[str] = (), checkout_mb: int = 0, owner: Owner | None = None,
+    session_id: str, image: SandboxImage, limits: Limits, *, checkout: CheckoutCopy, runtime: Runtime = "runc",
+    cluster: Cluster | None = None, proxy: Proxy | None = None, owner: Owner | None = None,
 ) -> list[Manifest]:  # fmt: skip
     """The objects of one session: its workspace claim, its sandbox Pod, its NetworkPolicy, and for ``allow`` the
     proxy's Pod, Service and NetworkPolicy.
 
-    ``uid``/``gid`` are the checkout owner's, as the Docker sandbox runs; ``volumes`` the image's VOLUME paths;
-    ``checkout_mb`` what the copied checkout takes on the claim, on top of the disk quota. ``proxy_address`` is the
-    proxy Service's clusterIP, needed for ``allow`` (the sandbox resolves no names).
+    The sandbox runs as the ``checkout``'s owner, as the Docker sandbox does, and its claim holds the copy and the
+    disk quota. ``proxy`` is the proxy's image and its Service's clusterIP, needed for ``allow`` (the sandbox
+    resolves no names).
     """
     cluster = cluster or Cluster()
+    proxy = proxy or Proxy()
     policy = limits.network
     labels = {**session_labels(session_id), ROLE: "sandbox"}
     options = container_options(
-        image, _owner_only(uid, gid), limits, labels, _route(session_id, policy, proxy_address), volumes
-    )
+        image.name, _owner_only(checkout.uid, checkout.gid), limits, labels,
+        _route(session_id, policy, proxy.address), image.volumes,
+    )  # fmt: skip
     sandbox = pod(
         options, name=pod_name(session_id), role="sandbox", namespace=cluster.namespace, runtime=runtime,
         claim=claim_name(session_id), owner=owner,
     )  # fmt: skip
     sandbox["spec"]["containers"][0]["command"] = PAUSE
-    objects = [workspace_claim(session_id, limits, checkout_mb, cluster), sandbox]
+    objects = [workspace_claim(session_id, limits, checkout.mb, cluster), sandbox]
     objects.append(sandbox_policy(session_id, policy, cluster, owner))
     if policy.level == "allow":
-        objects += proxy_manifests(session_id, policy, proxy_image, runtime, cluster, owner)
+        objects += proxy_manifests(session_id, policy, proxy.image, runtime, cluster, owner)
     return objects
 
 
@@ -563,15 +596,11 @@ def runtime_class() -> Manifest:
 
 
 def manifests(
-    session_id: str, image: str, limits: Limits, *, uid: int, gid: int, runtime: Runtime = "runc",
-    cluster: Cluster | None = None, proxy_address: str | None = EXAMPLE_PROXY_ADDRESS, volumes: Iterable[str] = (),
-    checkout_mb: int = 0,
+    session_id: str, image: SandboxImage, limits: Limits, *, checkout: CheckoutCopy, runtime: Runtime = "runc",
+    cluster: Cluster | None = None, proxy: Proxy = EXAMPLE_PROXY,
 ) -> list[Manifest]:  # fmt: skip
     """The cluster's objects and one session's, as an example to read or apply to a test cluster."""
-    own = session_manifests(
-        session_id, image, limits, uid=uid, gid=gid, runtime=runtime, cluster=cluster, proxy_address=proxy_address,
-        volumes=volumes, checkout_mb=checkout_mb,
-    )  # fmt: skip
+    own = session_manifests(session_id, image, limits, checkout=checkout, runtime=runtime, cluster=cluster, proxy=proxy)
     return [*cluster_manifests(cluster), *own]
 
 
@@ -602,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gid", type=int, default=1000)
     args = parser.parse_args(argv)
     limits = Limits.model_validate_json(args.limits)
-    objects = manifests(args.session, args.image, limits, uid=args.uid, gid=args.gid, runtime=args.runtime)
+    checkout = CheckoutCopy(uid=args.uid, gid=args.gid)
+    objects = manifests(args.session, SandboxImage(args.image), limits, checkout=checkout, runtime=args.runtime)
     for path in write(objects, args.out):
         print(path)
     return 0

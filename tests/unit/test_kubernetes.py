@@ -21,7 +21,16 @@ from controller.sandbox import kubernetes
 from controller.sandbox.docker import HOME, WORKSPACE, container_options
 from controller.sandbox.egress import PORT, PROXY_UID, ROLE, SPECIAL
 from controller.sandbox.images import SANDBOX
-from controller.sandbox.kubernetes import Cluster, Manifest, Owner, manifests, session_manifests
+from controller.sandbox.kubernetes import (
+    CheckoutCopy,
+    Cluster,
+    Manifest,
+    Owner,
+    Proxy,
+    SandboxImage,
+    manifests,
+    session_manifests,
+)
 from controller.sandbox.owners import SESSION
 from controller.wire.limits import Limits
 from controller.wire.network import NONE, OPEN, NetworkPolicy, parse
@@ -42,6 +51,8 @@ LIMIT_SETS = {
 ALLOW = parse("allow=pypi.org,*.pythonhosted.org:443,10.1.2.3:8080,[2001:db8::1]:9000")
 NETWORKS = {"none": NONE, "allow": ALLOW, "open": OPEN}
 IMAGE_VOLUMES = ("/data", "/var/lib/postgresql/data")
+IMAGE = SandboxImage(DEFAULT_IMAGE, IMAGE_VOLUMES)
+CHECKOUT = CheckoutCopy(UID, GID, CHECKOUT_MB)
 CASES = [
     *[(limits, network, runtime) for network in NETWORKS for runtime in ("runc", "runsc") for limits in ["default"]],
     *[(limits, network, "runc") for limits in LIMIT_SETS if limits != "default" for network in NETWORKS],
@@ -58,8 +69,7 @@ def limits_of(limits: str, network: str) -> Limits:
 
 
 def generate(limits: Limits, runtime: kubernetes.Runtime = "runc", **extra: Any) -> list[Manifest]:
-    options: dict[str, Any] = {"volumes": IMAGE_VOLUMES, "checkout_mb": CHECKOUT_MB, **extra}
-    return manifests(SESSION_ID, DEFAULT_IMAGE, limits, uid=UID, gid=GID, runtime=runtime, **options)
+    return manifests(SESSION_ID, IMAGE, limits, checkout=CHECKOUT, runtime=runtime, **extra)
 
 
 def one(objects: list[Manifest], kind: str, role: str | None = None, name: str | None = None) -> Manifest:
@@ -112,9 +122,8 @@ def test_cluster_objects_are_valid_kubernetes() -> None:
 @pytest.mark.parametrize(("limits", "network", "runtime"), CASES)
 def test_session_objects_are_valid_kubernetes(limits: str, network: str, runtime: kubernetes.Runtime) -> None:
     objects = session_manifests(
-        SESSION_ID, DEFAULT_IMAGE, limits_of(limits, network), uid=UID, gid=GID, runtime=runtime,
-        proxy_address=kubernetes.EXAMPLE_PROXY_ADDRESS, volumes=IMAGE_VOLUMES, checkout_mb=CHECKOUT_MB,
-        owner=Owner("cubicle-controller-host", "6f1c1a4e-3b7d-4a0e-9f51-0c2f5b8e1d2a"),
+        SESSION_ID, IMAGE, limits_of(limits, network), checkout=CHECKOUT, runtime=runtime,
+        proxy=kubernetes.EXAMPLE_PROXY, owner=Owner("cubicle-controller-host", "6f1c1a4e-3b7d-4a0e-9f51-0c2f5b8e1d2a"),
     )  # fmt: skip
     assert {m["kind"] for m in objects} == {"PersistentVolumeClaim", "Pod", "NetworkPolicy"} | (
         {"Service"} if network == "allow" else set()
@@ -288,7 +297,7 @@ def test_a_docker_option_without_a_mapping_is_refused(key: str, value: Any) -> N
 
 def test_a_root_owned_checkout_gets_no_pod() -> None:
     with pytest.raises(SandboxError, match="never runs as root"):
-        session_manifests(SESSION_ID, DEFAULT_IMAGE, Limits(), uid=0, gid=0)
+        session_manifests(SESSION_ID, SandboxImage(DEFAULT_IMAGE), Limits(), checkout=CheckoutCopy(uid=0, gid=0))
 
 
 # ----------------------------------------------------------------------------- network policies
@@ -349,7 +358,9 @@ def test_allow_without_hosts_lets_the_proxy_reach_no_port() -> None:
 
 def test_allow_needs_the_proxy_address() -> None:
     with pytest.raises(ValueError, match="clusterIP"):
-        session_manifests(SESSION_ID, DEFAULT_IMAGE, Limits(network=ALLOW), uid=UID, gid=GID)
+        session_manifests(
+            SESSION_ID, SandboxImage(DEFAULT_IMAGE), Limits(network=ALLOW), checkout=CheckoutCopy(UID, GID)
+        )
 
 
 def test_the_proxy_pod_is_hardened_as_the_docker_proxy() -> None:
@@ -428,8 +439,9 @@ def test_objects_of_a_controller_process_are_owned_by_its_lease() -> None:
     """Deleting a dead controller's Lease lets the garbage collector remove its Pods, Services and policies."""
     owner = Owner("cubicle-host", "0b7c2e1a-1111-4222-8333-944455556666")
     objects = session_manifests(
-        SESSION_ID, DEFAULT_IMAGE, Limits(network=ALLOW), uid=UID, gid=GID, proxy_address="10.96.0.20", owner=owner
-    )
+        SESSION_ID, SandboxImage(DEFAULT_IMAGE), Limits(network=ALLOW), checkout=CheckoutCopy(UID, GID),
+        proxy=Proxy(address="10.96.0.20"), owner=owner,
+    )  # fmt: skip
     reference = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": owner.name, "uid": owner.uid}]
     for manifest in objects:
         expected = (
