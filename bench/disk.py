@@ -28,7 +28,7 @@ from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, sect
 from controller.config import Settings
 from controller.environment.buildinputs import definition_files
 from controller.sandbox import mounters
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire import protocol
 from controller.wire.limits import Limits
 from controller.wire.protocol import CommandResult
@@ -47,7 +47,7 @@ def sandbox(
     session_id = "bench-" + secrets.token_hex(4)
     layer = workspaces.create(session_id, repo, quota, definition=definition_files(repo))
     return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
+        lambda: client, layer=layer, session_id=session_id, limits=limits, deployment=Deployment(image, INSTANCE),
         holder=workspaces,
     )  # fmt: skip
 

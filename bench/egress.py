@@ -35,7 +35,7 @@ from bench.rows import INSTANCE, give_away, standalone
 from controller import workspace
 from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE
 from controller.sandbox import images, owners
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.sandbox.egress import network_name
 from controller.wire import protocol
 from controller.wire.limits import Limits
@@ -251,10 +251,8 @@ def _sandbox(client: Any, image: str, root: Path, policy: Any, egress_network: s
     give_away(repo)
     layer = workspace.create(root / "layers", session_id, repo)
     limits = LIMITS.model_copy(update={"network": policy})
-    return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE,
-        proxy_image=proxy_image, outside=Outside(egress_network),
-    )  # fmt: skip
+    deployment = Deployment(image, INSTANCE, proxy_image=proxy_image, outside=Outside(egress_network))
+    return DockerSandbox(lambda: client, layer=layer, session_id=session_id, limits=limits, deployment=deployment)
 
 
 async def _downloads(box: DockerSandbox, url: str, n: int, forwarder: str = "") -> dict[str, list[float]]:

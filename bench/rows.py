@@ -23,7 +23,7 @@ from controller.agent import tools
 from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.sandbox import engine, images, owners
-from controller.sandbox.docker import WORKSPACE, DockerSandbox, container_options
+from controller.sandbox.docker import WORKSPACE, Deployment, DockerSandbox, container_options
 from controller.sandbox.egress import Route
 from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions
@@ -84,7 +84,8 @@ def sandbox(client: Any, image: str, repo: Path, bind: bool = False, runtime: st
     layer = workspace.create(repo.parent / "layers", session_id, repo)
     kind = BindSandbox if bind else DockerSandbox
     limits = LIMITS.model_copy(update={"runtime": runtime})
-    return kind(lambda: client, layer=layer, session_id=session_id, limits=limits, image=image, instance=INSTANCE)
+    deployment = Deployment(image, INSTANCE)
+    return kind(lambda: client, layer=layer, session_id=session_id, limits=limits, deployment=deployment)
 
 
 LAYER_TOLERANCE = 1.2

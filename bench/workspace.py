@@ -26,7 +26,7 @@ from bench.measure import Report
 from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from controller import workspace
 from controller.errors import LayerMissingError
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire import protocol
 from controller.wire.changes import ApplyResult
 from controller.wire.protocol import CommandResult
@@ -125,7 +125,7 @@ def forget_after(layer: Layer, number: int) -> Callable[[], None]:
 async def in_sandbox(client: Any, image: str, layer: Layer, command: str) -> None:
     """Run ``command`` in a real sandbox on ``layer`` (so the kernel's overlay writes the upper), then stop it."""
     box = DockerSandbox(
-        lambda: client, layer=layer, session_id=layer.root.name, limits=LIMITS, image=image, instance=INSTANCE
+        lambda: client, layer=layer, session_id=layer.root.name, limits=LIMITS, deployment=Deployment(image, INSTANCE)
     )
     try:
         result = await box.call(protocol.call("run_command", command=command, timeout_s=60), 90)

@@ -21,7 +21,7 @@ from docker.errors import ImageNotFound
 from controller import workspace
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.sandbox import engine, images, owners
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire.limits import Limits
 from controller.workspace.quota import _loops, _mounts
 from tests.databases import postgres_schema
@@ -197,9 +197,7 @@ async def sandbox_factory(
             layer=workspace.create(tmp_path / "data", session_id, repo),
             session_id=session_id,
             limits=limits,
-            image=DEFAULT_IMAGE,
-            instance=TEST_INSTANCE,
-            **options,
+            deployment=Deployment(DEFAULT_IMAGE, TEST_INSTANCE, **options),
         )
         made.append(box)
         return box

@@ -72,7 +72,7 @@ OnLine = Callable[[str], None]
 
 @dataclass(frozen=True)
 class EnvironmentImage:
-    """What a session runs: ``tag`` (give it to ``DockerSandbox(image=...)``)."""
+    """What a session runs: ``tag`` (give it to ``sandbox.Deployment(image=...)``)."""
 
     tag: str
     definition_hash: str

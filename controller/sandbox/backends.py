@@ -30,7 +30,7 @@ from ..wire.network import NetworkPolicy
 from ..workspace import quota
 from ..workspace.layer import Layer
 from . import images, isolation, mounters, owners
-from .docker import DockerSandbox, LayerHolder, Preparer, Sandbox, clear_as_root
+from .docker import Deployment, DockerSandbox, LayerHolder, Preparer, Sandbox, clear_as_root
 from .engine import Engine
 
 
@@ -86,10 +86,13 @@ class DockerBackend:
         self, session_id: str, layer: Layer, limits: Limits, preparer: Preparer | None, holder: LayerHolder
     ) -> Sandbox:
         settings = self.settings
+        deployment = Deployment(
+            settings.image, settings.instance, auto_build=settings.auto_build_image, proxy_image=settings.proxy_image,
+            outside=settings.outside(),
+        )  # fmt: skip
         return DockerSandbox(
-            self.engine.client, layer=layer, session_id=session_id, limits=limits, image=settings.image,
-            instance=settings.instance, auto_build=settings.auto_build_image, preparer=preparer,
-            proxy_image=settings.proxy_image, outside=settings.outside(), holder=holder,
+            self.engine.client, layer=layer, session_id=session_id, limits=limits, deployment=deployment,
+            preparer=preparer, holder=holder,
         )  # fmt: skip
 
     async def ensure_image(self, network: NetworkPolicy | None = None) -> None:

@@ -97,6 +97,19 @@ class LayerHolder(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What every sandbox of one controller shares (its ``Settings``): the sandbox image, the instance its containers
+    are labelled with (``owners``), whether a missing image is built (the sandbox's and the proxy's), and for ``allow``
+    policies the proxy's image and where the proxies reach out."""
+
+    image: str
+    instance: str
+    auto_build: bool = True
+    proxy_image: str = DEFAULT_PROXY_IMAGE
+    outside: Outside = DIRECT
+
+
 Preparer = Callable[[Any], Awaitable[Prepared]]
 """Makes the environment ready with the engine's client (builds, runs setup, emits progress); raises SetupError."""
 
@@ -302,12 +315,8 @@ class DockerSandbox:
         layer: Layer,
         session_id: str,
         limits: Limits,
-        image: str,
-        instance: str,
-        auto_build: bool = True,
+        deployment: Deployment,
         preparer: Preparer | None = None,
-        proxy_image: str = DEFAULT_PROXY_IMAGE,
-        outside: Outside = DIRECT,
         holder: LayerHolder | None = None,
     ) -> None:
         self._connect = connect
@@ -316,15 +325,13 @@ class DockerSandbox:
         self.repo = layer.repo
         self.session_id = session_id
         self.limits = limits
-        self.image = image
-        self.instance = instance
-        self.auto_build = auto_build
-        self._auto_build_proxy = auto_build  # ``auto_build`` turns off for an environment's image, not the proxy's
+        self.deployment = deployment
+        self.image = deployment.image
+        self.instance = deployment.instance
+        self.auto_build = deployment.auto_build  # turns off for an environment's image (``prepare``), not the proxy's
         self.env: dict[str, str] = {}
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
-        self.proxy_image = proxy_image
-        self.outside = outside
         self.container: Any = None
         self._egress: Egress | None = None
         self._channel: ToolboxChannel | None = None
@@ -489,9 +496,10 @@ class DockerSandbox:
         if self.limits.network.level != "allow":
             return egress.direct(self.limits.network)
         if self._egress is None:
+            deployment = self.deployment  # its auto_build, not ours: ours turns off for an environment's image only
             self._egress = Egress(
                 self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
-                image=self.proxy_image, outside=self.outside, auto_build=self._auto_build_proxy,
+                image=deployment.proxy_image, outside=deployment.outside, auto_build=deployment.auto_build,
             )  # fmt: skip
         return await asyncio.to_thread(self._egress.start)
 

@@ -31,7 +31,7 @@ from controller.environment import load
 from controller.environment.build import ROLE, EnvironmentImage, ImageOptions, ensure_image, sweep
 from controller.errors import EnvironmentBuildError, ImageMissingError
 from controller.sandbox import images, owners
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire import protocol
 from controller.wire.protocol import CommandResult, ListResult, ReadResult, SearchResult
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
@@ -93,8 +93,7 @@ async def env_box(
         layer=workspace.create(tmp_path / "data", session_id, env_repo),
         session_id=session_id,
         limits=SANDBOX_LIMITS,
-        image=env_image.tag,
-        instance=TEST_INSTANCE,
+        deployment=Deployment(env_image.tag, TEST_INSTANCE),
     )
     await box.start()
     yield box

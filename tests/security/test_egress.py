@@ -27,7 +27,7 @@ from controller import workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
 from controller.sandbox import egress, owners
-from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire.network import Outside, parse
 from controller.wire.protocol import Failure
 from tests.integration.helpers import call, listening, sh
@@ -302,10 +302,13 @@ async def test_stop_remove_session_and_sweep_leave_nothing(
 ) -> None:
     stopped, removed = allow_box("allow=allowed.test:8080"), allow_box("allow=allowed.test:8080")
     swept_id = "test-swept-" + secrets.token_hex(3)  # of another instance, so that sweeping it touches no other test
+    deployment = Deployment(
+        DEFAULT_IMAGE, "cubicle-tests-sweep-" + secrets.token_hex(3), proxy_image=proxy_image,
+        outside=Outside(test_hosts.network),
+    )  # fmt: skip
     swept = DockerSandbox(
         lambda: docker_client, layer=workspace.create(tmp_path / "swept", swept_id, make_repo("swept")),
-        session_id=swept_id, limits=removed.limits, image=DEFAULT_IMAGE, proxy_image=proxy_image,
-        instance="cubicle-tests-sweep-" + secrets.token_hex(3), outside=Outside(test_hosts.network),
+        session_id=swept_id, limits=removed.limits, deployment=deployment,
     )  # fmt: skip
     await asyncio.gather(stopped.start(), removed.start(), swept.start())
     for box in (stopped, removed, swept):
