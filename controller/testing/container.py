@@ -69,10 +69,7 @@ class CubicleContainer(DockerContainer):
         for root in repo_roots:
             self.with_volume_mapping(str(root), str(root), "rw")
         self._own_data_dir = data_dir is None
-        self.data_dir = Path(tempfile.mkdtemp(prefix="cubicle-data-")) if data_dir is None else data_dir.absolute()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        # rslave: the layers' filesystems (disk quotas) that a helper container mounts on the host show here too
-        self.with_volume_mapping(str(self.data_dir), str(self.data_dir), "rw,rslave")
+        self.data_dir = self._mount_data_dir(data_dir)
         settings = {
             "CUBICLE_API_TOKEN": token,
             "CUBICLE_REPO_ROOTS": ",".join(map(str, repo_roots)),
@@ -80,14 +77,28 @@ class CubicleContainer(DockerContainer):
             "CUBICLE_INSTANCE": instance,
         }
         if scenario is not None:
-            self.with_volume_mapping(str(scenario.resolve()), SCENARIO_PATH, "ro")
-            settings |= {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{SCRIPTED_PORT}", "ANTHROPIC_API_KEY": "scripted"}
-            self.with_command(
-                ["sh", "-c", f"cubicle scripted-server {SCENARIO_PATH} --port {SCRIPTED_PORT} & exec cubicle serve"]
-            )
+            settings |= self._serve_scenario(scenario)
         for key, value in {**settings, **(env or {})}.items():
             self.with_env(key, value)
         self.with_kwargs(labels={f"{MANAGED}.controller": "true"}, init=True)
+
+    def _mount_data_dir(self, data_dir: Path | None) -> Path:
+        """The data directory (a fresh temporary one unless given), mounted at its own path: the engine resolves the
+        sandboxes' overlay volumes, whose layers live there, on the host."""
+        path = Path(tempfile.mkdtemp(prefix="cubicle-data-")) if data_dir is None else data_dir.absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        # rslave: the layers' filesystems (disk quotas) that a helper container mounts on the host show here too
+        self.with_volume_mapping(str(path), str(path), "rw,rslave")
+        return path
+
+    def _serve_scenario(self, scenario: Path) -> dict[str, str]:
+        """Run the scripted model server beside the controller, on the container's own loopback, so a test needs no
+        API key or network; the variables that point the controller at it."""
+        self.with_volume_mapping(str(scenario.resolve()), SCENARIO_PATH, "ro")
+        self.with_command(
+            ["sh", "-c", f"cubicle scripted-server {SCENARIO_PATH} --port {SCRIPTED_PORT} & exec cubicle serve"]
+        )
+        return {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{SCRIPTED_PORT}", "ANTHROPIC_API_KEY": "scripted"}
 
     @property
     def url(self) -> str:
