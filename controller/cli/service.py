@@ -267,14 +267,18 @@ def sessions(
         print(json.dumps([r.model_dump(mode="json", include=public) for r in records], ensure_ascii=True, indent=2))
         return
     out = terminal.console()
-    table = Table("updated", "status", "finish", "steps", "tokens", "repo", "task", title=plural(total, "session"))
+    table = Table(
+        "updated", "status", "finish", "unapplied", "steps", "tokens", "repo", "task", title=plural(total, "session")
+    )
     # The id is what every other command takes, so it is never cut short.
     table.add_column("id", no_wrap=True, min_width=max((len(r.id) for r in records), default=2))
     table.columns.insert(0, table.columns.pop())
     for r in records:
         task = r.task if not out.is_terminal or len(r.task) <= 40 else r.task[:39] + "…"  # piped: whole
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
-        cells = (r.id, updated, r.status, r.finish_reason or "", str(r.steps), f"{r.usage.total:,}", r.repo, task)
+        unapplied = "" if r.unapplied is None else f"{r.unapplied:,}"  # counted at turn ends and applies only
+        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), f"{r.usage.total:,}", r.repo,
+                 task)  # fmt: skip
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
     out.print(table)
 

@@ -12,7 +12,20 @@ from typing import Any
 from pydantic_core import to_json
 
 from ..agent.conversation import Conversation
-from ..wire.events import Event, FinishReason, SessionFinished, Status, TextDelta, ToolCall, ToolResult, UsageEvent
+from ..wire.events import (
+    AppliedEvent,
+    ChangesEvent,
+    DiscardedEvent,
+    Event,
+    FinishReason,
+    RewoundEvent,
+    SessionFinished,
+    Status,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    UsageEvent,
+)
 from .feed import Feed
 from .store import Store
 
@@ -80,6 +93,12 @@ class Recorder:
         fields: dict[str, Any] | None = None  # what the event changes in the session's row, written with it
         if isinstance(event, UsageEvent):
             fields = {"usage": event.session, "steps": self.convo.steps}
+        elif isinstance(event, ChangesEvent):
+            fields = {"unapplied": event.summary.files + event.summary.unlisted_applied}
+        elif isinstance(event, AppliedEvent) and event.left is not None:
+            fields = {"unapplied": event.left}
+        elif isinstance(event, DiscardedEvent | RewoundEvent):  # a rewind's files are counted after it (Sessions)
+            fields = {"unapplied": 0 if isinstance(event, DiscardedEvent) else None}
         elif isinstance(event, SessionFinished):
             fields = {
                 "status": self.status_after(event.reason), "finish_reason": event.reason, "detail": event.detail,

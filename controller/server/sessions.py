@@ -56,7 +56,7 @@ from ..wire.policies import ContextPolicy, Edit
 from ..wire.sessions import ApplyPolicy
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
-from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown
+from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown, summarize
 from .admission import Admission
 from .feed import Batch, Feed
 from .leases import Leases
@@ -526,6 +526,9 @@ class Sessions:
             )
             await recorder.save_transcript(convo)
             await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
+            with contextlib.suppress(CubicleError, OSError):  # counted once here; a layer unread stays uncounted
+                held = summarize(await self.workspaces.in_thread(self.workspaces.changes, session_id))
+                self.store.update(session_id, recorder.epoch, unapplied=held.files + held.unlisted_applied)
         return self.get(session_id)
 
     async def discard(self, session_id: str) -> Row:

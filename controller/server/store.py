@@ -148,6 +148,9 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         *_notify_on_insert("events", "cubicle_event_stored", "cubicle_events", per_schema=True),
         *_notify_on_insert("commands", "cubicle_command_sent", "cubicle_commands", per_schema=True),
     ),
+    (  # 6: what each session still holds unapplied, counted as its turns end and its changes are applied
+        Column("sessions", "unapplied", "INTEGER"),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 EVENTS = "cubicle_events"
@@ -164,7 +167,7 @@ def channel(prefix: str, schema: str) -> str:
 
 COLUMNS = (
     "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
-    "updated_at", "context", "owner", "apply", "environment", "epoch", "lease_expires",
+    "updated_at", "context", "owner", "apply", "environment", "epoch", "lease_expires", "unapplied",
 )  # fmt: skip
 """The sessions table's columns in the order _record reads them."""
 Notice = Literal["events", "commands", ""]
@@ -300,7 +303,7 @@ class Store:
              record.limits.model_dump_json(), record.created_at, record.updated_at,
              record.context.model_dump_json() if record.context else None, record.owner, record.apply,
              record.environment.model_dump_json() if record.environment else None, record.epoch,
-             record.lease_expires),
+             record.lease_expires, record.unapplied),
         )  # fmt: skip
 
     @_writes
@@ -703,11 +706,11 @@ def open_store(settings: Settings) -> Store:
 
 def row_from(row: tuple[Any, ...]) -> Row:
     (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
-     environment, epoch, lease_expires) = row  # fmt: skip
+     environment, epoch, lease_expires, unapplied) = row  # fmt: skip
     return Row(
         id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
         usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
         context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,
         environment=Environment.model_validate_json(environment) if environment else None,
-        epoch=epoch, lease_expires=lease_expires, created_at=created, updated_at=updated,
+        epoch=epoch, lease_expires=lease_expires, created_at=created, updated_at=updated, unapplied=unapplied,
     )  # fmt: skip

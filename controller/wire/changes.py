@@ -84,6 +84,7 @@ class ApplyResult(BaseModel):
     record: int | None = None  # the apply's number, for revert
     more_applied: int = 0  # paths written past those ``applied`` lists (see ``bounded``)
     more_skipped: int = 0  # changes skipped past those ``skipped`` lists
+    left: int | None = None  # changes a plain apply would still write after this one (some paths were named)
 
     def bounded(self, most: int) -> ApplyResult:
         """This result with at most ``most`` paths in each list, the rest counted: what an apply of a whole

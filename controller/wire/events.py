@@ -191,6 +191,7 @@ class AppliedEvent(_Event):
     paths: list[str] = Field(description=f"The paths written: the first {MAX_LISTED_PATHS}.")
     skipped: int = Field(description="Changed paths not applied (under .git, unsafe, or ignored).")
     more: int = Field(0, description="Paths written beyond those listed.")
+    left: int | None = Field(None, description="Changed paths a plain apply would still write (the session's rest).")
 
 
 class RevertedEvent(_Event):

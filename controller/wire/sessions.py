@@ -40,3 +40,8 @@ class SessionRecord(BaseModel):
     )
     created_at: float
     updated_at: float
+    unapplied: int | None = Field(
+        None,
+        description="Changed paths an apply would still write: counted when a turn ends and at each apply, rewind "
+        "and discard, never by a scan for a listing; none before the first count.",
+    )

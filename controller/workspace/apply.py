@@ -88,8 +88,10 @@ def apply(
             step.after = after[step.path]
         record.status = Status.APPLIED
         write(layer, record)
-    _retire(layer, changes, {c.path for c in chosen})
-    return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number)
+    written = {c.path for c in chosen}
+    _retire(layer, changes, written)
+    left = sum(1 for c in changes if c.disposition == Disposition.APPLY and c.path not in written)
+    return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number, left=left)
 
 
 BLOCK = 4096

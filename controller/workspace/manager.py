@@ -579,6 +579,8 @@ async def apply_and_report(
         more = max(0, len(result.applied) - MAX_LISTED_PATHS) + result.more_applied
         skipped = len(result.skipped) + result.more_skipped
         await sink.emit(
-            AppliedEvent(session_id=session_id, apply=result.record, paths=paths, skipped=skipped, more=more)
+            AppliedEvent(
+                session_id=session_id, apply=result.record, paths=paths, skipped=skipped, more=more, left=result.left
+            )
         )
     return result

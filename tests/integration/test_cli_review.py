@@ -360,6 +360,12 @@ def test_apply_some_paths_now_and_the_rest_later(tmp_path: Path, make_repo: Call
     repo = make_repo()
     session_id, done = _run(tmp_path, repo)
     assert done.returncode == 0, done.stderr
+
+    def unapplied() -> int | None:
+        (record,) = [r for r in json.loads(cubicle("sessions", "--json").stdout) if r["id"] == session_id]
+        return record["unapplied"]  # type: ignore[no-any-return]
+
+    assert unapplied() == 3  # counted as the turn ended
     unknown = cubicle("apply", session_id, "notes.txt", "nope.txt")
     assert unknown.returncode == 2 and "nope.txt" in unknown.stderr, unknown.stdout + unknown.stderr
     assert not (repo / "notes.txt").exists()  # nothing was written
@@ -368,6 +374,7 @@ def test_apply_some_paths_now_and_the_rest_later(tmp_path: Path, make_repo: Call
     assert (repo / "notes.txt").read_text() == "one\ntwo\n" and (repo / HOSTILE_NAME).read_text() == "x"
     assert "sum(items) or 0" not in (repo / "src/app.py").read_text()  # the rest stays in the session
     listed = json.loads(cubicle("changes", session_id, "--json").stdout)
-    assert [c["path"] for c in listed] == ["src/app.py"]
+    assert [c["path"] for c in listed] == ["src/app.py"] and unapplied() == 1
     rest = cubicle("apply", session_id)
     assert rest.returncode == 0 and "sum(items) or 0" in (repo / "src/app.py").read_text()
+    assert unapplied() == 0
