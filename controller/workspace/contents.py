@@ -45,6 +45,8 @@ SHA1_BYTES = 20
 ENTRY_FIXED = 62
 """An index entry's fixed part: ten 32-bit stat fields, the 20-byte id and 16 bits of flags."""
 EXTENDED = 0x4000
+MAX_NAME = 4096
+"""The longest path an entry may name (Linux's PATH_MAX): past it the index is not read."""
 
 
 def blob_id_of(fd: int, size: int | None = None) -> str:
@@ -136,8 +138,8 @@ def _entries(data: bytes) -> Iterator[tuple[str, IndexEntry]]:
             nul = data.index(b"\0", offset)
             name = data[offset:nul]
             offset = start + (nul - start + 8) // 8 * 8
-        if offset > end:
-            raise ValueError("an entry runs past the end of the index")
+        if offset > end or len(name) > MAX_NAME:  # v4 names grow from the last: bounded, or a crafted index is a bomb
+            raise ValueError("an entry runs past the end of the index, or names more than a path can be")
         previous = name
         if (flags >> 12) & 0x3 == 0 and stat.S_ISREG(mode):  # stage 0, a regular file
             yield os.fsdecode(name), IndexEntry(mtime_s * 1_000_000_000 + mtime_ns, ino, size, sha.hex())

@@ -174,3 +174,13 @@ def test_a_file_past_the_hashing_budget_is_judged_by_its_metadata(ws: Workspace)
     ws.stop()
     os.utime(big)
     assert [c.path for c in apply(ws.layer).conflicts] == ["big.bin"]
+
+
+def test_a_version_4_index_whose_names_grow_without_end_is_refused_not_followed() -> None:
+    """Each v4 entry's name is the last one's plus more: without a bound, a small crafted index makes names whose
+    total is quadratic in its size."""
+    entry = b"\0" * 24 + (0o100644).to_bytes(4, "big") + b"\0" * 12 + b"\0" * 20 + (1).to_bytes(2, "big")
+    body = b"".join(entry + b"\x00" + b"a" * 200 + b"\0" for _ in range(100))  # strip 0: each name 200 bytes longer
+    data = b"DIRC" + (4).to_bytes(4, "big") + (100).to_bytes(4, "big") + body + b"\0" * 20
+    with pytest.raises(ValueError, match="names more than a path can be"):
+        list(contents._entries(data))
