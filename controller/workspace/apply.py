@@ -185,7 +185,12 @@ def _select(
     paths = _named(paths, changes)
     named = [c for c in eligible if under_any(c.path, paths)]
     needed = {parent for c in named for parent in _ancestors(c.path)}
-    made = [c for c in eligible if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED]
+    # A directory above a named path comes along only when the checkout has none there yet: the agent's mode on one
+    # that exists is a change of its own, applied only when named.
+    made = [
+        c for c in eligible
+        if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED and c.previous != FileType.DIR
+    ]  # fmt: skip
     return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path), skipped
 
 

@@ -55,7 +55,7 @@ def blob_id_of(fd: int, size: int | None = None) -> str:
         size = os.fstat(fd).st_size
     digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
     offset = 0
-    while chunk := os.pread(fd, CHUNK, offset):
+    while offset <= size and (chunk := os.pread(fd, min(CHUNK, size + 1 - offset), offset)):  # a growing file: no
         digest.update(chunk)
         offset += len(chunk)
     if offset != size:  # it changed while read: no id rather than a wrong one
@@ -122,7 +122,7 @@ def _entries(data: bytes) -> Iterator[tuple[str, IndexEntry]]:
     if signature != b"DIRC" or version not in (2, 3, 4):
         raise ValueError("not an index this reader knows")
     end = len(data) - SHA1_BYTES  # the index's own checksum closes it
-    offset, previous = 12, b""
+    offset, previous, named = 12, b"", 0
     for _ in range(count):
         start = offset
         _, _, mtime_s, mtime_ns, _, ino, mode, _, _, size, sha, flags = struct.unpack_from(">10I20sH", data, offset)
@@ -138,7 +138,8 @@ def _entries(data: bytes) -> Iterator[tuple[str, IndexEntry]]:
             nul = data.index(b"\0", offset)
             name = data[offset:nul]
             offset = start + (nul - start + 8) // 8 * 8
-        if offset > end or len(name) > MAX_NAME:  # v4 names grow from the last: bounded, or a crafted index is a bomb
+        named += len(name)  # v4 names are made from the last one: a few bytes each can name 4 KiB each
+        if offset > end or len(name) > MAX_NAME or named > len(data):
             raise ValueError("an entry runs past the end of the index, or names more than a path can be")
         previous = name
         if (flags >> 12) & 0x3 == 0 and stat.S_ISREG(mode):  # stage 0, a regular file
@@ -146,7 +147,8 @@ def _entries(data: bytes) -> Iterator[tuple[str, IndexEntry]]:
 
 
 def _varint(data: bytes, offset: int) -> tuple[int, int]:
-    """Git's offset varint (each continuation adds one before shifting), and the offset after it."""
+    """Git's offset varint (each continuation adds one before shifting), and the offset after it; one longer than
+    a name can be long (two bytes would do) is refused before it grows: its cost would be quadratic in its length."""
     byte = data[offset]
     value = byte & 0x7F
     offset += 1
@@ -154,6 +156,8 @@ def _varint(data: bytes, offset: int) -> tuple[int, int]:
         byte = data[offset]
         value = ((value + 1) << 7) | (byte & 0x7F)
         offset += 1
+        if value > MAX_NAME:
+            raise ValueError("a name strips more than a path can be")
     return value, offset
 
 

@@ -157,6 +157,16 @@ def test_paths_name_changes_exactly_or_as_printed_and_an_unknown_one_writes_noth
     assert apply(ws.layer).applied == ["b.txt"]
 
 
+def test_a_named_file_takes_along_only_the_directories_the_checkout_lacks(ws: Workspace) -> None:
+    """The agent's mode on ``src`` (which the checkout has) is its own change: naming a file under it leaves it."""
+    ws.agent("mkdir -p src/new; echo n > src/new/n.py; chmod 500 src")
+    ws.stop()
+    mode = stat.S_IMODE(os.stat(ws.repo / "src").st_mode)
+    assert sorted(apply(ws.layer, paths=["src/new/n.py"]).applied) == ["src/new", "src/new/n.py"]
+    assert stat.S_IMODE(os.stat(ws.repo / "src").st_mode) == mode
+    assert [c.path for c in scan(ws.layer)] == ["src"]
+
+
 def test_type_changes_apply_and_revert(ws: Workspace) -> None:
     before = snapshot(ws.repo)
     ws.agent("rm README.md; mkdir README.md; echo in > README.md/x; rm -rf old; echo file > old")

@@ -184,3 +184,27 @@ def test_a_version_4_index_whose_names_grow_without_end_is_refused_not_followed(
     data = b"DIRC" + (4).to_bytes(4, "big") + (100).to_bytes(4, "big") + body + b"\0" * 20
     with pytest.raises(ValueError, match="names more than a path can be"):
         list(contents._entries(data))
+
+
+def test_a_file_git_cleans_on_commit_is_judged_by_its_own_bytes(ws: Workspace) -> None:
+    """The index's id is of the cleaned bytes (LF here, for a file checked out with CRLF): a user who converts the
+    file to LF has changed it, though its bytes now hash to the index's id."""
+    shutil.rmtree(ws.repo / ".git")
+    (ws.repo / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (ws.repo / "notes.txt").write_bytes(b"one\r\ntwo\r\n")
+    git(ws.repo, "init", "-q", "-b", "main")
+    past = time.time() - 60
+    for path in ws.repo.rglob("*"):
+        os.utime(path, (past, past), follow_symlinks=False)
+    git(ws.repo, "add", "-A")
+    git(ws.repo, "commit", "-qm", "start")
+    chown_tree(ws.repo, OWNER)
+    ws.restart()
+    ws.agent("printf 'agent\\r\\n' > notes.txt")
+    ws.stop()
+    (ws.repo / "notes.txt").write_bytes(b"one\ntwo\n")  # the user's dos2unix
+    assert (
+        git(ws.repo, "hash-object", "--no-filters", "notes.txt").strip()
+        == git(ws.repo, "ls-files", "-s", "notes.txt").split()[1]
+    )  # the raw LF bytes are what the index holds
+    assert [c.path for c in apply(ws.layer).conflicts] == ["notes.txt"]
