@@ -27,7 +27,7 @@ from ..server.sessions import NewSession, Sessions
 from ..server.store import open_store
 from ..wire.limits import Limits
 from . import options, terminal
-from .app import EXIT_OK, app, err_console, load_settings
+from .app import EXIT_INFRA, EXIT_OK, app, err_console, load_settings
 from .run import (
     STOP_SIGNALS,
     Asked,
@@ -59,7 +59,8 @@ MCP_HELP = (
     "removed and the changes kept for `cubicle changes ID --diff` and `cubicle apply ID` (the session's id is printed "
     "on stderr). The repository's environment (devcontainer or .cubicle/environment.toml) is prepared before the "
     "first call runs.\n\n"
-    "Exit codes: 0 the client disconnected · 2 usage/config error · 4 Docker, image or filesystem error "
+    "Exit codes: 0 the client disconnected · 2 usage/config error · 4 Docker, image or filesystem error, or the "
+    "client's connection failed (the session's end is recorded) "
     "· 129 / 130 / 143 stopped by SIGHUP / SIGINT / SIGTERM (the session is ended and kept the same way)."
 )
 
@@ -68,7 +69,7 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
     err_console.print(Text.assemble(("cubicle mcp:", "bold"), " ", *parts))
 
 
-async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> None:
+async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> bool:
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
     calls = _served_over_stdio(signals)
     runtime = Runtime(settings)
@@ -86,11 +87,13 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             assert live is not None and live.task is not None
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it
+            failed = live.task.cancelled() or live.task.result() is None or live.connection_failed
             _note(
                 f"{live.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip
+            return failed
         finally:
             await sessions.close()  # the session's lease is renewed until here
             store.close()
@@ -172,5 +175,5 @@ def mcp(o: McpOptions) -> None:
     request = environment_request(o.image, o.setup)
     signals: list[int] = []
     with _exit_codes(signals):
-        asyncio.run(_serve(settings, o.repo, limits, Asked(request, o.network is not None), signals))
-    raise typer.Exit(128 + signals[0] if signals else EXIT_OK)
+        failed = asyncio.run(_serve(settings, o.repo, limits, Asked(request, o.network is not None), signals))
+    raise typer.Exit(128 + signals[0] if signals else EXIT_INFRA if failed else EXIT_OK)

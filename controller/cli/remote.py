@@ -17,10 +17,13 @@ from typing import Annotated, Any
 import typer
 
 from ..client import AsyncClient, Client
+from ..errors import CubicleError
 from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
 from ..wire.environment import EnvironmentRequest
 from ..wire.events import SessionFinished
 from ..wire.sessions import SessionRecord
+from ..workspace.layer import SESSION_ID
+from . import terminal
 from .display import JsonSink, LiveSink
 
 ServerOpt = Annotated[
@@ -64,7 +67,7 @@ async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
         record = await client.create(
             remote.repo, remote.task, model=remote.model, limits=remote.limits or None, environment=remote.environment
         )
-        return await _turn(client, record.id, record.repo, 0, view)
+        return await _turn(client, _session_id(record.id), record.repo, 0, view)
 
 
 async def continue_remote(url: str, token: str | None, session_id: str, text: str, view: Any) -> RemoteRun:
@@ -75,6 +78,13 @@ async def continue_remote(url: str, token: str | None, session_id: str, text: st
             last = event.seq
         record = await client.follow_up(session_id, text)
         return await _turn(client, session_id, record.repo, last, view)
+
+
+def _session_id(given: str) -> str:
+    """A server's session id, which the CLI prints in commands to copy: one that is not an id is refused."""
+    if not SESSION_ID.fullmatch(given):
+        raise CubicleError(f"The server answered a session id that is not one: {terminal.safe(given)[:80]!r}.")
+    return given
 
 
 async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, view: Any) -> RemoteRun:

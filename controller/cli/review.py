@@ -158,6 +158,7 @@ def conflict_list(conflicts: list[Conflict]) -> RenderableType:
 
 
 def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
+    session_id = terminal.safe(session_id)  # a server's answer: shown inert like everything else it sends
     """What an apply wrote (and its number, to revert it), and what it held back."""
     rows = [
         Text.assemble(
@@ -180,6 +181,7 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
 def how_to_apply(session_id: str, where: str = "") -> RenderableType:
     """What to run next when the changes were kept: one command per line, so none is wrapped apart; ``where`` (a
     ``--server URL``) makes them reach the server the session is on."""
+    session_id, where = terminal.safe(session_id), terminal.safe(where)
     return Group(
         Text.assemble("The changes are kept in session ", (session_id, "bold"), "; the checkout is untouched."),
         *(Text.assemble(f"  {what:<8} ", (command, "bold")) for what, command in (

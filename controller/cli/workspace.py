@@ -23,7 +23,7 @@ from ..server.sessions import Sessions
 from ..wire.changes import ApplyResult, Change
 from ..workspace.manager import printable, summarize
 from . import review, terminal
-from .app import app, load_settings, review_errors, with_sessions
+from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
 from .display import plural
 from .remote import RemoteSessions, ServerOpt, remote_sessions
 
@@ -119,10 +119,25 @@ def apply_command(
 
 
 def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
-    """Each of ``paths`` as the session's changes name it: a path typed as the review printed it (its hidden
-    characters spelled out, ``\\x1b``) becomes the listed one; anything else goes as given (the apply judges it)."""
-    printed = {terminal.safe(change.path): change.path for change in listed}
-    return [printed.get(path, path) for path in paths]
+    """Each of ``paths`` as the session's changes name it: a listed name as it is; else one typed as the review
+    printed it (its hidden characters spelled out, ``\\x1b``) becomes the listed one, unless two print alike (then
+    it is refused: the user could not have meant one of them); anything else goes as given (the apply judges it)."""
+    names = {change.path for change in listed}
+    printed: dict[str, list[str]] = {}
+    for name in names:
+        printed.setdefault(review.path_text(name).plain, []).append(name)
+    found = []
+    for path in paths:
+        alike = printed.get(path, [])
+        if path in names or not alike:
+            found.append(path)
+        elif len(alike) == 1:
+            found.append(alike[0])
+        else:
+            raise fail(
+                f"{terminal.safe(path)} names {len(alike)} changes that print alike: give the exact name", EXIT_USAGE
+            )
+    return found
 
 
 @app.command()

@@ -21,7 +21,7 @@ import re
 import shlex
 from typing import Any
 
-from ..errors import DefinitionError
+from ..errors import DefinitionError, SetupError
 from .files import relative, where
 
 NEVER_APPLIED = {
@@ -231,19 +231,36 @@ class _Unresolvable(Exception):
 _NEEDS_GROUPING = re.compile(r"[;\n#]|(?<!&)&(?!&)")
 
 
-def expand_container_env(env: dict[str, str], image_env: dict[str, str]) -> dict[str, str]:
+def expand_container_env(env: dict[str, str], image_env: dict[str, str], most: int) -> dict[str, str]:
     """``env`` with each ``${containerEnv:NAME}`` (or ``${containerEnv:NAME:default}``) left by the definition made
     the value the image gives NAME (its ``ENV``), else the default, else empty: a ``remoteEnv`` PATH of
-    ``/opt/venv/bin:${containerEnv:PATH}`` becomes the venv before the image's own PATH."""
+    ``/opt/venv/bin:${containerEnv:PATH}`` becomes the venv before the image's own PATH. A value that would grow
+    past ``most`` characters is a SetupError, found before it is built (a thousand references to a long value)."""
+    return {name: _expanded(name, value, image_env, most) for name, value in env.items()}
 
-    def one(match: re.Match[str]) -> str:
-        name, _, rest = match.group(1).partition(":")
-        if name != "containerEnv":
-            return match.group(0)
+
+def _expanded(name: str, value: str, image_env: dict[str, str], most: int) -> str:
+    parts: list[str] = []
+    size, last = 0, 0
+    for match in _VARIABLE.finditer(value):
+        kind, _, rest = match.group(1).partition(":")
         variable, _, default = rest.partition(":")
-        return image_env.get(variable, default)
+        given = image_env.get(variable, default) if kind == "containerEnv" else match.group(0)
+        parts += [value[last : match.start()], given]
+        size += match.start() - last + len(given)
+        last = match.end()
+        _within(name, size, most)
+    _within(name, size + len(value) - last, most)
+    parts.append(value[last:])
+    return "".join(parts)
 
-    return {name: _VARIABLE.sub(one, value) for name, value in env.items()}
+
+def _within(name: str, size: int, most: int) -> None:
+    if size > most:
+        raise SetupError(
+            f"{name or 'The setup'} would be longer than {most:,} characters once its ${{containerEnv:...}} "
+            "references are made the image's values."
+        )
 
 
 def join_commands(parts: list[str]) -> str:

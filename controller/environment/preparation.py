@@ -26,7 +26,7 @@ from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
 from ..sandbox.docker import Prepared, Preparer
 from ..sandbox.egress import Egress, Route
-from ..wire.environment import Environment, EnvironmentRequest
+from ..wire.environment import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
 from ..wire.network import NONE, NetworkPolicy
@@ -182,8 +182,8 @@ class Preparation:
             return env, command
         listed = client.images.get(image).attrs.get("Config", {}).get("Env") or []
         known = dict(item.split("=", 1) for item in listed if "=" in item)
-        env = expand_container_env(env, known)
-        return env, expand_container_env({"": command}, {**known, **env})[""]
+        env = expand_container_env(env, known, MAX_ENV_VALUE)
+        return env, expand_container_env({"": command}, {**known, **env}, MAX_SETUP_CHARS)[""]
 
     async def note(self, text: str) -> None:
         """Cubicle's own line about the preparation: phase ``environment``, which no build or command writes."""

@@ -154,6 +154,8 @@ class LiveSession:
         self._gate = _Gate()
         self._setup_failure: str | None = None
         self._serving_ended = False
+        self.connection_failed = False
+        """A served turn ended because its client's connection failed (not because the client went)."""
 
     @property
     def session_id(self) -> str:
@@ -180,7 +182,7 @@ class LiveSession:
         then records its end like the model's turns (the layer checkpointed, the session idle with its changes).
         The container is started at once, so the first call need not wait for the environment to be prepared."""
         self._cancel_idle_timer()
-        self.served = True
+        self.served, self._serving_ended = True, False
         self._start_turn(lambda: self._served(calls))
 
     def _start_turn(self, turn: Callable[[], Awaitable[TurnOutcome]]) -> None:
@@ -200,6 +202,9 @@ class LiveSession:
     async def _start(self) -> None:
         try:
             await self.sandbox.start()
+            if self._discarded or (self.served and self._serving_ended):  # lost or ended as it came up: it goes too
+                await self.sandbox.stop()
+                return
             if self.served:
                 self._rest()
         except SandboxError as err:
@@ -248,25 +253,46 @@ class LiveSession:
     # ------------------------------------------------------------------ a served turn
 
     async def _served(self, calls: Serve) -> TurnOutcome:
-        await self.sink.emit(StatusEvent(session_id=self.session_id, status="running"))
+        """The served turn: its calls, then (however they ended) its end recorded and its container removed."""
+        try:
+            await self.sink.emit(StatusEvent(session_id=self.session_id, status="running"))
+            outcome = await self._serving(calls)
+            return await self._end_served(outcome)
+        finally:
+            self._serving_ended = True
+            await self.sandbox.stop()
+
+    async def _serving(self, calls: Serve) -> TurnOutcome:
+        """How the client's calls ended: it went (``end_turn``), a cancel, or its connection failed (``error``)."""
         try:
             ended = await calls(self)
-            outcome = TurnOutcome("end_turn", f"{ended} after {self.calls} tool calls")
+            return TurnOutcome("end_turn", f"{ended} after {self.calls} tool calls")
         except asyncio.CancelledError:
-            outcome = TurnOutcome("cancelled", f"the session was cancelled after {self.calls} tool calls")
+            return TurnOutcome("cancelled", f"the session was cancelled after {self.calls} tool calls")
+        except BaseExceptionGroup as group:  # the SDK's task group: a cancel of it, or what failed in it
+            rest = group.subgroup(lambda err: not isinstance(err, asyncio.CancelledError))
+            if rest is None:
+                return TurnOutcome("cancelled", f"the session was cancelled after {self.calls} tool calls")
+            return self._broken(rest)
+        except Exception as err:  # noqa: BLE001 - logged in _broken; the connection's failure ends the turn
+            return self._broken(err)
+
+    def _broken(self, err: BaseException) -> TurnOutcome:
+        log.error("the MCP connection of %s failed", self.session_id, exc_info=err)
+        self.connection_failed = True
+        return TurnOutcome("error", f"the client's connection failed after {self.calls} tool calls: {err!r}")
+
+    async def _end_served(self, outcome: TurnOutcome) -> TurnOutcome:
         self._serving_ended = True  # a call that comes now is answered that the session has ended
         self._cancel_idle_timer()
-        try:
-            if self._warm is not None and not self._warm.done():
-                self._warm.cancel()
-                await asyncio.wait([self._warm])
-            async with self._gate.exclusive():  # the calls still running end first
-                await self._settle(outcome)
-            if self._setup_failure is not None:
-                outcome = TurnOutcome("error", self._setup_failure)
-            await self._finish(outcome.reason, outcome.detail)
-        finally:
-            await self.sandbox.stop()
+        if self._warm is not None and not self._warm.done():
+            self._warm.cancel()
+            await asyncio.wait([self._warm])
+        async with self._gate.exclusive():  # the calls still running end first
+            await self._settle(outcome)
+        if self._setup_failure is not None:
+            outcome = TurnOutcome("error", self._setup_failure)
+        await self._finish(outcome.reason, outcome.detail)
         return outcome
 
     async def call(self, name: str, arguments: dict[str, Any] | None) -> tools.ToolOutcome:

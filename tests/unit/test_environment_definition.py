@@ -13,7 +13,7 @@ import pytest
 from controller.environment import buildcontext, definition
 from controller.environment.definition import Overrides, definition_hash, load, materials, override, requested
 from controller.environment.devcontainer import expand_container_env
-from controller.errors import DefinitionError, RepoError
+from controller.errors import DefinitionError, RepoError, SetupError
 from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest, keeping_path
 from controller.wire.network import NetworkPolicy, parse
 
@@ -323,11 +323,12 @@ def test_a_container_variable_only_the_image_knows_waits_for_the_image(repo: Pat
     env = load(repo)
     assert env.env["PATH"] == "/opt/venv/bin:${containerEnv:PATH}" and env.env["B"] == "1-b"
     image = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}
-    expanded = expand_container_env(env.env, image)
+    expanded = expand_container_env(env.env, image, 1000)
     assert expanded == {"A": "1", "PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "B": "1-b", "C": "fallback"}
-    assert expand_container_env({"": env.setup or ""}, image)[""] == "echo '${containerEnv:HOME}'".replace(
-        "${containerEnv:HOME}", "/root"
-    )
+    assert expand_container_env({"": env.setup or ""}, image, 1000)[""] == "echo '/root'"
+    many = {"A": "${containerEnv:PATH}" * 200}  # each reference small, together past the bound: refused unbuilt
+    with pytest.raises(SetupError, match="A would be longer than 4,096 characters"):
+        expand_container_env(many, image, 4096)
     write(repo, DEVCONTAINER, '{"image": "${containerEnv:IMAGE}"}')
     with pytest.raises(DefinitionError, match=r"containerEnv:IMAGE\} is known only in the running container"):
         load(repo)

@@ -303,3 +303,23 @@ async def test_a_served_turn_is_cancelled_like_a_model_turn(controller: Controll
     cancelled = await sessions.cancel(record.id)
     assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
     assert cancelled.detail == "the session was cancelled after 0 tool calls"
+
+
+async def test_a_served_turn_whose_connection_fails_still_records_its_end(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """A client's connection that breaks (not a cancel) ends the turn as an error, recorded, its container gone."""
+    sessions = controller.sessions
+
+    async def calls(live: Any) -> str:
+        await live.call("list_files", {})
+        raise BaseExceptionGroup("the SDK's task group", [OSError("the pipe broke"), asyncio.CancelledError()])
+
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "served", None, Limits()), serve=calls)
+    live = sessions.loaded(record.id)
+    assert live is not None and live.task is not None
+    await asyncio.wait([live.task])
+    ended = sessions.get(record.id)
+    assert (ended.status, ended.finish_reason) == ("failed", "error") and live.connection_failed
+    assert "the client's connection failed after 1 tool calls" in ended.detail and "the pipe broke" in ended.detail
+    assert controller.made[0].stops >= 1
