@@ -182,16 +182,19 @@ def _select(
     skipped = [c for c in changes if not eligible_change(c)]
     if paths is None:
         return eligible, skipped
-    paths = _named(paths, changes)
+    return _narrowed(eligible, _named(paths, changes)), skipped
+
+
+def _narrowed(eligible: list[Change], paths: list[str]) -> list[Change]:
+    """The eligible changes at or under ``paths``, with the directories above them that the checkout lacks (the
+    agent's mode on one that exists is a change of its own, applied only when named)."""
     named = [c for c in eligible if under_any(c.path, paths)]
     needed = {parent for c in named for parent in _ancestors(c.path)}
-    # A directory above a named path comes along only when the checkout has none there yet: the agent's mode on one
-    # that exists is a change of its own, applied only when named.
     made = [
         c for c in eligible
         if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED and c.previous != FileType.DIR
     ]  # fmt: skip
-    return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path), skipped
+    return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path)
 
 
 def _guard_chosen(

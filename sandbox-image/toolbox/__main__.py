@@ -13,7 +13,7 @@ runs itself again as ``toolbox.__main__``, as ``python3 -m toolbox`` would (-I c
 that: it keeps the current directory off sys.path). From then on every module is
 ``toolbox.<name>`` and imports its siblings relatively. The interpreter's own start (runpy,
 before this file) still sees the directory first, so no module here may take a stdlib name;
-tests/unit/test_toolbox_files.py checks that.
+tests/unit/sandbox_image/test_toolbox_files.py checks that.
 
 No ``from __future__ import``: it would be an import before the one above.
 """

@@ -14,7 +14,7 @@ from controller.agent.anthropic_model import make_client
 from controller.config import Settings
 from controller.errors import ConfigError
 
-COMPOSE = Path(__file__).resolve().parents[2] / "compose.yaml"
+COMPOSE = Path(__file__).resolve().parents[3] / "compose.yaml"
 HOST = {"CUBICLE_API_TOKEN": "t" * 32, "CUBICLE_REPO_ROOT": "/srv/code"}  # what compose.yaml demands be set
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-STATIC = Path(__file__).resolve().parents[2] / "controller" / "ui" / "static"
+STATIC = Path(__file__).resolve().parents[3] / "controller" / "ui" / "static"
 SCRIPTS = sorted(STATIC.glob("*.js"))
 
 FORBIDDEN_JS = {

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from controller.server import webauth
 from controller.server.api import create_app
 from controller.testing import NoSandbox
-from tests.unit.test_webui import HERE, TOKEN, _settings
+from tests.unit.server.test_webui import HERE, TOKEN, _settings
 
 
 @pytest.fixture
