@@ -365,6 +365,31 @@ def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]
     return summary
 
 
+ApproveOption = Annotated[
+    bool,
+    typer.Option(
+        "--approve",
+        help="Show each write_file, edit_file and run_command whole and ask y/n before it runs (needs a terminal).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")]
+ScenarioOption = Annotated[
+    str | None, typer.Option(help="Drive the turn with a scripted model scenario (offline demo).")
+]
+ApplyOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--apply/--no-apply",
+        help="After a turn the agent ended itself, apply the changes to REPO without asking (--apply), or keep "
+        "them for review (--no-apply). Without either: ask on a terminal, keep them otherwise.",
+    ),
+]
+IncludeIgnoredOption = Annotated[
+    bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
+]
+"""The options `cubicle run` and `cubicle continue` share: a turn's view, approval and apply."""
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What `cubicle run` was given: its arguments and flags, as Typer reads them from these fields."""
@@ -382,30 +407,11 @@ class RunOptions:
     inodes: InodesOption = None
     network: NetworkOption = None
     runtime: RuntimeOption = None
-    approve: Annotated[
-        bool,
-        typer.Option(
-            "--approve",
-            help="Show each write_file, edit_file and run_command whole and ask y/n before it runs (needs a terminal).",
-        ),
-    ] = False
-    json_events: Annotated[
-        bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")
-    ] = False
-    scenario: Annotated[
-        str | None, typer.Option(help="Drive the run with a scripted model scenario (offline demo).")
-    ] = None
-    apply: Annotated[
-        bool | None,
-        typer.Option(
-            "--apply/--no-apply",
-            help="After a turn the agent ended itself, apply the changes to REPO without asking (--apply), or keep "
-            "them for review (--no-apply). Without either: ask on a terminal, keep them otherwise.",
-        ),
-    ] = None
-    include_ignored: Annotated[
-        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
-    ] = False
+    approve: ApproveOption = False
+    json_events: JsonOption = False
+    scenario: ScenarioOption = None
+    apply: ApplyOption = None
+    include_ignored: IncludeIgnoredOption = False
     image: ImageOption = None
     setup: SetupOption = None
     server: Annotated[

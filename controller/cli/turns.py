@@ -34,6 +34,11 @@ from .finish import Choice, LocalReview, Ran, after_turn
 from .remote import LOCAL_ONLY, RemoteReview, ServerOpt, continue_remote
 from .run import (
     EXIT_CODES,
+    ApplyOption,
+    ApproveOption,
+    IncludeIgnoredOption,
+    JsonOption,
+    ScenarioOption,
     _exit_codes,
     _scripted_endpoint,
     _stoppable,
@@ -44,7 +49,6 @@ from .run import (
 )
 
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON event per line instead of the live view.")]
 
 
 @dataclass(frozen=True)
@@ -53,20 +57,11 @@ class ContinueOptions:
 
     session_id: SessionArg
     message: Annotated[str, typer.Argument(metavar="MESSAGE", help="What the agent should do next.")]
-    json_events: JsonOpt = False
-    approve: Annotated[
-        bool, typer.Option("--approve", help="Ask y/n before each write_file, edit_file and run_command.")
-    ] = False
-    apply: Annotated[
-        bool | None,
-        typer.Option("--apply/--no-apply", help="After the turn, apply the changes (or keep them) without asking."),
-    ] = None
-    include_ignored: Annotated[
-        bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
-    ] = False
-    scenario: Annotated[
-        str | None, typer.Option(help="Drive the turn with a scripted model scenario (offline demo).")
-    ] = None
+    json_events: JsonOption = False
+    approve: ApproveOption = False
+    apply: ApplyOption = None
+    include_ignored: IncludeIgnoredOption = False
+    scenario: ScenarioOption = None
     server: ServerOpt = None
 
 
@@ -135,7 +130,7 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
 
 
 @app.command()
-def show(session_id: SessionArg, json_events: JsonOpt = False, server: ServerOpt = None) -> None:
+def show(session_id: SessionArg, json_events: JsonOption = False, server: ServerOpt = None) -> None:
     """Print a session's events as the live view shows them (--json: one JSON event per line); a turn that runs
     meanwhile is followed to its end."""
     console = terminal.console(stderr=json_events)
