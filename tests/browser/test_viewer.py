@@ -321,7 +321,8 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     assert "refused" in one(driver, "changes-message").text
     assert not (repo / "notes" / "new.txt").exists(), "a refused apply wrote something"
 
-    (repo / "src" / "app.py").write_text(original)  # same bytes, but a new write: still a conflict, so force it
+    assert not one(driver, "revert").is_enabled(), "revert offered before anything was applied"
+    (repo / "src" / "app.py").write_text(original)  # the session's bytes again: no conflict now; the button still works
     one(driver, "apply-force").click()
     # The message itself is awaited, so a failure shows what the page said instead (a refusal, a network error).
     wait(lambda: one(driver, "changes-message").text, "the apply", until=lambda t: t.startswith("Applied 3 path(s)"))
@@ -330,12 +331,17 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
     assert (repo / "src" / "app.py").read_text().endswith("sum(items, 0)\n")
     assert stat.S_IMODE((repo / "src" / "app.py").stat().st_mode) == 0o644, "open to others after the apply"
     wait(lambda: find(driver, "applied-event") or None, "the applied event in the transcript")
+    # What was applied stays in view, marked so; nothing is left to apply, and the apply can be reverted.
+    assert sorted(texts(driver, "applied-path")) == ["notes applied", "notes/new.txt applied", "src/app.py applied"]
+    wait(lambda: not one(driver, "apply").is_enabled() or None, "apply disabled with nothing left to apply")
+    wait(lambda: one(driver, "revert").is_enabled() or None, "revert enabled after the apply")
 
     one(driver, "revert").click()
     wait(lambda: one(driver, "changes-message").text, "the revert", until=lambda t: t.startswith("Reverted"))
     assert not (repo / "notes" / "new.txt").exists()
     assert (repo / "src" / "app.py").read_text() == original
     wait(lambda: find(driver, "reverted-event") or None, "the reverted event in the transcript")
+    wait(lambda: not one(driver, "revert").is_enabled() or None, "revert disabled once the apply is undone")
 
 
 def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(

@@ -6,11 +6,12 @@ import { el, replace, setText } from "./dom.js";
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
 const KINDS = new Set(["added", "modified", "deleted"]);
 
-export function mountChanges(box, id, onChanged) {
+export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   const summary = el("span", { class: "muted", testid: "changes-summary" }, "loading…");
   const list = el("div", { class: "change-list", testid: "change-list" });
   const message = el("p", { class: "notice", testid: "changes-message", hidden: true });
   const conflicts = el("div", { class: "conflicts", testid: "conflicts", hidden: true });
+  const appliedList = el("ul", { class: "applied-list", testid: "applied-list", hidden: true });
   const applyBtn = el("button", { type: "button", testid: "apply" }, "Apply to checkout");
   const revertBtn = el("button", { type: "button", testid: "revert" }, "Revert last apply");
   const discardBtn = el("button", { type: "button", class: "danger", testid: "discard" }, "Discard changes");
@@ -24,6 +25,7 @@ export function mountChanges(box, id, onChanged) {
       + "this repository's files as root."));
   const buttons = [applyBtn, revertBtn, discardBtn, rewindBtn];
   let running = false;
+  let applying = 0; // what a plain apply would write, as last listed
   let pending = null;
   let shown = null; // what the list was last built from: unchanged data leaves the DOM (and open diffs) alone
 
@@ -31,7 +33,7 @@ export function mountChanges(box, id, onChanged) {
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
     el("div", { class: "actions" }, applyBtn, revertBtn, discardBtn,
       el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
-    buildAck, message, conflicts, list);
+    buildAck, message, appliedList, conflicts, list);
 
   function say(text, isError = false) {
     setText(message, text);
@@ -46,6 +48,7 @@ export function mountChanges(box, id, onChanged) {
     try {
       const result = await post(`${sessionPath(id)}/${path}`, body);
       say(describe(label, result));
+      showApplied(result);
     } catch (err) {
       if (err instanceof ApiError && err.body && Array.isArray(err.body.conflicts) && err.body.conflicts.length) {
         showConflicts(err.body.conflicts);
@@ -58,6 +61,22 @@ export function mountChanges(box, id, onChanged) {
       await refresh();
       onChanged();
     }
+  }
+
+  function showApplied(result) {
+    // What an apply wrote stays in view (it left the session's list): its paths, marked applied.
+    if (!result || !Array.isArray(result.applied)) return;
+    const more = result.more_applied ? [el("li", { class: "muted" }, `… and ${result.more_applied} more`)] : [];
+    replace(appliedList, ...result.applied.map((path) => el("li", { testid: "applied-path" },
+      el("span", { class: "mono" }, path), " ", el("span", { class: "badge disp-apply" }, "applied"))), ...more);
+    appliedList.hidden = false;
+  }
+
+  function updateButtons() {
+    applyBtn.disabled = running || applying === 0;
+    revertBtn.disabled = running || unreverted() === 0;
+    discardBtn.disabled = running;
+    rewindBtn.disabled = running || !turn.options.length;
   }
 
   function showConflicts(items) {
@@ -88,11 +107,13 @@ export function mountChanges(box, id, onChanged) {
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
     const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
+    applying = changes.filter((c) => c.disposition === "apply").length + (Number(unlistedApplied) || 0);
+    updateButtons();
     if (key === shown) return;
     shown = key;
-    const applying = changes.filter((c) => c.disposition === "apply").length;
+    const listed = changes.filter((c) => c.disposition === "apply").length;
     summary.textContent = changes.length
-      ? `${changes.length} path(s), ${applying} to apply`
+      ? `${changes.length} path(s), ${listed} to apply`
       : "no changes";
     // Past the session's names limit the listing stops, and the layer can only be rewound or discarded.
     const limit = Number(truncatedAt);
@@ -114,7 +135,7 @@ export function mountChanges(box, id, onChanged) {
     if (!building) buildBox.checked = false;
     replace(list, ...changes.map(changeView));
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
-    rewindBtn.disabled = running || !checkpoints.length;
+    updateButtons();
   }
 
   async function refresh() {
@@ -137,8 +158,7 @@ export function mountChanges(box, id, onChanged) {
 
   function setRunning(value) {
     running = value;
-    buttons.forEach((b) => { b.disabled = value; });
-    if (!turn.options.length) rewindBtn.disabled = true;
+    updateButtons();
   }
 
   return { refresh, setRunning };

@@ -36,6 +36,7 @@ class SessionPage {
     this.assistant = null; // the Text node the current assistant block's deltas go into
     this.tools = new Map(); // tool_use id -> its element
     this.record = null;
+    this.unreverted = 0; // applies not reverted yet, counted from the events: the revert button's state
     this.build();
   }
 
@@ -84,7 +85,7 @@ class SessionPage {
     this.changes = mountChanges(this.changesBox, this.id, () => {
       this.refreshRecord().catch(() => null);
       this.connect();
-    });
+    }, () => this.unreverted);
     const controls = el("section", { class: "card controls", testid: "controls" },
       el("div", { class: "actions" }, this.cancelButton), follow, this.actionError);
     const transcriptCard = el("section", { class: "card", hidden: this.changesOnly },
@@ -368,16 +369,19 @@ const RENDER = {
       e.checkpoint ? ` · checkpoint ${e.checkpoint}` : ""));
   },
   applied(e) {
+    this.unreverted += 1;
     this.add(this.block("note", "applied-event", e.seq, `applied #${e.apply}: ${e.paths.length + (e.more || 0)} paths written`,
       e.skipped ? `, ${e.skipped} skipped` : ""));
   },
   reverted(e) {
+    this.unreverted = Math.max(0, this.unreverted - 1);
     this.add(this.block("note", "reverted-event", e.seq, `reverted apply #${e.apply}: ${e.paths.length + (e.more || 0)} paths restored`));
   },
   rewound(e) {
     this.add(this.block("note", "rewound-event", e.seq, `files rewound to the end of turn ${e.turn}`));
   },
   discarded(e) {
+    this.unreverted = 0; // the applies' records went with the layer
     this.add(this.block("note", "discarded-event", e.seq, "changes discarded"));
   },
   setup_output(e) {
