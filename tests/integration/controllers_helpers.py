@@ -75,6 +75,9 @@ def controller_pair(tmp_path: Path, model_url: str, lease_s: float) -> Iterator[
             env |= {
                 "CUBICLE_DATABASE_URL": f"{url}&application_name={connection_name}",
                 "CUBICLE_LEASE_S": str(lease_s),
+                # Small quotas: the sessions these tests leave running are counted against the data disk's free
+                # space, and five of the default 10 GiB ones were refused on a machine with 58 GB free.
+                "CUBICLE_LIMITS__DISK_MB": "512",
             }
             port = free_port()
             process = serve_subprocess(env, port, tmp_path / f"serve-{name}.log")
