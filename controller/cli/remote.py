@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..agent.loop import TurnOutcome
 from ..client import AsyncClient, Client
 from ..errors import CubicleError
 from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
@@ -24,6 +25,7 @@ from ..wire.events import SessionFinished
 from ..wire.sessions import SessionRecord
 from ..workspace.layer import SESSION_ID
 from . import terminal
+from .app import EXIT_INFRA, EXIT_USAGE, fail
 from .display import JsonSink, LiveSink
 
 ServerOpt = Annotated[
@@ -174,6 +176,25 @@ class RemoteSessions:
         return self.client.checkpoints(session_id)
 
 
+def api_token() -> str | None:
+    """The server's token, from ``CUBICLE_API_TOKEN`` (none when it is unset or empty)."""
+    return os.environ.get("CUBICLE_API_TOKEN") or None
+
+
 def remote_sessions(url: str) -> Client:
     """The client of ``url``, with the token from ``CUBICLE_API_TOKEN``."""
-    return Client(url, os.environ.get("CUBICLE_API_TOKEN") or None)
+    return Client(url, api_token())
+
+
+def refuse_local_only(approve: bool, scenario: str | None) -> None:
+    """``--server`` with a flag only a local turn can honour: a usage error that says why."""
+    given = [flag for flag, on in {"--approve": approve, "--scenario": scenario is not None}.items() if on]
+    if given:
+        raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
+
+
+def ended(done: RemoteRun) -> TurnOutcome:
+    """How a remote turn ended; one whose end the server never recorded is an infrastructure error."""
+    if done.finished is None:
+        raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
+    return TurnOutcome(done.finished.reason, done.finished.detail)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -50,7 +49,7 @@ from . import options, terminal, usage
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink, plural
 from .finish import Choice, LocalReview, Ran, after_turn
-from .remote import LOCAL_ONLY, Remote, RemoteReview, run_remote
+from .remote import Remote, RemoteReview, api_token, ended, refuse_local_only, run_remote
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
@@ -241,25 +240,35 @@ async def _session(
 ) -> Ran:
     """One turn in a fresh container: a session of the API's database, begun and run by ``Sessions`` as the API's
     are (``server.live.LiveSession``), with the terminal as its view and, with --approve, its approver."""
+    async with local_sessions(settings, limits.network) as sessions:
+        approver = view.approve if approve and isinstance(view, LiveSink) else None
+        new = NewSession(
+            repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
+            network_asked=asked.network,
+        )  # fmt: skip
+        record = await sessions.create(new, view=view, approver=approver)
+        live = sessions.loaded(record.id)
+        assert live is not None and live.task is not None  # create begins the turn
+        return Ran(record.id, Path(record.repo), await _turn_of(live, record.id))
+
+
+@contextlib.asynccontextmanager
+async def local_sessions(settings: Settings, network: NetworkPolicy | None = None) -> AsyncIterator[Sessions]:
+    """This machine's sessions for one turn the CLI drives: the model's key checked first (a usage error before
+    Docker is even asked), the image with ``network``'s proxy ensured, what a killed run or server left swept.
+    After it the turn's lease and container go, and the clients close, even when a second signal comes."""
     runtime = Runtime(settings)
     try:
-        runtime.check_model()  # a missing key is a usage error before Docker is even asked
-        await runtime.ensure_image(limits.network)
+        runtime.check_model()
+        if network is not None:
+            await runtime.ensure_image(network)
         store = open_store(settings)
         sessions = Sessions(settings, store, runtime)
         try:
             await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
-            approver = view.approve if approve and isinstance(view, LiveSink) else None
-            new = NewSession(
-                repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
-                network_asked=asked.network,
-            )  # fmt: skip
-            record = await sessions.create(new, view=view, approver=approver)
-            live = sessions.loaded(record.id)
-            assert live is not None and live.task is not None  # create begins the turn
-            return Ran(record.id, Path(record.repo), await _turn_of(live, record.id))
+            yield sessions
         finally:
-            await _unstoppable(sessions.close())  # the run's lease is renewed until here; the container goes with it
+            await _unstoppable(sessions.close())  # the turn's lease is renewed until here; the container goes with it
             store.close()
     finally:
         await runtime.close()
@@ -430,10 +439,7 @@ def run(o: RunOptions) -> None:
     flags = {"max_steps": o.max_steps, "token_budget": o.token_budget, "wall_clock_s": o.timeout,
              **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)}  # fmt: skip
     if o.server is not None:
-        local = {"--approve": o.approve, "--scenario": o.scenario is not None}
-        given = [flag for flag, on in local.items() if on]
-        if given:
-            raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
+        refuse_local_only(o.approve, o.scenario)
         _run_remote(o.server, o, flags)
         return
     _check_run_args(o.repo, o.approve, o.json_events)
@@ -461,16 +467,14 @@ def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
     except ValidationError as err:
         raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
     environment = environment_request(o.image, o.setup)
-    token = os.environ.get("CUBICLE_API_TOKEN") or None
+    token = api_token()
     remote = Remote(url, token, str(o.repo), o.task, o.model, {name: checked[name] for name in given}, environment)
     console = terminal.console(stderr=o.json_events)
     signals: list[int] = []
     with _exit_codes(signals), _view(o.json_events, console) as sink:
         done = asyncio.run(_stoppable(run_remote(remote, sink), signals))
-    if done.finished is None:
-        raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
-    outcome = TurnOutcome(done.finished.reason, done.finished.detail)
-    if not o.json_events:
+    outcome = ended(done)
+    if not o.json_events and done.finished is not None:
         console.print(_summary(outcome, done.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[outcome.reason]
     choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,18 +19,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ..agent.loop import TurnOutcome
-from ..client import Client
 from ..config import Settings
 from ..errors import NotFoundError
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
 from . import options, terminal
-from .app import EXIT_INFRA, EXIT_USAGE, app, fail, load_settings
+from .app import EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink
 from .finish import Choice, LocalReview, Ran, after_turn
-from .remote import LOCAL_ONLY, RemoteReview, ServerOpt, continue_remote
+from .remote import RemoteReview, ServerOpt, api_token, continue_remote, ended, refuse_local_only, remote_sessions
 from .run import (
     EXIT_CODES,
     ApplyOption,
@@ -44,8 +41,8 @@ from .run import (
     _stoppable,
     _summary,
     _turn_of,
-    _unstoppable,
     _view,
+    local_sessions,
 )
 
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
@@ -73,10 +70,7 @@ class ContinueOptions:
 @options.command(ContinueOptions)
 def continue_(o: ContinueOptions) -> None:
     if o.server is not None:
-        local = {"--approve": o.approve, "--scenario": o.scenario is not None}
-        given = [flag for flag, on in local.items() if on]
-        if given:
-            raise fail(f"{given[0]} cannot be used with --server: {LOCAL_ONLY[given[0]]}.", EXIT_USAGE)
+        refuse_local_only(o.approve, o.scenario)
     if o.approve and (o.json_events or not sys.stdin.isatty()):
         raise fail("--approve needs a terminal to ask on (and not --json).", EXIT_USAGE)
     console = terminal.console(stderr=o.json_events)
@@ -89,8 +83,9 @@ def continue_(o: ContinueOptions) -> None:
         console.print(_summary(ran.outcome, sink.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
     choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)
-    token = os.environ.get("CUBICLE_API_TOKEN") or None
-    source = LocalReview(settings, ran.session_id) if o.server is None else RemoteReview(o.server, token, o.session_id)
+    source = (
+        LocalReview(settings, ran.session_id) if o.server is None else RemoteReview(o.server, api_token(), o.session_id)
+    )
     with _exit_codes(signals):
         replaced = after_turn(source, ran, choice, sink, console, bool(signals))
     raise typer.Exit(replaced or code)
@@ -98,35 +93,21 @@ def continue_(o: ContinueOptions) -> None:
 
 async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     if o.server is not None:
-        token = os.environ.get("CUBICLE_API_TOKEN") or None
-        done = await continue_remote(o.server, token, o.session_id, o.message, view)
-        if done.finished is None:
-            raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
-        return Ran(done.session_id, Path(done.repo), TurnOutcome(done.finished.reason, done.finished.detail))
+        done = await continue_remote(o.server, api_token(), o.session_id, o.message, view)
+        return Ran(done.session_id, Path(done.repo), ended(done))
     return await _continue_here(settings, o, view)
 
 
 async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     """The turn in this process, on this machine's database, driven as ``cubicle run`` drives its own."""
-    runtime = Runtime(settings)
-    try:
-        runtime.check_model()  # a missing key is a usage error before Docker is even asked
-        store = open_store(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
-            await sessions.start()
-            record = sessions.get(o.session_id)
-            await runtime.ensure_image(record.limits.network)
-            approver = view.approve if o.approve and isinstance(view, LiveSink) else None
-            await sessions.follow_up(o.session_id, o.message, view=view, approver=approver)
-            live = sessions.loaded(o.session_id)
-            assert live is not None and live.task is not None  # follow_up begins the turn
-            return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id))
-        finally:
-            await _unstoppable(sessions.close())
-            store.close()
-    finally:
-        await runtime.close()
+    async with local_sessions(settings) as sessions:
+        record = sessions.get(o.session_id)
+        await sessions.runtime.ensure_image(record.limits.network)
+        approver = view.approve if o.approve and isinstance(view, LiveSink) else None
+        await sessions.follow_up(o.session_id, o.message, view=view, approver=approver)
+        live = sessions.loaded(o.session_id)
+        assert live is not None and live.task is not None  # follow_up begins the turn
+        return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id))
 
 
 @app.command()
@@ -164,6 +145,6 @@ async def _show_here(settings: Settings, session_id: str, view: Any) -> None:
 
 
 def _show_remote(url: str, session_id: str, view: Any) -> None:
-    with Client(url, os.environ.get("CUBICLE_API_TOKEN") or None) as client:
+    with remote_sessions(url) as client:
         for event in client.events(session_id):
             asyncio.run(view.emit(event))
