@@ -29,11 +29,9 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture
-def tracked(ws: Workspace) -> Workspace:
+def commit_and_restart(ws: Workspace) -> Workspace:
     """``ws`` with its checkout committed to git (files older than the index, as in a checkout worked on earlier),
     and the session started again over it."""
-    shutil.rmtree(ws.repo / ".git")
     git(ws.repo, "init", "-q", "-b", "main")
     past = time.time() - 60
     for path in ws.repo.rglob("*"):
@@ -43,6 +41,12 @@ def tracked(ws: Workspace) -> Workspace:
     chown_tree(ws.repo, OWNER)
     ws.restart()
     return ws
+
+
+@pytest.fixture
+def tracked(ws: Workspace) -> Workspace:
+    shutil.rmtree(ws.repo / ".git")
+    return commit_and_restart(ws)
 
 
 def touch(repo: Path) -> None:
@@ -192,14 +196,7 @@ def test_a_file_git_cleans_on_commit_is_judged_by_its_own_bytes(ws: Workspace) -
     shutil.rmtree(ws.repo / ".git")
     (ws.repo / ".gitattributes").write_text("*.txt text eol=crlf\n")
     (ws.repo / "notes.txt").write_bytes(b"one\r\ntwo\r\n")
-    git(ws.repo, "init", "-q", "-b", "main")
-    past = time.time() - 60
-    for path in ws.repo.rglob("*"):
-        os.utime(path, (past, past), follow_symlinks=False)
-    git(ws.repo, "add", "-A")
-    git(ws.repo, "commit", "-qm", "start")
-    chown_tree(ws.repo, OWNER)
-    ws.restart()
+    commit_and_restart(ws)
     ws.agent("printf 'agent\\r\\n' > notes.txt")
     ws.stop()
     (ws.repo / "notes.txt").write_bytes(b"one\ntwo\n")  # the user's dos2unix
