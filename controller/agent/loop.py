@@ -34,10 +34,12 @@ from ..wire.events import (
 )
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy
+from ..wire.protocol import OutputFeed
 from . import tools
 from .compactor import Compactor
 from .conversation import Conversation as Conversation  # re-exported: callers build turns from here
 from .conversation import tool_result
+from .liveoutput import LiveOutput, LiveView
 from .model import MAX_REPORTED_TOKENS, Model, block_to_param, cleared_by_api
 from .tools import Approver
 
@@ -63,20 +65,27 @@ class TurnOutcome:
     detail: str = ""
 
 
-Execute = Callable[[], Awaitable[tools.ToolOutcome]]
-"""Runs one tool call (its arguments bound) and gives back its outcome."""
+Execute = Callable[[OutputFeed], Awaitable[tools.ToolOutcome]]
+"""Runs one tool call (its arguments bound) and gives back its outcome; a command's output goes to the feed as it
+comes."""
 TurnEnd = Callable[[TurnOutcome], Awaitable[None]]
 """Called when a turn has ended, just before its ``session_finished``: the workspace's checkpoint goes here."""
 
 
 async def run_call(
-    sink: EventSink, session_id: str, call_id: str, name: str, arguments: Any, execute: Execute
+    sink: EventSink, session_id: str, call_id: str, name: str, arguments: Any, execute: Execute, live: LiveView
 ) -> tools.ToolOutcome:
     """One tool call, recorded: its ``tool_call`` event, ``execute`` (``tools.execute`` underneath: the same checks,
-    limits and result text for every caller), its ``tool_result`` event. The model's calls and an MCP client's
-    both come through here."""
+    limits and result text for every caller) with a command's output shown as it runs (``live``), its
+    ``tool_result`` event. The model's calls and an MCP client's both come through here."""
     await sink.emit(ToolCall(session_id=session_id, id=call_id, name=name, input=arguments))
-    outcome = await execute()
+    output = LiveOutput(sink, session_id, call_id, live)
+    try:
+        outcome = await execute(output.feed)
+    except BaseException:
+        output.abandon()
+        raise
+    await output.close()
     await sink.emit(
         ToolResult(
             session_id=session_id, id=call_id, name=name, is_error=outcome.is_error, output=outcome.text,
@@ -292,10 +301,11 @@ class Agent:
         return list(await asyncio.gather(*(self._run_one(use) for use in uses)))
 
     async def _run_one(self, use: Any) -> dict[str, Any]:
-        def execute() -> Awaitable[tools.ToolOutcome]:
-            return tools.execute(use.name, use.input, self.sandbox, self.limits, self.approver)
+        def execute(on_output: OutputFeed) -> Awaitable[tools.ToolOutcome]:
+            return tools.execute(use.name, use.input, self.sandbox, self.limits, self.approver, on_output)
 
-        outcome = await run_call(self.sink, self.session_id, use.id, use.name, use.input, execute)
+        live = LiveView(self.limits.live_output_bytes)
+        outcome = await run_call(self.sink, self.session_id, use.id, use.name, use.input, execute, live)
         self._answered[use.id] = block = tool_result(use.id, outcome.model_text, outcome.is_error)
         task = asyncio.current_task()
         if task is not None and task.cancelling():

@@ -28,6 +28,7 @@ from ..wire.protocol import (
     ListFiles,
     ListFilesArgs,
     ListResult,
+    OutputFeed,
     ReadFile,
     ReadFileArgs,
     ReadResult,
@@ -228,13 +229,15 @@ def _invalid_arguments(name: str, err: ValidationError) -> str:
     return f"Invalid arguments for {name}: " + "; ".join(problems) + f". Its arguments are: {allowed}."
 
 
-def _request(tool: Tool, args: Strict, limits: Limits) -> tuple[Call, float]:
-    """The toolbox request for the model's ``args`` under ``limits``, and the controller's deadline for it."""
+def _request(tool: Tool, args: Strict, limits: Limits, live: bool) -> tuple[Call, float]:
+    """The toolbox request for the model's ``args`` under ``limits`` (a command's output sent as it runs if
+    ``live``), and the controller's deadline for it."""
     added: dict[str, Any] = {}
     deadline = float(limits.op_timeout_s)
     if isinstance(args, RunCommandArgs):
         timeout = min(args.timeout_s or limits.default_command_timeout_s, limits.command_timeout_s)
-        added = {"timeout_s": timeout, "max_output": limits.event_output_chars}
+        live_output = limits.live_output_bytes if live else 0
+        added = {"timeout_s": timeout, "max_output": limits.event_output_chars, "live_output": live_output}
         deadline = timeout + KILL_GRACE_S + DEADLINE_MARGIN_S
     elif isinstance(args, SearchArgs):
         added = {"max_output": limits.event_output_chars}
@@ -248,9 +251,15 @@ def _outcome(text: str, is_error: bool, limits: Limits, started: float, exit_cod
 
 
 async def execute(
-    name: str, raw_input: Any, sandbox: Sandbox, limits: Limits, approver: Approver | None = None
+    name: str,
+    raw_input: Any,
+    sandbox: Sandbox,
+    limits: Limits,
+    approver: Approver | None = None,
+    on_output: OutputFeed | None = None,
 ) -> ToolOutcome:
-    """Run one tool call; every problem becomes an ``is_error`` outcome with text for the model."""
+    """Run one tool call; every problem becomes an ``is_error`` outcome with text for the model. A command's output
+    goes to ``on_output`` as it comes (when the session's limits show any live)."""
     started = time.monotonic()
     tool = TOOLS.get(name)
     if tool is None:
@@ -271,8 +280,9 @@ async def execute(
                 started,
             )
         started = time.monotonic()  # the duration is the call's, not the time the user took to answer
-    request, deadline = _request(tool, args, limits)
-    result = await sandbox.call(request, deadline)
+    live = on_output is not None and limits.live_output_bytes > 0 and isinstance(args, RunCommandArgs)
+    request, deadline = _request(tool, args, limits, live)
+    result = await sandbox.call(request, deadline, on_output if live else None)
     if isinstance(result, Failure):
         return _outcome(result.message, True, limits, started)
     if isinstance(result, CommandResult):

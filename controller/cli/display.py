@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..wire.events import (
+    CommandOutput,
     ContextEdited,
     Event,
     SessionFinished,
@@ -43,6 +44,17 @@ APPROVAL_CHARS = 4000
 """...and at most this many characters of them; what is left out is counted."""
 LONG_SPACE_RUN = 8
 """In file content shown for approval, an inner run of this many spaces or more is shown as a count."""
+TAIL_LINES = 5
+"""Lines of a running command's output shown under the spinner (its result then shows the first line and a count)."""
+TAIL_CHARS = 4096
+"""What is kept of a running command's output for those lines."""
+
+
+def tail_lines(text: str, count: int = TAIL_LINES) -> list[str]:
+    """The last ``count`` non-empty lines of ``text``, each as a terminal would leave it after a carriage return (a
+    progress bar's last state), for display under the spinner."""
+    lines = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")]
+    return [line for line in lines if line.strip()][-count:]
 
 
 def summarize_args(name: str, args: Any) -> str:
@@ -282,6 +294,7 @@ class LiveSink:
         self._tokens = 0
         self._step = 0
         self._running: dict[str, str] = {}
+        self._output: dict[str, str] = {}  # the tail of each running command's live output
         self._spinner = Spinner("dots")
         self._live = Live(console=console, refresh_per_second=8, transient=True, get_renderable=self.footer)
 
@@ -299,24 +312,8 @@ class LiveSink:
             *lines, self._partial = self._partial.split("\n")
             for line in lines:
                 self.console.print(terminal.safe_text(line))
-        elif isinstance(event, ToolCall):
-            self._flush_text()
-            summary = summarize_args(event.name, event.input)
-            self._running[event.id] = f"{event.name} {summary}"
-            self.console.print(
-                Text.assemble(
-                    ("▸ ", "cyan"), terminal.safe_text(event.name, "bold cyan"), " ", terminal.visible(summary)
-                )
-            )
-        elif isinstance(event, ToolResult):
-            self._running.pop(event.id, None)
-            self.console.print(
-                Text.assemble(
-                    result_mark(event),
-                    (f"{event.duration_s:.2f}s ", "dim"),
-                    terminal.safe_text(preview(event.output), "dim"),
-                )
-            )
+        elif isinstance(event, ToolCall | CommandOutput | ToolResult):
+            self._tool_event(event)
         elif isinstance(event, UsageEvent):
             self._tokens, self._step = event.session.total, event.step
         elif isinstance(event, ContextEdited):
@@ -332,6 +329,32 @@ class LiveSink:
         elif isinstance(event, SessionFinished):
             self._flush_text()
             self.finished = event
+
+    def _tool_event(self, event: ToolCall | CommandOutput | ToolResult) -> None:
+        """A call starts (its line), its command prints (the tail under the spinner), or it ends (its mark)."""
+        if isinstance(event, ToolCall):
+            self._flush_text()
+            summary = summarize_args(event.name, event.input)
+            self._running[event.id] = f"{event.name} {summary}"
+            self.console.print(
+                Text.assemble(
+                    ("▸ ", "cyan"), terminal.safe_text(event.name, "bold cyan"), " ", terminal.visible(summary)
+                )
+            )
+        elif isinstance(event, CommandOutput):
+            if event.tool_use_id in self._running:
+                kept = self._output.get(event.tool_use_id, "") + event.text
+                self._output[event.tool_use_id] = kept[-TAIL_CHARS:]
+        elif isinstance(event, ToolResult):
+            self._running.pop(event.id, None)
+            self._output.pop(event.id, None)
+            self.console.print(
+                Text.assemble(
+                    result_mark(event),
+                    (f"{event.duration_s:.2f}s ", "dim"),
+                    terminal.safe_text(preview(event.output), "dim"),
+                )
+            )
 
     async def approve(self, name: str, args: dict[str, Any]) -> bool:
         """Show the whole call, then ask y/n with the live footer paused; the answer is read on the event loop."""
@@ -379,6 +402,11 @@ class LiveSink:
         parts: list[Any] = []
         if self._partial:
             parts.append(terminal.safe_text(self._partial[-400:]))
+        for tail in self._output.values():  # the calls run one at a time: at most one command is running
+            for text in tail_lines(tail):
+                row = Text.assemble(("  │ ", "dim"), terminal.safe_text(text, "dim"))
+                row.no_wrap, row.overflow = True, "ellipsis"
+                parts.append(row)
         line = terminal.safe_text(status, "dim")
         line.no_wrap, line.overflow = True, "ellipsis"
         self._spinner.update(text=line)

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterator
 
 from ..errors import ToolboxGoneError
-from ..wire.protocol import Call, Cancel, CancelArgs, Response
+from ..wire.protocol import Call, Cancel, CancelArgs, OutputFeed, Progress, Response
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ _HEADER = struct.Struct(">BxxxI")
 _STDOUT, _STDERR = 1, 2
 _STDERR_KEEP = 8192
 _LINE_START = b'{"id":'
+_PROGRESS_KEY = b',"output":'
+_PROGRESS_KEY_WITHIN = 32
+"""A progress line has its second key just after the id (at most 20 digits): the toolbox writes keys in order."""
 CANCEL_WAIT_S = 1.0
 MAX_LINE = 64 << 20  # far above any real response (two 1 MiB streams, JSON-escaped); anything longer is an attack
 
@@ -78,6 +81,7 @@ class ToolboxChannel:
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._feeds: dict[int, OutputFeed] = {}
         self._stderr = bytearray()
         self._closed_reason: str | None = None
         self._task = asyncio.create_task(self._read_loop(), name="toolbox-channel")
@@ -98,8 +102,9 @@ class ToolboxChannel:
         """The last few KiB the toolbox wrote to stderr, for error messages."""
         return self._stderr.decode("utf-8", "replace")
 
-    async def request(self, call: Call, timeout: float) -> Response:
-        """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError.
+    async def request(self, call: Call, timeout: float, on_output: OutputFeed | None = None) -> Response:
+        """Send one request and wait for its response; raises ToolboxGoneError or TimeoutError. Output the command
+        sends while it runs goes to ``on_output`` (called on the event loop, so it must not block).
 
         For an ``interruptible`` call (a command), cancelling the caller asks the toolbox to stop it and
         returns what it answered (the output so far) instead of raising, if that answer comes within
@@ -110,6 +115,8 @@ class ToolboxChannel:
         rid = next(self._ids)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        if on_output is not None:
+            self._feeds[rid] = on_output
         try:
             self._send(call.model_copy(update={"id": rid}))
             try:
@@ -126,6 +133,7 @@ class ToolboxChannel:
             raise ToolboxGoneError(f"the toolbox stream broke: {err}") from None
         finally:
             self._pending.pop(rid, None)
+            self._feeds.pop(rid, None)
 
     def _send(self, call: Call) -> None:
         self._writer.write(call.model_dump_json().encode() + b"\n")
@@ -167,6 +175,9 @@ class ToolboxChannel:
             self._fail_all(f"the toolbox stream broke: {err}")
 
     def _resolve(self, line: bytes) -> None:
+        if line.find(_PROGRESS_KEY, len(_LINE_START), _PROGRESS_KEY_WITHIN) != -1:
+            self._progress(line)
+            return
         try:
             response = Response.model_validate_json(line)
         except ValueError:
@@ -176,6 +187,19 @@ class ToolboxChannel:
             future.set_result(response)
         elif response.error is not None:
             log.warning("toolbox: %s", response.error.message)
+
+    def _progress(self, line: bytes) -> None:
+        """A piece of a running command's output, to its request's feed; one nobody waits for is dropped."""
+        try:
+            progress = Progress.model_validate_json(line)
+        except ValueError:
+            raise _Garbage(f"a line that is not a toolbox response ({line[:40]!r})") from None
+        feed = self._feeds.get(progress.id)
+        if feed is not None:
+            try:
+                feed(progress.output.text, progress.output.truncated)
+            except Exception:  # a display's bug must not take the channel down
+                log.exception("the live output of toolbox request %d failed", progress.id)
 
     def _keep_stderr(self, payload: bytes) -> None:
         self._stderr += payload

@@ -32,7 +32,7 @@ from ..errors import EntryLimitError, SandboxError, ToolboxGoneError, WorkspaceE
 from ..wire.environment import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
-from ..wire.protocol import Call, Failure, Outcome, Ping
+from ..wire.protocol import Call, Failure, Outcome, OutputFeed, Ping
 from ..workspace import Layer, headroom, names
 from . import egress, images, owners
 from . import isolation as runtimes
@@ -66,7 +66,9 @@ class Sandbox(Protocol):
 
     async def start(self) -> None: ...
 
-    async def call(self, request: Call, timeout: float) -> Outcome: ...
+    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
+        """The answer to ``request``; a command's output goes to ``on_output`` as it comes, if given."""
+        ...
 
     async def check_names(self) -> None:
         """Raise EntryLimitError when the workspace holds more entries than the session's ``names`` limit
@@ -387,13 +389,13 @@ class DockerSandbox:
                     await self._abandon()
                     raise
 
-    async def call(self, request: Call, timeout: float) -> Outcome:
+    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
         await self.start()
         channel = self._channel
         if channel is None:  # stopped by someone else between start() and here
             return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
         try:
-            response = await channel.request(request, timeout)
+            response = await channel.request(request, timeout, on_output)
         except TimeoutError:
             await self._replace_after_failure(channel)
             return Failure(

@@ -27,10 +27,12 @@ import anyio
 
 from ..agent import tools
 from ..agent.conversation import Conversation
+from ..agent.liveoutput import LiveView, Watch
 from ..agent.loop import Agent, Hooks, TurnOutcome, run_call
 from ..agent.tools import Approver
 from ..errors import CubicleError, EntryLimitError, LeaseLostError, SandboxError, SetupError
 from ..wire.events import ErrorEvent, Event, EventSink, FinishReason, SessionFinished, StatusEvent
+from ..wire.protocol import OutputFeed
 from ..wire.sessions import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
 from .recorder import Recorder
@@ -295,9 +297,10 @@ class LiveSession:
         await self._finish(outcome.reason, outcome.detail)
         return outcome
 
-    async def call(self, name: str, arguments: dict[str, Any] | None) -> tools.ToolOutcome:
+    async def call(self, name: str, arguments: dict[str, Any] | None, watch: Watch | None = None) -> tools.ToolOutcome:
         """One tool call of a served turn, run and recorded as the model's are (the same checks, limits and result
-        text); every ``CHECKPOINT_EVERY`` calls the layer is checkpointed. Calls may run side by side."""
+        text, the same live output, of which ``watch`` is told too); every ``CHECKPOINT_EVERY`` calls the layer is
+        checkpointed. Calls may run side by side."""
         if self._serving_ended or not self.running:
             return _failed("This session has ended.")
         if self._warm is not None:
@@ -306,28 +309,33 @@ class LiveSession:
         async with self._gate.call():
             # The caller may be cancelled (an MCP client cancels its request, or goes away). The call is then
             # cancelled once, so the sandbox kills the command and gives back its output, which is recorded.
-            outcome = await _finished(asyncio.create_task(self._recorded(call_id, name, arguments or {})), cancel=True)
+            recorded = self._recorded(call_id, name, arguments or {}, watch)
+            outcome = await _finished(asyncio.create_task(recorded), cancel=True)
         if self.calls >= self._next_checkpoint:
             self._next_checkpoint = (self.calls // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY  # after 50, 100, ...
             await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
         self._rest()
         return outcome
 
-    async def _recorded(self, call_id: str, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
+    async def _recorded(
+        self, call_id: str, name: str, arguments: dict[str, Any], watch: Watch | None
+    ) -> tools.ToolOutcome:
+        def execute(on_output: OutputFeed) -> Awaitable[tools.ToolOutcome]:
+            return self._execute(name, arguments, on_output)
+
+        live = LiveView(self.record.limits.live_output_bytes, watch)
         try:
-            return await run_call(
-                self.sink, self.session_id, call_id, name, arguments, lambda: self._execute(name, arguments)
-            )
+            return await run_call(self.sink, self.session_id, call_id, name, arguments, execute, live)
         finally:
             self.calls += 1
 
-    async def _execute(self, name: str, arguments: dict[str, Any]) -> tools.ToolOutcome:
+    async def _execute(self, name: str, arguments: dict[str, Any], on_output: OutputFeed) -> tools.ToolOutcome:
         if self._setup_failure is not None:
             return _failed(
                 f"The sandbox's environment could not be prepared, so no tool can run: {self._setup_failure}"
             )
         try:
-            outcome = await tools.execute(name, arguments, self.sandbox, self.record.limits)
+            outcome = await tools.execute(name, arguments, self.sandbox, self.record.limits, on_output=on_output)
             if name == "run_command":
                 await self.sandbox.check_names()
             return outcome

@@ -28,6 +28,8 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from ..agent import tools
+from ..agent.liveoutput import Watch
+from ..wire.events import CommandOutput
 from .live import LiveSession
 
 SERVER_NAME = "cubicle"
@@ -55,6 +57,33 @@ def tool_list() -> list[types.Tool]:
     ]
 
 
+PROGRESS_LINE = 200
+"""Characters of a command's last line that a progress notification carries as its message."""
+
+
+def progress_of(ctx: Any) -> Watch:
+    """A command's live output as the client's progress notifications (sent only when its request carried a
+    progress token): the characters printed so far, and the last line printed, shown inert."""
+    printed = 0
+
+    async def report(event: CommandOutput) -> None:
+        nonlocal printed
+        printed += len(event.text)
+        lines = [line for line in event.text.splitlines() if line.strip()]
+        message = _inert(lines[-1][-PROGRESS_LINE:]) if lines else ""
+        if event.truncated:
+            message = f"{message} [output truncated for display]".lstrip()
+        await ctx.report_progress(printed, None, message or None)
+
+    return report
+
+
+def _inert(text: str) -> str:
+    """``text`` with every character a display could act on (controls, bidi and other format characters) spelled
+    out as an escape: a client shows progress messages to its user as they are."""
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 def server(session: LiveSession, version: str) -> Server[Any]:
     """The MCP server of ``session``: ``tools/list`` and ``tools/call``, nothing else."""
     listed = types.ListToolsResult(tools=tool_list())
@@ -63,7 +92,7 @@ def server(session: LiveSession, version: str) -> Server[Any]:
         return listed
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        outcome = await session.call(params.name, params.arguments)
+        outcome = await session.call(params.name, params.arguments, progress_of(ctx))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=outcome.model_text)], is_error=outcome.is_error
         )

@@ -15,6 +15,7 @@ from ..agent.conversation import Conversation
 from ..wire.events import (
     AppliedEvent,
     ChangesEvent,
+    CommandOutput,
     DiscardedEvent,
     Event,
     FinishReason,
@@ -76,6 +77,8 @@ class Recorder:
         self.events_cap = events_cap
         """Bytes of stored events past which tool results keep their metadata but not their output."""
         self._stored: int | None = None
+        self._live_full = False
+        """A command's live output did not fit under the cap: no more of it is stored (this controller's run)."""
         """Bytes of the session's stored events, counted from the store when the first tool result needs it."""
         self.feed = feed
         self.session_id = session_id
@@ -122,12 +125,16 @@ class Recorder:
 
     def _bounded(self, event: Event) -> Event | None:
         """The event as it is stored, None for none. Past the session's cap a tool result keeps everything but its
-        output, a tool call its short arguments, and the model's text goes to the transcript only."""
-        if self.events_cap is None or not isinstance(event, ToolResult | ToolCall | TextDelta):
+        output, a tool call its short arguments, the model's text goes to the transcript only, and a command's live
+        output is not stored (nor shown: the result has it)."""
+        if self.events_cap is None or not isinstance(event, ToolResult | ToolCall | TextDelta | CommandOutput):
             return event
         room = self.events_cap * OUTPUT_SHARE - self.stored
         if isinstance(event, TextDelta):
             return event if room > 0 else None
+        if isinstance(event, CommandOutput):  # once one did not fit, none is stored: a gap would mislead
+            self._live_full = self._live_full or len(to_json(event.text)) > room
+            return None if self._live_full else event
         if isinstance(event, ToolResult):  # JSON takes at most 6 bytes a character: far from the cap, no count
             if not event.output or 6 * len(event.output) + 2 <= room or len(to_json(event.output)) <= room:
                 return event

@@ -27,6 +27,7 @@ from ..wire.protocol import (
     ListFilesArgs,
     ListResult,
     Outcome,
+    OutputFeed,
     PingResult,
     ReadFileArgs,
     ReadResult,
@@ -51,7 +52,7 @@ class NoSandbox:
     async def start(self) -> None:
         return None
 
-    async def call(self, request: Call, timeout: float) -> Outcome:
+    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
         return Failure(kind="unavailable", message="This test runs without a sandbox.")
 
     async def check_names(self) -> None:
@@ -104,10 +105,10 @@ class MemorySandbox:
         if self.names is not None and len(self.files) > self.names:
             raise EntryLimitError(f"The workspace holds more than {self.names} entries.")
 
-    async def call(self, request: Call, timeout: float) -> Outcome:
+    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
         self.calls.append(request)
         if isinstance(request.args, RunCommandOptions):
-            return await self._run(request.args)
+            return await self._run(request.args, on_output)
         handler = getattr(self, f"_{request.op}", None)
         if handler is None:
             return Failure(kind="unknown_op", message=f"Unknown operation {request.op!r}.")
@@ -173,11 +174,14 @@ class MemorySandbox:
         matches = "".join(hit + "\n" for hit in hits)
         return SearchResult(matches=_stream(matches), exit_code=0 if hits else 1, timed_out=False)
 
-    async def _run(self, args: RunCommandOptions) -> CommandResult:
+    async def _run(self, args: RunCommandOptions, on_output: OutputFeed | None) -> CommandResult:
         reply = self.commands.get(args.command)
         if reply is None:
             name = (args.command.split() or [args.command])[0]
             reply = Reply(stderr=f"bash: line 1: {name}: command not found\n", exit_code=127)
+        printed = reply.stdout + reply.stderr
+        if on_output is not None and args.live_output and printed:  # all at once, as the toolbox's first piece
+            on_output(printed[: args.live_output], len(printed) > args.live_output)
         timed_out = reply.seconds > args.timeout_s
         started = time.monotonic()
         try:

@@ -100,6 +100,18 @@ class ToolResult(_Event):
     )
 
 
+class CommandOutput(_Event):
+    """Output of a running command, as it comes (stdout and stderr in the order they came; untrusted text)."""
+
+    type: Literal["command_output"] = "command_output"
+    tool_use_id: str = Field(description="The id of the tool_call whose command printed it.")
+    text: str = Field(description="Decoded as it came; a character is never split between two events.")
+    truncated: bool = Field(
+        False, description="The command's live output reached its cap here (live_output_bytes): no more follows, "
+        "though the command goes on and its tool_result has the output the model saw.",
+    )  # fmt: skip
+
+
 class UsageEvent(_Event):
     """Tokens used by the last model request, by the turn and by the session."""
 
@@ -239,6 +251,7 @@ Event = Annotated[
     | UserMessage
     | TextDelta
     | ToolCall
+    | CommandOutput
     | ToolResult
     | UsageEvent
     | ContextEdited

@@ -73,6 +73,11 @@ class Limits(BaseModel):
         16384, ge=256, le=1 << 20, description="Largest tool output the model sees (head + tail)."
     )
     event_output_chars: int = Field(1 << 20, ge=1024, le=16 << 20, description="Largest tool output an event carries.")
+    live_output_bytes: int = Field(
+        64 << 10, ge=0, le=16 << 20,
+        description="Bytes of each command's output shown while it runs (command_output events, stored with the "
+        "session); past them the display says the rest was cut. 0: no live output. The model's result is unchanged.",
+    )  # fmt: skip
 
     def clamp(self, ceiling: Limits) -> Limits:
         """Each numeric field lowered to ``ceiling``'s; the network policy to the ceiling's (``NetworkPolicy.clamp``).

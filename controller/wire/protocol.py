@@ -4,7 +4,8 @@ A request is ``{"id", "op", "args"}``: one model per operation, ``op`` its discr
 ``args`` its argument model and ``result`` (a class attribute) the model its answer must
 fit. ``REQUESTS`` is the one table of operations; everything else (the op names, the tools'
 schemas, how answers are validated) is derived from it. A response is
-``{"id", "ok", "result" | "error"}``.
+``{"id", "ok", "result" | "error"}``; a command asked for live output sends ``{"id", "output"}`` lines (``Progress``)
+before it.
 
 Every model rejects unknown keys, so a toolbox and a controller that drifted apart fail
 loudly instead of silently dropping fields. The tools' argument models double as their
@@ -14,6 +15,7 @@ fields only the toolbox sees (the resolved timeout, the output cap) live in subc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -94,6 +96,9 @@ class RunCommandOptions(RunCommandArgs):
 
     timeout_s: int = Field(DEFAULT_COMMAND_TIMEOUT_S, ge=1, le=86400)
     max_output: int = Field(DEFAULT_COMMAND_OUTPUT, ge=1, le=1 << 30)
+    live_output: int = Field(
+        0, ge=0, le=1 << 30, description="Bytes of output sent while the command runs (``Progress`` lines); 0: none."
+    )
 
 
 class PingArgs(Strict):
@@ -269,6 +274,25 @@ class Response(Strict):
     ok: bool
     result: dict[str, Any] | None = None
     error: Failure | None = None
+
+
+class Piece(Strict):
+    """Output a running command printed since the last piece: stdout and stderr as they came, never a character
+    split; ``truncated`` on the last piece when the request's ``live_output`` ran out."""
+
+    text: str
+    truncated: bool = False
+
+
+OutputFeed = Callable[[str, bool], None]
+"""Takes a running command's output as it comes (``Progress``): its text, and whether it was cut off there."""
+
+
+class Progress(Strict):
+    """A line before a request's answer: a piece of its command's output (``{"id", "output"}``)."""
+
+    id: int
+    output: Piece
 
 
 Outcome = Strict | Failure

@@ -16,6 +16,7 @@ from .capture import Capture
 from .errors import JSON
 from .jobs import Job
 from .limits import DEFAULT_COMMAND_OUTPUT, DEFAULT_COMMAND_TIMEOUT_S, UNKILLABLE_WAIT_S
+from .live import Live
 from .pump import pump
 
 PATH_VARIABLE = "CUBICLE_PATH"
@@ -25,30 +26,47 @@ take it away, so it is set again after the profile, before the command."""
 KEEP_PATH = 'PATH="$CUBICLE_PATH"; export PATH; '
 
 
-def run_command(args: JSON, cwd: str, env: dict[str, str] | None, job: Job | None = None) -> JSON:
+def run_command(
+    args: JSON, cwd: str, env: dict[str, str] | None, job: Job | None = None, live: Live | None = None
+) -> JSON:
     """Run ``args["command"]`` with bash as a login shell in ``cwd``, with the environment the container started with
-    (and the environment's PATH, when it defines one, whatever the profile did to it)."""
+    (and the environment's PATH, when it defines one, whatever the profile did to it); with ``live``, its output
+    is also sent as it comes."""
     command = args["command"]
     if env and env.get(PATH_VARIABLE):
         command = KEEP_PATH + command
     cmd = ["bash", "-lc", command]
     timeout = float(args.get("timeout_s") or DEFAULT_COMMAND_TIMEOUT_S)
-    result = run(cmd, args.get("max_output") or DEFAULT_COMMAND_OUTPUT, timeout, cwd, job=job, env=env)
+    cap = args.get("max_output") or DEFAULT_COMMAND_OUTPUT
+    result = run(cmd, cap, timeout, cwd, job=job, env=env, live=live)
     result["cancelled"] = bool(job and job.cancelled)
     return result
 
 
 def run(
-    cmd: list[str], cap: int, timeout: float, cwd: str, job: Job | None = None, env: dict[str, str] | None = None
+    cmd: list[str],
+    cap: int,
+    timeout: float,
+    cwd: str,
+    job: Job | None = None,
+    env: dict[str, str] | None = None,
+    live: Live | None = None,
 ) -> JSON:
     """Run ``cmd`` in a session of its own; when it ends, nothing it started is left (see groups.spawning)."""
     start = time.monotonic()
     with groups.spawning():
-        return _run_counted(cmd, cap, timeout, cwd, job, env, start)
+        return _run_counted(cmd, cap, timeout, cwd, job, env, start, live)
 
 
 def _run_counted(
-    cmd: list[str], cap: int, timeout: float, cwd: str, job: Job | None, env: dict[str, str] | None, start: float
+    cmd: list[str],
+    cap: int,
+    timeout: float,
+    cwd: str,
+    job: Job | None,
+    env: dict[str, str] | None,
+    start: float,
+    live: Live | None,
 ) -> JSON:
     """Start, pump, then kill the group and sweep before the exit status is collected, so the answer comes last."""
     if job and job.cancelled:  # cancelled before it started: it never runs
@@ -68,7 +86,7 @@ def _run_counted(
     if job:
         job.started(group)
     try:
-        out, err, timed_out = pump(proc, cap, start + timeout, group, job)
+        out, err, timed_out = pump(proc, cap, start + timeout, group, job, live)
     finally:
         if job:
             job.settle()

@@ -19,6 +19,7 @@ from . import jobs
 from .edits import edit_file
 from .errors import JSON, ToolError
 from .files import list_files, read_file, write_file
+from .live import Live
 from .workspace import Workspace
 from .writes import write_all
 
@@ -58,10 +59,20 @@ class Toolbox:
         }
 
     def run_command(self, args: JSON, job: jobs.Job | None = None) -> JSON:
-        """Commands run in the workspace with the environment the container was started with, not the toolbox's."""
+        """Commands run in the workspace with the environment the container was started with, not the toolbox's.
+        A request that asks for ``live_output`` (and could be cancelled, so has an id) gets its output as it comes,
+        in lines ``{"id", "output": {"text", "truncated"}}`` before its answer."""
         from . import processes
 
-        return processes.run_command(args, self.workspace.root, self.command_env, job)
+        limit = args.get("live_output")
+        live = None
+        if job and type(limit) is int and limit > 0:
+            live = Live(partial(self.send_output, job.rid), limit)
+        return processes.run_command(args, self.workspace.root, self.command_env, job, live)
+
+    def send_output(self, rid: int, text: str, truncated: bool) -> None:
+        """One piece of a running command's output (see ``live``)."""
+        self.send({"id": rid, "output": {"text": text, "truncated": truncated}})
 
     def send(self, message: JSON) -> None:
         """Write one response line whole: requests answer from many threads, and a line must never interleave."""

@@ -12,6 +12,7 @@ from .capture import Capture
 from .groups import kill_group
 from .jobs import Job
 from .limits import DRAIN_AFTER_EXIT_S, KILL_GRACE_S, READ_CHUNK, UNKILLABLE_WAIT_S
+from .live import Live
 
 
 def _exit_fd(pid: int) -> int | None:
@@ -23,7 +24,12 @@ def _exit_fd(pid: int) -> int | None:
 
 
 def pump(
-    proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int, job: Job | None = None
+    proc: subprocess.Popen[bytes],
+    cap: int,
+    deadline: float,
+    group: int,
+    job: Job | None = None,
+    live: Live | None = None,
 ) -> tuple[Capture, Capture, bool]:
     """Read both pipes until the command exits (and its pipes drain), times out or is cancelled.
 
@@ -33,11 +39,13 @@ def pump(
     short drain, then the group is killed by the caller. The exit itself wakes the loop
     (a pidfd in the selector), so a command that closes its pipes before it exits costs no
     polling delay. A cancel wakes it too: the group is already dead, and what the pipes
-    still hold is drained the same way.
+    still hold is drained the same way. With ``live``, what the pipes give is also sent as it comes.
     """
-    pumping = _Pump(proc, cap, deadline, group, job)
+    pumping = _Pump(proc, cap, deadline, group, job, live)
     try:
         pumping.run()
+        if live:
+            live.finish(time.monotonic())
     finally:
         pumping.close()
     return pumping.out, pumping.err, pumping.timed_out
@@ -46,9 +54,11 @@ def pump(
 class _Pump:
     """The state of one command's pump: its pipes and wake-ups in a selector, and when it timed out or ended."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int, job: Job | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], cap: int, deadline: float, group: int, job: Job | None, live: Live | None
+    ) -> None:
         assert proc.stdout is not None and proc.stderr is not None
-        self.proc, self.deadline, self.group, self.job = proc, deadline, group, job
+        self.proc, self.deadline, self.group, self.job, self.live = proc, deadline, group, job, live
         self.out, self.err = Capture(cap), Capture(cap)
         self.captures = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
         self.sel = selectors.DefaultSelector()
@@ -68,6 +78,8 @@ class _Pump:
                 return
             for key, _ in self.sel.select(max(0.0, self._wake_at(now) - now)):
                 self._handle(key.fd, now)
+            if self.live and (due := self.live.due()) is not None and time.monotonic() >= due:
+                self.live.flush()
 
     def _enforce_deadline(self, now: float) -> bool:
         """TERM at the deadline, KILL after the grace; True when the group is stuck in the kernel even so."""
@@ -94,6 +106,8 @@ class _Pump:
             wake.append(ended + DRAIN_AFTER_EXIT_S)
         elif self.exit_fd is None:
             wake.append(now + 0.005)  # no pidfd: poll for the exit
+        if self.live and (due := self.live.due()) is not None:
+            wake.append(due)
         return min(wake)
 
     def _handle(self, fd: int, now: float) -> None:
@@ -105,6 +119,8 @@ class _Pump:
             kill_group(self.group, signal.SIGKILL)  # the cancel may have come before the job knew its group
         elif data := os.read(fd, READ_CHUNK):
             self.captures[fd].feed(data)
+            if self.live:
+                self.live.feed(fd, data, now)
         else:
             self.sel.unregister(fd)
 

@@ -50,24 +50,42 @@ class Relay:
         write_all(self._worker, line)
 
     def answer(self, line: bytes) -> bool:
-        """Pass on one answer line from the worker if it answers a pending request; whether it went out."""
+        """Pass on one line from the worker if it answers a pending request, or is a piece of its output (which
+        leaves it pending); whether it went out."""
         try:
             message = json.loads(line)
         except ValueError:
             return False
-        if not isinstance(message, dict) or not isinstance(message.get("ok"), bool):
+        if not isinstance(message, dict):
             return False
         rid = message.get("id")
+        piece = _piece(message)
+        if piece is None and not isinstance(message.get("ok"), bool):
+            return False
         with self._lock:
             if type(rid) is not int or rid not in self._pending:
                 return False
-            self._pending.discard(rid)
-            body = {"id": rid, **{key: value for key, value in message.items() if key in ("ok", "result", "error")}}
+            if piece is None:
+                self._pending.discard(rid)
+                body = {"id": rid, **{key: value for key, value in message.items() if key in ("ok", "result", "error")}}
+            else:
+                body = {"id": rid, "output": piece}
             write_all(
                 self._out,
                 json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace") + b"\n",
             )
         return True
+
+
+def _piece(message: dict[str, object]) -> dict[str, object] | None:
+    """The piece of live output a line carries (``{"id", "output": {"text", "truncated"}}``), or None."""
+    output = message.get("output")
+    if "ok" in message or not isinstance(output, dict):
+        return None
+    text, truncated = output.get("text"), output.get("truncated")
+    if not isinstance(text, str) or not isinstance(truncated, bool):
+        return None
+    return {"text": text, "truncated": truncated}
 
 
 def relay_answers(worker_out: IO[bytes], relay: Relay) -> None:

@@ -10,12 +10,13 @@ import { el, replace, setText, visible, fmtDuration, fmtTokens, totalTokens, sta
 import { mountChanges } from "./changes.js";
 
 const EVENT_TYPES = [
-  "session_started", "user_message", "text", "tool_call", "tool_result", "usage", "context_edited",
+  "session_started", "user_message", "text", "tool_call", "command_output", "tool_result", "usage", "context_edited",
   "status", "session_finished", "changes", "applied", "reverted", "rewound", "discarded",
   "setup_output", "error",
 ];
 const REFRESHING = new Set(["session_finished", "changes", "applied", "reverted", "rewound", "discarded"]);
 const RECONNECT_MS = 500;
+const JUST_NOW_S = 10; // a command's result that came this recently replaces its live output open
 const RECORD_DELAY_MS = 200; // record refreshes asked for within this long share one request
 
 export function showSession(view, id, { changesOnly = false } = {}) {
@@ -316,8 +317,24 @@ const RENDER = {
         pre(JSON.stringify(e.input, null, 2), "tool-args-json")),
       result);
     node.dataset.toolId = e.id;
-    this.tools.set(e.id, { node, result });
+    this.tools.set(e.id, { node, result, live: null });
     this.add(node);
+  },
+  command_output(e) {
+    // The command's output as it runs, in a terminal pane above "running…" (capped by the server; shown inert).
+    const tool = this.tools.get(e.tool_use_id);
+    if (!tool || !tool.result.isConnected) return;
+    if (!tool.live) {
+      tool.live = { text: document.createTextNode(""), pane: null };
+      tool.live.pane = el("pre", { class: "output live", testid: "live-output" }, tool.live.text);
+      tool.result.before(tool.live.pane);
+    }
+    tool.live.text.appendData(visible(e.text));
+    tool.live.pane.scrollTop = tool.live.pane.scrollHeight;
+    if (e.truncated) {
+      tool.live.pane.after(el("p", { class: "muted small", testid: "live-output-truncated" },
+        "output truncated for display; the result shows what the model saw"));
+    }
   },
   tool_result(e) {
     const tool = this.tools.get(e.id);
@@ -336,6 +353,12 @@ const RENDER = {
       dataset: { exitCode: e.exit_code === null || e.exit_code === undefined ? "" : String(e.exit_code), isError: String(e.is_error) } },
       el("summary", { testid: "tool-result-summary" }, facts.join(" · ")),
       pre(shown, "tool-output", notKept ? "not-kept" : ""));
+    if (tool && tool.live) { // the result replaces the live pane; open if it ended just now (not in a replay),
+      // so the output being watched stays in view
+      tool.node.querySelectorAll('[data-testid="live-output"], [data-testid="live-output-truncated"]')
+        .forEach((node) => node.remove());
+      details.open = Date.now() / 1000 - e.ts < JUST_NOW_S;
+    }
     if (tool) tool.result.replaceWith(details);
     else this.add(this.block("tool orphan", "tool-call", e.seq, details));
   },

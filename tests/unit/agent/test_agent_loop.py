@@ -14,7 +14,7 @@ from typing import Any
 from controller.errors import SandboxError
 from controller.testing import MemorySandbox, Reply
 from controller.wire.events import ErrorEvent, SessionFinished, ToolResult
-from controller.wire.protocol import Call, Outcome
+from controller.wire.protocol import Call, Outcome, OutputFeed
 from tests.agent_harness import LIMITS, REPO_FILES, text, tool
 from tests.eventually import eventually_async
 
@@ -243,7 +243,7 @@ async def test_the_wall_clock_ends_the_turn_and_stops_the_sandbox(run_in_memory:
 class _BrokenSandbox(MemorySandbox):
     """A sandbox whose container cannot start, like a missing image or a stopped engine."""
 
-    async def call(self, request: Call, timeout: float) -> Outcome:
+    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
         raise SandboxError("the sandbox image is missing; run `cubicle image build`")
 
 

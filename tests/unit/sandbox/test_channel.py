@@ -158,3 +158,34 @@ async def test_a_cancel_the_toolbox_does_not_answer_still_cancels(pair: tuple[To
     reads.cancel()
     with pytest.raises(asyncio.CancelledError):
         await reads
+
+
+async def test_live_output_reaches_its_requests_feed_before_the_answer(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    pieces: list[tuple[str, bool]] = []
+    command = protocol.call("run_command", command="make", live_output=100)
+    running = asyncio.create_task(channel.request(command, 5, lambda text, cut: pieces.append((text, cut))))
+    (sent,) = await engine.requests(1)
+    rid = sent["id"]
+    lines = [
+        {"id": rid, "output": {"text": "one\n", "truncated": False}},
+        {"id": 999, "output": {"text": "nobody's", "truncated": False}},  # no such request: dropped
+        {"id": rid, "output": {"text": "two\n", "truncated": True}},
+        {"id": rid, "ok": True, "result": {"x": 1}},
+    ]
+    compact = (json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)  # as the toolbox writes
+    await engine.send(1, b"".join(compact))
+    response = await running
+    assert response.ok and response.result == {"x": 1}
+    assert pieces == [("one\n", False), ("two\n", True)]
+    assert channel.alive
+
+
+async def test_a_malformed_piece_of_output_closes_the_channel(pair: tuple[ToolboxChannel, FakeEngine]) -> None:
+    channel, engine = pair
+    running = asyncio.create_task(channel.request(protocol.call("run_command", command="x"), 5, lambda *_: None))
+    (sent,) = await engine.requests(1)
+    await engine.send(1, json.dumps({"id": sent["id"], "output": {"text": 5}}, separators=(",", ":")).encode() + b"\n")
+    with pytest.raises(ToolboxGoneError, match="not a toolbox response"):
+        await running
+    assert not channel.alive

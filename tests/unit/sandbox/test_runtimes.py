@@ -105,6 +105,22 @@ def test_the_relay_passes_on_one_well_formed_answer_per_pending_request() -> Non
     assert out.getvalue().count(b"\n") == 2 and all(line.startswith(b'{"id":') for line in out.getvalue().splitlines())
 
 
+def test_the_relay_passes_pieces_of_live_output_and_keeps_the_request_pending() -> None:
+    out, worker = io.BytesIO(), io.BytesIO()
+    relay = relays.Relay(out, worker)
+    relay.request(b'{"id":7,"op":"run_command","args":{"command":"x","live_output":100}}\n')
+    piece = b'{"id":7,"output":{"text":"line 1\\n","truncated":false},"extra":1}\n'
+    assert answered(relay, out, piece) == [{"id": 7, "output": {"text": "line 1\n", "truncated": False}}]
+    assert answered(relay, out, b'{"id":9,"output":{"text":"never asked","truncated":false}}\n') == []
+    assert answered(relay, out, b'{"id":7,"output":{"text":1,"truncated":false}}\n') == []
+    assert answered(relay, out, b'{"id":7,"output":"text"}\n') == []
+    assert answered(relay, out, b'{"id":7,"output":{"text":"x","truncated":"no"}}\n') == []
+    assert answered(relay, out, b'{"id":7,"ok":true,"result":{},"output":{"text":"x","truncated":false}}\n') == [
+        {"id": 7, "ok": True, "result": {}}  # an answer (it has ok) ends the request, whatever else it carries
+    ]
+    assert answered(relay, out, b'{"id":7,"output":{"text":"late","truncated":false}}\n') == []  # answered already
+
+
 def test_the_stderr_relay_passes_printable_text_only_and_a_bounded_amount() -> None:
     import os
 

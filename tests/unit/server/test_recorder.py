@@ -14,6 +14,7 @@ from controller.server.feed import Feed
 from controller.server.recorder import Recorder
 from controller.server.store import Row, Store
 from controller.wire.events import (
+    CommandOutput,
     Event,
     FinishReason,
     SessionFinished,
@@ -333,6 +334,17 @@ async def test_tool_results_past_the_sessions_cap_are_stored_without_their_outpu
     await again.emit(ToolResult(session_id=SID, id="small", name="read_file", is_error=False, output="x" * 10,
                                 model_chars=10, duration_s=0.1))  # fmt: skip
     assert store.events_after(SID, 0)[-1].output == "x" * 10  # type: ignore[union-attr]
+
+
+async def test_live_output_is_stored_until_the_sessions_cap_and_then_not_at_all(store: Store) -> None:
+    """A command's live output replays on a reload, so it is stored; past the session's cap it is neither stored
+    nor shown to followers (the result says what was not kept)."""
+    recorder = Recorder(store, Feed(store, Turn(), poll_s=30), SID, Conversation(), events_cap=100_000)
+    for n, size in enumerate((30_000, 30_000, 30_000, 10)):  # the small last one would fit: it is not stored either
+        await recorder.emit(CommandOutput(session_id=SID, tool_use_id="c", text=str(n) * size))
+    stored = [e.text[0] for e in store.events_after(SID, 0) if isinstance(e, CommandOutput)]
+    assert stored == ["0", "1"]  # 30,000 bytes each, under 7/8 of the cap: two fit, then no room is left
+    assert store.event_bytes(SID) == recorder.stored < 100_000
 
 
 async def test_long_arguments_past_the_cap_are_stored_as_a_note(store: Store) -> None:
