@@ -61,9 +61,13 @@ PROGRESS_LINE = 200
 """Characters of a command's last line that a progress notification carries as its message."""
 
 
-def progress_of(ctx: Any) -> Watch:
-    """A command's live output as the client's progress notifications (sent only when its request carried a
-    progress token): the characters printed so far, and the last line printed, shown inert."""
+def progress_of(ctx: Any) -> Watch | None:
+    """A command's live output as the client's progress notifications, when its request carried a progress token:
+    the characters printed so far, and the last line printed, shown inert."""
+    meta = ctx.meta or {}
+    token = meta.get("progress_token", meta.get("progressToken"))
+    if not isinstance(token, str | int):
+        return None
     printed = 0
 
     async def report(event: CommandOutput) -> None:
@@ -73,7 +77,9 @@ def progress_of(ctx: Any) -> Watch:
         message = _inert(lines[-1][-PROGRESS_LINE:]) if lines else ""
         if event.truncated:
             message = f"{message} [output truncated for display]".lstrip()
-        await ctx.report_progress(printed, None, message or None)
+        await ctx.session.send_progress_notification(
+            token, printed, None, message or None, related_request_id=ctx.request_id
+        )
 
     return report
 

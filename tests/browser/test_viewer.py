@@ -462,3 +462,29 @@ def test_a_listing_past_the_servers_bound_says_how_many_more_apply_writes(
     assert summary.get_attribute("data-unlisted") == "20" and "20 more not listed" in summary.text
     assert "20 of which apply writes unseen" in summary.text
     assert len(find(driver, "change")) == LISTING
+
+
+LIVE_COMMAND = (
+    "printf 'first \\033[31m<img src=x onerror=window.pwned=3> \\342\\200\\256\\n'; sleep 2; "
+    "for i in 1 2 3; do echo more $i; sleep 0.5; done"
+)
+
+
+def test_a_commands_output_shows_live_inert_then_gives_way_to_its_result(
+    driver: WebDriver, viewer: Viewer, model_server: Any, screenshots: Path
+) -> None:
+    turns = [{"content": [tool("run_command", command=LIVE_COMMAND)]}, {"content": [text("done")]}]
+    sid = viewer.api.create(str(viewer.make_repo("live-repo")), register(model_server, prefix="live", turns=turns))[
+        "id"
+    ]
+    open_session(driver, viewer, sid)
+    first = "first ␛[31m<img src=x onerror=window.pwned=3> ⟦U+202E⟧\n"
+    wait(lambda: texts(driver, "live-output") == [first] or None, "the first line live, before the command ends")
+    assert find(driver, "tool-pending"), "the command is still running"
+    assert one(driver, "view").find_elements(By.CSS_SELECTOR, "img, script") == []
+    screenshot(driver, screenshots, "live-output")
+    wait_finished(driver)
+    assert find(driver, "live-output") == [] and driver.execute_script("return window.pwned") is None
+    (result,) = find(driver, "tool-result")
+    assert result.get_attribute("open") is not None, "the result replaced the live pane open"
+    assert "more 3" in one(result, "tool-output").text

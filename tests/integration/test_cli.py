@@ -56,6 +56,24 @@ def test_json_events_sequence(tmp_path: Path, make_repo: Callable[..., Path]) ->
     assert events[-1]["reason"] == "end_turn" and events[-1]["steps"] == 2
 
 
+def test_json_prints_a_commands_output_between_its_call_and_its_result(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    command = "for i in 1 2 3; do echo line $i; sleep 0.3; done"
+    scenario = {"name": "live", "turns": [{"content": [{"type": "tool_use", "name": "run_command",
+                "input": {"command": command}}]}, {"content": [{"type": "text", "text": "ok"}]}]}  # fmt: skip
+    done = cubicle("run", str(make_repo()), "x", "--json", "--scenario", scenario_file(tmp_path, scenario))
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [e["type"] for e in events if e["type"] in ("tool_call", "command_output", "tool_result")]
+    assert kinds[0] == "tool_call" and kinds[-1] == "tool_result" and set(kinds[1:-1]) == {"command_output"}
+    assert len(kinds) >= 4  # the lines came in more than one piece
+    live = [e for e in events if e["type"] == "command_output"]
+    assert "".join(e["text"] for e in live) == "line 1\nline 2\nline 3\n"
+    call_id = next(e["id"] for e in events if e["type"] == "tool_call")
+    assert {e["tool_use_id"] for e in live} == {call_id}
+
+
 def test_live_view_and_exit_code_on_step_limit(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
     looping = {"name": "loop", "turns": [{"content": [{"type": "tool_use", "name": "list_files", "input": {}}]}] * 5}
     done = cubicle("run", str(make_repo()), "loop", "--max-steps", "2", "--scenario", scenario_file(tmp_path, looping))

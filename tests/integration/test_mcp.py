@@ -275,3 +275,28 @@ async def test_an_idle_container_is_removed_and_the_next_call_starts_one(
             (second,) = owned_by(docker_client, instance)
             assert second != first
     assert owned_by(docker_client, instance) == []
+
+
+async def test_a_commands_output_reaches_the_client_as_progress_while_it_runs(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    """The official client's progress callback hears each line (the last line of each piece, escapes spelled out)
+    while the command runs; the result is the model's usual text, and the record keeps the command_output events."""
+    data = tmp_path / "data"
+    heard: list[tuple[float, float, str | None]] = []
+    command = "for i in 1 2 3 4; do printf 'step %s \\033[31m\\n' $i; sleep 0.3; done"
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append((time.monotonic(), done, message))
+
+    async with mcp_session(make_repo(), data, "mcp-progress-test") as client:
+        started = time.monotonic()
+        result = await client.call_tool("run_command", {"command": command}, progress_callback=progress)
+        ended = time.monotonic()
+    assert not result.is_error and text(result).count("step") == 4
+    assert len(heard) >= 2 and heard[0][0] < ended - 0.5, (heard, started, ended)
+    assert [done for _, done, _ in heard] == sorted(done for _, done, _ in heard)
+    assert all(message and message.startswith("step ") and "\\x1b[31m" in message for *_, message in heard)
+    _, events = only_session(data)
+    kinds = [e.type for e in events if e.type in ("tool_call", "command_output", "tool_result")]
+    assert kinds[0] == "tool_call" and kinds[-1] == "tool_result" and set(kinds[1:-1]) == {"command_output"}
