@@ -29,6 +29,7 @@ from bench import (
     environment,
     flood,
     layerwalk,
+    live,
     mcp,
     page,
     rows,
@@ -75,6 +76,7 @@ async def run(args: argparse.Namespace) -> Report:
             await section("disk quota", disk.table(report, client, args.image, root, args.quick))
             await section("disk I/O", diskio.table(report, client, args.image, root, args.quick))
             await section("output flood", rows.output_flood(report, client, args.image, root))
+            await section("live output", live.table(report, client, args.image, root, args.quick))
             await section("concurrency", rows.concurrency(report, client, args.image, root, sizes, exec_sizes))
             await section("egress proxy", egress.table(report, client, args.image, root, args.quick))
             await section("peer", rows.peer(report, client, args.image, root, args.quick))
