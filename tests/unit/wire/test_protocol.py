@@ -29,7 +29,7 @@ def test_request_rejects_unknown_op() -> None:
 def test_a_request_goes_on_the_wire_as_id_op_args() -> None:
     request = protocol.call("run_command", command="ls", timeout_s=5).model_copy(update={"id": 7})
     assert request.model_dump_json() == (
-        '{"id":7,"op":"run_command","args":{"command":"ls","timeout_s":5,"max_output":1048576}}'
+        '{"id":7,"op":"run_command","args":{"command":"ls","timeout_s":5,"max_output":1048576,"live_output":0}}'
     )
     assert isinstance(request, RunCommand) and RunCommand.interruptible and RunCommand.result is CommandResult
 
@@ -45,7 +45,7 @@ def test_each_tool_schema_is_the_model_half_of_its_request(name: str) -> None:
     tool = TOOLS[name]
     wire = tool.request.model_fields["args"].annotation
     assert isinstance(wire, type) and issubclass(wire, tool.args)
-    assert set(wire.model_fields) - set(tool.args.model_fields) <= {"max_output"}
+    assert set(wire.model_fields) - set(tool.args.model_fields) <= {"max_output", "live_output"}
 
 
 def test_response_rejects_unknown_keys() -> None:
