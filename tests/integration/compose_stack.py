@@ -4,9 +4,8 @@ No Compose v2 is in the suite: the only one the machines reach is a third-party 
 binary, which would get the Docker socket (docs/guides/controllers.md). So the test reads compose.yaml
 itself and makes what it declares: the project network, and per service of the profiles asked for the
 image, entrypoint, command, environment (interpolated from the variables given, `${VAR:-default}` and
-`${VAR:?message}` as Compose does), volumes (a long-syntax bind with `create_host_path` is a legacy bind,
-which the engine creates when missing, as Compose v2 makes it), ports, init, restart policy and network
-mode, started in `depends_on` order and waited for as each condition says. A key this module does not
+`${VAR:?message}` as Compose does), volumes (as Compose v2 makes them: see ``_volumes``), ports, init,
+restart policy and network mode, started in `depends_on` order and waited for as each condition says. A key this module does not
 translate fails the test, so compose.yaml cannot drift from what is tested. A service's `build` is not
 run: its context and Dockerfile must be the ones a prebuilt image (the suite's own) was built from.
 """
@@ -210,28 +209,37 @@ def _container_options(spec: dict[str, Any], project: str, name: str) -> dict[st
 
 
 def _volumes(volumes: list[Any]) -> tuple[list[str], list[Mount]]:
-    """Short syntax and long-syntax binds with ``create_host_path`` as legacy binds (the engine creates a missing
-    source, as Compose v2 asks it to); other long-syntax binds as mounts (a missing source is an error)."""
+    """Binds as Compose v2 makes them (seen with v5.6.1): one with ``create_host_path`` and no other option as a
+    legacy bind, whose missing source the engine creates; any other (with propagation, say) through the mount API,
+    where a missing source is an error. Short syntax is the long one with ``create_host_path``."""
     binds: list[str] = []
     mounts: list[Mount] = []
-    for volume in volumes:
-        if isinstance(volume, str):
-            binds.append(volume if volume.count(":") >= 2 else f"{volume}:rw")
-            continue
+    for volume in map(_long_syntax, volumes):
         unknown = set(volume) - {"type", "source", "target", "read_only", "bind"}
         assert volume["type"] == "bind" and not unknown, f"a volume this test does not make: {volume}"
         bind = volume.get("bind", {})
         assert set(bind) <= {"propagation", "create_host_path"}, f"bind options this test does not make: {bind}"
-        mode = "ro" if volume.get("read_only") else "rw"
-        if bind.get("create_host_path"):
-            extra = f",{bind['propagation']}" if "propagation" in bind else ""
-            binds.append(f"{volume['source']}:{volume['target']}:{mode}{extra}")
-        else:
-            mount = Mount(volume["target"], volume["source"], type="bind", read_only=mode == "ro")
-            if "propagation" in bind:
-                mount["BindOptions"] = {"Propagation": bind["propagation"]}
-            mounts.append(mount)
+        if set(bind) == {"create_host_path"} and bind["create_host_path"] and not volume.get("read_only"):
+            binds.append(f"{volume['source']}:{volume['target']}:rw")
+            continue
+        mount = Mount(volume["target"], volume["source"], type="bind", read_only=bool(volume.get("read_only")))
+        if "propagation" in bind:
+            mount["BindOptions"] = {"Propagation": bind["propagation"]}
+        mounts.append(mount)
     return binds, mounts
+
+
+def _long_syntax(volume: str | dict[str, Any]) -> dict[str, Any]:
+    """``SOURCE:TARGET[:OPTIONS]`` as the long syntax (an absolute SOURCE: a bind; compose.yaml names no volume)."""
+    if isinstance(volume, dict):
+        return volume
+    source, target, *options = volume.split(":")
+    flags = set(options[0].split(",")) if options else set()
+    assert source.startswith("/") and flags <= {"ro", "rw", "rslave", "rshared"}, f"a volume to teach: {volume}"
+    bind: dict[str, Any] = {"create_host_path": True}
+    for propagation in flags - {"ro", "rw"}:
+        bind["propagation"] = propagation
+    return {"type": "bind", "source": source, "target": target, "read_only": "ro" in flags, "bind": bind}
 
 
 def _ports(ports: list[str]) -> dict[str, tuple[str, int]] | None:
