@@ -26,7 +26,7 @@ Everything the model or the sandbox wrote reaches the terminal through ``control
 Modules: ``app`` (the Typer app, exit codes, errors, the sessions of the database), ``run``
 and ``finish`` (a run and what it does with its changes), ``workspace`` (the review
 commands), ``service`` (serve, sessions, gc, image build, scripted-server), ``environment``
-(env show, env build), ``mcp`` (the tools served over MCP).
+(env show, env build), ``mcp`` (the tools served over MCP), ``help_format`` (how ``--help`` shows parameters).
 """
 
 from __future__ import annotations

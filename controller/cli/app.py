@@ -18,18 +18,18 @@ from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
 from ..wire.changes import ApplyConflictError
-from . import review, terminal, usage
+from . import help_format, review, terminal, usage
 from .display import plural
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_CONFLICT, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
-app = typer.Typer(
+app = help_format.Typer(
     name="cubicle",
     help="Run a coding agent on a repository; every tool call runs inside a hardened per-session container.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
 )
-image_app = typer.Typer(help="Manage the sandbox image.", no_args_is_help=True)
+image_app = help_format.Typer(help="Manage the sandbox image.", no_args_is_help=True)
 app.add_typer(image_app, name="image")
 err_console = terminal.console(stderr=True)
 

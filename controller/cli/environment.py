@@ -21,10 +21,10 @@ from ..environment.preparation import Environments
 from ..errors import ConfigError, CubicleError, RepoError
 from ..sandbox import engine
 from ..wire.environment import Environment
-from . import terminal
+from . import help_format, terminal
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
 
-env_app = typer.Typer(help="Show and build a repository's environment (its image, setup and network).")
+env_app = help_format.Typer(help="Show and build a repository's environment (its image, setup and network).")
 app.add_typer(env_app, name="env", no_args_is_help=True)
 
 RepoArgument = Annotated[Path, typer.Argument(metavar="REPO", help="The repository (default: the current directory).")]

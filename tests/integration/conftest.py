@@ -32,7 +32,10 @@ def source_tag() -> str:
     """An image tag naming this checkout's controller sources, so a test never runs an image of other code."""
     digest = hashlib.sha256()
     sources = [*(ROOT / "controller").rglob("*"), *(ROOT / "sandbox-image").rglob("*")]
-    built_by = [ROOT / name for name in ("pyproject.toml", "setup.py", "Dockerfile.controller", "Dockerfile.sandbox")]
+    built_by = [
+        ROOT / name
+        for name in ("pyproject.toml", "setup.py", "Dockerfile.controller", "Dockerfile.sandbox", ".ci/wheelhouse")
+    ]
     for path in sorted([*sources, *built_by]):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())

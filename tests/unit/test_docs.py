@@ -43,3 +43,7 @@ def _event_models() -> list[Any]:
 
 def test_the_readme_is_a_front_page() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_readme_names_the_machine_check() -> None:
+    assert "`cubicle doctor`" in (ROOT / "README.md").read_text()  # issue 36: it was once missing
