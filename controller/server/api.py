@@ -29,6 +29,7 @@ from .. import __version__
 from ..agent.context import estimate_tokens
 from ..config import Settings
 from ..errors import (
+    ConflictError,
     CubicleError,
     NotFoundError,
 )
@@ -44,6 +45,7 @@ from ..wire.bodies import (
     Health,
     RepoList,
     RevertRequest,
+    Review,
     RewindRequest,
     SessionPage,
     Transcript,
@@ -54,7 +56,7 @@ from ..wire.sessions import SessionRecord
 from ..wire.statuses import status_of
 from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
-from . import webauth, webui
+from . import review, webauth, webui
 from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import NewSession, Sessions
@@ -221,6 +223,21 @@ async def compact_session(session_id: str, sessions: SessionsDep) -> SessionReco
 async def post_message(session_id: str, body: FollowUp, sessions: SessionsDep) -> SessionRecord:
     """A follow-up turn in the same conversation (409 while a turn runs); continues interrupted sessions."""
     return await sessions.follow_up(session_id, body.text)
+
+
+@router.post("/sessions/{session_id}/comments", status_code=status.HTTP_202_ACCEPTED, response_model=SessionRecord)
+async def post_comments(session_id: str, body: Review, sessions: SessionsDep) -> SessionRecord:
+    """Review comments on the session's diff, sent as one follow-up (409 while a turn runs).
+
+    Each comment names a path as the changes list it and, optionally, a line; the message quotes that line's
+    hunk from the session's own diff, fenced and labelled as the agent's file content (data, not instructions),
+    after the comment's text. A path with no change is a 404, a line outside the diff a 422: nothing is sent.
+    """
+    if sessions.get(session_id).status == "running":  # follow_up refuses too; this spares the listing
+        raise ConflictError(f"Session {session_id} is running a turn; send the review when it has ended.")
+    listing = await sessions.changes(session_id, diff=True)
+    text = review.message([printable(change) for change in listing], body.comments)
+    return await sessions.follow_up(session_id, text)
 
 
 @router.post("/sessions/{session_id}/cancel", response_model=SessionRecord)
