@@ -52,6 +52,7 @@ MEDIA_TYPES = {
     ".json": "application/json",
     ".svg": "image/svg+xml",
     ".png": "image/png",
+    ".txt": "text/plain; charset=utf-8",  # the licence of a vendored file, served beside it
 }
 
 
