@@ -168,3 +168,8 @@ class Health(BaseModel):
 class RepoList(BaseModel):
     roots: list[str] = Field(description="The configured roots (CUBICLE_REPO_ROOTS).")
     repos: list[str] = Field(description="Git checkouts found under them (a few levels deep, at most 500).")
+    default: str | None = Field(
+        None,
+        description="The one to offer first: under the first root that has one, and not Cubicle's own source "
+        "checkout (when the server runs from one); none when there is no other.",
+    )
