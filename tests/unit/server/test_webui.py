@@ -251,3 +251,10 @@ def test_the_form_is_offered_the_first_repository_that_is_not_cubicles_own_check
         assert str(own) in listed["repos"], "still offered, just not first"
         assert listed["default"] == (None if expected is None else str(expected)), order
     assert repos.preselected(["/r/b/x", "/r/a/y"], [Path("/r/b"), Path("/r/a")], None) == "/r/b/x"
+
+
+@pytest.mark.parametrize(("name", "kind"), [("prism.js", "text/javascript"), ("prism.LICENSE.txt", "text/plain")])
+def test_the_vendored_highlighter_and_its_licence_are_served(client: TestClient, name: str, kind: str) -> None:
+    served = client.get(f"/ui/assets/{name}")
+    assert served.status_code == 200 and served.headers["content-type"].startswith(kind)
+    assert ("Prism 1.30.0" if name == "prism.js" else "MIT LICENSE") in served.text
