@@ -1,8 +1,10 @@
 """The HTTP API (``/v1``): start sessions on a repository and follow them live.
 
 Routes are thin; the work lives in ``sessions.Sessions``. Every route but ``/healthz``
-needs the bearer token when one is configured, the docs (``/docs``, ``/openapi.json``)
-included; Swagger UI's files come from a package, not a CDN. All errors pass through one handler
+needs the bearer token when one is configured (or the viewer's sign-in cookie with its page key), the
+schema (``/openapi.json``) included; the docs page (``/docs``) and Swagger UI's files, which hold no data,
+open with the token or the cookie alone, and the page sends the key with its requests. Swagger UI's files
+come from a package, not a CDN. All errors pass through one handler
 that maps the exception tree to a status code and a ``detail``.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import html
 import importlib
 import importlib.resources
 import logging
@@ -20,7 +23,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -29,6 +31,7 @@ from .. import __version__
 from ..agent.context import estimate_tokens
 from ..config import Settings
 from ..errors import (
+    ConflictError,
     CubicleError,
     NotFoundError,
 )
@@ -44,6 +47,7 @@ from ..wire.bodies import (
     Health,
     RepoList,
     RevertRequest,
+    Review,
     RewindRequest,
     SessionPage,
     Transcript,
@@ -54,7 +58,7 @@ from ..wire.sessions import SessionRecord
 from ..wire.statuses import status_of
 from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
-from . import webauth, webui
+from . import review, webauth, webui
 from .feed import Batch
 from .runtime import Runtime, SandboxFactory
 from .sessions import NewSession, Sessions
@@ -151,7 +155,8 @@ async def list_sessions(
 async def list_repos(settings: SettingsDep) -> RepoList:
     """Repositories a session may be started on, as a form offers them; any path under the roots is accepted."""
     found = await asyncio.to_thread(repos.listed, settings.repo_roots, settings.protected_paths)
-    return RepoList(roots=[str(root) for root in settings.repo_roots], repos=found)
+    default = repos.preselected(found, settings.repo_roots, repos.own_checkout())
+    return RepoList(roots=[str(root) for root in settings.repo_roots], repos=found, default=default)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionRecord)
@@ -221,6 +226,21 @@ async def compact_session(session_id: str, sessions: SessionsDep) -> SessionReco
 async def post_message(session_id: str, body: FollowUp, sessions: SessionsDep) -> SessionRecord:
     """A follow-up turn in the same conversation (409 while a turn runs); continues interrupted sessions."""
     return await sessions.follow_up(session_id, body.text)
+
+
+@router.post("/sessions/{session_id}/comments", status_code=status.HTTP_202_ACCEPTED, response_model=SessionRecord)
+async def post_comments(session_id: str, body: Review, sessions: SessionsDep) -> SessionRecord:
+    """Review comments on the session's diff, sent as one follow-up (409 while a turn runs).
+
+    Each comment names a path as the changes list it and, optionally, a line; the message quotes that line's
+    hunk from the session's own diff, fenced and labelled as the agent's file content (data, not instructions),
+    after the comment's text. A path with no change is a 404, a line outside the diff a 422: nothing is sent.
+    """
+    if sessions.get(session_id).status == "running":  # follow_up refuses too; this spares the listing
+        raise ConflictError(f"Session {session_id} is running a turn; send the review when it has ended.")
+    listing = await sessions.changes(session_id, diff=True)
+    text = review.message([printable(change) for change in listing], body.comments)
+    return await sessions.follow_up(session_id, text)
 
 
 @router.post("/sessions/{session_id}/cancel", response_model=SessionRecord)
@@ -296,28 +316,42 @@ async def rewind_changes(session_id: str, body: RewindRequest, sessions: Session
     return await sessions.rewind(session_id, body.turn)
 
 
-docs_router = APIRouter(dependencies=[Depends(_authorize)], include_in_schema=False)
+async def _docs_reader(
+    request: Request,
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """The bearer token, or a live sign-in cookie without its key: the docs page and Swagger UI's files hold no
+    data, and a browser that opens /docs cannot send the key (the page then sends it with every request)."""
+    webauth.authenticate_page(request, settings.api_token)
 
 
-@docs_router.get("/openapi.json")
+docs_router = APIRouter(include_in_schema=False)
+
+
+@docs_router.get("/openapi.json", dependencies=[Depends(_authorize)])
 async def openapi_schema(request: Request) -> JSONResponse:
     return JSONResponse(request.app.openapi())
 
 
-@docs_router.get("/docs", response_class=HTMLResponse)
+@docs_router.get("/docs", response_class=HTMLResponse, dependencies=[Depends(_docs_reader)])
 async def swagger_ui(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
-    return get_swagger_ui_html(
-        openapi_url=f"{root}/openapi.json",
-        title=f"{request.app.title} API",
-        swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
-        swagger_favicon_url=f"{root}/docs/assets/favicon.png",
-        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from the validator's site
+    """Swagger UI, started by the viewer's ``docs.js`` (no inline script): it sends the page key, so a signed-in
+    browser's "Try it out" passes the same checks as the viewer's own requests."""
+    root = html.escape(request.scope.get("root_path", ""), quote=True)
+    title = html.escape(f"{request.app.title} API")
+    return HTMLResponse(
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="stylesheet" href="{root}/docs/assets/swagger-ui.css">'
+        f'<link rel="icon" href="{root}/docs/assets/favicon.png"><title>{title}</title></head>\n'
+        f'<body><div id="swagger-ui" data-openapi="{root}/openapi.json"></div>\n'
+        f'<script src="{root}/docs/assets/swagger-ui-bundle.js"></script>\n'
+        f'<script src="{root}/ui/assets/docs.js"></script></body></html>\n'
     )
 
 
-@docs_router.get("/docs/assets/{name}")
+@docs_router.get("/docs/assets/{name}", dependencies=[Depends(_docs_reader)])
 async def docs_asset(name: str) -> Response:
     if name not in DOCS_ASSETS:
         raise NotFoundError(f"No docs asset {name!r}.")

@@ -169,6 +169,17 @@ def authenticate(request: Request, token: SecretStr | None) -> None:
         raise cross_origin(request)
 
 
+def authenticate_page(request: Request, token: SecretStr | None) -> None:
+    """For a GET of a page that holds no data (the API's docs and their files): the bearer token, or a live sign-in
+    cookie even without its key, which a browser opening the page by its address cannot send. Whatever the page
+    then asks of ``/v1`` or the schema passes ``authenticate``, key and Origin included."""
+    if token is None or _bearer_matches(request, token):
+        return
+    cookie = request.cookies.get(COOKIE)
+    if cookie is None or not verify(token, cookie, time.time(), request.app.state.revoked):
+        raise unauthorized()
+
+
 RECHECK_S = 1.0
 """How often a long response authenticated by cookie asks the store again whether it was signed out."""
 

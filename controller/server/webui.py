@@ -6,8 +6,8 @@ fetched from elsewhere) that talks to ``/v1`` like any other client. Who may use
 this module serves the page, signs a browser in and out with ``webauth``'s cookie, and its
 ``Guard`` refuses a non-loopback Host in loopback mode and gives every response a strict
 Content-Security-Policy (scripts, styles and connections from this server only, no inline
-script, no framing), ``nosniff`` and ``no-referrer``. Swagger UI's page (``/docs``) needs its
-inline script, so it gets the rest.
+script, no framing), ``nosniff`` and ``no-referrer``. Swagger UI's page (``/docs``) gets the same
+policy but for inline styles, which Swagger UI sets.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
 )
-DOCS_CSP = "frame-ancestors 'none'"
-"""Swagger UI's page starts itself with an inline script; it keeps the framing and other guards."""
+DOCS_CSP = CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
+"""Swagger UI's page: its scripts are files (the viewer's ``docs.js`` starts it), but Swagger UI sets inline styles."""
 MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -52,6 +52,7 @@ MEDIA_TYPES = {
     ".json": "application/json",
     ".svg": "image/svg+xml",
     ".png": "image/png",
+    ".txt": "text/plain; charset=utf-8",  # the licence of a vendored file, served beside it
 }
 
 

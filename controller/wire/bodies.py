@@ -5,7 +5,7 @@ They live apart from ``api`` so that a client can use them without importing Fas
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -113,6 +113,31 @@ class FollowUp(BaseModel):
     text: str = Field(min_length=1, max_length=200_000)
 
 
+class ReviewComment(BaseModel):
+    """A review comment on one line of the session's diff, or (without ``line``) on a whole file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, max_length=4096, description="The file, as the changes list it.")
+    line: int | None = Field(
+        None, ge=1, le=MAX_INDEX, description="The line's number on ``side``; none: a comment on the whole file."
+    )
+    side: Literal["new", "old"] = Field(
+        "new",
+        description="new: a line of the session's version (added or unchanged); old: a removed line, numbered as in "
+        "the checkout.",
+    )
+    text: str = Field(min_length=1, max_length=8000, description="What the reviewer says about it.")
+
+
+class Review(BaseModel):
+    """Review comments, sent to the agent together as one follow-up."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    comments: list[ReviewComment] = Field(min_length=1, max_length=20)
+
+
 class SessionPage(BaseModel):
     items: list[SessionRecord]
     total: int
@@ -143,3 +168,8 @@ class Health(BaseModel):
 class RepoList(BaseModel):
     roots: list[str] = Field(description="The configured roots (CUBICLE_REPO_ROOTS).")
     repos: list[str] = Field(description="Git checkouts found under them (a few levels deep, at most 500).")
+    default: str | None = Field(
+        None,
+        description="The one to offer first: under the first root that has one, and not Cubicle's own source "
+        "checkout (when the server runs from one); none when there is no other.",
+    )

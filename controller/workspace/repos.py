@@ -99,3 +99,22 @@ def listed(roots: Iterable[Path], protected: Iterable[Path]) -> list[str]:
     for root in roots:
         walk(Path(root), 0)
     return sorted(set(found))
+
+
+def own_checkout() -> Path | None:
+    """The source checkout this controller runs from (an editable install, ``PYTHONPATH``), or None when it runs
+    from an installed wheel: the directory above the package, when it holds ``pyproject.toml`` and ``.git``."""
+    top = Path(__file__).resolve().parents[2]
+    return top if (top / "pyproject.toml").is_file() and (top / ".git").exists() else None
+
+
+def preselected(found: Iterable[str], roots: Iterable[Path], own: Path | None) -> str | None:
+    """The repository a form offers first: the first of ``found`` under the first root that has one, Cubicle's own
+    checkout (``own``) aside. A session on the controller's own source is possible, but never the default."""
+    found = list(found)
+    for root in roots:
+        real = Path(os.path.realpath(root))
+        for repo in found:
+            if _within(Path(repo), real) and (own is None or Path(repo) != own):
+                return repo
+    return None

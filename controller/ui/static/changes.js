@@ -1,10 +1,15 @@
-// A session's changes: the files with their dispositions and diffs, and the actions on them
-// (apply, revert, discard, rewind to a checkpoint). A refused apply shows its conflicts.
+// A session's changes: the files with their dispositions and diffs (highlighted, unified or side by side, with
+// a list of files to jump to), and the actions on them (apply all or the files ticked, revert, discard, rewind
+// to a checkpoint, review comments on lines). A refused apply shows its conflicts.
 import { get, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
+import { highlightRows, onLineClick, parseDiff, sideBySideView, unifiedView } from "./diff.js";
+import { mountReview } from "./review.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
 const KINDS = new Set(["added", "modified", "deleted"]);
+
+const LAYOUT = "cubicle.diffLayout";
 
 export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   const summary = el("span", { class: "muted", testid: "changes-summary" }, "loading…");
@@ -12,7 +17,11 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   const message = el("p", { class: "notice", testid: "changes-message", hidden: true });
   const conflicts = el("div", { class: "conflicts", testid: "conflicts", hidden: true });
   const appliedList = el("ul", { class: "applied-list", testid: "applied-list", hidden: true });
+  const files = el("ul", { class: "file-list", testid: "file-list", hidden: true });
   const applyBtn = el("button", { type: "button", testid: "apply" }, "Apply to checkout");
+  const applySelectedBtn = el("button", { type: "button", testid: "apply-selected", disabled: true }, "Apply selected");
+  const sideBySide = el("input", { type: "checkbox", testid: "side-by-side",
+    checked: localStorage.getItem(LAYOUT) === "side-by-side" });
   const revertBtn = el("button", { type: "button", testid: "revert" }, "Revert last apply");
   const discardBtn = el("button", { type: "button", class: "danger", testid: "discard" }, "Discard changes");
   const turn = el("select", { testid: "rewind-turn", name: "turn" });
@@ -23,17 +32,21 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     el("label", {}, buildBox, " Also apply the build inputs: ", el("span", { testid: "build-inputs-count" }, ""),
       " in the environment's build context, which its Dockerfile copies whole. The next environment build runs "
       + "this repository's files as root."));
-  const buttons = [applyBtn, revertBtn, discardBtn, rewindBtn];
+  const buttons = [applyBtn, applySelectedBtn, revertBtn, discardBtn, rewindBtn];
+  const review = mountReview(id, onChanged);
+  const selected = new Set(); // paths ticked for "Apply selected", as the listing spells them
   let running = false;
+  let changes = []; // the listing last loaded
   let applying = 0; // what a plain apply would write, as last listed
   let pending = null;
   let shown = null; // what the list was last built from: unchanged data leaves the DOM (and open diffs) alone
 
   replace(box,
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
-    el("div", { class: "actions" }, applyBtn, revertBtn, discardBtn,
+    el("div", { class: "actions" }, applyBtn, applySelectedBtn, revertBtn, discardBtn,
+      el("label", { class: "toggle" }, sideBySide, " side by side"),
       el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
-    buildAck, message, appliedList, conflicts, list);
+    buildAck, message, appliedList, conflicts, review.box, review.message, files, list);
 
   function say(text, isError = false) {
     setText(message, text);
@@ -51,7 +64,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       showApplied(result);
     } catch (err) {
       if (err instanceof ApiError && err.body && Array.isArray(err.body.conflicts) && err.body.conflicts.length) {
-        showConflicts(err.body.conflicts);
+        showConflicts(err.body.conflicts, body);
         say(`${label} refused: ${err.message}`, true);
       } else {
         say(`${label} failed: ${err instanceof ApiError ? `${err.status}: ${err.message}` : err}`, true);
@@ -74,15 +87,17 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
 
   function updateButtons() {
     applyBtn.disabled = running || applying === 0;
+    applySelectedBtn.disabled = running || selected.size === 0;
+    applySelectedBtn.textContent = selected.size ? `Apply selected (${selected.size})` : "Apply selected";
     revertBtn.disabled = running || unreverted() === 0;
     discardBtn.disabled = running;
     rewindBtn.disabled = running || !turn.options.length;
   }
 
-  function showConflicts(items) {
+  function showConflicts(items, asked) {
     const force = el("button", { type: "button", class: "danger", testid: "apply-force" },
       "Overwrite these paths and apply");
-    force.addEventListener("click", () => act("Apply", "apply", { force: items.map((c) => c.path) }));
+    force.addEventListener("click", () => act("Apply", "apply", { ...asked, force: items.map((c) => c.path) }));
     replace(conflicts,
       el("strong", {}, `Nothing was written: ${items.length} path(s) changed in the checkout since the session began`),
       el("ul", {}, ...items.map((c) => el("li", { testid: "conflict" },
@@ -92,6 +107,13 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   }
 
   applyBtn.addEventListener("click", () => act("Apply", "apply", buildBox.checked ? { build_inputs: true } : {}));
+  // Only the ticked paths are applied; the rest stays in the session for a later apply (or none).
+  applySelectedBtn.addEventListener("click", () => act("Apply", "apply",
+    { paths: [...selected], ...(buildBox.checked ? { build_inputs: true } : {}) }));
+  sideBySide.addEventListener("change", () => {
+    localStorage.setItem(LAYOUT, sideBySide.checked ? "side-by-side" : "unified");
+    draw();
+  });
   revertBtn.addEventListener("click", () => act("Revert", "revert", {}));
   discardBtn.addEventListener("click", () => {
     if (window.confirm("Drop this session's changes and checkpoints? What was applied stays.")) act("Discard", "discard");
@@ -101,11 +123,12 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   });
 
   async function load() {
-    const [[changes, truncatedAt, unlisted, unlistedApplied], checkpoints] = await Promise.all([
+    const [[listing, truncatedAt, unlisted, unlistedApplied], checkpoints] = await Promise.all([
       getWithHeaders(`${sessionPath(id)}/changes?diff=true`, "Cubicle-Truncated-At", "Cubicle-Unlisted",
         "Cubicle-Unlisted-Applied"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
+    changes = listing;
     const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
     applying = changes.filter((c) => c.disposition === "apply").length + (Number(unlistedApplied) || 0);
     updateButtons();
@@ -133,7 +156,9 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     setText(buildAck.querySelector("[data-testid=build-inputs-count]"), `${building} path(s)`);
     buildAck.hidden = building === 0;
     if (!building) buildBox.checked = false;
-    replace(list, ...changes.map(changeView));
+    const present = new Set(changes.filter((c) => c.disposition === "apply").map((c) => c.path));
+    for (const path of [...selected]) if (!present.has(path)) selected.delete(path);
+    draw();
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
     updateButtons();
   }
@@ -158,7 +183,32 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
 
   function setRunning(value) {
     running = value;
+    review.setRunning(value);
     updateButtons();
+  }
+
+  /** The list (and the file list above it) from the listing last loaded, in the layout chosen. */
+  function draw() {
+    const views = changes.map((c) => changeView(c, {
+      layout: sideBySide.checked ? "side-by-side" : "unified",
+      selected,
+      onSelect: updateButtons,
+      comment: (path, line, side, after) => {
+        const form = review.form(path, line, side, () => null);
+        if (after.tagName === "TR") after.after(el("tr", { class: "comment-row" }, el("td", { colSpan: 4 }, form)));
+        else after.after(form);
+      },
+    }));
+    replace(list, ...views);
+    replace(files, ...changes.map((c, i) => {
+      const link = el("button", { type: "button", class: "linkish mono", testid: "file-link" }, c.path);
+      link.addEventListener("click", () => {
+        views[i].open = true;
+        views[i].scrollIntoView({ block: "start" });
+      });
+      return el("li", {}, link);
+    }));
+    files.hidden = changes.length < 2;
   }
 
   return { refresh, setRunning };
@@ -175,11 +225,12 @@ function describe(label, result) {
   return `${label}: done.`;
 }
 
-function changeView(c) {
+function changeView(c, options) {
   const disposition = DISPOSITIONS.has(c.disposition) ? c.disposition : "other";
   const kind = KINDS.has(c.kind) ? c.kind : "other";
   const { added, removed } = countLines(c.diff);
   const head = el("summary", { class: "change-head" },
+    selectBox(c, options),
     el("span", { class: `kind kind-${kind}`, testid: "change-kind" }, c.kind),
     el("span", { class: "mono path", testid: "change-path" }, c.path, c.type === "dir" ? "/" : ""),
     c.renamed_from ? el("span", { class: "muted small" }, ` (from ${c.renamed_from})`) : null,
@@ -188,9 +239,10 @@ function changeView(c) {
     c.reason && c.disposition !== "build_input"  // the note above the list says why, once
       ? el("span", { class: "muted small", testid: "change-reason" }, c.reason) : null,
     el("span", { class: "counts" },
-      el("span", { class: "plus" }, `+${added}`), " ", el("span", { class: "minus" }, `−${removed}`)));
+      el("span", { class: "plus" }, `+${added}`), " ", el("span", { class: "minus" }, `−${removed}`)),
+    commentButton(c, options));
   let body;
-  if (typeof c.diff === "string") body = diffView(c.diff);
+  if (typeof c.diff === "string") body = diffView(c.diff, c.path, options);
   else if (c.binary) body = el("p", { class: "muted small" }, `binary, ${c.size} bytes`);
   else if (c.type === "dir") body = null;
   else if (c.target !== null && c.target !== undefined) body = el("p", { class: "muted small" }, `symlink → ${c.target}`);
@@ -216,35 +268,42 @@ function modeNote(c) {
 function countLines(diff) {
   let added = 0;
   let removed = 0;
-  for (const [, cls] of classified(diff || "")) {
+  for (const { cls } of parseDiff(diff || "")) {
     if (cls === "diff-add") added += 1;
     else if (cls === "diff-del") removed += 1;
   }
   return { added, removed };
 }
 
-/** Each line of a unified diff with its class. Only the lines before the first hunk are file
- *  headers: inside hunks a line is what its first character says, so an added line that reads
- *  "++ x" is an addition, not a header. */
-function classified(diff) {
-  const lines = diff.endsWith("\n") ? diff.slice(0, -1).split("\n") : diff.split("\n");
-  let inHunks = false;
-  return lines.map((line) => {
-    let cls = "diff-context";
-    if (line.startsWith("@@")) {
-      inHunks = true;
-      cls = "diff-hunk";
-    } else if (!inHunks) cls = line.startsWith("+++") || line.startsWith("---") ? "diff-file" : "diff-meta";
-    else if (line.startsWith("+")) cls = "diff-add";
-    else if (line.startsWith("-")) cls = "diff-del";
-    else if (line.startsWith("\\")) cls = "diff-meta";
-    return [line, cls];
+/** A path's tick box for "Apply selected": only for what a plain apply writes (disposition apply). */
+function selectBox(c, { selected, onSelect }) {
+  if (c.disposition !== "apply") return null;
+  const box = el("input", { type: "checkbox", class: "select", testid: "change-select", checked: selected.has(c.path),
+    title: "Apply this path with “Apply selected”" });
+  box.addEventListener("change", () => {
+    if (box.checked) selected.add(c.path);
+    else selected.delete(c.path);
+    onSelect();
   });
+  return box;
 }
 
-/** A unified diff, one element per line, classed as above. */
-export function diffView(diff) {
-  return el("pre", { class: "diff", testid: "diff" }, ...classified(diff).map(([line, cls]) => {
-    return el("span", { class: `diff-line ${cls}`, testid: cls }, `${line}\n`);
-  }));
+function commentButton(c, { comment }) {
+  const button = el("button", { type: "button", class: "linkish small", testid: "comment-file" }, "comment");
+  button.addEventListener("click", (e) => {
+    e.preventDefault(); // a button in a summary: comment, do not fold the file
+    comment(c.path, undefined, undefined, button.closest("summary"));
+  });
+  return button;
+}
+
+/** A file's diff, highlighted when its language is known and it is within bounds; a click on a line opens a
+ *  comment form under it. */
+export function diffView(diff, path = "", { layout = "unified", comment = null } = {}) {
+  const rows = parseDiff(diff);
+  const highlighted = highlightRows(rows, path, diff.length);
+  const view = layout === "side-by-side" ? sideBySideView(rows) : unifiedView(rows);
+  view.dataset.highlighted = String(highlighted);
+  if (comment) onLineClick(view, ({ side, line, after }) => comment(path, line, side, after));
+  return view;
 }

@@ -99,7 +99,10 @@ function startForm() {
       replace(repo, el("option", { value: "" }, `no repositories under ${data.roots.join(", ") || "any root"}`));
       return;
     }
-    replace(repo, ...data.repos.map((path) => el("option", { value: path }, path)));
+    // The server names the one to offer first (never Cubicle's own checkout); without one, the user picks.
+    const placeholder = data.default ? null : el("option", { value: "" }, "choose a repository");
+    replace(repo, placeholder, ...data.repos.map((path) => el("option", { value: path }, path)));
+    repo.value = data.default || "";
   }).catch((err) => {
     setText(error, `Could not list repositories: ${err.message}`);
     error.hidden = false;

@@ -60,8 +60,14 @@ def test_docs_page_loads_only_local_assets(client: TestClient) -> None:
     assert "cdn" not in html.lower()
     assert not re.search(r"(https?:)?//", html), "the page names an external URL"
     assets = re.findall(r'(?:src|href)="([^"]+)"', html)
-    assert len(assets) == 3 and all(a.startswith("/docs/assets/") for a in assets), assets
-    assert "url: '/openapi.json'" in html
+    assert len(assets) == 4 and all(a.startswith(("/docs/assets/", "/ui/assets/")) for a in assets), assets
+    assert 'data-openapi="/openapi.json"' in html
+    assert re.findall(r"<script\b[^>]*>", html) == [
+        '<script src="/docs/assets/swagger-ui-bundle.js">',
+        '<script src="/ui/assets/docs.js">',
+    ], "no inline script"
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self';" in policy and "unsafe-eval" not in policy and "frame-ancestors 'none'" in policy
     for asset in assets:
         served = client.get(asset, headers=AUTH)
         assert served.status_code == 200 and len(served.content) > 1000, asset
@@ -80,3 +86,22 @@ def test_without_a_token_the_docs_are_open(tmp_path: Path) -> None:
         assert open_client.get("/docs").status_code == 200
         assert open_client.get("/openapi.json").status_code == 200
         assert open_client.get("/docs/assets/swagger-ui.css").status_code == 200
+
+
+def test_a_signed_in_cookie_opens_the_docs_and_the_schema_wants_its_key_too(client: TestClient) -> None:
+    """A browser opening /docs sends the cookie but cannot send the page key: the page (no data) opens with the
+    cookie; the schema and every /v1 route want the key as well, and a write the Origin too (docs.js sends the key)."""
+    assert client.get("/docs").status_code == 401, "no cookie yet"
+    signed = client.post("/ui/login", json={"token": TOKEN}, headers={"Origin": LOOPBACK})
+    key = signed.json()["key"]
+    assert client.get("/docs").status_code == 200
+    assert client.get("/docs/assets/swagger-ui.css").status_code == 200
+    assert client.get("/openapi.json").status_code == 401, "the cookie alone"
+    assert client.get("/openapi.json", headers={"X-Cubicle-Key": key}).status_code == 200
+    assert client.post("/v1/sessions/s_x/cancel", headers={"Origin": LOOPBACK}).status_code == 401, "cookie-only write"
+    assert client.post("/v1/sessions/s_x/cancel", headers={"X-Cubicle-Key": key}).status_code == 403, "no Origin"
+    found = client.post("/v1/sessions/s_x/cancel", headers={"X-Cubicle-Key": key, "Origin": LOOPBACK})
+    assert found.status_code == 404, found.text  # let in: no such session
+    client.cookies.clear()
+    client.cookies.set("cubicle_session", "forged")
+    assert client.get("/docs").status_code == 401

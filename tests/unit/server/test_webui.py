@@ -17,6 +17,7 @@ from controller.config import Settings
 from controller.server import webauth, webui
 from controller.server.api import create_app
 from controller.testing import LOOPBACK, NoSandbox
+from controller.workspace import repos
 from tests.sandbox_defaults import owned_dir
 
 TOKEN = "viewer-unit-test-token"
@@ -236,3 +237,24 @@ def test_a_long_response_asks_the_store_at_most_every_second_and_a_store_gone_en
 def test_a_last_event_id_too_long_for_a_number_is_ignored_not_a_crash(client: TestClient) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}", "Last-Event-ID": "9" * 5000}
     assert client.get("/v1/sessions/s_nope/events", headers=headers).status_code == 404
+
+
+def test_the_form_is_offered_the_first_repository_that_is_not_cubicles_own_checkout(
+    tmp_path: Path, roots: Path
+) -> None:
+    own = repos.own_checkout()
+    assert own is not None and (own / "controller" / "server" / "webui.py").is_file(), "the tests run from a checkout"
+    for order, expected in (([own, roots], roots / "app"), ([roots, own], roots / "app"), ([own], None)):
+        settings = _settings(tmp_path, None).model_copy(update={"repo_roots": order})
+        with TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox()), base_url=LOOPBACK) as client:
+            listed = client.get("/v1/repos").json()
+        assert str(own) in listed["repos"], "still offered, just not first"
+        assert listed["default"] == (None if expected is None else str(expected)), order
+    assert repos.preselected(["/r/b/x", "/r/a/y"], [Path("/r/b"), Path("/r/a")], None) == "/r/b/x"
+
+
+@pytest.mark.parametrize(("name", "kind"), [("prism.js", "text/javascript"), ("prism.LICENSE.txt", "text/plain")])
+def test_the_vendored_highlighter_and_its_licence_are_served(client: TestClient, name: str, kind: str) -> None:
+    served = client.get(f"/ui/assets/{name}")
+    assert served.status_code == 200 and served.headers["content-type"].startswith(kind)
+    assert ("Prism 1.30.0" if name == "prism.js" else "MIT LICENSE") in served.text
