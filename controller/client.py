@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -41,6 +41,8 @@ from .wire.bodies import (
     UNLISTED_HEADER,
     Health,
     RepoList,
+    Review,
+    ReviewComment,
     SessionPage,
     Transcript,
 )
@@ -126,6 +128,11 @@ class Routes:
     @staticmethod
     def follow_up(session_id: str, text: str) -> Request[SessionRecord]:
         return Request("POST", f"/v1/sessions/{session_id}/messages", _model(SessionRecord), json={"text": text})
+
+    @staticmethod
+    def comment(session_id: str, comments: Sequence[ReviewComment]) -> Request[SessionRecord]:
+        body = Review(comments=list(comments)).model_dump(mode="json")
+        return Request("POST", f"/v1/sessions/{session_id}/comments", _model(SessionRecord), json=body)
 
     @staticmethod
     def cancel(session_id: str) -> Request[SessionRecord]:
@@ -375,6 +382,10 @@ class Client:
     def follow_up(self, session_id: str, text: str) -> SessionRecord:
         return self.send(ROUTES.follow_up(session_id, text))
 
+    def comment(self, session_id: str, comments: Sequence[ReviewComment]) -> SessionRecord:
+        """Review comments on the session's diff, sent as its next turn (the server quotes the diff itself)."""
+        return self.send(ROUTES.comment(session_id, comments))
+
     def cancel(self, session_id: str) -> SessionRecord:
         return self.send(ROUTES.cancel(session_id))
 
@@ -497,6 +508,10 @@ class AsyncClient:
 
     async def follow_up(self, session_id: str, text: str) -> SessionRecord:
         return await self.send(ROUTES.follow_up(session_id, text))
+
+    async def comment(self, session_id: str, comments: Sequence[ReviewComment]) -> SessionRecord:
+        """Review comments on the session's diff, sent as its next turn (the server quotes the diff itself)."""
+        return await self.send(ROUTES.comment(session_id, comments))
 
     async def cancel(self, session_id: str) -> SessionRecord:
         return await self.send(ROUTES.cancel(session_id))

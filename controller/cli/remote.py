@@ -19,6 +19,7 @@ import typer
 from ..agent.loop import TurnOutcome
 from ..client import AsyncClient, Client
 from ..errors import CubicleError
+from ..wire.bodies import ReviewComment
 from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
 from ..wire.environment import EnvironmentRequest
 from ..wire.events import SessionFinished
@@ -72,13 +73,19 @@ async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
         return await _turn(client, _session_id(record.id), record.repo, 0, view)
 
 
-async def continue_remote(url: str, token: str | None, session_id: str, text: str, view: Any) -> RemoteRun:
-    """Begin the session's next turn on ``text`` and show its events until it ends (as ``run_remote`` does)."""
+async def continue_remote(
+    url: str, token: str | None, session_id: str, said: str | ReviewComment, view: Any
+) -> RemoteRun:
+    """Begin the session's next turn on ``said`` (a message, or a review comment the server quotes the diff for) and
+    show its events until it ends (as ``run_remote`` does)."""
     async with AsyncClient(url, token) as client:
         last = 0
         async for event in client.events(session_id):  # what is stored; the stream ends as no turn runs
             last = event.seq
-        record = await client.follow_up(session_id, text)
+        if isinstance(said, ReviewComment):
+            record = await client.comment(session_id, [said])
+        else:
+            record = await client.follow_up(session_id, said)
         return await _turn(client, session_id, record.repo, last, view)
 
 

@@ -21,9 +21,12 @@ import typer
 
 from ..config import Settings
 from ..errors import NotFoundError
+from ..server import review
 from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
+from ..wire.bodies import ReviewComment
+from ..workspace.manager import printable
 from . import options, terminal
 from .app import EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink
@@ -54,6 +57,15 @@ class ContinueOptions:
 
     session_id: SessionArg
     message: Annotated[str, typer.Argument(metavar="MESSAGE", help="What the agent should do next.")]
+    on: Annotated[
+        str | None,
+        typer.Option(
+            "--on", metavar="PATH[:LINE]",
+            help="Make MESSAGE a review comment on this changed file (or this line of the session's version of it): "
+            "the agent gets it with that part of the session's diff quoted, fenced and labelled as its own file "
+            "content. The viewer comments on removed lines and sends several at once.",
+        ),
+    ] = None  # fmt: skip
     json_events: JsonOption = False
     approve: ApproveOption = False
     apply: ApplyOption = None
@@ -91,9 +103,21 @@ def continue_(o: ContinueOptions) -> None:
     raise typer.Exit(replaced or code)
 
 
+def comment_of(o: ContinueOptions) -> ReviewComment | None:
+    """The review comment ``--on PATH[:LINE]`` makes of the message: a line when PATH ends in ``:`` and digits."""
+    if o.on is None:
+        return None
+    path, _, line = o.on.rpartition(":")
+    if path and line.isdigit() and int(line) > 0:
+        return ReviewComment(path=path, line=int(line), text=o.message)
+    return ReviewComment(path=o.on, text=o.message)
+
+
 async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     if o.server is not None:
-        done = await continue_remote(o.server, api_token(), o.session_id, o.message, view)
+        comment = comment_of(o)
+        said: str | ReviewComment = o.message if comment is None else comment
+        done = await continue_remote(o.server, api_token(), o.session_id, said, view)
         return Ran(done.session_id, Path(done.repo), ended(done))
     return await _continue_here(settings, o, view)
 
@@ -104,7 +128,11 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         record = sessions.get(o.session_id)
         await sessions.runtime.ensure_image(record.limits.network)
         approver = view.approve if o.approve and isinstance(view, LiveSink) else None
-        await sessions.follow_up(o.session_id, o.message, view=view, approver=approver)
+        text, comment = o.message, comment_of(o)
+        if comment is not None:  # quoted from the session's own diff, as the API's /comments does
+            listing = await sessions.changes(o.session_id, diff=True)
+            text = review.message([printable(change) for change in listing], [comment])
+        await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn
         return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id))
