@@ -3,7 +3,8 @@
 The sandbox hands over what the command printed as it comes (``OutputFeed``, called on the event
 loop). Here it is gathered for at most ``EVERY_S`` (or until ``BATCH_CHARS`` wait) and emitted as
 one event, so a chatty command costs the store (on PostgreSQL, each insert is a NOTIFY to every
-follower) ten events a second at most, whatever it prints. Past the session's cap
+follower) ten events a second at most, whatever it prints, and one a second after its first
+``BRISK_EVENTS``. Past the session's cap
 (``Limits.live_output_bytes``) one last event says so and nothing more is emitted; the model's
 result is unchanged. Every event is emitted before the call's ``tool_result``.
 """
@@ -22,7 +23,11 @@ from ..wire.events import CommandOutput, EventSink
 log = logging.getLogger(__name__)
 
 EVERY_S = 0.1
-"""Longest output waits before it is emitted (the first piece after a quiet spell goes at once)."""
+"""Longest output waits before it is emitted (the first piece after a quiet spell goes at once)..."""
+BRISK_EVENTS = 300
+SLOW_EVERY_S = 1.0
+"""...for a command's first BRISK_EVENTS events; after them, once a second, so a command that trickles a byte at a
+time for an hour costs a few thousand stored events, not tens of thousands."""
 BATCH_CHARS = 8192
 """Output gathered that is emitted at once, whatever the time."""
 
@@ -32,10 +37,12 @@ Watch = Callable[[CommandOutput], Awaitable[None]]
 
 @dataclass(frozen=True)
 class LiveView:
-    """How a call's output is shown while it runs: up to ``cap`` characters (0: not at all), and who else is told."""
+    """How a call's output is shown while it runs: up to ``cap`` characters (0: not at all), who else is told, and
+    how many events go out at the brisk pace before the slow one."""
 
     cap: int = 0
     watch: Watch | None = None
+    brisk: int = BRISK_EVENTS
 
 
 NOT_LIVE = LiveView()
@@ -46,11 +53,12 @@ class LiveOutput:
 
     def __init__(self, sink: EventSink, session_id: str, tool_use_id: str, view: LiveView) -> None:
         self._sink, self._session_id, self._tool_use_id, self._watch = sink, session_id, tool_use_id, view.watch
-        self._left = view.cap
+        self._left, self._brisk = view.cap, view.brisk
         self._parts: list[str] = []
         self._size = 0
         self._truncated = self._done = self._closing = False
         self._last = 0.0
+        self._events = 0
         self._fed = asyncio.Event()
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -90,7 +98,7 @@ class LiveOutput:
     async def _run(self) -> None:
         while True:
             await self._fed.wait()
-            delay = self._last + EVERY_S - time.monotonic()
+            delay = self._last + (EVERY_S if self._events < self._brisk else SLOW_EVERY_S) - time.monotonic()
             if delay > 0 and not self._urgent.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
@@ -109,6 +117,7 @@ class LiveOutput:
             session_id=self._session_id, tool_use_id=self._tool_use_id, text=text, truncated=self._truncated
         )
         self._last = time.monotonic()
+        self._events += 1
         await self._sink.emit(event)
         if self._watch is not None:
             try:

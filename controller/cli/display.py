@@ -50,10 +50,18 @@ TAIL_CHARS = 4096
 """What is kept of a running command's output for those lines."""
 
 
+REWRITTEN = "⟲ "
+"""Marks a line of the tail that a carriage return rewrote: only its last state is shown, so it must not pass for
+the whole line (``make\rall tests passed`` shows as ``⟲ all tests passed``)."""
+
+
 def tail_lines(text: str, count: int = TAIL_LINES) -> list[str]:
     """The last ``count`` non-empty lines of ``text``, each as a terminal would leave it after a carriage return (a
-    progress bar's last state), for display under the spinner."""
-    lines = [line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n")]
+    progress bar's last state, marked as rewritten), for display under the spinner."""
+    lines = []
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        lines.append(REWRITTEN + line.rsplit("\r", 1)[-1] if "\r" in line else line)
     return [line for line in lines if line.strip()][-count:]
 
 

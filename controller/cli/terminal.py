@@ -17,11 +17,8 @@ spaces, tabs, leading and trailing spaces and look-alike spaces become visible t
 
 from __future__ import annotations
 
-import bisect
 import functools
-import importlib.resources
 import io
-import json
 import logging
 import os
 import re
@@ -32,56 +29,14 @@ from typing import IO, cast
 from rich.console import Console
 from rich.text import Text
 
+from ..wire.inert import CANDIDATE, escape, hidden, safe
+
+__all__ = ["ESCAPE_STYLE", "console", "escape", "safe", "safe_text", "visible"]
+
 ESCAPE_STYLE = "reverse"
 """How a made-visible character looks, so a real ``\\x1b`` is told apart from those four characters typed."""
 
-_NAMED = {"\r": "\\r", "\t": "\\t", "\n": "\\n"}
-# Candidates: everything that is not printable ASCII, newline or tab; each is then judged by its category.
-_CANDIDATE = re.compile(r"[^\t\n\x20-\x7e]")
 _INDENT = re.compile(r"[ \t]+(?=\S)")
-
-
-def _invisible() -> tuple[list[int], list[int]]:
-    """The table every display shares (``ui/static/invisible.json``, which the viewer reads too): the first and
-    last code points of each range, sorted."""
-    table = json.loads((importlib.resources.files("controller") / "ui" / "static" / "invisible.json").read_bytes())
-    return [first for first, _ in table["ranges"]], [last for _, last in table["ranges"]]
-
-
-_FIRSTS, _LASTS = _invisible()
-
-
-def _hidden(char: str) -> bool:
-    """A character a display acts on or draws as nothing: controls, format and bidi characters, separators,
-    variation selectors, tags and other default-ignorable code points, letters drawn blank (a run of Hangul
-    fillers could push the rest of a line out of sight while looking empty)."""
-    code = ord(char)
-    at = bisect.bisect_right(_FIRSTS, code) - 1
-    return at >= 0 and code <= _LASTS[at]
-
-
-def escape(char: str) -> str:
-    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``; a byte UTF-8
-    could not read (held as the surrogate ``surrogateescape`` makes of it) as that byte, ``\\xff``."""
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    if 0xDC80 <= code <= 0xDCFF:
-        return f"\\x{code - 0xDC00:02x}"
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def safe(text: str) -> str:
-    """``text`` as plain characters a terminal only draws (for logs and other places that take a str).
-
-    A ``\\r\\n`` line ending is a newline; every other hidden character is spelled out with :func:`escape`.
-    """
-    text = text.replace("\r\n", "\n")
-    return _CANDIDATE.sub(lambda m: escape(m[0]) if _hidden(m[0]) else m[0], text)
 
 
 def safe_text(text: str, style: str = "") -> Text:
@@ -89,8 +44,8 @@ def safe_text(text: str, style: str = "") -> Text:
     text = text.replace("\r\n", "\n")
     out = Text(style=style)
     last = 0
-    for match in _CANDIDATE.finditer(text):
-        if _hidden(match[0]):
+    for match in CANDIDATE.finditer(text):
+        if hidden(match[0]):
             out.append(text[last : match.start()])
             out.append(escape(match[0]), ESCAPE_STYLE)
             last = match.end()
@@ -117,7 +72,7 @@ def visible(line: str, *, indent: bool = False, run: int = 2) -> Text:
         found = match[0]
         if found.startswith(" ") and (len(found) >= run or match.start() == 0 or match.end() == len(line)):
             shown = f"⟨{len(found)} space{'s' if len(found) > 1 else ''}⟩"
-        elif found == "\t" or _hidden(found) or unicodedata.category(found) == "Zs":
+        elif found == "\t" or hidden(found) or unicodedata.category(found) == "Zs":
             shown = escape(found)
         else:
             continue

@@ -30,6 +30,7 @@ from mcp.server.stdio import stdio_server
 from ..agent import tools
 from ..agent.liveoutput import Watch
 from ..wire.events import CommandOutput
+from ..wire.inert import safe
 from .live import LiveSession
 
 SERVER_NAME = "cubicle"
@@ -63,7 +64,8 @@ PROGRESS_LINE = 200
 
 def progress_of(ctx: Any) -> Watch | None:
     """A command's live output as the client's progress notifications, when its request carried a progress token:
-    the characters printed so far, and the last line printed, shown inert."""
+    the characters printed so far, and the last line printed, every character a display acts on or draws as nothing
+    spelled out (the table every display of Cubicle shares)."""
     meta = ctx.meta or {}
     token = meta.get("progress_token", meta.get("progressToken"))
     if not isinstance(token, str | int):
@@ -74,7 +76,7 @@ def progress_of(ctx: Any) -> Watch | None:
         nonlocal printed
         printed += len(event.text)
         lines = [line for line in event.text.splitlines() if line.strip()]
-        message = _inert(lines[-1][-PROGRESS_LINE:]) if lines else ""
+        message = safe(lines[-1][-PROGRESS_LINE:]) if lines else ""  # a client shows it to its user as it is
         if event.truncated:
             message = f"{message} [output truncated for display]".lstrip()
         await ctx.session.send_progress_notification(
@@ -82,12 +84,6 @@ def progress_of(ctx: Any) -> Watch | None:
         )
 
     return report
-
-
-def _inert(text: str) -> str:
-    """``text`` with every character a display could act on (controls, bidi and other format characters) spelled
-    out as an escape: a client shows progress messages to its user as they are."""
-    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
 
 
 def server(session: LiveSession, version: str) -> Server[Any]:

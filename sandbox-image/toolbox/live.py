@@ -40,7 +40,7 @@ class Live:
         """Take what pipe ``fd`` gave; sends at once when the batch is full or the limit is reached."""
         if self._done:
             return
-        cut = len(data) >= self._left
+        cut = len(data) > self._left  # output that ends exactly at the limit is whole: the next byte is the cut
         if cut:
             data = data[: self._left]
         self._left -= len(data)

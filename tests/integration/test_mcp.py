@@ -284,7 +284,7 @@ async def test_a_commands_output_reaches_the_client_as_progress_while_it_runs(
     while the command runs; the result is the model's usual text, and the record keeps the command_output events."""
     data = tmp_path / "data"
     heard: list[tuple[float, float, str | None]] = []
-    command = "for i in 1 2 3 4; do printf 'step %s \\033[31m\\n' $i; sleep 0.3; done"
+    command = "for i in 1 2 3 4; do printf 'step %s \\033[31m\\343\\205\\244\\n' $i; sleep 0.3; done"  # U+3164
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
         heard.append((time.monotonic(), done, message))
@@ -296,7 +296,7 @@ async def test_a_commands_output_reaches_the_client_as_progress_while_it_runs(
     assert not result.is_error and text(result).count("step") == 4
     assert len(heard) >= 2 and heard[0][0] < ended - 0.5, (heard, started, ended)
     assert [done for _, done, _ in heard] == sorted(done for _, done, _ in heard)
-    assert all(message and message.startswith("step ") and "\\x1b[31m" in message for *_, message in heard)
+    assert all(message and message.startswith("step ") and "\\x1b[31m\\u3164" in message for *_, message in heard)
     _, events = only_session(data)
     kinds = [e.type for e in events if e.type in ("tool_call", "command_output", "tool_result")]
     assert kinds[0] == "tool_call" and kinds[-1] == "tool_result" and set(kinds[1:-1]) == {"command_output"}

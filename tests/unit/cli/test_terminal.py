@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from controller.cli import terminal
+from controller.wire import inert
 
 HOSTILE = (
     "clip\x1b]52;c;cHduZWQ=\x07 title\x1b]0;PWNED\x1b\\ link\x1b]8;;http://evil\x1b\\x\x1b]8;;\x1b\\ "
@@ -85,10 +86,10 @@ def test_one_table_names_every_character_the_terminal_and_the_viewer_spell_out()
     categories = {"Cc", "Cf", "Cs", "Zl", "Zp"}
     missing = [
         f"U+{code:04X}" for code in range(0x110000)
-        if chr(code) not in "\t\n" and unicodedata.category(chr(code)) in categories and not terminal._hidden(chr(code))
+        if chr(code) not in "\t\n" and unicodedata.category(chr(code)) in categories and not inert.hidden(chr(code))
     ]  # fmt: skip
     assert missing == [], "controls, format characters and separators of this Python's Unicode"
     for char in "\ufe0f\ufe00\U000e0100\U000e01ef\U000e0001\u180e\u2061\u3164\u115f\u034f\u2800":
-        assert terminal._hidden(char), f"U+{ord(char):04X}"
+        assert inert.hidden(char), f"U+{ord(char):04X}"
     assert terminal.safe("setup.py\ufe0f") == "setup.py\\ufe0f"
-    assert not terminal._hidden("\t") and not terminal._hidden("é") and not terminal._hidden("\u00a0")
+    assert not inert.hidden("\t") and not inert.hidden("é") and not inert.hidden("\u00a0")

@@ -49,3 +49,14 @@ def test_past_the_limit_one_last_piece_says_so_and_nothing_more_is_sent() -> Non
     live.feed(1, b"more", 0.0)
     live.finish(0.1)
     assert sent == [("123456789a", True)]
+
+
+def test_output_that_ends_exactly_at_the_limit_is_not_called_cut() -> None:
+    live, sent = collecting(10)
+    live.feed(1, b"1234567890", 0.0)
+    live.finish(0.1)
+    assert sent == [("1234567890", False)]
+    live, sent = collecting(10)
+    live.feed(1, b"1234567890", 0.0)
+    live.feed(1, b"!", 0.0)
+    assert sent == [("1234567890", True)]
