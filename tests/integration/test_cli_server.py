@@ -132,12 +132,11 @@ def _texts(done: subprocess.CompletedProcess[str]) -> str:
     return "".join(json.loads(line).get("text", "") for line in done.stdout.splitlines())
 
 
-@pytest.mark.parametrize("where", ["here", "server"])
-def test_continue_runs_the_next_turn_and_show_prints_every_turn(
-    served: Served, model_server: ScriptedServer, tmp_path: Path, make_repo: Callable[..., Path], where: str
-) -> None:
-    model = register(model_server, CONTINUED, prefix=f"cli-continue-{where}")
-    repo = make_repo(where)
+def _first_turn(
+    where: str, served: Served, model_server: ScriptedServer, tmp_path: Path, repo: Path, model: str
+) -> tuple[str, dict[str, str]]:
+    """A first `cubicle run --json --no-apply` of ``model`` on this machine (``here``) or on the server; its session
+    id, and the environment the session's later commands are run with."""
     if where == "here":
         env = {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_API_KEY": "test",  # type: ignore[attr-defined]
                "CUBICLE_DATA_DIR": str(tmp_path / "local-data")}  # fmt: skip
@@ -148,7 +147,15 @@ def test_continue_runs_the_next_turn_and_show_prints_every_turn(
         first = cubicle("run", str(repo), "do it", "--server", served.url, "--json", "--no-apply", "--model", model,
                         env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+    return json.loads(first.stdout.splitlines()[0])["session_id"], env
+
+
+@pytest.mark.parametrize("where", ["here", "server"])
+def test_continue_runs_the_next_turn_and_show_prints_every_turn(
+    served: Served, model_server: ScriptedServer, tmp_path: Path, make_repo: Callable[..., Path], where: str
+) -> None:
+    model = register(model_server, CONTINUED, prefix=f"cli-continue-{where}")
+    session_id, env = _first_turn(where, served, model_server, tmp_path, make_repo(where), model)
 
     second = cubicle("continue", session_id, "now more", "--json", "--no-apply", env=env)
     assert second.returncode == 0, second.stderr
@@ -216,18 +223,7 @@ def test_continue_on_a_line_sends_the_comment_with_the_sessions_own_hunk_quoted(
     """`cubicle continue ID TEXT --on PATH:LINE` is a review comment: the agent reads the user's words, then the
     line's hunk from the session's own diff, fenced past any backtick run in it and labelled as its file content."""
     model = register(model_server, REVIEWED, prefix=f"cli-review-{where}")
-    repo = make_repo(where)
-    if where == "here":
-        env = {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_API_KEY": "test",  # type: ignore[attr-defined]
-               "CUBICLE_DATA_DIR": str(tmp_path / "local-data")}  # fmt: skip
-        first = cubicle("run", str(repo), "make it", "--json", "--no-apply", "--model", model, env=env)
-    else:
-        env = {"CUBICLE_API_TOKEN": served.token, "CUBICLE_DATA_DIR": str(served.root / "unused"),
-               "CUBICLE_SERVER": served.url}  # fmt: skip
-        first = cubicle("run", str(repo), "make it", "--server", served.url, "--json", "--no-apply", "--model", model,
-                        env=env)  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+    session_id, env = _first_turn(where, served, model_server, tmp_path, make_repo(where), model)
 
     missing = cubicle("continue", session_id, "why?", "--on", "nowhere.txt:1", "--no-apply", env=env)
     assert missing.returncode == 2 and "nowhere.txt" in missing.stderr, missing.stderr
