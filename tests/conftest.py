@@ -102,6 +102,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     marks = config.getoption("markexpr") or ""
     command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", *config.args]
     command += ["-m", f"({alone}) and ({marks})" if marks else alone]
+    command += [f"--ignore={path}" for path in config.getoption("ignore") or []]
     if config.getoption("keyword"):
         command += ["-k", config.getoption("keyword")]
     print(f"\n\n== the tests that run alone ({alone}), one at a time, after the others ==", flush=True)
