@@ -91,6 +91,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A parallel run hands out the known-long tests first (``tests/scheduling.py``), so none of them starts last."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for: xdist's own
+    from tests.scheduling import LongFirst
+
+    return LongFirst(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The main process of a parallel run: run what its workers left out, in one process, one at a time."""
     config = session.config
