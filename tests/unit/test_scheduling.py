@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,3 +62,12 @@ def test_without_long_tests_the_order_is_loads_own() -> None:
     batches = run(collection, workers=2)
     assert batches[:2] == [("gw0", collection[:5]), ("gw1", collection[5:10])]  # load's consecutive chunks
     assert sorted(name for _, batch in batches for name in batch) == sorted(collection)
+
+
+def test_every_long_test_is_still_there() -> None:
+    """A renamed or removed test would silently lose its place: each entry names a file and a test in it."""
+    root = Path(__file__).resolve().parents[2]
+    for entry in LONG:
+        path, name = entry.split("::")
+        source = (root / path).read_text()
+        assert re.search(rf"^(async )?def {re.escape(name)}", source, re.MULTILINE), entry
