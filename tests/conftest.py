@@ -91,6 +91,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A parallel run hands out the known-long tests first (``tests/scheduling.py``), so none of them starts last."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for: xdist's own
+    from tests.scheduling import LongFirst
+
+    return LongFirst(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The main process of a parallel run: run what its workers left out, in one process, one at a time."""
     config = session.config
@@ -102,6 +112,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     marks = config.getoption("markexpr") or ""
     command = [sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", *config.args]
     command += ["-m", f"({alone}) and ({marks})" if marks else alone]
+    command += [f"--ignore={path}" for path in config.getoption("ignore") or []]
     if config.getoption("keyword"):
         command += ["-k", config.getoption("keyword")]
     print(f"\n\n== the tests that run alone ({alone}), one at a time, after the others ==", flush=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
+import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -33,7 +34,25 @@ NICE = 10
 """How much lower a walk's child runs than the controller."""
 PRELOAD = ["__main__", "controller.workspace.manager"]
 """What the fork server imports once, so that each walk's child starts in milliseconds (the main module too, as
-``multiprocessing`` does by default: a child would import it again otherwise)."""
+``multiprocessing`` does by default: a child would import it again otherwise). See ``preload``."""
+
+
+def preload() -> list[str]:
+    """``PRELOAD``, and when the program is a script, the modules of what it imported.
+
+    A script (the ``cubicle`` command is pip's wrapper: ``from controller.cli import main``) is run again in each
+    child, to rebuild ``__main__``. The fork server is meant to run it once for them all (``"__main__"`` above),
+    but Python 3.11's never receives the script's path: each walk imported the whole command line again (0.6 s of
+    CPU, at every turn's end in ``cubicle serve``). With those modules in the server, the script's imports in the
+    child find them loaded. A program run as a module (``python -m controller``) leaves ``__main__`` alone.
+    """
+    main = sys.modules["__main__"]
+    if getattr(main, "__spec__", None) is not None or not getattr(main, "__file__", None):
+        return PRELOAD
+    held = {getattr(value, "__module__", None) for value in vars(main).values()}
+    return PRELOAD + sorted(
+        name for name in held if isinstance(name, str) and name in sys.modules and name != "__main__"
+    )
 
 
 class WalkMemoryError(WorkspaceError):
@@ -108,7 +127,7 @@ class Offload:
 
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
+        context.set_forkserver_preload(preload())
         with self._lock:
             if self._closed:
                 raise WorkspaceError("The controller is shutting down; the layer was not read.")

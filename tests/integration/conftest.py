@@ -51,6 +51,7 @@ def controller_image(docker_client: Any) -> str:
     """
     tag = source_tag()
     # The workers of a parallel run each ask; one builds (the script's wheelhouse is one folder), the rest wait.
+    # .ci/run builds it in the background under this same lock, and starts the suite without waiting for it.
     with open(Path(tempfile.gettempdir()) / "cubicle-controller-image.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

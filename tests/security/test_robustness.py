@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,19 +45,24 @@ async def test_binary_and_invalid_utf8_output(run_scenario: Callable[..., Any]) 
     assert run.outcome.reason == "end_turn"
 
 
-async def test_two_gigabytes_of_output(run_scenario: Callable[..., Any]) -> None:
+async def test_a_gigabyte_of_output(run_scenario: Callable[..., Any]) -> None:
+    """A gigabyte through a sandbox of 512 MB: a capture that grew with the stream would be killed for memory
+    long before its end, and the controller could not hold it under 100 MB. ``exit code 0`` says the toolbox read
+    every byte (``tr`` ends 0 only once all of it went into the pipe) and lived; the texts stay within their caps.
+    (It was two gigabytes: under gVisor that cost a minute of CPU, and one proves the same bounds.)"""
     before = rss_mb()
     run = await run_scenario(
         [
-            {"content": [tool("run_command", command="head -c 2000000000 /dev/zero | tr '\\0' x", timeout_s=120)]},
+            {"content": [tool("run_command", command="head -c 1000000000 /dev/zero | tr '\\0' x", timeout_s=120)]},
             {"content": [text("ok")]},
         ],
         limits=LIMITS.model_copy(update={"command_timeout_s": 120}),
     )
     (result,) = run.results(1)
+    assert result["content"].startswith("exit code 0 after"), result["content"][:300]
     assert len(result["content"]) < LIMITS.model_output_chars + 300
     event = next(e for e in run.events if isinstance(e, ToolResult))
-    assert len(event.output) < LIMITS.event_output_chars + 300 and "2000000000 bytes" not in event.output[:100]
+    assert len(event.output) < LIMITS.event_output_chars + 300 and "1000000000 bytes" not in event.output[:100]
     assert rss_mb() - before < 100
 
 
@@ -120,7 +126,9 @@ async def test_listing_a_directory_ten_thousand_levels_deep(box: DockerSandbox) 
         assert isinstance(deep, Failure) and deep.kind == "name_too_long"
         searched = await call(box, "search", pattern="nothing-here")
         assert not isinstance(searched, Failure)
-    finally:  # pytest's own cleanup would recurse too deep on this tree, and gVisor's rm -rf gives up on it
-        climb = "import os\nn = 0\nwhile os.path.isdir('d'):\n    os.chdir('d'); n += 1\nfor _ in range(n):\n    os.chdir('..'); os.rmdir('d')"
-        removed = await sh(box, f'python3 -c "{climb}" && test ! -e d', timeout_s=60)
-    assert removed.exit_code == 0, removed.stderr.text
+    finally:  # pytest's own cleanup would recurse too deep on this tree, and gVisor's rm -rf gives up on it (climbing
+        # down and up it in the sandbox took 11 s under gVisor): the host's rm, which any depth suits, once it is stopped
+        await box.stop()
+        tree = box.layer.upper / "d"
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(tree)], check=True, timeout=60)
+    assert not tree.exists()
