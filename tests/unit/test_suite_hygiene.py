@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -43,3 +44,12 @@ def test_a_leaked_socket_fails_the_test_that_leaked_it_not_a_bystander(tmp_path:
     assert ("PASSED", "test_a_bystander_that_runs_the_collector") in outcomes, report
     assert [name for outcome, name in outcomes if outcome != "PASSED"] == ["test_leaks_a_socket_in_a_cycle"]
     assert "ResourceWarning" in report, report
+
+
+def test_a_unit_test_sees_no_engine_in_any_run() -> None:
+    """The README's command runs unit tests beside the integration tests: they still see no engine."""
+    from controller.config import Settings
+    from tests.unit.conftest import NO_ENGINE
+
+    assert os.environ["DOCKER_HOST"] == NO_ENGINE and "CUBICLE_DOCKER_HOST" not in os.environ
+    assert Settings().docker_host == NO_ENGINE
