@@ -19,13 +19,17 @@ import pytest
 from docker.errors import ImageNotFound
 
 from controller import workspace
-from controller.config import DEFAULT_IMAGE, Settings
+from controller.config import Settings
 from controller.sandbox import engine, images, owners
 from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire.limits import Limits
 from controller.workspace.quota import _loops, _mounts
 from tests.databases import postgres_schema
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE
+
+# The image the fixtures' sandboxes run: CUBICLE_IMAGE, as for a user, so a branch can test its own toolbox in an
+# image tagged for it (`cubicle image build --tag cubicle-sandbox:mine`) while others use the default one.
+SANDBOX_IMAGE = Settings().image
 
 # Fixture projects are data for the tests (a real project an agent works on), not tests of ours.
 collect_ignore = ["fixtures"]
@@ -142,7 +146,7 @@ def nothing_left_mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     client = engine.connect(Settings().docker_host)
-    images.ensure(client, DEFAULT_IMAGE, auto_build=True)
+    images.ensure(client, SANDBOX_IMAGE, auto_build=True)
     yield client
     # This run's containers and those of dead test processes; another pytest run's stay untouched.
     owners.sweep(client, TEST_INSTANCE, everything=False)
@@ -208,7 +212,7 @@ async def sandbox_factory(
             layer=workspace.create(tmp_path / "data", session_id, repo),
             session_id=session_id,
             limits=limits,
-            deployment=Deployment(DEFAULT_IMAGE, TEST_INSTANCE, **options),
+            deployment=Deployment(SANDBOX_IMAGE, TEST_INSTANCE, **options),
         )
         made.append(box)
         return box

@@ -213,8 +213,9 @@ def _confinement(limits: Limits, network: str) -> dict[str, Any]:
     """What the container may not do (no capabilities, no new privileges, no writes to its root, no devices, no
     core dumps, no logs on the host) and how much it may use (memory without swap, CPU, processes)."""
     memory = f"{limits.memory_mb}m"
+    pids, nproc = runtimes.process_limits(limits)
     return {
-        "ulimits": [Ulimit(name="core", soft=0, hard=0)],
+        "ulimits": [Ulimit(name="core", soft=0, hard=0), *_nproc(nproc)],
         "read_only": True,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
@@ -222,11 +223,16 @@ def _confinement(limits: Limits, network: str) -> dict[str, Any]:
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),
-        "pids_limit": limits.pids,
+        "pids_limit": pids,
         "ipc_mode": "private",
         "devices": [],
         "log_config": LogConfig(type=LogConfig.types.NONE),
     }
+
+
+def _nproc(limit: int | None) -> list[Ulimit]:
+    """RLIMIT_NPROC at ``limit``, soft and hard, where the runtime counts the agent's processes that way."""
+    return [] if limit is None else [Ulimit(name="nproc", soft=limit, hard=limit)]
 
 
 def _guarded(options: dict[str, Any], uid: int, gid: int) -> None:

@@ -5,7 +5,7 @@ kernel of its own between the agent and the host's: a kernel bug reachable by or
 syscalls no longer crosses the boundary. Any other runtime the engine knows may be named
 too; the server's ``allowed_runtimes`` says which a session may use.
 
-Two things differ by runtime:
+What differs by runtime:
 
 - Under ``runc`` and ``crun`` the host's kernel keeps every command out of the undumpable
   toolbox's ``/proc`` entries, so the container runs as the repository's owner throughout.
@@ -13,6 +13,9 @@ Two things differ by runtime:
   CAP_SETPCAP only, and the toolbox's guardian (``toolbox/guardian.py``) starts the toolbox as the
   owner and gives up root before a request is read: gVisor lets a process open the
   ``/proc/<pid>/fd`` of an undumpable one of the same uid.
+- Under ``runsc`` the engine's pids limit cannot count the agent's processes: the container's cgroup holds
+  gVisor's own kernel, whose ptrace platform keeps a host thread per guest address space and sentry
+  thread (``process_limits``). The agent's processes are counted inside gVisor instead.
 - Under ``runsc`` the sandbox has no network but loopback (it is registered with
   ``--network=none``, see ``REGISTRATION``), so only the network policy ``none`` runs there, and
   commands get a small preload library: this gVisor rejects ``statx`` with
@@ -55,6 +58,27 @@ ptrace: the KVM platform hung on the machines tried. ``--network=none``: without
 container of Docker's ``--network none``. Not ``--oci-seccomp``: this runsc turns the profile's ENOSYS for
 clone3 into EPERM, and glibc then cannot start a thread at all; the guardian installs a filter of its own
 instead (the sandbox image's ``toolbox/seccomp.py``)."""
+
+
+GVISOR_HOST_TASKS_PER_PID = 32
+"""Under runsc, the engine's pids limit per process the session may run: the envelope of gVisor's own host tasks.
+
+The container's pids cgroup holds gVisor's kernel (the sentry), not the agent's processes: under the ptrace
+platform the sentry keeps a stub process per guest address space with a host thread in it for each of its own
+threads that ran there, and pools them after the guest process exits. Measured on runsc 20221219, one CPU: six
+shells each running ``/bin/true`` 30 times, 591 host tasks for about a dozen guest processes; twenty such
+shells, 2592; a fork bomb held at 256 guest processes, 4645. When the sentry cannot make a stub it panics ("error
+initializing first thread: resource temporarily unavailable", exit 2) and the sandbox dies with it: at an engine
+limit of 256, three such commands at once did that."""
+
+
+def process_limits(limits: Limits) -> tuple[int, int | None]:
+    """The engine's pids limit, and the RLIMIT_NPROC (soft and hard) that caps the agent's processes and threads
+    instead, if any: under runsc gVisor's kernel counts them per uid (the agent's are all one uid, which cannot
+    raise its hard limit), and the engine's limit is only the envelope of the sentry's own host tasks."""
+    if limits.runtime == GVISOR:
+        return limits.pids * GVISOR_HOST_TASKS_PER_PID, limits.pids
+    return limits.pids, None
 
 
 def guarded(runtime: str) -> bool:

@@ -26,6 +26,8 @@ MAX_STDERR = 64 << 10
 """What of the worker's stderr is passed on, in all."""
 ANSWERS_AFTER_EXIT_S = 1.0
 """How long answers still in the worker's pipe are passed on after it exits."""
+STDERR_AFTER_EXIT_S = 0.5
+"""How long the worker's last words (why it exited) are passed on after it exits, before the guardian ends."""
 
 
 class Relay:
@@ -124,7 +126,8 @@ def relay_stderr(worker_err: IO[bytes], out: IO[bytes]) -> None:
 def guard(pid: int, to_worker: IO[bytes], from_worker: IO[bytes], worker_err: IO[bytes]) -> None:
     """Relay between the controller and the worker ``pid`` until it exits, then exit with its status."""
     relay = Relay(sys.stdout.buffer, to_worker)
-    threading.Thread(target=relay_stderr, args=(worker_err, sys.stderr.buffer), daemon=True).start()
+    stderr = threading.Thread(target=relay_stderr, args=(worker_err, sys.stderr.buffer), daemon=True)
+    stderr.start()
     answers = threading.Thread(target=relay_answers, args=(from_worker, relay), daemon=True)
     answers.start()
 
@@ -138,5 +141,6 @@ def guard(pid: int, to_worker: IO[bytes], from_worker: IO[bytes], worker_err: IO
     threading.Thread(target=requests, daemon=True).start()
     _, status = os.waitpid(pid, 0)
     answers.join(ANSWERS_AFTER_EXIT_S)  # a command that opened the worker's stdout may hold it open
+    stderr.join(STDERR_AFTER_EXIT_S)  # the worker's last words say why it exited; os._exit would cut them off
     sys.stdout.flush()
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))

@@ -141,7 +141,11 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
     assert host["PidMode"] in ("", "private") and host["IpcMode"] == "private" and host["UsernsMode"] == ""
     assert not host["Devices"] and not host["DeviceCgroupRules"] and not host["Binds"] and not host["VolumesFrom"]
     assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
-    assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == limits.pids
+    pids, nproc = runtimes.process_limits(limits)  # under runsc the agent's processes are counted inside gVisor
+    assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == pids
+    assert [u for u in host["Ulimits"] if u["Name"] == "nproc"] == ([] if nproc is None else [
+        {"Name": "nproc", "Soft": limits.pids, "Hard": limits.pids}
+    ])  # fmt: skip
     if runtimes.guarded(limits.runtime):  # root with three capabilities, until the guardian drops them (guardian.py)
         assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == set(runtimes.GUARDIAN_CAPABILITIES)
         assert attrs["Config"]["Entrypoint"] == [runtimes.GUARDED_INIT, "--"] and attrs["Config"]["User"] == "0:0"

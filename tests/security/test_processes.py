@@ -70,3 +70,13 @@ async def test_daemon_writing_into_the_repo_stops_with_its_command_and_with_the_
     size = tick.stat().st_size
     await asyncio.sleep(1)
     assert tick.stat().st_size == size, "the loop kept writing after the session ended"
+
+
+@pytest.mark.parametrize("at_once", [3, 6])
+async def test_concurrent_commands_that_start_many_processes(box: DockerSandbox, at_once: int) -> None:
+    """Each command's sweep spares the others' processes, however they interleave: none of them is killed and
+    the sandbox lives (under runsc three at once once ended it); afterwards nothing of theirs is left."""
+    loop = "for j in $(seq 30); do /bin/true; done; echo done"
+    results = await asyncio.gather(*(sh(box, loop) for _ in range(at_once)))
+    assert [(r.exit_code, r.stdout.text) for r in results] == [(0, "done\n")] * at_once
+    assert await _ours(box) == []

@@ -85,3 +85,27 @@ async def test_memory_limit_kills_the_hog_not_the_toolbox(box: DockerSandbox, do
         assert (await sh(box, "echo alive")).stdout.text == "alive\n" and box.restarts == 0
     stats = docker_client.api.inspect_container(box.container.id)["HostConfig"]
     assert stats["Memory"] == 512 << 20
+
+
+FORK_UNTIL_REFUSED = """
+import os
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "30"])  # small: the limit met is the pids one, not memory
+        n += 1
+except OSError as err:
+    print(n, err.errno)
+"""
+
+
+async def test_forks_stop_at_the_pids_limit_and_the_sandbox_lives(box: DockerSandbox) -> None:
+    """The session's pids limit refuses the fork past it (EAGAIN), and the same sandbox answers next. Under runsc
+    that count is gVisor's (RLIMIT_NPROC of the agent's uid): the engine's limit counts gVisor's own host tasks,
+    many per guest process, and at the session's number it killed the whole sandbox instead."""
+    result = await sh(box, f"python3 -c '{FORK_UNTIL_REFUSED}'")
+    forked, errno = (int(word) for word in result.stdout.text.split())
+    assert errno == 11 and box.limits.pids - 32 < forked < box.limits.pids, result
+    alive = await sh(box, "echo alive")
+    assert alive.stdout.text == "alive\n" and box.restarts == 0

@@ -61,6 +61,18 @@ def test_a_guarded_container_starts_as_root_with_three_capabilities_and_names_it
         container_options("img", layer, Limits(runtime="runsc", network=OPEN), labels)
 
 
+def test_under_runsc_gvisor_counts_the_agents_processes_and_the_engine_only_bounds_gvisors_own(
+    layer: workspace.Layer,
+) -> None:
+    labels = owners.labels("unit", "s_rt")
+    plain = container_options("img", layer, Limits(pids=300), labels)
+    assert plain["pids_limit"] == 300 and [u["Name"] for u in plain["ulimits"]] == ["core"]
+    guarded = container_options("img", layer, Limits(pids=300, runtime="runsc"), labels)
+    assert guarded["pids_limit"] == 300 * runtimes.GVISOR_HOST_TASKS_PER_PID
+    nproc = [u for u in guarded["ulimits"] if u["Name"] == "nproc"]
+    assert [(u["Soft"], u["Hard"]) for u in nproc] == [(300, 300)]  # hard too: the agent cannot raise it
+
+
 def test_an_unknown_runtime_is_explained() -> None:
     err = runtimes.unknown_runtime(
         Exception('400 Client Error: Bad Request ("Unknown runtime specified runsc")'), "runsc"
