@@ -60,7 +60,7 @@ clone3 into EPERM, and glibc then cannot start a thread at all; the guardian ins
 instead (the sandbox image's ``toolbox/seccomp.py``)."""
 
 
-GVISOR_HOST_TASKS_PER_PID = 32
+GVISOR_HOST_TASKS_PER_PID = 8
 """Under runsc, the engine's pids limit per process the session may run: the envelope of gVisor's own host tasks.
 
 The container's pids cgroup holds gVisor's kernel (the sentry), not the agent's processes: under the ptrace
@@ -69,7 +69,12 @@ threads that ran there, and pools them after the guest process exits. Measured o
 shells each running ``/bin/true`` 30 times, 591 host tasks for about a dozen guest processes; twenty such
 shells, 2592; a fork bomb held at 256 guest processes, 4645. When the sentry cannot make a stub it panics ("error
 initializing first thread: resource temporarily unavailable", exit 2) and the sandbox dies with it: at an engine
-limit of 256, three such commands at once did that."""
+limit of 256, three such commands at once did that.
+
+Eight times is the trade: twenty such shells at once fit (2,048 host tasks for the tests' 256, 4,096 for the default
+512), while a runsc sandbox can never take more than that of the host's pids (``kernel.pid_max`` is 32,768 on many
+machines: at 32 times, two fork bombs could have exhausted it for everyone). A fork bomb past it ends its own
+sandbox, as an out-of-memory kill does under runsc, and the next call gets a fresh one."""
 
 
 def process_limits(limits: Limits) -> tuple[int, int | None]:

@@ -100,12 +100,18 @@ except OSError as err:
 """
 
 
-async def test_forks_stop_at_the_pids_limit_and_the_sandbox_lives(box: DockerSandbox) -> None:
+async def test_forks_stop_at_the_pids_limit_and_the_session_goes_on(box: DockerSandbox) -> None:
     """The session's pids limit refuses the fork past it (EAGAIN), and the same sandbox answers next. Under runsc
-    that count is gVisor's (RLIMIT_NPROC of the agent's uid): the engine's limit counts gVisor's own host tasks,
-    many per guest process, and at the session's number it killed the whole sandbox instead."""
-    result = await sh(box, f"python3 -c '{FORK_UNTIL_REFUSED}'")
-    forked, errno = (int(word) for word in result.stdout.text.split())
-    assert errno == 11 and box.limits.pids - 32 < forked < box.limits.pids, result
+    that count is gVisor's (RLIMIT_NPROC of the agent's uid), and the engine's limit bounds gVisor's own host tasks
+    (isolation.GVISOR_HOST_TASKS_PER_PID): a fork bomb may reach that bound first and end its own sandbox, and the
+    next call gets a fresh one on the same workspace. Either way the session goes on."""
+    outcome = await call(box, "run_command", command=f"python3 -c '{FORK_UNTIL_REFUSED}'", timeout_s=30)
+    if isinstance(outcome, Failure):  # gVisor's own bound met first: only under runsc
+        assert box.limits.runtime == "runsc" and outcome.kind == "sandbox_died", outcome
+    else:
+        assert isinstance(outcome, CommandResult)
+        forked, errno = (int(word) for word in outcome.stdout.text.split())
+        assert errno == 11 and box.limits.pids - 32 < forked < box.limits.pids, outcome
     alive = await sh(box, "echo alive")
-    assert alive.stdout.text == "alive\n" and box.restarts == 0
+    assert alive.stdout.text == "alive\n"
+    assert box.restarts == 0 or box.limits.runtime == "runsc"
