@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from controller.cli import terminal
+from controller.wire import inert
 from tests.agent_harness import register, text, tool
 from tests.browser.conftest import Viewer, another_port, idle_session
 from tests.browser.test_viewer import find, open_session, sign_in, texts, wait, wait_finished
@@ -54,7 +54,7 @@ def test_finding_the_page_shows_invisible_and_line_breaking_characters_raw(drive
     `src/\u200bapp.py` reads exactly as `src/app.py` in the changes list: a new file passes for an edit
     of an existing one), U+061C (a bidi mark, while U+200E/U+200F are escaped), blank-looking letters
     and tag characters. Everything the terminal hides should be made visible on the page too."""
-    assert all(terminal._hidden(c) for c in SPOOFERS), [c for c in SPOOFERS if not terminal._hidden(c)]
+    assert all(inert.hidden(c) for c in SPOOFERS), [c for c in SPOOFERS if not inert.hidden(c)]
     sign_in(driver, viewer)
     script = """
       const done = arguments[arguments.length - 1];
@@ -88,7 +88,7 @@ def test_the_page_and_the_terminal_spell_out_exactly_the_same_characters(driver:
     page: list[list[int]] = driver.execute_async_script(script)
     terminal_ranges: list[list[int]] = []
     for code in range(0x110000):
-        if terminal._hidden(chr(code)):
+        if inert.hidden(chr(code)):
             if terminal_ranges and terminal_ranges[-1][1] == code - 1:
                 terminal_ranges[-1][1] = code
             else:

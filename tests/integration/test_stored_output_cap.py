@@ -1,5 +1,6 @@
 """The data directory is bounded per session: 200 commands each printing 2 MB store at most the session's cap of
-events, the model's transcript is the same as without the cap, and the stored events say what was not kept."""
+events (their live output and their results alike), the model's transcript is the same as without the cap, and the
+stored events say what was not kept."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controller.server.store import Store
-from controller.wire.events import ToolResult
+from controller.wire.events import CommandOutput, ToolResult
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import scenario_file
 
@@ -48,10 +49,15 @@ def test_two_hundred_noisy_commands_stay_under_the_sessions_cap(tmp_path: Path, 
     store = Store(data / "cubicle.db")
     try:
         assert store.event_bytes(session_id) <= 4 << 20
-        results = [e for e in store.events_after(session_id, 0, limit=10_000) if isinstance(e, ToolResult)]
+        events = store.events_after(session_id, 0, limit=100_000)
+        results = [e for e in events if isinstance(e, ToolResult)]
         kept = [r for r in results if r.output]
         dropped = [r for r in results if not r.output]
-        assert len(results) == COMMANDS and 50 <= len(kept) < 64 and len(kept) + len(dropped) == COMMANDS
+        assert len(results) == COMMANDS and 0 < len(kept) < 64 and len(kept) + len(dropped) == COMMANDS
+        # the cap's share for output (7/8 of 4 MiB) went to the first commands' live output and results
+        live = [e for e in events if isinstance(e, CommandOutput)]
+        stored_output = sum(len(e.text) for e in live) + sum(len(r.output) for r in kept)
+        assert 3 << 20 <= stored_output <= 4 << 20
         assert all(r.output_not_kept == size and r.exit_code == 0 and not r.is_error for r in dropped)
         assert results[: len(kept)] == kept  # the first ones are kept whole, then none
         transcript = [
