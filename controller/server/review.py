@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from ..errors import InvalidRequestError, NotFoundError
-from ..wire.bodies import ReviewComment
+from ..wire.bodies import MAX_MESSAGE, ReviewComment
 from ..wire.changes import Change
 
 QUOTED_AROUND = 12
@@ -38,7 +38,14 @@ def message(changes: Sequence[Change], comments: Sequence[ReviewComment]) -> str
         if change is None:
             raise NotFoundError(f"No change of this session is at {comment.path!r}: nothing was sent.")
         parts.append(_one(number, len(comments), change, comment))
-    return "\n\n".join(parts)
+    text = "\n\n".join(parts)
+    if len(text) > MAX_MESSAGE:
+        raise InvalidRequestError(
+            f"These comments with their quotes make a message of {len(text):,} characters, past the "
+            f"{MAX_MESSAGE:,} a follow-up may have: nothing was sent.",
+            hint="Send fewer or shorter comments at a time.",
+        )
+    return text
 
 
 def _one(number: int, total: int, change: Change, comment: ReviewComment) -> str:

@@ -105,12 +105,16 @@ class RewindRequest(BaseModel):
     turn: int = Field(ge=1, le=MAX_INDEX, description="The checkpoint (end of a turn) to return the files to.")
 
 
+MAX_MESSAGE = 200_000
+"""Characters of a follow-up message, written or made of review comments."""
+
+
 class FollowUp(BaseModel):
     """A follow-up user message in the same conversation."""
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, max_length=200_000)
+    text: str = Field(min_length=1, max_length=MAX_MESSAGE)
 
 
 class ReviewComment(BaseModel):

@@ -114,12 +114,15 @@ def test_diffs_are_highlighted_inert_side_by_side_and_listed_to_jump_to(
 
 
 def test_a_file_past_the_bounds_is_shown_plain(driver: WebDriver, viewer: Viewer, model_server: Any) -> None:
-    files = {"long.py": "x = 1  # " + "y" * 3000 + "\n", "short.py": "x = 1\n"}
+    """A line past 2,000 characters, or a hunk past 8 KiB (Prism's CSS grammar takes time quadratic in it: a
+    hostile 64 KiB one froze the tab for 8 s), is drawn plain."""
+    files = {"long.py": "x = 1  # " + "y" * 3000 + "\n", "short.py": "x = 1\n", "wide.css": " :" * 995 + "\n" * 2,
+             "big.css": "a { b: c }\n" * 1000}  # fmt: skip
     sid = session_with(viewer, model_server, "plain", files)
     open_session(driver, viewer, sid, "/changes")
-    wait(lambda: len(find(driver, "diff")) == 2 or None, "the diffs")
-    marks = [d.get_attribute("data-highlighted") for d in find(driver, "diff")]
-    assert marks == ["false", "true"]
+    wait(lambda: len(find(driver, "diff")) == 4 or None, "the diffs")
+    marks = dict(zip(texts(driver, "change-path"), [d.get_attribute("data-highlighted") for d in find(driver, "diff")]))
+    assert marks == {"big.css": "false", "long.py": "false", "short.py": "true", "wide.css": "true"}
 
 
 def test_review_comments_on_a_line_and_a_file_go_to_the_agent_as_one_follow_up(
@@ -146,3 +149,32 @@ def test_review_comments_on_a_line_and_a_file_go_to_the_agent_as_one_follow_up(
     assert "+```` fence\n`````" in sent
     assert sent.rstrip().endswith('My comment on the whole file "src/app.py":\nAdd a test too.')
     assert not one(driver, "review").is_displayed(), "sent comments leave the review"
+
+
+def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    """Another turn (here the API's; a CLI or an MCP client alike) rewrites a file while the page sits idle with
+    the old diff ticked: Apply selected and Send review refuse, show the changes anew, and write nothing."""
+    script = [{"content": [tool("write_file", path="a.txt", content="seen\n")]}, {"content": [text("Wrote it.")]},
+              {"content": [tool("write_file", path="a.txt", content="never seen\n")]}, {"content": [text("Again.")]}]  # fmt: skip
+    sid = viewer.api.create(str(viewer.make_repo("stale")), register(model_server, prefix="stale", turns=script))["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    open_session(driver, viewer, sid, "/changes")
+    wait(lambda: any("+seen" in t for t in texts(driver, "diff-add")) or None, "the first diff")
+    one(driver, "change-select").click()
+    wait(lambda: find(driver, "diff-add"), "a line to comment on")[0].click()
+    one(driver, "comment-text").send_keys("why this?")
+    one(driver, "comment-add").click()
+    viewer.api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "once more"}).raise_for_status()
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle" and r["steps"] >= 4)
+
+    one(driver, "apply-selected").click()
+    wait(lambda: one(driver, "changes-message").text, "the refusal", until=lambda t: "moved since this page" in t)
+    assert not (viewer.root / "stale" / "a.txt").exists()
+    wait(lambda: any("+never seen" in t for t in texts(driver, "diff-add")) or None, "the new diff shown")
+    assert not one(driver, "change-select").is_selected() and not one(driver, "apply-selected").is_enabled()
+    one(driver, "send-review").click()
+    wait(lambda: one(driver, "review-message").text, "the review's refusal", until=lambda t: "moved" in t)
+    messages = viewer.api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
+    assert not any("why this?" in str(m["content"]) for m in messages), "the comment was not sent"

@@ -4,6 +4,7 @@
 import { get, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 import { highlightRows, onLineClick, parseDiff, sideBySideView, unifiedView } from "./diff.js";
+import { budget } from "./highlight.js";
 import { mountReview } from "./review.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
@@ -33,13 +34,14 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       " in the environment's build context, which its Dockerfile copies whole. The next environment build runs "
       + "this repository's files as root."));
   const buttons = [applyBtn, applySelectedBtn, revertBtn, discardBtn, rewindBtn];
-  const review = mountReview(id, onChanged);
+  const review = mountReview(id, onChanged, (comments) => stillShown(comments));
   const selected = new Set(); // paths ticked for "Apply selected", as the listing spells them
   let running = false;
   let changes = []; // the listing last loaded
   let applying = 0; // what a plain apply would write, as last listed
   let pending = null;
   let shown = null; // what the list was last built from: unchanged data leaves the DOM (and open diffs) alone
+  const drawnRows = new Map(); // each listed diff's rows, highlighted once (diffView)
 
   replace(box,
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
@@ -54,11 +56,30 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     message.hidden = !text;
   }
 
+  /** Whether the changes are still as the page showed them: every change (``seen`` null), those at the paths
+   *  given, or each review comment's as it was when written (``{path, seen}``). Another turn (a CLI, an MCP
+   *  client, another tab) may have changed them while this page sat idle; if so, they are shown anew. */
+  async function stillShown(seen) {
+    const now = await get(`${sessionPath(id)}/changes?diff=true`);
+    const after = spelled(now);
+    const before = spelled(changes);
+    const same = seen === null
+      ? before.size === after.size && [...before].every(([p, c]) => after.get(p) === c)
+      : seen.every((item) => (typeof item === "string" ? before.get(item) : item.seen) === after.get(item.path ?? item));
+    if (!same) await refresh();
+    return same;
+  }
+
   async function act(label, path, body) {
     say("");
     conflicts.hidden = true;
     buttons.forEach((b) => { b.disabled = true; });
     try {
+      if (path === "apply" && !(await stillShown(body.paths || null))) {
+        say(`${label} not done: the changes moved since this page showed them (another turn ran); they are shown `
+          + "anew, review them and apply again.", true);
+        return;
+      }
       const result = await post(`${sessionPath(id)}/${path}`, body);
       say(describe(label, result));
       showApplied(result);
@@ -128,7 +149,10 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
         "Cubicle-Unlisted-Applied"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
+    const before = spelled(changes);
     changes = listing;
+    // A tick is for the diff that was ticked: a path whose change moved since is unticked.
+    for (const c of changes) if (before.has(c.path) && before.get(c.path) !== JSON.stringify(c)) selected.delete(c.path);
     const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
     applying = changes.filter((c) => c.disposition === "apply").length + (Number(unlistedApplied) || 0);
     updateButtons();
@@ -189,12 +213,17 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
 
   /** The list (and the file list above it) from the listing last loaded, in the layout chosen. */
   function draw() {
+    const spend = budget();
+    const listed = new Set(changes.map((c) => `${c.path}\u0000${c.diff}`));
+    for (const key of [...drawnRows.keys()]) if (!listed.has(key)) drawnRows.delete(key); // only what is listed
     const views = changes.map((c) => changeView(c, {
       layout: sideBySide.checked ? "side-by-side" : "unified",
+      rows: drawnRows,
+      spend,
       selected,
       onSelect: updateButtons,
       comment: (path, line, side, after) => {
-        const form = review.form(path, line, side, () => null);
+        const form = review.form(path, line, side, () => null, spelled(changes).get(path));
         if (after.tagName === "TR") after.after(el("tr", { class: "comment-row" }, el("td", { colSpan: 4 }, form)));
         else after.after(form);
       },
@@ -212,6 +241,14 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   }
 
   return { refresh, setRunning };
+}
+
+/** Each change of a listing by its path, as comparable text: the agent's side of it only (what the layer holds
+ *  there, and the lines its diff adds), so that a file the user edits in the checkout meanwhile still counts as
+ *  shown (apply's conflict check is for that), while anything the agent changed since does not. */
+function spelled(list) {
+  return new Map(list.map((c) => [c.path, JSON.stringify([c.kind, c.type, c.mode, c.size, c.binary, c.target,
+    c.disposition, parseDiff(c.diff || "").filter((r) => r.cls === "diff-add").map((r) => r.text)])]));
 }
 
 function describe(label, result) {
@@ -298,10 +335,19 @@ function commentButton(c, { comment }) {
 }
 
 /** A file's diff, highlighted when its language is known and it is within bounds; a click on a line opens a
- *  comment form under it. */
-export function diffView(diff, path = "", { layout = "unified", comment = null } = {}) {
-  const rows = parseDiff(diff);
-  const highlighted = highlightRows(rows, path, diff.length);
+ *  comment form under it. Rows are kept in ``rows`` (by path and diff) so that redrawing an unchanged diff (the
+ *  layout toggled, a refresh) never tokenizes it again; ``spend`` is the drawing's time for highlighting. */
+export function diffView(diff, path = "", { layout = "unified", comment = null, rows = new Map(), spend = budget() } = {}) {
+  const key = `${path}\u0000${diff}`;
+  if (!rows.has(key)) {
+    const parsed = parseDiff(diff);
+    rows.set(key, { parsed, highlighted: highlightRows(parsed, path, spend) });
+  }
+  const { parsed, highlighted } = rows.get(key);
+  return drawn(parsed, highlighted, path, layout, comment);
+}
+
+function drawn(rows, highlighted, path, layout, comment) {
   const view = layout === "side-by-side" ? sideBySideView(rows) : unifiedView(rows);
   view.dataset.highlighted = String(highlighted);
   if (comment) onLineClick(view, ({ side, line, after }) => comment(path, line, side, after));

@@ -2,7 +2,7 @@
 // (highlight.js) and drawn unified or side by side. Every piece of the file's text goes in as a Text node
 // through dom.js; classes come from fixed lists; line numbers are numbers this code counted.
 import { el } from "./dom.js";
-import { highlightLines, languageOf, tooLong, MAX_CHARS } from "./highlight.js";
+import { highlightLines, languageOf, tooLong } from "./highlight.js";
 
 const HUNK = /^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/;
 
@@ -31,10 +31,11 @@ export function parseDiff(diff) {
 }
 
 /** Give each code row its segments ([text, class] pairs), each hunk's sides tokenized whole (a string or a
- *  comment over several lines stays one), when the path has a known language and the diff is within bounds. */
-export function highlightRows(rows, path, size) {
+ *  comment over several lines stays one), when the path has a known language and the diff is within bounds
+ *  (highlight.js: each side's size, and the page's ``spend`` of time). */
+export function highlightRows(rows, path, spend) {
   const language = languageOf(path);
-  if (!language || size > MAX_CHARS || tooLong(rows.map((r) => r.text))) return false;
+  if (!language || tooLong(rows.map((r) => r.text))) return false;
   const hunks = new Map();
   for (const row of rows) if (row.old !== null || row.new !== null) {
     if (!hunks.has(row.hunk)) hunks.set(row.hunk, []);
@@ -42,14 +43,14 @@ export function highlightRows(rows, path, size) {
   }
   let done = false;
   for (const hunk of hunks.values()) {
-    done = side(hunk.filter((r) => r.new !== null), language, (r) => true) || done;
-    done = side(hunk.filter((r) => r.old !== null), language, (r) => r.new === null) || done;
+    done = side(hunk.filter((r) => r.new !== null), language, (r) => true, spend) || done;
+    done = side(hunk.filter((r) => r.old !== null), language, (r) => r.new === null, spend) || done;
   }
   return done;
 }
 
-function side(rows, language, takes) {
-  const lines = highlightLines(rows.map((r) => r.text.slice(1)).join("\n"), language);
+function side(rows, language, takes, spend) {
+  const lines = highlightLines(rows.map((r) => r.text.slice(1)).join("\n"), language, spend);
   if (!lines || lines.length !== rows.length) return false;
   rows.forEach((row, i) => { if (takes(row)) row.segments = lines[i]; });
   return true;

@@ -13,9 +13,18 @@ const TYPES = new Set([
   "symbol", "tag", "url", "variable",
 ]);
 
-/** Beyond these a diff is shown plain: highlighting costs time the reviewer should not pay for a hostile file. */
-export const MAX_CHARS = 96 * 1024;
+/** Beyond these a diff is shown plain: highlighting costs time the reviewer should not pay for a hostile file.
+ *  Several of Prism's grammars take time quadratic in what one call tokenizes (measured in node: CSS made of
+ *  " :" takes 0.13 s at 8 KiB, 0.5 s at 16 KiB, 8 s at 64 KiB), so each piece tokenized (a hunk's side) is
+ *  bounded, and so is the time one drawing of the page spends (``budget``): past it the rest is drawn plain. */
+export const MAX_CHARS = 8 * 1024;
 export const MAX_LINE = 2000;
+export const PAGE_BUDGET_MS = 400;
+
+/** The time one drawing of the page may spend highlighting, shared by its diffs. */
+export function budget() {
+  return { left: PAGE_BUDGET_MS };
+}
 
 const BY_SUFFIX = {
   py: "python", pyi: "python", js: "javascript", mjs: "javascript", cjs: "javascript", jsx: "javascript",
@@ -34,14 +43,16 @@ export function languageOf(path) {
 }
 
 /** ``text``'s lines, each a list of [text, className] segments ("" for plain), or null when not highlighted
- *  (no grammar for the language, Prism missing, or the text past the bounds). */
-export function highlightLines(text, language) {
+ *  (no grammar for the language, Prism missing, the text past the bounds, or the page's ``spend`` used up). */
+export function highlightLines(text, language, spend = budget()) {
   const prism = globalThis.Prism;
   const grammar = language && prism && prism.languages && Object.hasOwn(prism.languages, language)
     ? prism.languages[language] : null;
-  if (!grammar || typeof prism.tokenize !== "function" || text.length > MAX_CHARS) return null;
+  if (!grammar || typeof prism.tokenize !== "function" || text.length > MAX_CHARS || spend.left <= 0) return null;
+  const started = performance.now();
   const lines = [[]];
   walk(prism.tokenize(text, grammar), "", lines);
+  spend.left -= performance.now() - started;
   return lines;
 }
 

@@ -5,7 +5,8 @@
 import { post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 
-export function mountReview(id, onSent) {
+export function mountReview(id, onSent, stillShown = async () => true) {
+  // Each comment keeps ``seen``: the change as the page showed it when the comment was written.
   const pending = [];
   const list = el("ol", { class: "review-list", testid: "review-list" });
   const send = el("button", { type: "button", testid: "send-review" }, "Send review");
@@ -39,6 +40,12 @@ export function mountReview(id, onSent) {
     say("");
     send.disabled = true;
     try {
+      // The lines commented on must still be the ones the page shows: another turn may have changed them.
+      if (!(await stillShown(pending))) {
+        say("Not sent: the changes moved since this page showed them (another turn ran); they are shown anew, "
+          + "check your comments' lines and send again.", true);
+        return;
+      }
       await post(`${sessionPath(id)}/comments`, { comments: pending.map(({ path, line, side, text }) =>
         (line === undefined ? { path, text } : { path, line, side, text })) });
       pending.length = 0;
@@ -53,7 +60,7 @@ export function mountReview(id, onSent) {
   clear.addEventListener("click", () => { pending.length = 0; draw(); });
 
   /** A form for a comment on ``path`` (at ``line`` of ``side``, when given); added to the review on submit. */
-  function form(path, line, side, done) {
+  function form(path, line, side, done, seen = null) {
     const text = el("textarea", { rows: 2, testid: "comment-text", name: "comment", required: true,
       placeholder: "Your comment for the agent" });
     const add = el("button", { type: "submit", testid: "comment-add" }, "Add to review");
@@ -63,7 +70,7 @@ export function mountReview(id, onSent) {
     node.addEventListener("submit", (e) => {
       e.preventDefault();
       if (!text.value.trim()) return;
-      pending.push({ path, line, side, text: text.value });
+      pending.push({ path, line, side, text: text.value, seen });
       node.remove();
       draw();
       done();

@@ -88,3 +88,12 @@ def test_a_path_without_a_change_or_a_line_outside_the_diff_sends_nothing() -> N
         message([change()], [ReviewComment(path="app.py", line=10, text="?")])
     with pytest.raises(InvalidRequestError):
         message([change(diff=None)], [ReviewComment(path="app.py", line=1, text="?")])
+
+
+def test_a_review_longer_than_a_follow_up_may_be_is_refused_whole() -> None:
+    long_line = "x" * 5000
+    diff = "--- a/big.py\n+++ b/big.py\n@@ -0,0 +1,30 @@\n" + "".join(f"+{long_line}\n" for _ in range(30))
+    comments = [ReviewComment(path="big.py", line=n, text="y" * 8000) for n in range(1, 21)]
+    with pytest.raises(InvalidRequestError, match="past the 200,000 a follow-up may have: nothing was sent"):
+        message([change("big.py", diff)], comments)
+    assert len(message([change("big.py", diff)], comments[:10])) < 200_000
