@@ -121,7 +121,8 @@ def test_a_file_past_the_bounds_is_shown_plain(driver: WebDriver, viewer: Viewer
     sid = session_with(viewer, model_server, "plain", files)
     open_session(driver, viewer, sid, "/changes")
     wait(lambda: len(find(driver, "diff")) == 4 or None, "the diffs")
-    marks = dict(zip(texts(driver, "change-path"), [d.get_attribute("data-highlighted") for d in find(driver, "diff")]))
+    highlighted = [d.get_attribute("data-highlighted") for d in find(driver, "diff")]
+    marks = dict(zip(texts(driver, "change-path"), highlighted, strict=True))
     assert marks == {"big.css": "false", "long.py": "false", "short.py": "true", "wide.css": "true"}
 
 
