@@ -157,13 +157,15 @@ def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
 ) -> None:
     """Another turn (here the API's; a CLI or an MCP client alike) rewrites a file while the page sits idle with
     the old diff ticked: Apply selected and Send review refuse, show the changes anew, and write nothing."""
-    script = [{"content": [tool("write_file", path="a.txt", content="seen\n")]}, {"content": [text("Wrote it.")]},
+    script = [{"content": [tool("write_file", path="a.txt", content="seen\n"),
+                           tool("write_file", path="b.txt", content="kept\n")]}, {"content": [text("Wrote it.")]},
               {"content": [tool("write_file", path="a.txt", content="never seen\n")]}, {"content": [text("Again.")]}]  # fmt: skip
     sid = viewer.api.create(str(viewer.make_repo("stale")), register(model_server, prefix="stale", turns=script))["id"]
     viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
     open_session(driver, viewer, sid, "/changes")
     wait(lambda: any("+seen" in t for t in texts(driver, "diff-add")) or None, "the first diff")
-    one(driver, "change-select").click()
+    for box in find(driver, "change-select"):  # a.txt and b.txt
+        box.click()
     wait(lambda: find(driver, "diff-add"), "a line to comment on")[0].click()
     one(driver, "comment-text").send_keys("why this?")
     one(driver, "comment-add").click()
@@ -174,7 +176,10 @@ def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
     wait(lambda: one(driver, "changes-message").text, "the refusal", until=lambda t: "moved since this page" in t)
     assert not (viewer.root / "stale" / "a.txt").exists()
     wait(lambda: any("+never seen" in t for t in texts(driver, "diff-add")) or None, "the new diff shown")
-    assert not one(driver, "change-select").is_selected() and not one(driver, "apply-selected").is_enabled()
+    ticks = {path: box.is_selected() for path, box in zip(texts(driver, "change-path"), find(driver, "change-select"),
+                                                             strict=True)}  # fmt: skip
+    assert ticks == {"a.txt": False, "b.txt": True}, "only the file that moved lost its tick"
+    assert one(driver, "apply-selected").text == "Apply selected (1)"
     one(driver, "send-review").click()
     wait(lambda: one(driver, "review-message").text, "the review's refusal", until=lambda t: "moved" in t)
     messages = viewer.api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]

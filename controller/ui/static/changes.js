@@ -149,10 +149,11 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
         "Cubicle-Unlisted-Applied"),
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
-    const before = spelled(changes);
+    // A tick is for the diff that was ticked: a path whose change moved since is unticked (only ticked ones compared).
+    const ticked = (list) => spelled(list.filter((c) => selected.has(c.path)));
+    const [before, after] = [ticked(changes), ticked(listing)];
+    for (const [path, was] of before) if (after.has(path) && after.get(path) !== was) selected.delete(path);
     changes = listing;
-    // A tick is for the diff that was ticked: a path whose change moved since is unticked.
-    for (const c of changes) if (before.has(c.path) && before.get(c.path) !== JSON.stringify(c)) selected.delete(c.path);
     const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
     applying = changes.filter((c) => c.disposition === "apply").length + (Number(unlistedApplied) || 0);
     updateButtons();
