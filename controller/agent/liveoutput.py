@@ -45,9 +45,6 @@ class LiveView:
     brisk: int = BRISK_EVENTS
 
 
-NOT_LIVE = LiveView()
-
-
 class LiveOutput:
     """One call's live output: ``feed`` takes pieces from the sandbox, ``close`` emits the rest and ends."""
 
@@ -56,7 +53,7 @@ class LiveOutput:
         self._left, self._brisk = view.cap, view.brisk
         self._parts: list[str] = []
         self._size = 0
-        self._truncated = self._done = self._closing = False
+        self._truncated = self._closing = False  # truncated: the cap was met, nothing more is taken
         self._last = 0.0
         self._events = 0
         self._fed = asyncio.Event()
@@ -65,7 +62,7 @@ class LiveOutput:
 
     def feed(self, text: str, truncated: bool) -> None:
         """Take a piece (an ``OutputFeed``); past the cap it is cut, and the cut is the last thing emitted."""
-        if self._done or self._closing:
+        if self._truncated or self._closing:
             return
         if len(text) >= self._left:
             text, truncated = text[: self._left], truncated or len(text) > self._left
@@ -74,7 +71,7 @@ class LiveOutput:
             return
         self._parts.append(text)
         self._size += len(text)
-        self._truncated = self._done = truncated
+        self._truncated = truncated
         self._fed.set()
         if truncated or self._size >= BATCH_CHARS:
             self._urgent.set()

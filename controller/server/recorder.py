@@ -77,9 +77,9 @@ class Recorder:
         self.events_cap = events_cap
         """Bytes of stored events past which tool results keep their metadata but not their output."""
         self._stored: int | None = None
+        """Bytes of the session's stored events, counted from the store when the first tool result needs it."""
         self._live_full = False
         """A command's live output did not fit under the cap: no more of it is stored (this controller's run)."""
-        """Bytes of the session's stored events, counted from the store when the first tool result needs it."""
         self.feed = feed
         self.session_id = session_id
         self.convo = convo

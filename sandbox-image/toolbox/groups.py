@@ -74,27 +74,27 @@ def kill_group(group: int, sig: int) -> None:
 def _kill_everything_else() -> None:
     """With no other request running a process, nothing but pid 1 and the toolbox may live: kill(-1) ends the rest.
 
-        The sweep lists /proc and then kills, so a chain of processes that each fork and exit within
-        microseconds is gone from the list by the time it is killed, and slips through. Linux makes
-        kill(-1) one atomic act against fork. gVisor does not: it signals a list of the processes it
-        took first, so the child of a fork in flight is born after the list and lives on (seen: about
-        one chain in 40). So kill(-1) is repeated until /proc lists no process of the toolbox's uid but
-        pid 1 (under runc, tini has that uid too) and itself, zombies included: a process that lists
-        nobody else has nobody left to fork. The agent's processes all have that uid (none can change
-        it); others are not the agent's, and kill(-1) cannot touch them anyway: the guardian, a
-        ``docker exec`` as root. Normally the first two looks find nobody (two, since gVisor's ``/proc`` may leave a
-    dying process out of one listing: a fork-chain test once outlived its command under runsc). The caller holds _lock, so no
-        request starts a process meanwhile.
+    The sweep lists /proc and then kills, so a chain of processes that each fork and exit within
+    microseconds is gone from the list by the time it is killed, and slips through. Linux makes
+    kill(-1) one atomic act against fork. gVisor does not: it signals a list of the processes it
+    took first, so the child of a fork in flight is born after the list and lives on (seen: about
+    one chain in 40). So kill(-1) is repeated until /proc lists no process of the toolbox's uid but
+    pid 1 (under runc, tini has that uid too) and itself, zombies included: a process that lists
+    nobody else has nobody left to fork. The agent's processes all have that uid (none can change
+    it); others are not the agent's, and kill(-1) cannot touch them anyway: the guardian, a
+    ``docker exec`` as root. Normally the first two looks find nobody (two, since gVisor's ``/proc``
+    may leave a dying process out of one listing: a fork-chain test once outlived its command under
+    runsc). The caller holds _lock, so no request starts a process meanwhile.
 
-        Past KILL_ALL_PATIENCE_S, processes among which none new has appeared for KILL_ALL_STUCK_S of looks are
-        killed already and only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to
-        preempt): they are left to their end. Not sooner: under gVisor a link of a chain, caught in a
-        slow fork with the kill pending, still finishes that fork, so the same one at two looks a
-        millisecond apart proves nothing (seen: a chain that lived on). One born since, and running,
-        escapes the kills (born since: no earlier look listed it; under gVisor a dying process may be missing from
-        one listing and back in the next, so one look back is not enough): then the toolbox fails closed and
-        exits, so the whole container goes and the controller starts a fresh one on the same workspace, rather
-        than answer with something still running in it. So does a set that never settles, after four more patiences.
+    Past KILL_ALL_PATIENCE_S, processes among which none new has appeared for KILL_ALL_STUCK_S of looks are
+    killed already and only slow to die (stuck in the kernel, or a CPU spinner gVisor has yet to
+    preempt): they are left to their end. Not sooner: under gVisor a link of a chain, caught in a
+    slow fork with the kill pending, still finishes that fork, so the same one at two looks a
+    millisecond apart proves nothing (seen: a chain that lived on). One born since, and running,
+    escapes the kills (born since: no earlier look listed it; under gVisor a dying process may be missing from
+    one listing and back in the next, so one look back is not enough): then the toolbox fails closed and
+    exits, so the whole container goes and the controller starts a fresh one on the same workspace, rather
+    than answer with something still running in it. So does a set that never settles, after four more patiences.
     """
     _check_armed()
     me, uid = str(os.getpid()), os.getuid()
