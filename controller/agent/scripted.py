@@ -272,26 +272,37 @@ def _clear_tool_uses(body: dict[str, Any], edit: ClearToolUses) -> tuple[dict[st
     """``edit`` applied: past its trigger, every tool result but the newest ``keep`` cleared (and the inputs
     of the calls it names), if that clears at least ``clear_at_least``."""
     before = sum(prompt_usage(body, set()).values())
-    messages = list(body.get("messages") or []) if isinstance(body.get("messages"), list) else []
-    names = {b.get("id"): b.get("name") for m in messages for b in _blocks_of(m) if isinstance(b, dict)}
-    spots = [(i, j) for i, m in enumerate(messages) for j, b in enumerate(_blocks_of(m))
-             if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("content") != CLEARED
-             and names.get(b.get("tool_use_id")) not in edit.exclude_tools]  # fmt: skip
-    clear = spots[: max(0, len(spots) - edit.keep.value)]
+    messages = body.get("messages") or []
+    messages = messages if isinstance(messages, list) else []
+    clear = _clearable(messages, edit)
     if before < edit.trigger.value or not clear:
         return body, []
-    cleared_ids = {messages[i]["content"][j].get("tool_use_id") for i, j in clear}
-    for i, m in enumerate(messages):
-        blocks = _blocks_of(m)
-        if any(
-            isinstance(b, dict) and (b.get("tool_use_id") in cleared_ids or b.get("id") in cleared_ids) for b in blocks
-        ):
-            messages[i] = {**m, "content": [_cleared(b, cleared_ids, edit) for b in blocks]}
-    edited = {**body, "messages": messages}
+    ids = {b.get("tool_use_id") for b in clear}
+    edited = {**body, "messages": [_message_cleared(m, ids, edit) for m in messages]}
     cleared = before - sum(prompt_usage(edited, set()).values())
     if cleared < edit.clear_at_least.value:
         return body, []
     return edited, [{"type": CLEAR_TOOL_USES, "cleared_tool_uses": len(clear), "cleared_input_tokens": cleared}]
+
+
+def _clearable(messages: list[Any], edit: ClearToolUses) -> list[dict[str, Any]]:
+    """The tool results ``edit`` clears, oldest first: those not cleared yet, of tools it does not exclude,
+    all but the newest ``keep``."""
+    blocks = [b for m in messages for b in _blocks_of(m) if isinstance(b, dict)]
+    names = {b.get("id"): b.get("name") for b in blocks}
+    results = [
+        b
+        for b in blocks
+        if b.get("type") == "tool_result"
+        and b.get("content") != CLEARED
+        and names.get(b.get("tool_use_id")) not in edit.exclude_tools
+    ]
+    return results[: max(0, len(results) - edit.keep.value)]
+
+
+def _message_cleared(message: Any, ids: set[Any], edit: ClearToolUses) -> Any:
+    blocks = _blocks_of(message)
+    return {**message, "content": [_cleared(b, ids, edit) for b in blocks]} if blocks else message
 
 
 def _cleared(block: Any, ids: set[Any], edit: ClearToolUses) -> Any:
@@ -318,25 +329,37 @@ def invalid_request(body: dict[str, Any]) -> str | None:
     """What the real API refuses with a 400 that a client bug could cause: unanswered or stray tool results,
     and more than four cache breakpoints. (Consecutive messages of one role are allowed: the API merges them.)"""
     messages = body.get("messages") or []
-    for index, message in enumerate(messages):
-        asked = _ids(message, "tool_use", "id") if message.get("role") == "assistant" else []
-        following = messages[index + 1] if index + 1 < len(messages) else None
-        if asked and following is not None and _ids(following, "tool_result", "tool_use_id") != asked:
-            return (
-                f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                f"{', '.join(asked)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
-            )
-        answered = _ids(message, "tool_result", "tool_use_id")
-        previous = messages[index - 1] if index else {}
-        if answered and _ids(previous, "tool_use", "id") != answered:
-            return (
-                f"messages.{index}: unexpected `tool_use_id` found in `tool_result` blocks: {', '.join(answered)}. "
-                "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
-            )
+    for index in range(len(messages)):
+        for check in (_unanswered, _stray):
+            if refusal := check(messages, index):
+                return refusal
     marks = sum(1 for block in _prompt_blocks(body) if isinstance(block, dict) and "cache_control" in block)
     if marks > MAX_BREAKPOINTS:
         return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {marks}."
     return None
+
+
+def _unanswered(messages: list[dict[str, Any]], index: int) -> str | None:
+    """The refusal if the assistant message at ``index`` calls tools the next message does not answer, one for one."""
+    asked = _ids(messages[index], "tool_use", "id") if messages[index].get("role") == "assistant" else []
+    if not asked or index + 1 >= len(messages) or _ids(messages[index + 1], "tool_result", "tool_use_id") == asked:
+        return None
+    return (
+        f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+        f"{', '.join(asked)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    )
+
+
+def _stray(messages: list[dict[str, Any]], index: int) -> str | None:
+    """The refusal if the message at ``index`` answers tool calls the message before it did not make."""
+    answered = _ids(messages[index], "tool_result", "tool_use_id")
+    previous = messages[index - 1] if index else {}
+    if not answered or _ids(previous, "tool_use", "id") == answered:
+        return None
+    return (
+        f"messages.{index}: unexpected `tool_use_id` found in `tool_result` blocks: {', '.join(answered)}. "
+        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+    )
 
 
 def _ids(message: dict[str, Any], kind: str, key: str) -> list[str]:
