@@ -386,25 +386,39 @@ def _unwritten_dir(upper: int, repo: int, setup: int | None, prefix: str) -> boo
     with os.scandir(upper) as it:
         entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
     for name, st in entries:
-        seed = not prefix and name == SEED and stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
-        if seed and beneath.lstat(repo, SEED) is None:
+        if not prefix and _seed_whiteout(repo, name, st):
             continue  # the seed's whiteout (``headroom``): the toolbox's, not the agent's
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-        held = beneath.lstat(repo, prefix + name)
-        made = beneath.lstat(setup, prefix + name) if setup is not None else None
-        modes = {stat.S_IMODE(x.st_mode) for x in (held, made) if x is not None and stat.S_ISDIR(x.st_mode)}
-        if held is None or not stat.S_ISDIR(held.st_mode) or stat.S_IMODE(st.st_mode) not in modes:
+        if not _checkout_dir(st, repo, setup, prefix + name):
             return False
         child = beneath.open_dir(upper, name)
         try:
-            if _xattr(child, "user.overlay.opaque") is not None or not _unwritten_dir(
-                child, repo, setup, f"{prefix}{name}/"
-            ):
+            if _xattr(child, "user.overlay.opaque") is not None:
+                return False
+            if not _unwritten_dir(child, repo, setup, f"{prefix}{name}/"):
                 return False
         finally:
             os.close(child)
     return True
+
+
+def _seed_whiteout(repo: int, name: str, st: os.stat_result) -> bool:
+    """Whether ``name`` at the top of the upper layer is the whiteout of a seed the checkout does not hold."""
+    whiteout = name == SEED and stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+    return whiteout and beneath.lstat(repo, SEED) is None
+
+
+def _dir_mode(root: int | None, path: str) -> int | None:
+    """The mode of ``path`` beneath ``root`` if it is a directory there."""
+    st = beneath.lstat(root, path) if root is not None else None
+    return stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISDIR(st.st_mode) else None
+
+
+def _checkout_dir(st: os.stat_result, repo: int, setup: int | None, path: str) -> bool:
+    """Whether ``st`` is a directory the checkout holds at ``path`` too, with the checkout's mode or the setup's."""
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    held = _dir_mode(repo, path)
+    return held is not None and stat.S_IMODE(st.st_mode) in (held, _dir_mode(setup, path))
 
 
 def _xattr(fd: int, name: str) -> bytes | None:
