@@ -24,6 +24,13 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 
 
+def close_all(*fds: int | None) -> None:
+    """Close each fd given (None stands for one never opened)."""
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
 def split(rel: str) -> list[str]:
     """The components of a relative path, refusing anything that could climb out or is ambiguous."""
     parts = rel.split("/")

@@ -31,7 +31,7 @@ from . import beneath, gitlike, gitpointers, names, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
-from .layer import Layer, LayerInfo, open_repo, open_upper
+from .layer import Layer, LayerInfo, open_repo, open_setup, open_upper
 from .names import DEFAULT_NAMES
 from .records import file_type, shown
 
@@ -105,37 +105,47 @@ def scan(layer: Layer, with_diffs: bool = True) -> Changes:
     """
     lower = open_repo(layer)
     upper = open_upper(layer)
-    setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
+    setup = open_setup(layer)
     try:
         walker = _Walker(lower, setup, layer.baseline, layer.info.mirrored, layer.info.names)
         walker.directory(upper, "", lower_is_dir=True, opaque=False, depth=0)
         found = Changes(sorted(walker.found, key=lambda c: c.path))
         found.truncated_at = layer.info.names if walker.truncated else None
-        rules = load_rules(layer.baseline_file)
-        pointers = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
-        git_reads = gitpointers.Index(pointers)
-        for change in found:
-            if change.kind != Kind.DELETED and change.type == FileType.SYMLINK and change.target is None:
-                change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
-            from_setup = setup is not None and made_by_setup(setup, lower, change.path)
-            _judge(change, rules, from_setup, layer.info, git_reads)
-        # The diff allowance goes first to what an apply may write (files it never applies, ignored ones say,
-        # cannot spend it), smallest first: a padding of large files cannot leave a short script undiffed.
-        budget = MAX_DIFFS_TOTAL
-        order = sorted(found, key=lambda c: (c.disposition not in (Disposition.APPLY, Disposition.TRUSTED), c.size))
+        _judge_all(found, layer, upper, lower, setup)
         with _Dirs(upper) as uppers, _Dirs(lower) as lowers:
-            for change in order:
-                _describe(change, uppers, lowers, with_diffs and budget > 0)
-                if change.diff is not None:
-                    budget -= textdiff.encoded_size(change.diff)
+            _describe_all(found, uppers, lowers, with_diffs)
             gitlike.guard(found, lower)
             if with_diffs:
                 _find_renames(found, uppers, lowers)
     finally:
-        for fd in (upper, lower, setup):
-            if fd is not None:
-                os.close(fd)
+        beneath.close_all(upper, lower, setup)
     return found
+
+
+def _judge_all(found: Changes, layer: Layer, upper: int, lower: int, setup: int | None) -> None:
+    """Give every change found its disposition (``_judge``), a symlink judged by its target."""
+    rules = load_rules(layer.baseline_file)
+    pointers = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
+    git_reads = gitpointers.Index(pointers)
+    for change in found:
+        if change.kind != Kind.DELETED and change.type == FileType.SYMLINK and change.target is None:
+            change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
+        from_setup = setup is not None and made_by_setup(setup, lower, change.path)
+        _judge(change, rules, from_setup, layer.info, git_reads)
+
+
+def _describe_all(found: Changes, uppers: _Dirs, lowers: _Dirs, with_diffs: bool) -> None:
+    """Describe every change (``_describe``) while the diff allowance lasts.
+
+    The allowance goes first to what an apply may write (files it never applies, ignored ones say,
+    cannot spend it), smallest first: a padding of large files cannot leave a short script undiffed.
+    """
+    budget = MAX_DIFFS_TOTAL
+    order = sorted(found, key=lambda c: (c.disposition not in (Disposition.APPLY, Disposition.TRUSTED), c.size))
+    for change in order:
+        _describe(change, uppers, lowers, with_diffs and budget > 0)
+        if change.diff is not None:
+            budget -= textdiff.encoded_size(change.diff)
 
 
 def made_by_setup(setup: int, lower: int, path: str) -> bool:
@@ -178,29 +188,37 @@ class _Walker:
     def directory(self, fd: int, prefix: str, lower_is_dir: bool, opaque: bool, depth: int) -> None:
         entries, more = names.listing(fd, self.limit - self.seen)
         self.seen += len(entries)
-        self.truncated = self.truncated or more
+        self.truncated |= more
         lower = self._lower_dir(prefix) if lower_is_dir else None  # opened once: each entry costs one stat there
         try:
             for name, st in entries:  # each within the allowance; a directory below may use up the rest
                 low = _lstat_in(lower, name) if lower is not None else None
-                if len(os.fsencode(prefix + name)) > MAX_PATH_BYTES:
-                    kind = Kind.ADDED if low is None else Kind.MODIFIED
-                    self.add(prefix + name, kind, st, low, reason=f"a path longer than {MAX_PATH_BYTES} bytes")
-                elif _is_whiteout(fd, name, st):
-                    if low is not None:
-                        self.deleted_tree(prefix + name, low)
-                elif stat.S_ISDIR(st.st_mode):
-                    self.subdir(fd, prefix + name, name, st, low, opaque, depth)
-                else:
-                    self.leaf(fd, prefix + name, name, st, low)
+                self.entry(fd, prefix, name, st, low, opaque, depth)
         finally:
             if lower is not None:
                 os.close(lower)
         if opaque and lower_is_dir and prefix and not more:  # (a partial listing would invent deletions)
-            seen = {name for name, _ in entries}
-            for name, st in _listing(self.lower, prefix.rstrip("/")):
-                if name not in seen:
-                    self.deleted_tree(prefix + name, st)
+            self.hidden(prefix, {name for name, _ in entries})
+
+    def entry(
+        self, fd: int, prefix: str, name: str, st: os.stat_result, low: os.stat_result | None, opaque: bool, depth: int
+    ) -> None:
+        path = prefix + name
+        if len(os.fsencode(path)) > MAX_PATH_BYTES:
+            self.add(path, _kind(low), st, low, reason=f"a path longer than {MAX_PATH_BYTES} bytes")
+        elif _is_whiteout(fd, name, st):
+            if low is not None:
+                self.deleted_tree(path, low)
+        elif stat.S_ISDIR(st.st_mode):
+            self.subdir(fd, path, name, st, low, opaque, depth)
+        else:
+            self.leaf(fd, path, name, st, low)
+
+    def hidden(self, prefix: str, seen: set[str]) -> None:
+        """The checkout's entries under the opaque directory ``prefix`` that its upper does not hold: deleted."""
+        for name, st in _listing(self.lower, prefix.rstrip("/")):
+            if name not in seen:
+                self.deleted_tree(prefix + name, st)
 
     def _lower_dir(self, prefix: str) -> int | None:
         """An fd on the checkout's directory ``prefix`` (no symlink followed); None when it is gone."""
@@ -216,23 +234,23 @@ class _Walker:
         self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None, opaque: bool, depth: int
     ) -> None:
         low_is_dir = low is not None and stat.S_ISDIR(low.st_mode)
-        if depth >= MAX_DEPTH:
-            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low, reason="deeper than the walk goes")
-            return
-        if unreadable(st):
-            self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
-            return  # listed once, as unsafe; what it holds is never read, so never applied
+        reason = "deeper than the walk goes" if depth >= MAX_DEPTH else ""
+        if reason or unreadable(st):
+            self.add(path, _kind(low), st, low, reason=reason)
+            return  # an unreadable one is listed once, as unsafe; what it holds is never read, so never applied
         child = beneath.open_dir(fd, name)
         try:
             marked = _has_marker(child, OPAQUE, b"y")
-            if self._differs(path, st, low) and not (
-                not marked and self._as_at_start(path, st) and (low_is_dir or (self.mirrored and _empty(child)))
-            ):
-                self.add(path, Kind.ADDED if low is None else Kind.MODIFIED, st, low)
-            is_opaque = low_is_dir and (opaque or marked)
-            self.directory(child, path + "/", low_is_dir, is_opaque, depth + 1)
+            if self._differs(path, st, low) and (marked or not self._made_ahead(path, st, low_is_dir, child)):
+                self.add(path, _kind(low), st, low)
+            self.directory(child, path + "/", low_is_dir, low_is_dir and (opaque or marked), depth + 1)
         finally:
             os.close(child)
+
+    def _made_ahead(self, path: str, st: os.stat_result, low_is_dir: bool, child: int) -> bool:
+        """Whether the directory ``path`` (open as ``child``) is as it was at the session's start while the checkout
+        has it too, or, when ``headroom`` mirrored the checkout's directories, is still empty."""
+        return self._as_at_start(path, st) and (low_is_dir or (self.mirrored and _empty(child)))
 
     def _differs(self, path: str, st: os.stat_result, low: os.stat_result | None) -> bool:
         """Whether the upper directory ``path`` shows other than the checkout's ``low`` (the setup's mode is the same)."""
@@ -263,7 +281,7 @@ class _Walker:
     def leaf(self, fd: int, path: str, name: str, st: os.stat_result, low: os.stat_result | None) -> None:
         sparse = sparse_reason(fd, name, st)
         if low is None or unreadable(st):
-            kind = Kind.ADDED if low is None else Kind.MODIFIED
+            kind = _kind(low)
         elif stat.S_ISDIR(low.st_mode):
             for child, child_st in _listing(self.lower, path):
                 self.deleted_tree(f"{path}/{child}", child_st)
@@ -313,6 +331,11 @@ class _Walker:
                 reason=reason,
             )
         )
+
+
+def _kind(low: os.stat_result | None) -> Kind:
+    """An upper entry's change: added if the checkout has nothing there (``low``), else modified."""
+    return Kind.ADDED if low is None else Kind.MODIFIED
 
 
 def _lstat_in(dir_fd: int, name: str) -> os.stat_result | None:
@@ -474,7 +497,7 @@ def _describe(change: Change, upper: _Dirs, lower: _Dirs, with_diffs: bool) -> N
     new = _head(upper, change.path) if change.kind != Kind.DELETED and change.type == FileType.FILE else None
     old = _head(lower, change.path) if change.previous == FileType.FILE else None
     change.binary = textdiff.shown_as_binary(old, new, executable=bool(change.mode & 0o111))
-    if with_diffs and not change.binary and not is_git_path(change.path):
+    if not change.binary and not is_git_path(change.path):
         change.diff = textdiff.unified(change.path, old, new)
 
 
@@ -496,29 +519,32 @@ def _judge(
     change: Change, rules: IgnoreRules, from_setup: bool, info: LayerInfo, git_reads: gitpointers.Index | None = None
 ) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
-    is_dir = change.type == FileType.DIR
-    pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
-    built = info.build.why(change.path, is_dir)
     problem = unsafe_reason(change)
+    trusted = _trusted_because(change, info, git_reads)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
     elif problem:
         change.disposition, change.reason = Disposition.UNSAFE, problem
     elif from_setup:
         change.disposition, change.reason = Disposition.ENVIRONMENT, "made by the environment's setup; never applied"
-    elif is_environment_config(change.path) or change.path in info.trusted:
+    elif trusted:
         change.disposition = Disposition.TRUSTED
-        change.reason = "the environment's definition: applied only when forced by name (apply --force PATH)"
-    elif pointer is not None:
-        change.disposition = Disposition.TRUSTED
-        change.reason = f"git runs files here ({pointer.why}): applied only when forced by name (apply --force PATH)"
-    elif built is not None:
-        change.disposition = Disposition.TRUSTED
-        change.reason = f"{built}: applied only when forced by name (apply --force PATH)"
+        change.reason = f"{trusted}: applied only when forced by name (apply --force PATH)"
     elif info.build.copied_whole(change.path):
         change.disposition, change.reason = Disposition.BUILD_INPUT, BUILD_CONTEXT_REASON
     elif rules.ignored(change.path, change.type == FileType.DIR):
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
+
+
+def _trusted_because(change: Change, info: LayerInfo, git_reads: gitpointers.Index | None) -> str:
+    """Why the change is applied only when forced by name: what runs it or reads it as code; empty if nothing does."""
+    is_dir = change.type == FileType.DIR
+    pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
+    if is_environment_config(change.path) or change.path in info.trusted:
+        return "the environment's definition"
+    if pointer is not None:
+        return f"git runs files here ({pointer.why})"
+    return info.build.why(change.path, is_dir) or ""
 
 
 def unsafe_reason(change: Change) -> str:
@@ -544,14 +570,14 @@ def symlink_problem(link: str, target: str) -> str:
     are real directories, but a name in the target may be another symlink (``up -> ..``), and
     ``name/..`` then climbs from wherever it leads — ``sub/deep/up/../..`` leaves the repository.
     """
-    if not target or target.startswith("/"):
+    if target[:1] in ("", "/"):
         return "the symlink's target is absolute or empty"
     where = link.split("/")[:-1]
     named = False
     for part in target.split("/"):
-        if part == ".." and named:
-            return "the symlink's target climbs ('..') after a name, which may itself be a symlink"
         if part == "..":
+            if named:
+                return "the symlink's target climbs ('..') after a name, which may itself be a symlink"
             if not where:
                 return "the symlink's target leaves the repository"
             where.pop()
@@ -569,13 +595,18 @@ def _find_renames(found: list[Change], upper: _Dirs, lower: _Dirs) -> None:
     """Pair an added file with a deleted one of the same small size and bytes; a hint for the reviewer only."""
     deleted: dict[int, list[Change]] = {}
     for c in found:
-        if c.kind == Kind.DELETED and c.type == FileType.FILE and c.size <= RENAME_MAX_BYTES:
+        if _small_file(c, Kind.DELETED):
             deleted.setdefault(c.size, []).append(c)
     for change in found:
-        if change.kind != Kind.ADDED or change.type != FileType.FILE or change.size not in deleted:
+        if not _small_file(change, Kind.ADDED) or change.size not in deleted:
             continue
         new = _head(upper, change.path, RENAME_MAX_BYTES + 1)
         for old in deleted[change.size]:
             if _head(lower, old.path, RENAME_MAX_BYTES + 1) == new:
                 change.renamed_from = old.path
                 break
+
+
+def _small_file(change: Change, kind: Kind) -> bool:
+    """Whether ``change`` is a file of ``kind`` small enough to be compared as a rename."""
+    return change.kind == kind and change.type == FileType.FILE and change.size <= RENAME_MAX_BYTES

@@ -43,7 +43,7 @@ from . import beneath
 from .apply import BLOCK, is_opaque
 from .baseline import MAX_DEPTH, is_git_name, load_rules
 from .ignore import IgnoreRules
-from .layer import SEED, DiskQuota, Layer, open_repo, open_upper, seed_dir
+from .layer import SEED, DiskQuota, Layer, open_repo, open_setup, open_upper, seed_dir
 from .records import save
 
 log = logging.getLogger(__name__)
@@ -117,15 +117,13 @@ def mirror_budget(quota: DiskQuota | None) -> int:
 def _mirror_checkout(layer: Layer, upper: int) -> None:
     lower = open_repo(layer)
     work = beneath.open_root(layer.work)
-    setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
+    setup = open_setup(layer)
     try:
         if beneath.lstat(work, MAKING) is not None:
             beneath.remove_tree(work, MAKING)  # what a killed mirror left
         Mirror(load_rules(layer.baseline_file), mirror_budget(layer.info.disk), work).walk(lower, upper, setup, "")
     finally:
-        for fd in (lower, work, setup):
-            if fd is not None:
-                os.close(fd)
+        beneath.close_all(lower, work, setup)
 
 
 class Mirror:
@@ -154,36 +152,33 @@ class Mirror:
         for name in names:
             if self.left <= 0:
                 return
-            if self.rules.ignored(prefix + name, is_dir=True):
-                continue
-            shown = os.stat(name, dir_fd=lower, follow_symlinks=False)
-            setup_child = None
-            if setup is not None:
-                made = beneath.lstat(setup, name)
-                if made is not None:
-                    if not stat.S_ISDIR(made.st_mode) or is_opaque(setup, name):
-                        continue
-                    shown, setup_child = made, beneath.open_dir(setup, name)
-            try:
-                self._one(lower, upper, name, shown, setup_child, prefix)
-            finally:
-                if setup_child is not None:
-                    os.close(setup_child)
+            if not self.rules.ignored(prefix + name, is_dir=True):
+                self._entry(lower, upper, setup, name, prefix)
+
+    def _entry(self, lower: int, upper: int, setup: int | None, name: str, prefix: str) -> None:
+        """The checkout's directory ``name`` as the merged view shows it: the setup tree's directory where it has one,
+        and nothing where the setup tree's entry hides it (a file, an opaque directory)."""
+        shown = os.stat(name, dir_fd=lower, follow_symlinks=False)
+        made = beneath.lstat(setup, name) if setup is not None else None
+        if setup is None or made is None:
+            self._one(lower, upper, name, shown, None, prefix)
+            return
+        if not stat.S_ISDIR(made.st_mode) or is_opaque(setup, name):
+            return
+        setup_child = beneath.open_dir(setup, name)
+        try:
+            self._one(lower, upper, name, made, setup_child, prefix)
+        finally:
+            os.close(setup_child)
 
     def _one(self, lower: int, upper: int, name: str, shown: os.stat_result, setup: int | None, prefix: str) -> None:
         existing = beneath.lstat(upper, name)
-        made = existing is None
         mode = stat.S_IMODE(shown.st_mode)
         later = mode if os.geteuid() != 0 and mode & 0o700 != 0o700 else None  # its owner must fill it first
         if existing is None:
             if not _can_own(shown):
                 return
-            os.mkdir(MAKING, 0o700, dir_fd=self.work)
-            self.left -= 1
-            os.chown(MAKING, shown.st_uid, shown.st_gid, dir_fd=self.work, follow_symlinks=False)
-            if later is None:
-                os.chmod(MAKING, mode, dir_fd=self.work, follow_symlinks=False)
-            os.rename(MAKING, name, src_dir_fd=self.work, dst_dir_fd=upper)
+            self._make(upper, name, shown, later)
         elif not stat.S_ISDIR(existing.st_mode) or is_opaque(upper, name):
             return
         try:
@@ -196,12 +191,26 @@ class Mirror:
         try:
             self.walk(child_lower, child_upper, setup, f"{prefix}{name}/")
         finally:
-            os.close(child_lower)
-            os.close(child_upper)
-            if made:
-                if later is not None:
-                    os.chmod(name, later, dir_fd=upper, follow_symlinks=False)
-                os.utime(name, ns=(shown.st_atime_ns, shown.st_mtime_ns), dir_fd=upper, follow_symlinks=False)
+            beneath.close_all(child_lower, child_upper)
+            if existing is None:
+                self._finish(upper, name, shown, later)
+
+    def _make(self, upper: int, name: str, shown: os.stat_result, later: int | None) -> None:
+        """Make the directory ``name`` in the upper with ``shown``'s owner and mode (unless its mode must come
+        ``later``): made in the work directory and renamed into place, so none is ever seen half made."""
+        os.mkdir(MAKING, 0o700, dir_fd=self.work)
+        self.left -= 1
+        os.chown(MAKING, shown.st_uid, shown.st_gid, dir_fd=self.work, follow_symlinks=False)
+        if later is None:
+            os.chmod(MAKING, stat.S_IMODE(shown.st_mode), dir_fd=self.work, follow_symlinks=False)
+        os.rename(MAKING, name, src_dir_fd=self.work, dst_dir_fd=upper)
+
+    @staticmethod
+    def _finish(upper: int, name: str, shown: os.stat_result, later: int | None) -> None:
+        """Once its children are made: the made directory's mode if it had to wait (``later``), then its times."""
+        if later is not None:
+            os.chmod(name, later, dir_fd=upper, follow_symlinks=False)
+        os.utime(name, ns=(shown.st_atime_ns, shown.st_mtime_ns), dir_fd=upper, follow_symlinks=False)
 
 
 def _can_own(st: os.stat_result) -> bool:

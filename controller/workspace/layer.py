@@ -250,6 +250,11 @@ def check_repo(layer: Layer) -> None:
         )
 
 
+def open_setup(layer: Layer) -> int | None:
+    """An fd on the environment's setup tree beneath the layer, None when it has none."""
+    return beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
+
+
 def open_repo(layer: Layer) -> int:
     """An fd on the checkout, refused (RepoChangedError) unless it is still the pinned directory.
 
@@ -371,13 +376,11 @@ def _unwritten(layer: Layer) -> bool:
     makes these before the first mount)."""
     upper = open_upper(layer)
     repo = open_repo(layer)
-    setup = beneath.open_root(Path(layer.info.setup)) if layer.info.setup else None
+    setup = open_setup(layer)
     try:
         return _unwritten_dir(upper, repo, setup, "")
     finally:
-        for fd in (upper, repo, setup):
-            if fd is not None:
-                os.close(fd)
+        beneath.close_all(upper, repo, setup)
 
 
 def _unwritten_dir(upper: int, repo: int, setup: int | None, prefix: str) -> bool:
