@@ -311,24 +311,23 @@ def package_hosts() -> tuple[HostPattern, ...]:
     """The hosts this machine's package managers are configured to fetch from, read from their own files:
     pip's index URLs (its variables and config files; without an index URL, pip's built-in default, asked of
     pip itself), apt's sources, npm's registry. A setup command may reach these by default."""
-    urls: list[str] = []
-    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
-        urls += _URL.findall(os.environ.get(name, ""))
+    urls = _URL.findall(f"{os.environ.get('PIP_INDEX_URL', '')} {os.environ.get('PIP_EXTRA_INDEX_URL', '')}")
     pip_urls = [url for path in PIP_FILES for url in _urls_in(path, ("index-url", "index_url"))]
     urls += pip_urls
-    if not any(name in os.environ for name in ("PIP_INDEX_URL",)) and not pip_urls:
+    if "PIP_INDEX_URL" not in os.environ and not pip_urls:
         urls += _pip_default_index()
     for source in APT_SOURCES:
-        files = sorted(source.glob("*.list")) + sorted(source.glob("*.sources")) if source.is_dir() else [source]
-        for path in files:
-            urls += [url for url in _urls_in(path, ("deb", "uris")) if not path.name.endswith(".disabled")]
-    urls += [url for path in NPM_FILES for url in _urls_in(path, ("registry",))]
+        # A source is a file or a directory of them: a directory's glob finds its files (and reading it finds
+        # nothing), a file's finds nothing.
+        for path in [source, *sorted(source.glob("*.list")), *sorted(source.glob("*.sources"))]:
+            urls += _urls_in(path, ("deb", "uris"))
+    for path in NPM_FILES:
+        urls += _urls_in(path, ("registry",))
     hosts: dict[str, HostPattern] = {}
     for url in urls:
         with contextlib.suppress(ValueError):
             parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            pattern = parse_host(f"{parts.hostname}:{port}")
+            pattern = parse_host(f"{parts.hostname}:{parts.port or {'https': 443}.get(parts.scheme, 80)}")
             hosts.setdefault(str(pattern), pattern)
     return tuple(hosts.values())[:MAX_HOSTS]
 

@@ -383,10 +383,8 @@ class _Progress:
         if "error" in chunk:
             self.failure = self.failure or str(chunk.get("error") or "").strip()
             return False
-        for line in _ANSI.sub("", str(chunk.get("stream") or "")).splitlines():
-            line = line.rstrip()
-            if not line:
-                continue
+        lines = _ANSI.sub("", str(chunk.get("stream") or "")).splitlines()
+        for line in filter(None, map(str.rstrip, lines)):  # blank ones left out
             self.tail.append(line)
             say(line)
             layer = _LAYER_ID.match(line)
@@ -475,27 +473,35 @@ def sweep(client: Any, keep: int = 1, repo: str | None = None, fresh_s: float = 
     (``cubicle-env:<key>``) are candidates: an image someone built FROM one inherits its labels, and is theirs.
     """
     wanted = [f"{ROLE}=environment", *([f"{REPO}={repo}"] if repo is not None else [])]
-    listed = [
-        image
-        for image in client.images.list(filters={"label": wanted})
-        if any(tag.startswith(TAG_PREFIX + ":") for tag in image.tags or ())
-    ]
+    listed = client.images.list(filters={"label": wanted})
     used = {c.attrs.get("ImageID", "") for c in client.containers.list(all=True, sparse=True)}
     by_repo: dict[str, list[Any]] = {}
     for image in listed:
-        by_repo.setdefault((image.labels or {}).get(REPO, ""), []).append(image)
+        if _our_tags(image):
+            by_repo.setdefault(image.labels.get(REPO, ""), []).append(image)  # docker-py's labels: {} when none
     removed: list[str] = []
     for group in by_repo.values():
         group.sort(key=lambda image: str(image.attrs.get("Created", "")), reverse=True)
         for image in group[keep:]:
-            if image.id in used or _age_s(image) < fresh_s:
-                continue
-            for tag in [tag for tag in image.tags if tag.startswith(TAG_PREFIX + ":")]:
-                try:
-                    client.images.remove(tag, force=False, noprune=False)
-                    removed.append(tag)
-                except (NotFound, APIError):  # in use by a container made since, or already gone
-                    pass
+            if image.id not in used and _age_s(image) >= fresh_s:
+                removed += _untag(client, image)
+    return removed
+
+
+def _our_tags(image: Any) -> list[str]:
+    """The image's tags that Cubicle gave it (``cubicle-env:<key>``)."""
+    return [tag for tag in image.tags or () if tag.startswith(TAG_PREFIX + ":")]
+
+
+def _untag(client: Any, image: Any) -> list[str]:
+    """Remove Cubicle's tags of ``image`` (the image goes with its last tag); returns those removed."""
+    removed: list[str] = []
+    for tag in _our_tags(image):
+        try:
+            client.images.remove(tag, force=False, noprune=False)
+            removed.append(tag)
+        except (NotFound, APIError):  # in use by a container made since, or already gone
+            pass
     return removed
 
 
