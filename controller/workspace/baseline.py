@@ -128,29 +128,34 @@ class _Into:
 
 
 def _walk(dir_fd: int, prefix: str, into: _Into, depth: int) -> None:
-    entries, targets, ignores = into.entries, into.targets, into.ignores
     with os.scandir(dir_fd) as it:
         listing = [(e.name, e.stat(follow_symlinks=False)) for e in it if not is_git_name(e.name)]
     for name, st in listing:
         rel = f"{prefix}{name}"
         row = identity_row(st)
-        entries[rel] = " ".join(map(str, row[:5]))
-        if stat.S_ISREG(st.st_mode) and into.hasher is not None:
-            blob = into.hasher.blob(dir_fd, name, rel, st)
-            if blob is not None:
-                into.blobs[rel] = blob
-        if stat.S_ISLNK(st.st_mode):
-            targets[rel] = os.readlink(name, dir_fd=dir_fd)
-        elif name == ".gitignore" and stat.S_ISREG(st.st_mode):
-            text = _read_small(dir_fd, name)
-            if text is not None:
-                ignores[prefix.rstrip("/")] = text
+        into.entries[rel] = " ".join(map(str, row[:5]))
+        if stat.S_ISREG(st.st_mode):
+            _file(dir_fd, name, rel, st, into)
+        elif stat.S_ISLNK(st.st_mode):
+            into.targets[rel] = os.readlink(name, dir_fd=dir_fd)
         elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
             child = beneath.open_dir(dir_fd, name)
             try:
                 _walk(child, rel + "/", into, depth + 1)
             finally:
                 os.close(child)
+
+
+def _file(dir_fd: int, name: str, rel: str, st: os.stat_result, into: _Into) -> None:
+    """A regular file: its blob, when contents are hashed, and its text if it is an ignore file."""
+    if into.hasher is not None:
+        blob = into.hasher.blob(dir_fd, name, rel, st)
+        if blob is not None:
+            into.blobs[rel] = blob
+    if name == ".gitignore":
+        text = _read_small(dir_fd, name)
+        if text is not None:
+            into.ignores[rel.removesuffix(name).rstrip("/")] = text
 
 
 def _read_small(dir_fd: int, rel: str) -> str | None:

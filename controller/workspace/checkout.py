@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
 import secrets
 import stat
@@ -97,17 +98,20 @@ class Checkout:
         valid = tuple(p for p in prefixes if TEMP_PREFIX.fullmatch(p))
         removed: list[str] = []
         for rel in sorted(set(dirs)) if valid else []:
-            try:
-                names = self.names(rel)
-            except (OSError, UnsafePathError):
-                continue  # gone, or no longer a plain directory: nothing of ours can be in it
-            for name in sorted(n for n in names if n.startswith(valid) and n.endswith(".tmp")):
-                path = f"{rel}/{name}" if rel else name
+            for path in self._temp_entries(rel, valid):
                 st = beneath.lstat(self.fd, path)
-                if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                if st is not None and file_type(st.st_mode) in (FileType.FILE, FileType.SYMLINK):
                     self.remove(path)
                     removed.append(path)
         return removed
+
+    def _temp_entries(self, rel: str, prefixes: tuple[str, ...]) -> list[str]:
+        """The paths in directory ``rel`` named as temporary entries with one of ``prefixes``, by name."""
+        try:
+            names = self.names(rel)
+        except (OSError, UnsafePathError):
+            return []  # gone, or no longer a plain directory: nothing of ours can be in it
+        return [posixpath.join(rel, n) for n in sorted(names) if n.startswith(prefixes) and n.endswith(".tmp")]
 
     def names(self, rel: str) -> set[str]:
         if not rel:
@@ -196,11 +200,10 @@ class Checkout:
     def restore(self, rel: str, prior: Prior, blobs: Path) -> None:
         """Put back exactly what ``save`` recorded: bytes, mode (special bits included), owner, mtime."""
         current = beneath.lstat(self.fd, rel)
-        same_dir = current is not None and stat.S_ISDIR(current.st_mode) and prior.type == FileType.DIR
-        if (
-            current is not None
-            and not same_dir
-            and (prior.type in (None, FileType.DIR) or stat.S_ISDIR(current.st_mode))
+        # In the way: anything where nothing was, and a directory where another kind was or the other way about (a
+        # file or symlink is replaced by renaming over it).
+        if current is not None and (
+            prior.type is None or stat.S_ISDIR(current.st_mode) != (prior.type == FileType.DIR)
         ):
             self.remove(rel)
         if prior.type == FileType.FILE and prior.blob is not None:

@@ -119,31 +119,42 @@ def read_index(root_fd: int) -> Index | None:
 
 def _entries(data: bytes) -> Iterator[tuple[str, IndexEntry]]:
     signature, version, count = struct.unpack_from(">4sII", data, 0)
-    if signature != b"DIRC" or version not in (2, 3, 4):
+    if signature != b"DIRC" or version not in _NAME_READERS:
         raise ValueError("not an index this reader knows")
     end = len(data) - SHA1_BYTES  # the index's own checksum closes it
     offset, previous, named = 12, b"", 0
     for _ in range(count):
         start = offset
         _, _, mtime_s, mtime_ns, _, ino, mode, _, _, size, sha, flags = struct.unpack_from(">10I20sH", data, offset)
-        offset += ENTRY_FIXED + (2 if version >= 3 and flags & EXTENDED else 0)
-        if version == 4:  # the name is the previous one less ``strip`` bytes, plus what follows; no padding
-            strip, offset = _varint(data, offset)
-            if strip > len(previous):
-                raise ValueError("a name strips more than the previous name holds")
-            nul = data.index(b"\0", offset)
-            name = previous[: len(previous) - strip] + data[offset:nul]
-            offset = nul + 1
-        else:  # NUL-padded so that the entry's length is a multiple of eight (one NUL at least)
-            nul = data.index(b"\0", offset)
-            name = data[offset:nul]
-            offset = start + (nul - start + 8) // 8 * 8
+        offset += ENTRY_FIXED + (_EXTENDED_BYTES[version] if flags & EXTENDED else 0)
+        name, offset = _NAME_READERS[version](data, start, offset, previous)
         named += len(name)  # v4 names are made from the last one: a few bytes each can name 4 KiB each
         if offset > end or len(name) > MAX_NAME or named > len(data):
             raise ValueError("an entry runs past the end of the index, or names more than a path can be")
         previous = name
         if (flags >> 12) & 0x3 == 0 and stat.S_ISREG(mode):  # stage 0, a regular file
             yield os.fsdecode(name), IndexEntry(mtime_s * 1_000_000_000 + mtime_ns, ino, size, sha.hex())
+
+
+def _padded_name(data: bytes, start: int, offset: int, previous: bytes) -> tuple[bytes, int]:
+    """An entry's name (versions 2 and 3), NUL-padded so that the entry's length is a multiple of eight (one NUL at
+    least); and the offset of the next entry."""
+    nul = data.index(b"\0", offset)
+    return data[offset:nul], start + (nul - start + 8) // 8 * 8
+
+
+def _stripped_name(data: bytes, start: int, offset: int, previous: bytes) -> tuple[bytes, int]:
+    """An entry's name (version 4): the previous one less ``strip`` bytes, plus what follows; no padding."""
+    strip, offset = _varint(data, offset)
+    if strip > len(previous):
+        raise ValueError("a name strips more than the previous name holds")
+    nul = data.index(b"\0", offset)
+    return previous[: len(previous) - strip] + data[offset:nul], nul + 1
+
+
+# By index version: how its entries' names are written, and the bytes an entry's extended flags take.
+_NAME_READERS = {2: _padded_name, 3: _padded_name, 4: _stripped_name}
+_EXTENDED_BYTES = {2: 0, 3: 2, 4: 2}
 
 
 def _varint(data: bytes, offset: int) -> tuple[int, int]:

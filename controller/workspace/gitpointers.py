@@ -27,6 +27,7 @@ no word shows is beyond it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import posixpath
@@ -116,6 +117,9 @@ class Pointer:
         )
 
 
+_MANAGERS_READ = tuple(Pointer(path, directory, f"read by {reader}") for path, directory, reader in HOOK_MANAGERS)
+
+
 class Index:
     """The pointers, looked up by path in time of the few directory pointers, not of the path's depth (an agent's
     paths may be deep); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order."""
@@ -168,34 +172,39 @@ class _Reading:
         the script an interpreter runs (``node scripts/gen``, ``python -m tools.lint``: with its folder,
         where the interpreter picks the file), and ``sh -c '…'`` bodies."""
         cwd = cwd or self.top
-        for words in shellwords.commands(command):
-            while words and (shellwords.ASSIGNMENT.match(words[0]) or words[0] in shellwords.PREFIXES):
-                words = words[1:]
-            if not words:
-                continue
-            if words[0] == "cd" and len(words) > 1:
+        for command_words in shellwords.commands(command):
+            words = list(itertools.dropwhile(_prefix_word, command_words))
+            if words and words[0] == "cd" and len(words) > 1:
                 cwd = posixpath.join(cwd, _expanded(words[1], self.home))
-                continue
-            if posixpath.basename(words[0]) in shellwords.SHELLS and "-c" in words[1:-1]:
-                self.command(words[words.index("-c") + 1], why, cwd)
-                continue
-            interpreted = posixpath.basename(words[0]) in shellwords.INTERPRETERS
-            for at, word in enumerate(words):
-                module = interpreted and at > 0 and words[at - 1] == "-m"
-                self._word(word.replace(".", "/") if module else word, cwd, why, interpreted, module)
+            elif words:
+                self._simple(words, cwd, why)
+
+    def _simple(self, words: list[str], cwd: str, why: str) -> None:
+        """One simple command (its prefixes gone, not a ``cd``): a shell's ``-c`` body is read as a command of its
+        own; else each word, a module an interpreter runs (``-m``) as the path it names."""
+        if posixpath.basename(words[0]) in shellwords.SHELLS and "-c" in words[1:-1]:
+            self.command(words[words.index("-c") + 1], why, cwd)
+            return
+        interpreted = posixpath.basename(words[0]) in shellwords.INTERPRETERS
+        for at, word in enumerate(words):
+            module = interpreted and at > 0 and words[at - 1] == "-m"
+            self._word(word.replace(".", "/") if module else word, cwd, why, interpreted, module)
 
     def _word(self, word: str, cwd: str, why: str, interpreted: bool, module: bool) -> None:
         if word.startswith("-"):
-            if "=" not in word:
-                return
-            word = word.split("=", 1)[1]  # --file=path
+            word = word.partition("=")[2]  # --file=path; an option without a value names nothing
         if shellwords.BUILT.match(word):
             word = shellwords.BUILT.sub("", word).lstrip("/")
-        if not word or word in (".", "..") or not ("/" in word or "." in word or module):
+        if word in ("", ".", "..") or not ("/" in word or "." in word or module):
             return
         self.add(word, cwd, False, why)
         if interpreted and "." not in posixpath.basename(word) and posixpath.dirname(word):
             self.add(posixpath.dirname(word), cwd, True, why)  # the interpreter picks the file there: all of it
+
+
+def _prefix_word(word: str) -> bool:
+    """Whether ``word`` comes before a command's name: a variable assignment, or a prefix command (``env``)."""
+    return bool(shellwords.ASSIGNMENT.match(word)) or word in shellwords.PREFIXES
 
 
 def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
@@ -203,7 +212,7 @@ def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
     read, and the hook managers' files; blocking. ``home`` holds the global config (default: the home of the
     checkout's owner, whose git it is). When git is there but cannot read a checkout that has a ``.git``
     (a newer repository format, say), everything counts: held back unless forced, rather than let through."""
-    found = [Pointer(path, directory, f"read by {reader}") for path, directory, reader in HOOK_MANAGERS]
+    found = list(_MANAGERS_READ)
     home = home or _home(repo)
     where = _git(repo, home, "rev-parse", "--show-toplevel", "--git-path", "hooks")
     lines = (where or "").splitlines()
@@ -266,15 +275,13 @@ def _included(reading: _Reading, path: str) -> None:
 def _scripts(reading: _Reading, hooks: str) -> Iterator[str]:
     """The hooks git runs and the hook managers' files (at the work tree's top and in the session's folder), in
     the real checkout: the files whose commands call the repository's own scripts."""
-    names = [posixpath.join(hooks, name) for name in _listing(hooks) if not name.endswith(".sample")]
+    names = [name for name in _files_in(hooks) if not name.endswith(".sample")]
     folders = [*dict.fromkeys((reading.top, reading.repo))]
-    husky = [posixpath.join(reading.repo, p.path) for p in reading.found if p.why.startswith("husky")]
-    for path, directory, _ in HOOK_MANAGERS:
-        for full in (posixpath.join(folder, path) for folder in folders):
-            names += [posixpath.join(full, name) for name in _listing(full)] if directory else [full]
-    for full in husky:
-        names += [posixpath.join(full, name) for name in _listing(full)]
-    yield from [name for name in dict.fromkeys(names) if os.path.isfile(name)][:MAX_SCRIPTS]
+    places = [(posixpath.join(folder, path), directory) for path, directory, _ in HOOK_MANAGERS for folder in folders]
+    places += [(posixpath.join(reading.repo, p.path), True) for p in reading.found if p.why.startswith("husky")]
+    for full, directory in places:
+        names += _files_in(full) if directory else [full]
+    yield from list(filter(os.path.isfile, dict.fromkeys(names)))[:MAX_SCRIPTS]
 
 
 def _from_script(reading: _Reading, path: str) -> None:
@@ -304,6 +311,11 @@ def _listing(folder: str) -> list[str]:
         return []
 
 
+def _files_in(folder: str) -> list[str]:
+    """The paths of the first ``MAX_SCRIPTS`` entries of ``folder`` by name (none if it cannot be listed)."""
+    return [posixpath.join(folder, name) for name in _listing(folder)]
+
+
 def _links_along(full: str) -> tuple[list[str], str]:
     """The symlinks met on the way to ``full`` (each as the path where it was met) and where the way ends."""
     links: list[str] = []
@@ -326,7 +338,7 @@ def _links_along(full: str) -> tuple[list[str], str]:
         links.append(here)
         if target.startswith("/"):
             done = "/"
-        todo = [p for p in target.split("/") if p and p != "."] + todo
+        todo = [p for p in target.split("/") if p not in ("", ".")] + todo
     return links, posixpath.normpath(posixpath.join(done, *todo))
 
 

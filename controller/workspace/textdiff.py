@@ -100,6 +100,14 @@ def _merged(ops: list[Opcode]) -> list[Opcode]:
 Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
 
 
+# The one opcode for a middle too long to match and with no line unique to both sides (never both sides empty).
+_WHOLE: dict[tuple[bool, bool], Literal["replace", "delete", "insert"]] = {
+    (True, True): "replace",
+    (True, False): "delete",
+    (False, True): "insert",
+}
+
+
 def _opcodes(a: list[str], b: list[str], a0: int, b0: int) -> list[Opcode]:
     """difflib's opcodes for ``a`` against ``b`` (which start at lines ``a0`` and ``b0`` of the files)."""
     head, tail = _shared_ends(a, b)
@@ -107,7 +115,7 @@ def _opcodes(a: list[str], b: list[str], a0: int, b0: int) -> list[Opcode]:
     a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
     i0, j0 = a0 + head, b0 + head
     if len(a_mid) <= MAX_LINES and len(b_mid) <= MAX_LINES:
-        found = difflib.SequenceMatcher(None, a_mid, b_mid).get_opcodes() if a_mid or b_mid else []
+        found = difflib.SequenceMatcher(None, a_mid, b_mid).get_opcodes()
         ops += [(tag, i0 + i1, i0 + i2, j0 + j1, j0 + j2) for tag, i1, i2, j1, j2 in found]
     elif anchors := _unique_in_order(a_mid, b_mid):
         i, j = 0, 0
@@ -117,8 +125,7 @@ def _opcodes(a: list[str], b: list[str], a0: int, b0: int) -> list[Opcode]:
                 ops.append(("equal", i0 + ai, i0 + ai + 1, j0 + bj, j0 + bj + 1))
             i, j = ai + 1, bj + 1
     else:
-        ops.append(("replace" if a_mid and b_mid else "delete" if a_mid else "insert",
-                    i0, i0 + len(a_mid), j0, j0 + len(b_mid)))  # fmt: skip
+        ops.append((_WHOLE[bool(a_mid), bool(b_mid)], i0, i0 + len(a_mid), j0, j0 + len(b_mid)))
     if tail:
         ops.append(("equal", a0 + len(a) - tail, a0 + len(a), b0 + len(b) - tail, b0 + len(b)))
     return ops
@@ -132,7 +139,7 @@ def _unique_in_order(a: list[str], b: list[str]) -> list[tuple[int, int]]:
             seen = counts.setdefault(line, [0, 0, 0, 0])
             seen[side] += 1
             seen[2 + side] = index
-    pairs = sorted((c[2], c[3]) for c in counts.values() if c[0] == 1 and c[1] == 1)
+    pairs = sorted((c[2], c[3]) for c in counts.values() if c[:2] == [1, 1])
     # Longest increasing subsequence of the b indexes (patience sorting), with links back to rebuild it.
     tops: list[int] = []
     top_at: list[int] = []
