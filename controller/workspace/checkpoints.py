@@ -262,18 +262,7 @@ def _leaf(dir_fd: int, name: str, rel: str, st: os.stat_result, walk: _Walk) -> 
     """A non-directory's entry; a file's bytes are stored unless its inode is provably unchanged since the last
     checkpoint, and a hard link's later names only name its first."""
     if stat.S_ISREG(st.st_mode):
-        if st.st_size > MAX_APPLY_BYTES or is_sparse(dir_fd, name, st):
-            return None  # never applied either; keeping it would let the agent fill the data dir with what costs it nothing
-        if st.st_nlink > 1:
-            first = walk.first_names.setdefault(st.st_ino, rel)
-            if first != rel:
-                return _entry(rel, st, "h", {}, first)
-        key = (st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns)
-        old = walk.known.get(key)
-        if old is not None:
-            return _entry(rel, st, "f", old[0], old[1], list(key))
-        xattrs, sha, reuse = _store(dir_fd, name, walk, key)
-        return _entry(rel, st, "f", xattrs, sha, reuse)
+        return _file(dir_fd, name, rel, st, walk)
     if stat.S_ISLNK(st.st_mode):
         return _entry(rel, st, "l", {}, os.readlink(name, dir_fd=dir_fd))
     if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
@@ -281,6 +270,22 @@ def _leaf(dir_fd: int, name: str, rel: str, st: os.stat_result, walk: _Walk) -> 
     if stat.S_ISFIFO(st.st_mode):
         return _entry(rel, st, "p", {})
     return None  # sockets: never applied, nothing to keep
+
+
+def _file(dir_fd: int, name: str, rel: str, st: os.stat_result, walk: _Walk) -> Entry | None:
+    """A regular file's entry: its bytes stored, or named by the last checkpoint's, or by its first hard link's."""
+    if st.st_size > MAX_APPLY_BYTES or is_sparse(dir_fd, name, st):
+        return None  # never applied either; keeping it would let the agent fill the data dir with what costs it nothing
+    if st.st_nlink > 1:
+        first = walk.first_names.setdefault(st.st_ino, rel)
+        if first != rel:
+            return _entry(rel, st, "h", {}, first)
+    key = (st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns)
+    old = walk.known.get(key)
+    if old is not None:
+        return _entry(rel, st, "f", old[0], old[1], list(key))
+    xattrs, sha, reuse = _store(dir_fd, name, walk, key)
+    return _entry(rel, st, "f", xattrs, sha, reuse)
 
 
 def _store(dir_fd: int, name: str, walk: _Walk, key: ReuseKey) -> tuple[dict[str, str], str, list[int] | None]:

@@ -42,11 +42,9 @@ def guard(changes: list[Change], lower_fd: int, deleting: Collection[str] | None
     for change in changes:
         parts = change.path.split("/")
         children["/".join(parts[:-1])].append(change)
-        for depth, name in enumerate(parts):
-            if name.casefold() in REPO_NAMES and change.kind != Kind.DELETED:
-                folder = "/".join(parts[:depth])
-                members[folder.casefold()].append(change)
-                spelled[folder.casefold()].add(folder)
+        for folder in _repo_folders(parts) if change.kind != Kind.DELETED else ():
+            members[folder.casefold()].append(change)
+            spelled[folder.casefold()].add(folder)
 
     def made(change: Change) -> bool:
         return change.path in deleting if deleting is not None else change.disposition == Disposition.APPLY
@@ -62,6 +60,11 @@ def guard(changes: list[Change], lower_fd: int, deleting: Collection[str] | None
                     change.reason = (
                         f"would make {min(spelled[key]) or 'the repository root'!r} look like a git repository"
                     )
+
+
+def _repo_folders(parts: list[str]) -> list[str]:
+    """The folders along a path (its ``parts``) that it names a repository's entry in (``HEAD``, ``refs``...)."""
+    return ["/".join(parts[:depth]) for depth, name in enumerate(parts) if name.casefold() in REPO_NAMES]
 
 
 def _names_after(lower_fd: int, folder: str, direct: list[Change], made: Callable[[Change], bool]) -> set[str]:

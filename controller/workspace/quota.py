@@ -356,7 +356,7 @@ class Disks:
     def _detach_stray_loops(self) -> None:
         """Detach loop devices backed by an image under ``workspaces/`` that no mount uses, under the layer's
         ``disk.lock`` (a process between its ``losetup`` and its ``mount`` holds it)."""
-        sources = {source for _, source in _mounts()}
+        sources = _mounted()
         for device, backing in _loops():
             deleted = backing.endswith(" (deleted)")
             path = Path(backing.removesuffix(" (deleted)"))
@@ -368,7 +368,7 @@ class Disks:
                     self.mounter.detach_loop(device)
                     continue
                 with _flock(_lock_file(path.parent)):
-                    if device not in {source for _, source in _mounts()}:
+                    if device not in _mounted():
                         self.mounter.detach_loop(device)
             except (DiskError, OSError) as err:
                 log.warning("could not detach the loop device %s of %s: %s", device, path, err)
@@ -433,6 +433,11 @@ def _loops() -> list[tuple[str, str]]:
         with contextlib.suppress(OSError):
             found.append((f"/dev/{backing.parent.parent.name}", backing.read_text().strip()))
     return found
+
+
+def _mounted() -> set[str]:
+    """The source of every mount this process sees."""
+    return {source for _, source in _mounts()}
 
 
 def _mounts(mountinfo: Path = Path("/proc/self/mountinfo")) -> list[tuple[Path, str]]:

@@ -47,7 +47,7 @@ def resolve(raw: str, roots: Iterable[Path], protected: Iterable[Path]) -> Path:
     if str(real) in TOP_LEVELS or any(_within(real, Path(tree)) for tree in SYSTEM_TREES):
         raise ForbiddenRepoError(f"The repo {raw!r} resolves to {real}, a system directory.")
     refuse_protected(real, protected, raw)
-    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    real_roots = list(map(Path, map(os.path.realpath, roots)))
     if not any(_within(real, root) for root in real_roots):
         allowed = ", ".join(map(str, real_roots)) or "none configured (set CUBICLE_REPO_ROOTS)"
         raise ForbiddenRepoError(f"The repo {raw!r} resolves to {real}, outside the allowed roots: {allowed}.")

@@ -107,6 +107,9 @@ def _match_kept_dirs(layer: Layer, steps: list[Step]) -> None:
         os.close(repo)
 
 
+_SINCE = {Status.APPLIED: "it was applied"}  # else pending: the controller died mid-apply
+
+
 def _conflicts(
     layer: Layer, checkout: Checkout, expect: Expectations, record: ApplyRecord, force: Collection[str]
 ) -> list[Conflict]:
@@ -122,7 +125,7 @@ def _conflicts(
     folder = layer.applies / str(record.number)
     for step in record.steps:
         if not under_any(step.path, force) and not _as_expected(layer, checkout, expect, record, step, folder):
-            since = "it was applied" if record.status == Status.APPLIED else "its apply was cut short"
+            since = _SINCE.get(record.status, "its apply was cut short")
             conflicts.append(Conflict(path=step.path, reason=f"changed in the checkout since {since}"))
         elif step.prior.type != FileType.DIR and _is_dir(checkout, step.path):
             added = sorted(n for n in checkout.names(step.path) if f"{step.path}/{n}" not in touched)
@@ -142,22 +145,25 @@ def _as_expected(
     try:
         if _holds(checkout, step.path, step.prior.type, step.prior.mode, step.prior.target, _blob(step, folder)):
             return True
-        if record.status != Status.PENDING:
-            return False
-        change = step.change
-        if change.kind == Kind.DELETED:
-            return checkout.identity(step.path) is None
-        upper = open_upper(layer)
-        try:
-            source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
-            modes = {step_mode(step)}
-            if change.type == FileType.DIR and step.prior.type != FileType.DIR:
-                modes.add(NEW_DIR_MODE)  # made, and the kill came before apply gave it its mode
-            return any(_holds(checkout, step.path, change.type, m, change.target, source) for m in modes)
-        finally:
-            os.close(upper)
+        return record.status == Status.PENDING and _as_applied(layer, checkout, step)
     except (OSError, UnsafePathError):
         return False
+
+
+def _as_applied(layer: Layer, checkout: Checkout, step: Step) -> bool:
+    """Whether the path holds what the layer would have written there (a pending record's after-state)."""
+    change = step.change
+    if change.kind == Kind.DELETED:
+        return checkout.identity(step.path) is None
+    upper = open_upper(layer)
+    try:
+        source = _upper_file(upper, change.path) if change.type == FileType.FILE else None
+        modes = {step_mode(step)}
+        if change.type == FileType.DIR and step.prior.type != FileType.DIR:
+            modes.add(NEW_DIR_MODE)  # made, and the kill came before apply gave it its mode
+        return any(_holds(checkout, step.path, change.type, m, change.target, source) for m in modes)
+    finally:
+        os.close(upper)
 
 
 def _blob(step: Step, folder: Path) -> Callable[[], int] | None:
