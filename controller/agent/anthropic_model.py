@@ -189,12 +189,7 @@ async def collect(events: AsyncIterator[Any], on_text: OnText, managed: bool = F
         elif event.type == "content_block_delta":
             await _apply_delta(blocks[event.index], event.delta, partial.setdefault(event.index, []), on_text)
         elif event.type == "message_delta":
-            message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
-            message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
-            report: Any = getattr(event, "context_management", None) if managed else None
-            report = report.to_dict() if hasattr(report, "to_dict") else report
-            if isinstance(report, dict):
-                message["context_management"] = report
+            _apply_message_delta(message, event, managed)
     for index, block in enumerate(blocks):
         if partial.get(index):
             block["input"] = parse_tool_input("".join(partial[index]))
@@ -203,6 +198,16 @@ async def collect(events: AsyncIterator[Any], on_text: OnText, managed: bool = F
     message["content"] = blocks
     clean_strings(message)
     return Message.model_validate(message)
+
+
+def _apply_message_delta(message: dict[str, Any], event: Any, managed: bool) -> None:
+    """The message's closing fields: why it stopped, its usage so far, and (``managed``) the context edits' report."""
+    message.update({k: v for k, v in event.delta.to_dict().items() if k in ("stop_reason", "stop_sequence")})
+    message["usage"] = {**message.get("usage", {}), **event.usage.to_dict(exclude_none=True)}
+    report: Any = getattr(event, "context_management", None) if managed else None
+    report = report.to_dict() if hasattr(report, "to_dict") else report
+    if isinstance(report, dict):
+        message["context_management"] = report
 
 
 async def _apply_delta(block: dict[str, Any], delta: Any, json_parts: list[str], on_text: OnText) -> None:

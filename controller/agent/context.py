@@ -169,16 +169,28 @@ def plan(
         mask = _mask(messages, edits, policy, before, measure)
         if mask is not None:
             return mask
+    return _compact_or_trim(messages, edits, policy, before, max_tokens, force, measure)
+
+
+def _compact_or_trim(
+    messages: list[Message],
+    edits: list[Edit],
+    policy: ContextPolicy,
+    before: int,
+    max_tokens: int,
+    force: bool,
+    measure: Measure,
+) -> Edit | None:
+    """A compaction past ``compact_at`` (or ``force``d) under auto, a trim past the ceiling (or forced) otherwise."""
     over = force or (policy.strategy == "auto" and before >= policy.compact_at * policy.window)
     # Under server, what is sent is larger than what the model sees (the API clears it); the API's own
     # "prompt is too long" (force) is then the ceiling.
     ceiling = policy.strategy != "server" and before > policy.ceiling(max_tokens)
-    if over or ceiling:
-        cut = _cut_keeping(messages, edits, policy.keep_recent, measure)
-        if cut is not None:
-            kind: EditKind = "compact" if over and policy.strategy == "auto" else "trim"
-            return Edit(kind=kind, upto=cut, tokens_before=before)
-    return None
+    cut = _cut_keeping(messages, edits, policy.keep_recent, measure) if over or ceiling else None
+    if cut is None:
+        return None
+    kind: EditKind = "compact" if over and policy.strategy == "auto" else "trim"
+    return Edit(kind=kind, upto=cut, tokens_before=before)
 
 
 def _mask(

@@ -194,11 +194,7 @@ class Agent:
 
     async def _loop(self, convo: Conversation) -> TurnOutcome:
         steps = 0
-        while True:
-            if steps >= self.limits.max_steps:
-                return TurnOutcome("max_steps", f"stopped after {steps} model requests")
-            if convo.usage.total >= self.limits.token_budget:
-                return TurnOutcome("token_budget", f"{convo.usage.total} tokens used of {self.limits.token_budget}")
+        while (spent := self._spent(convo, steps)) is None:
             steps += 1
             convo.steps += 1
             reply = await self._ask(convo, steps)
@@ -209,18 +205,36 @@ class Agent:
             await self._cleared_by_api(reply, sent)
             self._answered.clear()
             if reply.stop_reason == "tool_use":
-                uses = [b for b in reply.content if b.type == "tool_use"]
-                convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
-                await self._save(convo)
-                if any(use.name == "run_command" for use in uses):
-                    await self._check_names(convo)
+                await self._use_tools(convo, reply)
             elif reply.stop_reason in ("max_tokens", "model_context_window_exceeded"):
-                await self._after_max_tokens(convo, reply)
-                await self._save(convo)
-                if reply.stop_reason == "model_context_window_exceeded":
-                    await self._fit(convo, steps, "overflow")
+                await self._cut_off(convo, reply, steps)
             elif reply.stop_reason != "pause_turn":
                 return TurnOutcome("end_turn")
+        return spent
+
+    def _spent(self, convo: Conversation, steps: int) -> TurnOutcome | None:
+        """The turn's end when it has used its model requests or its tokens; None while it has some left."""
+        if steps >= self.limits.max_steps:
+            return TurnOutcome("max_steps", f"stopped after {steps} model requests")
+        if convo.usage.total >= self.limits.token_budget:
+            return TurnOutcome("token_budget", f"{convo.usage.total} tokens used of {self.limits.token_budget}")
+        return None
+
+    async def _use_tools(self, convo: Conversation, reply: Message) -> None:
+        """A reply that calls tools: their results are the next message (and a command may have filled the
+        workspace past its entries)."""
+        uses = [b for b in reply.content if b.type == "tool_use"]
+        convo.messages.append({"role": "user", "content": await self._run_tools(uses)})
+        await self._save(convo)
+        if any(use.name == "run_command" for use in uses):
+            await self._check_names(convo)
+
+    async def _cut_off(self, convo: Conversation, reply: Message, steps: int) -> None:
+        """A reply cut off by its token limit, or by the context window (then the context is fitted at once)."""
+        await self._after_max_tokens(convo, reply)
+        await self._save(convo)
+        if reply.stop_reason == "model_context_window_exceeded":
+            await self._fit(convo, steps, "overflow")
 
     async def _check_names(self, convo: Conversation) -> None:
         """Stop the turn when the workspace holds more entries than the session may; the model reads why with the

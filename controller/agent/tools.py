@@ -28,6 +28,7 @@ from ..wire.protocol import (
     ListFiles,
     ListFilesArgs,
     ListResult,
+    Outcome,
     OutputFeed,
     ReadFile,
     ReadFileArgs,
@@ -264,13 +265,9 @@ async def execute(
     tool = TOOLS.get(name)
     if tool is None:
         return _outcome(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS)}.", True, limits, started)
-    if isinstance(raw_input, dict) and INVALID_INPUT in raw_input:
-        text = f"The input of this {name} call could not be read ({raw_input[INVALID_INPUT]}). Send the call again with complete, valid JSON arguments."
-        return _outcome(text, True, limits, started)
-    try:
-        args = tool.args.model_validate(raw_input if isinstance(raw_input, dict) else {"": raw_input})
-    except ValidationError as err:
-        return _outcome(_invalid_arguments(name, err), True, limits, started)
+    args = _arguments(name, tool, raw_input)
+    if isinstance(args, str):
+        return _outcome(args, True, limits, started)
     if approver is not None and not tool.read_only:
         if not await approver(name, args.model_dump()):
             return _outcome(
@@ -283,9 +280,25 @@ async def execute(
     live = on_output is not None and limits.live_output_bytes > 0 and isinstance(args, RunCommandArgs)
     request, deadline = _request(tool, args, limits, live)
     result = await sandbox.call(request, deadline, on_output if live else None)
+    return _answered(tool, result, limits, started)
+
+
+def _answered(tool: Tool, result: Outcome, limits: Limits, started: float) -> ToolOutcome:
+    """The sandbox's answer as the call's outcome: a failure's message, or the result rendered for the model
+    (an error when a command timed out or was cancelled)."""
     if isinstance(result, Failure):
         return _outcome(result.message, True, limits, started)
     if isinstance(result, CommandResult):
         failed = result.timed_out or result.cancelled
         return _outcome(tool.render(result), failed, limits, started, result.exit_code)
     return _outcome(tool.render(result), False, limits, started)
+
+
+def _arguments(name: str, tool: Tool, raw_input: Any) -> Strict | str:
+    """The call's arguments, or the text that tells the model why its input is not valid ones."""
+    if isinstance(raw_input, dict) and INVALID_INPUT in raw_input:
+        return f"The input of this {name} call could not be read ({raw_input[INVALID_INPUT]}). Send the call again with complete, valid JSON arguments."
+    try:
+        return tool.args.model_validate(raw_input if isinstance(raw_input, dict) else {"": raw_input})
+    except ValidationError as err:
+        return _invalid_arguments(name, err)
