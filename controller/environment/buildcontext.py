@@ -138,10 +138,7 @@ def _walk(directory: Path, prefix: str, matcher: PatternMatcher, negations: bool
         info = child.stat(follow_symlinks=False)
         excluded = bool(matcher.matches(name))
         if stat.S_ISDIR(info.st_mode):
-            if not excluded:
-                yield _entry(name, "dir", info)
-            if not excluded or negations:  # a later !pattern may bring back something beneath
-                yield from _walk(Path(child.path), name + "/", matcher, negations)
+            yield from _directory(Path(child.path), name, info, excluded, matcher, negations)
         elif excluded:
             continue
         elif stat.S_ISREG(info.st_mode):
@@ -149,6 +146,16 @@ def _walk(directory: Path, prefix: str, matcher: PatternMatcher, negations: bool
         elif stat.S_ISLNK(info.st_mode):
             yield _entry(name, "symlink", info, os.readlink(child.path))
         # FIFOs, sockets and devices are left out: nothing in a build should read one.
+
+
+def _directory(
+    path: Path, name: str, info: os.stat_result, excluded: bool, matcher: PatternMatcher, negations: bool
+) -> Iterator[Entry]:
+    """A directory's entry, unless excluded, and what it holds (a later !pattern may bring back something beneath)."""
+    if not excluded:
+        yield _entry(name, "dir", info)
+    if not excluded or negations:
+        yield from _walk(path, name + "/", matcher, negations)
 
 
 def _entry(name: str, kind: str, info: os.stat_result, target: str = "") -> Entry:

@@ -19,6 +19,7 @@ narrower.
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 import re
@@ -64,6 +65,10 @@ def find(env: Environment, repo: Path) -> BuildInputs:
     return BuildInputs(patterns=tuple(patterns), context=context, ignore=_ignore_lines(root, context))
 
 
+# A source that is not the context's: a here-document, a git address, a URL.
+_ELSEWHERE = re.compile(r"<<|git@|.*://", re.DOTALL)
+
+
 def sources(dockerfile: str) -> list[str]:
     """The sources of the Dockerfile's ``COPY`` and ``ADD`` that come from the build context."""
     found: list[str] = []
@@ -72,12 +77,11 @@ def sources(dockerfile: str) -> list[str]:
         if match is None:
             continue
         words = _words(match.group(2))
-        flags = []
-        while words and words[0].startswith("--"):
-            flags.append(words.pop(0))
+        flags = list(itertools.takewhile(lambda word: word.startswith("--"), words))
+        words = words[len(flags) :]
         if any(flag.startswith("--from") for flag in flags) or len(words) < 2:
             continue  # another stage's or image's files; or no destination
-        found += [s for s in words[:-1] if not s.startswith("<<") and "://" not in s and not s.startswith("git@")]
+        found += [s for s in words[:-1] if not _ELSEWHERE.match(s)]
     return found
 
 

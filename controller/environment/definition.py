@@ -36,7 +36,7 @@ import re
 import shlex
 import stat
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,24 @@ def _commands(value: Command, key: str) -> list[str]:
     return [part for name, item in value.items() for part in _commands(item, f"{key}.{name}")]
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+# The optional keys of the Cubicle file, each with what turns its value into the definition's.
+_CUBICLE_FIELDS: dict[str, Any] = {
+    "image": _same,
+    "target": _same,
+    "setup_timeout_s": _same,
+    "setup_network": _same,
+    "network": _same,
+    "dockerfile": lambda value: relative(value, file=CUBICLE_FILE, key="dockerfile"),
+    "context": lambda value: relative(value, file=CUBICLE_FILE, key="context", allow_root=True),
+    "setup": lambda value: join_commands(_commands(value, "setup")),
+    "setup_inputs": tuple,
+}
+
+
 def _from_cubicle_file(root: Path) -> tuple[dict[str, Any], list[str]]:
     text = read_text(root, CUBICLE_FILE, MAX_DEFINITION_BYTES, file=CUBICLE_FILE)
     try:
@@ -106,18 +124,8 @@ def _from_cubicle_file(root: Path) -> tuple[dict[str, Any], list[str]]:
         parsed = CubicleFile.model_validate(data)
     except ValidationError as err:
         raise _named(err, CUBICLE_FILE, {}) from None
-    fields: dict[str, Any] = {}
-    for name in ("image", "target", "setup_timeout_s", "setup_network", "network"):
-        if getattr(parsed, name) is not None:
-            fields[name] = getattr(parsed, name)
-    if parsed.dockerfile is not None:
-        fields["dockerfile"] = relative(parsed.dockerfile, file=CUBICLE_FILE, key="dockerfile")
-    if parsed.context is not None:
-        fields["context"] = relative(parsed.context, file=CUBICLE_FILE, key="context", allow_root=True)
-    if parsed.setup is not None:
-        fields["setup"] = join_commands(_commands(parsed.setup, "setup"))
-    if parsed.setup_inputs is not None:
-        fields["setup_inputs"] = tuple(parsed.setup_inputs)
+    given = {name: getattr(parsed, name) for name in _CUBICLE_FIELDS}
+    fields = {name: _CUBICLE_FIELDS[name](value) for name, value in given.items() if value is not None}
     fields["build_args"], fields["env"] = parsed.build_args, parsed.env
     warnings = []
     if parsed.context is not None and parsed.dockerfile is None:
@@ -173,7 +181,7 @@ def _drop_reserved(fields: dict[str, Any], file: str, key: str) -> list[str]:
 def load(repo: Path) -> Environment:
     """The environment ``repo`` defines (see the module's docstring); ``Environment()`` when it defines none."""
     root = real_root(repo)
-    present = [file for file in DEFINITION_FILES if (root / file).is_symlink() or (root / file).exists()]
+    present = [file for file in DEFINITION_FILES if os.path.lexists(root / file)]  # a dangling link too
     if not present:
         return Environment(source="default")
     file, shadowed = present[0], present[1:]
@@ -347,21 +355,33 @@ def setup_input_files(env: Environment, repo: Path) -> list[str]:
     matched from the repository's root (``requirements*.txt`` is the root's only). The walk
     follows no symlink, never enters ``.git``, and goes only where a pattern may match.
     """
-    root = real_root(repo)
-    patterns = [pattern.split("/") for pattern in env.setup_inputs]
-    found: list[str] = []
-    seen = 0
+    scan = _InputScan(real_root(repo), [pattern.split("/") for pattern in env.setup_inputs])
     pending: list[list[str]] = [[]]
     while pending:
-        parts = pending.pop()
+        pending += scan.directory(pending.pop())
+    return sorted(scan.found)
+
+
+@dataclass
+class _InputScan:
+    """One walk of ``setup_input_files``: the checkout's ``root``, the patterns split at ``/``, what matched so far."""
+
+    root: Path
+    patterns: list[list[str]]
+    found: list[str] = field(default_factory=list)
+    seen: int = 0
+
+    def directory(self, parts: list[str]) -> list[list[str]]:
+        """Note the matching files of the directory at ``parts``; returns its directories a pattern may reach."""
         try:
-            with os.scandir(root.joinpath(*parts)) as listing:
+            with os.scandir(self.root.joinpath(*parts)) as listing:
                 children = list(listing)
         except OSError:
-            continue
+            return []
+        below: list[list[str]] = []
         for child in children:
-            seen += 1
-            if seen > MAX_INPUT_SCAN:
+            self.seen += 1
+            if self.seen > MAX_INPUT_SCAN:
                 raise DefinitionError(
                     f"setup_inputs: matching them looked at more than {MAX_INPUT_SCAN} entries; "
                     "anchor the patterns (e.g. 'backend/requirements.txt' rather than '**/requirements.txt')."
@@ -370,15 +390,20 @@ def setup_input_files(env: Environment, repo: Path) -> list[str]:
             if child.name == ".git":
                 continue
             if child.is_dir(follow_symlinks=False):
-                if any(_may_hold(pattern, path) for pattern in patterns):
-                    pending.append(path)
-            elif (child.is_file(follow_symlinks=False) or child.is_symlink()) and any(
-                _glob_match(pattern, path) for pattern in patterns
-            ):
-                found.append("/".join(path))
-                if len(found) > MAX_INPUT_FILES:
-                    raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_FILES} files; narrow them.")
-    return sorted(found)
+                below += [path] if any(_may_hold(pattern, path) for pattern in self.patterns) else []
+            elif self.matches(child, path):
+                self.add("/".join(path))
+        return below
+
+    def matches(self, child: os.DirEntry[str], path: list[str]) -> bool:
+        """Whether ``child`` (at ``path``) is a file or symlink that a pattern matches."""
+        file_like = child.is_file(follow_symlinks=False) or child.is_symlink()
+        return file_like and any(_glob_match(pattern, path) for pattern in self.patterns)
+
+    def add(self, path: str) -> None:
+        self.found.append(path)
+        if len(self.found) > MAX_INPUT_FILES:
+            raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_FILES} files; narrow them.")
 
 
 def setup_inputs_hash(env: Environment, repo: Path) -> str:

@@ -161,19 +161,24 @@ class Converter:
                 self.warn("build.options", "never applied, build options are Cubicle's")
             elif key not in BUILD_USED:
                 self.warn(f"build.{key}", "not a build key Cubicle uses")
-        dockerfile = build.get("dockerfile", data.get("dockerFile"))
-        dockerfile_key = "build.dockerfile" if "dockerfile" in build else "dockerFile"
-        if dockerfile is not None:
-            self.fields["dockerfile"] = self._path(dockerfile, dockerfile_key)
-            context = build.get("context", data.get("context", "."))
-            context_key = "build.context" if "context" in build else "context"
-            self.fields["context"] = self._path(context, context_key, allow_root=True)
-        elif "context" in build or "context" in data:
-            self.warn("build.context" if "context" in build else "context", "a context without a Dockerfile")
+        self._dockerfile(build)
         args = self._object(build.get("args", {}), "build.args")
         self.fields["build_args"] = {name: self._string(value, f"build.args.{name}") for name, value in args.items()}
         if "target" in build:
             self.fields["target"] = self._string(build["target"], "build.target")
+
+    def _dockerfile(self, build: dict[str, Any]) -> None:
+        """The Dockerfile and its context, from ``build`` or the top level's older keys (``dockerFile``, ``context``)."""
+        data = self.data
+        dockerfile = build.get("dockerfile", data.get("dockerFile"))
+        dockerfile_key = "build.dockerfile" if "dockerfile" in build else "dockerFile"
+        context_key = "build.context" if "context" in build else "context"
+        if dockerfile is not None:
+            self.fields["dockerfile"] = self._path(dockerfile, dockerfile_key)
+            context = build.get("context", data.get("context", "."))
+            self.fields["context"] = self._path(context, context_key, allow_root=True)
+        elif "context" in build or "context" in data:
+            self.warn(context_key, "a context without a Dockerfile")
 
     def _env(self) -> None:
         env: dict[str, str] = {}

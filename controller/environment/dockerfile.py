@@ -65,13 +65,7 @@ def after_each_from(text: str, lines: list[str]) -> str:
     instruction do not end it, as in Docker's own parser.
     """
     physical = text.splitlines()
-    escape = "\\"
-    for line in physical:
-        directive = _DIRECTIVE.match(line)
-        if not directive:
-            break
-        if directive.group(1).lower() == "escape" and directive.group(2):
-            escape = directive.group(2)[0]
+    escape = _escape(physical)
     out: list[str] = []
     inside = is_from = False
     for line in physical:
@@ -90,6 +84,18 @@ def after_each_from(text: str, lines: list[str]) -> str:
     if inside and is_from:
         out.extend(lines)
     return "\n".join(out) + "\n"
+
+
+def _escape(physical: list[str]) -> str:
+    """The Dockerfile's escape character: its ``# escape=`` parser directive's, else a backslash."""
+    escape = "\\"
+    for line in physical:
+        directive = _DIRECTIVE.match(line)
+        if not directive:
+            break
+        if directive.group(1).lower() == "escape" and directive.group(2):
+            escape = directive.group(2)[0]
+    return escape
 
 
 CHECK = f"""set -e
