@@ -42,6 +42,23 @@ SHORT_ARGUMENT = 1024
 """Past the cap, a tool call keeps its arguments whose name and value (JSON) are this short, up to SMALL_ARGUMENTS."""
 
 
+def _result_kept(event: ToolResult, room: float) -> ToolResult:
+    """A tool result, its output dropped if it does not fit in ``room`` (JSON takes at most 6 bytes a character:
+    far from the cap, nothing is counted)."""
+    if not event.output or 6 * len(event.output) + 2 <= room or len(to_json(event.output)) <= room:
+        return event
+    return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
+
+
+def _call_kept(event: ToolCall, room: float) -> ToolCall:
+    """A tool call, only its short arguments kept if they are not small and do not fit in ``room``."""
+    encoded = len(to_json(event.input))
+    if encoded <= SMALL_ARGUMENTS or encoded <= room:
+        return event
+    kept, dropped = _short_arguments(event.input)
+    return event.model_copy(update={"input": kept, "input_not_kept": dropped})
+
+
 def _short_arguments(arguments: Any) -> tuple[dict[str, Any], int]:
     """The arguments a tool call keeps past the cap (a path, a flag), and the bytes of JSON it drops; each
     dropped value says so in its place, and a dropped name goes with its value."""
@@ -135,15 +152,7 @@ class Recorder:
         if isinstance(event, CommandOutput):  # once one did not fit, none is stored: a gap would mislead
             self._live_full = self._live_full or len(to_json(event.text)) > room
             return None if self._live_full else event
-        if isinstance(event, ToolResult):  # JSON takes at most 6 bytes a character: far from the cap, no count
-            if not event.output or 6 * len(event.output) + 2 <= room or len(to_json(event.output)) <= room:
-                return event
-            return event.model_copy(update={"output": "", "output_not_kept": len(event.output)})
-        encoded = len(to_json(event.input))
-        if encoded <= SMALL_ARGUMENTS or encoded <= room:
-            return event
-        kept, dropped = _short_arguments(event.input)
-        return event.model_copy(update={"input": kept, "input_not_kept": dropped})
+        return _result_kept(event, room) if isinstance(event, ToolResult) else _call_kept(event, room)
 
     async def save_transcript(self, convo: Conversation) -> None:
         """Write what changed since the last save: new messages, the last saved one (a user text may have merged

@@ -68,18 +68,21 @@ def keeping_path(command: str, env: Mapping[str, str]) -> str:
 """Variables a definition may not set: HOME is the container's tmpfs, and LD_* would load code into the toolbox."""
 
 
+_NUL_OR_NEWLINE = re.compile("[\x00\n]")
+
+
 def normalize(value: str, *, base: str = ".", allow_root: bool = False) -> str:
     """``value`` (relative to repo-relative ``base``) as a normalised repo-relative POSIX path; a ValueError if it
     is empty, absolute, holds a NUL or newline, or climbs out of the repository by its text. Where it leads after
     its symlinks are followed is ``resolve``'s to check."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a non-empty path, got {value!r}")
-    if "\x00" in value or "\n" in value or len(value) > 4096:
+    if _NUL_OR_NEWLINE.search(value) or len(value) > 4096:
         raise ValueError("the path holds a NUL or newline, or is too long")
     if value.startswith("/"):
         raise ValueError(f"{value!r} is absolute; give a path inside the repository")
     norm = posixpath.normpath(posixpath.join(base, value))
-    if norm == ".." or norm.startswith("../"):
+    if f"{norm}/".startswith("../"):  # ".." itself, or below it
         raise ValueError(f"{value!r} leads out of the repository")
     if norm == "." and not allow_root:
         raise ValueError(f"{value!r} names the repository itself, not a file")
