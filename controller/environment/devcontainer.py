@@ -207,12 +207,16 @@ class Converter:
             text = self.substitute(value, key, defer=True).strip()  # ${containerEnv:...}: at preparation
             return [text] if text else []
         if isinstance(value, list):
-            if not value or not all(isinstance(item, str) for item in value):
-                raise DefinitionError(f"{where(self.file, key)}: an array command must be a non-empty list of strings.")
-            return [shlex.join(self.substitute(item, key, defer=True) for item in value)]
+            return [self._exec_form(value, key)]
         if isinstance(value, dict):
             return [part for name, item in value.items() for part in self.commands(item, f"{key}.{name}")]
         raise DefinitionError(f"{where(self.file, key)}: expected a string, an array or an object, got {_kind(value)}.")
+
+    def _exec_form(self, value: list[Any], key: str) -> str:
+        """An exec-form array as one shell command, each word quoted."""
+        if not value or not all(isinstance(item, str) for item in value):
+            raise DefinitionError(f"{where(self.file, key)}: an array command must be a non-empty list of strings.")
+        return shlex.join(self.substitute(item, key, defer=True) for item in value)
 
     def _customizations(self) -> None:
         customizations = self._object(self.data.get("customizations", {}), "customizations")
