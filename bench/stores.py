@@ -56,9 +56,9 @@ from controller.server.feed import Feed
 from controller.server.leases import Leases
 from controller.server.recorder import Recorder
 from controller.server.store import PostgresStore, Store, _redacted
+from controller.server.store import Row as StoredRow
 from controller.wire.events import TextDelta, Usage
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
 
 SERVER_URL = os.environ.get("CUBICLE_BENCH_DATABASE_URL", "postgresql:///cubicle_test?host=/var/run/postgresql")
 """A PostgreSQL database the bench may create (and drop) a schema in."""
@@ -155,7 +155,7 @@ class Streams:
         now = time.time()
         self.recorders: list[Recorder] = []
         for _ in range(SESSIONS):
-            record = SessionRecord(
+            record = StoredRow(
                 id=f"s_{secrets.token_hex(8)}", repo="/bench/stores", task="stream", model="bench", status="idle",
                 usage=Usage(), steps=0, limits=Limits(), created_at=now, updated_at=now,
             )  # fmt: skip
