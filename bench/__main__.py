@@ -6,11 +6,12 @@ with a stable id, its unit, p50/p95/p99 where it has them, the baseline measured
 the ratio, the target and whether it was met. Most sections need a Docker engine and the sandbox
 image (the channel flood also root, the stores' PostgreSQL rows a server at
 ``CUBICLE_BENCH_DATABASE_URL``, the viewer page Chromium); ``cli``, ``contents``, ``context`` and
-``page`` need none. It exits non-zero only when it cannot run; targets that are missed are listed
-under each section's tables and again at the end. The default run takes four to five minutes on two
-busy cores; ``--quick`` does fewer repetitions, ``--full`` adds the 50- and 100-session and the
-50-container concurrency rows, and ``--smoke`` runs every section with a few repetitions and small
-sizes, to show that each still runs (CI runs it; its numbers mean nothing).
+``page`` need none. It exits non-zero when it cannot run or a section fails (the others still
+run and print their tables); targets that are missed are listed under each section's tables and
+again at the end. The default run takes four to five minutes on two busy cores; ``--quick`` does
+fewer repetitions, ``--full`` adds the 50- and 100-session and the 50-container concurrency rows,
+and ``--smoke`` runs every section with a few repetitions and small sizes, to show that each still
+runs (CI runs it; its numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,9 +157,13 @@ async def run(args: argparse.Namespace, sections: list[Section]) -> tuple[Report
 
 
 async def _section(section: Section, run: Run) -> None:
-    """Run one section, then print its tables at once."""
+    """Run one section, then print its tables at once; a section that fails is said to have, and the next runs."""
     start = time.perf_counter()
-    await section.measure(run)
+    try:
+        await section.measure(run)
+    except Exception:  # noqa: BLE001 - whatever broke, the other sections still measure (and the run fails)
+        traceback.print_exc()
+        run.report.failed.append(section.name)
     tables = run.report.end_section(section.name)
     print(f"## {section.title}\n\n{tables}", flush=True)
     print(f"bench: {section.name} took {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
@@ -166,7 +172,8 @@ async def _section(section: Section, run: Run) -> None:
 def write_json(path: Path, report: Report, args: argparse.Namespace, client_machine: str) -> None:
     """Every row of the run, with what it ran on and how."""
     effort = "smoke" if args.smoke else "quick" if args.quick else "full" if args.full else "default"
-    document = {"machine": client_machine, "effort": effort, "rows": report.records(), "missed": report.missed}
+    document = {"machine": client_machine, "effort": effort, "rows": report.records(), "missed": report.missed,
+                "failed": report.failed}  # fmt: skip
     path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -203,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join([f"target missed: {m}" for m in report.missed] or ["every target met"]))
     if args.json is not None:
         write_json(args.json, report, args, on)
-    return 0
+    if report.failed:
+        print(f"bench: these sections failed: {', '.join(report.failed)}", file=sys.stderr)
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":

@@ -191,6 +191,8 @@ class Report:
     missed: list[str] = field(default_factory=list)
     done: list[tuple[str, int, int, int]] = field(default_factory=list)
     """Each finished section: its name and where its rows, tables and missed targets end."""
+    failed: list[str] = field(default_factory=list)
+    """The sections that raised instead of finishing."""
 
     def check(self, met: bool, text: str) -> bool:
         if not met:

@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from bench.measure import Report, ms
+from bench.measure import Report, ms, smoke
 from controller.server.store import Row, Store
 from controller.wire.events import (
     Event,
@@ -183,7 +183,7 @@ def table(report: Report, quick: bool) -> None:
         raise RuntimeError(
             f"the page benchmark needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver"
         )
-    runs = 3 if quick else 7
+    runs = 1 if smoke() else 3 if quick else 7
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-page-") as tmp:
         roots = Path(tmp) / "roots"
         (roots / "repo" / ".git").mkdir(parents=True)

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.flood import Controller
-from bench.measure import Report, Row, Sample, ms
+from bench.measure import Report, Row, Sample, ms, smoke
 from bench.rows import INSTANCE, make_repo, section_main
 from bench.viewer import ModelServer, frames
 from controller.agent.conversation import Conversation
@@ -222,7 +222,7 @@ def _file_system(path: Path) -> str:
 
 
 async def event_writes(report: Report, root: Path, quick: bool) -> None:
-    rounds, seconds = (2, 1.0) if quick else (3, 2.0)
+    rounds, seconds = (1, 0.3) if smoke() else (2, 1.0) if quick else (3, 2.0)
     title = (
         f"Event writes: {SESSIONS} sessions streaming {DELTA_CHARS}-character text deltas through their Recorder "
         f"(fenced by a claimed epoch), asyncio tasks on one event loop, each yielding after every event; "
@@ -439,7 +439,7 @@ async def deliver(a: Controller, b: Controller, repo: Path, model: str, sessions
 
 
 async def sse_delivery(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
-    sessions, deltas = (1, 1000) if quick else (3, 1000)
+    sessions, deltas = (1, 50) if smoke() else (1, 1000) if quick else (3, 1000)
     title = (
         f"SSE delivery across controllers: the event's ts (stamped by the owner A as it makes the event, before it "
         f"commits it) to its arrival at a client; after a warm-up session, "
