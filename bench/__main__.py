@@ -101,9 +101,8 @@ SECTIONS = (
     Section("output-flood", "output flood", True,
             lambda r: rows.output_flood(r.report, r.client, r.image, r.root)),
     Section("live", "live output", True, _sandboxed(live.table)),
-    Section("concurrency", "concurrency", True, lambda r: rows.concurrency(
-        r.report, r.client, r.image, r.root, [10, 50, 100] if r.args.full else [10], [10, 50] if r.args.full else [10]
-    )),
+    Section("concurrency", "concurrency", True, lambda r: rows.concurrency(r.report, r.client, r.image, r.root,
+            *(([2], [2]) if r.args.smoke else ([10, 50, 100], [10, 50]) if r.args.full else ([10], [10])))),
     Section("egress", "egress proxy", True, _sandboxed(egress.table)),
     Section("peer", "peer (llm-sandbox)", True, _sandboxed(rows.peer)),
     Section("channel-flood", "channel flood (root)", True,

@@ -123,7 +123,7 @@ def table(report: Report, quick: bool) -> None:
             f"CPU time of each start (user + system, {rounds} rounds): less moved by a busy machine than wall time",
             ["command", "CPU p50", "CPU p95", "over python -c pass (p50)"],
             [
-                [f"{name} (CPU)", ms(cpu[name].p50), ms(cpu[name].p95), ms(cpu[name].p50 - cpu[BASELINE].p50)]
+                [f"CPU: {name}", ms(cpu[name].p50), ms(cpu[name].p95), ms(cpu[name].p50 - cpu[BASELINE].p50)]
                 for name, _, _ in runs
             ],
         )

@@ -152,8 +152,10 @@ SECONDS = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def slug(text: str) -> str:
-    """A stable id made of ``text``: lower case, words joined by ``-``, at most 64 characters."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64].rstrip("-") or "row"
+    """A stable id made of ``text``: lower case, words joined by ``-``, at most 64 characters, without what it says in
+    parentheses (a count or a measured number that changes with ``--quick``, say), unless that is all it says."""
+    bare = re.sub(r"\s*\([^)]*\)", "", text) or text
+    return re.sub(r"[^a-z0-9]+", "-", bare.lower()).strip("-")[:64].rstrip("-") or "row"
 
 
 def _percentiles(sample: Sample) -> dict[str, float]:

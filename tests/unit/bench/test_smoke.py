@@ -67,7 +67,7 @@ def test_smoke_json_has_every_row_with_a_stable_id_its_unit_and_its_baseline(smo
     assert len({row["id"] for row in rows}) == len(rows)
     assert all(row["id"].startswith(row["section"] + ".") for row in rows)
     timed = {row["id"]: row for row in rows if "baseline" in row}
-    for name in ("version", "help", "sessions-local-store"):
+    for name in ("version", "help", "sessions", "show-id", "changes-id"):
         row = timed[f"cli.cubicle-{name}"]
         assert row["unit"] == "s" and 0 < row["p50"] <= row["p95"] <= row["p99"]
         assert row["baseline"]["name"] == "python -c pass" and row["baseline"]["p50"] > 0
