@@ -17,15 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.measure import Report, ms
+from bench.measure import Report, ms, repetitions, smoke
 from bench.workspace import DIRS, PER_DIR, timed
 from controller.workspace import baseline, contents
 
 
-def build(root: Path, committed: bool) -> Path:
-    """20,000 files of 60 lines; ``committed``: a git repository whose index holds them all, written after them."""
+def build(root: Path, committed: bool, dirs: int = DIRS) -> Path:
+    """``dirs`` times 100 files of 60 lines (20,000); ``committed``: a git repository whose index holds them all, written
+    after them."""
     repo = root / ("committed" if committed else "plain")
-    for d in range(DIRS):
+    for d in range(dirs):
         folder = repo / f"pkg{d:03d}"
         folder.mkdir(parents=True)
         for f in range(PER_DIR):
@@ -34,7 +35,9 @@ def build(root: Path, committed: bool) -> Path:
         past = time.time() - 60  # older than the index, as in a checkout worked on before (git's racy-clean rule)
         for path in repo.rglob("*.py"):
             os.utime(path, (past, past))
-        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+        # No git gc or maintenance left running in the background: it would write into .git as it is removed.
+        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0",
+               "-c", "maintenance.auto=false"]  # fmt: skip
         subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
         subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
         subprocess.run([*git, "commit", "-qm", "bench"], cwd=repo, check=True)
@@ -42,24 +45,26 @@ def build(root: Path, committed: bool) -> Path:
 
 
 def table(report: Report, quick: bool) -> None:
-    repeat = 3 if quick else 7
+    repeat = repetitions(3 if quick else 7)
+    dirs = 2 if smoke() else DIRS
+    files = f"{dirs * PER_DIR:,}"
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-contents-") as tmp:
-        committed, plain = build(Path(tmp), True), build(Path(tmp), False)
+        committed, plain = build(Path(tmp), True, dirs), build(Path(tmp), False, dirs)
         rows = []
         for name, repo in (("a git checkout, every file in its index", committed), ("no git index", plain)):
             before = timed(lambda repo=repo: baseline.record(repo, with_contents=False), repeat)  # type: ignore[misc]
             after = timed(lambda repo=repo: baseline.record(repo), repeat)  # type: ignore[misc]
             known = len(baseline.record(repo).blobs)
-            rows.append([name, ms(before), ms(after), f"+{ms(after - before)}", f"{known:,} of {DIRS * PER_DIR:,}"])
+            rows.append([name, ms(before), ms(after), f"+{ms(after - before)}", f"{known:,} of {files}"])
         root = os.open(committed, os.O_RDONLY | os.O_DIRECTORY)
         try:
             parse = timed(lambda: contents.read_index(root), repeat)
         finally:
             os.close(root)
-        rows.append(["  of which: parsing the 20,000-entry .git/index", "", ms(parse), "", ""])
+        rows.append([f"  of which: parsing the {files}-entry .git/index", "", ms(parse), "", ""])
     report.extra.append(
         (
-            f"Session start: the baseline of 20,000 files, with content ids (medians of {repeat}; hashing budget "
+            f"Session start: the baseline of {files} files, with content ids (medians of {repeat}; hashing budget "
             f"{contents.MAX_HASHED_BYTES >> 20} MiB, files up to {contents.MAX_HASHED_FILE >> 20} MiB)",
             ["checkout", "metadata only (before)", "with content ids", "cost", "files with a content id"],
             rows,

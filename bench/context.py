@@ -18,7 +18,7 @@ from typing import Any
 
 import anthropic
 
-from bench.measure import Report
+from bench.measure import Report, smoke
 from controller.agent.anthropic_model import AnthropicModel
 from controller.agent.context import Measure, estimate_tokens, plan, view
 from controller.agent.loop import Agent, Conversation, TurnOutcome
@@ -34,12 +34,14 @@ WINDOW = 200_000
 MAX_TOKENS = 8192
 
 
-async def _session(url: str, server: ScriptedServer, name: str, policy: ContextPolicy) -> tuple[TurnOutcome, Any]:
-    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "make test"}}]}] * STEPS
+async def _session(
+    url: str, server: ScriptedServer, name: str, policy: ContextPolicy, steps: int = STEPS
+) -> tuple[TurnOutcome, Any]:
+    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "make test"}}]}] * steps
     turns.append({"content": [{"type": "text", "text": "Done."}]})
     server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns, "context_window": WINDOW})
     client = anthropic.AsyncAnthropic(api_key="bench", base_url=url, max_retries=0)
-    limits = Limits(max_steps=STEPS + 5, token_budget=1_000_000_000, model_output_chars=OUTPUT_CHARS)
+    limits = Limits(max_steps=steps + 5, token_budget=1_000_000_000, model_output_chars=OUTPUT_CHARS)
     sandbox = MemorySandbox(commands={"make test": Reply(stdout="E" * (OUTPUT_CHARS - 60))})
     sink, convo = ListSink(), Conversation()
     agent = Agent(
@@ -93,10 +95,12 @@ def _row(label: str, server: ScriptedServer, name: str, outcome: TurnOutcome, st
 async def table(report: Report) -> None:
     server = ScriptedServer([Scenario(name="default", turns=[])])
     policy = ContextPolicy(window=WINDOW)
+    steps = 20 if smoke() else STEPS  # smoke: too few to need any edit, enough to run every path once
     with serve_in_thread(server.app) as url:
-        managed = await _session(url, server, "bench-managed", policy)
-        by_api = await _session(url, server, "bench-server", policy.model_copy(update={"strategy": "server"}))
-        unmanaged = await _session(url, server, "bench-unmanaged", policy.model_copy(update={"strategy": "off"}))
+        managed = await _session(url, server, "bench-managed", policy, steps)
+        by_api = await _session(url, server, "bench-server", policy.model_copy(update={"strategy": "server"}), steps)
+        off = policy.model_copy(update={"strategy": "off"})
+        unmanaged = await _session(url, server, "bench-unmanaged", off, steps)
     cached = _cached(managed[1])
     spent = sorted(await asyncio.to_thread(_overhead, managed[1][0].messages, policy))
     p95 = spent[round(0.95 * (len(spent) - 1))]
@@ -110,7 +114,7 @@ async def table(report: Report) -> None:
     rows.append(["auto: context overhead", "", "", "",
                  f"p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})", "", "", ""])  # fmt: skip
     report.extra.append(
-        (f"Context: {STEPS} steps of {OUTPUT_CHARS:,}-character outputs, {WINDOW:,}-token window", header, rows)
+        (f"Context: {steps} steps of {OUTPUT_CHARS:,}-character outputs, {WINDOW:,}-token window", header, rows)
     )
     largest = int(rows[0][3].replace(",", ""))
     report.check(managed[0].reason == "end_turn", "context: the managed session ends with end_turn")

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Report, Row, Sample, ms
+from bench.measure import Report, Row, Sample, ms, repetitions, smoke
 from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, section_main
 from controller.config import Settings
 from controller.environment.buildinputs import definition_files
@@ -61,8 +61,8 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     quota_box = sandbox(client, image, repo, workspaces, QUOTA)
     plain_box = sandbox(client, image, repo, workspaces, None)
     try:
-        await _ready(report, client, image, quota_box, plain_box, quotas.mounter.name, 6 if quick else 10)
-        await _throughput(report, quota_box, plain_box, 2 if quick else 4)
+        await _ready(report, client, image, quota_box, plain_box, quotas.mounter.name, repetitions(6 if quick else 10))
+        await _throughput(report, quota_box, plain_box, 1 if smoke() else 2 if quick else 4)
     finally:
         for box in (quota_box, plain_box):
             await box.stop()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.disk import sandbox
-from bench.measure import Report, Sample, ms
+from bench.measure import Report, Sample, ms, smoke
 from bench.rows import LIMITS, make_repo, section_main
 from controller.config import Settings
 from controller.sandbox import mounters
@@ -67,7 +67,7 @@ async def _while_writing(box: DockerSandbox, loop: str, probe: Path, seconds: fl
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     """Add the disk I/O table to ``report``."""
-    seconds = 5.0 if quick else 10.0
+    seconds = 1.0 if smoke() else 5.0 if quick else 10.0
     repo = make_repo(root, "diskio")
     data = root / "diskio-data"
     quotas = mounters.choose("auto", lambda: client, image, data, Settings().docker_host)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Report, ms
+from bench.measure import Report, ms, smoke
 from bench.rows import INSTANCE, give_away, standalone
 from controller import workspace
 from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE
@@ -267,7 +267,7 @@ async def table(
 ) -> None:
     """1 MiB through the session's proxy against the same download on the open network."""
     images.ensure(client, proxy_image, auto_build=True, context=images.PROXY)
-    rounds, per_round = (3, 10) if quick else (5, 20)
+    rounds, per_round = (1, 2) if smoke() else (3, 10) if quick else (5, 20)
     with hosts(client, image, {"files": (8080,)}, INSTANCE, network="bridge") as served:
         address = served.addresses["files"]
         url = f"http://{address}:8080/1m"

@@ -20,7 +20,7 @@ from typing import Any
 
 from docker.errors import APIError
 
-from bench.measure import Report, Row, Sample, ms
+from bench.measure import Report, Row, Sample, ms, repetitions
 from bench.rows import READY_TARGET, bare_run, give_away, make_repo, sandbox
 from controller.config import Settings
 from controller.environment import load
@@ -43,7 +43,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
 
     tag = await asyncio.to_thread(resolve)  # the one build, untimed
     try:
-        await _rounds(report, client, image, repo, tag, resolve, 6 if quick else 10)
+        await _rounds(report, client, image, repo, tag, resolve, repetitions(6 if quick else 10))
     finally:
         with contextlib.suppress(APIError):  # its checkout is a temporary directory
             client.images.remove(tag)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.flood import Controller, health_sampler, sampling, small_repo, step_latencies
-from bench.measure import Report, Sample, ms
+from bench.measure import Report, Sample, ms, smoke
 from bench.rows import section_main
 from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 
@@ -30,14 +30,25 @@ LINKS = 150_000
 XATTR_BYTES = 4000
 """As much as one ext4 xattr block holds beside its header: 4 KB."""
 NEIGHBOUR_STEPS = 40
+
+
+def links() -> int:
+    """LINKS, or 2,000 in smoke mode (the walk then proves it runs, not what it costs)."""
+    return 2000 if smoke() else LINKS
+
+
 TARGET_RSS_MB = 200
 TARGET_HEALTH_S = 0.25
 TARGET_NEIGHBOUR = 1.5
-MAKE_LINKS = f"""python3 - <<'EOF'
+
+
+def make_links(count: int) -> str:
+    """The attacker's command: ``count`` hard links, their files carrying the xattrs."""
+    return f"""python3 - <<'EOF'
 import os
 os.mkdir("links")
 source = None
-for i in range({LINKS}):
+for i in range({count}):
     if i % 60000 == 0:  # ext4 allows 65,000 links to one inode
         source = f"links/{{i}}"
         with open(source, "w") as f:
@@ -45,7 +56,7 @@ for i in range({LINKS}):
         os.setxattr(source, "user.pad", b"p" * {XATTR_BYTES})
         continue
     os.link(source, f"links/{{i}}")
-print("made", {LINKS}, "names")
+print("made", {count}, "names")
 EOF"""
 
 
@@ -90,7 +101,7 @@ def _tree_rss_kb(pid: int) -> int:
 def scenarios(server: ScriptedServer, tag: str) -> tuple[str, str]:
     step = {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "true"}}]}
     done = {"content": [{"type": "text", "text": "done"}]}
-    attack = {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": MAKE_LINKS}}]}
+    attack = {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": make_links(links())}}]}
     neighbour = Scenario.model_validate({"name": f"walk-n-{tag}", "turns": [step] * NEIGHBOUR_STEPS + [done]})
     attacker = Scenario.model_validate({"name": f"walk-a-{tag}", "turns": [attack, done]})
     server.scenarios |= {neighbour.name: neighbour, attacker.name: attacker}
@@ -139,8 +150,8 @@ def measure(controller: Controller, repos: tuple[Path, Path], models: tuple[str,
     attacked.walk_s = (changes["ts"] - result["ts"]) if changes else float("nan")
     finished = attacked_events[-1]
     files = changes["summary"]["files"] if changes else 0
-    if files < LINKS:
-        raise RuntimeError(f"the attacker's command made {files} files, not {LINKS}: {result['output'][-500:]!r}")
+    if files < links():
+        raise RuntimeError(f"the attacker's command made {files} files, not {links()}: {result['output'][-500:]!r}")
     attacked.attacker = f"{finished.get('reason')}, {files:,} files listed"
     return baseline, attacked
 
@@ -149,7 +160,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     """Add the layer-walk table to ``report``."""
     del client, quick  # the server process makes its own sandboxes; one run is the measurement
     title = (
-        f"Turn-end walk of a hostile layer: {LINKS:,} hard links with {XATTR_BYTES:,} bytes of xattrs "
+        f"Turn-end walk of a hostile layer: {links():,} hard links with {XATTR_BYTES:,} bytes of xattrs "
         f"(attacker at cpus=1), beside a neighbour's {NEIGHBOUR_STEPS} steps"
     )
     header = ["", "neighbour's steps", "/healthz p50", "/healthz p99", "server RSS growth",

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from bench.flood import Controller
-from bench.measure import Report, current_rss_mb, ms, time_pair
+from bench.measure import Report, current_rss_mb, ms, repetitions, smoke, time_pair
 from bench.rows import INSTANCE, LIMITS, make_repo, sandbox, section_main
 from bench.viewer import Follower, ModelServer, cpu_seconds, frames
 from controller.agent import tools
@@ -40,9 +40,21 @@ from controller.wire.protocol import OutputFeed
 FOLLOWERS = 50
 CHATTY_LINES = 2000
 CHATTY_S = 10
-CHATTY = f'for i in $(seq {CHATTY_LINES}); do echo "line $i of a chatty command"; sleep {CHATTY_S / CHATTY_LINES}; done'
+
+
+def chatty(lines: int, seconds: float) -> str:
+    """A command printing ``lines`` lines over about ``seconds``."""
+    return f'for i in $(seq {lines}); do echo "line $i of a chatty command"; sleep {seconds / lines}; done'
+
+
 TRUE_TARGET = 1.10
-FLOOD = "head -c 1000000000 /dev/zero | tr '\\0' y"
+
+
+def flooding(size: int) -> str:
+    """A command printing ``size`` bytes."""
+    return f"head -c {size} /dev/zero | tr '\\0' y"
+
+
 RUN_TIMEOUT_S = 180
 
 
@@ -79,12 +91,14 @@ async def in_sandbox(report: Report, client: Any, image: str, root: Path, quick:
     try:
         sink = Counting()
         live, quiet = await time_pair(
-            lambda: recorded(box, on, "true", sink), lambda: recorded(box, off, "true", sink), 50 if quick else 200
+            lambda: recorded(box, on, "true", sink),
+            lambda: recorded(box, off, "true", sink),
+            repetitions(50 if quick else 200),
         )
-        flood = Counting()
+        flood, size = Counting(), 10**8 if smoke() else 10**9  # smoke: a tenth, to see that it runs
         rss_before = current_rss_mb()
         started = time.perf_counter()
-        outcome = await recorded(box, on, FLOOD, flood)
+        outcome = await recorded(box, on, flooding(size), flood)
         took, growth = time.perf_counter() - started, current_rss_mb() - rss_before
     finally:
         await box.stop()
@@ -96,11 +110,11 @@ async def in_sandbox(report: Report, client: Any, image: str, root: Path, quick:
         ["measurement", "live output on", "off (baseline)", "target met"],
         [['run_command("true") p50 / p95', f"{ms(live.p50)} / {ms(live.p95)}", f"{ms(quiet.p50)} / {ms(quiet.p95)}",
           "yes" if met else "**no**"],
-         ["1 GB of output: time, controller RSS growth", f"{took:.2f} s, {growth:.1f} MB", "(the output flood table)",
+         [f"{size / 10**9:g} GB of output: time, controller RSS growth", f"{took:.2f} s, {growth:.1f} MB", "(the output flood table)",
           "yes" if bounded else "**no**"],
-         ["1 GB of output: shown live", f"{flood.chars:,} chars in {flood.outputs} events, cut: {flood.truncated}",
+         [f"{size / 10**9:g} GB of output: shown live", f"{flood.chars:,} chars in {flood.outputs} events, cut: {flood.truncated}",
           "", ""],
-         ["1 GB of output: reached the model", f"{len(outcome.model_text):,} chars", "", ""]],
+         [f"{size / 10**9:g} GB of output: reached the model", f"{len(outcome.model_text):,} chars", "", ""]],
     ))  # fmt: skip
 
 
@@ -135,7 +149,9 @@ async def followed(report: Report, client: Any, image: str, root: Path, quick: b
     del client, quick  # the server makes its own sandboxes; one run of each is the measurement (tens of seconds)
     name = f"live-{secrets.token_hex(4)}"
     path = root / f"{name}.json"
-    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": CHATTY}}]},
+    lines, seconds = (100, 1) if smoke() else (CHATTY_LINES, CHATTY_S)
+    command = chatty(lines, seconds)
+    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": command}}]},
              {"content": [{"type": "text", "text": "done"}]}]  # fmt: skip
     path.write_text(Scenario.model_validate({"name": name, "turns": turns}).model_dump_json())
     repo = make_repo(root, "live-followed")
@@ -158,10 +174,12 @@ async def followed(report: Report, client: Any, image: str, root: Path, quick: b
             server.close()
     finally:
         model.close()
-    _followed_rows(report, runs)
+    _followed_rows(report, runs, lines, seconds)
 
 
-def _followed_rows(report: Report, runs: list[tuple[str, tuple[float, float, list[int]]]]) -> None:
+def _followed_rows(
+    report: Report, runs: list[tuple[str, tuple[float, float, list[int]]]], lines: int, seconds: float
+) -> None:
     rows = []
     for label, (wall, cpu, received) in runs:
         cores = cpu / wall if wall > 0 else 0.0
@@ -171,7 +189,7 @@ def _followed_rows(report: Report, runs: list[tuple[str, tuple[float, float, lis
         events = f"{min(received)}–{max(received)}" if received else "(not followed)"
         rows.append([label, f"{wall:.1f} s", f"{cpu:.1f} s", f"{cores:.2f}", events, met])
     report.extra.append((
-        f"Live output followed: a command printing {CHATTY_LINES:,} lines over ~{CHATTY_S} s in a `cubicle serve` "
+        f"Live output followed: a command printing {lines:,} lines over ~{seconds} s in a `cubicle serve` "
         "session",
         ["run", "session wall time", "server CPU", "server cores", "command_output events per follower", "≤ 1 core"],
         rows,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Report, Row, Sample, ms, time_async, time_sync
+from bench.measure import Report, Row, Sample, ms, repetitions, time_async, time_sync
 from bench.rows import INSTANCE, LIMITS, make_repo, sandbox, section_main
 from controller.agent import tools
 
@@ -102,7 +102,7 @@ def _bare(command: list[str], env: dict[str, str], n: int) -> Sample:
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
-    n = 300 if quick else 1000
+    n = repetitions(300 if quick else 1000)
     repo = make_repo(root, "mcp")
     command, env = _server_command(repo, root / "mcp-data", image)
     started = time.perf_counter()

@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from bench.measure import Report, ms
-from controller.server.store import Store
+from bench.measure import Report, ms, smoke
+from controller.server.store import Row, Store
 from controller.wire.events import (
     Event,
     SessionFinished,
@@ -41,7 +41,6 @@ from controller.wire.events import (
     UsageEvent,
 )
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
 
 STEPS = 400
 EVENTS = 5 * STEPS + 2
@@ -113,7 +112,7 @@ def write_session(data_dir: Path, repo: Path) -> str:
     try:
         now = time.time()
         store.insert(
-            SessionRecord(
+            Row(
                 id=session_id, repo=str(repo), task="Fix the flaky tests", model="m", status="idle",
                 finish_reason="end_turn", usage=Usage(), steps=STEPS, limits=Limits(), created_at=now, updated_at=now,
             )
@@ -184,7 +183,7 @@ def table(report: Report, quick: bool) -> None:
         raise RuntimeError(
             f"the page benchmark needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver"
         )
-    runs = 3 if quick else 7
+    runs = 1 if smoke() else 3 if quick else 7
     with tempfile.TemporaryDirectory(prefix="cubicle-bench-page-") as tmp:
         roots = Path(tmp) / "roots"
         (roots / "repo" / ".git").mkdir(parents=True)

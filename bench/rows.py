@@ -17,7 +17,19 @@ from typing import Any
 
 from docker.types import Mount
 
-from bench.measure import Report, Row, Sample, current_rss_mb, ms, peak_rss_mb, time_async, time_pair, time_sync
+from bench.measure import (
+    Report,
+    Row,
+    Sample,
+    current_rss_mb,
+    ms,
+    peak_rss_mb,
+    repetitions,
+    smoke,
+    time_async,
+    time_pair,
+    time_sync,
+)
 from controller import workspace
 from controller.agent import tools
 from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
@@ -108,7 +120,7 @@ async def tool_overhead(report: Report, client: Any, image: str, root: Path, qui
     await box.start()
     await bound.start()
     try:
-        n, m = (100, 20) if quick else (500, 30)
+        n, m = repetitions(100 if quick else 500), repetitions(20 if quick else 30)
 
         def read(b: DockerSandbox) -> Callable[[], Awaitable[Any]]:
             return lambda: b.call(protocol.call("read_file", path="README.md"), 30)
@@ -200,7 +212,7 @@ async def command_tail_latency(report: Report, client: Any, image: str, root: Pa
     box = sandbox(client, image, make_repo(root, "tail"))
     await box.start()
     try:
-        n = 200 if quick else 1000
+        n = repetitions(200 if quick else 1000)
         ping = await time_async(lambda: box.call(protocol.call("ping"), 30), n, warmup=20)
         inside: list[float] = []
 
@@ -210,7 +222,7 @@ async def command_tail_latency(report: Report, client: Any, image: str, root: Pa
             inside.append(result.duration_s)
 
         ours = await time_async(true, n, warmup=20)
-        inside = inside[20:]
+        inside = inside[-n:]  # the warm-up calls' are not counted
     finally:
         await box.stop()
     p50, p99, worst = ours.p50, ours.pct(0.99), max(ours.values)
@@ -249,7 +261,7 @@ async def ready_and_teardown(report: Report, client: Any, image: str, root: Path
     its teardown includes removing that volume.
     """
     repo = make_repo(root, "lifecycle")
-    n = 6 if quick else 10
+    n = repetitions(6 if quick else 10)
     layered, bound = sandbox(client, image, repo), sandbox(client, image, repo, bind=True)
     ready: dict[str, list[float]] = {"layer": [], "bind": [], "bare": []}
     teardown, removals = [], []
@@ -305,15 +317,15 @@ async def ready_and_teardown(report: Report, client: Any, image: str, root: Path
 
 async def output_flood(report: Report, client: Any, image: str, root: Path) -> None:
     box = sandbox(client, image, make_repo(root, "flood"))
+    size = 10**8 if smoke() else 10**9  # smoke: a tenth, to see that the section runs
+    flood = f"head -c {size} /dev/zero | tr '\\0' y"
     await box.start()
     try:
         ping = await box.call(protocol.call("ping"), 30)
         assert isinstance(ping, PingResult)
         rss_before = current_rss_mb()
         start = time.perf_counter()
-        outcome = await tools.execute(
-            "run_command", {"command": "head -c 1000000000 /dev/zero | tr '\\0' y"}, box, LIMITS
-        )
+        outcome = await tools.execute("run_command", {"command": flood}, box, LIMITS)
         took = time.perf_counter() - start
         rss_growth = current_rss_mb() - rss_before
         hwm = await box.call(
@@ -323,7 +335,7 @@ async def output_flood(report: Report, client: Any, image: str, root: Path) -> N
         container = box.container
 
         def exec_flood() -> None:
-            result = container.exec_run(["sh", "-c", "head -c 1000000000 /dev/zero | tr '\\0' y"], stream=True)
+            result = container.exec_run(["sh", "-c", flood], stream=True)
             for _ in result.output:
                 pass
 
@@ -335,7 +347,7 @@ async def output_flood(report: Report, client: Any, image: str, root: Path) -> N
     report.check(toolbox_kb < 50 * 1024, f"flood: toolbox peak RSS {toolbox_kb / 1024:.1f} MB")
     report.extra.append(
         (
-            "Output flood: a command printing 1 GB",
+            f"Output flood: a command printing {size / 10**9:g} GB",
             ["", "time to result", "reached the model", "controller RSS growth", "toolbox peak RSS"],
             [
                 [
@@ -493,7 +505,7 @@ async def peer(report: Report, client: Any, image: str, root: Path, quick: bool)
     except ImportError:
         report.extra.append(("Peer: llm-sandbox", ["not installed"], [["pip install -e '.[bench]' to add this row"]]))
         return
-    sessions = 2 if quick else 3
+    sessions = 1 if smoke() else 2 if quick else 3
     opens, closes, commands = [], [], []
     for _ in range(sessions):
         start = time.perf_counter()

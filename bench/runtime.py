@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Report, Sample, ms, time_async
+from bench.measure import Report, Sample, ms, repetitions, time_async
 from bench.rows import bare_run, make_repo, sandbox, section_main
 from controller.sandbox import isolation as runtimes
 from controller.wire.protocol import ReadFile, RunCommand
@@ -32,7 +32,7 @@ def _bare(client: Any, image: str, runtime: str) -> None:
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool, names: tuple[str, ...] = ()) -> None:
     names = names or (runtimes.RUNC, runtimes.GVISOR)
     repo = make_repo(root, "runtimes")
-    rounds, calls, commands = (4, 200, 20) if quick else (8, 500, 50)
+    rounds, calls, commands = (repetitions(n) for n in ((4, 200, 20) if quick else (8, 500, 50)))
     started = time.perf_counter()
     ready: dict[str, list[float]] = {name: [] for name in names}
     bare: dict[str, list[float]] = {name: [] for name in names}

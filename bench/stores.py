@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench.flood import Controller
-from bench.measure import Report, Row, Sample, ms
+from bench.measure import Report, Row, Sample, ms, smoke
 from bench.rows import INSTANCE, make_repo, section_main
 from bench.viewer import ModelServer, frames
 from controller.agent.conversation import Conversation
@@ -56,9 +56,9 @@ from controller.server.feed import Feed
 from controller.server.leases import Leases
 from controller.server.recorder import Recorder
 from controller.server.store import PostgresStore, Store, _redacted
+from controller.server.store import Row as StoredRow
 from controller.wire.events import TextDelta, Usage
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
 
 SERVER_URL = os.environ.get("CUBICLE_BENCH_DATABASE_URL", "postgresql:///cubicle_test?host=/var/run/postgresql")
 """A PostgreSQL database the bench may create (and drop) a schema in."""
@@ -155,7 +155,7 @@ class Streams:
         now = time.time()
         self.recorders: list[Recorder] = []
         for _ in range(SESSIONS):
-            record = SessionRecord(
+            record = StoredRow(
                 id=f"s_{secrets.token_hex(8)}", repo="/bench/stores", task="stream", model="bench", status="idle",
                 usage=Usage(), steps=0, limits=Limits(), created_at=now, updated_at=now,
             )  # fmt: skip
@@ -222,7 +222,7 @@ def _file_system(path: Path) -> str:
 
 
 async def event_writes(report: Report, root: Path, quick: bool) -> None:
-    rounds, seconds = (2, 1.0) if quick else (3, 2.0)
+    rounds, seconds = (1, 0.3) if smoke() else (2, 1.0) if quick else (3, 2.0)
     title = (
         f"Event writes: {SESSIONS} sessions streaming {DELTA_CHARS}-character text deltas through their Recorder "
         f"(fenced by a claimed epoch), asyncio tasks on one event loop, each yielding after every event; "
@@ -439,7 +439,7 @@ async def deliver(a: Controller, b: Controller, repo: Path, model: str, sessions
 
 
 async def sse_delivery(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
-    sessions, deltas = (1, 1000) if quick else (3, 1000)
+    sessions, deltas = (1, 50) if smoke() else (1, 1000) if quick else (3, 1000)
     title = (
         f"SSE delivery across controllers: the event's ts (stamped by the owner A as it makes the event, before it "
         f"commits it) to its arrival at a client; after a warm-up session, "

@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from bench.flood import Controller
-from bench.measure import Report, Row, Sample, ms
+from bench.measure import Report, Row, Sample, ms, smoke
 from bench.rows import INSTANCE, make_repo, section_main
 from controller.agent.scripted import Scenario, free_port
 
@@ -251,7 +251,7 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     path = root / f"{name}.json"
     path.write_text(scenario(name).model_dump_json())
     repo = make_repo(root, "viewer")
-    rounds = 3 if quick else 7
+    rounds = 1 if smoke() else 3 if quick else 7
     model = ModelServer(path)
     try:
         server = Controller(model.url, root, INSTANCE, data="viewer-data", image=image)

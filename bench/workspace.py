@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.measure import Report
+from bench.measure import Report, repetitions
 from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from controller import workspace
 from controller.errors import LayerMissingError
@@ -204,7 +204,7 @@ def ms(seconds: float) -> str:
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
     """Add the workspace table to ``report``; the targets it misses go under the tables."""
-    repeat = 3 if quick else 5
+    repeat = repetitions(3 if quick else 5)
     work = root / "workspace"
     work.mkdir()
     rows, extra = await measure(client, image, work, repeat)

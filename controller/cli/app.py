@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from pydantic import ValidationError
 from rich.text import Text
 
 from .. import __version__
-from ..config import Settings
 from ..errors import AuthError, ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
-from ..server.runtime import Runtime
-from ..server.sessions import Sessions
-from ..server.store import open_store
-from ..wire.changes import ApplyConflictError
-from . import help_format, review, terminal, usage
-from .display import plural
+from . import help_format, terminal
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..server.sessions import Sessions
 
 EXIT_OK, EXIT_USAGE, EXIT_LIMIT, EXIT_INFRA, EXIT_CONFLICT, EXIT_INTERRUPTED = 0, 2, 3, 4, 5, 130
 app = help_format.Typer(
@@ -57,6 +53,11 @@ def _options(
 
 def load_settings() -> Settings:
     """Settings from the environment; a bad variable is a usage error that names it, not a traceback."""
+    from pydantic import ValidationError
+
+    from ..config import Settings
+    from . import usage
+
     try:
         return Settings()
     except ValidationError as err:
@@ -68,6 +69,11 @@ T = TypeVar("T")
 
 def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) -> T:
     """Run one command on the sessions of the database, as the API would (no turn is started)."""
+    import asyncio
+
+    from ..server.runtime import Runtime
+    from ..server.sessions import Sessions
+    from ..server.store import open_store
 
     async def go() -> T:
         store = open_store(settings)
@@ -86,6 +92,10 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
 @contextlib.contextmanager
 def review_errors() -> Iterator[None]:
     """2 unknown session, checkpoint or apply (or a server that refuses the token) · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
+    from ..wire.changes import ApplyConflictError
+    from . import review
+    from .display import plural
+
     try:
         yield
     except ApplyConflictError as err:

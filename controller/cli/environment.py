@@ -7,22 +7,20 @@ is not on the engine, or Docker failed · 130 Ctrl-C.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
-from ..environment import Overrides, definition_hash, load, override
-from ..environment.preparation import Environments
 from ..errors import ConfigError, CubicleError, RepoError
-from ..sandbox import engine
-from ..wire.environment import Environment
 from . import help_format, terminal
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
+
+if TYPE_CHECKING:
+    from ..wire.environment import Environment
 
 env_app = help_format.Typer(help="Show and build a repository's environment (its image, setup and network).")
 app.add_typer(env_app, name="env", no_args_is_help=True)
@@ -37,6 +35,8 @@ DockerfileOption = Annotated[
 
 
 def _resolve(repo: Path, image: str | None, dockerfile: str | None) -> Environment:
+    from ..environment import Overrides, load, override
+
     if not repo.is_dir():
         raise RepoError(f"{repo} is not a directory.")
     return override(load(repo), Overrides(image=image, dockerfile=dockerfile))
@@ -51,6 +51,8 @@ def _warn(env: Environment) -> None:
 @env_app.command("show")
 def env_show(repo: RepoArgument = Path("."), image: ImageOption = None, dockerfile: DockerfileOption = None) -> None:
     """Print the environment REPO defines (after the flags), as JSON, with its definition hash; warnings on stderr."""
+    from ..environment import definition_hash
+
     try:
         env = _resolve(repo, image, dockerfile)
         digest = definition_hash(env, repo)
@@ -64,6 +66,11 @@ def env_show(repo: RepoArgument = Path("."), image: ImageOption = None, dockerfi
 @env_app.command("build")
 def env_build(repo: RepoArgument = Path("."), image: ImageOption = None, dockerfile: DockerfileOption = None) -> None:
     """Build REPO's environment image (or find it built), showing progress; prints the image's tag."""
+    import asyncio
+
+    from ..environment.preparation import Environments
+    from ..sandbox import engine
+
     settings = load_settings()
     try:
         env = _resolve(repo, image, dockerfile)

@@ -11,21 +11,15 @@ container removed; the changes stay for ``cubicle changes`` and ``cubicle apply`
 
 from __future__ import annotations
 
-import asyncio
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.text import Text
 
 from .. import __version__
-from ..config import Settings
-from ..server.live import LiveSession, Serve
-from ..server.runtime import Runtime
-from ..server.sessions import NewSession, Sessions
-from ..server.store import open_store
-from ..wire.limits import Limits
 from . import options, terminal
 from .app import EXIT_INFRA, EXIT_OK, app, err_console, load_settings
 from .run import (
@@ -47,6 +41,13 @@ from .run import (
     environment_request,
     sandbox_flags,
 )
+
+if TYPE_CHECKING:  # what serving runs is imported inside it: `cubicle --help` loads none of it
+    import asyncio
+
+    from ..config import Settings
+    from ..server.live import LiveSession, Serve
+    from ..wire.limits import Limits
 
 MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
 """Each ends serving like the client closing stdin does; the exit code is then 128 + the signal."""
@@ -71,6 +72,12 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
 
 async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> bool:
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
+    import asyncio
+
+    from ..server.runtime import Runtime
+    from ..server.sessions import NewSession, Sessions
+    from ..server.store import open_store
+
     calls = _served_over_stdio(signals)
     runtime = Runtime(settings)
     try:
@@ -107,6 +114,8 @@ def _served_over_stdio(signals: list[int]) -> Serve:
     (appended to ``signals``); what ended it, for the session's record."""
 
     async def calls(live: LiveSession) -> str:
+        import asyncio
+
         from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
 
         serving = asyncio.create_task(serve_stdio(live, __version__))
@@ -126,6 +135,8 @@ def _served_over_stdio(signals: list[int]) -> Serve:
 def _ignore_signals() -> None:
     """Once all is ended, a stop signal changes nothing: ignore it rather than die of it (the default), with the
     signals blocked while the loop's handlers go so that none arrives in between."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, MCP_STOP_SIGNALS)
     try:
@@ -138,6 +149,8 @@ def _ignore_signals() -> None:
 
 def _on_signals(serving: asyncio.Task[None], signals: list[int]) -> None:
     """SIGTERM, SIGHUP and SIGINT stop serving (once); ending the session after that is not cut short."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
 
     def stop(signum: int) -> None:
@@ -168,6 +181,8 @@ class McpOptions:
 @app.command(help=MCP_HELP)
 @options.command(McpOptions)
 def mcp(o: McpOptions) -> None:
+    import asyncio
+
     _check_run_args(o.repo, approve=False, json_events=False)
     settings = load_settings()
     flags = sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)

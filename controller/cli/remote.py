@@ -8,26 +8,26 @@ then reviewed and applied through the API, as ``finish.after_turn`` does for a l
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..agent.loop import TurnOutcome
-from ..client import AsyncClient, Client
 from ..errors import CubicleError
-from ..wire.bodies import ReviewComment
-from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
-from ..wire.environment import EnvironmentRequest
-from ..wire.events import SessionFinished
-from ..wire.sessions import SessionRecord
-from ..workspace.layer import SESSION_ID
 from . import terminal
 from .app import EXIT_INFRA, EXIT_USAGE, fail
-from .display import JsonSink, LiveSink
+
+if TYPE_CHECKING:  # what a remote command runs (the HTTP client, the wire's models) is imported inside it
+    from ..agent.loop import TurnOutcome
+    from ..client import AsyncClient, Client
+    from ..wire.bodies import ReviewComment
+    from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
+    from ..wire.environment import EnvironmentRequest
+    from ..wire.events import SessionFinished
+    from ..wire.sessions import SessionRecord
+    from .display import JsonSink, LiveSink
 
 ServerOpt = Annotated[
     str | None,
@@ -66,6 +66,8 @@ class RemoteRun:
 
 async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
     """Start the session and show its events until its turn ends; a cancel of this task cancels the remote turn."""
+    from ..client import AsyncClient
+
     async with AsyncClient(remote.url, remote.token) as client:
         record = await client.create(
             remote.repo, remote.task, model=remote.model, limits=remote.limits or None, environment=remote.environment
@@ -78,6 +80,9 @@ async def continue_remote(
 ) -> RemoteRun:
     """Begin the session's next turn on ``said`` (a message, or a review comment the server quotes the diff for) and
     show its events until it ends (as ``run_remote`` does)."""
+    from ..client import AsyncClient
+    from ..wire.bodies import ReviewComment
+
     async with AsyncClient(url, token) as client:
         last = 0
         async for event in client.events(session_id):  # what is stored; the stream ends as no turn runs
@@ -91,12 +96,18 @@ async def continue_remote(
 
 def _session_id(given: str) -> str:
     """A server's session id, which the CLI prints in commands to copy: one that is not an id is refused."""
+    from ..workspace.layer import SESSION_ID
+
     if not SESSION_ID.fullmatch(given):
         raise CubicleError(f"The server answered a session id that is not one: {terminal.safe(given)[:80]!r}.")
     return given
 
 
 async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, view: Any) -> RemoteRun:
+    import asyncio
+
+    from ..wire.events import SessionFinished
+
     finished: SessionFinished | None = None
     last = after
     try:
@@ -135,10 +146,17 @@ class RemoteReview:
         return f" --server {shlex.quote(self.url)}"
 
     def changes(self) -> list[Change]:
+        from ..client import Client
+
         with Client(self.url, self.token) as client:
             return client.changes(self.session_id, diff=True)
 
     def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
+        import asyncio
+
+        from ..client import Client
+        from .display import JsonSink
+
         with Client(self.url, self.token) as client:
             result = client.apply(self.session_id, include_ignored=include_ignored)
             if isinstance(view, JsonSink):
@@ -190,6 +208,8 @@ def api_token() -> str | None:
 
 def remote_sessions(url: str) -> Client:
     """The client of ``url``, with the token from ``CUBICLE_API_TOKEN``."""
+    from ..client import Client
+
     return Client(url, api_token())
 
 
@@ -202,6 +222,8 @@ def refuse_local_only(approve: bool, scenario: str | None) -> None:
 
 def ended(done: RemoteRun) -> TurnOutcome:
     """How a remote turn ended; one whose end the server never recorded is an infrastructure error."""
+    from ..agent.loop import TurnOutcome
+
     if done.finished is None:
         raise fail(f"session {done.session_id} ended without recording how its turn ended", EXIT_INFRA)
     return TurnOutcome(done.finished.reason, done.finished.detail)

@@ -8,23 +8,18 @@ changes reported; ``finish.after_turn`` then applies them, keeps them or asks.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from ..agent import scripted
-from ..agent.loop import TurnOutcome
-from ..config import Settings
 from ..errors import (
     AuthError,
     ConfigError,
@@ -36,20 +31,21 @@ from ..errors import (
     RepoError,
     StoreError,
 )
-from ..server.live import LiveSession
-from ..server.runtime import Runtime
-from ..server.sessions import NewSession, Sessions
-from ..server.store import open_store
-from ..wire import network as networks
-from ..wire.environment import EnvironmentRequest
-from ..wire.events import SessionFinished
-from ..wire.limits import Limits
-from ..wire.network import NetworkPolicy
-from . import options, terminal, usage
+from . import options, terminal
 from .app import EXIT_CONFLICT, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, app, fail, load_settings
-from .display import JsonSink, LiveSink, plural
-from .finish import Choice, LocalReview, Ran, after_turn
-from .remote import Remote, RemoteReview, api_token, ended, refuse_local_only, run_remote
+
+if TYPE_CHECKING:  # what the command runs is imported inside it: `cubicle --help` loads none of it
+    from ..agent import scripted
+    from ..agent.loop import TurnOutcome
+    from ..config import Settings
+    from ..server.live import LiveSession
+    from ..server.sessions import Sessions
+    from ..wire.environment import EnvironmentRequest
+    from ..wire.events import SessionFinished
+    from ..wire.limits import Limits
+    from ..wire.network import NetworkPolicy
+    from .display import JsonSink, LiveSink
+    from .finish import Ran
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 """Signals that end a run like Ctrl-C does; the exit code is then 128 + the signal (143, 129)."""
@@ -83,12 +79,18 @@ RUN_HELP = (
 T = TypeVar("T")
 
 
-def _network(text: str) -> NetworkPolicy:
-    """``--network LEVEL``: none, open or allow=HOST,...; a usage error that says which form is wrong."""
+def _network(text: str) -> str:
+    """``--network LEVEL``: none, open or allow=HOST,...; a usage error that says which form is wrong.
+
+    The text is checked here and kept as given: the limits parse it again, and the option's type stays a string
+    so that `cubicle --help` need not import the policy's model."""
+    from ..wire import network as networks
+
     try:
-        return networks.parse(text)
+        networks.parse(text)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    return text
 
 
 # The arguments `cubicle run` and `cubicle mcp` share, declared once.
@@ -108,7 +110,7 @@ InodesOption = Annotated[int | None, typer.Option("--inodes", help="Files and di
 
 def sandbox_flags(
     command_timeout: int | None, memory: int | None, cpus: float | None, disk: int | None, inodes: int | None,
-    network: NetworkPolicy | None, runtime: str | None = None,
+    network: str | None, runtime: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The sandbox's limits as `cubicle run` and `cubicle mcp` take them, by ``Limits`` field (None: not given)."""
     return {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
@@ -126,7 +128,7 @@ RuntimeOption = Annotated[
 
 
 NetworkOption = Annotated[
-    NetworkPolicy | None,
+    str | None,
     typer.Option(
         "--network",
         parser=_network,
@@ -153,11 +155,17 @@ SetupOption = Annotated[
 
 def environment_request(image: str | None, setup: str | None) -> EnvironmentRequest | None:
     """What ``--image`` and ``--setup`` ask over the repository's environment; None when neither was given."""
+    from ..wire.environment import EnvironmentRequest
+
     return EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
 
 
 def _load_scenario(name: str) -> scripted.Scenario:
     """``--scenario``: a scenario file, or the name of one shipped in controller/scenarios."""
+    from pydantic import ValidationError
+
+    from ..agent import scripted
+
     shipped = sorted(path.stem for path in scripted.SCENARIOS_DIR.glob("*.json"))
     file = Path(name)
     if not file.is_file():
@@ -184,6 +192,10 @@ def _load_scenario(name: str) -> scripted.Scenario:
 @contextlib.contextmanager
 def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Settings]:
     """With --scenario, serve it locally and point the SDK at it (a real HTTP round trip, no API key needed)."""
+    from pydantic import SecretStr
+
+    from ..agent import scripted
+
     if scenario is None:
         yield settings
         return
@@ -208,6 +220,8 @@ async def _run_session(
 
 async def _stoppable(work: Awaitable[T], signals: list[int]) -> T:
     """``work``, cancelled (like Ctrl-C cancels it) by the first SIGTERM or SIGHUP, which is appended to ``signals``."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -240,6 +254,10 @@ async def _session(
 ) -> Ran:
     """One turn in a fresh container: a session of the API's database, begun and run by ``Sessions`` as the API's
     are (``server.live.LiveSession``), with the terminal as its view and, with --approve, its approver."""
+    from ..server.sessions import NewSession
+    from .display import LiveSink
+    from .finish import Ran
+
     async with local_sessions(settings, limits.network) as sessions:
         approver = view.approve if approve and isinstance(view, LiveSink) else None
         new = NewSession(
@@ -257,6 +275,10 @@ async def local_sessions(settings: Settings, network: NetworkPolicy | None = Non
     """This machine's sessions for one turn the CLI drives: the model's key checked first (a usage error before
     Docker is even asked), the image with ``network``'s proxy ensured, what a killed run or server left swept.
     After it the turn's lease and container go, and the clients close, even when a second signal comes."""
+    from ..server.runtime import Runtime
+    from ..server.sessions import Sessions
+    from ..server.store import open_store
+
     runtime = Runtime(settings)
     try:
         runtime.check_model()
@@ -278,6 +300,8 @@ async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
     """The run's turn, awaited: a cancel of this run (Ctrl-C, a signal) cancels the turn, which records its end. A
     turn stopped because another controller took the session over (this run's lease ran out while it was paused or
     cut off) is a conflict; one whose end could not even be recorded, a store failure."""
+    import asyncio
+
     assert live.task is not None  # create begins the turn
     try:
         outcome = await live.task
@@ -299,6 +323,8 @@ async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
 async def _unstoppable(work: Awaitable[None]) -> None:
     """``work`` to its end even if the run is cancelled meanwhile (a second signal during clean-up): the container
     and the lease go first, then the cancel goes on."""
+    import asyncio
+
     task = asyncio.ensure_future(work)
     try:
         await asyncio.shield(task)
@@ -325,6 +351,11 @@ def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
 
 def _limits(settings: Settings, flags: dict[str, Any]) -> Limits:
     """The session's limits: the settings' defaults with the flags that were given on top."""
+    from pydantic import ValidationError
+
+    from ..wire.limits import Limits
+    from . import usage
+
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         return Limits.model_validate({**settings.limits.model_dump(), **given})
@@ -335,6 +366,8 @@ def _limits(settings: Settings, flags: dict[str, Any]) -> Limits:
 @contextlib.contextmanager
 def _view(json_events: bool, console: Console) -> Iterator[JsonSink | LiveSink]:
     """Where the run's events go: one JSON line each, or the live terminal view."""
+    from .display import JsonSink, LiveSink
+
     if json_events:
         yield JsonSink()
     else:
@@ -345,6 +378,8 @@ def _view(json_events: bool, console: Console) -> Iterator[JsonSink | LiveSink]:
 @contextlib.contextmanager
 def _exit_codes(signals: list[int]) -> Iterator[None]:
     """Whatever ends a run before its turn does becomes its exit code and a one-line message."""
+    import asyncio
+
     try:
         yield
     except (ConfigError, RepoError, ForbiddenRepoError, AuthError, InvalidRequestError) as err:
@@ -363,6 +398,8 @@ def _exit_codes(signals: list[int]) -> Iterator[None]:
 
 def _summary(outcome: TurnOutcome, finished: SessionFinished, signals: list[int]) -> Text:
     """The last line of the live view: why the turn ended, steps and tokens."""
+    from .display import plural
+
     summary = Text.assemble(
         (outcome.reason, "green" if outcome.reason == "end_turn" else "yellow"),
         f" · {plural(finished.steps, 'step')} · {plural(finished.usage.total, 'token')}",
@@ -436,6 +473,11 @@ class RunOptions:
 @app.command(help=RUN_HELP)
 @options.command(RunOptions)
 def run(o: RunOptions) -> None:
+    import asyncio
+
+    from .finish import Choice, LocalReview, after_turn
+    from .remote import refuse_local_only
+
     flags = {"max_steps": o.max_steps, "token_budget": o.token_budget, "wall_clock_s": o.timeout,
              **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)}  # fmt: skip
     if o.server is not None:
@@ -461,6 +503,15 @@ def run(o: RunOptions) -> None:
 
 def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
     """``--server``: the run on a remote ``cubicle serve``, shown and ended like a local one."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from ..wire.limits import Limits
+    from . import usage
+    from .finish import Choice, Ran, after_turn
+    from .remote import Remote, RemoteReview, api_token, ended, run_remote
+
     given = {name: value for name, value in flags.items() if value is not None}
     try:
         checked = Limits.model_validate({**Limits().model_dump(), **given}).model_dump(mode="json")

@@ -7,32 +7,21 @@ import ipaddress
 import json
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from docker.errors import ImageNotFound
 from rich.text import Text
 
-from .. import config
-from ..agent import scripted
-from ..config import Settings
-from ..environment import build as environment_image
-from ..environment.setups import Setups
 from ..errors import ConfigError, CubicleError
-from ..sandbox import engine, images, mounters, owners
-from ..sandbox import isolation as runtimes
-from ..sandbox.backends import open_backend
-from ..sandbox.docker import clear_as_root
-from ..server import accesslog
-from ..server.sessions import Expiry, Sessions
-from ..server.store import open_store
-from ..wire.policies import Edit
-from ..wire.sessions import SessionRecord
-from ..workspace.manager import Workspaces
 from . import options, terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions
-from .display import plural
 from .remote import RemoteSessions, ServerOpt, remote_sessions
+
+if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
+    from ..config import Settings
+    from ..server.sessions import Expiry, Sessions
+    from ..wire.policies import Edit
+    from ..wire.sessions import SessionRecord
 
 TOKEN_MIN_CHARS = 32
 
@@ -46,6 +35,8 @@ def image_build(
     ] = None,
 ) -> None:
     """Build the sandbox image and the egress proxy's (their Dockerfiles ship in the package), showing progress."""
+    from ..sandbox import engine, images
+
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
@@ -69,6 +60,11 @@ def image_build(
 @app.command()
 def doctor() -> None:
     """What this machine gives Cubicle: the engine, its OCI runtimes (and which sessions may use), the images."""
+    from docker.errors import ImageNotFound
+
+    from ..sandbox import engine, images
+    from ..sandbox import isolation as runtimes
+
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
@@ -97,6 +93,8 @@ def doctor() -> None:
 
 def duration_s(text: str) -> float:
     """``--older-than``: a duration (90s, 30m, 12h, 7d, 2w); anything else is a usage error that shows the form."""
+    from .. import config
+
     try:
         return config.duration_s(text)
     except ValueError as err:
@@ -134,6 +132,10 @@ class GcOptions:
 )
 @options.command(GcOptions)
 def gc(o: GcOptions) -> None:
+    from ..environment import build as environment_image
+    from ..sandbox import engine, owners
+    from ..server.sessions import Sessions
+
     settings = load_settings()
     try:
         client = engine.connect(settings.docker_host)
@@ -154,6 +156,12 @@ def gc(o: GcOptions) -> None:
 
 def _sweep_disk(settings: Settings, client: Any) -> None:
     """Remove the layers of purged sessions and the setup trees no session's layer sits on."""
+    from ..environment.setups import Setups
+    from ..sandbox import mounters
+    from ..sandbox.docker import clear_as_root
+    from ..server.store import open_store
+    from ..workspace.manager import Workspaces
+
     clear = functools.partial(clear_as_root, client, settings.image)
     store = open_store(settings)
     try:
@@ -173,6 +181,7 @@ def _sweep_disk(settings: Settings, client: Any) -> None:
 
 def _expire(settings: Settings, age_s: float, include_unapplied: bool) -> None:
     """``gc --older-than``: purge the sessions that ended before the age, and say which were kept and why."""
+    from .display import plural
 
     async def expire(sessions: Sessions) -> Expiry:
         await sessions.start()  # a session a killed process left "running" is interrupted: it can age out too
@@ -191,6 +200,8 @@ def _expire(settings: Settings, age_s: float, include_unapplied: bool) -> None:
 
 
 def _ago(seconds: float) -> str:
+    from .display import plural
+
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             return plural(int(seconds // size), unit)
@@ -216,6 +227,7 @@ def serve(
     """Serve the HTTP API (/v1) with uvicorn."""
     import uvicorn
 
+    from ..server import accesslog
     from ..server.api import create_app
 
     settings = load_settings()
@@ -241,13 +253,20 @@ def serve(
             )
     if not settings.repo_roots:
         _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
-    try:
-        open_backend(settings).close()  # a backend that cannot run is a usage error now, not a failed startup
-    except ConfigError as err:
-        raise fail(str(err), EXIT_USAGE) from None
+    _check_backend(settings)
     uvicorn.run(
         create_app(settings), host=bind, port=port or settings.port, log_level="info", log_config=accesslog.log_config()
     )
+
+
+def _check_backend(settings: Settings) -> None:
+    """A backend that cannot run is a usage error now, not a failed startup."""
+    from ..sandbox.backends import open_backend
+
+    try:
+        open_backend(settings).close()
+    except ConfigError as err:
+        raise fail(str(err), EXIT_USAGE) from None
 
 
 @app.command()
@@ -260,6 +279,9 @@ def sessions(
 ) -> None:
     """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
     from rich.table import Table
+
+    from ..wire.sessions import SessionRecord
+    from .display import plural
 
     records, total = _page(limit, server)
     if json_out:
@@ -285,6 +307,8 @@ def sessions(
 
 def _page(limit: int, server: str | None) -> tuple[list[SessionRecord], int]:
     """The newest sessions, from this machine's database or (``server``) a ``cubicle serve``'s."""
+    from ..server.store import open_store
+
     if server is not None:
         with review_errors(), remote_sessions(server) as client:
             return RemoteSessions(client).page(limit, 0)
@@ -343,4 +367,6 @@ def scripted_server(
     port: Annotated[int, typer.Option(help="Port to bind.")] = 8123,
 ) -> None:
     """Serve a scripted Anthropic-compatible model for tests and offline demos."""
+    from ..agent import scripted
+
     scripted.run(scenarios, host, port)

@@ -9,29 +9,19 @@ from this machine's database or a server's; a turn running meanwhile is followed
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..config import Settings
 from ..errors import NotFoundError
-from ..server import review
-from ..server.runtime import Runtime
-from ..server.sessions import Sessions
-from ..server.store import open_store
-from ..wire.bodies import ReviewComment
-from ..workspace.manager import printable
 from . import options, terminal
 from .app import EXIT_USAGE, app, fail, load_settings
-from .display import JsonSink, LiveSink
-from .finish import Choice, LocalReview, Ran, after_turn
-from .remote import RemoteReview, ServerOpt, api_token, continue_remote, ended, refuse_local_only, remote_sessions
+from .remote import ServerOpt, api_token, ended, refuse_local_only, remote_sessions
 from .run import (
     EXIT_CODES,
     ApplyOption,
@@ -47,6 +37,12 @@ from .run import (
     _view,
     local_sessions,
 )
+
+if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
+    from ..config import Settings
+    from ..wire.bodies import ReviewComment
+    from .display import JsonSink, LiveSink
+    from .finish import Ran
 
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
 
@@ -81,6 +77,11 @@ class ContinueOptions:
 )
 @options.command(ContinueOptions)
 def continue_(o: ContinueOptions) -> None:
+    import asyncio
+
+    from .finish import Choice, LocalReview, after_turn
+    from .remote import RemoteReview
+
     if o.server is not None:
         refuse_local_only(o.approve, o.scenario)
     if o.approve and (o.json_events or not sys.stdin.isatty()):
@@ -105,6 +106,8 @@ def continue_(o: ContinueOptions) -> None:
 
 def comment_of(o: ContinueOptions) -> ReviewComment | None:
     """The review comment ``--on PATH[:LINE]`` makes of the message: a line when PATH ends in ``:`` and digits."""
+    from ..wire.bodies import ReviewComment
+
     if o.on is None:
         return None
     path, _, line = o.on.rpartition(":")
@@ -114,6 +117,9 @@ def comment_of(o: ContinueOptions) -> ReviewComment | None:
 
 
 async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
+    from .finish import Ran
+    from .remote import continue_remote
+
     if o.server is not None:
         comment = comment_of(o)
         said: str | ReviewComment = o.message if comment is None else comment
@@ -124,6 +130,11 @@ async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | Li
 
 async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     """The turn in this process, on this machine's database, driven as ``cubicle run`` drives its own."""
+    from ..server import review
+    from ..workspace.manager import printable
+    from .display import LiveSink
+    from .finish import Ran
+
     async with local_sessions(settings) as sessions:
         record = sessions.get(o.session_id)
         await sessions.runtime.ensure_image(record.limits.network)
@@ -142,6 +153,8 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
 def show(session_id: SessionArg, json_events: JsonOption = False, server: ServerOpt = None) -> None:
     """Print a session's events as the live view shows them (--json: one JSON event per line); a turn that runs
     meanwhile is followed to its end."""
+    import asyncio
+
     console = terminal.console(stderr=json_events)
     signals: list[int] = []
     with _exit_codes(signals), _unknown_is_usage(), _view(json_events, console) as sink:
@@ -161,6 +174,10 @@ def _unknown_is_usage() -> Iterator[None]:
 
 
 async def _show_here(settings: Settings, session_id: str, view: Any) -> None:
+    from ..server.runtime import Runtime
+    from ..server.sessions import Sessions
+    from ..server.store import open_store
+
     store, runtime = open_store(settings), Runtime(settings)
     try:
         sessions = Sessions(settings, store, runtime)
@@ -173,6 +190,8 @@ async def _show_here(settings: Settings, session_id: str, view: Any) -> None:
 
 
 def _show_remote(url: str, session_id: str, view: Any) -> None:
+    import asyncio
+
     with remote_sessions(url) as client:
         for event in client.events(session_id):
             asyncio.run(view.emit(event))

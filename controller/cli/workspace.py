@@ -8,24 +8,23 @@ apply; 5 a conflict (paths listed, nothing written) or a turn of the session is 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.text import Text
 
-from ..server.sessions import Sessions
-from ..wire.changes import ApplyResult, Change
-from ..workspace.manager import printable, summarize
-from . import review, terminal
+from . import terminal
 from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
-from .display import plural
 from .remote import RemoteSessions, ServerOpt, remote_sessions
+
+if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
+    from ..server.sessions import Sessions
+    from ..wire.changes import ApplyResult, Change
 
 T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
@@ -50,6 +49,8 @@ RevertForceOpt = Annotated[
 
 def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
     """``op`` on this machine's database, or (``server``) on a ``cubicle serve``'s through the client."""
+    import asyncio
+
     with review_errors():
         if server is None:
             return with_sessions(load_settings(), op)
@@ -65,6 +66,9 @@ def changes(
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
+    from ..workspace.manager import printable, summarize
+    from . import review
+
     found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
         shown = [
@@ -108,6 +112,7 @@ def apply_command(
 ) -> None:
     """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5). With
     --server, the checkout is the server's: the repository as the server sees it."""
+    from . import review
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
         named = None if not paths else as_listed(paths, await sessions.changes(session_id))
@@ -122,6 +127,8 @@ def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
     """Each of ``paths`` as the session's changes name it: a listed name as it is; else one typed as the review
     printed it (its hidden characters spelled out, ``\\x1b``) becomes the listed one, unless two print alike (then
     it is refused: the user could not have meant one of them); anything else goes as given (the apply judges it)."""
+    from . import review
+
     names = {change.path for change in listed}
     printed: dict[str, list[str]] = {}
     for name in names:
@@ -143,6 +150,9 @@ def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
 @app.command()
 def revert(session_id: SessionArg, force: RevertForceOpt = None, server: ServerOpt = None) -> None:
     """Restore the checkout, byte for byte, to how it was before the session's newest apply not yet reverted."""
+    from . import review
+    from .display import plural
+
     result = _review(lambda s: s.revert(session_id, force), server)
     out = terminal.console()
     restored = plural(len(result.reverted) + result.more_reverted, "path")
