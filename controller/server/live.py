@@ -413,6 +413,17 @@ class LiveSession:
         self.recorder.wake()
         _background(self.sandbox.stop())
 
+    async def stop_idle(self) -> bool:
+        """Between turns, remove the container now and forget the session, to make room for another; False (and
+        nothing done) while a turn runs."""
+        if self.running or not self._forget(self):
+            return False
+        self._discarded = True
+        self._cancel_idle_timer()
+        self.recorder.wake()
+        await self.sandbox.stop()
+        return True
+
     async def cancel(self, wait_s: float) -> None:
         """Cancel the running turn and give it ``wait_s`` to record its end (the agent kills the command)."""
         if self.task is not None and self.running:
