@@ -38,7 +38,7 @@ class Admission:
 
     async def make_room(self, limits: Limits, registered: list[Limits]) -> None:
         """Admit a sandbox of ``limits`` within the host pids budget, beside every loaded session (a container stays
-        up between turns) and those ``registered`` but not loaded yet: idle sessions' containers are removed first,
+        up between turns), those whose container is being removed, and those ``registered`` but not loaded yet: idle sessions' containers are removed first,
         the longest loaded first, as their idle timer would; CapacityError if the rest leave too little. Call it
         within ``one_at_a_time``."""
         self.pids.refuse_alone(limits)
@@ -49,7 +49,7 @@ class Admission:
         self.pids.refuse(limits, self._held(registered))
 
     def _held(self, registered: list[Limits]) -> list[Limits]:
-        return [live.record.limits for live in self.loaded.all()] + registered
+        return [live.record.limits for live in self.loaded.holding()] + registered
 
     async def refuse_overcommit(self, quota: DiskQuota, running: list[str], session_id: str | None = None) -> None:
         """Refuse a session whose disk quota, with those of the ``running`` sessions, the data disk cannot hold."""

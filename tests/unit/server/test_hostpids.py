@@ -4,6 +4,8 @@ request may ask for. No Docker: the sandboxes are counted as the engine would bo
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +28,13 @@ RUNSC = Limits(runtime="runsc")
 
 
 class Engine:
-    """The sandboxes up at once, each with the pids limit the engine would give its container."""
+    """The sandboxes up at once, each with the pids limit the engine would give its container; a container's
+    removal takes ``stop_s``."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_s: float = 0.0) -> None:
         self.up: dict[str, int] = {}
         self.peak = 0
+        self.stop_s = stop_s
 
     def sandbox(self, _repo: Path, session_id: str, limits: Limits) -> Counted:
         return Counted(self, session_id, process_limits(limits)[0])
@@ -45,6 +49,8 @@ class Counted(NoSandbox):
         self.engine.peak = max(self.engine.peak, sum(self.engine.up.values()))
 
     async def stop(self) -> None:
+        if self.session_id in self.engine.up:
+            await asyncio.sleep(self.engine.stop_s)
         self.engine.up.pop(self.session_id, None)
 
 
@@ -56,13 +62,20 @@ def engine() -> Engine:
 @pytest.fixture
 def client(tmp_path: Path, engine: Engine) -> Iterator[TestClient]:
     """A server at its default settings (limits, ceilings, concurrency, pids budget), but for where it runs."""
+    with serving(tmp_path, engine) as c:
+        yield c
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, engine: Engine, **settings: Any) -> Iterator[TestClient]:
     owned_dir(tmp_path / "roots" / "project")
     (tmp_path / "sock").mkdir()
-    settings = Settings(
+    config = Settings(
         api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
         repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/sock/docker.sock",
+        **settings,
     )  # fmt: skip
-    app = create_app(settings, sandbox_factory=engine.sandbox)
+    app = create_app(config, sandbox_factory=engine.sandbox)
     with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c
 
@@ -74,6 +87,14 @@ def start(client: TestClient, repo: Path, limits: dict[str, Any]) -> Any:
         response = client.post("/v1/sessions", json={"task": "t", "repo": str(repo), "limits": limits})
         if response.status_code != 429 or time.monotonic() > deadline:
             return response
+        time.sleep(0.05)
+
+
+def ended(client: TestClient, session_id: str) -> None:
+    """Until the session's turn has ended (its model cannot be reached)."""
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/sessions/{session_id}").json()["status"] == "running":
+        assert time.monotonic() < deadline, "the turn did not end"
         time.sleep(0.05)
 
 
@@ -97,6 +118,21 @@ def test_sessions_admitted_together_stay_within_half_of_pid_max(client: TestClie
         response = start(client, owned_dir(roots / "project" / f"r{n}"), {"runtime": "runsc"})
         assert response.status_code == 201, response.text
         time.sleep(0.05)
+    assert 0 < engine.peak <= budget, (engine.peak, budget)
+
+
+def test_a_container_being_removed_still_counts(tmp_path: Path) -> None:
+    """Idle sessions forgotten by their timer are removed in the background: until a removal returns (three seconds
+    here), its pids are still the host's to count, and the sessions started meanwhile wait or are refused."""
+    engine = Engine(stop_s=3.0)
+    budget = host_pid_max() // 2
+    with serving(tmp_path, engine, idle_timeout_s=0.2) as client:
+        roots = Path(client.app.state.settings.repo_roots[0])  # type: ignore[attr-defined]
+        for n in range(10):
+            response = start(client, owned_dir(roots / "project" / f"r{n}"), {"runtime": "runsc"})
+            assert response.status_code == 201, response.text
+            ended(client, response.json()["id"])
+            time.sleep(0.3)  # its idle timer has fired: its container's removal has begun
     assert 0 < engine.peak <= budget, (engine.peak, budget)
 
 
