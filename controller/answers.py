@@ -35,7 +35,7 @@ def announced(response: httpx.Response, url: str) -> None:
     plain(response, url)
     length = response.headers.get("content-length", "")
     if length.isascii() and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
-        raise _too_large(url, f"an answer of {int(length):,} bytes")
+        raise _too_large(url, int(length))
 
 
 def plain(response: httpx.Response, url: str) -> None:
@@ -48,10 +48,11 @@ def plain(response: httpx.Response, url: str) -> None:
         )
 
 
-def _too_large(url: str, what: str) -> AnswerTooLargeError:
+def _too_large(url: str, size: int | None = None) -> AnswerTooLargeError:
+    what = f"{size:,} bytes" if size is not None else f"more than {MAX_ANSWER_BYTES >> 20} MiB"
     return AnswerTooLargeError(
-        f"The server at {url} sent {what}, more than the client reads ({MAX_ANSWER_BYTES >> 20} MiB); nothing of "
-        "it was used."
+        f"The server at {url} sent an answer of {what}; the client reads at most {MAX_ANSWER_BYTES >> 20} MiB, and "
+        "nothing of it was used."
     )
 
 
@@ -64,7 +65,7 @@ class Body:
 
     def add(self, chunk: bytes) -> None:
         if len(self.data) + len(chunk) > MAX_ANSWER_BYTES:
-            raise _too_large(self.url, "an answer longer than that")
+            raise _too_large(self.url)
         self.data += chunk
 
     def response(self, streamed: httpx.Response) -> httpx.Response:

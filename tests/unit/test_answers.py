@@ -5,6 +5,7 @@ the server, while their memory stays flat; a real listing of 50,000 changes stil
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import subprocess
@@ -51,6 +52,20 @@ async def endless_line(writer: asyncio.StreamWriter) -> None:
     for _ in range(1024):
         writer.write(chunk)
         await writer.drain()
+
+
+async def announced_gib(writer: asyncio.StreamWriter) -> None:
+    """A length of 1 GiB announced, and a few bytes of it sent."""
+    writer.write(_head("200 OK", "application/json", f"Content-Length: {1 << 30}\r\n") + b'{"items": [')
+    await writer.drain()
+
+
+async def gzipped(writer: asyncio.StreamWriter) -> None:
+    """A gzip answer the client did not ask for: 20 KiB that inflate to 20 MiB."""
+    body = gzip.compress(b" " * (20 * MiB))
+    writer.write(_head("200 OK", "application/json", f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n"))
+    writer.write(body)
+    await writer.drain()
 
 
 def page(writer: asyncio.StreamWriter) -> Awaitable[None]:
@@ -119,6 +134,8 @@ def server() -> Iterator[str]:
     routes = {
         "/v1/sessions": page,
         "/huge/v1/sessions": huge_body,
+        "/announced/v1/sessions": announced_gib,
+        "/gzip/v1/sessions": gzipped,
         "/v1/sessions/s1/events": endless_line,
         "/v1/sessions/s1/changes": lambda writer: _json(writer, listing()),
     }
@@ -143,7 +160,7 @@ def test_the_cli_refuses_a_256_mib_answer_with_flat_memory(server: str) -> None:
     assert ordinary[0] == 0, ordinary[1]
     code, stderr, peak = _peak_rss([str(CLI), "sessions", "--server", server + "/huge"])
     assert code != 0
-    assert f"The server at {server}/huge sent an answer longer than that" in " ".join(stderr.split()), stderr
+    assert f"The server at {server}/huge sent an answer of more than 64 MiB" in " ".join(stderr.split()), stderr
     assert peak - ordinary[2] < FLAT, f"the CLI took {(peak - ordinary[2]) / MiB:.0f} MiB more to refuse it"
 
 
@@ -180,6 +197,16 @@ def test_a_listing_of_50000_changes_still_arrives(server: str) -> None:
     with Client(server, "t") as client:
         changes = client.changes("s1", diff=True)
     assert len(changes) == 50_000 and changes[-1].path.endswith("file_049999.py") and changes[0].diff
+
+
+def test_an_announced_length_past_the_bound_or_a_compressed_answer_is_refused_unread(server: str) -> None:
+    with Client(server + "/announced", "t") as client, pytest.raises(AnswerTooLargeError, match="1,073,741,824 bytes"):
+        client.sessions()
+    with (
+        Client(server + "/gzip", "t") as client,
+        pytest.raises(AnswerTooLargeError, match=r"compressed answer \(gzip\)"),
+    ):
+        client.sessions()
 
 
 def test_event_lines_split_anywhere_read_as_whole_events() -> None:
