@@ -38,9 +38,9 @@ class Admission:
 
     async def make_room(self, limits: Limits, registered: list[Limits]) -> None:
         """Admit a sandbox of ``limits`` within the host pids budget, beside every loaded session (a container stays
-        up between turns), those whose container is being removed, and those ``registered`` but not loaded yet: idle sessions' containers are removed first,
-        the longest loaded first, as their idle timer would; CapacityError if the rest leave too little. Call it
-        within ``one_at_a_time``."""
+        up between turns), those whose container is being removed, and those ``registered`` but not loaded yet.
+        Idle sessions' containers are removed first, the longest loaded first, as their idle timer would;
+        CapacityError if the rest leave too little. Call it within ``one_at_a_time``."""
         self.pids.refuse_alone(limits)
         for live in self.loaded.all():
             if self.pids.fits(limits, self._held(registered)):
