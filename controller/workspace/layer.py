@@ -154,8 +154,9 @@ def create(
     ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
     ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
     With ``disk`` (a quota, and what makes and mounts the layer's filesystem of that quota at ``layer.fs``), that
-    filesystem is made before anything is written there. ``names`` bounds the entries the agent may make (``names``); ``build``: what the
-    environment's build and setup take from the checkout (a change to it is held back, see ``buildinputs``).
+    filesystem is made before anything is written there. ``names`` bounds the entries the agent may make
+    (``names``); ``build``: what the environment's build and setup take from the checkout (a change to it is held
+    back, see ``buildinputs``).
     """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
