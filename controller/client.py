@@ -9,6 +9,9 @@ its ``conflicts`` from apply and revert), 413 and 422 ``InvalidRequestError`` (i
 API's list), 429 ``CapacityError``, 502 ``ModelError``, 503 ``SandboxError``, 507 ``StoreError``
 (the server's own table, ``wire.statuses``); no answer at all is ``UnreachableError``, naming the URL.
 
+Every answer is read by streaming, within ``answers``' bounds (64 MiB a body, 64 MiB an event): past them,
+or for a compressed answer, ``AnswerTooLargeError`` names the server and nothing of the answer is used.
+
 ``events`` follows a session's Server-Sent Events and survives dropped connections: it reconnects
 with ``Last-Event-ID`` set to the last event it yielded, so nothing is missed and nothing repeated,
 and it ends when the server closes the stream with no turn running.
@@ -25,9 +28,10 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent, SSEError
+from httpx_sse import ServerSentEvent, SSEError
 from pydantic import BaseModel, TypeAdapter
 
+from . import answers
 from .errors import (
     AuthError,
     CubicleError,
@@ -315,8 +319,9 @@ class _Cursor:
 
 
 def _token(token: str | None) -> dict[str, str]:
+    """The headers of every request: the bearer token, and no compression asked for (``answers``)."""
     token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    return {**answers.IDENTITY, **({"Authorization": f"Bearer {token}"} if token else {})}
 
 
 STREAM_ERRORS = (httpx.TransportError, SSEError)
@@ -347,7 +352,8 @@ class Client:
 
     def send(self, request: Request[T]) -> T:
         try:
-            response = self._http.request(request.method, request.path, json=request.json, params=request.params)
+            with self._http.stream(request.method, request.path, json=request.json, params=request.params) as streamed:
+                response = answers.read(streamed, self.url)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
         return _read(request, response)
@@ -429,9 +435,9 @@ class Client:
             try:
                 with self._http.stream("GET", cursor.path, headers=cursor.headers()) as response:
                     if not response.is_success:
-                        response.read()
+                        response = answers.read(response, self.url)
                     cursor.check(response)
-                    for sse in EventSource(response).iter_sse():
+                    for sse in answers.events(response, self.url):
                         event = cursor.accept(sse)
                         if event is not None:
                             yield event
@@ -474,7 +480,10 @@ class AsyncClient:
 
     async def send(self, request: Request[T]) -> T:
         try:
-            response = await self._http.request(request.method, request.path, json=request.json, params=request.params)
+            async with self._http.stream(
+                request.method, request.path, json=request.json, params=request.params
+            ) as streamed:
+                response = await answers.aread(streamed, self.url)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
         return _read(request, response)
@@ -554,9 +563,9 @@ class AsyncClient:
             try:
                 async with self._http.stream("GET", cursor.path, headers=cursor.headers()) as response:
                     if not response.is_success:
-                        await response.aread()
+                        response = await answers.aread(response, self.url)
                     cursor.check(response)
-                    async for sse in EventSource(response).aiter_sse():
+                    async for sse in answers.aevents(response, self.url):
                         event = cursor.accept(sse)
                         if event is not None:
                             yield event

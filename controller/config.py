@@ -172,6 +172,13 @@ class Settings(BaseSettings):
         "as `cubicle gc --older-than`; sessions with unapplied changes stay). Unset: sessions are kept.",
     )
     max_concurrent_sessions: int = Field(8, ge=1, le=1000, description="Turns running at once; more get 429.")
+    host_pids_budget: int = Field(
+        0, ge=0, le=1 << 22,
+        description="Host process ids the sandboxes of this controller may hold together, each session charged its "
+        "containers' engine pids limits (under runsc 8 times its pids: gVisor's own host tasks); 0: half of "
+        "kernel.pid_max, read at start. A new turn past it first removes idle sessions' containers, then gets 429; "
+        "a session that alone would pass it is refused (422).",
+    )  # fmt: skip
     min_free_mb: int = Field(
         100, ge=0, le=1 << 24,
         description="No new session starts while the data directory's filesystem has less free space (507); 0: no floor.",

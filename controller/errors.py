@@ -5,6 +5,7 @@
     ├── AuthError(PermissionError)         the API refused the bearer token (a client's 401)
     ├── InvalidRequestError(ValueError)    the API refused a request's body or query (a client's 422 or 413)
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
+    ├── AnswerTooLargeError                a server's answer, or one of its events, past what the client reads
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
     │   └── LeaseLostError                  another controller took the session over (its lease had expired)
@@ -74,6 +75,12 @@ class UnreachableError(CubicleError, ConnectionError):
     """No Cubicle API answers at the client's URL (refused, unresolvable, or the connection keeps dropping)."""
 
     hint = "Check the URL and that `cubicle serve` runs there."
+
+
+class AnswerTooLargeError(CubicleError):
+    """A server sent an answer, or an event, larger than the client reads (``controller.answers``), or compressed."""
+
+    hint = "Check that the URL is a Cubicle server you trust, reached over https (a plain http path can be tampered)."
 
 
 class NotFoundError(CubicleError, LookupError):

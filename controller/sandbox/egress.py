@@ -37,6 +37,9 @@ from ..errors import SandboxError
 from ..wire.network import HostPattern, NetworkPolicy, Outside
 from . import images
 
+PROXY_PIDS = 64
+"""The engine's pids limit of a session's egress proxy (squid and its helpers)."""
+
 PORT = 3128
 ROLE = "org.cubicle.role"
 """Label naming what a Cubicle object is for (the proxy container and the session's network carry it)."""
@@ -255,7 +258,7 @@ def proxy_options(image: str, session_id: str, network: str, labels: dict[str, s
         "mem_limit": "192m",
         "memswap_limit": "192m",
         "nano_cpus": 1_000_000_000,
-        "pids_limit": 64,
+        "pids_limit": PROXY_PIDS,
         "ulimits": [Ulimit(name="nofile", soft=4096, hard=4096)],
         "ipc_mode": "private",
         "devices": [],

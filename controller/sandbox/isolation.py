@@ -31,6 +31,7 @@ from typing import Any
 from ..config import Settings
 from ..errors import InvalidRequestError, SandboxError
 from ..wire.limits import Limits
+from .egress import PROXY_PIDS
 
 RUNC = "runc"
 GVISOR = "runsc"
@@ -84,6 +85,19 @@ def process_limits(limits: Limits) -> tuple[int, int | None]:
     if limits.runtime == GVISOR:
         return limits.pids * GVISOR_HOST_TASKS_PER_PID, limits.pids
     return limits.pids, None
+
+
+def host_pids(limits: Limits) -> int:
+    """The host's process ids a session's containers may hold at once: what admission charges it.
+
+    The sandbox's engine pids limit, with its egress proxy's where the runtime can have a network; never less than
+    its environment's setup, which runs before it under runc with the session's pids and a proxy. Under runsc that
+    is 8 times ``pids``: gVisor's pooled host tasks fill the envelope whatever the agent's own count."""
+    engine, _ = process_limits(limits)
+    setup = limits.pids + PROXY_PIDS
+    if limits.runtime in NETWORK_NONE_ONLY:
+        return max(engine, setup)
+    return engine + PROXY_PIDS
 
 
 def guarded(runtime: str) -> bool:

@@ -1,4 +1,5 @@
-"""Whether a turn may start: the controller's capacity, and the disk its sessions may fill, one start at a time."""
+"""Whether a turn may start: the controller's capacity, the host pids and the disk its sessions may hold, one start
+at a time."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from collections.abc import AsyncIterator
 
 from ..config import Settings
 from ..errors import CapacityError
+from ..wire.limits import Limits
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import Workspaces
+from .hostpids import HostPids
 from .table import Loaded
 
 
@@ -23,6 +26,7 @@ class Admission:
         self.workspaces = workspaces
         self.loaded = loaded
         self._lock = asyncio.Lock()
+        self.pids = HostPids.of_host(settings.host_pids_budget)
 
     def check_capacity(self) -> None:
         """Refuse a turn past ``max_concurrent_sessions`` running in this process."""
@@ -31,6 +35,21 @@ class Admission:
             raise CapacityError(
                 f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
             )
+
+    async def make_room(self, limits: Limits, registered: list[Limits]) -> None:
+        """Admit a sandbox of ``limits`` within the host pids budget, beside every loaded session (a container stays
+        up between turns), those whose container is being removed, and those ``registered`` but not loaded yet.
+        Idle sessions' containers are removed first, the longest loaded first, as their idle timer would;
+        CapacityError if the rest leave too little. Call it within ``one_at_a_time``."""
+        self.pids.refuse_alone(limits)
+        for live in self.loaded.all():
+            if self.pids.fits(limits, self._held(registered)):
+                return
+            await live.stop_idle()
+        self.pids.refuse(limits, self._held(registered))
+
+    def _held(self, registered: list[Limits]) -> list[Limits]:
+        return [live.record.limits for live in self.loaded.holding()] + registered
 
     async def refuse_overcommit(self, quota: DiskQuota, running: list[str], session_id: str | None = None) -> None:
         """Refuse a session whose disk quota, with those of the ``running`` sessions, the data disk cannot hold."""

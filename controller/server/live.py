@@ -158,6 +158,8 @@ class LiveSession:
         self._serving_ended = False
         self.connection_failed = False
         """A served turn ended because its client's connection failed (not because the client went)."""
+        self.removed = False
+        """The container's last stop (idle, lost, discarded) has returned: it holds none of the host's pids."""
 
     @property
     def session_id(self) -> str:
@@ -204,7 +206,10 @@ class LiveSession:
     async def _start(self) -> None:
         try:
             await self.sandbox.start()
-            if self._discarded or (self.served and self._serving_ended):  # lost or ended as it came up: it goes too
+            if self._discarded:  # lost or discarded as it came up: it goes too
+                await self._remove()
+                return
+            if self.served and self._serving_ended:  # ended as it came up: it goes too
                 await self.sandbox.stop()
                 return
             if self.served:
@@ -411,7 +416,25 @@ class LiveSession:
             return
         self._discarded = True
         self.recorder.wake()
-        _background(self.sandbox.stop())
+        _background(self._remove())
+
+    async def stop_idle(self) -> bool:
+        """Between turns, remove the container now and forget the session, to make room for another; False (and
+        nothing done) while a turn runs."""
+        if self.running or not self._forget(self):
+            return False
+        self._discarded = True
+        self._cancel_idle_timer()
+        self.recorder.wake()
+        await self._remove()
+        return True
+
+    async def _remove(self) -> None:
+        """The container's last stop; ``removed`` once it returns (however it ended)."""
+        try:
+            await self.sandbox.stop()
+        finally:
+            self.removed = True
 
     async def cancel(self, wait_s: float) -> None:
         """Cancel the running turn and give it ``wait_s`` to record its end (the agent kills the command)."""
@@ -436,7 +459,7 @@ class LiveSession:
         self._cancel_idle_timer()
         if self.task is not None:
             self.task.cancel()
-        _background(self.sandbox.stop())
+        _background(self._remove())
 
     async def discard(self) -> None:
         """Remove the container for good; this object runs no more turns. The end of a turn cancelled before it
@@ -445,7 +468,7 @@ class LiveSession:
         self._cancel_idle_timer()
         if self._ending is not None:
             await asyncio.wait([self._ending], timeout=END_WAIT_S)
-        await self.sandbox.stop()
+        await self._remove()
         self.recorder.wake()
 
     def _agent(self) -> Agent:

@@ -326,12 +326,14 @@ class Sessions:
         if resolved.network is not None and not new.network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
         self.runtime.backend.check(limits)
-        async with self.admission.one_at_a_time():  # the check and the row it counts on, one start at a time
+        self.admission.pids.refuse_alone(limits)
+        async with self.admission.one_at_a_time():  # the checks and the row they count on, one start at a time
             return await self._admit(new, repo, limits, resolved)
 
     async def _admit(self, new: NewSession, repo: Path, limits: Limits, resolved: Environment) -> Row:
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self.admission.refuse_overcommit(quota, self._running_ids())
+        await self.admission.make_room(limits, self._unloaded())
         now = time.time()
         record = Row(
             id=new.prefix + secrets.token_hex(8), repo=str(repo), task=new.task, model=new.model or self.settings.model,
@@ -359,6 +361,8 @@ class Sessions:
         async with self.admission.one_at_a_time():
             await self.admission.refuse_overcommit(quota, self._running_ids(), session_id)
             live = await self._current(live, record)
+            if live is None:
+                await self.admission.make_room(record.limits, self._unloaded(session_id))
             epoch = self.leases.claim(session_id, record.epoch)
             if epoch is None:
                 raise ConflictError(
@@ -586,6 +590,12 @@ class Sessions:
     def _running_ids(self) -> list[str]:
         """The sessions a turn of which runs now, or is about to (registered here), here or in another live process."""
         return [r.id for r in self.store.with_status("running") if r.owner == self.owner or self._active(r)]
+
+    def _unloaded(self, but: str | None = None) -> list[Limits]:
+        """The limits of the sessions this process registered whose turn is about to start (not loaded yet), but
+        the session ``but``."""
+        rows = self.store.with_status("running")
+        return [r.limits for r in rows if r.owner == self.owner and r.id != but and self._live.get(r.id) is None]
 
     def _in_use(self, session_id: str) -> bool:
         """Whether another live process may use the session's layer (a turn, or a container kept between turns).

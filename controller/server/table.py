@@ -11,6 +11,8 @@ class Loaded:
 
     def __init__(self) -> None:
         self._by_id: dict[str, LiveSession] = {}
+        self._leaving: list[LiveSession] = []
+        """Sessions forgotten whose container may still be being removed (``LiveSession.removed``)."""
 
     def get(self, session_id: str) -> LiveSession | None:
         return self._by_id.get(session_id)
@@ -23,10 +25,20 @@ class Loaded:
         if self._by_id.get(live.session_id) is not live:
             return False
         del self._by_id[live.session_id]
+        self._leaving.append(live)
         return True
 
     def pop(self, session_id: str) -> LiveSession | None:
-        return self._by_id.pop(session_id, None)
+        live = self._by_id.pop(session_id, None)
+        if live is not None:
+            self._leaving.append(live)
+        return live
+
+    def holding(self) -> list[LiveSession]:
+        """The sessions whose containers may hold host pids: the loaded ones, and those forgotten whose container
+        is still being removed (an idle timer's or a takeover's stop runs in the background)."""
+        self._leaving = [live for live in self._leaving if not live.removed]
+        return [*self._by_id.values(), *self._leaving]
 
     def all(self) -> list[LiveSession]:
         return list(self._by_id.values())

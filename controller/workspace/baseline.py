@@ -118,6 +118,13 @@ def record(repo: Path, with_contents: bool = True) -> Baseline:
     return Baseline(entries, targets, ignore_files, blobs)
 
 
+def record_into(repo: str, path: str) -> None:
+    """``record`` of ``repo``, saved at ``path``: what a walk's child runs at session start (``Workspaces.create``),
+    so the checkout's listing and its ``.git/index`` (hundreds of MB parsed for a checkout of a million files) cost
+    that child's bounded memory, never the controller's."""
+    record(Path(repo)).save(Path(path))
+
+
 @dataclass
 class _Into:
     entries: dict[str, str]

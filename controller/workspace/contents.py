@@ -10,7 +10,9 @@ what the session expects.
 The content id is git's blob id (SHA-1 of ``blob <size>\\0`` and the bytes). Its sources, at
 session start:
 
-1. **The checkout's own ``.git/index``, parsed here without running git.** An entry whose
+1. **The checkout's own ``.git/index``, parsed here without running git**, in the walk's child that records the
+   baseline (``Workspaces.create``), so an index of a million entries costs that child's bounded memory, not the
+   controller's. An entry whose
    stat (size, mtime, inode) still matches the file names its blob id without a byte being
    read. An entry is trusted only when the file is older than the index itself (git's "racy
    clean" rule: a file written in the same second as the index may differ from its blob).

@@ -144,16 +144,19 @@ def layer_dir(data_dir: Path, session_id: str) -> Path:
 
 
 def create(
-    data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (), disk: DiskQuota | None = None,
-    attach: Callable[[Layer], None] | None = None, names: int = DEFAULT_NAMES, build: BuildInputs | None = None,
+    data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (),
+    disk: tuple[DiskQuota, Callable[[Layer], None]] | None = None, names: int = DEFAULT_NAMES,
+    build: BuildInputs | None = None, recorder: Callable[[str, str], None] = baseline.record_into,
 ) -> Layer:  # fmt: skip
-    """Make the layer's directories and record the checkout's baseline; the repo must be vetted already.
+    """Make the layer's directories and record the checkout's baseline (with ``recorder``: in a walk's child, when
+    the caller passes one that runs there); the repo must be vetted already.
 
     ``trusted`` names the files of the environment's definition besides ``.devcontainer/`` and
     ``.cubicle/`` (its Dockerfile, say): a change to one is applied only when forced by name.
-    With ``disk``, ``attach`` makes and mounts the layer's filesystem at ``layer.fs`` before
-    anything is written there. ``names`` bounds the entries the agent may make (``names``); ``build``: what the
-    environment's build and setup take from the checkout (a change to it is held back, see ``buildinputs``).
+    With ``disk`` (a quota, and what makes and mounts the layer's filesystem of that quota at ``layer.fs``), that
+    filesystem is made before anything is written there. ``names`` bounds the entries the agent may make
+    (``names``); ``build``: what the environment's build and setup take from the checkout (a change to it is held
+    back, see ``buildinputs``).
     """
     root = layer_dir(data_dir, session_id)
     st = os.stat(repo, follow_symlinks=False)
@@ -168,13 +171,13 @@ def create(
         dev=st.st_dev,
         ino=st.st_ino,
         trusted=trusted,
-        disk=disk,
+        disk=disk[0] if disk else None,
         names=names,
         build=build or BuildInputs(),
     )
     layer = Layer(root, info)
-    _make_parts(layer, st, attach)
-    baseline.record(repo).save(layer.baseline_file)
+    _make_parts(layer, st, disk[1] if disk else None)
+    recorder(str(repo), str(layer.baseline_file))
     save(root / "layer.json", info)
     return layer
 

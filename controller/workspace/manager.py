@@ -39,7 +39,7 @@ from ..wire.changes import (
     RevertResult,
 )
 from ..wire.events import MAX_LISTED_PATHS, AppliedEvent, ChangesEvent, ChangeSummary, ErrorEvent, EventSink
-from . import Layer, journal
+from . import Layer, baseline, journal
 from . import checkpoints as checkpoint_files
 from .buildinputs import BuildInputs
 from .changes import MAX_LISTED
@@ -277,12 +277,12 @@ class Workspaces:
         (full, read-only) is StoreError, like the database on it; what was made of the layer goes.
         """
         disks = self.disks if quota is not None else None
+        disk = (quota, disks.make) if disks is not None and quota is not None else None
         trusted, build = definition
         try:
             layer = workspace.create(
-                self.data_dir, session_id, repo, trusted, quota if disks else None,
-                disks.make if disks else None, names, build,
-            )  # fmt: skip
+                self.data_dir, session_id, repo, trusted, disk, names, build, recorder=self._record_baseline
+            )
         except (OSError, CubicleError) as err:
             self._remove_made(session_id)
             if isinstance(err, OSError) and err.errno in STORAGE_ERRNOS:
@@ -406,6 +406,13 @@ class Workspaces:
         past its ``names`` limit, whose summary says where the listing stopped."""
         with self.using(session_id) as layer:
             return self._walk(_checkpoint_and_summary, layer)
+
+    def _record_baseline(self, repo: str, path: str) -> None:
+        """The checkout's baseline, recorded where walks run: its index is parsed in the child's bounded memory."""
+        if self.offload is None:
+            baseline.record_into(repo, path)
+        else:
+            self.offload.run(baseline.record_into, repo, path)
 
     def _walk(self, fn: Callable[..., T], layer: Layer, *args: Any) -> T:
         return self.offload.run(fn, layer, *args) if self.offload is not None else fn(layer, *args)

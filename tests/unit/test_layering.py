@@ -1,7 +1,7 @@
 """The package's layering: packages by layer, each importing only its own layer or those below, and no cycle.
 
 The package is a few packages (``wire``, ``workspace``, ``sandbox``, ``testing``, ``environment``, ``agent``,
-``server``, ``cli``) and a few modules at its root (``errors``, ``config``, the ``client``).
+``server``, ``cli``) and a few modules at its root (``errors``, ``config``, ``answers``, the ``client``).
 A new package or root module must be placed in a layer here; that placement is the design decision.
 """
 
@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"wire"},  # what crosses the API and the toolbox channel: client-safe
     {"config"},
+    {"answers"},  # what the client reads of a server, bounded
     {"client"},
     {"workspace"},  # the session's layer over the checkout, its quota filesystem, apply and revert
     {"sandbox"},  # where tool calls run: the Sandbox protocol, the channel, the Docker backend
@@ -27,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"__main__"},
 ]
-ROOT_MODULES = {"__init__", "__main__", "errors", "config", "client"}
+ROOT_MODULES = {"__init__", "__main__", "errors", "config", "answers", "client"}
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}
 
 

@@ -33,12 +33,13 @@ def test_every_status_the_api_answers_an_error_with_is_read_as_one_error() -> No
 
 
 def test_importing_the_client_loads_neither_docker_nor_fastapi_nor_the_controller() -> None:
-    """A program that only talks to a Cubicle server imports the client and the wire models, and nothing else of ours."""
+    """A program that only talks to a Cubicle server imports the client, its bounded reads and the wire models, and
+    nothing else of ours."""
     code = "import sys, json, controller.client; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True).stdout)
     heavy = {"docker", "fastapi", "starlette", "uvicorn", "anthropic", "testcontainers", "mcp", "psycopg"}
     assert {name.split(".")[0] for name in loaded} & heavy == set()
     ours = {name for name in loaded if name.split(".")[0] == "controller"}
-    assert ours - {"controller", "controller.client", "controller.errors"} == {
+    assert ours - {"controller", "controller.client", "controller.answers", "controller.errors"} == {
         name for name in ours if name.startswith("controller.wire")
     }

@@ -1,0 +1,164 @@
+"""A server's answers, read within bounds: what the client takes from a server it was pointed at.
+
+A server may be hostile, or anything on the path of a plain ``http://`` URL may answer for it: an answer of
+hundreds of megabytes, or an event stream whose one line never ends, would otherwise be read whole into the
+user's memory. So a body is read by streaming, at most ``MAX_ANSWER_BYTES`` (a length announced past it is
+refused before a byte is read), and an event stream's lines are split here with each event, its lines
+together, at most ``MAX_EVENT_BYTES``. Past either the client raises ``AnswerTooLargeError`` naming the server.
+Compressed answers are not asked for (``Accept-Encoding: identity``) and are refused: a few kilobytes of gzip
+may inflate to gigabytes before any count could see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+from httpx_sse import ServerSentEvent, SSEError
+from httpx_sse._decoders import SSEDecoder
+
+from .errors import AnswerTooLargeError
+
+MAX_ANSWER_BYTES = 64 << 20
+"""The largest answer body the client reads. A real answer is far smaller: a listing of changes carries at most
+50,000 of them by default and 16 MiB of their JSON plus 2 MiB of diffs (the server's ``MAX_LISTED_BYTES`` and
+``MAX_DIFFS_TOTAL``, ``workspace/changes.py``), a page of sessions 200 records; 64 MiB leaves a server that
+lists more room, and keeps the user's memory bounded whatever a server sends."""
+MAX_EVENT_BYTES = 64 << 20
+"""The largest Server-Sent Event the client reads, its lines together: an event carries at most a tool output of
+``event_output_chars`` (1 MiB by default), each character at most a six-byte JSON escape."""
+IDENTITY = {"Accept-Encoding": "identity"}
+
+
+def announced(response: httpx.Response, url: str) -> None:
+    """Refuse an answer whose announced length or encoding the client will not read (before reading it)."""
+    plain(response, url)
+    length = response.headers.get("content-length", "")
+    if length.isascii() and length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+        raise _too_large(url, int(length))
+
+
+def plain(response: httpx.Response, url: str) -> None:
+    """Refuse a compressed answer: its inflated size could not be bounded while it is read."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise AnswerTooLargeError(
+            f"The server at {url} sent a compressed answer ({encoding}), which the client did not ask for and "
+            "does not inflate: its size could not be bounded."
+        )
+
+
+def _too_large(url: str, size: int | None = None) -> AnswerTooLargeError:
+    what = f"{size:,} bytes" if size is not None else f"more than {MAX_ANSWER_BYTES >> 20} MiB"
+    return AnswerTooLargeError(
+        f"The server at {url} sent an answer of {what}; the client reads at most {MAX_ANSWER_BYTES >> 20} MiB, and "
+        "nothing of it was used."
+    )
+
+
+class Body:
+    """An answer's body, gathered chunk by chunk up to ``MAX_ANSWER_BYTES``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        if len(self.data) + len(chunk) > MAX_ANSWER_BYTES:
+            raise _too_large(self.url)
+        self.data += chunk
+
+    def response(self, streamed: httpx.Response) -> httpx.Response:
+        """The answer, read: its status, headers and request, with the body gathered."""
+        headers = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"]
+        return httpx.Response(streamed.status_code, headers=headers, content=bytes(self.data), request=streamed.request)
+
+
+def read(response: httpx.Response, url: str) -> httpx.Response:
+    """A streamed answer, read within the bound."""
+    announced(response, url)
+    body = Body(url)
+    for chunk in response.iter_raw():
+        body.add(chunk)
+    return body.response(response)
+
+
+async def aread(response: httpx.Response, url: str) -> httpx.Response:
+    """A streamed answer, read within the bound (asyncio)."""
+    announced(response, url)
+    body = Body(url)
+    async for chunk in response.aiter_raw():
+        body.add(chunk)
+    return body.response(response)
+
+
+class Events:
+    """Server-Sent Events from raw chunks: lines split on CR, LF or CRLF, no event longer than the bound."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._parts: list[bytes] = []
+        """The line begun and not ended yet, in pieces (joined once, when it ends)."""
+        self._pending = 0
+        self._event = 0
+        """Bytes of the event's lines so far."""
+        self._cr = False
+        self._decoder = SSEDecoder()
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """The events that ``chunk`` completes."""
+        if self._cr and chunk.startswith(b"\n"):  # the LF of a CRLF split across chunks
+            chunk = chunk[1:]
+        if not chunk:
+            return []
+        self._cr = chunk.endswith(b"\r")
+        *ended, rest = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        found = []
+        if ended:
+            ended[0] = b"".join((*self._parts, ended[0]))
+            self._parts, self._pending = [], 0
+            found = [event for event in map(self._line, ended) if event is not None]
+        self._begin(rest)
+        return found
+
+    def _begin(self, piece: bytes) -> None:
+        self._check(self._pending + len(piece))
+        self._parts.append(piece)
+        self._pending += len(piece)
+
+    def _check(self, size: int) -> None:
+        if self._event + size > MAX_EVENT_BYTES:
+            raise AnswerTooLargeError(
+                f"The server at {self.url} sent an event longer than the client reads ({MAX_EVENT_BYTES >> 20} MiB) "
+                "in its event stream; the stream was closed."
+            )
+
+    def _line(self, line: bytes) -> ServerSentEvent | None:
+        self._check(len(line))
+        self._event = 0 if not line else self._event + len(line) + 1
+        return self._decoder.decode(line.decode("utf-8", errors="replace"))
+
+
+def check_stream(response: httpx.Response, url: str) -> None:
+    """Refuse an answer that is not an event stream (httpx_sse's error), or is compressed."""
+    kind = response.headers.get("content-type", "").partition(";")[0]
+    if "text/event-stream" not in kind:
+        raise SSEError(f"Expected response header Content-Type to contain 'text/event-stream', got {kind!r}")
+    plain(response, url)
+
+
+def events(response: httpx.Response, url: str) -> Iterator[ServerSentEvent]:
+    """The stream's events, within the bound."""
+    check_stream(response, url)
+    source = Events(url)
+    for chunk in response.iter_raw():
+        yield from source.feed(chunk)
+
+
+async def aevents(response: httpx.Response, url: str) -> AsyncIterator[ServerSentEvent]:
+    """The stream's events, within the bound (asyncio)."""
+    check_stream(response, url)
+    source = Events(url)
+    async for chunk in response.aiter_raw():
+        for event in source.feed(chunk):
+            yield event

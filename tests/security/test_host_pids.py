@@ -1,0 +1,96 @@
+"""A fork or thread storm in one sandbox holds no more of the host's process ids than admission charged it, and
+ends that sandbox at worst: a neighbour's commands go on (issue 44, item 4; the arithmetic and the admission are
+tests/unit/server/test_hostpids.py). Under runsc, churn alone fills gVisor's host tasks up to the engine's limit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.isolation import host_pids
+from controller.server.hostpids import HostPids
+from controller.wire.protocol import CommandResult, Failure
+from tests.integration.helpers import call, sh
+from tests.sandbox_defaults import SECURE_LIMITS
+
+CHURN = "for i in $(seq 40); do (for j in $(seq 40); do /bin/true; done) & done; wait; echo churned"
+THREADS = """
+import threading, time
+n = 0
+try:
+    while True:
+        threading.Thread(target=time.sleep, args=(20,), daemon=True).start()
+        n += 1
+except RuntimeError:
+    print("threads", n)
+"""
+
+
+def cgroup_pids(container_id: str) -> Path:
+    """The container's pids cgroup (v1 with cgroupfs, else v2 under Docker's slice)."""
+    for path in (
+        Path("/sys/fs/cgroup/pids/docker") / container_id / "pids.current",
+        Path("/sys/fs/cgroup/system.slice") / f"docker-{container_id}.scope" / "pids.current",
+        Path("/sys/fs/cgroup/docker") / container_id / "pids.current",
+    ):
+        if path.exists():
+            return path
+    raise AssertionError(f"no pids cgroup found for container {container_id}")
+
+
+class Sampler:
+    """The most host tasks the container's cgroup held, sampled every few milliseconds in a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.peak, self._stop = path, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            try:
+                self.peak = max(self.peak, int(self.path.read_text()))
+            except (OSError, ValueError):  # the container died (runsc's storm ended it): its cgroup is gone
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.peak
+
+
+async def _neighbour_forks(neighbour: DockerSandbox, storm: asyncio.Task[object]) -> list[str]:
+    """What the neighbour's forking commands printed while the storm ran (and once after)."""
+    printed = []
+    while True:
+        result = await sh(neighbour, "for i in $(seq 20); do /bin/true; done; echo ok")
+        printed.append(result.stdout.text)
+        if storm.done():
+            return printed
+
+
+async def test_a_storm_holds_no_more_host_pids_than_charged_and_spares_the_neighbour(
+    make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+) -> None:
+    limits = SECURE_LIMITS.model_copy(update={"pids": 64})
+    box = sandbox_factory(make_repo("storm"), limits)
+    neighbour = sandbox_factory(make_repo("neighbour"), SECURE_LIMITS)
+    await asyncio.gather(box.start(), neighbour.start())
+    assert HostPids.of_host(0).fits(box.limits, [neighbour.limits]), "the two would not be admitted together"
+    assert box.container is not None
+    sampler = Sampler(cgroup_pids(box.container.id))
+    for command in (CHURN, f"python3 -c '{THREADS}'"):
+        storm = asyncio.create_task(call(box, "run_command", command=command, timeout_s=90))
+        printed = await _neighbour_forks(neighbour, storm)
+        outcome = storm.result()
+        assert set(printed) == {"ok\n"}, printed
+        if isinstance(outcome, Failure):  # the storm met gVisor's host-task bound and ended its own sandbox
+            assert box.limits.runtime == "runsc" and outcome.kind == "sandbox_died", outcome
+        else:
+            assert isinstance(outcome, CommandResult) and outcome.exit_code == 0, outcome
+    peak = sampler.stop()
+    assert 0 < peak <= host_pids(box.limits), (peak, host_pids(box.limits))
+    assert (await sh(box, "echo alive")).stdout.text == "alive\n"

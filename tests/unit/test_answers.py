@@ -1,0 +1,226 @@
+"""The client bounds what a server sends (issue 44, item 5): a real HTTP server on 127.0.0.1 that answers with a
+256 MiB body, or an event stream whose one line never ends, makes the CLI and the client fail clearly, naming
+the server, while their memory stays flat; a real listing of 50,000 changes still arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.answers import MAX_ANSWER_BYTES, Events
+from controller.client import Client
+from controller.errors import AnswerTooLargeError
+from controller.wire.changes import Change, FileType, Kind
+
+MiB = 1 << 20
+FLAT = 100 * MiB
+"""How much more memory than its ordinary run the client may take while it refuses: the answer it stops at
+(64 MiB) and the interpreter's own slack, never the 256 MiB it was sent."""
+Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
+CLI = Path(sys.executable).parent / "cubicle"
+
+
+def _head(status: str, kind: str, extra: str = "") -> bytes:
+    return f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nConnection: close\r\n{extra}\r\n".encode()
+
+
+async def huge_body(writer: asyncio.StreamWriter) -> None:
+    """256 MiB of a JSON string, chunked: no length announced, so only counting while reading can stop it."""
+    writer.write(_head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
+    chunk = b"a" * MiB
+    writer.write(b'%x\r\n{"items": ["\r\n' % len(b'{"items": ["'))
+    for _ in range(256):
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+
+
+async def endless_line(writer: asyncio.StreamWriter) -> None:
+    """An event stream whose first line never ends."""
+    writer.write(_head("200 OK", "text/event-stream"))
+    writer.write(b"data: ")
+    chunk = b"x" * MiB
+    for _ in range(1024):
+        writer.write(chunk)
+        await writer.drain()
+
+
+async def announced_gib(writer: asyncio.StreamWriter) -> None:
+    """A length of 1 GiB announced, and a few bytes of it sent."""
+    writer.write(_head("200 OK", "application/json", f"Content-Length: {1 << 30}\r\n") + b'{"items": [')
+    await writer.drain()
+
+
+async def gzipped(writer: asyncio.StreamWriter) -> None:
+    """A gzip answer the client did not ask for: 20 KiB that inflate to 20 MiB."""
+    body = gzip.compress(b" " * (20 * MiB))
+    writer.write(_head("200 OK", "application/json", f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n"))
+    writer.write(body)
+    await writer.drain()
+
+
+def page(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    return _json(writer, {"items": [], "total": 0, "limit": 50, "offset": 0})
+
+
+async def _json(writer: asyncio.StreamWriter, value: object) -> None:
+    body = json.dumps(value).encode()
+    writer.write(_head("200 OK", "application/json", f"Content-Length: {len(body)}\r\n") + body)
+    await writer.drain()
+
+
+def listing() -> list[object]:
+    """50,000 changes as the server sends them (each with a long path, a reason and a short diff)."""
+    return [
+        Change(
+            path=f"src/module_{n // 100:04d}/deeply/nested/package/file_{n:06d}.py", kind=Kind.MODIFIED,
+            type=FileType.FILE, previous=FileType.FILE, mode=0o644, previous_mode=0o644, size=1200,
+            diff=f"@@ -1 +1 @@\n-old {n}\n+new {n}\n" if n < 1000 else None,
+        ).model_dump(mode="json")
+        for n in range(50_000)
+    ]  # fmt: skip
+
+
+class FakeServer:
+    """A real HTTP server on 127.0.0.1 (asyncio streams, one answer per connection), in a thread of its own."""
+
+    def __init__(self, routes: dict[str, Handler]) -> None:
+        self.routes = routes
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.port = 0
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        server = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", 0), self.loop)
+        self.server = server.result(10)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await reader.readuntil(b"\r\n\r\n")
+            path = request.split(b" ")[1].decode().split("?")[0]
+            handler = self.routes.get(path)
+            if handler is None:
+                await _json(writer, {"detail": "not here"})
+            else:
+                await handler(writer)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client stopped reading: what this test wants
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    routes = {
+        "/v1/sessions": page,
+        "/huge/v1/sessions": huge_body,
+        "/announced/v1/sessions": announced_gib,
+        "/gzip/v1/sessions": gzipped,
+        "/v1/sessions/s1/events": endless_line,
+        "/v1/sessions/s1/changes": lambda writer: _json(writer, listing()),
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+def _peak_rss(command: list[str]) -> tuple[int, str, int]:
+    """Exit status, stderr and the peak resident memory (bytes) of ``command`` run as a child."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ,
+                               "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"})  # fmt: skip
+    assert process.stderr is not None
+    with process.stderr:
+        stderr = process.stderr.read().decode()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, stderr, usage.ru_maxrss * 1024
+
+
+def test_the_cli_refuses_a_256_mib_answer_with_flat_memory(server: str) -> None:
+    ordinary = _peak_rss([str(CLI), "sessions", "--server", server])
+    assert ordinary[0] == 0, ordinary[1]
+    code, stderr, peak = _peak_rss([str(CLI), "sessions", "--server", server + "/huge"])
+    assert code != 0
+    assert f"The server at {server}/huge sent an answer of more than 64 MiB" in " ".join(stderr.split()), stderr
+    assert peak - ordinary[2] < FLAT, f"the CLI took {(peak - ordinary[2]) / MiB:.0f} MiB more to refuse it"
+
+
+GROWTH = """
+import json, sys
+from controller.client import Client
+from controller.errors import AnswerTooLargeError
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+
+with Client(sys.argv[1], "t") as client:
+    client.sessions()
+    before = status("VmRSS")
+    try:
+        list(client.events("s1"))
+        print(json.dumps({"error": None}))
+    except AnswerTooLargeError as err:
+        print(json.dumps({"error": str(err), "growth": status("VmHWM") - before}))
+"""
+
+
+def test_the_client_refuses_an_endless_event_line_with_flat_memory(server: str) -> None:
+    done = subprocess.run([sys.executable, "-c", GROWTH, server], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["error"] is not None and f"The server at {server} sent an event longer than" in found["error"]
+    assert found["growth"] < FLAT, f"the client took {found['growth'] / MiB:.0f} MiB more to refuse it"
+
+
+def test_a_listing_of_50000_changes_still_arrives(server: str) -> None:
+    with Client(server, "t") as client:
+        changes = client.changes("s1", diff=True)
+    assert len(changes) == 50_000 and changes[-1].path.endswith("file_049999.py") and changes[0].diff
+
+
+def test_an_announced_length_past_the_bound_or_a_compressed_answer_is_refused_unread(server: str) -> None:
+    with Client(server + "/announced", "t") as client, pytest.raises(AnswerTooLargeError, match="1,073,741,824 bytes"):
+        client.sessions()
+    with (
+        Client(server + "/gzip", "t") as client,
+        pytest.raises(AnswerTooLargeError, match=r"compressed answer \(gzip\)"),
+    ):
+        client.sessions()
+
+
+def test_event_lines_split_anywhere_read_as_whole_events() -> None:
+    """CR, LF and CRLF end a line, a CRLF may be split between chunks, and an event may span many chunks."""
+    stream = b'data: {"a":\r\ndata: 1}\r\n\r\n: comment\nid: 7\ndata: two\r\rdata: three\n\n'
+    for size in (1, 2, 3, 7, len(stream)):
+        source = Events("http://x")
+        found = [e for n in range(0, len(stream), size) for e in source.feed(stream[n : n + size])]
+        assert [(e.data, e.id) for e in found] == [('{"a":\n1}', ""), ("two", "7"), ("three", "7")], size
+
+
+def test_an_event_of_many_short_lines_is_bounded_too() -> None:
+    source = Events("http://x")
+    line = b"data: " + b"y" * (MiB - 7) + b"\n"
+    with pytest.raises(AnswerTooLargeError, match="an event longer than the client reads"):
+        for _ in range(MAX_ANSWER_BYTES // MiB + 2):
+            source.feed(line)
