@@ -166,9 +166,9 @@ class RemoteSessions:
 
     async def apply(
         self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None,
+        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        return self.client.apply(session_id, force or (), include_ignored, build_inputs, paths)
+        return self.client.apply(session_id, force or (), include_ignored, build_inputs, paths, ids)
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
         return self.client.revert(session_id, force or ())

@@ -26,7 +26,6 @@ from ..server.runtime import Runtime
 from ..server.sessions import Sessions
 from ..server.store import open_store
 from ..wire.bodies import ReviewComment
-from ..workspace.manager import printable
 from . import options, terminal
 from .app import EXIT_USAGE, app, fail, load_settings
 from .display import JsonSink, LiveSink
@@ -131,7 +130,7 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         text, comment = o.message, comment_of(o)
         if comment is not None:  # quoted from the session's own diff, as the API's /comments does
             listing = await sessions.changes(o.session_id, diff=True)
-            text = review.message([printable(change) for change in listing], [comment])
+            text = review.message(listing, [comment])
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn

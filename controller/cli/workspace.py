@@ -21,7 +21,8 @@ from rich.text import Text
 
 from ..server.sessions import Sessions
 from ..wire.changes import ApplyResult, Change
-from ..workspace.manager import printable, summarize
+from ..workspace.manager import printable, shown, summarize
+from ..workspace.records import unshown
 from . import review, terminal
 from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
 from .display import plural
@@ -36,6 +37,15 @@ ForceOpt = Annotated[
         metavar="PATH",
         help="Overwrite PATH (a directory: all under it) even though the checkout changed there since the session "
         "saw it; also accept the environment's definition file at exactly PATH (repeatable).",
+    ),
+]
+IdsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--id",
+        metavar="CHANGE_ID",
+        help="Apply the change with this id (`cubicle changes ID --json` lists them; repeatable): an id means one "
+        "change whatever its name prints as. With PATHs, both are applied.",
     ),
 ]
 RevertForceOpt = Annotated[
@@ -92,6 +102,7 @@ def apply_command(
             "written.",
         ),
     ] = None,
+    ids: IdsOpt = None,
     force: ForceOpt = None,
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
@@ -110,34 +121,58 @@ def apply_command(
     --server, the checkout is the server's: the repository as the server sees it."""
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
-        named = None if not paths else as_listed(paths, await sessions.changes(session_id))
-        result = await sessions.apply(session_id, force, include_ignored, build_inputs, named)
+        named, chosen = (None, None) if not paths else as_selected(paths, await sessions.changes(session_id), sessions)
+        if ids:
+            chosen = [*(chosen or ()), *ids]
+        result = await sessions.apply(session_id, force, include_ignored, build_inputs, named, chosen)
         return result, Path(sessions.get(session_id).repo)
 
     result, repo = _review(apply, server)
     terminal.console().print(review.applied(session_id, repo, result))
 
 
-def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
-    """Each of ``paths`` as the session's changes name it: a listed name as it is; else one typed as the review
-    printed it (its hidden characters spelled out, ``\\x1b``) becomes the listed one, unless two print alike (then
-    it is refused: the user could not have meant one of them); anything else goes as given (the apply judges it)."""
-    names = {change.path for change in listed}
-    printed: dict[str, list[str]] = {}
-    for name in names:
-        printed.setdefault(review.path_text(name).plain, []).append(name)
-    found = []
+def as_selected(
+    paths: list[str], listed: list[Change], sessions: Sessions | RemoteSessions
+) -> tuple[list[str] | None, list[str] | None]:
+    """``paths`` as the apply is sent them: a PATH that names one listed change, in any spelling (its real name,
+    as ``cubicle changes`` printed it, as the terminal showed it), becomes that change's id; any other goes as given
+    (a directory above changes, or a name of none: the apply judges it, refusing one that reads as two). A PATH
+    whose spellings point at different changes is refused, naming them, and nothing is written."""
+    spelled = [(change, _spellings(change, remote=isinstance(sessions, RemoteSessions))) for change in listed]
+    named: list[str] = []
+    ids: list[str] = []
     for path in paths:
-        alike = printed.get(path, [])
-        if path in names or not alike:
-            found.append(path)
-        elif len(alike) == 1:
-            found.append(alike[0])
+        meant = {frozenset(c.id for c, forms in spelled if _at_or_under(forms[at], path)) for at in range(3)}
+        meant.discard(frozenset())
+        if len(meant) > 1:
+            raise fail(_ambiguous(path, spelled, meant), EXIT_USAGE)
+        exact = [c for c, forms in spelled if path in forms]
+        if len(exact) == 1 and meant == {frozenset([exact[0].id])}:
+            ids.append(exact[0].id)
         else:
-            raise fail(
-                f"{terminal.safe(path)} names {len(alike)} changes that print alike: give the exact name", EXIT_USAGE
-            )
-    return found
+            named.append(path)
+    return named or None, ids or None
+
+
+def _spellings(change: Change, remote: bool) -> tuple[str, str, str]:
+    """A listed change's real name, printed name and terminal name (a server lists printed names)."""
+    real = (unshown(change.path) or change.path) if remote else change.path
+    return real, shown(real), review.path_text(real).plain
+
+
+def _at_or_under(name: str, given: str) -> bool:
+    root = given.rstrip("/") or given
+    return name == root or name.startswith(root + "/")
+
+
+def _ambiguous(path: str, spelled: list[tuple[Change, tuple[str, str, str]]], meant: set[frozenset[str]]) -> str:
+    ids = sorted({i for group in meant for i in group})
+    names = {c.id: forms[1] for c, forms in spelled}
+    listed = "; ".join(f"{terminal.safe(names[i])} (--id {i})" for i in ids[:6])
+    return (
+        f"{terminal.safe(path)} could mean different changes: {listed}{' …' if len(ids) > 6 else ''}. Nothing was "
+        "written: select the one you mean with --id CHANGE_ID."
+    )
 
 
 @app.command()

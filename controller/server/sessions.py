@@ -492,13 +492,13 @@ class Sessions:
 
     async def apply(
         self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None,
+        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        """Copy the layer's changes (only ``paths``, if given) into the checkout (sandbox stopped first);
-        ApplyConflictError writes nothing."""
+        """Copy the layer's changes (only those ``paths`` and ``ids`` name, if given) into the checkout (sandbox
+        stopped first); ApplyConflictError writes nothing."""
         async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
             return await apply_and_report(
-                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths
+                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths, ids
             )
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:

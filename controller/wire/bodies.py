@@ -84,8 +84,15 @@ class ApplyRequest(BaseModel):
     paths: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
         None,
         max_length=10_000,
-        description="Apply only these (a directory: all under it), each as the changes list it; the rest stays in "
-        "the session. A path that names no change is a 404 naming it, and nothing is written.",
+        description="Apply only these (a directory: all under it), each as the changes list it or by its real name; "
+        "the rest stays in the session. A path that names no change is a 404 naming it, one that could mean two "
+        "changes (one's real name, another's printed one) a 422 naming both; either way nothing is written.",
+    )
+    ids: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        None,
+        max_length=50_000,
+        description="Apply only the changes with these ids (each change's ``id`` in the listing), with ``paths`` "
+        "if both are given: an id always means one change, whatever its name prints as. An unknown id is a 404.",
     )
 
 

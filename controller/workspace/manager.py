@@ -210,10 +210,10 @@ def _listed(layer: Layer, diff: bool, most: int) -> workspace.Changes:
 
 def _applied(
     layer: Layer, paths: Collection[str] | None, include_ignored: bool, force: Collection[str],
-    bounds: workspace.ApplyBounds, build_inputs: bool, most: int,
+    bounds: workspace.ApplyBounds, build_inputs: bool, most: int, ids: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """``workspace.apply`` in the walk's child, its answer bounded there like a listing."""
-    return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs).bounded(most)
+    return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs, ids).bounded(most)
 
 
 def _reverted(layer: Layer, force: Collection[str], most: int) -> RevertResult:
@@ -419,14 +419,15 @@ class Workspaces:
 
     def apply(
         self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
-        build_inputs: bool = False, paths: Collection[str] | None = None,
+        build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
+        """Apply the changes (those ``paths`` and ``ids`` name, when given); ApplyConflictError (nothing written)
+        when the checkout changed under any of them."""
         with self.using(session_id) as layer:
             try:
                 result = self._walk(  # a scan first, as large as the agent's tree: in the walk's child
                     _applied, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
-                    build_inputs, self.listing,
+                    build_inputs, self.listing, None if ids is None else tuple(ids),
                 )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
@@ -570,10 +571,10 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
 
 async def apply_and_report(
     workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False,
-    build_inputs: bool = False, paths: Collection[str] | None = None,
+    build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
-    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths)
+    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths, ids)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
         more = max(0, len(result.applied) - MAX_LISTED_PATHS) + result.more_applied
