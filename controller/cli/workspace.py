@@ -20,10 +20,9 @@ import typer
 from rich.text import Text
 
 from ..server.sessions import Sessions
-from ..wire.changes import ApplyResult, Change
+from ..wire.changes import ApplyResult, Change, Changes
 from ..workspace.manager import printable, shown, summarize
-from ..workspace.records import unshown
-from . import review, terminal
+from . import patch, review, terminal
 from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
 from .display import plural
 from .remote import RemoteSessions, ServerOpt, remote_sessions
@@ -70,7 +69,14 @@ def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], s
 @app.command()
 def changes(
     session_id: SessionArg,
-    diff: Annotated[bool, typer.Option("--diff", help="Show each text file's unified diff.")] = False,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff",
+            help="Show each text file's unified diff. Piped (not a terminal), the output is a patch for `git apply` "
+            "of only what a plain apply writes; what it holds back is listed in comment lines.",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
     server: ServerOpt = None,
 ) -> None:
@@ -81,13 +87,22 @@ def changes(
             printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
         ]
         print(json.dumps(shown, ensure_ascii=True, indent=2))
-        if found.truncated_at is not None or found.unlisted:  # the list is partial: say so beside it, never in it
-            print(terminal.safe(review.summary_line(summarize(found)).plain.strip()), file=sys.stderr)
+        _say_partial(found)
+        return
+    if diff and not sys.stdout.isatty():  # piped, to `git apply` say: only what a plain apply writes
+        sys.stdout.buffer.write(patch.patch(session_id, found).encode("utf-8", "backslashreplace"))
+        _say_partial(found)
         return
     out = terminal.console()
     out.print(review.change_list(found))
     for change in found if diff else ():
         out.print(review.diff_view(change))
+
+
+def _say_partial(found: Changes) -> None:
+    """When the listing is partial, say so on stderr: beside a list or a patch, never in it."""
+    if found.truncated_at is not None or found.unlisted:
+        print(terminal.safe(review.summary_line(summarize(found)).plain.strip()), file=sys.stderr)
 
 
 @app.command("apply")
@@ -121,7 +136,7 @@ def apply_command(
     --server, the checkout is the server's: the repository as the server sees it."""
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
-        named, chosen = (None, None) if not paths else as_selected(paths, await sessions.changes(session_id), sessions)
+        named, chosen = (None, None) if not paths else as_selected(paths, await sessions.changes(session_id))
         if ids:
             chosen = [*(chosen or ()), *ids]
         result = await sessions.apply(session_id, force, include_ignored, build_inputs, named, chosen)
@@ -131,14 +146,12 @@ def apply_command(
     terminal.console().print(review.applied(session_id, repo, result))
 
 
-def as_selected(
-    paths: list[str], listed: list[Change], sessions: Sessions | RemoteSessions
-) -> tuple[list[str] | None, list[str] | None]:
+def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | None, list[str] | None]:
     """``paths`` as the apply is sent them: a PATH that names one listed change, in any spelling (its real name,
     as ``cubicle changes`` printed it, as the terminal showed it), becomes that change's id; any other goes as given
     (a directory above changes, or a name of none: the apply judges it, refusing one that reads as two). A PATH
     whose spellings point at different changes is refused, naming them, and nothing is written."""
-    spelled = [(change, _spellings(change, remote=isinstance(sessions, RemoteSessions))) for change in listed]
+    spelled = [(change, _spellings(change)) for change in listed]
     named: list[str] = []
     ids: list[str] = []
     for path in paths:
@@ -154,10 +167,9 @@ def as_selected(
     return named or None, ids or None
 
 
-def _spellings(change: Change, remote: bool) -> tuple[str, str, str]:
-    """A listed change's real name, printed name and terminal name (a server lists printed names)."""
-    real = (unshown(change.path) or change.path) if remote else change.path
-    return real, shown(real), review.path_text(real).plain
+def _spellings(change: Change) -> tuple[str, str, str]:
+    """A listed change's real name, printed name and terminal name."""
+    return change.path, shown(change.path), review.path_text(change.path).plain
 
 
 def _at_or_under(name: str, given: str) -> bool:

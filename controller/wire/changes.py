@@ -33,9 +33,9 @@ class Disposition(StrEnum):
     DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
     UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
     ENVIRONMENT = "environment"  # under a path the environment's setup made (a virtualenv, say): never applied
-    TRUSTED = (
-        "trusted"  # the environment's own definition (.devcontainer/, .cubicle/): applied only when forced by name
-    )
+    # the environment's own definition (.devcontainer/, .cubicle/), a path git runs or reads, a CI definition
+    # (.github/workflows/, .gitlab-ci.yml, ...): applied only when forced by name; ``reason`` says which
+    TRUSTED = "trusted"
     BUILD_INPUT = "build_input"  # in a build context the Dockerfile copies whole: applied only with --build-inputs
 
 

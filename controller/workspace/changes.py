@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..wire.changes import Change, Changes, Disposition, FileType, Kind
-from . import beneath, gitlike, gitpointers, names, textdiff
+from . import beneath, gitlike, gitpointers, names, pipelines, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
@@ -499,6 +499,7 @@ def _judge(
     is_dir = change.type == FileType.DIR
     pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
     built = info.build.why(change.path, is_dir)
+    pipeline = pipelines.why(change.path, is_dir)
     problem = unsafe_reason(change)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
@@ -512,6 +513,8 @@ def _judge(
     elif pointer is not None:
         change.disposition = Disposition.TRUSTED
         change.reason = f"git runs files here ({pointer.why}): applied only when forced by name (apply --force PATH)"
+    elif pipeline is not None:
+        change.disposition, change.reason = Disposition.TRUSTED, pipeline
     elif built is not None:
         change.disposition = Disposition.TRUSTED
         change.reason = f"{built}: applied only when forced by name (apply --force PATH)"

@@ -46,6 +46,7 @@ from .changes import MAX_LISTED
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
 from .quota import Disks
+from .records import encodable
 from .records import shown as shown  # the one spelling of a layer path as text; callers import it from here
 
 T = TypeVar("T")
@@ -532,8 +533,9 @@ class Workspaces:
 
 def printable(change: Change) -> Change:
     """The change with its names made encodable (for JSON and the terminal); the layer keeps the real bytes."""
-    fields = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target, "diff": change.diff}
-    return change.model_copy(update={k: shown(v) for k, v in fields.items() if v is not None})
+    names = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target}
+    update = {k: shown(v) for k, v in names.items() if v is not None}
+    return change.model_copy(update=update | ({} if change.diff is None else {"diff": encodable(change.diff)}))
 
 
 def printable_conflict(conflict: Conflict) -> Conflict:

@@ -80,6 +80,12 @@ def shown(path: str) -> str:
     return os.fsencode(path).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
 
 
+def encodable(text: str) -> str:
+    """Text of the agent's (a diff) that any encoder takes: its non-UTF-8 bytes as ``\\xNN``, nothing else changed.
+    Not a name: a name is ``shown``, which no other name prints as."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
 _ESCAPE = re.compile(r"\\(\\|x[0-9a-f]{2})")
 
 
