@@ -35,7 +35,8 @@ ForceOpt = Annotated[
         "--force",
         metavar="PATH",
         help="Overwrite PATH (a directory: all under it) even though the checkout changed there since the session "
-        "saw it; also accept the environment's definition file at exactly PATH (repeatable).",
+        "saw it; also accept the held-back definition (trusted: the environment's, a path git runs or reads, a CI "
+        "definition) at exactly PATH (repeatable).",
     ),
 ]
 IdsOpt = Annotated[
