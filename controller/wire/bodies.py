@@ -130,6 +130,13 @@ class ReviewComment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(min_length=1, max_length=4096, description="The file, as the changes list it.")
+    id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="The change's ``id`` in the listing: when given, the comment is on that change (a 404 if none "
+        "has it), whatever ``path`` says; without it, ``path`` must mean one change (two: a 422 naming both).",
+    )
     line: int | None = Field(
         None, ge=1, le=MAX_INDEX, description="The line's number on ``side``; none: a comment on the whole file."
     )

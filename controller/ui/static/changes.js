@@ -227,7 +227,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       selected,
       onSelect: updateButtons,
       comment: (path, line, side, after) => {
-        const form = review.form(path, line, side, () => null, spelled(changes).get(path));
+        const change = changes.find((c) => c.path === path); // printed names are unique: this is the one shown
+        const form = review.form(path, line, side, () => null, spelled(changes).get(path), change && change.id);
         if (after.tagName === "TR") after.after(el("tr", { class: "comment-row" }, el("td", { colSpan: 4 }, form)));
         else after.after(form);
       },

@@ -47,7 +47,9 @@ def test_each_change_has_an_id_an_apply_selects_exactly_and_a_name_reading_as_tw
     assert by_name.status_code == 200 and (repo / DIRECTORY / "payload.sh").exists()
 
 
-def test_a_review_comment_on_a_name_reading_as_two_changes_is_refused(setup: Setup) -> None:
+def test_a_review_comment_on_a_name_reading_as_two_changes_is_refused_and_one_by_id_quotes_that_change(
+    setup: Setup,
+) -> None:
     sid, _ = _twins(setup)
     (setup.upper(sid) / DIRECTORY / "payload.sh").unlink()
     (setup.upper(sid) / DIRECTORY).rmdir()
@@ -55,8 +57,14 @@ def test_a_review_comment_on_a_name_reading_as_two_changes_is_refused(setup: Set
     route = f"/v1/sessions/{sid}/comments"
     refused = setup.api.http.post(route, json={"comments": [{"path": "notes\\xff", "text": "which?"}]})
     assert refused.status_code == 422 and change_id(FILE) in refused.text, refused.text
-    sent = setup.api.http.post(route, json={"comments": [{"path": "notes\\\\xff", "text": "This one."}]})
+    unique = setup.api.http.post(route, json={"comments": [{"path": "notes\\\\xff", "text": "?", "line": 9}]})
+    assert unique.status_code == 422 and "Line 9" in unique.text, "the printed name alone means the one file"
+    comment = {"path": "notes\\xff", "id": change_id(FILE), "line": 1, "text": "This one."}  # as the viewer sends
+    sent = setup.api.http.post(route, json={"comments": [comment]})
     assert sent.status_code == 202, sent.text
+    setup.api.wait_for(sid, lambda s: s["status"] == "idle" and s["steps"] == 2)
+    (follow,) = [e["text"] for e in setup.api.events(sid) if e["type"] == "user_message"]
+    assert "+harmless" in follow and "a file named as the other prints" not in follow
 
 
 def test_a_ci_definition_is_listed_held_back_with_why_and_applied_only_when_forced(setup: Setup) -> None:
