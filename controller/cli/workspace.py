@@ -137,10 +137,12 @@ def apply_command(
     --server, the checkout is the server's: the repository as the server sees it."""
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
-        named, chosen = (None, None) if not paths else as_selected(paths, await sessions.changes(session_id))
+        listed = await sessions.changes(session_id) if paths or force else []
+        named, chosen = as_selected(paths, listed) if paths else (None, None)
         if ids:
             chosen = [*(chosen or ()), *ids]
-        result = await sessions.apply(session_id, force, include_ignored, build_inputs, named, chosen)
+        forced = [as_printed(name, listed) for name in force or ()]
+        result = await sessions.apply(session_id, forced, include_ignored, build_inputs, named, chosen)
         return result, Path(sessions.get(session_id).repo)
 
     result, repo = _review(apply, server)
@@ -166,6 +168,17 @@ def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | Non
         else:
             named.append(path)
     return named or None, ids or None
+
+
+def as_printed(name: str, listed: list[Change]) -> str:
+    """A ``--force`` name as the apply reads it: one listed change's in any spelling (the terminal's ``\\x1b``
+    too) becomes its printed name; any other goes as given. One whose spellings mean two changes is refused."""
+    meant = {c.path for c in listed if name in _spellings(c)}
+    if len(meant) > 1:
+        listed_ids = [c for c in listed if c.path in meant]
+        raise fail(_ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
+                   EXIT_USAGE)  # fmt: skip
+    return shown(meant.pop()) if meant else name
 
 
 def _spellings(change: Change) -> tuple[str, str, str]:
