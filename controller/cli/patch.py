@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..wire.changes import Change, Disposition
+from ..wire.changes import Change, Disposition, Kind
+from ..workspace.gitlike import REPO_NAMES
 from . import review, terminal
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*")
@@ -33,9 +34,11 @@ HOW = {
 
 def patch(session_id: str, changes: list[Change]) -> str:
     """The patch text: a header of comment lines, the patchable diffs, a trailer naming the rest."""
-    carried = [c for c in changes if c.disposition == Disposition.APPLY and not unpatchable(c)]
+    applied = [c for c in changes if c.disposition == Disposition.APPLY]
+    gaps = any(c.kind == Kind.DELETED and unpatchable(c) for c in applied)
+    carried = [c for c in applied if not unpatchable(c, gaps)]
     held = [c for c in changes if c.disposition != Disposition.APPLY]
-    apart = [c for c in changes if c.disposition == Disposition.APPLY and unpatchable(c)]
+    apart = [c for c in applied if unpatchable(c, gaps)]
     sid = shlex.quote(terminal.safe(session_id))
     lines = [
         f"# cubicle changes {sid} --diff: a patch of what `cubicle apply {sid}` writes, for `git apply`: "
@@ -55,7 +58,8 @@ def trailer(sid: str, held: list[Change], apart: list[Change]) -> list[str]:
         lines += [_held_line(sid, c) for c in held]
     if apart:
         lines.append(f"# Not in this patch, though a plain `cubicle apply {sid}` writes them (apply them with it):")
-        lines += [f"#   {_name(c)}: {unpatchable(c)}; cubicle apply {sid} {_quoted(c)}" for c in apart]
+        gaps = any(c.kind == Kind.DELETED for c in apart)
+        lines += [f"#   {_name(c)}: {unpatchable(c, gaps)}; cubicle apply {sid} {_quoted(c)}" for c in apart]
     return lines
 
 
@@ -66,8 +70,12 @@ def _held_line(sid: str, change: Change) -> str:
     return f"#   {change.disposition.value}: {_name(change)} ({reason}); {get}"
 
 
-def unpatchable(change: Change) -> str:
-    """Why a text patch cannot carry ``change`` as ``cubicle apply`` writes it; empty when it can."""
+def unpatchable(change: Change, gaps: bool = False) -> str:
+    """Why a text patch cannot carry ``change`` as ``cubicle apply`` writes it; empty when it can. With ``gaps``
+    (a deletion the patch cannot carry), no entry with a repository's name either: apply judged look-alikes with
+    that deletion made (``gitlike``), and without it ``HEAD`` beside new ``objects`` and ``refs`` may be one."""
+    if gaps and any(part.casefold() in REPO_NAMES for part in change.path.split("/")):
+        return "a repository's name, and a deletion this patch cannot carry: apply judged them together"
     diff = change.diff
     if diff is None:
         return "binary, a directory, a link, too large, or not diffed"

@@ -65,3 +65,13 @@ def test_git_apply_of_the_patch_writes_only_what_a_plain_apply_writes_and_the_tr
 def test_a_patch_of_nothing_held_back_is_the_diffs_after_one_comment_line() -> None:
     first, rest = patch.patch("s1", [_added("a.txt", "a\n")]).split("\n", 1)
     assert first.startswith("# cubicle changes s1 --diff: a patch") and rest == textdiff.unified("a.txt", None, b"a\n")
+
+
+def test_with_a_deletion_it_cannot_carry_the_patch_carries_no_entry_with_a_repository_name() -> None:
+    """Apply judged ``sub`` no repository look-alike because it deletes the binary ``sub/HEAD``; a patch without
+    that deletion would leave HEAD beside the new ``objects`` and ``refs``, so it carries neither."""
+    gone = Change(path="sub/HEAD", kind=Kind.DELETED, type=FileType.FILE, previous=FileType.FILE, binary=True)
+    text = patch.patch("s1", [gone, _added("sub/objects/a.txt", "a\n"), _added("sub/refs/b.txt", "b\n"), CHANGES[4]])
+    assert "+++ b/notes.txt" in text and "+++ b/sub/" not in text
+    assert "#   sub/objects/a.txt: a repository's name, and a deletion this patch cannot carry" in text
+    assert "#   sub/HEAD: binary" in text
