@@ -45,10 +45,10 @@ def patch(session_id: str, changes: list[Change]) -> str:
         f"{len(carried)} file(s) here; {len(held)} held back and {len(apart)} not patchable, listed at the end."
     ]
     out = "\n".join(lines) + "\n" + "".join(c.diff or "" for c in carried)
-    return out + "".join(line + "\n" for line in trailer(sid, held, apart))
+    return out + "".join(line + "\n" for line in trailer(sid, held, apart, gaps))
 
 
-def trailer(sid: str, held: list[Change], apart: list[Change]) -> list[str]:
+def trailer(sid: str, held: list[Change], apart: list[Change], gaps: bool = False) -> list[str]:
     """Comment lines for what the patch leaves out: why, and how to get each deliberately."""
     lines: list[str] = []
     if held:
@@ -58,7 +58,6 @@ def trailer(sid: str, held: list[Change], apart: list[Change]) -> list[str]:
         lines += [_held_line(sid, c) for c in held]
     if apart:
         lines.append(f"# Not in this patch, though a plain `cubicle apply {sid}` writes them (apply them with it):")
-        gaps = any(c.kind == Kind.DELETED for c in apart)
         lines += [f"#   {_name(c)}: {unpatchable(c, gaps)}; cubicle apply {sid} {_quoted(c)}" for c in apart]
     return lines
 
@@ -74,8 +73,13 @@ def unpatchable(change: Change, gaps: bool = False) -> str:
     """Why a text patch cannot carry ``change`` as ``cubicle apply`` writes it; empty when it can. With ``gaps``
     (a deletion the patch cannot carry), no entry with a repository's name either: apply judged look-alikes with
     that deletion made (``gitlike``), and without it ``HEAD`` beside new ``objects`` and ``refs`` may be one."""
-    if gaps and any(part.casefold() in REPO_NAMES for part in change.path.split("/")):
+    own = _unpatchable(change)
+    if not own and gaps and any(part.casefold() in REPO_NAMES for part in change.path.split("/")):
         return "a repository's name, and a deletion this patch cannot carry: apply judged them together"
+    return own
+
+
+def _unpatchable(change: Change) -> str:
     diff = change.diff
     if diff is None:
         return "binary, a directory, a link, too large, or not diffed"
