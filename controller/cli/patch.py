@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..wire.changes import Change, Disposition, Kind
+from ..wire.changes import Change, Changes, Disposition, Kind
 from ..workspace.gitlike import REPO_NAMES
 from . import review, terminal
 
@@ -35,7 +35,8 @@ HOW = {
 def patch(session_id: str, changes: list[Change]) -> str:
     """The patch text: a header of comment lines, the patchable diffs, a trailer naming the rest."""
     applied = [c for c in changes if c.disposition == Disposition.APPLY]
-    gaps = any(c.kind == Kind.DELETED and unpatchable(c) for c in applied)
+    unseen = changes.unlisted_applied if isinstance(changes, Changes) else 0  # a bounded listing: apply writes more
+    gaps = unseen > 0 or any(c.kind == Kind.DELETED and unpatchable(c) for c in applied)
     carried = [c for c in applied if not unpatchable(c, gaps)]
     held = [c for c in changes if c.disposition != Disposition.APPLY]
     apart = [c for c in applied if unpatchable(c, gaps)]
@@ -44,6 +45,8 @@ def patch(session_id: str, changes: list[Change]) -> str:
         f"# cubicle changes {sid} --diff: a patch of what `cubicle apply {sid}` writes, for `git apply`: "
         f"{len(carried)} file(s) here; {len(held)} held back and {len(apart)} not patchable, listed at the end."
     ]
+    if unseen:
+        lines.append(f"# {unseen} more change(s) a plain apply writes are past the listing's bound: not in this patch.")
     out = "\n".join(lines) + "\n" + "".join(c.diff or "" for c in carried)
     return out + "".join(line + "\n" for line in trailer(sid, held, apart, gaps))
 
