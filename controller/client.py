@@ -160,11 +160,13 @@ class Routes:
     @staticmethod
     def apply(
         session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None,
+        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
     ) -> Request[ApplyResult]:  # fmt: skip
         body: dict[str, Any] = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
         if paths is not None:
             body["paths"] = list(paths)
+        if ids is not None:
+            body["ids"] = list(ids)
         return Request("POST", f"/v1/sessions/{session_id}/apply", _model(ApplyResult), json=body)
 
     @staticmethod
@@ -407,11 +409,11 @@ class Client:
 
     def apply(
         self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None,
+        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        """Apply the changes (only ``paths``, each as the changes list it, if given); ApplyConflictError writes
-        nothing."""
-        return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths))
+        """Apply the changes (only ``paths``, each as the changes list it, and ``ids``, if given);
+        ApplyConflictError writes nothing."""
+        return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
 
     def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return self.send(ROUTES.revert(session_id, force))
@@ -537,9 +539,9 @@ class AsyncClient:
 
     async def apply(
         self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None,
+        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths))
+        return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return await self.send(ROUTES.revert(session_id, force))

@@ -149,7 +149,7 @@ class RemoteReview:
         from ..client import Client
 
         with Client(self.url, self.token) as client:
-            return client.changes(self.session_id, diff=True)
+            return real_listing(client.changes(self.session_id, diff=True))
 
     def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
         import asyncio
@@ -162,7 +162,7 @@ class RemoteReview:
             if isinstance(view, JsonSink):
                 for event in client.events(self.session_id, after=view.seq):
                     asyncio.run(view.emit(event))
-            return result
+            return real_result(result)
 
 
 class RemoteSessions:
@@ -180,16 +180,17 @@ class RemoteSessions:
         return found.items, found.total
 
     async def changes(self, session_id: str, diff: bool = False) -> Changes:
-        return self.client.changes(session_id, diff)
+        return real_listing(self.client.changes(session_id, diff))
 
     async def apply(
         self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None,
+        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        return self.client.apply(session_id, force or (), include_ignored, build_inputs, paths)
+        return real_result(self.client.apply(session_id, force or (), include_ignored, build_inputs, paths, ids))
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
-        return self.client.revert(session_id, force or ())
+        result = self.client.revert(session_id, force or ())
+        return result.model_copy(update={"reverted": [_real(p) for p in result.reverted]})
 
     async def rewind(self, session_id: str, turn: int) -> SessionRecord:
         return self.client.rewind(session_id, turn)
@@ -199,6 +200,33 @@ class RemoteSessions:
 
     async def checkpoints(self, session_id: str) -> list[Checkpoint]:
         return self.client.checkpoints(session_id)
+
+
+def _real(name: str) -> str:
+    """A name as a server printed it (``records.shown``), real again: the CLI prints every name itself, once."""
+    from ..workspace.records import unshown
+
+    return unshown(name) or name
+
+
+def _real_change(change: Change) -> Change:
+    names = {"path": change.path, "target": change.target, "renamed_from": change.renamed_from}
+    return change.model_copy(update={k: _real(v) for k, v in names.items() if v is not None})
+
+
+def real_listing(found: Changes) -> Changes:
+    """A server's listing with real names, as a local one holds them (ids and counts as the server sent them)."""
+    from ..wire.changes import Changes
+
+    out = Changes(_real_change(change) for change in found)
+    out.truncated_at, out.unlisted, out.unlisted_applied = found.truncated_at, found.unlisted, found.unlisted_applied
+    return out
+
+
+def real_result(result: ApplyResult) -> ApplyResult:
+    return result.model_copy(
+        update={"applied": [_real(p) for p in result.applied], "skipped": [_real_change(c) for c in result.skipped]}
+    )
 
 
 def api_token() -> str | None:

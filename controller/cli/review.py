@@ -136,6 +136,8 @@ def change_list(changes: list[Change], limit: int | None = None) -> RenderableTy
 def diff_view(change: Change) -> RenderableType:
     """A change's unified diff, each line coloured by its first character, its content shown inert."""
     head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
+    if change.disposition != Disposition.APPLY:  # its diff is shown, and it is not what a plain apply writes
+        head.append(f"  held back: {change.disposition.value}", "yellow")
     if change.diff is None:
         if change.type.value != "file":  # a symlink's target is the agent's bytes too: one inert line
             target = Text.assemble(" → ", path_text(change.target)) if change.target else Text()

@@ -131,7 +131,6 @@ async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | Li
 async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     """The turn in this process, on this machine's database, driven as ``cubicle run`` drives its own."""
     from ..server import review
-    from ..workspace.manager import printable
     from .display import LiveSink
     from .finish import Ran
 
@@ -142,7 +141,7 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         text, comment = o.message, comment_of(o)
         if comment is not None:  # quoted from the session's own diff, as the API's /comments does
             listing = await sessions.changes(o.session_id, diff=True)
-            text = review.message([printable(change) for change in listing], [comment])
+            text = review.message(listing, [comment])
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn

@@ -24,7 +24,7 @@ from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
     from ..server.sessions import Sessions
-    from ..wire.changes import ApplyResult, Change
+    from ..wire.changes import ApplyResult, Change, Changes
 
 T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
@@ -34,7 +34,26 @@ ForceOpt = Annotated[
         "--force",
         metavar="PATH",
         help="Overwrite PATH (a directory: all under it) even though the checkout changed there since the session "
-        "saw it; also accept the environment's definition file at exactly PATH (repeatable).",
+        "saw it; also accept the held-back definition (trusted: the environment's, a path git runs or reads, a CI "
+        "definition) at exactly PATH (repeatable).",
+    ),
+]
+PathsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[PATH]...",
+        help="Apply only these (a directory: all under it), each as `cubicle changes` shows it; the rest stays "
+        "in the session for a later apply. A PATH that names no change is an error (exit 2), and nothing is "
+        "written.",
+    ),
+]
+IdsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--id",
+        metavar="CHANGE_ID",
+        help="Apply the change with this id (`cubicle changes ID --json` lists them; repeatable): an id means one "
+        "change whatever its name prints as. With PATHs, both are applied.",
     ),
 ]
 RevertForceOpt = Annotated[
@@ -61,13 +80,20 @@ def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], s
 @app.command()
 def changes(
     session_id: SessionArg,
-    diff: Annotated[bool, typer.Option("--diff", help="Show each text file's unified diff.")] = False,
+    diff: Annotated[
+        bool,
+        typer.Option(
+            "--diff",
+            help="Show each text file's unified diff. Piped (not a terminal), the output is a patch for `git apply` "
+            "of only what a plain apply writes; what it holds back is listed in comment lines.",
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
-    from ..workspace.manager import printable, summarize
-    from . import review
+    from ..workspace.manager import printable
+    from . import patch, review
 
     found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
@@ -75,8 +101,11 @@ def changes(
             printable(c).model_dump(mode="json", exclude_none=True, exclude=None if diff else {"diff"}) for c in found
         ]
         print(json.dumps(shown, ensure_ascii=True, indent=2))
-        if found.truncated_at is not None or found.unlisted:  # the list is partial: say so beside it, never in it
-            print(terminal.safe(review.summary_line(summarize(found)).plain.strip()), file=sys.stderr)
+        _say_partial(found)
+        return
+    if diff and not sys.stdout.isatty():  # piped, to `git apply` say: only what a plain apply writes
+        sys.stdout.buffer.write(patch.patch(session_id, found).encode("utf-8", "backslashreplace"))
+        _say_partial(found)
         return
     out = terminal.console()
     out.print(review.change_list(found))
@@ -84,18 +113,20 @@ def changes(
         out.print(review.diff_view(change))
 
 
+def _say_partial(found: Changes) -> None:
+    """When the listing is partial, say so on stderr: beside a list or a patch, never in it."""
+    from ..workspace.manager import summarize
+    from . import review
+
+    if found.truncated_at is not None or found.unlisted:
+        print(terminal.safe(review.summary_line(summarize(found)).plain.strip()), file=sys.stderr)
+
+
 @app.command("apply")
 def apply_command(
     session_id: SessionArg,
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="[PATH]...",
-            help="Apply only these (a directory: all under it), each as `cubicle changes` shows it; the rest stays "
-            "in the session for a later apply. A PATH that names no change is an error (exit 2), and nothing is "
-            "written.",
-        ),
-    ] = None,
+    paths: PathsArg = None,
+    ids: IdsOpt = None,
     force: ForceOpt = None,
     include_ignored: Annotated[
         bool, typer.Option("--include-ignored", help="Also apply paths the repository's ignore rules match.")
@@ -115,36 +146,73 @@ def apply_command(
     from . import review
 
     async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
-        named = None if not paths else as_listed(paths, await sessions.changes(session_id))
-        result = await sessions.apply(session_id, force, include_ignored, build_inputs, named)
+        listed = await sessions.changes(session_id) if paths or force else []
+        named, chosen = as_selected(paths, listed) if paths else (None, None)
+        if ids:
+            chosen = [*(chosen or ()), *ids]
+        forced = [as_printed(name, listed) for name in force or ()]
+        result = await sessions.apply(session_id, forced, include_ignored, build_inputs, named, chosen)
         return result, Path(sessions.get(session_id).repo)
 
     result, repo = _review(apply, server)
     terminal.console().print(review.applied(session_id, repo, result))
 
 
-def as_listed(paths: list[str], listed: list[Change]) -> list[str]:
-    """Each of ``paths`` as the session's changes name it: a listed name as it is; else one typed as the review
-    printed it (its hidden characters spelled out, ``\\x1b``) becomes the listed one, unless two print alike (then
-    it is refused: the user could not have meant one of them); anything else goes as given (the apply judges it)."""
+def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | None, list[str] | None]:
+    """``paths`` as the apply is sent them: a PATH that names one listed change, in any spelling (its real name,
+    as ``cubicle changes`` printed it, as the terminal showed it), becomes that change's id; any other goes as given
+    (a directory above changes, or a name of none: the apply judges it, refusing one that reads as two). A PATH
+    whose spellings point at different changes is refused, naming them, and nothing is written."""
+    spelled = [(change, _spellings(change)) for change in listed]
+    named: list[str] = []
+    ids: list[str] = []
+    for path in paths:
+        meant = {frozenset(c.id for c, forms in spelled if _at_or_under(forms[at], path)) for at in range(3)}
+        meant.discard(frozenset())
+        if len(meant) > 1:
+            raise fail(_ambiguous(path, spelled, meant), EXIT_USAGE)
+        exact = [c for c, forms in spelled if path in forms]
+        if len(exact) == 1 and meant == {frozenset([exact[0].id])}:
+            ids.append(exact[0].id)
+        else:
+            named.append(path)
+    return named or None, ids or None
+
+
+def as_printed(name: str, listed: list[Change]) -> str:
+    """A ``--force`` name as the apply reads it: one listed change's in any spelling (the terminal's ``\\x1b``
+    too) becomes its printed name; any other goes as given. One whose spellings mean two changes is refused."""
+    from ..workspace.records import shown
+
+    meant = {c.path for c in listed if name in _spellings(c)}
+    if len(meant) > 1:
+        listed_ids = [c for c in listed if c.path in meant]
+        raise fail(_ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
+                   EXIT_USAGE)  # fmt: skip
+    return shown(meant.pop()) if meant else name
+
+
+def _spellings(change: Change) -> tuple[str, str, str]:
+    """A listed change's real name, printed name and terminal name."""
+    from ..workspace.records import shown
     from . import review
 
-    names = {change.path for change in listed}
-    printed: dict[str, list[str]] = {}
-    for name in names:
-        printed.setdefault(review.path_text(name).plain, []).append(name)
-    found = []
-    for path in paths:
-        alike = printed.get(path, [])
-        if path in names or not alike:
-            found.append(path)
-        elif len(alike) == 1:
-            found.append(alike[0])
-        else:
-            raise fail(
-                f"{terminal.safe(path)} names {len(alike)} changes that print alike: give the exact name", EXIT_USAGE
-            )
-    return found
+    return change.path, shown(change.path), review.path_text(change.path).plain
+
+
+def _at_or_under(name: str, given: str) -> bool:
+    root = given.rstrip("/") or given
+    return name == root or name.startswith(root + "/")
+
+
+def _ambiguous(path: str, spelled: list[tuple[Change, tuple[str, str, str]]], meant: set[frozenset[str]]) -> str:
+    ids = sorted({i for group in meant for i in group})
+    names = {c.id: forms[1] for c, forms in spelled}
+    listed = "; ".join(f"{terminal.safe(names[i])} (--id {i})" for i in ids[:6])
+    return (
+        f"{terminal.safe(path)} could mean different changes: {listed}{' …' if len(ids) > 6 else ''}. Nothing was "
+        "written: select the one you mean with --id CHANGE_ID."
+    )
 
 
 @app.command()

@@ -62,6 +62,11 @@ class Backend(Protocol):
         give): InvalidRequestError, before anything is made."""
         ...
 
+    def host_pids(self, limits: Limits) -> int:
+        """The host's process ids a sandbox of ``limits`` may hold at once (its own and its helpers'): what the
+        controller charges it against the budget all its sandboxes share."""
+        ...
+
     def clear_as_root(self, directory: Path) -> None:
         """Empty ``directory`` (a layer or setup tree being discarded) of what only root may remove; blocking."""
         ...
@@ -121,6 +126,9 @@ class DockerBackend:
 
     def check(self, limits: Limits) -> None:
         isolation.check(limits, self.settings)
+
+    def host_pids(self, limits: Limits) -> int:
+        return isolation.host_pids(limits)
 
     def clear_as_root(self, directory: Path) -> None:
         clear_as_root(self.engine.client(), self.settings.image, directory)

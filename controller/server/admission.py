@@ -21,12 +21,12 @@ from .table import Loaded
 class Admission:
     """The checks a new session or a follow-up passes before its turn is claimed."""
 
-    def __init__(self, settings: Settings, workspaces: Workspaces, loaded: Loaded) -> None:
+    def __init__(self, settings: Settings, workspaces: Workspaces, loaded: Loaded, pids: HostPids) -> None:
         self.settings = settings
         self.workspaces = workspaces
         self.loaded = loaded
         self._lock = asyncio.Lock()
-        self.pids = HostPids.of_host(settings.host_pids_budget)
+        self.pids = pids
 
     def check_capacity(self) -> None:
         """Refuse a turn past ``max_concurrent_sessions`` running in this process."""

@@ -239,7 +239,7 @@ async def post_comments(session_id: str, body: Review, sessions: SessionsDep) ->
     if sessions.get(session_id).status == "running":  # follow_up refuses too; this spares the listing
         raise ConflictError(f"Session {session_id} is running a turn; send the review when it has ended.")
     listing = await sessions.changes(session_id, diff=True)
-    text = review.message([printable(change) for change in listing], body.comments)
+    text = review.message(listing, body.comments)
     return await sessions.follow_up(session_id, text)
 
 
@@ -285,7 +285,7 @@ async def get_changes(
 @router.post("/sessions/{session_id}/apply", response_model=ApplyResult)
 async def apply_changes(session_id: str, body: ApplyRequest, sessions: SessionsDep) -> ApplyResult:
     """Copy the changes into the checkout (409 while a turn runs, or with ``conflicts``: nothing was written)."""
-    result = await sessions.apply(session_id, body.force, body.include_ignored, body.build_inputs, body.paths)
+    result = await sessions.apply(session_id, body.force, body.include_ignored, body.build_inputs, body.paths, body.ids)
     return result.model_copy(
         update={"applied": [shown(p) for p in result.applied], "skipped": [printable(c) for c in result.skipped]}
     )

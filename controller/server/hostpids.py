@@ -4,18 +4,17 @@ Each engine container is bounded by its pids limit, but nothing bounded them tog
 times the session's ``pids`` (gVisor's own host tasks, see ``isolation.GVISOR_HOST_TASKS_PER_PID``), and eight
 runsc sessions at the default 512, or two at the ceiling of 4,096, could fill a ``kernel.pid_max`` of 32,768:
 the host and every other sandbox would then fail to fork. So a session is charged every host pid its containers
-may hold (``isolation.host_pids``), and the charges of the sessions loaded at once (a container stays up between
+may hold (the backend's ``host_pids``; the Docker backend's is ``isolation.host_pids``), and the charges of the sessions loaded at once (a container stays up between
 turns) stay within a budget, by default half of ``kernel.pid_max`` as read when the controller starts. A storm
 in one sandbox then meets its own engine limit and ends that sandbox at worst.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import CapacityError, InvalidRequestError
-from ..sandbox.isolation import host_pids
 from ..wire.limits import Limits
 
 PID_MAX = Path("/proc/sys/kernel/pid_max")
@@ -35,19 +34,21 @@ def host_pid_max(path: Path = PID_MAX) -> int:
 
 
 class HostPids:
-    """The pids budget: ``total`` host pids for all the sandboxes of this controller together."""
+    """The pids budget: ``total`` host pids for all the sandboxes of this controller together, each charged what
+    ``charge`` (the backend's ``host_pids``) says a sandbox of its limits may hold."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, charge: Callable[[Limits], int]) -> None:
         self.total = total
+        self.charge = charge
 
     @classmethod
-    def of_host(cls, budget: int, path: Path = PID_MAX) -> HostPids:
+    def of_host(cls, budget: int, charge: Callable[[Limits], int], path: Path = PID_MAX) -> HostPids:
         """``budget`` pids, or (0) half of the host's ``kernel.pid_max``."""
-        return cls(budget or host_pid_max(path) // SHARE)
+        return cls(budget or host_pid_max(path) // SHARE, charge)
 
     def refuse_alone(self, limits: Limits) -> None:
         """Refuse a session that alone would take more than the whole budget (no waiting could admit it)."""
-        charge = host_pids(limits)
+        charge = self.charge(limits)
         if charge > self.total:
             most = self.total // max(1, charge // limits.pids)
             raise InvalidRequestError(
@@ -59,14 +60,14 @@ class HostPids:
 
     def fits(self, limits: Limits, held: Iterable[Limits]) -> bool:
         """Whether a session of ``limits`` fits beside sessions holding ``held``."""
-        return host_pids(limits) + sum(host_pids(other) for other in held) <= self.total
+        return self.charge(limits) + sum(self.charge(other) for other in held) <= self.total
 
     def refuse(self, limits: Limits, held: Iterable[Limits]) -> None:
         """CapacityError unless a session of ``limits`` fits beside ``held``."""
         held = list(held)
         if not self.fits(limits, held):
-            taken = sum(host_pids(other) for other in held)
+            taken = sum(self.charge(other) for other in held)
             raise CapacityError(
                 f"The running sessions may hold {taken:,} of the {self.total:,} host process ids this controller "
-                f"gives its sandboxes; this one needs {host_pids(limits):,}. Retry when one finishes."
+                f"gives its sandboxes; this one needs {self.charge(limits):,}. Retry when one finishes."
             )

@@ -59,6 +59,7 @@ from ..workspace.layer import DiskQuota
 from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown, summarize
 from .admission import Admission
 from .feed import Batch, Feed
+from .hostpids import HostPids
 from .leases import Leases
 from .live import LiveSession, Serve
 from .recorder import Recorder
@@ -117,7 +118,8 @@ class Sessions:
         self.lease_s = settings.lease_s
         self.leases = Leases(store, self.owner, settings.lease_s)
         self._live = Loaded()
-        self.admission = Admission(settings, self.workspaces, self._live)
+        pids = HostPids.of_host(settings.host_pids_budget, runtime.backend.host_pids)
+        self.admission = Admission(settings, self.workspaces, self._live, pids)
         self._background: list[asyncio.Task[None]] = []
         self._left_behind: set[str] = set()
         self._listings: dict[tuple[str, bool], asyncio.Future[Changes]] = {}
@@ -496,13 +498,13 @@ class Sessions:
 
     async def apply(
         self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None,
+        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        """Copy the layer's changes (only ``paths``, if given) into the checkout (sandbox stopped first);
-        ApplyConflictError writes nothing."""
+        """Copy the layer's changes (only those ``paths`` and ``ids`` name, if given) into the checkout (sandbox
+        stopped first); ApplyConflictError writes nothing."""
         async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
             return await apply_and_report(
-                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths
+                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths, ids
             )
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:

@@ -84,8 +84,15 @@ class ApplyRequest(BaseModel):
     paths: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
         None,
         max_length=10_000,
-        description="Apply only these (a directory: all under it), each as the changes list it; the rest stays in "
-        "the session. A path that names no change is a 404 naming it, and nothing is written.",
+        description="Apply only these (a directory: all under it), each as the changes list it or by its real name; "
+        "the rest stays in the session. A path that names no change is a 404 naming it, one that could mean two "
+        "changes (one's real name, another's printed one) a 422 naming both; either way nothing is written.",
+    )
+    ids: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        None,
+        max_length=50_000,
+        description="Apply only the changes with these ids (each change's ``id`` in the listing), with ``paths`` "
+        "if both are given: an id always means one change, whatever its name prints as. An unknown id is a 404.",
     )
 
 
@@ -123,6 +130,13 @@ class ReviewComment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(min_length=1, max_length=4096, description="The file, as the changes list it.")
+    id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="The change's ``id`` in the listing: when given, the comment is on that change (a 404 if none "
+        "has it), whatever ``path`` says; without it, ``path`` must mean one change (two: a 422 naming both).",
+    )
     line: int | None = Field(
         None, ge=1, le=MAX_INDEX, description="The line's number on ``side``; none: a comment on the whole file."
     )

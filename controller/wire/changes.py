@@ -3,9 +3,11 @@ and what an apply, a revert or a conflict reports. The workspace makes them; not
 
 from __future__ import annotations
 
+import hashlib
+import os
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import ConflictError
 
@@ -31,9 +33,9 @@ class Disposition(StrEnum):
     DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
     UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
     ENVIRONMENT = "environment"  # under a path the environment's setup made (a virtualenv, say): never applied
-    TRUSTED = (
-        "trusted"  # the environment's own definition (.devcontainer/, .cubicle/): applied only when forced by name
-    )
+    # the environment's own definition (.devcontainer/, .cubicle/), a path git runs or reads, a CI definition
+    # (.github/workflows/, .gitlab-ci.yml, ...): applied only when forced by name; ``reason`` says which
+    TRUSTED = "trusted"
     BUILD_INPUT = "build_input"  # in a build context the Dockerfile copies whole: applied only with --build-inputs
 
 
@@ -55,6 +57,25 @@ class Change(BaseModel):
     diff: str | None = None  # bounded unified diff for text files; None for binary or oversized ones
     target: str | None = None  # a symlink's target
     renamed_from: str | None = None  # a deleted path with identical content, when cheaply found
+    id: str = Field(
+        "",
+        description="The change's stable id, made of its real path's bytes (``change_id``): what a client selects "
+        "it by (an apply's ``ids``), whatever its name prints as.",
+    )
+
+    @model_validator(mode="after")
+    def _named(self) -> Change:
+        """A change made from its real path gets its id here; a listing read back keeps the id it was sent."""
+        if not self.id:
+            self.id = change_id(self.path)
+        return self
+
+
+def change_id(path: str) -> str:
+    """A change's id: 128 bits of the SHA-256 of its real path's bytes, in hex. Two names that print alike (the
+    agent's bytes escaped) have different ids; no agent can find two paths with one id (it would need 2^64 tries),
+    and a selection refuses an id that two changes share all the same."""
+    return hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
 
 
 class Changes(list[Change]):

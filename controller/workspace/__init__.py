@@ -7,15 +7,17 @@ Modules, each one concern::
     ignore       the repository's ignore rules, matched in-process (pathspec)
     changes      the upper layer read against the checkout: added / modified / deleted
     gitlike      refusing agent entries that would make a directory look like a git repository
+    pipelines    the CI definitions a hosted CI runs with the repository's secrets (held back as trusted)
     textdiff     bounded in-process unified diffs
     checkout     the only writer of the real checkout (no symlink followed, new inodes)
     apply        preflight, all-or-nothing apply, retiring applied paths from the layer
+    selection    which change a name (real or printed) or an id means: one, or a refusal naming the candidates
     journal      apply records and per-path expectations, on disk
     revert       undo the newest apply
     checkpoints  per-turn copies of the upper layer, and rewind
     names        counting a layer's entries against the session's limit; bounded directory listings
     beneath      opening paths under a directory fd without following symlinks
-    records      atomic JSON and the Identity model
+    records      atomic JSON, the Identity model, a name's one printed form (``shown``) and back (``unshown``)
 
 Typical life of a session::
 

@@ -27,14 +27,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import NotFoundError, TooManyEntriesError, UnsafePathError, WorkspaceError
+from ..errors import TooManyEntriesError, UnsafePathError, WorkspaceError
 from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
-from . import beneath, gitlike
+from . import beneath, gitlike, selection
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
 from .journal import ApplyRecord, Expectations, Status, Step, step_dirs, unreverted, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
-from .records import shown
 
 
 @contextlib.contextmanager
@@ -55,21 +54,22 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 def apply(
     layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
-    bounds: ApplyBounds | None = None, build_inputs: bool = False,
+    bounds: ApplyBounds | None = None, build_inputs: bool = False, ids: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply the selected changes, or nothing at all when any of them conflicts.
 
-    ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is
-    written whole, so hardlinks in the layer or files that are mostly one hole would become far
-    more there than in the layer), its new entries, and the originals it keeps in the layer. Past
-    any, ApplyTooLargeError and nothing is written. ``build_inputs`` acknowledges, once for all, the paths of a
-    build context the environment's Dockerfile copies whole (disposition ``build_input``).
+    ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is written whole,
+    so hardlinks in the layer or files that are mostly one hole would become far more there than in the layer),
+    its new entries, and the originals it keeps in the layer. Past any, ApplyTooLargeError and nothing is written.
+    ``build_inputs`` acknowledges, once for all, the paths of a build context the environment's Dockerfile copies
+    whole (disposition ``build_input``). ``paths`` and ``ids`` narrow it, each meaning one change (``selection``).
     """
     ensure_unmounted(layer)
     changes = scan(layer, with_diffs=False)
     if changes.truncated_at is not None:
         raise TooManyEntriesError(changes.truncated_at)  # what the walk did not read cannot be judged
-    chosen, skipped = _select(changes, paths, include_ignored, force, build_inputs)
+    force = selection.forced(force, changes)
+    chosen, skipped = _select(changes, _wanted(changes, paths, ids), include_ignored, force, build_inputs)
     chosen, skipped = _guard_chosen(layer, changes, chosen, skipped)
     with open_checkout(layer) as checkout:
         for killed in (r for r in unreverted(layer) if r.status == Status.PENDING):  # an apply cut short by a kill
@@ -182,7 +182,7 @@ def _select(
     skipped = [c for c in changes if not eligible_change(c)]
     if paths is None:
         return eligible, skipped
-    return _narrowed(eligible, _named(paths, changes)), skipped
+    return _narrowed(eligible, list(paths)), skipped
 
 
 def _narrowed(eligible: list[Change], paths: list[str]) -> list[Change]:
@@ -217,25 +217,11 @@ def _guard_chosen(
     return [c for c in chosen if c.path not in dropped], skipped + unsafe
 
 
-def _named(paths: Collection[str], changes: list[Change]) -> list[str]:
-    """The changes' own paths for ``paths``, each given exactly or in its printable form (``records.shown``: the
-    agent's non-UTF-8 bytes as ``\\xNN``), a file or a directory above changes; one that names no change is an
-    error that names it, and nothing is written."""
-    real = [c.path for c in changes]
-    printed = {shown(path): path for path in real}
-    found: list[str] = []
-    for given in paths:
-        root = given.rstrip("/") or given
-        if any(under_any(path, [root]) for path in real):
-            found.append(root)
-        elif root in printed or any(under_any(text, [root]) for text in printed):
-            found += [path for text, path in printed.items() if under_any(text, [root])]
-        else:
-            raise NotFoundError(
-                f"No change of this session is at {shown(given)!r}: nothing was written.",
-                hint="`cubicle changes ID` lists them; give each path as it shows it, or a directory above some.",
-            )
-    return found
+def _wanted(changes: list[Change], paths: Collection[str] | None, ids: Collection[str] | None) -> list[str] | None:
+    """The real paths an apply is narrowed to (None: all of them), each meaning exactly one change or tree."""
+    if paths is None and ids is None:
+        return None
+    return selection.roots(paths or (), changes) + selection.by_ids(ids or (), changes)
 
 
 def under_any(path: str, roots: Collection[str]) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..wire.changes import Change, Changes, Disposition, FileType, Kind
-from . import beneath, gitlike, gitpointers, names, textdiff
+from . import beneath, gitlike, gitpointers, names, pipelines, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
@@ -529,7 +529,7 @@ def _judge(
         change.disposition, change.reason = Disposition.ENVIRONMENT, "made by the environment's setup; never applied"
     elif trusted:
         change.disposition = Disposition.TRUSTED
-        change.reason = f"{trusted}: applied only when forced by name (apply --force PATH)"
+        change.reason = trusted
     elif info.build.copied_whole(change.path):
         change.disposition, change.reason = Disposition.BUILD_INPUT, BUILD_CONTEXT_REASON
     elif rules.ignored(change.path, change.type == FileType.DIR):
@@ -537,14 +537,20 @@ def _judge(
 
 
 def _trusted_because(change: Change, info: LayerInfo, git_reads: gitpointers.Index | None) -> str:
-    """Why the change is applied only when forced by name: what runs it or reads it as code; empty if nothing does."""
+    """Why the change is applied only when forced by name (what runs it or reads it as code, and how to apply it);
+    empty if nothing does."""
     is_dir = change.type == FileType.DIR
     pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
     if is_environment_config(change.path) or change.path in info.trusted:
-        return "the environment's definition"
-    if pointer is not None:
-        return f"git runs files here ({pointer.why})"
-    return info.build.why(change.path, is_dir) or ""
+        why = "the environment's definition"
+    elif pointer is not None:
+        why = f"git runs files here ({pointer.why})"
+    else:
+        pipeline = pipelines.why(change.path, is_dir)
+        if pipeline is not None:
+            return pipeline
+        why = info.build.why(change.path, is_dir) or ""
+    return f"{why}: applied only when forced by name (apply --force PATH)" if why else ""
 
 
 def unsafe_reason(change: Change) -> str:

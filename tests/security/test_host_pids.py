@@ -79,7 +79,7 @@ async def test_a_storm_holds_no_more_host_pids_than_charged_and_spares_the_neigh
     box = sandbox_factory(make_repo("storm"), limits)
     neighbour = sandbox_factory(make_repo("neighbour"), SECURE_LIMITS)
     await asyncio.gather(box.start(), neighbour.start())
-    assert HostPids.of_host(0).fits(box.limits, [neighbour.limits]), "the two would not be admitted together"
+    assert HostPids.of_host(0, host_pids).fits(box.limits, [neighbour.limits]), "the two would not be admitted together"
     assert box.container is not None
     sampler = Sampler(cgroup_pids(box.container.id))
     for command in (CHURN, f"python3 -c '{THREADS}'"):

@@ -35,7 +35,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       + "this repository's files as root."));
   const buttons = [applyBtn, applySelectedBtn, revertBtn, discardBtn, rewindBtn];
   const review = mountReview(id, onChanged, (comments) => stillShown(comments));
-  const selected = new Set(); // paths ticked for "Apply selected", as the listing spells them
+  const selected = new Set(); // the ids of the changes ticked for "Apply selected": an id means one change,
+  // whatever its name prints as (two names may print alike to the eye; the server refuses a name that reads as two)
   let running = false;
   let changes = []; // the listing last loaded
   let applying = 0; // what a plain apply would write, as last listed
@@ -56,16 +57,18 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     message.hidden = !text;
   }
 
-  /** Whether the changes are still as the page showed them: every change (``seen`` null), those at the paths
+  /** Whether the changes are still as the page showed them: every change (``seen`` null), those of the ids
    *  given, or each review comment's as it was when written (``{path, seen}``). Another turn (a CLI, an MCP
    *  client, another tab) may have changed them while this page sat idle; if so, they are shown anew. */
   async function stillShown(seen) {
     const now = await get(`${sessionPath(id)}/changes?diff=true`);
     const after = spelled(now);
     const before = spelled(changes);
+    const [afterById, beforeById] = [spelled(now, byId), spelled(changes, byId)];
     const same = seen === null
       ? before.size === after.size && [...before].every(([p, c]) => after.get(p) === c)
-      : seen.every((item) => (typeof item === "string" ? before.get(item) : item.seen) === after.get(item.path ?? item));
+      : seen.every((item) => (typeof item === "string"
+        ? beforeById.get(item) === afterById.get(item) : item.seen === after.get(item.path)));
     if (!same) await refresh();
     return same;
   }
@@ -75,7 +78,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     conflicts.hidden = true;
     buttons.forEach((b) => { b.disabled = true; });
     try {
-      if (path === "apply" && !(await stillShown(body.paths || null))) {
+      if (path === "apply" && !(await stillShown(body.ids || null))) {
         say(`${label} not done: the changes moved since this page showed them (another turn ran); they are shown `
           + "anew, review them and apply again.", true);
         return;
@@ -130,7 +133,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   applyBtn.addEventListener("click", () => act("Apply", "apply", buildBox.checked ? { build_inputs: true } : {}));
   // Only the ticked paths are applied; the rest stays in the session for a later apply (or none).
   applySelectedBtn.addEventListener("click", () => act("Apply", "apply",
-    { paths: [...selected], ...(buildBox.checked ? { build_inputs: true } : {}) }));
+    { ids: [...selected], ...(buildBox.checked ? { build_inputs: true } : {}) }));
   sideBySide.addEventListener("change", () => {
     localStorage.setItem(LAYOUT, sideBySide.checked ? "side-by-side" : "unified");
     draw();
@@ -150,9 +153,9 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       get(`${sessionPath(id)}/checkpoints`).catch(() => []),
     ]);
     // A tick is for the diff that was ticked: a path whose change moved since is unticked (only ticked ones compared).
-    const ticked = (list) => spelled(list.filter((c) => selected.has(c.path)));
+    const ticked = (list) => spelled(list.filter((c) => selected.has(c.id)), byId);
     const [before, after] = [ticked(changes), ticked(listing)];
-    for (const [path, was] of before) if (after.has(path) && after.get(path) !== was) selected.delete(path);
+    for (const [key, was] of before) if (after.has(key) && after.get(key) !== was) selected.delete(key);
     changes = listing;
     const key = JSON.stringify([changes, truncatedAt, unlisted, unlistedApplied, checkpoints]);
     applying = changes.filter((c) => c.disposition === "apply").length + (Number(unlistedApplied) || 0);
@@ -181,8 +184,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     setText(buildAck.querySelector("[data-testid=build-inputs-count]"), `${building} path(s)`);
     buildAck.hidden = building === 0;
     if (!building) buildBox.checked = false;
-    const present = new Set(changes.filter((c) => c.disposition === "apply").map((c) => c.path));
-    for (const path of [...selected]) if (!present.has(path)) selected.delete(path);
+    const present = new Set(changes.filter((c) => c.disposition === "apply").map((c) => c.id));
+    for (const key of [...selected]) if (!present.has(key)) selected.delete(key);
     draw();
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
     updateButtons();
@@ -224,7 +227,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       selected,
       onSelect: updateButtons,
       comment: (path, line, side, after) => {
-        const form = review.form(path, line, side, () => null, spelled(changes).get(path));
+        const change = changes.find((c) => c.path === path); // printed names are unique: this is the one shown
+        const form = review.form(path, line, side, () => null, spelled(changes).get(path), change && change.id);
         if (after.tagName === "TR") after.after(el("tr", { class: "comment-row" }, el("td", { colSpan: 4 }, form)));
         else after.after(form);
       },
@@ -244,11 +248,14 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   return { refresh, setRunning };
 }
 
-/** Each change of a listing by its path, as comparable text: the agent's side of it only (what the layer holds
- *  there, and the lines its diff adds), so that a file the user edits in the checkout meanwhile still counts as
- *  shown (apply's conflict check is for that), while anything the agent changed since does not. */
-function spelled(list) {
-  return new Map(list.map((c) => [c.path, JSON.stringify([c.kind, c.type, c.mode, c.size, c.binary, c.target,
+const byId = (c) => c.id;
+
+/** Each change of a listing by its path (or ``key``: ``byId``), as comparable text: the agent's side of it only
+ *  (what the layer holds there, and the lines its diff adds), so that a file the user edits in the checkout
+ *  meanwhile still counts as shown (apply's conflict check is for that), while anything the agent changed since
+ *  does not. */
+function spelled(list, key = (c) => c.path) {
+  return new Map(list.map((c) => [key(c), JSON.stringify([c.kind, c.type, c.mode, c.size, c.binary, c.target,
     c.disposition, parseDiff(c.diff || "").filter((r) => r.cls === "diff-add").map((r) => r.text)])]));
 }
 
@@ -316,11 +323,12 @@ function countLines(diff) {
 /** A path's tick box for "Apply selected": only for what a plain apply writes (disposition apply). */
 function selectBox(c, { selected, onSelect }) {
   if (c.disposition !== "apply") return null;
-  const box = el("input", { type: "checkbox", class: "select", testid: "change-select", checked: selected.has(c.path),
+  const box = el("input", { type: "checkbox", class: "select", testid: "change-select", checked: selected.has(c.id),
     title: "Apply this path with “Apply selected”" });
+  box.dataset.changeId = c.id;
   box.addEventListener("change", () => {
-    if (box.checked) selected.add(c.path);
-    else selected.delete(c.path);
+    if (box.checked) selected.add(c.id);
+    else selected.delete(c.id);
     onSelect();
   });
   return box;

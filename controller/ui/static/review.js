@@ -46,8 +46,9 @@ export function mountReview(id, onSent, stillShown = async () => true) {
           + "check your comments' lines and send again.", true);
         return;
       }
-      await post(`${sessionPath(id)}/comments`, { comments: pending.map(({ path, line, side, text }) =>
-        (line === undefined ? { path, text } : { path, line, side, text })) });
+      // Each comment names its change by id too: the server quotes that change, whatever its name prints as.
+      await post(`${sessionPath(id)}/comments`, { comments: pending.map(({ path, id: change, line, side, text }) =>
+        ({ path, ...(change ? { id: change } : {}), ...(line === undefined ? {} : { line, side }), text })) });
       pending.length = 0;
       say("Review sent as the next follow-up.");
       onSent();
@@ -59,8 +60,9 @@ export function mountReview(id, onSent, stillShown = async () => true) {
   });
   clear.addEventListener("click", () => { pending.length = 0; draw(); });
 
-  /** A form for a comment on ``path`` (at ``line`` of ``side``, when given); added to the review on submit. */
-  function form(path, line, side, done, seen = null) {
+  /** A form for a comment on ``path`` (the change ``change``, an id, when known; at ``line`` of ``side``, when
+   *  given); added to the review on submit. */
+  function form(path, line, side, done, seen = null, change = null) {
     const text = el("textarea", { rows: 2, testid: "comment-text", name: "comment", required: true,
       placeholder: "Your comment for the agent" });
     const add = el("button", { type: "submit", testid: "comment-add" }, "Add to review");
@@ -70,7 +72,7 @@ export function mountReview(id, onSent, stillShown = async () => true) {
     node.addEventListener("submit", (e) => {
       e.preventDefault();
       if (!text.value.trim()) return;
-      pending.push({ path, line, side, text: text.value, seen });
+      pending.push({ path, id: change, line, side, text: text.value, seen });
       node.remove();
       draw();
       done();

@@ -103,3 +103,13 @@ def test_a_bounded_apply_or_listing_says_how_many_it_wrote_and_how_many_unseen()
     result = ApplyResult(applied=["a"], more_applied=9, skipped=[], record=1)
     shown = _plain(review.applied("s_1", Path("/repo"), result))
     assert "applied 10 paths to /repo" in shown and "… and 9 more paths" in shown
+
+
+def test_on_a_terminal_a_held_back_change_shows_its_diff_marked_and_names_print_unlike() -> None:
+    hook = Change(
+        path=".github/workflows/ci.yml", kind=Kind.ADDED, type=FileType.FILE, size=9, diff="+on: push\n",
+        disposition=Disposition.TRUSTED, reason="a CI definition (GitHub Actions workflows)",
+    )  # fmt: skip
+    assert "held back: trusted" in _plain(review.diff_view(hook)) and "+on: push" in _plain(review.diff_view(hook))
+    twins = [Change(path=p, kind=Kind.ADDED, type=FileType.FILE) for p in ("a" + os.fsdecode(b"\xff"), "a\\xff")]
+    assert [review.path_text(c.path).plain for c in twins] == ["a\\xff", "a\\\\xff"]

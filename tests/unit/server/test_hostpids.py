@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from controller.config import Settings
 from controller.errors import CapacityError, InvalidRequestError
-from controller.sandbox.isolation import process_limits
+from controller.sandbox.isolation import host_pids, process_limits
 from controller.server.api import create_app
 from controller.server.hostpids import HostPids, host_pid_max
 from controller.testing import NoSandbox
@@ -139,8 +139,8 @@ def test_a_container_being_removed_still_counts(tmp_path: Path) -> None:
 def test_the_budget_arithmetic(tmp_path: Path) -> None:
     """Half of pid_max by default; a session charged its engine limit (runsc 8x), its proxy's and its setup's."""
     (tmp_path / "pid_max").write_text("32768\n")
-    pids = HostPids.of_host(0, tmp_path / "pid_max")
-    assert pids.total == 16_384 and HostPids.of_host(1000, tmp_path / "pid_max").total == 1000
+    pids = HostPids.of_host(0, host_pids, tmp_path / "pid_max")
+    assert pids.total == 16_384 and HostPids.of_host(1000, host_pids, tmp_path / "pid_max").total == 1000
     assert host_pid_max(tmp_path / "missing") == 32_768
     assert pids.fits(RUNSC, [RUNSC] * 3) and not pids.fits(RUNSC, [RUNSC] * 4)  # 4 x 4,096 fill it
     assert pids.fits(Limits(), [Limits()] * 27) and not pids.fits(Limits(), [Limits()] * 28)  # runc: 512 + 64
@@ -154,7 +154,7 @@ def test_the_budget_arithmetic(tmp_path: Path) -> None:
 def test_any_request_under_the_default_ceilings_fits_half_of_a_small_pid_max(tmp_path: Path) -> None:
     """What a request may ask is clamped to the ceilings; what passes them alone is refused before anything."""
     (tmp_path / "pid_max").write_text("32768")
-    pids = HostPids.of_host(0, tmp_path / "pid_max")
+    pids = HostPids.of_host(0, host_pids, tmp_path / "pid_max")
     ceiling = Settings(api_key="x").max_limits.pids
     for runtime in ("runc", "runsc", "crun"):
         for asked in (16, 512, ceiling):

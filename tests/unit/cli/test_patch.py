@@ -1,0 +1,77 @@
+"""The piped review diff is a patch of only what a plain apply writes (issue 44, finding 2), fed to a real
+``git apply`` here; the end-to-end case (a real session, the real CLI) is in tests/integration/test_cli_names.py."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from controller.cli import patch
+from controller.wire.changes import Change, Disposition, FileType, Kind
+from controller.workspace import textdiff
+
+HOOK = "[core]\n\tfsmonitor = touch /tmp/pwned\n"
+
+
+def _added(path: str, content: str, disposition: Disposition = Disposition.APPLY, reason: str = "") -> Change:
+    return Change(
+        path=path, kind=Kind.ADDED, type=FileType.FILE, size=len(content), disposition=disposition, reason=reason,
+        diff=textdiff.unified(path, None, content.encode()),
+    )  # fmt: skip
+
+
+CHANGES = [
+    _added(
+        ".gitconfig", HOOK, Disposition.TRUSTED, "git runs files here (git's include.path): applied only when forced"
+    ),
+    _added("sub/HEAD", "ref: refs/heads/main\n", Disposition.UNSAFE, "would make a repository git finds"),
+    _added(".github/workflows/ci.yml", "on: push\n", Disposition.TRUSTED, "a CI definition (GitHub Actions workflows)"),
+    _added("build/out.txt", "x\n", Disposition.IGNORED, "ignored by the repository's ignore rules"),
+    _added("notes.txt", "one\ntwo\n"),
+    _added(".gitconfig 2010-01-01 00:00:00.000000000 +0000", HOOK),  # git apply would read `.gitconfig` from it
+    _added("esc.txt", "a\x1b]0;x\x07\n"),
+    Change(path="tool.bin", kind=Kind.ADDED, type=FileType.FILE, size=4, binary=True),
+]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_apply_of_the_patch_writes_only_what_a_plain_apply_writes_and_the_trailer_says_the_rest(
+    tmp_path: Path,
+) -> None:
+    text = patch.patch("s1", CHANGES)
+    done = subprocess.run(["git", "apply", "-v"], cwd=tmp_path, input=text, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "one\ntwo\n"
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert all(line.startswith("#") or line[:1] in "+-@ " for line in text.splitlines())
+    held = "\n".join(comments)
+    assert (
+        "trusted: .gitconfig (git runs files here" in held and "cubicle apply s1 .gitconfig --force .gitconfig" in held
+    )
+    assert "unsafe: sub/HEAD (would make a repository git finds); never applied" in held
+    assert "cubicle apply s1 .github/workflows/ci.yml --force .github/workflows/ci.yml" in held
+    assert "cubicle apply s1 build/out.txt --include-ignored" in held
+    assert ".gitconfig 2010-01-01 00:00:00.000000000 +0000: a name git apply could read as another" in held
+    assert "cubicle apply s1 '.gitconfig 2010-01-01 00:00:00.000000000 +0000'" in held
+    assert "esc.txt: it holds characters a terminal obeys" in held and "tool.bin: binary" in held
+    assert "\x1b" not in text and "\x07" not in text
+
+
+def test_a_patch_of_nothing_held_back_is_the_diffs_after_one_comment_line() -> None:
+    first, rest = patch.patch("s1", [_added("a.txt", "a\n")]).split("\n", 1)
+    assert first.startswith("# cubicle changes s1 --diff: a patch") and rest == textdiff.unified("a.txt", None, b"a\n")
+
+
+def test_with_a_deletion_it_cannot_carry_the_patch_carries_no_entry_with_a_repository_name() -> None:
+    """Apply judged ``sub`` no repository look-alike because it deletes the binary ``sub/HEAD``; a patch without
+    that deletion would leave HEAD beside the new ``objects`` and ``refs``, so it carries neither."""
+    gone = Change(path="sub/HEAD", kind=Kind.DELETED, type=FileType.FILE, previous=FileType.FILE, binary=True)
+    text = patch.patch("s1", [gone, _added("sub/objects/a.txt", "a\n"), _added("sub/refs/b.txt", "b\n"), CHANGES[4]])
+    assert "+++ b/notes.txt" in text and "+++ b/sub/" not in text
+    assert "#   sub/objects/a.txt: a repository's name, and a deletion this patch cannot carry" in text
+    assert "#   sub/HEAD: binary" in text
