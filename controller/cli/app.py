@@ -14,9 +14,7 @@ from rich.text import Text
 from .. import __version__
 from ..config import Settings
 from ..errors import AuthError, ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
-from ..server.runtime import Runtime
-from ..server.sessions import Sessions
-from ..server.store import open_store
+from ..server.sessions import Sessions, open_sessions
 from ..wire.changes import ApplyConflictError
 from . import help_format, review, terminal, usage
 from .display import plural
@@ -70,15 +68,8 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
     """Run one command on the sessions of the database, as the API would (no turn is started)."""
 
     async def go() -> T:
-        store = open_store(settings)
-        runtime = Runtime(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
+        async with open_sessions(settings) as sessions:  # closing stops the leases' tending, if the command started it
             return await op(sessions)
-        finally:
-            await sessions.close()  # stops the leases' tending, if the command started it
-            await runtime.close()
-            store.close()
 
     return asyncio.run(go())
 

@@ -65,11 +65,11 @@ class LocalReview:
     where: str = ""
 
     def changes(self) -> list[Change]:
-        return with_sessions(self.settings, lambda s: s.changes(self.session_id, diff=True))
+        return with_sessions(self.settings, lambda s: s.layers.changes(self.session_id, diff=True))
 
     def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
         async def apply(sessions: Sessions) -> ApplyResult:
-            result = await sessions.apply(self.session_id, include_ignored=include_ignored)
+            result = await sessions.layers.apply(self.session_id, include_ignored=include_ignored)
             if isinstance(view, JsonSink):
                 for event in sessions.store.events_after(self.session_id, view.seq):
                     await view.emit(event)

@@ -23,8 +23,7 @@ from .. import __version__
 from ..config import Settings
 from ..server.live import LiveSession, Serve
 from ..server.runtime import Runtime
-from ..server.sessions import NewSession, Sessions
-from ..server.store import open_store
+from ..server.sessions import NewSession, open_sessions
 from ..wire.limits import Limits
 from . import options, terminal
 from .app import EXIT_INFRA, EXIT_OK, app, err_console, load_settings
@@ -72,13 +71,13 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
 async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> bool:
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
     calls = _served_over_stdio(signals)
-    runtime = Runtime(settings)
-    try:
+
+    async def prepare(runtime: Runtime) -> None:
         await runtime.ensure_image(limits.network)
-        store = open_store(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
-            await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
+
+    try:
+        # start: what a killed run or server left is swept; the session's lease is renewed until the end
+        async with open_sessions(settings, prepare=prepare, start=True) as sessions:
             new = NewSession(
                 repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
             )
@@ -94,11 +93,7 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip
             return failed
-        finally:
-            await sessions.close()  # the session's lease is renewed until here
-            store.close()
     finally:
-        await runtime.close()
         _ignore_signals()
 
 

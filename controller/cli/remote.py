@@ -148,8 +148,9 @@ class RemoteReview:
 
 
 class RemoteSessions:
-    """The session commands ``Sessions`` answers (changes, apply, revert, rewind, discard, checkpoints, get, page),
-    answered by a ``cubicle serve`` through the client: what ``--server`` (or ``CUBICLE_SERVER``) gives the CLI."""
+    """The session commands ``Sessions`` answers (get, page) and its ``layers`` (changes, apply, revert, rewind,
+    discard, checkpoints), answered by a ``cubicle serve`` through the client: what ``--server`` (or
+    ``CUBICLE_SERVER``) gives the CLI."""
 
     def __init__(self, client: Client) -> None:
         self.client = client

@@ -1,6 +1,6 @@
 """The commands on a session's workspace layer: changes, apply, revert, rewind, discard, checkpoints.
 
-They work on any session of the database, the API's too, through ``Sessions`` as the API
+They work on any session of the database, the API's too, through ``Sessions.layers`` as the API
 calls it, without starting a turn. Exit codes: 0 done; 2 an unknown session, checkpoint or
 apply; 5 a conflict (paths listed, nothing written) or a turn of the session is running;
 4 Docker or filesystem failure.
@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.text import Text
 
-from ..server.sessions import Sessions
+from ..server.layercommands import LayerCommands
 from ..wire.changes import ApplyResult, Change
 from ..workspace.manager import printable, summarize
 from . import review, terminal
@@ -48,11 +48,11 @@ RevertForceOpt = Annotated[
 ]
 
 
-def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
+def _review(op: Callable[[LayerCommands | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
     """``op`` on this machine's database, or (``server``) on a ``cubicle serve``'s through the client."""
     with review_errors():
         if server is None:
-            return with_sessions(load_settings(), op)
+            return with_sessions(load_settings(), lambda sessions: op(sessions.layers))
         with remote_sessions(server) as client:
             return asyncio.run(op(RemoteSessions(client)))
 
@@ -109,7 +109,7 @@ def apply_command(
     """Copy a session's changes into its checkout (all or nothing: a conflict writes nothing, exit 5). With
     --server, the checkout is the server's: the repository as the server sees it."""
 
-    async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
+    async def apply(sessions: LayerCommands | RemoteSessions) -> tuple[ApplyResult, Path]:
         named = None if not paths else as_listed(paths, await sessions.changes(session_id))
         result = await sessions.apply(session_id, force, include_ignored, build_inputs, named)
         return result, Path(sessions.get(session_id).repo)
