@@ -49,8 +49,9 @@ class Backend(Protocol):
         """Make sure the sandbox's image (and the egress proxy's, for an allow policy) can be run."""
         ...
 
-    async def sweep(self) -> owners.Sweep:
-        """Remove what this instance's dead controllers left running."""
+    async def sweep(self, dead_only: bool = False) -> owners.Sweep:
+        """Remove what this instance's dead controllers left running (and, unless ``dead_only``, what this process
+        made: at its start, nothing of it is live yet)."""
         ...
 
     async def remove(self, session_id: str) -> None:
@@ -104,9 +105,9 @@ class DockerBackend:
                 images.ensure, client, settings.proxy_image, settings.auto_build_image, context=images.PROXY
             )
 
-    async def sweep(self) -> owners.Sweep:
+    async def sweep(self, dead_only: bool = False) -> owners.Sweep:
         client = await asyncio.to_thread(self.engine.client)
-        return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
+        return await asyncio.to_thread(owners.sweep, client, self.settings.instance, dead_only=dead_only)
 
     async def remove(self, session_id: str) -> None:
         """Remove the session's container and volume. Without an engine there is nothing of the session's to remove."""

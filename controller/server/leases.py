@@ -159,16 +159,22 @@ class Tending:
     """The tending of one controller's leases (``leases``) and of the sessions loaded here (``loaded``), from
     ``start`` until ``stop``."""
 
-    def __init__(self, leases: Leases, loaded: Loaded, runtime: Runtime, feed: Feed, recorder: RecorderOf) -> None:
+    def __init__(
+        self, leases: Leases, loaded: Loaded, runtime: Runtime, feed: Feed, recorder: RecorderOf,
+        in_use: Callable[[str], bool],
+    ) -> None:  # fmt: skip
         self.leases = leases
         self.store = leases.store
         self.loaded = loaded
         self.runtime = runtime
         self.feed = feed
         self.recorder = recorder
+        self.in_use = in_use
+        """Whether another live process may use the session's layer (its filesystem is then left mounted)."""
         self._background: list[asyncio.Task[None]] = []
         self._left_behind: set[str] = set()
         """Sessions taken over whose containers the engine has not removed yet (``remove_left``)."""
+        self._swept = time.monotonic()
 
     def start(self) -> None:
         """Tend the leases each tick and (on PostgreSQL) listen for other controllers' events, until ``stop``."""
@@ -199,6 +205,7 @@ class Tending:
                     await self.take_over(record, expired_only=True)
                 for session_id in list(self._left_behind):
                     await self.remove_left(session_id)
+                await self._sweep_dead()
             except CubicleError as err:  # StoreError among them
                 log.warning("could not tend the leases: %s", err)
                 if time.monotonic() - renewed > lease_s:
@@ -206,6 +213,26 @@ class Tending:
                         self._lose(live, "its lease could not be renewed")
             except Exception:
                 log.exception("could not tend the leases")
+
+    async def _sweep_dead(self) -> None:
+        """Once a lease: remove the containers this instance's gone controllers left, then unmount the layer
+        filesystems they left mounted, as a controller's start does. A session idle between turns keeps its
+        container, and no takeover removes it (no lease runs out): without this, a dead controller's idle
+        containers would stay until some controller of the instance started."""
+        if time.monotonic() - self._swept < self.leases.lease_s:
+            return
+        self._swept = time.monotonic()
+        try:
+            swept = await self.runtime.sweep(dead_only=True)
+        except Exception as err:  # noqa: BLE001 - the engine may be away for a while; tried again a lease later
+            log.warning("could not sweep what gone controllers left: %s", err)
+            return
+        if swept.removed:
+            log.info("swept %d sandboxes gone controllers left: %s", len(swept.removed), ", ".join(swept.removed))
+        workspaces = self.runtime.workspaces
+        unmounted = await asyncio.to_thread(workspaces.unmount_unused, self.in_use)
+        if unmounted:
+            log.info("unmounted the layer filesystems of %d sessions no process runs", len(unmounted))
 
     def _held(self, renewed: dict[str, int]) -> None:
         """After a renewal: stop each turn running here whose session has been claimed since this process claimed

@@ -110,7 +110,7 @@ class Sessions:
         self.leases = Leases(store, self.owner, settings.lease_s)
         self._live = Loaded()
         self.admission = Admission(settings, self.workspaces, self._live)
-        self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder)
+        self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
         self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
@@ -409,6 +409,11 @@ class Sessions:
         A layer without a row may be one whose row is about to be written: ``Workspaces.sweep`` judges those."""
         record = self.store.get(session_id)
         return record is None or self._owner_alive(record)
+
+    def _in_use_here_too(self, session_id: str) -> bool:
+        """``_in_use``, or a session of this process: the tick's sweep runs beside this process's own sessions."""
+        record = self.store.get(session_id)
+        return record is None or record.owner == self.owner or self._owner_alive(record)
 
     def _owner_alive(self, record: Row) -> bool:
         """Whether another process that is still alive holds this session (this process knows its own).
