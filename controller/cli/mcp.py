@@ -21,8 +21,8 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
-from ..server.live import LiveSession, Serve
 from ..server.runtime import Runtime
+from ..server.served import Serve, ServedTurn
 from ..server.sessions import NewSession, open_sessions
 from ..wire.limits import Limits
 from . import options, terminal
@@ -86,9 +86,11 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             assert live is not None and live.task is not None
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it
-            failed = live.task.cancelled() or live.task.result() is None or live.connection_failed
+            served = live.served
+            assert served is not None  # create served the turn
+            failed = live.task.cancelled() or live.task.result() is None or served.connection_failed
             _note(
-                f"{live.calls} tool calls; review the changes with ",
+                f"{served.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip
@@ -101,10 +103,10 @@ def _served_over_stdio(signals: list[int]) -> Serve:
     """The session's calls: the MCP SDK's server over stdin/stdout, until the client goes or a stop signal comes
     (appended to ``signals``); what ended it, for the session's record."""
 
-    async def calls(live: LiveSession) -> str:
+    async def calls(turn: ServedTurn) -> str:
         from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
 
-        serving = asyncio.create_task(serve_stdio(live, __version__))
+        serving = asyncio.create_task(serve_stdio(turn, __version__))
         _on_signals(serving, signals)
         try:
             await serving

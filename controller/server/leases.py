@@ -43,6 +43,8 @@ TICK_S = 1.0
 """How often a controller renews its leases and looks for commands and for sessions to take over (at most)."""
 COMMAND_TTL_S = 30.0
 """A command older than this (its sender has long answered) is dropped, not carried out."""
+SWEEP_EVERY_S = 10.0
+"""How often (at least; once a lease when leases are longer) a controller sweeps what its host's gone ones left."""
 
 
 class Leases:
@@ -215,11 +217,11 @@ class Tending:
                 log.exception("could not tend the leases")
 
     async def _sweep_dead(self) -> None:
-        """Once a lease: remove the containers this instance's gone controllers left, then unmount the layer
+        """Once a lease (at most every ``SWEEP_EVERY_S``): remove the containers this instance's gone controllers left, then unmount the layer
         filesystems they left mounted, as a controller's start does. A session idle between turns keeps its
         container, and no takeover removes it (no lease runs out): without this, a dead controller's idle
         containers would stay until some controller of the instance started."""
-        if time.monotonic() - self._swept < self.leases.lease_s:
+        if time.monotonic() - self._swept < max(self.leases.lease_s, SWEEP_EVERY_S):
             return
         self._swept = time.monotonic()
         try:

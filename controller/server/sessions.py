@@ -57,9 +57,10 @@ from .admission import Admission
 from .feed import Batch, Feed
 from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
-from .live import LiveSession, Serve
+from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime, SandboxFactory
+from .served import Serve
 from .store import Row, Store, open_store
 from .table import Loaded
 

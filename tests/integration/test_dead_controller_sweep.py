@@ -61,7 +61,7 @@ def test_a_killed_controllers_idle_container_is_swept_by_the_one_still_up(
 
     pair.a.process.send_signal(signal.SIGKILL)
     pair.a.process.wait()
-    # A bound against a hang, not a speed: the sweep runs once a lease (2 s) on B's tick.
+    # A bound against a hang, not a speed: the sweep runs on B's tick every 10 s.
     eventually(lambda: containers_of(docker_client, on_a) == [], what="B removes A's idle container", timeout=60)
     disk = pair.data_dir / "workspaces" / on_a / "disk"  # its quota filesystem, when the layers have one
     eventually(lambda: not os.path.ismount(disk), what="B unmounts the layer A left mounted", timeout=60)

@@ -284,7 +284,8 @@ async def test_a_served_turn_records_its_calls_and_its_end_through_the_same_driv
         "the client went after 2 tool calls",
     )
     assert controller.made[0].stops >= 1
-    late = await live.call("list_files", {})
+    assert live.served is not None
+    late = await live.served.call("list_files", {})
     assert (late.is_error, late.text) == (True, "This session has ended.")
 
 
@@ -320,6 +321,7 @@ async def test_a_served_turn_whose_connection_fails_still_records_its_end(
     assert live is not None and live.task is not None
     await asyncio.wait([live.task])
     ended = sessions.get(record.id)
-    assert (ended.status, ended.finish_reason) == ("failed", "error") and live.connection_failed
+    assert (ended.status, ended.finish_reason) == ("failed", "error")
+    assert live.served is not None and live.served.connection_failed
     assert "the client's connection failed after 1 tool calls" in ended.detail and "the pipe broke" in ended.detail
     assert controller.made[0].stops >= 1
