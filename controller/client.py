@@ -29,6 +29,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from pydantic import BaseModel, TypeAdapter
 
 from .errors import (
+    ApplyConflictError,
     AuthError,
     CubicleError,
     InvalidRequestError,
@@ -46,7 +47,7 @@ from .wire.bodies import (
     SessionPage,
     Transcript,
 )
-from .wire.changes import ApplyConflictError, ApplyResult, Change, Changes, Checkpoint, Conflict, RevertResult
+from .wire.changes import ApplyResult, Change, Changes, Checkpoint, Conflict, RevertResult
 from .wire.environment import EnvironmentRequest
 from .wire.events import EVENT_ADAPTER, Event
 from .wire.policies import ContextPolicy

@@ -13,9 +13,17 @@ from rich.text import Text
 
 from .. import __version__
 from ..config import Settings
-from ..errors import AuthError, ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
+from ..errors import (
+    ApplyConflictError,
+    AuthError,
+    ConfigError,
+    ConflictError,
+    CubicleError,
+    LayerMissingError,
+    NotFoundError,
+    RepoError,
+)
 from ..server.sessions import Sessions, open_sessions
-from ..wire.changes import ApplyConflictError
 from . import help_format, review, terminal, usage
 from .display import plural
 

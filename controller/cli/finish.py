@@ -41,7 +41,7 @@ class Choice:
     interactive: bool
 
 
-class Review(Protocol):
+class ReviewTarget(Protocol):
     """Where a run's changes are read and applied: this machine's sessions, or a server's through the client."""
 
     @property
@@ -78,7 +78,9 @@ class LocalReview:
         return with_sessions(self.settings, apply)
 
 
-def after_turn(source: Review, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
+def after_turn(
+    source: ReviewTarget, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool
+) -> int | None:
     """Show what the turn changed, then apply, keep or ask; an exit code that replaces the turn's, or None."""
     session_id = ran.session_id
     with review_errors():
@@ -122,7 +124,7 @@ def _ask_apply(console: Console, ran: Ran, where: str) -> bool:
         console.print("Please answer y or n.", style="yellow")
 
 
-def _apply_after_run(source: Review, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
+def _apply_after_run(source: ReviewTarget, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
     """Apply the run's changes (a conflict: exit 5); with --json the ``applied`` event follows the run's events."""
     try:
         with review_errors():

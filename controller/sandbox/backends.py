@@ -23,7 +23,7 @@ from typing import Protocol
 
 from docker.errors import DockerException
 
-from ..config import KubernetesBackend, Settings
+from ..config import KubernetesBackendConfig, Settings
 from ..errors import ConfigError, DockerUnavailableError, SandboxError
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy
@@ -139,7 +139,7 @@ class DockerBackend:
 def open_backend(settings: Settings) -> Backend:
     """The backend ``settings`` names; a designed but not yet runnable one is a ConfigError that says so."""
     chosen = settings.backend
-    if isinstance(chosen, KubernetesBackend):
+    if isinstance(chosen, KubernetesBackendConfig):
         raise ConfigError(
             "CUBICLE_BACKEND__KIND=kubernetes is designed but not yet runnable: docs/kubernetes.md says what is "
             "decided and what is open (`python -m controller.sandbox.kubernetes --out DIR` writes the objects it "

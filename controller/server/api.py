@@ -31,9 +31,11 @@ from .. import __version__
 from ..agent.context import estimate_tokens
 from ..config import Settings
 from ..errors import (
+    ApplyConflictError,
     ConflictError,
     CubicleError,
     NotFoundError,
+    RefusedError,
 )
 from ..wire.bodies import (
     MAX_INDEX,
@@ -52,7 +54,7 @@ from ..wire.bodies import (
     SessionPage,
     Transcript,
 )
-from ..wire.changes import ApplyConflictError, ApplyResult, Change, Checkpoint, RevertResult
+from ..wire.changes import ApplyResult, Change, Checkpoint, RevertResult
 from ..wire.limits import Limits
 from ..wire.sessions import SessionRecord
 from ..wire.statuses import status_of
@@ -469,8 +471,8 @@ def _handle_errors(app: FastAPI) -> None:
         ]
         return JSONResponse({"detail": detail}, status_code=422)
 
-    @app.exception_handler(webauth.Refused)
-    async def refused(request: Request, err: webauth.Refused) -> JSONResponse:
+    @app.exception_handler(RefusedError)
+    async def refused(request: Request, err: RefusedError) -> JSONResponse:
         return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=err.headers)
 
 

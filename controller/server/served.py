@@ -20,7 +20,7 @@ import anyio
 from ..agent import tools
 from ..agent.liveoutput import LiveView, Watch
 from ..agent.loop import TurnOutcome, run_call
-from ..errors import EntryLimitError, SandboxError
+from ..errors import SandboxError, TooManyEntriesError
 from ..sandbox.docker import Sandbox
 from ..wire.events import EventSink, FinishReason, StatusEvent
 from ..wire.protocol import OutputFeed
@@ -219,7 +219,7 @@ class ServedTurn:
             if name == "run_command":
                 await sandbox.check_names()
             return outcome
-        except EntryLimitError as err:  # the call ran; what it made is past the session's limit
+        except TooManyEntriesError as err:  # the call ran; what it made is past the session's limit
             text = f"{outcome.text}\n\n[Cubicle] {err} Delete what is not needed before going on."
             model_text = f"{outcome.model_text}\n\n[Cubicle] {err}"
             return tools.ToolOutcome(text, model_text, True, outcome.duration_s, outcome.exit_code)

@@ -28,6 +28,7 @@ Typical life of a session::
 """
 
 from ..errors import (
+    ApplyTooLargeError,
     LayerInUseError,
     LayerMissingError,
     RepoChangedError,
@@ -36,7 +37,7 @@ from ..errors import (
     WorkspaceError,
 )
 from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
-from .apply import ApplyBounds, ApplyTooLargeError, apply
+from .apply import ApplyBounds, apply
 from .changes import listed, scan
 from .checkpoints import checkpoint, rewind
 from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
