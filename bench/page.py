@@ -41,7 +41,7 @@ from controller.wire.events import (
     UsageEvent,
 )
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
+from controller.wire.sessionrecord import SessionRecord
 
 STEPS = 400
 EVENTS = 5 * STEPS + 2

@@ -58,7 +58,7 @@ from controller.server.recorder import Recorder
 from controller.server.store import PostgresStore, Store, _redacted
 from controller.wire.events import TextDelta, Usage
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
+from controller.wire.sessionrecord import SessionRecord
 
 SERVER_URL = os.environ.get("CUBICLE_BENCH_DATABASE_URL", "postgresql:///cubicle_test?host=/var/run/postgresql")
 """A PostgreSQL database the bench may create (and drop) a schema in."""

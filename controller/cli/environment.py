@@ -20,7 +20,7 @@ from ..environment import Overrides, definition_hash, load, override
 from ..environment.preparation import Environments
 from ..errors import ConfigError, CubicleError, RepoError
 from ..sandbox import engine
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from . import help_format, terminal
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
 

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..agent.loop import TurnOutcome
 from ..config import Settings
 from ..server.sessions import Sessions
-from ..wire.changes import ApplyResult, Change, Disposition
+from ..wire.changeset import ApplyResult, Change, Disposition
 from ..workspace.manager import summarize
 from . import review
 from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions

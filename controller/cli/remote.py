@@ -20,10 +20,10 @@ from ..agent.loop import TurnOutcome
 from ..client import AsyncClient, Client
 from ..errors import CubicleError
 from ..wire.bodies import ReviewComment
-from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
-from ..wire.environment import EnvironmentRequest
+from ..wire.changeset import ApplyResult, Change, Changes, Checkpoint, RevertResult
+from ..wire.envspec import EnvironmentRequest
 from ..wire.events import SessionFinished
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..workspace.layer import SESSION_ID
 from . import terminal
 from .app import EXIT_INFRA, EXIT_USAGE, fail

@@ -40,7 +40,7 @@ from ..server.live import LiveSession
 from ..server.runtime import Runtime
 from ..server.sessions import NewSession, Sessions, open_sessions
 from ..wire import network as networks
-from ..wire.environment import EnvironmentRequest
+from ..wire.envspec import EnvironmentRequest
 from ..wire.events import SessionFinished
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy

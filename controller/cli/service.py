@@ -27,7 +27,7 @@ from ..server import accesslog
 from ..server.sessions import Expiry, Sessions
 from ..server.store import open_store
 from ..wire.policies import Edit
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..workspace.manager import Workspaces
 from . import options, terminal
 from .app import EXIT_INFRA, EXIT_USAGE, app, err_console, fail, image_app, load_settings, review_errors, with_sessions

@@ -21,7 +21,7 @@ import typer
 
 from ..config import Settings
 from ..errors import NotFoundError
-from ..server import review
+from ..server import comments
 from ..server.sessions import open_sessions
 from ..wire.bodies import ReviewComment
 from ..workspace.manager import printable
@@ -129,7 +129,7 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         text, comment = o.message, comment_of(o)
         if comment is not None:  # quoted from the session's own diff, as the API's /comments does
             listing = await sessions.layers.changes(o.session_id, diff=True)
-            text = review.message([printable(change) for change in listing], [comment])
+            text = comments.message([printable(change) for change in listing], [comment])
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn

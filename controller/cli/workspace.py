@@ -20,7 +20,7 @@ import typer
 from rich.text import Text
 
 from ..server.layercommands import LayerCommands
-from ..wire.changes import ApplyResult, Change
+from ..wire.changeset import ApplyResult, Change
 from ..workspace.manager import printable, summarize
 from . import review, terminal
 from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions

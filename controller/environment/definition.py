@@ -44,7 +44,7 @@ import pyjson5
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DefinitionError
-from ..wire.environment import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
+from ..wire.envspec import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
 from ..wire.network import NetworkPolicy
 from . import buildcontext
 from .devcontainer import FIELD_KEYS, Converter, join_commands

@@ -26,7 +26,7 @@ from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
 from ..sandbox.docker import Prepared, Preparer
 from ..sandbox.egress import Egress, Route
-from ..wire.environment import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
+from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
 from ..wire.network import NONE, NetworkPolicy

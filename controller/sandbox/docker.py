@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
 from ..errors import SandboxError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
-from ..wire.environment import PATH_VARIABLE
+from ..wire.envspec import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
 from ..wire.protocol import Call, Failure, Outcome, OutputFeed, Ping

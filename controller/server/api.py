@@ -54,13 +54,13 @@ from ..wire.bodies import (
     SessionPage,
     Transcript,
 )
-from ..wire.changes import ApplyResult, Change, Checkpoint, RevertResult
+from ..wire.changeset import ApplyResult, Change, Checkpoint, RevertResult
 from ..wire.limits import Limits
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..wire.statuses import status_of
 from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
-from . import review, webauth, webui
+from . import comments, webauth, webui
 from .feed import Batch
 from .runtime import SandboxFactory
 from .sessions import NewSession, Sessions, open_sessions
@@ -240,7 +240,7 @@ async def post_comments(session_id: str, body: Review, sessions: SessionsDep) ->
     if sessions.get(session_id).status == "running":  # follow_up refuses too; this spares the listing
         raise ConflictError(f"Session {session_id} is running a turn; send the review when it has ended.")
     listing = await sessions.layers.changes(session_id, diff=True)
-    text = review.message([printable(change) for change in listing], body.comments)
+    text = comments.message([printable(change) for change in listing], body.comments)
     return await sessions.follow_up(session_id, text)
 
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
 from ..errors import CubicleError
-from ..wire.changes import ApplyResult, Changes, Checkpoint, RevertResult
+from ..wire.changeset import ApplyResult, Changes, Checkpoint, RevertResult
 from ..wire.events import MAX_LISTED_PATHS, DiscardedEvent, RevertedEvent, RewoundEvent
 from ..workspace.manager import Workspaces, apply_and_report, shown, summarize
 from .recorder import Recorder

@@ -27,7 +27,7 @@ from ..agent.loop import Agent, Hooks, TurnOutcome
 from ..agent.tools import Approver
 from ..errors import CubicleError, LeaseLostError, SandboxError, SetupError
 from ..wire.events import ErrorEvent, Event, EventSink, FinishReason, SessionFinished
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
 from .recorder import Recorder
 from .runtime import Runtime

@@ -26,7 +26,7 @@ from ..environment.preparation import Environments
 from ..sandbox import owners
 from ..sandbox.backends import open_backend
 from ..sandbox.docker import Sandbox
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from ..wire.events import EventSink
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy, briefing

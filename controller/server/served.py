@@ -24,7 +24,7 @@ from ..errors import SandboxError, TooManyEntriesError
 from ..sandbox.docker import Sandbox
 from ..wire.events import EventSink, FinishReason, StatusEvent
 from ..wire.protocol import OutputFeed
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..workspace.manager import record_changes
 from .runtime import Runtime
 

@@ -36,10 +36,10 @@ from typing import Any
 from ..agent.conversation import Conversation
 from ..agent.tools import Approver
 from ..config import Settings
-from ..environment.buildinputs import definition_files
+from ..environment.inputs import definition_files
 from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import owners
-from ..wire.environment import Environment, EnvironmentRequest
+from ..wire.envspec import Environment, EnvironmentRequest
 from ..wire.events import (
     Event,
     EventSink,
@@ -49,7 +49,7 @@ from ..wire.events import (
 )
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessions import ApplyPolicy
+from ..wire.sessionrecord import ApplyPolicy
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import pin, refuse_low_space, refuse_overlap

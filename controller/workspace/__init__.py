@@ -36,7 +36,7 @@ from ..errors import (
     UnsafePathError,
     WorkspaceError,
 )
-from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
+from ..wire.changeset import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
 from .apply import ApplyBounds, apply
 from .changes import listed, scan
 from .checkpoints import checkpoint, rewind

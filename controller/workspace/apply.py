@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ApplyTooLargeError, NotFoundError, TooManyEntriesError, UnsafePathError, WorkspaceError
-from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from . import beneath, gitlike
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode

@@ -37,7 +37,7 @@ from ..errors import (
     RepoError,
     StoreError,
 )
-from ..wire.changes import (
+from ..wire.changeset import (
     ApplyResult,
     Change,
     Checkpoint,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import TooManyEntriesError, WalkMemoryError, WalkTimeoutError
-from controller.wire.changes import Disposition
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES, listed_size

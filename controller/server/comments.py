@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidRequestError, NotFoundError
 from ..wire.bodies import MAX_MESSAGE, ReviewComment
-from ..wire.changes import Change
+from ..wire.changeset import Change
 
 QUOTED_AROUND = 12
 """Lines of the hunk quoted on each side of the commented line: the hunk's whole, up to this."""
