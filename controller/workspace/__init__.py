@@ -4,9 +4,13 @@ Modules, each one concern::
 
     layer        per-session directories, the overlay volume's options, discard
     baseline     the checkout at session start (cheap identity per entry, ignore files)
+    contents     what each file of the checkout held at the start, by content (a conflict is a real change)
     ignore       the repository's ignore rules, matched in-process (pathspec)
     changes      the upper layer read against the checkout: added / modified / deleted
     gitlike      refusing agent entries that would make a directory look like a git repository
+    gitpointers  the work-tree paths the checkout's own git configuration points at
+    shellwords   reading shell command lines by their words, for what they run
+    buildinputs  the files an environment's next build or setup runs, as changes are judged against them
     textdiff     bounded in-process unified diffs
     checkout     the only writer of the real checkout (no symlink followed, new inodes)
     apply        preflight, all-or-nothing apply, retiring applied paths from the layer
@@ -14,8 +18,13 @@ Modules, each one concern::
     revert       undo the newest apply
     checkpoints  per-turn copies of the upper layer, and rewind
     names        counting a layer's entries against the session's limit; bounded directory listings
+    headroom     what a deletion needs at the quota, made before the agent can use the last inode
     beneath      opening paths under a directory fd without following symlinks
     records      atomic JSON and the Identity model
+    offload      walks of a layer in a child process with a memory ceiling of its own
+    quota        each session's layer on a filesystem of its own (disk and inode quotas)
+    repos        which repositories a session may use
+    manager      the layers of one data directory: pinned, reviewed, applied, rewound, discarded
 
 Typical life of a session::
 
