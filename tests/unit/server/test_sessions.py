@@ -15,7 +15,7 @@ from controller.config import Settings
 from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.sandbox import owners
 from controller.server.runtime import Runtime
-from controller.server.sessions import NewSession, Sessions
+from controller.server.sessions import NewSession, Sessions, open_sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
 from controller.wire.events import ListSink, Usage
@@ -53,14 +53,8 @@ async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncItera
         idle_timeout_s=0.3, docker_host=f"unix://{tmp_path}/no-docker.sock",
     )  # fmt: skip
     made: list[CountingSandbox] = []
-    store = open_store(settings)
-    runtime = Runtime(settings, sandbox_factory=lambda *_: CountingSandbox(made))
-    sessions = Sessions(settings, store, runtime)
-    await sessions.start()
-    yield Controller(sessions, made)
-    await sessions.close()
-    await runtime.close()
-    store.close()
+    async with open_sessions(settings, lambda *_: CountingSandbox(made), start=True) as sessions:  # as the API's
+        yield Controller(sessions, made)
 
 
 async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
