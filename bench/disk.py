@@ -26,7 +26,7 @@ from typing import Any
 from bench.measure import Report, Row, Sample, ms, repetitions, smoke
 from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, section_main
 from controller.config import Settings
-from controller.environment.buildinputs import definition_files
+from controller.environment.inputs import definition_files
 from controller.sandbox import mounters
 from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire import protocol

@@ -28,7 +28,7 @@ from controller import workspace
 from controller.errors import LayerMissingError
 from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire import protocol
-from controller.wire.changes import ApplyResult
+from controller.wire.changeset import ApplyResult
 from controller.wire.protocol import CommandResult
 from controller.workspace import Layer, apply, baseline, checkpoint, headroom, revert, rewind, scan
 from controller.workspace.checkpoints import numbers

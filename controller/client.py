@@ -33,6 +33,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from . import answers
 from .errors import (
+    ApplyConflictError,
     AuthError,
     CubicleError,
     InvalidRequestError,
@@ -50,11 +51,11 @@ from .wire.bodies import (
     SessionPage,
     Transcript,
 )
-from .wire.changes import ApplyConflictError, ApplyResult, Change, Changes, Checkpoint, Conflict, RevertResult
-from .wire.environment import EnvironmentRequest
+from .wire.changeset import ApplyResult, Change, Changes, Checkpoint, Conflict, RevertResult
+from .wire.envspec import EnvironmentRequest
 from .wire.events import EVENT_ADAPTER, Event
 from .wire.policies import ContextPolicy
-from .wire.sessions import ApplyPolicy, SessionRecord
+from .wire.sessionrecord import ApplyPolicy, SessionRecord
 from .wire.statuses import ERROR_OF
 
 __all__ = ["ROUTES", "AsyncClient", "Client", "Routes"]

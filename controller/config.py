@@ -53,14 +53,14 @@ def duration_s(text: str) -> float:
     return float(match.group(1)) * UNIT_S[match.group(2)]
 
 
-class DockerBackend(BaseModel):
+class DockerBackendConfig(BaseModel):
     """Sandboxes as containers on one Docker engine (``docker_host``): the backend that runs today."""
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["docker"] = "docker"
 
 
-class KubernetesBackend(BaseModel):
+class KubernetesBackendConfig(BaseModel):
     """Sandboxes as Pods in a cluster: designed (docs/kubernetes.md), not yet runnable. Choosing it is refused with
     that said, before anything starts; the design's module is never imported unless asked for."""
 
@@ -70,7 +70,7 @@ class KubernetesBackend(BaseModel):
     context: str | None = Field(None, description="The kubeconfig context to use; the current one if unset.")
 
 
-Backend = Annotated[DockerBackend | KubernetesBackend, Field(discriminator="kind")]
+BackendConfig = Annotated[DockerBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
 """Where sessions' sandboxes run, chosen by ``kind`` (``CUBICLE_BACKEND__KIND``)."""
 
 
@@ -93,8 +93,8 @@ class Settings(BaseSettings):
     max_tokens: int = Field(8192, ge=1, le=128_000, description="max_tokens of each model reply.")
     system_prompt: str | None = Field(None, description="Replaces the built-in system prompt.")
     model_retries: int = Field(4, ge=0, le=20, description="Retries of 429, 529 and 5xx answers, with backoff.")
-    backend: Backend = Field(
-        default_factory=DockerBackend,
+    backend: BackendConfig = Field(
+        default_factory=DockerBackendConfig,
         description="Where sandboxes run, by kind (CUBICLE_BACKEND__KIND): docker (the default) or kubernetes "
         "(designed, not yet runnable: refused with a note).",
     )

@@ -4,38 +4,49 @@
     ├── ConfigError(ValueError)            bad settings, flags or missing API key
     ├── AuthError(PermissionError)         the API refused the bearer token (a client's 401)
     ├── InvalidRequestError(ValueError)    the API refused a request's body or query (a client's 422 or 413)
+    │   └── AmbiguousNameError              a name given reads as more than one change (a real and a printed one)
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── AnswerTooLargeError                a server's answer, or one of its events, past what the client reads
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
-    │   └── LeaseLostError                  another controller took the session over (its lease had expired)
+    │   ├── LeaseLostError                  another controller took the session over (its lease had expired)
+    │   └── ApplyConflictError              the checkout changed under paths an apply or revert would write
     ├── CapacityError                      too many sessions at once
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
     │   └── DefinitionError                 the repo's environment definition is invalid or unsafe
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
+    │   └── ImageNotAllowedError            an image the server does not allow, or a build the repo does not ask
+    ├── RefusedError                       the API's guards turned a request away (401, 403) before any route
     ├── ModelError                         the model API failed after retries
     │   └── ContextOverflowError            the prompt is larger than the model's context window
-    ├── WorkspaceError                     the workspace layer cannot do what was asked
-    │   ├── UnsafePathError(PermissionError) a path walks through a symlink, a non-directory or ``..``
-    │   ├── LayerMissingError(LookupError)  no layer (or checkpoint, or apply) with that name
-    │   ├── LayerInUseError                 an operation that rewrites the layer needs the sandbox stopped
-    │   ├── RepoChangedError                the repository path no longer leads where the session began
-    │   └── TooManyEntriesError             the layer holds more names than the session's ``names`` limit
     ├── StoreError                         the session database cannot be written
-    │   └── DatabaseUnavailableError        the PostgreSQL server does not answer (reconnected at the next call)
-    └── SandboxError(RuntimeError)         Docker or the toolbox failed
-        ├── DockerUnavailableError          no engine answers
-        ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
-        ├── SetupError                      the environment could not be prepared; its output's last lines say why
-        │   └── EnvironmentBuildError        an environment image did not build
-        └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
+    │   ├── DatabaseUnavailableError        the PostgreSQL server does not answer (reconnected at the next call)
+    │   └── QuotaFullError                  the session's disk quota is used up
+    ├── SandboxError(RuntimeError)         Docker or the toolbox failed
+    │   ├── DockerUnavailableError          no engine answers
+    │   ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
+    │   ├── SetupError                      the environment could not be prepared; its output's last lines say why
+    │   │   └── EnvironmentBuildError        an environment image did not build
+    │   ├── DiskError                       a layer's own filesystem (its disk quota) could not be made or mounted
+    │   └── ToolboxGoneError                the toolbox stopped answering; the sandbox restarts
+    └── WorkspaceError                     the workspace layer cannot do what was asked
+        ├── UnsafePathError(PermissionError) a path walks through a symlink, a non-directory or ``..``
+        ├── LayerMissingError(LookupError)  no layer (or checkpoint, or apply) with that name
+        ├── LayerInUseError                 an operation that rewrites the layer needs the sandbox stopped
+        ├── RepoChangedError                the repository path no longer leads where the session began
+        ├── TooManyEntriesError             the layer holds more names than the session's ``names`` limit
+        ├── ApplyTooLargeError              an apply would write more than its bounds allow
+        └── WalkMemoryError                 a walk of a layer needed more memory than a walk may have
+            └── WalkTimeoutError             a walk of a layer took longer than a walk may
 
 Each class carries ``hint``: what the person reading the error should do next. Conflicts of an apply or
-revert are values, not errors: the person reviewing decides what to do about each path
-(``wire.changes.ApplyConflictError`` carries them to the API and the client).
+revert are values, not errors: the person reviewing decides what to do about each path, which
+``ApplyConflictError`` carries to the API and the client.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class CubicleError(Exception):
@@ -71,6 +82,15 @@ class InvalidRequestError(CubicleError, ValueError):
         self.errors = errors or []
 
 
+class AmbiguousNameError(InvalidRequestError):
+    """A given name reads as more than one change (a real name and another's printed one): nothing is done."""
+
+    hint = (
+        "Select the one you mean by its id (`cubicle apply ID --id CHANGE_ID`, the API's `ids`); "
+        "`cubicle changes ID --json` lists each change's id."
+    )
+
+
 class UnreachableError(CubicleError, ConnectionError):
     """No Cubicle API answers at the client's URL (refused, unresolvable, or the connection keeps dropping)."""
 
@@ -98,6 +118,15 @@ class LeaseLostError(ConflictError):
     hint = "The session continues on the controller that holds it now; follow it, or send a follow-up, there."
 
 
+class ApplyConflictError(ConflictError):
+    """The checkout changed under paths the apply (or revert) would write; nothing was written. ``conflicts`` are
+    the paths, each a ``wire.changeset.Conflict`` (a model this bottom layer does not import)."""
+
+    def __init__(self, message: str, conflicts: list[Any]) -> None:
+        super().__init__(message, hint="Review them, then force the paths to overwrite, or leave them.")
+        self.conflicts = conflicts
+
+
 class CapacityError(CubicleError):
     """The controller is running as many sessions as it may."""
 
@@ -114,6 +143,23 @@ class DefinitionError(RepoError):
 
 class ForbiddenRepoError(CubicleError, PermissionError):
     """The repository path is not one a session may use."""
+
+
+class ImageNotAllowedError(ForbiddenRepoError):
+    """A request named an image this server does not allow, or asked to build something the repository does not."""
+
+    hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
+
+
+class RefusedError(CubicleError):
+    """The API's guards turned a request away before any route: ``status_code`` (401 without credentials, 403 for
+    a foreign origin) and a ``detail`` the caller can act on, with ``headers`` to answer with."""
+
+    def __init__(self, status_code: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+        self.headers = headers or {}
 
 
 class ModelError(CubicleError):
@@ -139,6 +185,19 @@ class DatabaseUnavailableError(StoreError):
         "Check that the database server is up and reachable; Cubicle reconnects at the next request. Sessions "
         "whose lease could not be renewed meanwhile are taken over as interrupted."
     )
+
+
+class QuotaFullError(StoreError):
+    """The session's disk quota is used up, so the layer cannot take what the operation writes there."""
+
+    def __init__(self, session_id: str, mb: int | None = None, inodes: int | None = None) -> None:
+        size = f" ({mb} MiB, {inodes:,} files)" if mb is not None and inodes is not None else ""
+        super().__init__(
+            f"The disk quota of session {session_id}{size} is used up: its files, checkpoints and the backups an "
+            "apply keeps all count. Nothing was written to the checkout.",
+            hint=f"Rewind it to an earlier checkpoint (`cubicle rewind {session_id} N`), ask the agent in a follow-up "
+            "to delete what it does not need, or discard the session.",
+        )
 
 
 class SandboxError(CubicleError, RuntimeError):
@@ -176,15 +235,6 @@ class DiskError(SandboxError):
     )
 
 
-class EntryLimitError(SandboxError):
-    """The session's workspace holds more entries than its ``names`` limit: the turn ends (``too_many_entries``)."""
-
-    hint = (
-        "Rewind the session to an earlier checkpoint or discard it; a follow-up may delete what is not needed. "
-        "Its changes are listed up to the limit, but never applied."
-    )
-
-
 class ToolboxGoneError(SandboxError):
     """The toolbox stopped answering or its stream ended; the next call gets a fresh container."""
 
@@ -216,17 +266,53 @@ class RepoChangedError(WorkspaceError):
 
 
 class TooManyEntriesError(WorkspaceError):
-    """The layer holds more names than the session may create: no checkpoint, apply or patch of it is made."""
+    """The layer holds more names than the session may create (its ``names`` limit), or a directory deeper than a
+    walk reads: a turn that finds it so ends (``too_many_entries``), and no checkpoint, apply or patch of it is made."""
 
-    def __init__(self, limit: int) -> None:
+    hint = (
+        "Rewind the session to an earlier checkpoint or discard it; a follow-up may delete what is not needed. "
+        "Its changes are listed up to the limit, but never applied."
+    )
+
+    def __init__(self, limit: int, message: str | None = None) -> None:
         self.limit = limit
         super().__init__(
-            f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link counted "
-            "by its name), the session's limit (names), or a directory deeper than 256 levels: it is neither "
+            message
+            or f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
+            "counted by its name), the session's limit (names), or a directory deeper than 256 levels: it is neither "
             "checkpointed nor applied."
         )
 
-    def __reduce__(self) -> tuple[type[TooManyEntriesError], tuple[int]]:
-        return type(self), (self.limit,)  # raised in a walk's child process, raised again here
+    def __reduce__(self) -> tuple[type[TooManyEntriesError], tuple[int, str]]:
+        return type(self), (self.limit, self.args[0])  # raised in a walk's child process, raised again here
 
-    hint = EntryLimitError.hint
+
+class ApplyTooLargeError(WorkspaceError):
+    """An apply would write more than its bounds allow (``what`` says which: ``ENTRIES`` counts entries, the
+    others bytes)."""
+
+    ENTRIES = "new entries in the checkout"
+
+    def __init__(self, what: str, total: int, limit: int) -> None:
+        super().__init__(f"The apply would need {total:,} {what}, more than the {max(limit, 0):,} it may.")
+        self.what = what
+        self.total = total
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[type[ApplyTooLargeError], tuple[str, int, int]]:
+        return type(self), (self.what, self.total, self.limit)  # raised in a walk's child process, raised again here
+
+
+class WalkMemoryError(WorkspaceError):
+    """A walk of a layer needed more memory than a walk may have; the controller and other sessions are unharmed."""
+
+    hint = (
+        "The layer holds more than a walk can read within its memory (CUBICLE_WALK_MEMORY_MB): rewind the session "
+        "to an earlier checkpoint or discard it."
+    )
+
+
+class WalkTimeoutError(WalkMemoryError):
+    """A walk of a layer took longer than a walk may (CUBICLE_WALK_TIMEOUT_S); it was stopped."""
+
+    hint = "Rewind the session to an earlier checkpoint or discard it; a layer this costly to read is never applied."

@@ -77,11 +77,6 @@ class AnthropicModel:
         self.max_tokens = max_tokens
         self.context_management = context_management
 
-    @classmethod
-    def from_settings(cls, settings: Settings, model: str | None = None) -> AnthropicModel:
-        """Raises ConfigError at once when no API key is configured, before any container starts."""
-        return cls(make_client(settings), model or settings.model, settings.max_tokens)
-
     async def reply(
         self, system: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], on_text: OnText, turn: int = 0
     ) -> Message:

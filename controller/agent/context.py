@@ -222,11 +222,6 @@ def estimate_tokens(messages: list[Message], extra_chars: int = 0) -> int:
     return (len(json.dumps(messages, ensure_ascii=False)) + extra_chars) // CHARS_PER_TOKEN
 
 
-def cut_points(messages: list[Message]) -> list[int]:
-    """Indexes where a compaction may cut: assistant messages after the first message."""
-    return [i for i, m in enumerate(messages) if i > 0 and m["role"] == "assistant"]
-
-
 def result_indexes(messages: list[Message]) -> list[int]:
     """Indexes of the messages that carry tool results, oldest first."""
     return [i for i, m in enumerate(messages) if any(_is_result(b) for b in _blocks(m))]

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ContextOverflowError, EntryLimitError, ModelError, SandboxError, SetupError
+from ..errors import ContextOverflowError, ModelError, SandboxError, SetupError, TooManyEntriesError
 from ..sandbox.docker import Sandbox
 from ..wire.events import (
     ContextEdited,
@@ -177,7 +177,7 @@ class Agent:
 
     async def _failed(self, err: Exception) -> TurnOutcome:
         """How a turn that raised ends: its reason, and an error event that says what went wrong."""
-        if isinstance(err, EntryLimitError):
+        if isinstance(err, TooManyEntriesError):
             outcome, kind = TurnOutcome("too_many_entries", str(err)), "too_many_entries"
         elif isinstance(err, SandboxError):
             outcome, kind = TurnOutcome("error", str(err)), "setup" if isinstance(err, SetupError) else "sandbox"
@@ -241,7 +241,7 @@ class Agent:
         results it already has, in a note marked as Cubicle's, not the user's."""
         try:
             await self.sandbox.check_names()
-        except EntryLimitError as err:
+        except TooManyEntriesError as err:
             convo.add_user_text(f"[Cubicle, not the user] The turn was stopped: {err}")
             await self._save(convo)
             raise

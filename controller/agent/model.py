@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 OnText = Callable[[str], Awaitable[None]]
 INVALID_INPUT = "cubicle_invalid_json"
+"""The key a tool input gets when the model streamed JSON that could not be parsed (or used)."""
 MAX_INPUT_DEPTH = 64
-"""The key a tool input gets when the model streamed JSON that could not be parsed."""
+"""How deep a tool input's objects and lists may nest; a deeper one is an ``INVALID_INPUT``."""
 CACHE: dict[str, str] = {"type": "ephemeral"}
 PURPOSE_HEADER = "x-cubicle-purpose"
 """``compact`` on a summary request, so the scripted server answers it without using up a turn."""

@@ -71,20 +71,11 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
     """Run one command on the sessions of the database, as the API would (no turn is started)."""
     import asyncio
 
-    from ..server.runtime import Runtime
-    from ..server.sessions import Sessions
-    from ..server.store import open_store
+    from ..server.sessions import open_sessions
 
     async def go() -> T:
-        store = open_store(settings)
-        runtime = Runtime(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
+        async with open_sessions(settings) as sessions:  # closing stops the leases' tending, if the command started it
             return await op(sessions)
-        finally:
-            await sessions.close()  # stops the leases' tending, if the command started it
-            await runtime.close()
-            store.close()
 
     return asyncio.run(go())
 
@@ -92,7 +83,7 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
 @contextlib.contextmanager
 def review_errors() -> Iterator[None]:
     """2 unknown session, checkpoint or apply (or a server that refuses the token) · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
-    from ..wire.changes import ApplyConflictError
+    from ..errors import ApplyConflictError
     from . import review
     from .display import plural
 

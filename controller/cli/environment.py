@@ -20,7 +20,7 @@ from . import help_format, terminal
 from .app import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app, err_console, fail, load_settings
 
 if TYPE_CHECKING:
-    from ..wire.environment import Environment
+    from ..wire.envspec import Environment
 
 env_app = help_format.Typer(help="Show and build a repository's environment (its image, setup and network).")
 app.add_typer(env_app, name="env", no_args_is_help=True)

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..agent.loop import TurnOutcome
 from ..config import Settings
 from ..server.sessions import Sessions
-from ..wire.changes import ApplyResult, Change, Disposition
+from ..wire.changeset import ApplyResult, Change, Disposition
 from ..workspace.manager import summarize
 from . import review
 from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions
@@ -41,7 +41,7 @@ class Choice:
     interactive: bool
 
 
-class Review(Protocol):
+class ReviewTarget(Protocol):
     """Where a run's changes are read and applied: this machine's sessions, or a server's through the client."""
 
     @property
@@ -65,11 +65,11 @@ class LocalReview:
     where: str = ""
 
     def changes(self) -> list[Change]:
-        return with_sessions(self.settings, lambda s: s.changes(self.session_id, diff=True))
+        return with_sessions(self.settings, lambda s: s.layers.changes(self.session_id, diff=True))
 
     def apply(self, include_ignored: bool, view: Any) -> ApplyResult:
         async def apply(sessions: Sessions) -> ApplyResult:
-            result = await sessions.apply(self.session_id, include_ignored=include_ignored)
+            result = await sessions.layers.apply(self.session_id, include_ignored=include_ignored)
             if isinstance(view, JsonSink):
                 for event in sessions.store.events_after(self.session_id, view.seq):
                     await view.emit(event)
@@ -78,7 +78,9 @@ class LocalReview:
         return with_sessions(self.settings, apply)
 
 
-def after_turn(source: Review, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool) -> int | None:
+def after_turn(
+    source: ReviewTarget, ran: Ran, choice: Choice, view: Any, console: Console, stopped: bool
+) -> int | None:
     """Show what the turn changed, then apply, keep or ask; an exit code that replaces the turn's, or None."""
     session_id = ran.session_id
     with review_errors():
@@ -122,7 +124,7 @@ def _ask_apply(console: Console, ran: Ran, where: str) -> bool:
         console.print("Please answer y or n.", style="yellow")
 
 
-def _apply_after_run(source: Review, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
+def _apply_after_run(source: ReviewTarget, ran: Ran, include_ignored: bool, view: Any, console: Console) -> None:
     """Apply the run's changes (a conflict: exit 5); with --json the ``applied`` event follows the run's events."""
     try:
         with review_errors():

@@ -46,7 +46,8 @@ if TYPE_CHECKING:  # what serving runs is imported inside it: `cubicle --help` l
     import asyncio
 
     from ..config import Settings
-    from ..server.live import LiveSession, Serve
+    from ..server.runtime import Runtime
+    from ..server.served import Serve, ServedTurn
     from ..wire.limits import Limits
 
 MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
@@ -74,18 +75,16 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
     import asyncio
 
-    from ..server.runtime import Runtime
-    from ..server.sessions import NewSession, Sessions
-    from ..server.store import open_store
+    from ..server.sessions import NewSession, open_sessions
 
     calls = _served_over_stdio(signals)
-    runtime = Runtime(settings)
-    try:
+
+    async def prepare(runtime: Runtime) -> None:
         await runtime.ensure_image(limits.network)
-        store = open_store(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
-            await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
+
+    try:
+        # start: what a killed run or server left is swept; the session's lease is renewed until the end
+        async with open_sessions(settings, prepare=prepare, start=True) as sessions:
             new = NewSession(
                 repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
             )
@@ -94,18 +93,16 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             assert live is not None and live.task is not None
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it
-            failed = live.task.cancelled() or live.task.result() is None or live.connection_failed
+            served = live.served
+            assert served is not None  # create served the turn
+            failed = live.task.cancelled() or live.task.result() is None or served.connection_failed
             _note(
-                f"{live.calls} tool calls; review the changes with ",
+                f"{served.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
                 (f"cubicle apply {record.id}", "bold"),
             )  # fmt: skip
             return failed
-        finally:
-            await sessions.close()  # the session's lease is renewed until here
-            store.close()
     finally:
-        await runtime.close()
         _ignore_signals()
 
 
@@ -113,12 +110,12 @@ def _served_over_stdio(signals: list[int]) -> Serve:
     """The session's calls: the MCP SDK's server over stdin/stdout, until the client goes or a stop signal comes
     (appended to ``signals``); what ended it, for the session's record."""
 
-    async def calls(live: LiveSession) -> str:
+    async def calls(turn: ServedTurn) -> str:
         import asyncio
 
         from ..server.mcpserver import serve_stdio  # the MCP SDK takes over a second to import: only here
 
-        serving = asyncio.create_task(serve_stdio(live, __version__))
+        serving = asyncio.create_task(serve_stdio(turn, __version__))
         _on_signals(serving, signals)
         try:
             await serving

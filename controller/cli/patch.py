@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..wire.changes import Change, Changes, Disposition, Kind
+from ..wire.changeset import Change, Changes, Disposition, Kind
 from ..workspace.gitlike import REPO_NAMES
 from . import review, terminal
 

@@ -23,10 +23,10 @@ if TYPE_CHECKING:  # what a remote command runs (the HTTP client, the wire's mod
     from ..agent.loop import TurnOutcome
     from ..client import AsyncClient, Client
     from ..wire.bodies import ReviewComment
-    from ..wire.changes import ApplyResult, Change, Changes, Checkpoint, RevertResult
-    from ..wire.environment import EnvironmentRequest
+    from ..wire.changeset import ApplyResult, Change, Changes, Checkpoint, RevertResult
+    from ..wire.envspec import EnvironmentRequest
     from ..wire.events import SessionFinished
-    from ..wire.sessions import SessionRecord
+    from ..wire.sessionrecord import SessionRecord
     from .display import JsonSink, LiveSink
 
 ServerOpt = Annotated[
@@ -166,8 +166,9 @@ class RemoteReview:
 
 
 class RemoteSessions:
-    """The session commands ``Sessions`` answers (changes, apply, revert, rewind, discard, checkpoints, get, page),
-    answered by a ``cubicle serve`` through the client: what ``--server`` (or ``CUBICLE_SERVER``) gives the CLI."""
+    """The session commands ``Sessions`` answers (get, page) and its ``layers`` (changes, apply, revert, rewind,
+    discard, checkpoints), answered by a ``cubicle serve`` through the client: what ``--server`` (or
+    ``CUBICLE_SERVER``) gives the CLI."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -216,7 +217,7 @@ def _real_change(change: Change) -> Change:
 
 def real_listing(found: Changes) -> Changes:
     """A server's listing with real names, as a local one holds them (ids and counts as the server sent them)."""
-    from ..wire.changes import Changes
+    from ..wire.changeset import Changes
 
     out = Changes(_real_change(change) for change in found)
     out.truncated_at, out.unlisted, out.unlisted_applied = found.truncated_at, found.unlisted, found.unlisted_applied

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from ..wire.events import ChangeSummary
 from ..workspace.checkout import applied_mode
 from ..workspace.manager import shown, summarize

@@ -39,8 +39,9 @@ if TYPE_CHECKING:  # what the command runs is imported inside it: `cubicle --hel
     from ..agent.loop import TurnOutcome
     from ..config import Settings
     from ..server.live import LiveSession
+    from ..server.runtime import Runtime
     from ..server.sessions import Sessions
-    from ..wire.environment import EnvironmentRequest
+    from ..wire.envspec import EnvironmentRequest
     from ..wire.events import SessionFinished
     from ..wire.limits import Limits
     from ..wire.network import NetworkPolicy
@@ -155,7 +156,7 @@ SetupOption = Annotated[
 
 def environment_request(image: str | None, setup: str | None) -> EnvironmentRequest | None:
     """What ``--image`` and ``--setup`` ask over the repository's environment; None when neither was given."""
-    from ..wire.environment import EnvironmentRequest
+    from ..wire.envspec import EnvironmentRequest
 
     return EnvironmentRequest(image=image, setup=setup) if image is not None or setup is not None else None
 
@@ -275,25 +276,16 @@ async def local_sessions(settings: Settings, network: NetworkPolicy | None = Non
     """This machine's sessions for one turn the CLI drives: the model's key checked first (a usage error before
     Docker is even asked), the image with ``network``'s proxy ensured, what a killed run or server left swept.
     After it the turn's lease and container go, and the clients close, even when a second signal comes."""
-    from ..server.runtime import Runtime
-    from ..server.sessions import Sessions
-    from ..server.store import open_store
+    from ..server.sessions import open_sessions
 
-    runtime = Runtime(settings)
-    try:
+    async def prepare(runtime: Runtime) -> None:
         runtime.check_model()
         if network is not None:
             await runtime.ensure_image(network)
-        store = open_store(settings)
-        sessions = Sessions(settings, store, runtime)
-        try:
-            await sessions.start()  # what a killed run or server left: its sessions interrupted, its containers gone
-            yield sessions
-        finally:
-            await _unstoppable(sessions.close())  # the turn's lease is renewed until here; the container goes with it
-            store.close()
-    finally:
-        await runtime.close()
+
+    # start: what a killed run or server left is swept, its sessions interrupted, its containers gone
+    async with open_sessions(settings, prepare=prepare, start=True) as sessions:
+        yield sessions
 
 
 async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
@@ -318,19 +310,6 @@ async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
             hint="Follow the session where it runs now (`cubicle sessions`).",
         )
     raise StoreError(live.failure or f"The turn of session {session_id} failed.")
-
-
-async def _unstoppable(work: Awaitable[None]) -> None:
-    """``work`` to its end even if the run is cancelled meanwhile (a second signal during clean-up): the container
-    and the lease go first, then the cancel goes on."""
-    import asyncio
-
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise
 
 
 def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:

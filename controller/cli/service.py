@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --h
     from ..config import Settings
     from ..server.sessions import Expiry, Sessions
     from ..wire.policies import Edit
-    from ..wire.sessions import SessionRecord
+    from ..wire.sessionrecord import SessionRecord
 
 TOKEN_MIN_CHARS = 32
 
@@ -280,7 +280,7 @@ def sessions(
     """List the sessions (the API's and `cubicle run`'s) from the database, newest first."""
     from rich.table import Table
 
-    from ..wire.sessions import SessionRecord
+    from ..wire.sessionrecord import SessionRecord
     from .display import plural
 
     records, total = _page(limit, server)

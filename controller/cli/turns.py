@@ -130,7 +130,7 @@ async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | Li
 
 async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
     """The turn in this process, on this machine's database, driven as ``cubicle run`` drives its own."""
-    from ..server import review
+    from ..server import comments
     from .display import LiveSink
     from .finish import Ran
 
@@ -140,8 +140,8 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         approver = view.approve if o.approve and isinstance(view, LiveSink) else None
         text, comment = o.message, comment_of(o)
         if comment is not None:  # quoted from the session's own diff, as the API's /comments does
-            listing = await sessions.changes(o.session_id, diff=True)
-            text = review.message(listing, [comment])
+            listing = await sessions.layers.changes(o.session_id, diff=True)
+            text = comments.message(listing, [comment])
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn
@@ -173,19 +173,12 @@ def _unknown_is_usage() -> Iterator[None]:
 
 
 async def _show_here(settings: Settings, session_id: str, view: Any) -> None:
-    from ..server.runtime import Runtime
-    from ..server.sessions import Sessions
-    from ..server.store import open_store
+    from ..server.sessions import open_sessions
 
-    store, runtime = open_store(settings), Runtime(settings)
-    try:
-        sessions = Sessions(settings, store, runtime)
+    async with open_sessions(settings) as sessions:
         sessions.get(session_id)  # an unknown session is an error that names it
         async for event in sessions.follow(session_id, 0):
             await view.emit(event)
-    finally:
-        await runtime.close()
-        store.close()
 
 
 def _show_remote(url: str, session_id: str, view: Any) -> None:

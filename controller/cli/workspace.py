@@ -1,6 +1,6 @@
 """The commands on a session's workspace layer: changes, apply, revert, rewind, discard, checkpoints.
 
-They work on any session of the database, the API's too, through ``Sessions`` as the API
+They work on any session of the database, the API's too, through ``Sessions.layers`` as the API
 calls it, without starting a turn. Exit codes: 0 done; 2 an unknown session, checkpoint or
 apply; 5 a conflict (paths listed, nothing written) or a turn of the session is running;
 4 Docker or filesystem failure.
@@ -23,8 +23,8 @@ from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessi
 from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
-    from ..server.sessions import Sessions
-    from ..wire.changes import ApplyResult, Change, Changes
+    from ..server.layercommands import LayerCommands
+    from ..wire.changeset import ApplyResult, Change, Changes
 
 T = TypeVar("T")
 SessionArg = Annotated[str, typer.Argument(metavar="ID", help="The session (`cubicle sessions` lists them).")]
@@ -66,13 +66,13 @@ RevertForceOpt = Annotated[
 ]
 
 
-def _review(op: Callable[[Sessions | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
+def _review(op: Callable[[LayerCommands | RemoteSessions], Coroutine[Any, Any, T]], server: str | None) -> T:
     """``op`` on this machine's database, or (``server``) on a ``cubicle serve``'s through the client."""
     import asyncio
 
     with review_errors():
         if server is None:
-            return with_sessions(load_settings(), op)
+            return with_sessions(load_settings(), lambda sessions: op(sessions.layers))
         with remote_sessions(server) as client:
             return asyncio.run(op(RemoteSessions(client)))
 
@@ -145,7 +145,7 @@ def apply_command(
     --server, the checkout is the server's: the repository as the server sees it."""
     from . import review
 
-    async def apply(sessions: Sessions | RemoteSessions) -> tuple[ApplyResult, Path]:
+    async def apply(sessions: LayerCommands | RemoteSessions) -> tuple[ApplyResult, Path]:
         listed = await sessions.changes(session_id) if paths or force else []
         named, chosen = as_selected(paths, listed) if paths else (None, None)
         if ids:

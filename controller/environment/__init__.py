@@ -8,7 +8,7 @@ built once per content hash and reused after.
 
 from __future__ import annotations
 
-from ..wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
+from ..wire.envspec import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest
 from .definition import (
     Overrides,
     definition_hash,

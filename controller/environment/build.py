@@ -41,7 +41,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from ..errors import ConfigError, EnvironmentBuildError, ImageMissingError
 from ..sandbox import images
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from . import buildcontext, dockerfile
 from .definition import Materials, definition_hash, materials
 from .files import real_root

@@ -38,7 +38,7 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class Entry:
+class ContextEntry:
     """One path of the context: ``name`` relative to it (POSIX; undecodable bytes surrogate-escaped)."""
 
     name: str
@@ -52,11 +52,11 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Context:
+class ScannedContext:
     """A context directory as listed: its real path and its entries in a stable order."""
 
     directory: Path
-    entries: tuple[Entry, ...]
+    entries: tuple[ContextEntry, ...]
     ignore_text: str
 
     @property
@@ -72,7 +72,7 @@ def scan(
     max_bytes: int | None = None,
     max_entries: int | None = None,
     leave_out: frozenset[str] = frozenset(),
-) -> Context:
+) -> ScannedContext:
     """List the context at ``directory`` (already resolved inside ``root``), refusing one over the bounds.
 
     ``leave_out``: context-relative names never sent (the definition files, so editing a setup
@@ -89,13 +89,15 @@ def scan(
     walked = (entry for entry in _walk(directory, "", matcher, negations) if entry.name not in leave_out)
     entries = _bounded(walked, directory, file, max_bytes, max_entries)
     entries.sort(key=lambda e: _encoded(e.name))
-    return Context(directory, tuple(entries), ignore_text)
+    return ScannedContext(directory, tuple(entries), ignore_text)
 
 
-def _bounded(walked: Iterator[Entry], directory: Path, file: str, max_bytes: int, max_entries: int) -> list[Entry]:
+def _bounded(
+    walked: Iterator[ContextEntry], directory: Path, file: str, max_bytes: int, max_entries: int
+) -> list[ContextEntry]:
     """The walk's entries, refused as soon as they hold more than ``max_bytes`` of files or number more than
     ``max_entries``: the walk stops there, not after listing the whole of a huge context."""
-    entries: list[Entry] = []
+    entries: list[ContextEntry] = []
     total = 0
     for entry in walked:
         entries.append(entry)
@@ -125,7 +127,7 @@ def _dockerignore(directory: Path, root: Path, file: str) -> str:
     return read_regular(Path(real), 1 << 20, file=file, key="context").decode("utf-8", "replace")
 
 
-def _walk(directory: Path, prefix: str, matcher: PatternMatcher, negations: bool) -> Iterator[Entry]:
+def _walk(directory: Path, prefix: str, matcher: PatternMatcher, negations: bool) -> Iterator[ContextEntry]:
     try:
         with os.scandir(directory) as listing:
             children = sorted(listing, key=lambda c: c.name)
@@ -150,7 +152,7 @@ def _walk(directory: Path, prefix: str, matcher: PatternMatcher, negations: bool
 
 def _directory(
     path: Path, name: str, info: os.stat_result, excluded: bool, matcher: PatternMatcher, negations: bool
-) -> Iterator[Entry]:
+) -> Iterator[ContextEntry]:
     """A directory's entry, unless excluded, and what it holds (a later !pattern may bring back something beneath)."""
     if not excluded:
         yield _entry(name, "dir", info)
@@ -158,17 +160,17 @@ def _directory(
         yield from _walk(path, name + "/", matcher, negations)
 
 
-def _entry(name: str, kind: str, info: os.stat_result, target: str = "") -> Entry:
+def _entry(name: str, kind: str, info: os.stat_result, target: str = "") -> ContextEntry:
     size = info.st_size if kind == "file" else 0
     mtime = min(max(int(info.st_mtime), 0), 8**11 - 1)  # what a tar header holds
-    return Entry(name, kind, stat.S_IMODE(info.st_mode), size, target, info.st_dev, info.st_ino, mtime)
+    return ContextEntry(name, kind, stat.S_IMODE(info.st_mode), size, target, info.st_dev, info.st_ino, mtime)
 
 
 def _encoded(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _open(context: Context, entry: Entry) -> int:
+def _open(context: ScannedContext, entry: ContextEntry) -> int:
     """Open a listed file again, refusing one that is no longer the file listed (replaced, or now a symlink)."""
     path = context.directory / entry.name
     try:
@@ -183,7 +185,7 @@ def _open(context: Context, entry: Entry) -> int:
     return fd
 
 
-def _contents(context: Context, entry: Entry) -> Iterator[bytes]:
+def _contents(context: ScannedContext, entry: ContextEntry) -> Iterator[bytes]:
     fd = _open(context, entry)
     try:
         left = entry.size
@@ -197,12 +199,12 @@ def _contents(context: Context, entry: Entry) -> Iterator[bytes]:
         os.close(fd)
 
 
-def _header(hasher: Any, entry: Entry) -> None:
+def _header(hasher: Any, entry: ContextEntry) -> None:
     hasher.update(f"{entry.kind}\0{entry.mode:o}\0{entry.size}\0".encode())
     hasher.update(_encoded(entry.name) + b"\0" + _encoded(entry.target) + b"\0")
 
 
-def digest(context: Context) -> str:
+def digest(context: ScannedContext) -> str:
     """The context's content hash (sha256 hex)."""
     hasher = hashlib.sha256(b"cubicle-context-v1\0")
     for entry in context.entries:
@@ -235,7 +237,7 @@ class _Reader:
         return data
 
 
-def pack(context: Context, archive: tarfile.TarFile, replace: dict[str, bytes] | None = None) -> str:
+def pack(context: ScannedContext, archive: tarfile.TarFile, replace: dict[str, bytes] | None = None) -> str:
     """Add every entry to ``archive`` (owned by root, as ``docker build`` sends them); returns the context's hash.
 
     ``replace``: names whose contents are written instead of the file's (added when absent);

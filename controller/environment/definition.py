@@ -44,7 +44,7 @@ import pyjson5
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DefinitionError
-from ..wire.environment import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
+from ..wire.envspec import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
 from ..wire.network import NetworkPolicy
 from . import buildcontext
 from .devcontainer import FIELD_KEYS, Converter, join_commands
@@ -275,7 +275,7 @@ class Materials:
     build_hash: str
     """Only what the image is built from: image or Dockerfile, build arguments, target, context files."""
     dockerfile: str | None
-    context: buildcontext.Context | None
+    context: buildcontext.ScannedContext | None
     context_digest: str
 
 
@@ -288,7 +288,7 @@ def materials(env: Environment, repo: Path) -> Materials:
     root = real_root(repo)
     file = env.source if env.source not in ("request", "default") else "the request"
     dockerfile_text: str | None = None
-    context: buildcontext.Context | None = None
+    context: buildcontext.ScannedContext | None = None
     context_digest = ""
     if env.dockerfile:
         dockerfile_text = read_text(root, env.dockerfile, MAX_DOCKERFILE_BYTES, file=file, key="dockerfile")

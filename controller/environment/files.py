@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from ..errors import DefinitionError
-from ..wire.environment import normalize
+from ..wire.envspec import normalize
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 MAX_DEFINITION_BYTES = 256 * 1024

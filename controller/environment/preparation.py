@@ -21,12 +21,12 @@ from typing import Any
 from docker.errors import ImageNotFound
 
 from ..config import Settings
-from ..errors import CubicleError, DockerUnavailableError, ForbiddenRepoError, SetupError
+from ..errors import CubicleError, DockerUnavailableError, ImageNotAllowedError, SetupError
 from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
 from ..sandbox.docker import Prepared, Preparer
 from ..sandbox.egress import Egress, Route
-from ..wire.environment import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
+from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
 from ..wire.network import NONE, NetworkPolicy
@@ -37,13 +37,6 @@ from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
 from .devcontainer import expand_container_env
 from .setups import SetupCommand, SetupRun, Setups, setup_key
-
-
-class ImageNotAllowedError(ForbiddenRepoError):
-    """A request named an image this server does not allow, or asked to build something the repository does not."""
-
-    hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
-
 
 BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
 """What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
@@ -248,4 +241,4 @@ class Preparation:
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
 
 
-__all__ = ["Environments", "ImageNotAllowedError", "Preparation", "setups"]
+__all__ = ["Environments", "Preparation", "setups"]

@@ -47,7 +47,7 @@ from ..errors import SetupError
 from ..sandbox import docker as sandbox
 from ..sandbox import owners
 from ..sandbox.egress import Route
-from ..wire.environment import keeping_path
+from ..wire.envspec import keeping_path
 from ..wire.limits import Limits
 from ..workspace import Layer, beneath
 from ..workspace.changes import OPAQUE

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from docker.errors import DockerException
 
-from ..config import KubernetesBackend, Settings
+from ..config import KubernetesBackendConfig, Settings
 from ..errors import ConfigError, DockerUnavailableError, SandboxError
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy
@@ -49,8 +49,9 @@ class Backend(Protocol):
         """Make sure the sandbox's image (and the egress proxy's, for an allow policy) can be run."""
         ...
 
-    async def sweep(self) -> owners.Sweep:
-        """Remove what this instance's dead controllers left running."""
+    async def sweep(self, dead_only: bool = False) -> owners.Sweep:
+        """Remove what this instance's dead controllers left running (and, unless ``dead_only``, what this process
+        made: at its start, nothing of it is live yet)."""
         ...
 
     async def remove(self, session_id: str) -> None:
@@ -109,9 +110,9 @@ class DockerBackend:
                 images.ensure, client, settings.proxy_image, settings.auto_build_image, context=images.PROXY
             )
 
-    async def sweep(self) -> owners.Sweep:
+    async def sweep(self, dead_only: bool = False) -> owners.Sweep:
         client = await asyncio.to_thread(self.engine.client)
-        return await asyncio.to_thread(owners.sweep, client, self.settings.instance)
+        return await asyncio.to_thread(owners.sweep, client, self.settings.instance, dead_only=dead_only)
 
     async def remove(self, session_id: str) -> None:
         """Remove the session's container and volume. Without an engine there is nothing of the session's to remove."""
@@ -146,7 +147,7 @@ class DockerBackend:
 def open_backend(settings: Settings) -> Backend:
     """The backend ``settings`` names; a designed but not yet runnable one is a ConfigError that says so."""
     chosen = settings.backend
-    if isinstance(chosen, KubernetesBackend):
+    if isinstance(chosen, KubernetesBackendConfig):
         raise ConfigError(
             "CUBICLE_BACKEND__KIND=kubernetes is designed but not yet runnable: docs/kubernetes.md says what is "
             "decided and what is open (`python -m controller.sandbox.kubernetes --out DIR` writes the objects it "

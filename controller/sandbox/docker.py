@@ -28,8 +28,8 @@ from pydantic import ValidationError
 
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
-from ..errors import EntryLimitError, SandboxError, ToolboxGoneError, WorkspaceError
-from ..wire.environment import PATH_VARIABLE
+from ..errors import SandboxError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
+from ..wire.envspec import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
 from ..wire.protocol import Call, Failure, Outcome, OutputFeed, Ping
@@ -71,7 +71,7 @@ class Sandbox(Protocol):
         ...
 
     async def check_names(self) -> None:
-        """Raise EntryLimitError when the workspace holds more entries than the session's ``names`` limit
+        """Raise TooManyEntriesError when the workspace holds more entries than the session's ``names`` limit
         (the agent asks after its commands ran: they are what can make names by the thousand)."""
         ...
 
@@ -438,10 +438,11 @@ class DockerSandbox:
             log.warning("could not count the names of the layer of %s: %s", self.session_id, err)
             return
         if self._names > limit:
-            raise EntryLimitError(
+            raise TooManyEntriesError(
+                limit,
                 f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
                 f"counted by its name), the session's limit (names), or a directory deeper than {names.MAX_DEPTH} "
-                "levels. The turn was stopped; its files are kept, but a layer past the limit is never applied."
+                "levels. The turn was stopped; its files are kept, but a layer past the limit is never applied.",
             )
 
     def _count_names(self, limit: int) -> int:

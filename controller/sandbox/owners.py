@@ -69,21 +69,29 @@ class Sweep:
 
 
 def is_orphan(
-    container_labels: dict[str, str], instance: str, live_sessions: Collection[str], everything: bool
+    container_labels: dict[str, str],
+    instance: str,
+    live_sessions: Collection[str],
+    everything: bool,
+    dead_only: bool = False,
 ) -> bool:
+    """Whether to sweep the container: with ``dead_only``, only when its owner is a gone process of ``instance``
+    (this process's own are never judged: a live controller's sweep runs beside its own sessions)."""
     token = container_labels.get(OWNER, "")
     if everything:
         return True
     if not token.startswith(instance + ":"):
         return False
     if token == owner_token(instance):
-        return container_labels.get(SESSION, "") not in live_sessions
+        return not dead_only and container_labels.get(SESSION, "") not in live_sessions
     return not owner_alive(token)
 
 
-def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), everything: bool = False) -> Sweep:
-    """Remove orphaned sandboxes and proxies (all Cubicle containers with ``everything``), then their
-    workspace volumes and networks; blocking.
+def sweep(
+    client: Any, instance: str, live_sessions: Collection[str] = (), everything: bool = False, dead_only: bool = False
+) -> Sweep:
+    """Remove orphaned sandboxes and proxies (all Cubicle containers with ``everything``; only those of gone
+    processes with ``dead_only``), then their workspace volumes and networks; blocking.
 
     A volume only names the overlay's directories (the layer itself is files in the data dir),
     so removing one loses nothing; the engine refuses to remove a volume or a network a container still uses.
@@ -92,7 +100,7 @@ def sweep(client: Any, instance: str, live_sessions: Collection[str] = (), every
     for item in _listed(client, {"label": f"{MANAGED}=true"}):
         labels = item.attrs.get("Labels") or {}
         name = f"{_name(item)} (session {labels.get(SESSION, '?')})"
-        if not is_orphan(labels, instance, live_sessions, everything):
+        if not is_orphan(labels, instance, live_sessions, everything, dead_only):
             kept.append(name)
             continue
         try:

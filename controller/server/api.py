@@ -31,9 +31,11 @@ from .. import __version__
 from ..agent.context import estimate_tokens
 from ..config import Settings
 from ..errors import (
+    ApplyConflictError,
     ConflictError,
     CubicleError,
     NotFoundError,
+    RefusedError,
 )
 from ..wire.bodies import (
     MAX_INDEX,
@@ -52,17 +54,16 @@ from ..wire.bodies import (
     SessionPage,
     Transcript,
 )
-from ..wire.changes import ApplyConflictError, ApplyResult, Change, Checkpoint, RevertResult
+from ..wire.changeset import ApplyResult, Change, Checkpoint, RevertResult
 from ..wire.limits import Limits
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 from ..wire.statuses import status_of
 from ..workspace import repos
 from ..workspace.manager import printable, printable_conflict, shown
-from . import review, webauth, webui
+from . import comments, webauth, webui
 from .feed import Batch
-from .runtime import Runtime, SandboxFactory
-from .sessions import NewSession, Sessions
-from .store import open_store
+from .runtime import SandboxFactory
+from .sessions import NewSession, Sessions, open_sessions
 
 DESCRIPTION = """Start a coding agent on a repository and follow it live. Every tool call the agent makes
 runs in a hardened Docker container of its own session.
@@ -238,8 +239,8 @@ async def post_comments(session_id: str, body: Review, sessions: SessionsDep) ->
     """
     if sessions.get(session_id).status == "running":  # follow_up refuses too; this spares the listing
         raise ConflictError(f"Session {session_id} is running a turn; send the review when it has ended.")
-    listing = await sessions.changes(session_id, diff=True)
-    text = review.message(listing, body.comments)
+    listing = await sessions.layers.changes(session_id, diff=True)
+    text = comments.message(listing, body.comments)
     return await sessions.follow_up(session_id, text)
 
 
@@ -273,7 +274,7 @@ async def get_changes(
     the header ``Cubicle-Unlisted`` counts those left out (apply judges them too), ``Cubicle-Unlisted-Applied`` how
     many of them an apply writes.
     """
-    found = await sessions.changes(session_id, diff)
+    found = await sessions.layers.changes(session_id, diff)
     if found.truncated_at is not None:
         response.headers[TRUNCATED_HEADER] = str(found.truncated_at)
     if found.unlisted:
@@ -285,7 +286,9 @@ async def get_changes(
 @router.post("/sessions/{session_id}/apply", response_model=ApplyResult)
 async def apply_changes(session_id: str, body: ApplyRequest, sessions: SessionsDep) -> ApplyResult:
     """Copy the changes into the checkout (409 while a turn runs, or with ``conflicts``: nothing was written)."""
-    result = await sessions.apply(session_id, body.force, body.include_ignored, body.build_inputs, body.paths, body.ids)
+    result = await sessions.layers.apply(
+        session_id, body.force, body.include_ignored, body.build_inputs, body.paths, body.ids
+    )
     return result.model_copy(
         update={"applied": [shown(p) for p in result.applied], "skipped": [printable(c) for c in result.skipped]}
     )
@@ -294,26 +297,26 @@ async def apply_changes(session_id: str, body: ApplyRequest, sessions: SessionsD
 @router.post("/sessions/{session_id}/revert", response_model=RevertResult)
 async def revert_changes(session_id: str, sessions: SessionsDep, body: RevertRequest | None = None) -> RevertResult:
     """Restore the checkout, byte for byte, to how it was before the newest apply not yet reverted."""
-    result = await sessions.revert(session_id, (body or RevertRequest()).force)
+    result = await sessions.layers.revert(session_id, (body or RevertRequest()).force)
     return result.model_copy(update={"reverted": [shown(p) for p in result.reverted]})
 
 
 @router.post("/sessions/{session_id}/discard", response_model=SessionRecord)
 async def discard_changes(session_id: str, sessions: SessionsDep) -> SessionRecord:
     """Drop the session's workspace layer and its checkpoints; what was applied stays in the checkout."""
-    return await sessions.discard(session_id)
+    return await sessions.layers.discard(session_id)
 
 
 @router.get("/sessions/{session_id}/checkpoints", response_model=list[Checkpoint])
 async def list_checkpoints(session_id: str, sessions: SessionsDep) -> list[Checkpoint]:
     """The layer's checkpoints, one per turn, oldest first."""
-    return await sessions.checkpoints(session_id)
+    return await sessions.layers.checkpoints(session_id)
 
 
 @router.post("/sessions/{session_id}/rewind", response_model=SessionRecord)
 async def rewind_changes(session_id: str, body: RewindRequest, sessions: SessionsDep) -> SessionRecord:
     """Return the layer's files to the end of turn ``turn`` (the checkout is untouched; later checkpoints go)."""
-    return await sessions.rewind(session_id, body.turn)
+    return await sessions.layers.rewind(session_id, body.turn)
 
 
 async def _docs_reader(
@@ -415,25 +418,22 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings)
-        runtime = Runtime(settings, sandbox_factory)
-        app.state.sessions = sessions = Sessions(settings, store, runtime)
-        await sessions.start()
-        # The model SDK takes seconds to import; imported on the event loop by the first turn, it would stall
-        # every other request, and the lease renewals with them. A thread imports it now instead.
-        preload = asyncio.create_task(asyncio.to_thread(importlib.import_module, "controller.agent.anthropic_model"))
-        preload.add_done_callback(lambda t: t.cancelled() or t.exception())
-        retention = asyncio.create_task(_retain(sessions, settings.retention_s)) if settings.retention_s else None
-        try:
-            yield
-        finally:
-            if retention is not None:
-                retention.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await retention
-            await sessions.close()
-            await runtime.close()
-            store.close()
+        async with open_sessions(settings, sandbox_factory, start=True) as sessions:
+            app.state.sessions = sessions
+            # The model SDK takes seconds to import; imported on the event loop by the first turn, it would stall
+            # every other request, and the lease renewals with them. A thread imports it now instead.
+            preload = asyncio.create_task(
+                asyncio.to_thread(importlib.import_module, "controller.agent.anthropic_model")
+            )
+            preload.add_done_callback(lambda t: t.cancelled() or t.exception())
+            retention = asyncio.create_task(_retain(sessions, settings.retention_s)) if settings.retention_s else None
+            try:
+                yield
+            finally:
+                if retention is not None:
+                    retention.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await retention
 
     return lifespan
 
@@ -473,8 +473,8 @@ def _handle_errors(app: FastAPI) -> None:
         ]
         return JSONResponse({"detail": detail}, status_code=422)
 
-    @app.exception_handler(webauth.Refused)
-    async def refused(request: Request, err: webauth.Refused) -> JSONResponse:
+    @app.exception_handler(RefusedError)
+    async def refused(request: Request, err: RefusedError) -> JSONResponse:
         return JSONResponse({"detail": err.detail}, status_code=err.status_code, headers=err.headers)
 
 

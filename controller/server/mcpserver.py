@@ -1,10 +1,10 @@
 """Cubicle's sandbox as an MCP server: the agent's six tools, called by another agent, in one session's container.
 
-The session is one ``LiveSession`` running a *served* turn (``LiveSession.serve``): recorded
+The session is one ``LiveSession`` running a *served* turn (``served.ServedTurn``): recorded
 like a ``cubicle run`` (so ``cubicle changes``/``apply`` and the viewer work on it), its tool
 calls made by the MCP client instead of Cubicle's own model, each through the agent's own
 recorded call (validation, limits, truncation and result text exactly the agent's). The layer
-is checkpointed every ``live.CHECKPOINT_EVERY`` calls and when the client goes, and the
+is checkpointed every ``served.CHECKPOINT_EVERY`` calls and when the client goes, and the
 changes stay for review; the container is removed then.
 
 ``server`` wraps it in the official ``mcp`` SDK's low-level server (the tool list is
@@ -31,7 +31,7 @@ from ..agent import tools
 from ..agent.liveoutput import Watch
 from ..wire.events import CommandOutput
 from ..wire.inert import safe
-from .live import LiveSession
+from .served import ServedTurn
 
 SERVER_NAME = "cubicle"
 INSTRUCTIONS = (
@@ -86,7 +86,7 @@ def progress_of(ctx: Any) -> Watch | None:
     return report
 
 
-def server(session: LiveSession, version: str) -> Server[Any]:
+def server(session: ServedTurn, version: str) -> Server[Any]:
     """The MCP server of ``session``: ``tools/list`` and ``tools/call``, nothing else."""
     listed = types.ListToolsResult(tools=tool_list())
 
@@ -104,7 +104,7 @@ def server(session: LiveSession, version: str) -> Server[Any]:
     )
 
 
-async def serve_stdio(session: LiveSession, version: str) -> None:
+async def serve_stdio(session: ServedTurn, version: str) -> None:
     """Serve ``session`` over stdin/stdout until the client closes stdin."""
     mcp = server(session, version)
     async with _stdio() as (read, write):

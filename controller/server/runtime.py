@@ -26,7 +26,7 @@ from ..environment.preparation import Environments
 from ..sandbox import owners
 from ..sandbox.backends import open_backend
 from ..sandbox.docker import Sandbox
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from ..wire.events import EventSink
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy, briefing
@@ -65,9 +65,13 @@ class Runtime:
         ``network`` is an allow policy."""
         await self.backend.ensure_image(network)
 
-    async def sweep(self) -> owners.Sweep:
-        """Remove the containers of this instance's dead controllers."""
-        return await self.backend.sweep()
+    async def sweep(self, dead_only: bool = False) -> owners.Sweep:
+        """Remove the containers of this instance's dead controllers (and, unless ``dead_only``, this process's own:
+        a controller starting has none yet). Sandboxes from a ``sandbox_factory`` run none, and with ``dead_only``
+        nothing is asked of the backend then."""
+        if dead_only and self._sandbox_factory is not None:
+            return owners.Sweep([], [])
+        return await self.backend.sweep(dead_only)
 
     async def remove_containers(self, session_id: str) -> None:
         """Remove the session's container and volume wherever they came from (a sandbox of another process too).

@@ -1,19 +1,21 @@
 """Sessions served by the API: the commands on them, each turn a task, nothing lost on restart.
 
 ``Sessions`` answers the commands of the API and the CLI (create, follow up, cancel,
-delete, get, and the workspace's changes, apply, revert, rewind, discard). Beneath it, each
-job has its own module: the sessions loaded in this process (``table.Loaded``, each a
-``live.LiveSession`` that drives its turns), whether a turn may start (``admission``), and the
-leases and the command queue between controllers, with their SQL (``leases``). Each session row names its owner,
-the process running it; on startup, sessions left ``running`` by an owner that is gone
+delete, get, compact); ``open_sessions`` puts it together from ``Settings`` for every entry
+point. Beneath it, each job has its own module: the commands on a session's workspace layer
+(``layercommands``: changes, apply, revert, rewind, discard, checkpoints; ``Sessions.layers``),
+the sessions loaded in this process (``table.Loaded``, each a ``live.LiveSession`` that drives
+its turns), whether a turn may start (``admission``), and the leases and the command queue
+between controllers, with their SQL and their tending (``leases``). Each session row names its
+owner, the process running it; on startup, sessions left ``running`` by an owner that is gone
 become ``interrupted`` (their containers are swept) and can be continued with a follow-up
 message. A ``cubicle run`` in another process is alive and is left alone.
 
 Several controllers may share one database (PostgreSQL) and one data directory. A turn
 runs under a lease its controller renews (``Leases.claim``, ``Leases.renew``); every write of
-the turn is fenced by the claim's epoch. Each controller, every tick, renews its leases,
-stops the turns whose claim another took, carries out the commands sent to its turns (a
-cancel that reached another controller), and takes over the running sessions whose lease
+the turn is fenced by the claim's epoch. Each controller, every tick (``leases.Tending``), renews
+its leases, stops the turns whose claim another took, carries out the commands sent to its turns
+(a cancel that reached another controller), and takes over the running sessions whose lease
 has run out: they become ``interrupted``, their containers are removed, and a follow-up on
 any controller continues them. Reads and event streams are served by any controller from
 the database; PostgreSQL's NOTIFY wakes the followers on the others.
@@ -26,7 +28,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,47 +36,38 @@ from typing import Any
 from ..agent.conversation import Conversation
 from ..agent.tools import Approver
 from ..config import Settings
-from ..environment.buildinputs import definition_files
+from ..environment.inputs import definition_files
 from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import owners
-from ..wire.changes import ApplyResult, Changes, Checkpoint, RevertResult
-from ..wire.environment import Environment, EnvironmentRequest
+from ..wire.envspec import Environment, EnvironmentRequest
 from ..wire.events import (
-    MAX_LISTED_PATHS,
-    DiscardedEvent,
     Event,
     EventSink,
-    RevertedEvent,
-    RewoundEvent,
     SessionStarted,
-    StatusEvent,
     Usage,
     UserMessage,
 )
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessions import ApplyPolicy
+from ..wire.sessionrecord import ApplyPolicy
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
-from ..workspace.manager import apply_and_report, pin, refuse_low_space, refuse_overlap, shown, summarize
+from ..workspace.manager import pin, refuse_low_space, refuse_overlap
 from .admission import Admission
 from .feed import Batch, Feed
 from .hostpids import HostPids
-from .leases import Leases
-from .live import LiveSession, Serve
+from .layercommands import LayerCommands
+from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
+from .live import LiveSession
 from .recorder import Recorder
-from .runtime import Runtime
-from .store import Row, Store
+from .runtime import Runtime, SandboxFactory
+from .served import Serve
+from .store import Row, Store, open_store
 from .table import Loaded
 
 log = logging.getLogger(__name__)
 
-CANCEL_WAIT_S = 2.0
 CLOSE_WAIT_S = 10.0
-TICK_S = 1.0
-"""How often a controller renews its leases and looks for commands and for sessions to take over (at most)."""
-COMMAND_TTL_S = 30.0
-"""A command older than this (its sender has long answered) is dropped, not carried out."""
 
 
 @dataclass(frozen=True)
@@ -120,10 +113,9 @@ class Sessions:
         self._live = Loaded()
         pids = HostPids.of_host(settings.host_pids_budget, runtime.backend.host_pids)
         self.admission = Admission(settings, self.workspaces, self._live, pids)
-        self._background: list[asyncio.Task[None]] = []
-        self._left_behind: set[str] = set()
-        self._listings: dict[tuple[str, bool], asyncio.Future[Changes]] = {}
-        """Sessions taken over whose containers the engine has not removed yet (``_remove_left``)."""
+        self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
+        self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
+        """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -132,7 +124,7 @@ class Sessions:
         this process's leases (and, on PostgreSQL, listen for other controllers' events) until ``close``."""
         for record in self.store.with_status("running"):
             if not self._owner_alive(record):
-                await self._take_over(record, expired_only=False)
+                await self.tending.take_over(record, expired_only=False)
         with contextlib.suppress(Exception):
             swept = await self.runtime.sweep()
             if swept.removed:
@@ -140,15 +132,11 @@ class Sessions:
         unmounted = await asyncio.to_thread(self.workspaces.unmount_unused, self._in_use)
         if unmounted:
             log.info("unmounted the layer filesystems of %d sessions no process runs", len(unmounted))
-        self._background.append(asyncio.create_task(self._tend(), name="leases"))
-        if self.store.dialect == "postgres":
-            self._background.append(asyncio.create_task(self._listen(), name="listen"))
+        self.tending.start()
 
     async def close(self) -> None:
         """Stop every turn (recorded as interrupted, to be continued) and every container."""
-        for tending in self._background:
-            tending.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.tending.stop()
         tasks = [task for live in self._live.all() if (task := live.interrupt()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
@@ -171,107 +159,6 @@ class Sessions:
             return True
         record = self.store.get(session_id)
         return record is not None and record.status == "running" and self._owner_alive(record)
-
-    # ------------------------------------------------------------------ leases
-
-    async def _tend(self) -> None:
-        """Every tick: renew this process's leases and stop the turns it no longer holds, carry out the commands
-        sent to its turns, and take over the sessions whose lease has run out. A database that cannot be reached
-        for a whole lease stops this process's turns: another controller may have taken them over by then."""
-        renewed = time.monotonic()
-        tick = min(TICK_S, self.lease_s / 3)
-        while True:
-            await asyncio.sleep(tick)
-            try:
-                if time.monotonic() - renewed >= self.lease_s / 3 - tick / 2:
-                    self._held(self.leases.renew())
-                    renewed = time.monotonic()
-                self._take_commands()
-                for record in self.leases.expired():
-                    await self._take_over(record, expired_only=True)
-                for session_id in list(self._left_behind):
-                    await self._remove_left(session_id)
-            except CubicleError as err:  # StoreError among them
-                log.warning("could not tend the leases: %s", err)
-                if time.monotonic() - renewed > self.lease_s:
-                    for live in self._live.running():
-                        self._lose(live, "its lease could not be renewed")
-            except Exception:
-                log.exception("could not tend the leases")
-
-    def _held(self, renewed: dict[str, int]) -> None:
-        """After a renewal: stop each turn running here whose session has been claimed since this process claimed
-        it, and give up the lease of a session left under this process's name at a claim it does not hold (so that
-        it is taken over as interrupted rather than stuck running)."""
-        for live in self._live.running():
-            epoch = renewed.get(live.session_id)
-            if epoch is None:  # not renewed: ended (then the row is at the same claim) or claimed by another
-                record = self.store.get(live.session_id)
-                epoch = None if record is None else record.epoch
-            if epoch != live.recorder.epoch:
-                self._lose(live, "another controller took the session over")
-        for session_id, epoch in renewed.items():
-            if session_id not in self.leases.holds and self.leases.claims.get(session_id) != epoch:
-                log.warning("gave up the lease of %s: this process does not hold its claim %d", session_id, epoch)
-                self.leases.release(session_id, epoch)
-        claims = self.leases.claims
-        for session_id in [sid for sid in claims if sid not in renewed and not self.is_running(sid)]:
-            del claims[session_id]
-
-    def _lose(self, live: LiveSession, why: str) -> None:
-        log.warning("stopping the turn of %s: %s", live.session_id, why)
-        self._live.forget(live)
-        live.lose()
-
-    def _take_commands(self) -> None:
-        """Carry out what other controllers were asked to do to the turns running here (a cancel)."""
-        for session_id, kind, sent in self.leases.take():
-            live = self._live.get(session_id)
-            if kind == "cancel" and live is not None and live.running and time.time() - sent < COMMAND_TTL_S:
-                task = asyncio.create_task(live.cancel(CANCEL_WAIT_S))
-                task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    async def _listen(self) -> None:
-        """PostgreSQL: wake the followers of sessions that run elsewhere as their events are stored, and carry
-        out commands at once. A wake-up only: the events are read from the table by sequence number."""
-        async for channel, session_id in self.store.notifications():
-            if channel == "commands":
-                with contextlib.suppress(Exception):
-                    self._take_commands()
-            elif not session_id:  # (re)connected: whatever was stored meanwhile is read by every follower now
-                self.feed.notify_all()
-            elif not self.is_running(session_id):  # this process wakes its own turns' followers itself
-                self.feed.notify(session_id)
-
-    async def _remove_left(self, session_id: str) -> None:
-        """Remove the containers a gone controller left for a session taken over; what the engine does not remove
-        now is asked again at the next tick, so a takeover never leaves the dead controller's sandbox running."""
-        try:
-            await self.runtime.remove_containers(session_id)
-        except Exception as err:  # noqa: BLE001 - logged, and tried again at the next tick
-            if session_id not in self._left_behind:
-                log.warning("could not remove the container of %s yet (tried again): %s", session_id, err)
-            self._left_behind.add(session_id)
-        else:
-            self._left_behind.discard(session_id)
-
-    async def _take_over(self, record: Row, expired_only: bool) -> bool:
-        """Claim a running session whose controller is gone (or whose lease ran out) as interrupted: its container
-        is removed, a call it left unanswered gets an error result, and a follow-up continues it. False if
-        someone else claimed it first (or its holder renewed the lease in between)."""
-        epoch = self.leases.claim(record.id, record.epoch, "interrupted", expired_only)
-        if epoch is None:
-            return False
-        log.warning("took over session %s from %s (interrupted)", record.id, record.owner)
-        await self._remove_left(record.id)
-        recorder = await self.recorder(record, epoch)
-        self.store.update(
-            record.id, epoch, detail="the process running this turn stopped (a controller restart, or a killed run)"
-        )
-        await recorder.emit(
-            StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped")
-        )
-        return True
 
     # ------------------------------------------------------------------ commands
 
@@ -477,75 +364,6 @@ class Sessions:
             with contextlib.suppress(CubicleError):
                 self.leases.release(session_id, epoch)
 
-    # ------------------------------------------------------------------ the workspace layer
-
-    async def changes(self, session_id: str, diff: bool = False) -> Changes:
-        self.get(session_id)
-        key = (session_id, diff)
-        listing = self._listings.get(key)
-        if listing is None:  # requests for the same listing while one is read share it: one walk, not one each
-            listing = asyncio.ensure_future(self.workspaces.in_thread(self.workspaces.changes, session_id, diff))
-            self._listings[key] = listing
-            listing.add_done_callback(
-                lambda done: self._listings.pop(key, None) if self._listings.get(key) is done else None
-            )
-            listing.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, whoever waits
-        return await asyncio.shield(listing)
-
-    async def checkpoints(self, session_id: str) -> list[Checkpoint]:
-        self.get(session_id)
-        return await asyncio.to_thread(self.workspaces.checkpoints, session_id)
-
-    async def apply(
-        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
-        """Copy the layer's changes (only those ``paths`` and ``ids`` name, if given) into the checkout (sandbox
-        stopped first); ApplyConflictError writes nothing."""
-        async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
-            return await apply_and_report(
-                self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths, ids
-            )
-
-    async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
-        """Restore the checkout to its state before the newest apply not yet reverted."""
-        async with self._quiesced(session_id, "revert when the turn has ended") as recorder:
-            result = await self.workspaces.in_thread(self.workspaces.revert, session_id, force or ())
-            await recorder.emit(
-                RevertedEvent(
-                    session_id=session_id,
-                    apply=result.record,
-                    paths=[shown(p) for p in result.reverted[:MAX_LISTED_PATHS]],
-                    more=max(0, len(result.reverted) - MAX_LISTED_PATHS) + result.more_reverted,
-                )
-            )
-        return result
-
-    async def rewind(self, session_id: str, turn: int) -> Row:
-        """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
-        async with self._quiesced(session_id, "rewind when the turn has ended") as recorder:
-            await self.workspaces.in_thread(self.workspaces.rewind, session_id, turn)
-            convo = recorder.convo
-            convo.add_user_text(
-                f"[cubicle] The files in /workspace were rewound to how they were at the end of turn {turn}; "
-                "changes made after it are gone."
-            )
-            await recorder.save_transcript(convo)
-            await recorder.emit(RewoundEvent(session_id=session_id, turn=turn))
-            with contextlib.suppress(CubicleError, OSError):  # counted once here; a layer unread stays uncounted
-                held = summarize(await self.workspaces.in_thread(self.workspaces.changes, session_id))
-                self.store.update(session_id, recorder.epoch, unapplied=held.files + held.unlisted_applied)
-        return self.get(session_id)
-
-    async def discard(self, session_id: str) -> Row:
-        """Drop the layer: the session's changes are gone; the checkout keeps what was applied."""
-        async with self._quiesced(session_id, "cancel it first") as recorder:
-            left = await asyncio.to_thread(self.workspaces.discard, session_id)
-            if left:
-                log.warning("discarding %s left %s (root-owned kernel files; root can remove them)", session_id, left)
-            await recorder.emit(DiscardedEvent(session_id=session_id))
-        return self.get(session_id)
-
     # ------------------------------------------------------------------ queries
 
     def model_view(self, session_id: str) -> tuple[list[dict[str, Any]], list[Edit], ContextPolicy]:
@@ -605,6 +423,11 @@ class Sessions:
         record = self.store.get(session_id)
         return record is None or self._owner_alive(record)
 
+    def _in_use_here_too(self, session_id: str) -> bool:
+        """``_in_use``, or a session of this process: the tick's sweep runs beside this process's own sessions."""
+        record = self.store.get(session_id)
+        return record is None or record.owner == self.owner or self._owner_alive(record)
+
     def _owner_alive(self, record: Row) -> bool:
         """Whether another process that is still alive holds this session (this process knows its own).
 
@@ -628,11 +451,7 @@ class Sessions:
             await self._stop_sandbox(session_id)
             recorder = live.recorder if live is not None else await self.recorder(record, epoch)
             recorder.epoch = epoch
-            try:
-                yield recorder
-            finally:  # the layer changes here: a listing read before is not one to share from now on
-                self._listings.pop((session_id, False), None)
-                self._listings.pop((session_id, True), None)
+            yield recorder
 
     async def _stop_sandbox(self, session_id: str) -> None:
         """Remove the session's container wherever it came from (this process, or another one's idle session)."""
@@ -677,3 +496,47 @@ class Sessions:
 
     def _forget(self, live: LiveSession) -> bool:
         return self._live.forget(live)
+
+
+@contextlib.asynccontextmanager
+async def open_sessions(
+    settings: Settings,
+    sandbox_factory: SandboxFactory | None = None,
+    *,
+    prepare: Callable[[Runtime], Awaitable[None]] | None = None,
+    start: bool = False,
+) -> AsyncIterator[Sessions]:
+    """The sessions of ``settings``' database over one runtime: how every entry point (the CLI's commands, ``cubicle
+    run`` and ``cubicle mcp``, the API) puts the store, the runtime and the sessions together.
+
+    ``prepare`` runs on the runtime before the store is opened (the model's key checked, an image ensured);
+    ``start`` recovers what a killed process left and tends the leases. On the way out, however it is left (a
+    second signal during clean-up too), the turns and their containers are stopped, then the clients closed."""
+    runtime = Runtime(settings, sandbox_factory)
+    try:
+        if prepare is not None:
+            await prepare(runtime)
+        store = open_store(settings)
+        try:
+            sessions = Sessions(settings, store, runtime)
+            try:
+                if start:
+                    await sessions.start()
+                yield sessions
+            finally:
+                await _unstoppable(sessions.close())  # the turns' leases are renewed until here
+        finally:
+            store.close()
+    finally:
+        await runtime.close()
+
+
+async def _unstoppable(work: Awaitable[None]) -> None:
+    """``work`` to its end even if the caller is cancelled meanwhile (a second signal during clean-up): the
+    containers and the leases go first, then the cancel goes on."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise

@@ -27,11 +27,11 @@ from pydantic import BaseModel, Field
 
 from ..config import Settings
 from ..errors import ConfigError, DatabaseUnavailableError, LeaseLostError, StoreError
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from ..wire.events import EVENT_ADAPTER, Event, Usage
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessions import SessionRecord
+from ..wire.sessionrecord import SessionRecord
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Container
 from fastapi import Request, status
 from pydantic import SecretStr
 
+from ..errors import RefusedError
 from .store import Store
 
 COOKIE = "cubicle_session"
@@ -40,18 +41,8 @@ KEY_PARAM = "key"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-class Refused(Exception):
-    """A request the guards turn away: ``status`` and a ``detail`` the caller can act on."""
-
-    def __init__(self, status_code: int, detail: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(detail)
-        self.status_code = status_code
-        self.detail = detail
-        self.headers = headers or {}
-
-
-def unauthorized() -> Refused:
-    return Refused(
+def unauthorized() -> RefusedError:
+    return RefusedError(
         status.HTTP_401_UNAUTHORIZED,
         "A valid bearer token (or the viewer's sign-in cookie with its key) is required.",
         {"WWW-Authenticate": "Bearer"},
@@ -155,7 +146,7 @@ def same_origin(request: Request) -> bool:
 
 
 def authenticate(request: Request, token: SecretStr | None) -> None:
-    """Let the request through, or raise ``Refused`` (401 without credentials, 403 for a foreign origin)."""
+    """Let the request through, or raise ``RefusedError`` (401 without credentials, 403 for a foreign origin)."""
     unsafe = request.method not in SAFE_METHODS
     if token is None:  # loopback only: the Host guard has run; a browser's foreign Origin is refused
         if unsafe and "origin" in request.headers and not same_origin(request):
@@ -211,9 +202,9 @@ def _bearer_matches(request: Request, token: SecretStr) -> bool:
     return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.get_secret_value().encode())
 
 
-def cross_origin(request: Request) -> Refused:
+def cross_origin(request: Request) -> RefusedError:
     given = request.headers.get("origin", "(none)")
-    return Refused(
+    return RefusedError(
         status.HTTP_403_FORBIDDEN,
         f"Refused a cross-origin request: Origin {given!r} is not this server's ({own_origin(request)}).",
     )

@@ -24,10 +24,9 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
 from ..config import Settings
-from ..errors import NotFoundError
+from ..errors import NotFoundError, RefusedError
 from .webauth import (
     COOKIE,
-    Refused,
     Revocations,
     cross_origin,
     issue,
@@ -153,7 +152,7 @@ async def login(body: SignIn, request: Request) -> Response:
     if settings.api_token is None:
         return JSONResponse(SignedIn(key="").model_dump())  # nothing to sign in to
     if not secrets.compare_digest(body.token.encode(), settings.api_token.get_secret_value().encode()):
-        raise Refused(status.HTTP_401_UNAUTHORIZED, "That is not this server's API token.")
+        raise RefusedError(status.HTTP_401_UNAUTHORIZED, "That is not this server's API token.")
     lifetime = settings.ui_session_hours * 3600
     cookie = issue(settings.api_token, lifetime, time.time())
     response = JSONResponse(SignedIn(key=page_key(settings.api_token, cookie)).model_dump())

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import EntryLimitError
+from ..errors import TooManyEntriesError
 from ..wire.protocol import (
     Call,
     CommandResult,
@@ -103,7 +103,7 @@ class MemorySandbox:
 
     async def check_names(self) -> None:
         if self.names is not None and len(self.files) > self.names:
-            raise EntryLimitError(f"The workspace holds more than {self.names} entries.")
+            raise TooManyEntriesError(self.names, f"The workspace holds more than {self.names} entries.")
 
     async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
         self.calls.append(request)

@@ -9,11 +9,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .changes import Conflict
-from .environment import EnvironmentRequest
+from .changeset import Conflict
+from .envspec import EnvironmentRequest
 from .limits import Limits
 from .policies import ContextPolicy, Edit
-from .sessions import ApplyPolicy, SessionRecord
+from .sessionrecord import ApplyPolicy, SessionRecord
 
 TRUNCATED_HEADER = "Cubicle-Truncated-At"
 """Set on a changes listing that stopped at the session's names limit (its value)."""

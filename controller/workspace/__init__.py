@@ -4,9 +4,13 @@ Modules, each one concern::
 
     layer        per-session directories, the overlay volume's options, discard
     baseline     the checkout at session start (cheap identity per entry, ignore files)
+    contents     what each file of the checkout held at the start, by content (a conflict is a real change)
     ignore       the repository's ignore rules, matched in-process (pathspec)
     changes      the upper layer read against the checkout: added / modified / deleted
     gitlike      refusing agent entries that would make a directory look like a git repository
+    gitpointers  the work-tree paths the checkout's own git configuration points at
+    shellwords   reading shell command lines by their words, for what they run
+    buildinputs  the files an environment's next build or setup runs, as changes are judged against them
     pipelines    the CI definitions a hosted CI runs with the repository's secrets (held back as trusted)
     textdiff     bounded in-process unified diffs
     checkout     the only writer of the real checkout (no symlink followed, new inodes)
@@ -16,8 +20,13 @@ Modules, each one concern::
     revert       undo the newest apply
     checkpoints  per-turn copies of the upper layer, and rewind
     names        counting a layer's entries against the session's limit; bounded directory listings
+    headroom     what a deletion needs at the quota, made before the agent can use the last inode
     beneath      opening paths under a directory fd without following symlinks
     records      atomic JSON, the Identity model, a name's one printed form (``shown``) and back (``unshown``)
+    offload      walks of a layer in a child process with a memory ceiling of its own
+    quota        each session's layer on a filesystem of its own (disk and inode quotas)
+    repos        which repositories a session may use
+    manager      the layers of one data directory: pinned, reviewed, applied, rewound, discarded
 
 Typical life of a session::
 
@@ -30,6 +39,7 @@ Typical life of a session::
 """
 
 from ..errors import (
+    ApplyTooLargeError,
     LayerInUseError,
     LayerMissingError,
     RepoChangedError,
@@ -37,8 +47,8 @@ from ..errors import (
     UnsafePathError,
     WorkspaceError,
 )
-from ..wire.changes import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
-from .apply import ApplyBounds, ApplyTooLargeError, apply
+from ..wire.changeset import ApplyResult, Change, Changes, Conflict, Disposition, Kind, RevertResult
+from .apply import ApplyBounds, apply
 from .changes import listed, scan
 from .checkpoints import checkpoint, rewind
 from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import TooManyEntriesError, UnsafePathError, WorkspaceError
-from ..wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from ..errors import ApplyTooLargeError, TooManyEntriesError, UnsafePathError, WorkspaceError
+from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from . import beneath, gitlike, selection
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
@@ -107,22 +107,6 @@ class ApplyBounds(BaseModel):
     checkout_entries: int
     saved_bytes: int
     combined_bytes: int | None = None  # the checkout and the layer share a filesystem: both together
-
-
-class ApplyTooLargeError(WorkspaceError):
-    """An apply would write more than its bounds allow (``what`` says which: ``ENTRIES`` counts entries, the
-    others bytes)."""
-
-    ENTRIES = "new entries in the checkout"
-
-    def __init__(self, what: str, total: int, limit: int) -> None:
-        super().__init__(f"The apply would need {total:,} {what}, more than the {max(limit, 0):,} it may.")
-        self.what = what
-        self.total = total
-        self.limit = limit
-
-    def __reduce__(self) -> tuple[type[ApplyTooLargeError], tuple[str, int, int]]:
-        return type(self), (self.what, self.total, self.limit)  # raised in a walk's child process, raised again here
 
 
 def _blocks(size: int) -> int:

@@ -1,6 +1,6 @@
 """The files of the checkout an environment's next build or setup runs, as the layer judges changes against them.
 
-``controller.environment.buildinputs`` finds them when the session starts; a change to one is
+``controller.environment.inputs`` finds them when the session starts; a change to one is
 never an ordinary change: a named input (a ``COPY`` source, a setup input) is ``trusted``,
 applied only when forced by name, and a path of a build context the Dockerfile copies whole is
 ``build_input``, applied only with one acknowledgement for all of them (``--build-inputs``).

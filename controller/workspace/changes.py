@@ -26,7 +26,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from ..wire.changes import Change, Changes, Disposition, FileType, Kind
+from ..wire.changeset import Change, Changes, Disposition, FileType, Kind
 from . import beneath, gitlike, gitpointers, names, pipelines, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_rules
 from .checkout import TEMP_NAME

@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import UnsafePathError
-from ..wire.changes import FileType
+from ..wire.changeset import FileType
 from . import beneath
 from .records import Identity, file_type
 

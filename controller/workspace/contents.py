@@ -91,7 +91,7 @@ class IndexEntry:
         )
 
 
-class Index:
+class GitIndex:
     """The regular files' entries of a checkout's ``.git/index`` (stage 0 only), and when the index was written."""
 
     def __init__(self, entries: dict[str, IndexEntry], mtime_ns: int) -> None:
@@ -103,7 +103,7 @@ class Index:
         return entry.blob if entry is not None and entry.vouches_for(st, self.mtime_ns) else None
 
 
-def read_index(root_fd: int) -> Index | None:
+def read_index(root_fd: int) -> GitIndex | None:
     """The checkout's index, or None when there is none this module can read (see the module's docstring)."""
     try:
         with beneath.reading(root_fd, ".git/index") as fd:
@@ -114,7 +114,7 @@ def read_index(root_fd: int) -> Index | None:
     except (OSError, UnsafePathError):
         return None
     try:
-        return Index(dict(_entries(data)), st.st_mtime_ns)
+        return GitIndex(dict(_entries(data)), st.st_mtime_ns)
     except (struct.error, ValueError, IndexError, UnicodeDecodeError):
         return None
 

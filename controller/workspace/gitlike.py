@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection
 
 from ..errors import UnsafePathError
-from ..wire.changes import Change, Disposition, Kind
+from ..wire.changeset import Change, Disposition, Kind
 from . import beneath
 
 REPO_NAMES = frozenset(

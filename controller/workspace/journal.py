@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import LayerMissingError, UnsafePathError
-from ..wire.changes import Change, FileType
+from ..wire.changeset import Change, FileType
 from . import contents
 from .baseline import load_blobs
 from .checkout import Checkout, Prior

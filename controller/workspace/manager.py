@@ -27,9 +27,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import workspace
-from ..errors import ConflictError, CubicleError, ForbiddenRepoError, NotFoundError, RepoError, StoreError
-from ..wire.changes import (
+from ..errors import (
     ApplyConflictError,
+    ConflictError,
+    CubicleError,
+    ForbiddenRepoError,
+    NotFoundError,
+    QuotaFullError,
+    RepoError,
+    StoreError,
+)
+from ..wire.changeset import (
     ApplyResult,
     Change,
     Checkpoint,
@@ -95,18 +103,10 @@ def quota_full(layer: Layer) -> bool:
     return dev != -1 and (free < MIB or inodes < 16)
 
 
-class QuotaFullError(StoreError):
-    """The session's disk quota is used up, so the layer cannot take what the operation writes there."""
-
-    def __init__(self, session_id: str, layer: Layer) -> None:
-        quota = layer.info.disk
-        size = f" ({quota.mb} MiB, {quota.inodes:,} files)" if quota else ""
-        super().__init__(
-            f"The disk quota of session {session_id}{size} is used up: its files, checkpoints and the backups an "
-            "apply keeps all count. Nothing was written to the checkout.",
-            hint=f"Rewind it to an earlier checkpoint (`cubicle rewind {session_id} N`), ask the agent in a follow-up "
-            "to delete what it does not need, or discard the session.",
-        )
+def _quota(layer: Layer) -> tuple[int | None, int | None]:
+    """The layer's disk quota (MiB, files), as a QuotaFullError names it; None, None without one."""
+    quota = layer.info.disk
+    return (quota.mb, quota.inodes) if quota else (None, None)
 
 
 APPLY_FREE_FLOOR_MB = 64
@@ -386,7 +386,7 @@ class Workspaces:
             yield layer
         except OSError as err:
             if err.errno in (errno.ENOSPC, errno.EDQUOT) and quota_full(layer):
-                raise QuotaFullError(session_id, layer) from None
+                raise QuotaFullError(session_id, *_quota(layer)) from None
             raise
         finally:
             self.release(layer)

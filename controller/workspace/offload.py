@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from ..errors import WorkspaceError
+from ..errors import WalkMemoryError, WalkTimeoutError, WorkspaceError
 
 T = TypeVar("T")
 
@@ -53,21 +53,6 @@ def preload() -> list[str]:
     return PRELOAD + sorted(
         name for name in held if isinstance(name, str) and name in sys.modules and name != "__main__"
     )
-
-
-class WalkMemoryError(WorkspaceError):
-    """A walk of a layer needed more memory than a walk may have; the controller and other sessions are unharmed."""
-
-    hint = (
-        "The layer holds more than a walk can read within its memory (CUBICLE_WALK_MEMORY_MB): rewind the session "
-        "to an earlier checkpoint or discard it."
-    )
-
-
-class WalkTimeoutError(WalkMemoryError):
-    """A walk of a layer took longer than a walk may (CUBICLE_WALK_TIMEOUT_S); it was stopped."""
-
-    hint = "Rewind the session to an earlier checkpoint or discard it; a layer this costly to read is never applied."
 
 
 def _child(conn: Connection, limit_bytes: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..wire.changes import FileType
+from ..wire.changeset import FileType
 from .beneath import write_all
 
 M = TypeVar("M", bound=BaseModel)

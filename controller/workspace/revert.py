@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from ..errors import UnsafePathError
-from ..wire.changes import Conflict, FileType, Kind, RevertResult
+from ..wire.changeset import Conflict, FileType, Kind, RevertResult
 from . import beneath
 from .apply import open_checkout, step_mode, under_any
 from .changes import same_bytes

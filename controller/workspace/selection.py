@@ -13,21 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..errors import InvalidRequestError, NotFoundError
-from ..wire.changes import Change
+from ..errors import AmbiguousNameError, NotFoundError
+from ..wire.changeset import Change
 from .records import shown, unshown
 
 MAX_NAMED = 5
 """Candidates a refusal lists (each with its id)."""
-
-
-class AmbiguousNameError(InvalidRequestError):
-    """A given name reads as more than one change (a real name and another's printed one): nothing is done."""
-
-    hint = (
-        "Select the one you mean by its id (`cubicle apply ID --id CHANGE_ID`, the API's `ids`); "
-        "`cubicle changes ID --json` lists each change's id."
-    )
 
 
 def roots(given: Collection[str], changes: list[Change]) -> list[str]:

@@ -97,13 +97,17 @@ def context() -> str:
 
 
 def backend() -> str:
-    from controller.config import DockerBackend, KubernetesBackend
+    from controller.config import DockerBackendConfig, KubernetesBackendConfig
 
     def kinds(model: type[BaseModel]) -> str:
         return _table(model, "CUBICLE_BACKEND__").split("\n", 2)[2]
 
     head = "| variable | default | bounds | meaning |\n|---|---|---|---|\n"
-    return head + kinds(DockerBackend) + kinds(KubernetesBackend).replace("| required |", "| `kubernetes` |", 1)
+    return (
+        head
+        + kinds(DockerBackendConfig)
+        + kinds(KubernetesBackendConfig).replace("| required |", "| `kubernetes` |", 1)
+    )
 
 
 def events() -> str:

@@ -65,13 +65,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def controller_pair(tmp_path: Path, model_url: str, lease_s: float) -> Iterator[Pair]:
+def controller_pair(tmp_path: Path, model_url: str, lease_s: float, instance: str | None = None) -> Iterator[Pair]:
+    """Two controllers, each an instance of its own; with ``instance``, both of that one (two on one host, which
+    can tell whether the other's process still runs)."""
     with postgres_schema() as url, ExitStack() as stack:
         controllers = []
         env: dict[str, str] = {}
         for name in ("a", "b"):
             connection_name = f"cubicle-test-{name}-{secrets.token_hex(4)}"
-            env = serve_env(model_url, TOKEN, tmp_path, f"{TEST_INSTANCE}-{name}")
+            env = serve_env(model_url, TOKEN, tmp_path, instance or f"{TEST_INSTANCE}-{name}")
             env |= {
                 "CUBICLE_DATABASE_URL": f"{url}&application_name={connection_name}",
                 "CUBICLE_LEASE_S": str(lease_s),

@@ -19,7 +19,7 @@ import pytest
 
 from controller.agent.scripted import ScriptedServer
 from controller.config import Settings
-from controller.environment.buildinputs import definition_files
+from controller.environment.inputs import definition_files
 from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions
 from controller.server.store import Store

@@ -13,9 +13,15 @@ import pytest
 
 from controller.agent.scripted import ScriptedServer, free_port
 from controller.client import AsyncClient, Client
-from controller.errors import AuthError, ConflictError, InvalidRequestError, NotFoundError, UnreachableError
+from controller.errors import (
+    ApplyConflictError,
+    AuthError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    UnreachableError,
+)
 from controller.testing.container import CubicleContainer
-from controller.wire.changes import ApplyConflictError
 from controller.wire.events import SessionFinished, ToolResult
 from tests.agent_harness import register, text, tool
 from tests.integration.client_helpers import Relay, Served, cubicle_serve

@@ -21,7 +21,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from controller.agent import tools
-from controller.server import live
+from controller.server import served
 from controller.server.store import Store
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.helpers import doc_example
@@ -142,7 +142,7 @@ async def test_the_layer_is_checkpointed_every_fifty_calls(tmp_path: Path, make_
     data = tmp_path / "data"
     async with mcp_session(make_repo(), data, "mcp-checkpoint-test") as client:
         await client.call_tool("write_file", {"path": "a.txt", "content": "a"})
-        for _ in range(live.CHECKPOINT_EVERY - 1):
+        for _ in range(served.CHECKPOINT_EVERY - 1):
             await client.call_tool("read_file", {"path": "a.txt"})
         _, events = only_session(data)
         checkpoints = [e for e in events if e.type == "changes"]

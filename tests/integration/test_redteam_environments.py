@@ -25,8 +25,9 @@ from docker.errors import APIError, NotFound
 from controller import workspace
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.environment import setups
-from controller.environment.preparation import Environments, ImageNotAllowedError
-from controller.wire.environment import EnvironmentRequest
+from controller.environment.preparation import Environments
+from controller.errors import ImageNotAllowedError
+from controller.wire.envspec import EnvironmentRequest
 from controller.wire.events import Event, SetupOutput
 from controller.wire.limits import Limits
 from controller.wire.network import NONE

@@ -34,7 +34,7 @@ import pytest
 
 from controller.config import Settings
 from controller.sandbox.docker import volume_name
-from controller.server import live
+from controller.server import served
 from controller.server.runtime import Runtime
 from tests.integration.mcp_helpers import events, raw_server, status
 from tests.integration.pty_helpers import owned_by
@@ -93,7 +93,7 @@ def test_concurrent_calls_do_not_skip_the_checkpoint_every_fifty_calls(
     tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     data, instance = tmp_path / "data", "mcp-redteam-concurrent"
-    calls = 2 * live.CHECKPOINT_EVERY
+    calls = 2 * served.CHECKPOINT_EVERY
     with raw_server(make_repo(), data, instance, docker_client) as server:
         server.initialize()
         session_id = server.session_id()
@@ -122,13 +122,13 @@ def test_cancelling_the_fiftieth_call_neither_drops_its_checkpoint_nor_lets_a_wr
         )
         server.call(1, "run_command", {"command": many, "timeout_s": 120})
         assert server.reply(1, 180) is not None
-        for n in range(2, live.CHECKPOINT_EVERY):
+        for n in range(2, served.CHECKPOINT_EVERY):
             server.call(n, "read_file", {"path": "README.md"})
             assert server.reply(n) is not None
         started = time.monotonic()
-        server.call(live.CHECKPOINT_EVERY, "read_file", {"path": "README.md"})
+        server.call(served.CHECKPOINT_EVERY, "read_file", {"path": "README.md"})
         time.sleep(0.05)  # the read is done; its checkpoint (20,000 files) is running
-        server.send({"method": "notifications/cancelled", "params": {"requestId": live.CHECKPOINT_EVERY}})
+        server.send({"method": "notifications/cancelled", "params": {"requestId": served.CHECKPOINT_EVERY}})
         server.call(100, "write_file", {"path": "during.txt", "content": "x"})
         assert server.reply(100) is not None
         wrote_after = time.monotonic() - started

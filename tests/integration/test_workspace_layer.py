@@ -23,7 +23,7 @@ from docker.types import Mount
 
 from controller.config import DEFAULT_IMAGE
 from controller.sandbox import owners
-from controller.wire.changes import Disposition, Kind
+from controller.wire.changeset import Disposition, Kind
 from controller.workspace import apply, checkpoint, create, discard, revert, rewind, scan, volume_kwargs
 from controller.workspace.layer import Layer
 from tests.integration.layer_host import tree

@@ -13,7 +13,7 @@ import pytest
 from controller import workspace
 from controller.sandbox import isolation as runtimes
 from controller.sandbox.docker import DockerSandbox
-from controller.wire.changes import ApplyResult
+from controller.wire.changeset import ApplyResult
 from controller.wire.protocol import Failure, ListResult, ReadResult, WriteResult
 from controller.workspace.baseline import is_git_path
 from tests.integration.helpers import call, sh

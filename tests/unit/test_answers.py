@@ -19,7 +19,7 @@ import pytest
 from controller.answers import MAX_ANSWER_BYTES, Events
 from controller.client import Client
 from controller.errors import AnswerTooLargeError
-from controller.wire.changes import Change, FileType, Kind
+from controller.wire.changeset import Change, FileType, Kind
 
 MiB = 1 << 20
 FLAT = 100 * MiB

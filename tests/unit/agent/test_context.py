@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from controller.agent.context import (
     Measure,
-    cut_points,
     estimate_tokens,
     files_changed,
     mask_keeping,
@@ -61,7 +60,7 @@ def transcripts(draw: st.DrawFn) -> list[Message]:
 def edited(draw: st.DrawFn) -> tuple[list[Message], list[Edit]]:
     messages = draw(transcripts())
     edits = [Edit(kind="mask", upto=draw(st.integers(0, len(messages)))) for _ in range(draw(st.integers(0, 2)))]
-    cuts = cut_points(messages)
+    cuts = [i for i, m in enumerate(messages) if i > 0 and m["role"] == "assistant"]  # where a compaction may cut
     if cuts and draw(st.booleans()):
         kind = draw(st.sampled_from(["compact", "trim"]))
         edits.append(Edit(kind=kind, upto=draw(st.sampled_from(cuts)), summary="we fixed the parser"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli import patch
-from controller.wire.changes import Change, Disposition, FileType, Kind
+from controller.wire.changeset import Change, Disposition, FileType, Kind
 from controller.workspace import textdiff
 
 HOOK = "[core]\n\tfsmonitor = touch /tmp/pwned\n"

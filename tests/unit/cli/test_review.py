@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console, RenderableType
 
 from controller.cli import review
-from controller.wire.changes import ApplyResult, Change, Conflict, Disposition, FileType, Kind
+from controller.wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from controller.wire.events import ChangeSummary
 
 

@@ -14,7 +14,7 @@ from controller.environment import buildcontext, definition
 from controller.environment.definition import Overrides, definition_hash, load, materials, override, requested
 from controller.environment.devcontainer import expand_container_env
 from controller.errors import DefinitionError, RepoError, SetupError
-from controller.wire.environment import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest, keeping_path
+from controller.wire.envspec import DEFAULT_SETUP_INPUTS, Environment, EnvironmentRequest, keeping_path
 from controller.wire.network import NetworkPolicy, parse
 
 TOML = ".cubicle/environment.toml"

@@ -17,7 +17,7 @@ import pytest
 from controller.environment import setup_inputs_hash
 from controller.environment.definition import MAX_INPUT_BYTES
 from controller.errors import DefinitionError
-from controller.wire.environment import Environment
+from controller.wire.envspec import Environment
 
 
 def test_setup_inputs_never_walk_out_of_the_repository_through_a_symlink(

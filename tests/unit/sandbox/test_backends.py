@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.config import DockerBackend, KubernetesBackend, Settings
+from controller.config import DockerBackendConfig, KubernetesBackendConfig, Settings
 from controller.errors import ConfigError
 from controller.sandbox.backends import open_backend
 from tests.unit.imports import imports, modules, tree
@@ -20,10 +20,10 @@ ENGINE_MODULES = {"sandbox.engine", "sandbox.images", "sandbox.egress", "sandbox
 
 
 def test_docker_is_the_default_and_kubernetes_is_refused_with_where_its_design_is(tmp_path: Path) -> None:
-    assert isinstance(Settings(data_dir=tmp_path).backend, DockerBackend)
+    assert isinstance(Settings(data_dir=tmp_path).backend, DockerBackendConfig)
     assert open_backend(Settings(data_dir=tmp_path)).kind == "docker"
     chosen = Settings(data_dir=tmp_path, backend={"kind": "kubernetes", "namespace": "sandboxes"})  # type: ignore[arg-type]
-    assert isinstance(chosen.backend, KubernetesBackend) and chosen.backend.namespace == "sandboxes"
+    assert isinstance(chosen.backend, KubernetesBackendConfig) and chosen.backend.namespace == "sandboxes"
     with pytest.raises(ConfigError, match=r"designed but not yet runnable: docs/kubernetes\.md"):
         open_backend(chosen)
 

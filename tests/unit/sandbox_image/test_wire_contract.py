@@ -16,7 +16,7 @@ from toolbox.protocol import Toolbox
 from toolbox.workspace import Workspace
 
 from controller.agent.tools import DEADLINE_MARGIN_S
-from controller.wire import environment, protocol
+from controller.wire import envspec, protocol
 from controller.wire.limits import Limits
 
 
@@ -75,5 +75,5 @@ def test_every_request_the_controller_sends_is_one_the_toolbox_reads(tmp_path: P
 
 
 def test_both_ends_name_the_environments_path_alike() -> None:
-    assert environment.PATH_VARIABLE == processes.PATH_VARIABLE
+    assert envspec.PATH_VARIABLE == processes.PATH_VARIABLE
     assert processes.KEEP_PATH.startswith(f'PATH="${processes.PATH_VARIABLE}"; export PATH; ')

@@ -15,7 +15,7 @@ from controller.config import Settings
 from controller.server.api import create_app
 from controller.testing import NoSandbox
 from controller.wire.limits import Limits
-from controller.wire.sessions import SessionRecord
+from controller.wire.sessionrecord import SessionRecord
 from tests.eventually import eventually
 from tests.sandbox_defaults import owned_dir
 

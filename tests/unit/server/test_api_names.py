@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from controller.wire.changes import change_id
+from controller.wire.changeset import change_id
 from tests.unit.server.test_api_workspace import DONE, Setup, setup, snapshot
 
 __all__ = ["setup"]  # the fixture, shared with the workspace routes' tests

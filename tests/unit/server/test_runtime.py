@@ -19,7 +19,7 @@ from pydantic import BaseModel, SecretStr
 from controller.agent.model import SYSTEM_PROMPT
 from controller.agent.scripted import ScriptedServer, serve_in_thread
 from controller.config import Settings
-from controller.environment.buildinputs import definition_files
+from controller.environment.inputs import definition_files
 from controller.errors import DockerUnavailableError
 from controller.sandbox.docker import DockerSandbox
 from controller.server.api import create_app

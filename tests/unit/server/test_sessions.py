@@ -15,7 +15,7 @@ from controller.config import Settings
 from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.sandbox import owners
 from controller.server.runtime import Runtime
-from controller.server.sessions import NewSession, Sessions
+from controller.server.sessions import NewSession, Sessions, open_sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
 from controller.wire.events import ListSink, Usage
@@ -53,14 +53,8 @@ async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncItera
         idle_timeout_s=0.3, docker_host=f"unix://{tmp_path}/no-docker.sock",
     )  # fmt: skip
     made: list[CountingSandbox] = []
-    store = open_store(settings)
-    runtime = Runtime(settings, sandbox_factory=lambda *_: CountingSandbox(made))
-    sessions = Sessions(settings, store, runtime)
-    await sessions.start()
-    yield Controller(sessions, made)
-    await sessions.close()
-    await runtime.close()
-    store.close()
+    async with open_sessions(settings, lambda *_: CountingSandbox(made), start=True) as sessions:  # as the API's
+        yield Controller(sessions, made)
 
 
 async def test_a_turn_runs_to_its_end_and_its_events_can_be_followed(
@@ -284,7 +278,8 @@ async def test_a_served_turn_records_its_calls_and_its_end_through_the_same_driv
         "the client went after 2 tool calls",
     )
     assert controller.made[0].stops >= 1
-    late = await live.call("list_files", {})
+    assert live.served is not None
+    late = await live.served.call("list_files", {})
     assert (late.is_error, late.text) == (True, "This session has ended.")
 
 
@@ -320,6 +315,7 @@ async def test_a_served_turn_whose_connection_fails_still_records_its_end(
     assert live is not None and live.task is not None
     await asyncio.wait([live.task])
     ended = sessions.get(record.id)
-    assert (ended.status, ended.finish_reason) == ("failed", "error") and live.connection_failed
+    assert (ended.status, ended.finish_reason) == ("failed", "error")
+    assert live.served is not None and live.served.connection_failed
     assert "the client's connection failed after 1 tool calls" in ended.detail and "the pipe broke" in ended.detail
     assert controller.made[0].stops >= 1

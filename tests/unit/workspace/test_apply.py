@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import LayerMissingError, NotFoundError, RepoChangedError
-from controller.wire.changes import FileType
+from controller.wire.changeset import FileType
 from controller.workspace import apply, journal, open_layer, revert, scan
 from controller.workspace import layer as layers
 from controller.workspace.apply import open_checkout

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.environment import buildinputs, load
-from controller.environment.buildinputs import definition_files
-from controller.wire.changes import Disposition
+from controller.environment import inputs, load
+from controller.environment.inputs import definition_files
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, scan
 from controller.workspace import layer as layers
 from controller.workspace.buildinputs import BuildInputs
@@ -48,7 +48,7 @@ def test_the_dockerfiles_sources_are_read_as_the_builder_reads_them() -> None:
         "   /app/",
         "RUN ./install.sh",
     ])  # fmt: skip
-    assert buildinputs.sources(text) == ["install.sh", "./tools/", "data files/seed.sql", "requirements.txt"]
+    assert inputs.sources(text) == ["install.sh", "./tools/", "data files/seed.sql", "requirements.txt"]
 
 
 def test_named_build_and_setup_inputs_are_applied_only_when_forced_by_name(ws: Workspace) -> None:
@@ -108,12 +108,12 @@ def test_a_named_input_covers_what_it_copies_and_the_links_on_the_way(path: str,
 
 
 def test_a_repository_without_a_build_has_only_its_setup_inputs(tmp_path: Path) -> None:
-    found = buildinputs.find(load(tmp_path), tmp_path)
-    assert found.context is None and all(why == buildinputs.READ_BY_SETUP for _, why in found.patterns)
+    found = inputs.find(load(tmp_path), tmp_path)
+    assert found.context is None and all(why == inputs.READ_BY_SETUP for _, why in found.patterns)
 
 
 def test_a_source_a_build_argument_names_counts_as_the_whole_context(tmp_path: Path) -> None:
     (tmp_path / ".cubicle").mkdir()
     (tmp_path / ".cubicle" / "environment.toml").write_text('dockerfile = "Dockerfile"\n')
     (tmp_path / "Dockerfile").write_text("FROM debian\nARG SRC=tools\nCOPY ${SRC}/run.sh /run.sh\nRUN /run.sh\n")
-    assert buildinputs.find(load(tmp_path), tmp_path).context == ""
+    assert inputs.find(load(tmp_path), tmp_path).context == ""

@@ -8,7 +8,7 @@ import stat
 from rich.console import Console, RenderableType
 
 from controller.cli import review
-from controller.wire.changes import Change, Disposition, FileType, Kind
+from controller.wire.changeset import Change, Disposition, FileType, Kind
 from controller.workspace import changes, scan, textdiff
 from controller.workspace.manager import printable
 from tests.unit.workspace.overlay import Workspace, repo_beside

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.wire.changes import Disposition
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, scan
 from controller.workspace.gitpointers import HOOK_MANAGERS, Index, Pointer, pointers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree

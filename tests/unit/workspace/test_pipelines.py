@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.wire.changes import Disposition
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, pipelines, scan
 from tests.unit.workspace.overlay import Workspace
 

@@ -17,8 +17,8 @@ import os
 import pytest
 
 from controller.environment import load
-from controller.environment.buildinputs import definition_files
-from controller.wire.changes import Disposition
+from controller.environment.inputs import definition_files
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, scan
 from controller.workspace import layer as layers
 from controller.workspace.manager import Workspaces

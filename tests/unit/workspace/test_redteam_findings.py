@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from controller.cli import review
-from controller.wire.changes import Disposition
+from controller.wire.changeset import Disposition
 from controller.wire.events import AppliedEvent
 from controller.workspace import apply, checkpoint, rewind, scan
 from controller.workspace.checkpoints import MAX_PATH_BYTES, recover

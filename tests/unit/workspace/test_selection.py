@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from controller.errors import NotFoundError
-from controller.wire.changes import Change, FileType, Kind, change_id
+from controller.errors import AmbiguousNameError, NotFoundError
+from controller.wire.changeset import Change, FileType, Kind, change_id
 from controller.workspace import apply, scan
 from controller.workspace.records import shown, unshown
-from controller.workspace.selection import AmbiguousNameError, by_ids, exactly, roots
+from controller.workspace.selection import by_ids, exactly, roots
 from tests.unit.workspace.overlay import Workspace, snapshot
 
 FILE = "notes" + os.fsdecode(b"\xff")  # the agent's byte 0xFF, as the layer's path holds it

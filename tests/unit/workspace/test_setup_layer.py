@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from controller.environment.setups import keep_only_new
-from controller.wire.changes import Disposition, Kind
+from controller.wire.changeset import Disposition, Kind
 from controller.workspace import apply, scan
 from controller.workspace import layer as layers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree, repo_beside

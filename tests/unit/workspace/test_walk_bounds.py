@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.errors import TooManyEntriesError
-from controller.wire.changes import Disposition
+from controller.errors import TooManyEntriesError, WalkMemoryError, WalkTimeoutError
+from controller.wire.changeset import Disposition
 from controller.workspace import apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES, listed_size
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
 from controller.workspace.manager import Workspaces
-from controller.workspace.offload import Offload, WalkMemoryError, WalkTimeoutError
+from controller.workspace.offload import Offload
 from tests.unit.workspace.overlay import Workspace
 
 LINKS = 2000

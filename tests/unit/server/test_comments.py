@@ -7,9 +7,9 @@ import re
 import pytest
 
 from controller.errors import InvalidRequestError, NotFoundError
-from controller.server.review import MAX_QUOTE, QUOTED_AROUND, fenced, message
+from controller.server.comments import MAX_QUOTE, QUOTED_AROUND, fenced, message
 from controller.wire.bodies import ReviewComment
-from controller.wire.changes import Change
+from controller.wire.changeset import Change
 
 DIFF = (
     "--- a/app.py\n+++ b/app.py\n"

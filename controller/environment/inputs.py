@@ -27,7 +27,7 @@ import shlex
 from pathlib import Path
 
 from ..errors import CubicleError
-from ..wire.environment import Environment
+from ..wire.envspec import Environment
 from ..workspace.buildinputs import BuildInputs
 from .buildcontext import DOCKERIGNORE
 from .definition import load, trusted_paths

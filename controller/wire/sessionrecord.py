@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .environment import Environment
+from .envspec import Environment
 from .events import FinishReason, Status, Usage
 from .limits import Limits
 from .policies import ContextPolicy

@@ -9,8 +9,6 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..errors import ConflictError
-
 
 class FileType(StrEnum):
     FILE = "file"
@@ -128,14 +126,6 @@ class RevertResult(BaseModel):
         """This result with at most ``most`` paths in ``reverted``, the rest counted."""
         more = self.more_reverted + max(0, len(self.reverted) - most)
         return self.model_copy(update={"reverted": self.reverted[:most], "more_reverted": more})
-
-
-class ApplyConflictError(ConflictError):
-    """The checkout changed under paths the apply (or revert) would write; nothing was written."""
-
-    def __init__(self, message: str, conflicts: list[Conflict]) -> None:
-        super().__init__(message, hint="Review them, then force the paths to overwrite, or leave them.")
-        self.conflicts = conflicts
 
 
 class Checkpoint(BaseModel):

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidRequestError, NotFoundError
 from ..wire.bodies import MAX_MESSAGE, ReviewComment
-from ..wire.changes import Change
+from ..wire.changeset import Change
 from ..workspace import selection
 from ..workspace.manager import printable, shown
 
