@@ -56,6 +56,10 @@ class FloodRun:
     """The attacker's tool_result event."""
 
 
+READY_S = 120
+"""How long a `cubicle serve` may take to answer /healthz before it counts as hung."""
+
+
 class Controller:
     """A `cubicle serve` process with a scripted model, and the few API calls the measurement needs."""
 
@@ -79,14 +83,15 @@ class Controller:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        """Until /healthz answers: a bound against a hang (on a busy machine the imports alone take seconds)."""
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline and self.process.poll() is None:
             with contextlib.suppress(httpx.HTTPError):
-                if self.http.get("/healthz", timeout=1).status_code == 200:
+                if self.http.get("/healthz", timeout=5).status_code == 200:
                     return
             time.sleep(0.1)
         self.close()
-        raise RuntimeError("cubicle serve did not come up")
+        raise RuntimeError(f"cubicle serve did not come up (exit status {self.process.returncode})")
 
     def close(self) -> None:
         self.process.terminate()
@@ -94,6 +99,7 @@ class Controller:
             self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()  # reaped: a Popen never waited for warns from its finalizer
         self.http.close()
 
     def start(self, repo: Path, model: str) -> str:

@@ -187,6 +187,7 @@ def test_a_killed_run_leaves_its_layer_mounted_until_the_next_controller_or_gc(
     finally:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
+        process.wait()
     assert loops_backed_by(data) and mounts_under(data), "a killed run leaves its layer's filesystem mounted"
 
     done = cubicle("gc", env=env, timeout=120)
