@@ -56,6 +56,9 @@ class FloodRun:
     """The attacker's tool_result event."""
 
 
+HEALTH_P99_S = 0.1
+STEP_RATIO = 2.0
+"""The flood's targets: /healthz p99 during it, and a neighbour's step p50 against the same neighbour alone."""
 READY_S = 120
 """How long a `cubicle serve` may take to answer /healthz before it counts as hung."""
 
@@ -199,6 +202,7 @@ def measure(
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.wait(TRICKLE_S + 30)
     writer.kill()
+    writer.wait()
     attacked = FloodRun(Sample(list(health)), step_latencies(events))
     results = [e for e in controller.finished(attacker) if e["type"] == "tool_result"]
     attacked.attacker = results[0] if results else {"is_error": False, "output": "(the attacker's call never ended)"}
@@ -237,7 +241,12 @@ def table(report: Report, client: Any, root: Path) -> None:
         outcome = "" if run.attacker is None else ("error result" if run.attacker["is_error"] else "**no error**")
         steps, health = run.neighbour_steps, run.health
         rows.append([name, ms(steps.p50), ms(steps.p95), ms(health.p50), ms(health.pct(0.99)), outcome])
-    report.extra.append((title, header, rows))
+    report.extra.append(
+        (title + f" (targets: /healthz p99 ≤ {ms(HEALTH_P99_S)}, neighbour p50 ≤ {STEP_RATIO}×)", header, rows)
+    )
+    p99, ratio = attacked.health.pct(0.99), attacked.neighbour_steps.p50 / baseline.neighbour_steps.p50
+    report.check(p99 <= HEALTH_P99_S, f"/healthz p99 {ms(p99)} during the channel flood > {ms(HEALTH_P99_S)}")
+    report.check(ratio <= STEP_RATIO, f"a neighbour's steps took {ratio:.2f}× as long (p50) during the flood")
     ratio = attacked.neighbour_steps.p50 / baseline.neighbour_steps.p50
     report.check(ratio <= 2.0, f"channel flood: neighbour step p50 {ratio:.2f}× its baseline (target ≤ 2×)")
     p99 = attacked.health.pct(0.99)
