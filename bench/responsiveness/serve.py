@@ -62,8 +62,9 @@ async def api_cancel(client: Any, image: str, root: Path, quick: bool) -> list[M
             upper = open_layer(root / DATA, sid).upper
             await until((upper / "started").exists, "the session's command runs")
             reads += [await asyncio.to_thread(_timed_get, controller, f"/v1/sessions/{sid}") for _ in range(3)]
-            took, answer = await asyncio.to_thread(_timed_post, controller, f"/v1/sessions/{sid}/cancel")
-            assert answer["status"] == "cancelled", answer
+            took, ended = await asyncio.to_thread(_cancel, controller, sid)
+            assert ended["status"] == "cancelled", ended
+            purge(controller, sid)
             cancels.append(took)
     return [
         Measured(
@@ -83,12 +84,20 @@ def _timed_get(controller: Controller, path: str) -> float:
     return time.perf_counter() - start
 
 
-def _timed_post(controller: Controller, path: str) -> tuple[float, dict[str, Any]]:
+def purge(controller: Controller, sid: str) -> None:
+    """Remove the session whole (its container, its layer: mounted, it would outlive the server)."""
+    controller.http.delete(f"/v1/sessions/{sid}", params={"purge": "true"}).raise_for_status()
+
+
+def _cancel(controller: Controller, sid: str) -> tuple[float, dict[str, Any]]:
+    """Seconds from ``POST /cancel`` until the session's record has ended (the answer says so, or a read after it:
+    the answer comes after two seconds at most, the turn still ending on a busy machine); the ended record."""
     start = time.perf_counter()
-    response = controller.http.post(path)
-    took = time.perf_counter() - start
-    response.raise_for_status()
-    return took, dict(response.json())
+    record = controller.http.post(f"/v1/sessions/{sid}/cancel").raise_for_status().json()
+    while record["status"] == "running":
+        time.sleep(0.01)
+        record = controller.http.get(f"/v1/sessions/{sid}").raise_for_status().json()
+    return time.perf_counter() - start, dict(record)
 
 
 ATTACKS = {
@@ -116,6 +125,7 @@ async def health_during_attacks(client: Any, image: str, root: Path, quick: bool
             sid = start(controller, repo, scenario(model, command, timeout_s), {"cpus": 1.0})
             with health_sampler(controller.url) as health:
                 await asyncio.to_thread(controller.finished, sid)
+            purge(controller, sid)
             measured.append(
                 Measured(
                     f"serve.health_during.{what.split()[-1]}",

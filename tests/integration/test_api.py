@@ -160,8 +160,11 @@ def test_cancel_mid_command_leaves_nothing(
     )["id"]
     api.wait_for_event(sid, "tool_call")
     eventually(lambda: container_running(docker_client, "sleep 300.152"), what="the command runs")  # its own: no other
-    cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")  # how soon it answers: bench/responsiveness.py
-    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finish_reason"] == "cancelled"
+    # It answers once the turn ended, or after two seconds with the turn still ending (a busy machine): how soon is
+    # a benchmark row (bench/responsiveness.py), and what it ends as is this test's.
+    assert api.http.post(f"/v1/sessions/{sid}/cancel").status_code == 200
+    cancelled = api.wait_for(sid, lambda r: r["status"] != "running")
+    assert (cancelled["status"], cancelled["finish_reason"]) == ("cancelled", "cancelled")
     assert containers_of(docker_client, sid) == []
     transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
     (answer,) = transcript[-1]["content"]  # the interrupted call was answered with what it did
