@@ -156,7 +156,7 @@ def sampling(take: Callable[[], T], every_s: float, name: str) -> Iterator[list[
 @contextlib.contextmanager
 def health_sampler(url: str) -> Iterator[list[float]]:
     """Time GET /healthz every 10 ms on a thread of its own until the block ends."""
-    with httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=60) as http:  # a bound against a hang: how slow an answer is is the sample
 
         def timed() -> float:
             start = time.perf_counter()

@@ -22,7 +22,8 @@ from bench.measure import Sample
 from bench.responsiveness.measured import Measured, repeat, until
 from bench.rows import make_repo
 
-PROMPT = b"Allow run_command? [y/N] "
+PROMPT = b"? [y/N] "
+"""The end of the approval prompt (its tool's name is styled, so not a match)."""
 
 
 def _take_terminal() -> None:
@@ -82,13 +83,23 @@ def _owned(client: Any, instance: str) -> list[Any]:
 async def _at_the_prompt(client: Any, image: str, repo: Path, scenario: Path, root: Path) -> float:
     instance = f"bench-prompt-{secrets.token_hex(3)}"
     args = [sys.executable, "-m", "controller", "run", str(repo), "x", "--approve", "--scenario", str(scenario)]
-    terminal = Pty(args, _environment(root / f"data-{instance}", instance) | {"CUBICLE_IMAGE": image})
+    env = _environment(root / f"data-{instance}", instance) | {"CUBICLE_IMAGE": image}
+    terminal = Pty(args, env)
     try:
         await asyncio.to_thread(terminal.read_until, PROMPT)
         await until(lambda: _owned(client, instance), "the sandbox runs while the prompt is shown")
         took, code = await asyncio.to_thread(terminal.interrupt)
     finally:
         terminal.close()
+        # what a run that did not end cleanly left (its layer's filesystem mounted) is gc's, as after a crash
+        await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "controller", "gc"],
+            env=env,
+            check=False,
+            capture_output=True,
+            timeout=300,
+        )
     assert code == 130 and not _owned(client, instance), (code, terminal.shown[-500:])
     return took
 

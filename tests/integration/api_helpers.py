@@ -17,7 +17,8 @@ from tests.eventually import eventually
 
 class Api:
     def __init__(self, url: str, token: str) -> None:
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        # a bound against a hang: a session's start makes and mounts its layer's disk, slow on a busy machine
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
     def create(self, repo: str, scenario: str, task: str = "do it", **extra: Any) -> dict[str, Any]:
         response = self.http.post("/v1/sessions", json={"repo": repo, "task": task, "model": scenario, **extra})
