@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -27,8 +28,10 @@ PROMPT = b"? [y/N] "
 
 
 def _take_terminal() -> None:
-    """In the child, after setsid: the pty becomes its controlling terminal, so Ctrl-C there sends SIGINT."""
+    """In the child, after setsid: the pty becomes its controlling terminal, so Ctrl-C there sends SIGINT, which
+    it takes as a process does by default (a bench started in the background of a shell inherits it ignored)."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Pty:
@@ -51,11 +54,13 @@ class Pty:
             if select.select([self.master], [], [], 0.1)[0]:
                 self.shown += os.read(self.master, 65536)
 
-    def interrupt(self) -> tuple[float, int]:
+    def interrupt(self, timeout: float = 120) -> tuple[float, int]:
         """Type Ctrl-C; the seconds until the process exits, and its exit status."""
         start = time.perf_counter()
         os.write(self.master, b"\x03")
         while self.process.poll() is None:
+            if time.perf_counter() - start > timeout:
+                raise TimeoutError(f"Ctrl-C did not end the process; the terminal shows {self.shown[-500:]!r}")
             if select.select([self.master], [], [], 0.005)[0]:
                 try:
                     self.shown += os.read(self.master, 65536)
