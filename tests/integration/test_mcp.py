@@ -24,6 +24,7 @@ from mcp.client.stdio import stdio_client
 from controller.agent import tools
 from controller.server import live
 from controller.server.store import Store
+from tests.eventually import eventually
 from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.helpers import doc_example
 from tests.integration.mcp_helpers import Raw, raw_server
@@ -167,11 +168,8 @@ def _sleeping(server: Raw, data: Path, docker_client: Any) -> None:
     """The server initialized, with a `sleep 300` running in its one container."""
     server.initialize()
     server.call(1, "run_command", {"command": "sleep 300"})
-    deadline = time.monotonic() + 60
-    while not [e for e in only_session(data)[1] if e.type == "tool_call"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    assert len(owned_by(docker_client, server.instance)) == 1
+    eventually(lambda: [e for e in only_session(data)[1] if e.type == "tool_call"], what="the call is recorded")
+    eventually(lambda: len(owned_by(docker_client, server.instance)) == 1, what="its one container runs")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
