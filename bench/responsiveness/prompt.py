@@ -1,6 +1,7 @@
 """The CLI's row: Ctrl-C typed at ``cubicle run --approve``'s prompt, on a real pseudo-terminal, until it exits.
 
-The baseline, same terminal and same run: Ctrl-C typed at a bare ``python3 -c 'input()'``.
+The baseline, same terminal and same run: Ctrl-C typed at a bare ``cat`` reading the terminal. (Not a bare Python's
+``input()``: a Ctrl-C that lands between its prompt and its read is handled only at the next read's end, never.)
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ async def _at_the_prompt(client: Any, image: str, repo: Path, scenario: Path, ro
 
 
 def _bare(root: Path) -> float:
-    terminal = Pty([sys.executable, "-c", "input('ready> ')"], _environment(root / "bare", "bench-bare"))
+    terminal = Pty(["/bin/sh", "-c", "printf 'ready> '; exec cat"], _environment(root / "bare", "bench-bare"))
     try:
         terminal.read_until(b"ready> ")
         return terminal.interrupt()[0]
@@ -135,7 +136,7 @@ async def ctrl_c(client: Any, image: str, root: Path, quick: bool) -> list[Measu
             "cli.ctrl_c_at_prompt",
             "Ctrl-C at cubicle run --approve's prompt, until it exits (container removed)",
             Sample(ours),
-            "Ctrl-C at a bare python3 input()",
+            "Ctrl-C at a bare cat",
             Sample(bare),
             1.0,
         )
