@@ -99,7 +99,7 @@ class Controller:
     def close(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(20)
+            self.process.wait(READY_S)  # a bound against a hang: it stops its sessions first
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()  # reaped: a Popen never waited for warns from its finalizer

@@ -120,7 +120,7 @@ def _bare(root: Path) -> float:
 
 
 async def ctrl_c(client: Any, image: str, root: Path, quick: bool) -> list[Measured]:
-    """Ctrl-C at the approval prompt (the run exits 130 and its container is gone), beside a bare Python's."""
+    """Ctrl-C at the approval prompt (the run exits 130 and its container is gone), beside a bare cat's."""
     repo = make_repo(root, "responsive-prompt")
     turns = [
         {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "echo hi"}}]},

@@ -51,7 +51,7 @@ def start(controller: Controller, repo: Path, model: str, limits: dict[str, Any]
 
 
 async def api_cancel(client: Any, image: str, root: Path, quick: bool) -> list[Measured]:
-    """``POST /v1/sessions/{id}/cancel`` mid-command, until it answers (the turn stopped, the container removed)."""
+    """``POST /v1/sessions/{id}/cancel`` mid-command, until the session's record has ended (the turn stopped, the container removed)."""
     del client
     repo = make_repo(root, "responsive-cancel")
     cancels, reads = [], []
@@ -69,7 +69,7 @@ async def api_cancel(client: Any, image: str, root: Path, quick: bool) -> list[M
     return [
         Measured(
             "serve.api_cancel",
-            "POST /cancel of a session mid-command, until it answers",
+            "POST /cancel of a session mid-command, until its record has ended",
             Sample(cancels),
             "GET /v1/sessions/{id}",
             Sample(reads),
