@@ -42,6 +42,7 @@ from bench import (
     live,
     mcp,
     page,
+    responsiveness,
     rows,
     runtime,
     stores,
@@ -110,6 +111,8 @@ SECTIONS = (
     Section("layerwalk", "layer walk", True, _sandboxed(layerwalk.table)),
     Section("sse-followers", "SSE followers", True, _sandboxed(viewer.table)),
     Section("stores", "stores", True, _sandboxed(stores.table)),
+    Section("responsiveness", "responsiveness (the speeds tests no longer assert)", True,
+            _sandboxed(responsiveness.table)),
     Section("page", "viewer page (Chromium)", False, lambda r: asyncio.to_thread(page.table, r.report, r.quick)),
     Section("context", "context", False, lambda r: context.table(r.report)),
     Section("runtimes", "runtimes (with --runtime NAME)", True, lambda r: runtime.table(

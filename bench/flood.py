@@ -56,6 +56,13 @@ class FloodRun:
     """The attacker's tool_result event."""
 
 
+HEALTH_P99_S = 0.1
+STEP_RATIO = 2.0
+"""The flood's targets: /healthz p99 during it, and a neighbour's step p50 against the same neighbour alone."""
+READY_S = 120
+"""How long a `cubicle serve` may take to answer /healthz before it counts as hung."""
+
+
 class Controller:
     """A `cubicle serve` process with a scripted model, and the few API calls the measurement needs."""
 
@@ -79,21 +86,23 @@ class Controller:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        """Until /healthz answers: a bound against a hang (on a busy machine the imports alone take seconds)."""
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline and self.process.poll() is None:
             with contextlib.suppress(httpx.HTTPError):
-                if self.http.get("/healthz", timeout=1).status_code == 200:
+                if self.http.get("/healthz", timeout=5).status_code == 200:
                     return
             time.sleep(0.1)
         self.close()
-        raise RuntimeError("cubicle serve did not come up")
+        raise RuntimeError(f"cubicle serve did not come up (exit status {self.process.returncode})")
 
     def close(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(20)
+            self.process.wait(READY_S)  # a bound against a hang: it stops its sessions first
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()  # reaped: a Popen never waited for warns from its finalizer
         self.http.close()
 
     def start(self, repo: Path, model: str) -> str:
@@ -147,7 +156,7 @@ def sampling(take: Callable[[], T], every_s: float, name: str) -> Iterator[list[
 @contextlib.contextmanager
 def health_sampler(url: str) -> Iterator[list[float]]:
     """Time GET /healthz every 10 ms on a thread of its own until the block ends."""
-    with httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=60) as http:  # a bound against a hang: how slow an answer is is the sample
 
         def timed() -> float:
             start = time.perf_counter()
@@ -193,6 +202,7 @@ def measure(
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.wait(TRICKLE_S + 30)
     writer.kill()
+    writer.wait()
     attacked = FloodRun(Sample(list(health)), step_latencies(events))
     results = [e for e in controller.finished(attacker) if e["type"] == "tool_result"]
     attacked.attacker = results[0] if results else {"is_error": False, "output": "(the attacker's call never ended)"}
@@ -231,7 +241,12 @@ def table(report: Report, client: Any, root: Path) -> None:
         outcome = "" if run.attacker is None else ("error result" if run.attacker["is_error"] else "**no error**")
         steps, health = run.neighbour_steps, run.health
         rows.append([name, ms(steps.p50), ms(steps.p95), ms(health.p50), ms(health.pct(0.99)), outcome])
-    report.extra.append((title, header, rows))
+    report.extra.append(
+        (title + f" (targets: /healthz p99 ≤ {ms(HEALTH_P99_S)}, neighbour p50 ≤ {STEP_RATIO}×)", header, rows)
+    )
+    p99, ratio = attacked.health.pct(0.99), attacked.neighbour_steps.p50 / baseline.neighbour_steps.p50
+    report.check(p99 <= HEALTH_P99_S, f"/healthz p99 {ms(p99)} during the channel flood > {ms(HEALTH_P99_S)}")
+    report.check(ratio <= STEP_RATIO, f"a neighbour's steps took {ratio:.2f}× as long (p50) during the flood")
     ratio = attacked.neighbour_steps.p50 / baseline.neighbour_steps.p50
     report.check(ratio <= 2.0, f"channel flood: neighbour step p50 {ratio:.2f}× its baseline (target ≤ 2×)")
     p99 = attacked.health.pct(0.99)

@@ -88,6 +88,7 @@ class ModelServer:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            self.process.wait()  # reaped: a Popen never waited for warns from its finalizer
 
 
 def cpu_seconds(pid: int) -> float:

@@ -70,10 +70,10 @@ def each_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 ALONE = ("solo", "disruptive")
 """Marks of the tests that a parallel run (``-n``) runs one at a time after the others:
-``solo`` ones assert how fast our code answers (a cancel within a second, /healthz p99 under a
-load of the test's own making), which the other workers' containers starting on the same cores
-would turn into a measure of the machine; ``disruptive`` ones restart the Docker engine, which
-would kill every other worker's containers."""
+``solo`` ones load the machine on purpose (a fork storm, a flood of a toolbox's stream, a sandbox's
+every CPU spinning), which every other worker's tests would feel; ``disruptive`` ones restart the
+Docker engine, which would kill every other worker's containers. No test asserts how fast something
+answers: that is a benchmark's row (bench/), and a test's deadlines are bounds against hangs."""
 
 
 def _alone(item: pytest.Item) -> bool:

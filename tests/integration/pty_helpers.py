@@ -111,6 +111,7 @@ class Terminal:
             )
         except AssertionError:
             self.process.kill()
+            self.process.wait()  # reaped here: a Popen left unwaited warns from its finalizer, in a later test
             raise
         return self.process.wait(timeout=timeout)
 

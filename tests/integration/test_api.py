@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,23 +148,23 @@ def test_follow_up_and_409_while_running(
     assert kinds.index("user_message") == kinds.index("session_finished") + 1
 
 
-@pytest.mark.solo
 def test_cancel_mid_command_leaves_nothing(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     turns = [
-        {"content": [tool("run_command", command="echo started; sleep 300; touch never", timeout_s=600)]},
+        {"content": [tool("run_command", command="echo started; sleep 300.152; touch never", timeout_s=600)]},
         {"content": [text("unreachable")]},
     ]
     sid = api.create(
         str(make_repo()), register(model_server, prefix="api", turns=turns), limits={"command_timeout_s": 600}
     )["id"]
     api.wait_for_event(sid, "tool_call")
-    eventually(lambda: container_running(docker_client, "sleep 300"), what="the command runs", timeout=10)
-    started = time.monotonic()
-    cancelled = api.http.post(f"/v1/sessions/{sid}/cancel")
-    assert time.monotonic() - started < 2.5
-    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["finish_reason"] == "cancelled"
+    eventually(lambda: container_running(docker_client, "sleep 300.152"), what="the command runs")  # its own: no other
+    # It answers once the turn ended, or after two seconds with the turn still ending (a busy machine): how soon is
+    # a benchmark row (bench/responsiveness.py), and what it ends as is this test's.
+    assert api.http.post(f"/v1/sessions/{sid}/cancel").status_code == 200
+    cancelled = api.wait_for(sid, lambda r: r["status"] != "running")
+    assert (cancelled["status"], cancelled["finish_reason"]) == ("cancelled", "cancelled")
     assert containers_of(docker_client, sid) == []
     transcript = api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
     (answer,) = transcript[-1]["content"]  # the interrupted call was answered with what it did

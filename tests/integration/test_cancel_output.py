@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import pytest
 
 from controller.agent.anthropic_model import AnthropicModel
 from controller.agent.loop import Agent, Conversation
@@ -19,12 +18,13 @@ from controller.wire.events import ListSink, ToolCall, ToolResult
 from controller.wire.limits import Limits
 from tests.agent_harness import LIMITS, register, text, tool
 from tests.eventually import eventually_async
+from tests.integration.helpers import container_running
 
 TURNS = [
     {
         "content": [
             tool("read_file", path="README.md"),
-            tool("run_command", command="echo started; sleep 60; echo never"),
+            tool("run_command", command="echo started; sleep 60.529; echo never"),
         ]
     },
     {"content": [text("unreachable")]},
@@ -46,10 +46,10 @@ def _answers(convo: Conversation) -> list[dict[str, Any]]:
     return list(last["content"])
 
 
-@pytest.mark.solo
 async def test_cancelling_the_turn_reports_the_command_with_its_output(
-    model_server: Any, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox]
+    model_server: Any, make_repo: Callable[..., Path], sandbox_factory: Callable[..., DockerSandbox], docker_client: Any
 ) -> None:
+    """How soon the cancelled turn ends is a benchmark row (bench/responsiveness.py)."""
     agent, sink, client = await _agent(model_server, sandbox_factory(make_repo()), LIMITS)
     convo = Conversation()
     convo.add_user_text("go")
@@ -59,16 +59,18 @@ async def test_cancelling_the_turn_reports_the_command_with_its_output(
         what="the agent calls run_command",
         interval=0.02,
     )
-    await asyncio.sleep(1.0)
-    started = time.monotonic()
+    await eventually_async(
+        lambda: asyncio.to_thread(container_running, docker_client, "sleep 60.529"), what="the command runs"
+    )
     turn.cancel()
     outcome = await turn
-    assert time.monotonic() - started < 2.0
     await client.close()
     assert outcome.reason == "cancelled"
     read, command = _answers(convo)
     assert not read.get("is_error") and "# demo" in read["content"]  # it finished before the cancel: kept
-    assert command["is_error"] and command["content"].startswith("cancelled after 1."), command
+    assert command["is_error"] and re.match(r"cancelled after \d+\.\ds: the turn was stopped", command["content"]), (
+        command
+    )
     assert "<stdout>\nstarted\n</stdout>" in command["content"] and "never" not in command["content"]
     result = next(e for e in sink.events if isinstance(e, ToolResult) and e.name == "run_command")
     assert result.is_error and result.exit_code == 137 and "started" in result.output

@@ -110,7 +110,6 @@ def results(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "tool_result"]
 
 
-@pytest.mark.solo  # it times /healthz while the sandbox fills its quota
 @pytest.mark.parametrize("sandbox_runtime", TEST_RUNTIMES)  # the quota holds under gVisor too
 def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_notices(
     api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], tmp_path: Path, docker_client: Any
@@ -124,12 +123,10 @@ def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_n
         {"content": [text("ok")]},
     ]
     calm = api.create(str(make_repo("calm")), register(model_server, calm_turns, prefix="calm"))
-    health = []
+    health = []  # /healthz's answers while the sandbox fills its quota (how fast: bench/responsiveness.py)
     while api.get(filler["id"])["status"] == "running":
-        started = time.monotonic()
-        assert api.http.get("/healthz").status_code == 200
-        health.append(time.monotonic() - started)
-        time.sleep(0.2)
+        health.append(api.http.get("/healthz").status_code)
+        time.sleep(0.2)  # a sampling interval, not a wait for anything
     events = api.events(filler["id"])
     assert api.get(filler["id"])["status"] == "idle", events[-3:]
     files, delete_checkout, delete_files, fallocate, dd, note, delete, after = results(events)
@@ -159,7 +156,7 @@ def test_every_write_stops_at_the_quota_inside_the_sandbox_and_nothing_outside_n
 
     assert api.wait_for(calm["id"], lambda s: s["status"] != "running")["status"] == "idle"
     assert "calm" in results(api.events(calm["id"]))[0]["output"]
-    assert health and max(health) < 2.0, health  # the controller kept answering (generous: a shared CI machine)
+    assert health and set(health) == {200}, health  # the controller kept answering
 
     assert len(loops_backed_by(data)) == 2  # idle sessions keep their containers, and so their layers, a while
     for session in (filler["id"], calm["id"]):
@@ -187,6 +184,7 @@ def test_a_killed_run_leaves_its_layer_mounted_until_the_next_controller_or_gc(
     finally:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
+        process.wait()
     assert loops_backed_by(data) and mounts_under(data), "a killed run leaves its layer's filesystem mounted"
 
     done = cubicle("gc", env=env, timeout=120)

@@ -137,12 +137,11 @@ async def test_the_image_carries_the_hosts_ca_bundle_for_the_usual_clients(env_b
 def test_a_cached_image_is_reused_without_building(
     docker_client: Any, env_repo: Path, env_image: EnvironmentImage
 ) -> None:
+    """Nothing built and nothing printed; what a cache hit costs is a benchmark row (bench/environment.py)."""
     lines: list[str] = []
-    start = time.perf_counter()
     again = build(docker_client, env_repo, lines)
-    took = time.perf_counter() - start
     assert (again.tag, again.built, again.definition_hash) == (env_image.tag, False, env_image.definition_hash)
-    assert lines == [] and took < 1.0
+    assert lines == []
 
 
 def test_the_default_environment_is_the_sandbox_image(docker_client: Any, tmp_path: Path) -> None:

@@ -6,17 +6,11 @@ What a command leaves running when it ends (children, daemons, double forks): te
 from __future__ import annotations
 
 import re
-import time
-
-import pytest
 
 from controller.agent.output import truncate_middle
 from controller.sandbox.docker import DockerSandbox
 from controller.wire.protocol import PingResult
 from tests.integration.helpers import call, expect, sh
-
-GRACE_S = 2.0
-SLACK_S = 2.0
 
 
 async def _leftovers(box: DockerSandbox, *names: str) -> list[str]:
@@ -24,23 +18,16 @@ async def _leftovers(box: DockerSandbox, *names: str) -> list[str]:
     return [line for line in ps.stdout.text.splitlines() if any(n in line for n in names) and "ps -eo" not in line]
 
 
-@pytest.mark.solo
 async def test_timeout_kills_background_children(sandbox: DockerSandbox) -> None:
-    started = time.monotonic()
+    """How long past its timeout a command ends is a benchmark row (bench/responsiveness.py)."""
     result = await sh(sandbox, "sleep 1000 & sleep 1001; wait", timeout_s=2)
-    elapsed = time.monotonic() - started
     assert result.timed_out is True
-    assert elapsed < 2 + GRACE_S + SLACK_S
     assert await _leftovers(sandbox, "sleep 100") == []
 
 
-@pytest.mark.solo
 async def test_timeout_kills_term_ignoring_loop(sandbox: DockerSandbox) -> None:
-    started = time.monotonic()
     result = await sh(sandbox, "trap '' TERM; while :; do :; done", timeout_s=2)
-    elapsed = time.monotonic() - started
     assert result.timed_out is True and result.exit_code == 128 + 9
-    assert elapsed < 2 + GRACE_S + SLACK_S
     assert await _leftovers(sandbox, "while", "trap") == []
 
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.eventually import eventually
 from tests.integration.pty_helpers import Terminal, owned_by, scenario_file
@@ -140,10 +137,10 @@ def test_the_approval_prompt_shows_what_will_run_whole(
     assert (repo / "README.md").read_text() == "# demo\n"
 
 
-@pytest.mark.solo
-def test_ctrl_c_at_the_approval_prompt_exits_at_once_and_removes_the_container(
+def test_ctrl_c_at_the_approval_prompt_exits_and_removes_the_container(
     tmp_path: Path, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
+    """How soon it exits is a benchmark row (bench/responsiveness.py); the 30 s here is a bound against a hang."""
     instance = "ctrl-c-prompt-test"
     calls = _one_call_each({"name": "run_command", "input": {"command": "echo hi"}})
     term = Terminal(
@@ -153,14 +150,11 @@ def test_ctrl_c_at_the_approval_prompt_exits_at_once_and_removes_the_container(
     try:
         term.expect("Allow run_command? [y/N] ")
         eventually(lambda: owned_by(docker_client, instance), what="the sandbox starts while the prompt is shown")
-        started = time.monotonic()
         term.send(b"\x03")  # Ctrl-C, typed at the terminal: the line discipline sends SIGINT
         code = term.wait(30)
-        took = time.monotonic() - started
     finally:
         term.close()
     assert code == 130, term.text
-    assert took < 1.0, f"took {took:.2f}s"
     assert owned_by(docker_client, instance) == [], term.text
     assert "cancelled" in term.text
 
@@ -176,8 +170,7 @@ def test_closing_the_terminal_cleans_up_like_ctrl_c(
     )  # fmt: skip
     try:
         term.expect("▸ run_command sleep 300")
-        time.sleep(0.5)
-        assert owned_by(docker_client, instance)
+        eventually(lambda: owned_by(docker_client, instance), what="the sandbox runs the command")
         term.hang_up()  # the kernel sends SIGHUP, and every later write to the terminal fails
         code = term.process.wait(timeout=30)
     finally:

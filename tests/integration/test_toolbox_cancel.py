@@ -7,12 +7,9 @@ that `cancel` names is the channel's.
 from __future__ import annotations
 
 import asyncio
-import time
 import warnings
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from controller.sandbox.channel import ToolboxChannel
 from controller.sandbox.docker import DockerSandbox
@@ -51,20 +48,17 @@ async def _cancel(box: DockerSandbox, rid: Any) -> bool:
     return CancelResult.model_validate(response.result).cancelled
 
 
-@pytest.mark.solo
 async def test_cancel_stops_a_running_command_and_it_answers_with_its_output(sandbox: DockerSandbox) -> None:
+    """How soon the answer comes is a benchmark row (bench/responsiveness.py)."""
     rid, answer = await _start(sandbox, "echo before; echo oops >&2; touch started; sleep 60; echo after")
     await _wait_for(sandbox.layer.upper / "started")
-    sent = time.monotonic()
     assert await _cancel(sandbox, rid) is True
     response = await answer
-    assert time.monotonic() - sent < 1.0, "the cancelled command did not answer promptly"
     assert response.ok and response.result is not None, response
     result = CommandResult.model_validate(response.result)
     assert result.cancelled is True and result.timed_out is False
     assert result.exit_code == 128 + 9
-    assert result.stdout.text == "before\n" and result.stderr.text == "oops\n"
-    assert result.duration_s < 30
+    assert result.stdout.text == "before\n" and result.stderr.text == "oops\n"  # never "after": the sleep was cut
     assert "sleep 60" not in (await sh(sandbox, "ps -eo args")).stdout.text
 
 

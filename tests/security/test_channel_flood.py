@@ -19,7 +19,7 @@ from tests.sandbox_defaults import TEST_INSTANCE
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="writing into a container's process from the host needs root"),
-    pytest.mark.solo,  # it measures /healthz and a neighbour under a flood of its own making
+    pytest.mark.solo,  # a flood of its own making loads the machine: the other workers' tests would feel it
 ]
 
 
@@ -33,13 +33,12 @@ def controller(model_server: Any, tmp_path: Path) -> Iterator[flood.Controller]:
 def test_a_flooded_channel_stalls_neither_the_api_nor_a_neighbour(
     controller: flood.Controller, model_server: Any, docker_client: Any, make_repo: Callable[..., Path]
 ) -> None:
+    """/healthz answers throughout (its sampler stops at the first error) and the neighbour takes every step. How
+    fast both are meanwhile is the channel flood's benchmark table (bench/flood.py), with its targets."""
     models = flood.scenarios(model_server)
     baseline, attacked = flood.measure(controller, docker_client, (make_repo("n"), make_repo("a")), models)
-    health = attacked.health
-    assert len(health.values) > 100, "the sampler must have run through the attack"
-    assert health.pct(0.99) < 0.1, f"/healthz p99 {health.pct(0.99) * 1000:.0f} ms during the flood"
-    ratio = attacked.neighbour_steps.p50 / baseline.neighbour_steps.p50
-    assert ratio <= 2.0, f"neighbour steps took {ratio:.2f}× as long (p50) during the flood"
+    assert len(attacked.health.values) > 100, "the sampler must have run through the attack"
+    assert len(attacked.neighbour_steps.values) == len(baseline.neighbour_steps.values) > 0
     assert attacked.attacker is not None and attacked.attacker["is_error"]
     assert "not a toolbox response" in attacked.attacker["output"], attacked.attacker["output"]
     assert container_running(docker_client, f"sleep {flood.ATTACK_COMMAND_S}") is None

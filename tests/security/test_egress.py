@@ -207,7 +207,6 @@ async def test_each_session_reaches_its_own_hosts_and_nothing_else(
     refused(theirs[2], "allowed.test:8080 is not on this session's allow-list")
 
 
-@pytest.mark.solo
 async def test_no_way_around_the_proxy(
     allow_box: Callable[[str], DockerSandbox],
     docker_client: Any,
@@ -255,7 +254,9 @@ async def test_no_way_around_the_proxy(
     refused(answers[9], "only http:// and https:// requests and CONNECT tunnels")
     refused(answers[10], "denied.test:8080 is not on this session's allow-list")  # the userinfo is not the host
     for answer in answers[11:14]:
-        assert "addresses" not in answer and answer["seconds"] < 1, answer  # at once: there is no resolver
+        assert "addresses" not in answer, answer
+    resolvers = await sh(box, "cat /etc/resolv.conf")  # none: a lookup fails at once instead of waiting on one
+    assert (resolvers.exit_code, resolvers.stdout.text) == (0, ""), resolvers
     for answer in answers[14:16]:
         assert answer["answers"] == 0, answer
     for answer in answers[16:19]:
@@ -342,7 +343,6 @@ def test_squid_takes_the_generated_configuration(docker_client: Any, proxy_image
     entries = ["a.example.org", "*.example.com:8443", "10.0.0.5:8080", "[fd00::1]:9000", "203.0.113.7"]
     entries += [f"h{n}.example.net:{1000 + n}" for n in range(64 - len(entries))]
     config = egress.squid_config(parse("allow=" + ",".join(entries)), "172.30.0.0/16")
-    started = time.monotonic()
     output = docker_client.containers.run(
         proxy_image, ["-c", 'printf "%s\\n" "$CUBICLE_SQUID_CONF" >/run/squid/squid.conf && squid -k parse -f /run/squid/squid.conf 2>&1'],
         entrypoint=["/bin/sh"], environment={"CUBICLE_SQUID_CONF": config}, remove=True, network_mode="none",
@@ -350,7 +350,7 @@ def test_squid_takes_the_generated_configuration(docker_client: Any, proxy_image
         sysctls={"net.ipv6.conf.all.disable_ipv6": "0"},
     ).decode()  # fmt: skip
     assert "FATAL" not in output and "ERROR" not in output and "WARNING" not in output, output
-    assert "cubicle_wild1_host" in config and time.monotonic() - started < 30
+    assert "cubicle_wild1_host" in config
 
 
 DNSMASQ_IMAGE = "cubicle-test-dnsmasq:1"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from controller.sandbox.docker import DockerSandbox
+from tests.eventually import eventually_async
 from tests.integration.helpers import call, sh
 
 ESCAPES = {
@@ -28,11 +28,10 @@ async def _ours(box: DockerSandbox) -> list[str]:
 
 
 @pytest.mark.parametrize("escape", list(ESCAPES))
-@pytest.mark.solo
 async def test_nothing_outlives_its_command(box: DockerSandbox, escape: str) -> None:
-    started = time.monotonic()
+    """Every child sleeps far past the 30 s timeout: had one holding the command's pipes kept it waiting, the
+    command would have timed out. How soon it ends is a benchmark row (bench/responsiveness.py)."""
     result = await sh(box, ESCAPES[escape] + "\necho launched", timeout_s=30)
-    assert time.monotonic() - started < 3, "a child holding the command's pipes kept it waiting"
     assert (result.stdout.text, result.timed_out, result.exit_code) == ("launched\n", False, 0)
     assert await _ours(box) == []
 
@@ -64,7 +63,7 @@ async def test_daemon_writing_into_the_repo_stops_with_its_command_and_with_the_
     pending = asyncio.create_task(
         call(box, "run_command", command="while :; do date >> tick.txt; sleep 0.1; done", timeout_s=60)
     )
-    await asyncio.sleep(1)
+    await eventually_async(lambda: tick.stat().st_size > size, what="the loop writes")
     await box.stop()
     pending.cancel()
     size = tick.stat().st_size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from controller.sandbox.docker import DockerSandbox
 from controller.server.api import create_app
 from controller.wire.protocol import CommandResult, Failure, ListResult
 from tests.integration.helpers import call, sh
-from tests.sandbox_defaults import SECURE_LIMITS
+from tests.sandbox_defaults import SECURE_LIMITS, bound_s
 
 
 @pytest.fixture
@@ -40,33 +39,40 @@ async def neighbour(
 ATTACKS = {
     "fork bomb": "bomb() { bomb | bomb & }; bomb; sleep 6",
     "memory bomb": "python3 -c 'x = []\nwhile True: x.append(bytearray(64 << 20))'",
-    "tmpfs filled": "head -c 200M /dev/zero > /tmp/fill; echo tmp=$?; head -c 200M /dev/zero > $HOME/fill; echo home=$?",
+    "tmpfs filled": "dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>/dev/null; echo tmp=$?; "
+    "dd if=/dev/zero of=$HOME/fill bs=1M count=200 2>/dev/null; echo home=$?",
     "many small files": "mkdir -p many && cd many && python3 -c \"import os\nfor i in range(1000000): open(str(i), 'w').close()\"",
     "cpu spinners": "for i in $(seq 16); do (while :; do :; done) & done; sleep 6",
 }
+ENDS_ITSELF = {"tmpfs filled"}
+"""The attacks that end on their own; the others run until their 5 s timeout (or an OOM kill) ends them. These get a
+deadline against a hang instead: filling both tmpfs mounts in 8 KiB writes (``head -c``) took 2.9 s of the sandbox's
+one CPU under gVisor, and a busy machine made that more than 5 s, so the fill writes a MiB at a time."""
 
 
-@pytest.mark.solo  # it measures the neighbour and /healthz while its attack loads the machine
+@pytest.mark.solo  # its attacks load the machine: the other workers' tests would feel them
 @pytest.mark.parametrize("attack", list(ATTACKS))
 async def test_attack_is_contained(box: DockerSandbox, neighbour: DockerSandbox, health_url: str, attack: str) -> None:
-    running = asyncio.create_task(call(box, "run_command", command=ATTACKS[attack], timeout_s=5))
-    latencies, neighbour_results = [], []
+    """How fast /healthz answers meanwhile is a benchmark row (bench/responsiveness.py), not this test's."""
+    timeout_s = int(bound_s(30, box.limits.runtime)) if attack in ENDS_ITSELF else 5
+    running = asyncio.create_task(call(box, "run_command", command=ATTACKS[attack], timeout_s=timeout_s))
+    health, neighbour_results = [], []
     async with httpx.AsyncClient() as http:
         while True:  # sample at least once, even when the attack ends quickly (an OOM kill)
-            start = time.monotonic()
-            assert (await http.get(health_url, timeout=5)).status_code == 200
-            latencies.append(time.monotonic() - start)
+            health.append((await http.get(health_url, timeout=60)).status_code)
             neighbour_results.append(await sh(neighbour, "echo ok"))
             if running.done():
                 break
             await asyncio.sleep(0.2)
     await running
-    assert max(latencies) < 1.0, f"health answered in {max(latencies):.2f}s during the {attack}"
+    assert set(health) == {200}, f"/healthz answered {health} during the {attack}"
     assert all(r.stdout.text == "ok\n" for r in neighbour_results)
     after = await sh(box, "echo alive; ps -e --no-headers | wc -l")
     assert after.stdout.text.startswith("alive\n") and int(after.stdout.text.split()[1]) < 10
     if attack == "tmpfs filled":
-        assert "tmp=1" in running.result().stdout.text and "home=1" in running.result().stdout.text  # type: ignore[union-attr]
+        filled = running.result()
+        assert isinstance(filled, CommandResult) and not filled.timed_out, filled
+        assert "tmp=1" in filled.stdout.text and "home=1" in filled.stdout.text, filled
     if attack == "many small files":
         listing = await call(box, "list_files", path="many")
         assert isinstance(listing, ListResult) and listing.truncated and len(listing.entries) == 1000

@@ -93,12 +93,15 @@ async def test_a_follow_up_while_a_turn_runs_is_a_conflict_and_cancel_ends_it(
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
     record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "wait", model, Limits()))
-    await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
+    await eventually_async(  # under way: a turn cancelled before its task starts records nothing
+        lambda: model_server.requests_for(model), what="the turn asks the model"
+    )
     with pytest.raises(ConflictError):
         await sessions.follow_up(record.id, "again")
-    started = time.monotonic()
-    cancelled = await sessions.cancel(record.id)
-    assert time.monotonic() - started < 2.5
+    await asyncio.wait_for(sessions.cancel(record.id), 60)  # it waits 2 s for the turn's end; how soon: bench
+    cancelled = await eventually_async(
+        lambda: sessions.get(record.id), until=lambda r: r.status != "running", what="the turn ends"
+    )
     assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
 
 
@@ -108,7 +111,9 @@ async def test_closing_the_controller_leaves_a_running_turn_interrupted(
     sessions = controller.sessions
     model = register(model_server, [{"content": [text("slow")], "delay_s": 30}])
     record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "wait", model, Limits()))
-    await asyncio.sleep(0.1)  # under way: a turn cancelled before its task starts records nothing
+    await eventually_async(  # under way: a turn cancelled before its task starts records nothing
+        lambda: model_server.requests_for(model), what="the turn asks the model"
+    )
     await sessions.close()
     stopped = sessions.get(record.id)
     assert (stopped.status, stopped.finish_reason) == ("interrupted", "cancelled")

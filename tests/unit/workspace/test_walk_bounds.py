@@ -213,12 +213,10 @@ def _sleep(seconds: float) -> float:
 def test_a_walk_past_its_deadline_is_stopped() -> None:
     offload = Offload(memory_mb=256, workers=1, timeout_s=1)
     try:
-        started = time.monotonic()
         with pytest.raises(WalkTimeoutError):
-            offload.run(_sleep, 30)
-        assert time.monotonic() - started < 20
+            offload.run(_sleep, 300)
         offload.timeout_s = 120  # a fresh child's start on a busy machine may itself take a second
-        assert offload.run(_sleep, 0) == 0  # the slot is free again
+        assert offload.run(_sleep, 0) == 0  # the slot is free again: the sleeper (300 s, past 120) was stopped
     finally:
         offload.close()
 
