@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.measure import Sample
+from bench.measure import Sample, smoke
 
 
 @dataclass
@@ -42,5 +42,7 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
 
 
 def repeat(quick: bool) -> int:
-    """How many times each row's operation runs (each takes a second or more)."""
+    """How many times each row's operation runs (each takes a second or more; once in smoke mode)."""
+    if smoke():
+        return 1
     return 3 if quick else 8
