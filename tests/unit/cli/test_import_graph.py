@@ -19,7 +19,7 @@ import pytest
 
 from controller import workspace
 from controller.server.store import Row, Store
-from controller.wire.events import SessionFinished, SessionStarted, TextDelta, Usage
+from controller.wire.events import Event, SessionFinished, SessionStarted, TextDelta, Usage
 from controller.wire.limits import Limits
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
@@ -134,7 +134,7 @@ def _finished_session(data_dir: Path, root: Path) -> str:
                 usage=Usage(), steps=1, limits=Limits(), created_at=now, updated_at=now,
             )
         )  # fmt: skip
-        events = [
+        events: list[Event] = [
             SessionStarted(session_id="cli-graph", repo=str(repo), task="read", model="m"),
             TextDelta(session_id="cli-graph", text="Reading the tests.\n"),
             SessionFinished(session_id="cli-graph", reason="end_turn", steps=1, usage=Usage()),
