@@ -521,6 +521,8 @@ async def open_sessions(
     ``one_shot`` (a CLI command that answers and exits) lists a small layer in this process, not in a walk's child."""
     runtime = Runtime(settings, sandbox_factory, inline_small_walks=one_shot)
     try:
+        if start:  # a controller that runs turns refuses a backend it cannot run at once, not at the first turn
+            _ = runtime.backend
         if prepare is not None:
             await prepare(runtime)
         store = open_store(settings)

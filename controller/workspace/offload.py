@@ -8,7 +8,9 @@ child process forked from a small server process that has the walk's modules loa
 (``multiprocessing``'s forkserver: no copy of the controller's threads or heap), one walk per
 child, so whatever the walk allocated is returned to the system when it ends. The child's data
 segment is limited (``RLIMIT_DATA``), its time too (killed past ``timeout_s``), and it runs at a
-lower priority: a walk past its limits fails with a clear error and harms nobody else.
+lower priority: a walk past its limits fails with a clear error and harms nobody else. (A one-shot command,
+such as ``cubicle changes``, lists a small layer itself instead of starting the fork server for one walk:
+``Workspaces.inline_small``.)
 """
 
 from __future__ import annotations
