@@ -15,17 +15,18 @@ such as ``cubicle changes``, lists a small layer itself instead of starting the 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import resource
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import WalkMemoryError, WalkTimeoutError, WorkspaceError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 T = TypeVar("T")
 
@@ -113,6 +114,8 @@ class Offload:
             process.terminate()
 
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+        import multiprocessing  # here: a one-shot command that lists a small layer itself never starts a child
+
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(preload())
         with self._lock:
