@@ -74,7 +74,8 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
     from ..server.sessions import open_sessions
 
     async def go() -> T:
-        async with open_sessions(settings) as sessions:  # closing stops the leases' tending, if the command started it
+        # closing stops the leases' tending, if the command started it; a small layer is listed here, not in a child
+        async with open_sessions(settings, one_shot=True) as sessions:
             return await op(sessions)
 
     return asyncio.run(go())

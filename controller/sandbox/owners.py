@@ -17,11 +17,10 @@ import os
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from docker.errors import APIError, NotFound
-from docker.models.containers import Container
-from docker.models.networks import Network
+if TYPE_CHECKING:  # only the sweep and the removal talk to the engine: a controller's identity needs no SDK
+    from docker.errors import APIError
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +121,8 @@ def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
     ``wait_s``; if containers are still there then, the engine's last refusal is raised (with none,
     they are new ones someone made meanwhile, not this call's to wait for).
     """
+    from docker.errors import APIError
+
     found = {"label": f"{SESSION}={session_id}"}
     deadline = time.monotonic() + wait_s
     asked = float("-inf")
@@ -148,6 +149,9 @@ def remove_session(client: Any, session_id: str, wait_s: float = 30.0) -> None:
 
 def _force(item: Any) -> None:
     """Remove a container, volume or network (which has no force: it goes once its containers have)."""
+    from docker.models.containers import Container
+    from docker.models.networks import Network
+
     if isinstance(item, Network):
         item.remove()
     elif isinstance(item, Container):
@@ -158,6 +162,8 @@ def _force(item: Any) -> None:
 
 def _remove(item: Any) -> None:
     """Remove a container, volume or network; one already gone, or already being removed by someone else, is fine."""
+    from docker.errors import APIError, NotFound
+
     try:
         _force(item)
     except NotFound:

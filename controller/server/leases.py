@@ -26,15 +26,18 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ..errors import CubicleError
 from ..wire.events import Status, StatusEvent
 from .feed import Feed
-from .live import LiveSession
 from .recorder import Recorder
-from .runtime import Runtime
 from .store import SELECTED, Row, Store, row_from
 from .table import Loaded
+
+if TYPE_CHECKING:
+    from .live import LiveSession
+    from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
 """The runtime: what a session runs on, assembled from Settings in one place for the CLI and the API alike.
 
-It owns the sandbox backend and the model SDK client (each connected once, on first use)
+It owns the sandbox backend and the model SDK client (each opened once, on first use: a command
+that only reads the store or a layer, such as ``cubicle show`` or ``cubicle changes``, imports and
+opens neither, so it starts without the engine's SDK, the agent or the environment's preparation)
 and builds each session's sandbox and each turn's agent from them. A new capability (a
 workspace layer, another kind of environment, MCP tools) is a module of its own plus a
 line here, not a branch in the CLI and the API.
@@ -13,48 +15,84 @@ an engine itself. Tests pass a ``sandbox_factory`` in code to run without one.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..agent import tools
-from ..agent.compactor import Compactor
-from ..agent.loop import NO_HOOKS, Agent, Hooks
-from ..agent.model import SYSTEM_PROMPT, Model
 from ..config import Settings
-from ..environment.preparation import Environments
-from ..sandbox import owners
-from ..sandbox.backends import open_backend
-from ..sandbox.docker import Sandbox
+from ..errors import DiskError
 from ..wire.envspec import Environment
 from ..wire.events import EventSink
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy, briefing
 from ..wire.policies import ContextPolicy
+from ..workspace.layer import DiskQuota
 from ..workspace.manager import Workspaces
 from ..workspace.offload import Offload
+from ..workspace.quota import Disks, Mounter
 
 if TYPE_CHECKING:
     import anthropic
 
-SandboxFactory = Callable[[Path, str, Limits], Sandbox]
+    from ..agent.compactor import Compactor
+    from ..agent.loop import Agent, Hooks
+    from ..agent.model import Model
+    from ..environment.preparation import Environments
+    from ..sandbox import owners
+    from ..sandbox.backends import Backend
+    from ..sandbox.docker import Sandbox
+
+SandboxFactory = Callable[[Path, str, Limits], "Sandbox"]
 """Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""
 
 
 class Runtime:
     """The engine, the model client, and the sandboxes and agents made from them."""
 
-    def __init__(self, settings: Settings, sandbox_factory: SandboxFactory | None = None) -> None:
+    def __init__(
+        self, settings: Settings, sandbox_factory: SandboxFactory | None = None, *, inline_small_walks: bool = False
+    ) -> None:
+        """``inline_small_walks``: list a small layer in this process (``Workspaces.inline_small``), for a one-shot
+        command."""
         self.settings = settings
-        self.backend = open_backend(settings)
         self._sandbox_factory = sandbox_factory
         self.workspaces = Workspaces(
-            settings.data_dir, self.backend.clear_as_root,
-            None if sandbox_factory is not None else self.backend.disks(),  # such sandboxes never mount the layer
+            settings.data_dir, self.clear_as_root, self._disks(),
             Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
+            inline_small=inline_small_walks,
         )  # fmt: skip
-        self.environments = Environments(settings, self.backend.clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
+
+    @functools.cached_property
+    def backend(self) -> Backend:
+        """Where sandboxes run (``Settings.backend``), opened on first use."""
+        from ..sandbox.backends import open_backend
+
+        return open_backend(self.settings)
+
+    @functools.cached_property
+    def environments(self) -> Environments:
+        """How a session's environment is resolved and prepared, made on first use."""
+        from ..environment.preparation import Environments
+
+        return Environments(self.settings, self.clear_as_root)
+
+    def clear_as_root(self, directory: Path) -> None:
+        """Empty ``directory`` of what only root may remove, through the backend; blocking."""
+        self.backend.clear_as_root(directory)
+
+    def host_pids(self, limits: Limits) -> int:
+        """The host's process ids a sandbox of ``limits`` may hold at once, as the backend counts them."""
+        return self.backend.host_pids(limits)
+
+    def _disks(self) -> Disks | None:
+        """The layers' disk quotas (None when ``CUBICLE_DISK_QUOTA=off``, or for a ``sandbox_factory``'s sandboxes,
+        which never mount a layer); their mounter is the backend's, asked for when a layer with a quota is first
+        made or mounted."""
+        if self._sandbox_factory is not None or self.settings.disk_quota == "off":
+            return None
+        return Disks(_BackendMounter(self), self.settings.data_dir / "workspaces")
 
     def check_model(self) -> None:
         """Make the model client now, so a missing API key fails before any container exists."""
@@ -70,6 +108,8 @@ class Runtime:
         a controller starting has none yet). Sandboxes from a ``sandbox_factory`` run none, and with ``dead_only``
         nothing is asked of the backend then."""
         if dead_only and self._sandbox_factory is not None:
+            from ..sandbox import owners
+
             return owners.Sweep([], [])
         return await self.backend.sweep(dead_only)
 
@@ -104,18 +144,20 @@ class Runtime:
         sink: EventSink,
         limits: Limits,
         context: ContextPolicy | None = None,
-        hooks: Hooks = NO_HOOKS,
+        hooks: Hooks | None = None,
     ) -> Agent:
         """One turn's agent: the model ``model`` through the shared client, working in ``sandbox``.
 
         ``context`` is the session's own policy; without one, the server's (``Settings.context``).
         """
+        from ..agent.loop import NO_HOOKS, Agent
+
         policy = context or self.settings.context
         return Agent(
             session_id=session_id,
             model=self._model(model, policy),
             sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
-            context=policy, hooks=hooks,
+            context=policy, hooks=NO_HOOKS if hooks is None else hooks,
         )  # fmt: skip
 
     def compactor(
@@ -123,6 +165,9 @@ class Runtime:
     ) -> Compactor:
         """What compacts a session's context between turns (``POST /compact``), as its agent would: the same
         system prompt and tools, so the summary request reads the agent's cached prefix."""
+        from ..agent import tools
+        from ..agent.compactor import Compactor
+
         return Compactor(
             session_id, self._model(model), self.system(limits), tools.definitions(),
             context or self.settings.context, sink.emit,
@@ -130,15 +175,18 @@ class Runtime:
 
     def system(self, limits: Limits) -> str:
         """The session's system prompt: the configured or built-in one, and what its network allows."""
+        from ..agent.model import SYSTEM_PROMPT
+
         return f"{self.settings.system_prompt or SYSTEM_PROMPT}\n{briefing(limits.network)}"
 
     async def close(self) -> None:
-        """Close both clients; the sandboxes are their owners' to stop first. Layer filesystems still mounted
-        after their last use (a helper's linger) are unmounted first, while the engine answers."""
+        """Close both clients (those opened); the sandboxes are their owners' to stop first. Layer filesystems still
+        mounted after their last use (a helper's linger) are unmounted first, while the engine answers."""
         if self._model_client is not None:
             await self._model_client.close()
         await asyncio.to_thread(self.workspaces.close)
-        await asyncio.to_thread(self.backend.close)
+        if "backend" in vars(self):
+            await asyncio.to_thread(self.backend.close)
 
     def _client(self) -> anthropic.AsyncAnthropic:
         if self._model_client is None:
@@ -152,3 +200,38 @@ class Runtime:
 
         edits = context.server_edits() if context is not None else None
         return AnthropicModel(self._client(), name, self.settings.max_tokens, edits)
+
+
+class _BackendMounter:
+    """The backend's mounter of layer filesystems, asked of the backend at the first make, mount or unmount: a
+    command that reads only layers without a quota never opens the backend."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    @functools.cached_property
+    def _mounter(self) -> Mounter:
+        disks = self._runtime.backend.disks()
+        if disks is None:
+            raise DiskError("The sandbox backend makes no disk quotas; this layer has one.")
+        return disks.mounter
+
+    @property
+    def name(self) -> str:
+        return self._mounter.name
+
+    @property
+    def linger_s(self) -> float:
+        return self._mounter.linger_s
+
+    def make(self, image: Path, target: Path, quota: DiskQuota) -> None:
+        self._mounter.make(image, target, quota)
+
+    def mount(self, image: Path, target: Path) -> None:
+        self._mounter.mount(image, target)
+
+    def unmount(self, target: Path) -> None:
+        self._mounter.unmount(target)
+
+    def detach_loop(self, device: str) -> None:
+        self._mounter.detach_loop(device)

@@ -31,12 +31,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent.conversation import Conversation
-from ..agent.tools import Approver
 from ..config import Settings
-from ..environment.inputs import definition_files
 from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import owners
 from ..wire.envspec import Environment, EnvironmentRequest
@@ -58,12 +56,15 @@ from .feed import Batch, Feed
 from .hostpids import HostPids
 from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
-from .live import LiveSession
 from .recorder import Recorder
 from .runtime import Runtime, SandboxFactory
-from .served import Serve
 from .store import Row, Store, open_store
 from .table import Loaded
+
+if TYPE_CHECKING:  # what runs a turn is imported by the first turn: a command that only reads never loads it
+    from ..agent.tools import Approver
+    from .live import LiveSession
+    from .served import Serve
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class Sessions:
         self.lease_s = settings.lease_s
         self.leases = Leases(store, self.owner, settings.lease_s)
         self._live = Loaded()
-        pids = HostPids.of_host(settings.host_pids_budget, runtime.backend.host_pids)
+        pids = HostPids.of_host(settings.host_pids_budget, runtime.host_pids)
         self.admission = Admission(settings, self.workspaces, self._live, pids)
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
         self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
@@ -223,6 +224,8 @@ class Sessions:
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self.admission.refuse_overcommit(quota, self._running_ids())
         await self.admission.make_room(limits, self._unloaded())
+        from ..environment.inputs import definition_files
+
         now = time.time()
         record = Row(
             id=new.prefix + secrets.token_hex(8), repo=str(repo), task=new.task, model=new.model or self.settings.model,
@@ -478,6 +481,8 @@ class Sessions:
     async def _load(
         self, record: Row, epoch: int | None = None, view: EventSink | None = None, approver: Approver | None = None
     ) -> LiveSession:
+        from .live import LiveSession
+
         recorder = await self.recorder(record, epoch)
         live = LiveSession(
             record, recorder, self.runtime, self.settings.idle_timeout_s, self._forget, view=view, approver=approver
@@ -505,15 +510,19 @@ async def open_sessions(
     *,
     prepare: Callable[[Runtime], Awaitable[None]] | None = None,
     start: bool = False,
+    one_shot: bool = False,
 ) -> AsyncIterator[Sessions]:
     """The sessions of ``settings``' database over one runtime: how every entry point (the CLI's commands, ``cubicle
     run`` and ``cubicle mcp``, the API) puts the store, the runtime and the sessions together.
 
     ``prepare`` runs on the runtime before the store is opened (the model's key checked, an image ensured);
     ``start`` recovers what a killed process left and tends the leases. On the way out, however it is left (a
-    second signal during clean-up too), the turns and their containers are stopped, then the clients closed."""
-    runtime = Runtime(settings, sandbox_factory)
+    second signal during clean-up too), the turns and their containers are stopped, then the clients closed.
+    ``one_shot`` (a CLI command that answers and exits) lists a small layer in this process, not in a walk's child."""
+    runtime = Runtime(settings, sandbox_factory, inline_small_walks=one_shot)
     try:
+        if start:  # a controller that runs turns refuses a backend it cannot run at once, not at the first turn
+            _ = runtime.backend
         if prepare is not None:
             await prepare(runtime)
         store = open_store(settings)

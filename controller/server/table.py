@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .live import LiveSession
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .live import LiveSession
 
 
 class Loaded:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+from typing import TYPE_CHECKING
 
-from docker.utils.build import PatternMatcher
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from docker.utils.build import PatternMatcher
 
 
 class BuildInputs(BaseModel):
@@ -48,5 +51,8 @@ class BuildInputs(BaseModel):
 
 @functools.lru_cache(maxsize=16)
 def _matcher(ignore: tuple[str, ...]) -> PatternMatcher:
-    """A .dockerignore's patterns, compiled once for every path of a listing."""
+    """A .dockerignore's patterns, compiled once for every path of a listing (the SDK's own matcher, imported here:
+    importing ``docker.utils`` loads the whole SDK, which a listing without a build context never needs)."""
+    from docker.utils.build import PatternMatcher
+
     return PatternMatcher(list(ignore))

@@ -10,8 +10,6 @@ inside an ignored directory can be re-included.
 
 from __future__ import annotations
 
-from pathspec import GitIgnoreSpec
-
 EXCLUDE = ".git/info/exclude"  # key under which info/exclude is recorded; it applies at the root
 
 
@@ -19,6 +17,8 @@ class IgnoreRules:
     """Matches paths against ignore files keyed by the directory they sit in ('' is the root)."""
 
     def __init__(self, files: dict[str, str]) -> None:
+        from pathspec import GitIgnoreSpec  # here: only a walk reads the rules, and the module is slow to import
+
         ordered = sorted(files.items(), key=lambda item: _rank(item[0]))
         self._specs = [(_base(key), GitIgnoreSpec.from_lines(text.splitlines())) for key, text in ordered]
         self._directories: dict[str, bool] = {"": False}

@@ -62,6 +62,12 @@ log = logging.getLogger(__name__)
 
 WAIT_THREADS = 16
 """Threads that may wait on walks at once (each walk's child is bounded by ``Offload``'s slots)."""
+INLINE_NAMES = 2_000
+INLINE_RECORD_BYTES = 8 << 20
+"""A layer whose upper holds at most ``INLINE_NAMES`` names and whose recorded checkout (baseline, ignore files,
+content ids) takes at most ``INLINE_RECORD_BYTES`` on disk is listed in the calling process when the
+``Workspaces`` allow it (``inline_small``): what such a listing holds is small and bounded without a child.
+A larger one is always listed in a walk's child."""
 SWEEP_GRACE_S = 60.0
 """``sweep`` leaves a layer without a session alone this long: its session's row may be about to be written."""
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
@@ -209,6 +215,19 @@ def _listed(layer: Layer, diff: bool, most: int) -> workspace.Changes:
     return found
 
 
+def _small(layer: Layer) -> bool:
+    """Whether a listing of the layer stays small: few names in its upper, a small recorded checkout."""
+    recorded = (
+        layer.baseline_file,
+        layer.baseline_file.with_name("ignore.json"),
+        baseline.blobs_file(layer.baseline_file),
+    )
+    sizes = [path.stat().st_size for path in recorded if path.exists()]
+    if sum(sizes) > INLINE_RECORD_BYTES:
+        return False
+    return workspace.layer.count_names(layer, INLINE_NAMES) <= INLINE_NAMES
+
+
 def _applied(
     layer: Layer, paths: Collection[str] | None, include_ignored: bool, force: Collection[str],
     bounds: workspace.ApplyBounds, build_inputs: bool, most: int, ids: Collection[str] | None = None,
@@ -243,7 +262,7 @@ class Workspaces:
 
     def __init__(
         self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None,
-        offload: Offload | None = None, listing: int = MAX_LISTED,
+        offload: Offload | None = None, listing: int = MAX_LISTED, *, inline_small: bool = False,
     ) -> None:  # fmt: skip
         self.data_dir = data_dir
         self.listing = listing
@@ -254,6 +273,10 @@ class Workspaces:
         """Makes and mounts each layer's own filesystem (its disk quota); None: layers without a quota."""
         self.offload = offload
         """Where the walks the agent sizes run (turn ends, listings, the retention count); None: in this process."""
+        self.inline_small = inline_small
+        """A small layer's listing runs in this process (see ``INLINE_NAMES``): for a one-shot command, which no
+        other request waits on and which would otherwise start the walks' fork server (a new interpreter importing
+        the workspace package) for one listing."""
         self._waiting = concurrent.futures.ThreadPoolExecutor(WAIT_THREADS, thread_name_prefix="cubicle-walk")
         """Threads that wait on walks: a slow walk never holds a thread of asyncio's default pool, which every
         other blocking call of the controller (a session's start, the engine's API) needs."""
@@ -395,6 +418,8 @@ class Workspaces:
         """The layer's changes (up to its ``names`` limit), at most ``listing`` of them and the rest counted; with
         ``diff``, bounded unified diffs of text files."""
         with self.using(session_id) as layer:
+            if self.inline_small and _small(layer):
+                return _listed(layer, diff, self.listing)
             return self._walk(_listed, layer, diff, self.listing)
 
     def pending(self, session_id: str) -> int:

@@ -8,22 +8,25 @@ child process forked from a small server process that has the walk's modules loa
 (``multiprocessing``'s forkserver: no copy of the controller's threads or heap), one walk per
 child, so whatever the walk allocated is returned to the system when it ends. The child's data
 segment is limited (``RLIMIT_DATA``), its time too (killed past ``timeout_s``), and it runs at a
-lower priority: a walk past its limits fails with a clear error and harms nobody else.
+lower priority: a walk past its limits fails with a clear error and harms nobody else. (A one-shot command,
+such as ``cubicle changes``, lists a small layer itself instead of starting the fork server for one walk:
+``Workspaces.inline_small``.)
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import resource
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import WalkMemoryError, WalkTimeoutError, WorkspaceError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 T = TypeVar("T")
 
@@ -111,6 +114,8 @@ class Offload:
             process.terminate()
 
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+        import multiprocessing  # here: a one-shot command that lists a small layer itself never starts a child
+
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(preload())
         with self._lock:

@@ -23,7 +23,7 @@ from controller.workspace import apply, checkpoint, listed, names, rewind, scan
 from controller.workspace import layer as layers
 from controller.workspace.changes import MAX_PATH_BYTES, listed_size
 from controller.workspace.checkpoints import MAX_XATTR_BYTES, numbers, read_manifest
-from controller.workspace.manager import Workspaces
+from controller.workspace.manager import INLINE_NAMES, Workspaces
 from controller.workspace.offload import Offload
 from tests.unit.workspace.overlay import Workspace
 
@@ -230,3 +230,34 @@ def test_a_large_layer_is_counted_in_a_walks_child(ws: Workspace) -> None:
         assert workspaces.count_names(ws.layer, 100) == 101
     finally:
         workspaces.close()
+
+
+def _layer_with(data_dir: Path, root: Path, session_id: str, files: int) -> None:
+    """A session's layer whose upper holds ``files`` files the agent wrote (as the checkout's owner, under root)."""
+    repo = root / session_id
+    repo.mkdir()
+    (repo / "README.md").write_text("# repo\n")
+    made = layers.create(data_dir, session_id, repo)
+    for n in range(files):
+        (made.upper / f"f{n}.py").write_text("VALUE = 1\n")
+    if os.geteuid() == 0:
+        for path in [repo, *repo.iterdir(), *made.upper.iterdir()]:
+            os.chown(path, 1000, 1000)
+
+
+def test_a_one_shot_command_lists_a_small_layer_itself_and_a_large_one_in_the_bounded_child(tmp_path: Path) -> None:
+    """With ``inline_small`` (a CLI command), a layer of few names is listed in the calling process, sparing the
+    start of the walks' fork server; one past ``INLINE_NAMES`` still goes to the child and its memory ceiling."""
+    data_dir = tmp_path / "data"
+    _layer_with(data_dir, tmp_path, "small", 3)
+    _layer_with(data_dir, tmp_path, "large", INLINE_NAMES + 1)
+    starved = Offload(memory_mb=1, workers=1)  # no walk's child can list anything within 1 MiB
+    try:
+        one_shot = Workspaces(data_dir, offload=starved, inline_small=True)
+        assert sorted(c.path for c in one_shot.changes("small")) == ["f0.py", "f1.py", "f2.py"]
+        with pytest.raises(WalkMemoryError):
+            one_shot.changes("large")
+        with pytest.raises(WalkMemoryError):  # a server lists every layer in the child
+            Workspaces(data_dir, offload=starved).changes("small")
+    finally:
+        starved.close()
