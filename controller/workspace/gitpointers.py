@@ -16,7 +16,12 @@ What counts, read from the *real* checkout (never the layer) each time changes a
   neighbours there (``node scripts/gen`` runs ``scripts/gen.js``);
 - the same for every command line of the hooks git runs and of the hook managers' files
   (husky, lefthook, pre-commit, lint-staged), which call the repository's own scripts;
-- each path both as written and as its symlinks lead (``.githooks -> tools/hooks``).
+- each path both as written and as its symlinks lead (``.githooks -> tools/hooks``);
+- all of it again for each repository nested in the checkout (a submodule, a vendored clone: a folder that held
+  a ``.git`` at the session's start), by its own configuration and hook managers, rooted there. One the agent
+  makes is never read: its ``.git`` is never applied, and ``gitlike`` keeps it from making a look-alike.
+
+Paths are compared folded (``fold``), as a case-insensitive checkout compares them.
 
 git itself lists the configuration (system, global of the checkout's owner, repository;
 worktrees and ``commondir`` understood), in a fixed environment: ``git config --list`` runs
@@ -245,6 +250,8 @@ def _nested(real: str, folder: str, home: str) -> list[Pointer]:
         return []
     inside = f", in the nested repository {folder}"
     managers = [Pointer(f"{folder}/{p.path}", p.directory, p.why + inside) for p in _MANAGERS_READ]
+    if not os.path.isdir(where):
+        return managers  # gone since the session started: nothing of its configuration is left to read
     return managers + [Pointer(p.path, p.directory, p.why + inside) for p in _read(real, where, home, ())]
 
 
