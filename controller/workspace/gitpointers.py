@@ -137,8 +137,8 @@ def fold(path: str) -> str:
 
 
 class Index:
-    """The pointers, looked up by path in time of the few directory pointers, not of the path's depth (an agent's
-    paths may be deep); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order.
+    """The pointers, looked up by path in time of the path's depth, not of how many there are (nested repositories
+    bring hundreds); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order.
     Paths are compared folded (``fold``): holding back the other spellings of a pointer costs nothing, while
     on a case-insensitive checkout ``.GitHooks/pre-commit`` is the hook git runs from ``.githooks``."""
 
@@ -146,12 +146,12 @@ class Index:
         self.everything = next((p for p in pointers if p.path == "."), None)
         self.exact: dict[str, tuple[int, Pointer]] = {}
         self.on_the_way: dict[str, tuple[int, Pointer]] = {}  # strict ancestors of a pointer: covered unless a dir
-        self.below: list[tuple[str, int, Pointer]] = []  # directories whose whole tree is covered
+        self.below: dict[str, tuple[int, Pointer]] = {}  # directories whose whole tree is covered
         for order, pointer in enumerate(pointers):
             folded = fold(pointer.path)
             self.exact.setdefault(folded, (order, pointer))
             if pointer.directory:
-                self.below.append((folded + "/", order, pointer))
+                self.below.setdefault(folded, (order, pointer))
             parts = folded.split("/")
             for depth in range(1, len(parts)):
                 self.on_the_way.setdefault("/".join(parts[:depth]), (order, pointer))
@@ -161,7 +161,10 @@ class Index:
             return self.everything
         path = fold(path)
         found = [self.exact.get(path), None if is_dir else self.on_the_way.get(path)]
-        found += [(order, pointer) for prefix, order, pointer in self.below if path.startswith(prefix)]
+        at = path.find("/")
+        while at >= 0:  # each folder the path lies in
+            found.append(self.below.get(path[:at]))
+            at = path.find("/", at + 1)
         return min((f for f in found if f is not None), key=lambda f: f[0], default=(0, None))[1]
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from controller.wire.changeset import Disposition
 from controller.workspace import apply, baseline, pipelines
-from controller.workspace.gitpointers import BEYOND_NESTED, MAX_NESTED, pointers
+from controller.workspace.gitpointers import BEYOND_NESTED, MAX_NESTED, Index, Pointer, pointers
 from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 from tests.unit.workspace.test_git_pointers import HOOK, as_git_checkout, git, judged
 
@@ -130,3 +130,18 @@ def test_ci_definitions_count_at_a_nested_repositorys_top_in_any_case() -> None:
     assert pipelines.why("vendor/lib/.github", False, nested) is not None  # a link there would lead the CI away
     assert pipelines.why("vendor/lib/src/.github/workflows/ci.yml", False, nested) is None
     assert pipelines.why("vendor/.github/workflows/ci.yml", False, nested) is None
+
+
+def test_the_index_finds_what_trying_each_pointer_finds_among_many_folders() -> None:
+    """Nested repositories bring many directory pointers: the lookup by each folder a path lies in finds the
+    first that covers it, as trying them in order does (in any case)."""
+    kinds = ((".githooks", True), (".husky", True), (".gitmodules", False))
+    listed = (*(Pointer(f"vendor/r{n}/{name}", is_dir, name) for n in range(40) for name, is_dir in kinds),
+              Pointer("vendor/r3", True, "beyond"))  # fmt: skip
+    index = Index(listed)
+    for path in ("vendor/r3/.githooks/pre-commit", "vendor/r7/.husky/x/y", "vendor/r7/.husky", "vendor/r7",
+                 "vendor/r39/.gitmodules", "vendor/r39/src/a.py", "vendor/r4/.githooksx", "vendor", "other"):  # fmt: skip
+        for is_dir in (True, False):
+            brute = next((p for p in listed if p.covers(path, is_dir)), None)
+            assert index.covering(path, is_dir) == brute, (path, is_dir)
+            assert index.covering(path.upper(), is_dir) == brute, (path, is_dir)
