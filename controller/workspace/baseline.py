@@ -6,7 +6,8 @@ target) per entry costs one syscall each. The ignore files are kept so the sessi
 "ignored" by the rules it started with, and regular files get a content id where one is
 cheap (``contents``: from the checkout's git index, else hashed within a budget), so a
 file rewritten with the same bytes is not taken for a change. Nothing under a ``.git``
-directory (any case) is recorded: it is never applied.
+directory (any case) is recorded: it is never applied. The folders holding one (repositories nested in the
+checkout: submodules, vendored clones) are kept apart (``repos.json``): git obeys each one's own configuration.
 """
 
 from __future__ import annotations
@@ -53,13 +54,15 @@ class Baseline:
 
     def __init__(
         self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str],
-        blobs: dict[str, str] | None = None,
+        blobs: dict[str, str] | None = None, nested: list[str] | None = None,
     ) -> None:  # fmt: skip
         self._entries = entries
         self._targets = targets
         self.ignore_files = ignore_files
         self.blobs = blobs or {}
         """Content ids of regular files, where session start knew one (``contents``); saved apart (``blobs.json``)."""
+        self.nested = nested or []
+        """The folders below the top holding a ``.git`` (any case), as walked; saved apart (``repos.json``)."""
 
     def get(self, rel: str) -> Identity | None:
         packed = self._entries.get(rel)
@@ -76,6 +79,7 @@ class Baseline:
         write_json(path, {"entries": self._entries, "targets": self._targets})
         write_json(path.with_name("ignore.json"), self.ignore_files)
         write_json(blobs_file(path), self.blobs)
+        write_json(path.with_name("repos.json"), self.nested)
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
@@ -94,6 +98,12 @@ def load_blobs(path: Path) -> dict[str, str]:
     return read_json(where) if where.exists() else {}
 
 
+def load_nested(path: Path) -> list[str]:
+    """The nested repositories recorded beside the baseline at ``path`` (none for a layer made before they were)."""
+    where = path.with_name("repos.json")
+    return list(read_json(where)) if where.exists() else []
+
+
 def load_rules(path: Path) -> IgnoreRules:
     """The ignore rules recorded beside the baseline at ``path``."""
     return IgnoreRules(read_json(path.with_name("ignore.json")))
@@ -106,16 +116,17 @@ def record(repo: Path, with_contents: bool = True) -> Baseline:
     targets: dict[str, str] = {}
     ignore_files: dict[str, str] = {}
     blobs: dict[str, str] = {}
+    nested: list[str] = []
     root = beneath.open_root(repo)
     try:
         hasher = contents.Hasher(root) if with_contents else None
-        _walk(root, "", _Into(entries, targets, ignore_files, blobs, hasher), 0)
+        _walk(root, "", _Into(entries, targets, ignore_files, blobs, hasher, nested), 0)
         exclude = _read_small(root, EXCLUDE)
         if exclude is not None:
             ignore_files[EXCLUDE] = exclude
     finally:
         os.close(root)
-    return Baseline(entries, targets, ignore_files, blobs)
+    return Baseline(entries, targets, ignore_files, blobs, nested)
 
 
 def record_into(repo: str, path: str) -> None:
@@ -132,11 +143,15 @@ class _Into:
     ignores: dict[str, str]
     blobs: dict[str, str]
     hasher: contents.Hasher | None
+    nested: list[str]
 
 
 def _walk(dir_fd: int, prefix: str, into: _Into, depth: int) -> None:
     with os.scandir(dir_fd) as it:
-        listing = [(e.name, e.stat(follow_symlinks=False)) for e in it if not is_git_name(e.name)]
+        every = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+    listing = [(name, st) for name, st in every if not is_git_name(name)]
+    if prefix and len(listing) < len(every):
+        into.nested.append(prefix.rstrip("/"))
     for name, st in listing:
         rel = f"{prefix}{name}"
         row = identity_row(st)

@@ -24,11 +24,12 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..wire.changeset import Change, Changes, Disposition, FileType, Kind
 from . import beneath, gitlike, gitpointers, names, pipelines, textdiff
-from .baseline import Baseline, is_git_name, is_git_path, load_rules
+from .baseline import Baseline, is_git_name, is_git_path, load_nested, load_rules
 from .checkout import TEMP_NAME
 from .ignore import IgnoreRules
 from .layer import Layer, LayerInfo, open_repo, open_setup, open_upper
@@ -125,13 +126,14 @@ def scan(layer: Layer, with_diffs: bool = True) -> Changes:
 def _judge_all(found: Changes, layer: Layer, upper: int, lower: int, setup: int | None) -> None:
     """Give every change found its disposition (``_judge``), a symlink judged by its target."""
     rules = load_rules(layer.baseline_file)
-    pointers = gitpointers.pointers(Path(layer.info.repo))  # as the checkout's git config is now
-    git_reads = gitpointers.Index(pointers)
+    nested = load_nested(layer.baseline_file)  # the repositories the checkout held at the session's start
+    pointers = gitpointers.pointers(Path(layer.info.repo), nested=nested)  # as their git configs are now
+    reads = _Reads(gitpointers.Index(pointers), frozenset(map(gitpointers.fold, nested)))
     for change in found:
         if change.kind != Kind.DELETED and change.type == FileType.SYMLINK and change.target is None:
             change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
         from_setup = setup is not None and made_by_setup(setup, lower, change.path)
-        _judge(change, rules, from_setup, layer.info, git_reads)
+        _judge(change, rules, from_setup, layer.info, reads)
 
 
 def _describe_all(found: Changes, uppers: _Dirs, lowers: _Dirs, with_diffs: bool) -> None:
@@ -515,12 +517,20 @@ def _head(dirs: _Dirs, path: str, limit: int = textdiff.MAX_INPUT + 1) -> bytes 
         os.close(fd)
 
 
-def _judge(
-    change: Change, rules: IgnoreRules, from_setup: bool, info: LayerInfo, git_reads: gitpointers.Index | None = None
-) -> None:
+@dataclass(frozen=True)
+class _Reads:
+    """What host git and the CI services read of the checkout, as judging finds it."""
+
+    git: gitpointers.Index
+    """The paths the checkout's git configurations (its own and its nested repositories') point at."""
+    nested: frozenset[str] = frozenset()
+    """The nested repositories' folders, folded (``gitpointers.fold``): each has CI definitions of its own."""
+
+
+def _judge(change: Change, rules: IgnoreRules, from_setup: bool, info: LayerInfo, reads: _Reads | None = None) -> None:
     """Decide what may reach the checkout; the first reason that applies wins."""
     problem = unsafe_reason(change)
-    trusted = _trusted_because(change, info, git_reads)
+    trusted = _trusted_because(change, info, reads)
     if is_git_path(change.path):
         change.disposition, change.reason = Disposition.DISCARDED, "inside .git, which is never applied"
     elif problem:
@@ -536,17 +546,17 @@ def _judge(
         change.disposition, change.reason = Disposition.IGNORED, "ignored by the repository's ignore rules"
 
 
-def _trusted_because(change: Change, info: LayerInfo, git_reads: gitpointers.Index | None) -> str:
+def _trusted_because(change: Change, info: LayerInfo, reads: _Reads | None) -> str:
     """Why the change is applied only when forced by name (what runs it or reads it as code, and how to apply it);
     empty if nothing does."""
     is_dir = change.type == FileType.DIR
-    pointer = git_reads.covering(change.path, is_dir) if git_reads is not None else None
+    pointer = reads.git.covering(change.path, is_dir) if reads is not None else None
     if is_environment_config(change.path) or change.path in info.trusted:
         why = "the environment's definition"
     elif pointer is not None:
         why = f"git runs files here ({pointer.why})"
     else:
-        pipeline = pipelines.why(change.path, is_dir)
+        pipeline = pipelines.why(change.path, is_dir, reads.nested if reads is not None else ())
         if pipeline is not None:
             return pipeline
         why = info.build.why(change.path, is_dir) or ""

@@ -16,7 +16,12 @@ What counts, read from the *real* checkout (never the layer) each time changes a
   neighbours there (``node scripts/gen`` runs ``scripts/gen.js``);
 - the same for every command line of the hooks git runs and of the hook managers' files
   (husky, lefthook, pre-commit, lint-staged), which call the repository's own scripts;
-- each path both as written and as its symlinks lead (``.githooks -> tools/hooks``).
+- each path both as written and as its symlinks lead (``.githooks -> tools/hooks``);
+- all of it again for each repository nested in the checkout (a submodule, a vendored clone: a folder that held
+  a ``.git`` at the session's start), by its own configuration and hook managers, rooted there. One the agent
+  makes is never read: its ``.git`` is never applied, and ``gitlike`` keeps it from making a look-alike.
+
+Paths are compared folded (``fold``), as a case-insensitive checkout compares them.
 
 git itself lists the configuration (system, global of the checkout's owner, repository;
 worktrees and ``commondir`` understood), in a fixed environment: ``git config --list`` runs
@@ -34,11 +39,12 @@ import posixpath
 import pwd
 import re
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import shellwords
+from .baseline import HFS_IGNORED
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,10 @@ MAX_INCLUDED_FILES = 64
 MAX_SCRIPT_BYTES = 64 << 10
 MAX_SCRIPTS = 200
 """Hook and hook-manager files read for the paths they run, and how much of each."""
+MAX_NESTED = 32
+"""Nested repositories whose configuration is read (each as the top one is, within the same bounds)."""
+BEYOND_NESTED = f"a nested repository beyond the {MAX_NESTED} whose git configuration is read, so all of it"
+NEWER_FORMAT = "this git cannot read the checkout's newer format, so all of it"
 
 
 def _hook_managers() -> tuple[tuple[str, bool, str], ...]:
@@ -120,28 +130,41 @@ class Pointer:
 _MANAGERS_READ = tuple(Pointer(path, directory, f"read by {reader}") for path, directory, reader in HOOK_MANAGERS)
 
 
+def fold(path: str) -> str:
+    """``path`` as a case-insensitive filesystem compares it (``str.casefold``, so U+017F is ``s``; and without the
+    code points HFS+ ignores): two paths that fold alike may be one file where the checkout lies."""
+    return path.translate(HFS_IGNORED).casefold()
+
+
 class Index:
-    """The pointers, looked up by path in time of the few directory pointers, not of the path's depth (an agent's
-    paths may be deep); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order."""
+    """The pointers, looked up by path in time of the path's depth, not of how many there are (nested repositories
+    bring hundreds); the first pointer listed that covers a path wins, as trying ``Pointer.covers`` in order.
+    Paths are compared folded (``fold``): holding back the other spellings of a pointer costs nothing, while
+    on a case-insensitive checkout ``.GitHooks/pre-commit`` is the hook git runs from ``.githooks``."""
 
     def __init__(self, pointers: tuple[Pointer, ...]) -> None:
         self.everything = next((p for p in pointers if p.path == "."), None)
         self.exact: dict[str, tuple[int, Pointer]] = {}
         self.on_the_way: dict[str, tuple[int, Pointer]] = {}  # strict ancestors of a pointer: covered unless a dir
-        self.below: list[tuple[str, int, Pointer]] = []  # directories whose whole tree is covered
+        self.below: dict[str, tuple[int, Pointer]] = {}  # directories whose whole tree is covered
         for order, pointer in enumerate(pointers):
-            self.exact.setdefault(pointer.path, (order, pointer))
+            folded = fold(pointer.path)
+            self.exact.setdefault(folded, (order, pointer))
             if pointer.directory:
-                self.below.append((pointer.path + "/", order, pointer))
-            parts = pointer.path.split("/")
+                self.below.setdefault(folded, (order, pointer))
+            parts = folded.split("/")
             for depth in range(1, len(parts)):
                 self.on_the_way.setdefault("/".join(parts[:depth]), (order, pointer))
 
     def covering(self, path: str, is_dir: bool) -> Pointer | None:
         if self.everything is not None:
             return self.everything
+        path = fold(path)
         found = [self.exact.get(path), None if is_dir else self.on_the_way.get(path)]
-        found += [(order, pointer) for prefix, order, pointer in self.below if path.startswith(prefix)]
+        at = path.find("/")
+        while at >= 0:  # each folder the path lies in
+            found.append(self.below.get(path[:at]))
+            at = path.find("/", at + 1)
         return min((f for f in found if f is not None), key=lambda f: f[0], default=(0, None))[1]
 
 
@@ -207,29 +230,53 @@ def _prefix_word(word: str) -> bool:
     return bool(shellwords.ASSIGNMENT.match(word)) or word in shellwords.PREFIXES
 
 
-def pointers(repo: Path, home: str | None = None) -> tuple[Pointer, ...]:
+def pointers(repo: Path, home: str | None = None, nested: Sequence[str] = ()) -> tuple[Pointer, ...]:
     """Every path of ``repo`` (the session's repository, inside some git work tree or not) git is told to run or
     read, and the hook managers' files; blocking. ``home`` holds the global config (default: the home of the
     checkout's owner, whose git it is). When git is there but cannot read a checkout that has a ``.git``
-    (a newer repository format, say), everything counts: held back unless forced, rather than let through."""
-    found = list(_MANAGERS_READ)
+    (a newer repository format, say), everything counts: held back unless forced, rather than let through.
+    ``nested`` (folders of ``repo`` that held a ``.git`` at the session's start) are read alike, each by its own
+    configuration, the first ``MAX_NESTED`` of them; everything in the others is held back."""
     home = home or _home(repo)
-    where = _git(repo, home, "rev-parse", "--show-toplevel", "--git-path", "hooks")
-    lines = (where or "").splitlines()
+    real = os.path.realpath(repo)
+    found = [*_MANAGERS_READ, *_read(real, real, home, (real,))]
+    for at, folder in enumerate(nested):
+        found += _nested(real, folder, home) if at < MAX_NESTED else [Pointer(folder, True, BEYOND_NESTED)]
+    return tuple(dict.fromkeys(found))
+
+
+def _nested(real: str, folder: str, home: str) -> list[Pointer]:
+    """What the repository nested at ``folder`` makes git run or read: its hook managers' files and what its own
+    configuration points at (rooted there). Nothing when it is no longer a folder of the checkout (a symlink)."""
+    where = posixpath.join(real, folder)
+    if os.path.realpath(where) != where:
+        return []
+    inside = f", in the nested repository {folder}"
+    managers = [Pointer(f"{folder}/{p.path}", p.directory, p.why + inside) for p in _MANAGERS_READ]
+    if not os.path.isdir(where):
+        return managers  # gone since the session started: nothing of its configuration is left to read
+    return managers + [Pointer(p.path, p.directory, p.why + inside) for p in _read(real, where, home, ())]
+
+
+def _read(real: str, where: str, home: str, managers_at: tuple[str, ...]) -> list[Pointer]:
+    """The pointers of the repository whose work tree holds ``where``, as paths of ``real`` (the session's
+    folder); the hook managers' files read at its top and in ``managers_at``."""
+    listed = _git(Path(where), home, "rev-parse", "--show-toplevel", "--git-path", "hooks")
+    lines = (listed or "").splitlines()
     if len(lines) < 2 or not lines[0]:
-        if where is None and _newer_than_our_git(repo, home):
-            found.append(Pointer(".", True, "this git cannot read the checkout's newer format, so all of it"))
-        return tuple(dict.fromkeys(found))
-    reading = _Reading(os.path.realpath(repo), lines[0], home)
-    listed = _git(Path(reading.top), home, "config", "--list", "--show-origin", "--includes", "-z")
-    _from_config(reading, _entries(listed or ""))
+        if listed is None and _newer_than_our_git(Path(where), home):
+            return [Pointer(_relative(real, where) or ".", True, NEWER_FORMAT)]
+        return []
+    reading = _Reading(real, lines[0], home)
+    config = _git(Path(reading.top), home, "config", "--list", "--show-origin", "--includes", "-z")
+    _from_config(reading, _entries(config or ""))
     for default in (f"{home}/.gitconfig", f"{home}/.config/git/config", "/etc/gitconfig"):
         reading.add(default, "/", False, "a config file git reads")
-    hooks = posixpath.normpath(posixpath.join(str(repo), lines[1]))  # git prints it relative to where it ran
+    hooks = posixpath.normpath(posixpath.join(where, lines[1]))  # git prints it relative to where it ran
     reading.add(hooks, "/", True, "git's hooks")
-    for script in _scripts(reading, hooks):
+    for script in _scripts(reading, hooks, managers_at):
         _from_script(reading, script)
-    return tuple(dict.fromkeys(found + reading.found))
+    return reading.found
 
 
 def _newer_than_our_git(repo: Path, home: str) -> bool:
@@ -272,11 +319,11 @@ def _included(reading: _Reading, path: str) -> None:
     _from_config(reading, _entries(listed or ""))
 
 
-def _scripts(reading: _Reading, hooks: str) -> Iterator[str]:
-    """The hooks git runs and the hook managers' files (at the work tree's top and in the session's folder), in
+def _scripts(reading: _Reading, hooks: str, managers_at: tuple[str, ...]) -> Iterator[str]:
+    """The hooks git runs and the hook managers' files (at the work tree's top and in ``managers_at``), in
     the real checkout: the files whose commands call the repository's own scripts."""
     names = [name for name in _files_in(hooks) if not name.endswith(".sample")]
-    folders = [*dict.fromkeys((reading.top, reading.repo))]
+    folders = [*dict.fromkeys((reading.top, *managers_at))]
     places = [(posixpath.join(folder, path), directory) for path, directory, _ in HOOK_MANAGERS for folder in folders]
     places += [(posixpath.join(reading.repo, p.path), True) for p in reading.found if p.why.startswith("husky")]
     for full, directory in places:

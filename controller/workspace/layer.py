@@ -17,7 +17,8 @@ Layout under ``<data_dir>/workspaces/<session>/`` (mode 0700, so nothing the age
 in ``upper`` — a setuid binary, say — is reachable by other host users)::
 
     layer.json      the repository path and owner
-    baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files
+    baseline.json   the checkout at session start (see ``baseline``); ignore.json its ignore files, repos.json the
+                    repositories nested in it
     expected.json   what this session last wrote or restored, per path (see ``apply``)
     upper/ work/    the overlay's upper and work directories
     lower           a symlink to the checkout, which overlay's lowerdir names instead of the repository's path

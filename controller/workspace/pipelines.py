@@ -5,16 +5,19 @@ the next push: a workflow that posts ``${{ secrets.DEPLOY_KEY }}`` to an outside
 So these paths are ``trusted``, like the environment's definition and git's pointers: listed with the reason,
 held back from a plain apply and from the piped diff, applied only when forced by name (``apply --force PATH``).
 
-Judged by name, at the session's folder's top (where the CI services look), in any case (a checkout on a
-case-insensitive disk writes ``.GitHub/Workflows`` where ``.github/workflows`` is), with the ancestors on the way
-covered when they are not directories (a symlink ``.github`` would lead the CI elsewhere). Beyond them, on
-purpose: the scripts a definition calls (``run: ./scripts/deploy.sh``), and a definition at a path a project
+Judged by name, at the session's folder's top (where the CI services look) and at the top of each repository nested
+in it (a submodule, a vendored clone: pushed, it runs its own CI), in any case as ``str.casefold`` reads it (a
+checkout on a case-insensitive disk writes ``.GitHub/Workflows`` where ``.github/workflows`` is), with the
+ancestors on the way covered when they are not directories (a symlink ``.github`` would lead the CI elsewhere).
+Beyond them, on purpose: the scripts a definition calls (``run: ./scripts/deploy.sh``), and a definition at a path a project
 configured in its CI service's settings; those are reviewed as ordinary changes.
 """
 
 from __future__ import annotations
 
-from .gitpointers import Index, Pointer
+from collections.abc import Collection
+
+from .gitpointers import Index, Pointer, fold
 
 DEFINITIONS: tuple[tuple[str, bool, str], ...] = (
     (".github/workflows", True, "GitHub Actions workflows"),
@@ -53,18 +56,62 @@ DEFINITIONS: tuple[tuple[str, bool, str], ...] = (
     ("codemagic.yaml", False, "Codemagic"),
     ("bitrise.yml", False, "Bitrise"),
     (".tekton", True, "Tekton (Pipelines as Code)"),
+    (".build.yml", False, "sourcehut builds"),
+    (".builds", True, "sourcehut builds"),
+    ("buildkite.yml", False, "Buildkite"),
+    ("buildkite.yaml", False, "Buildkite"),
+    ("buildkite.json", False, "Buildkite"),
+    ("cloudbuild.json", False, "Google Cloud Build"),
+    (".codecatalyst/workflows", True, "Amazon CodeCatalyst workflows"),
+    (".teamcity", True, "TeamCity (versioned settings)"),
+    (".harness", True, "Harness pipelines"),
+    ("codefresh.yml", False, "Codefresh"),
+    ("codefresh.yaml", False, "Codefresh"),
+    ("jenkins-x.yml", False, "Jenkins X"),
+    (".lighthouse", True, "Jenkins X (Lighthouse triggers)"),
+    (".workflow", True, "Gitee Go workflows"),
+    (".onedev-buildspec.yml", False, "OneDev"),
+    ("renovate.json", False, "Renovate, which runs package managers with registry secrets"),
+    ("renovate.json5", False, "Renovate, which runs package managers with registry secrets"),
+    (".github/renovate.json", False, "Renovate, which runs package managers with registry secrets"),
+    (".github/renovate.json5", False, "Renovate, which runs package managers with registry secrets"),
+    (".renovaterc", False, "Renovate, which runs package managers with registry secrets"),
+    (".renovaterc.json", False, "Renovate, which runs package managers with registry secrets"),
+    (".renovaterc.json5", False, "Renovate, which runs package managers with registry secrets"),
+    (".readthedocs.yaml", False, "Read the Docs, whose build runs the commands it names"),
+    (".readthedocs.yml", False, "Read the Docs, whose build runs the commands it names"),
+    ("amplify.yml", False, "AWS Amplify's build, with the app's secrets"),
+    ("amplify.yaml", False, "AWS Amplify's build, with the app's secrets"),
+    ("netlify.toml", False, "Netlify's build, with the site's secrets"),
+    ("vercel.json", False, "Vercel's build, with the project's secrets"),
+    ("render.yaml", False, "Render's blueprint: its build and deploy commands"),
+    (".do", True, "DigitalOcean App Platform's app spec"),
+    ("heroku.yml", False, "Heroku's build and release commands"),
+    (".gitpod.yml", False, "Gitpod, whose tasks run in every workspace and its prebuilds"),
 )
 """(path in lower case, is a directory, what runs it): the CI definitions a hosted service reads from a push."""
 
 INDEX = Index(tuple(Pointer(path, directory, why) for path, directory, why in DEFINITIONS))
 
 
-def why(path: str, is_dir: bool) -> str | None:
-    """Why ``path`` (relative to the session's folder) is a CI definition, or None when it is not one."""
-    found = INDEX.covering(path.lower(), is_dir)
+def why(path: str, is_dir: bool, repositories: Collection[str] = ()) -> str | None:
+    """Why ``path`` (relative to the session's folder) is a CI definition, or None when it is not one; at the
+    folder's top or at the top of one of the nested ``repositories`` (their paths, folded by ``fold``)."""
+    found = _definition(fold(path), is_dir, repositories)
     if found is None:
         return None
     return (
         f"a CI definition ({found.why}): it runs with the repository's secrets on the next push; "
         "applied only when forced by name (apply --force PATH)"
     )
+
+
+def _definition(folded: str, is_dir: bool, repositories: Collection[str]) -> Pointer | None:
+    """The definition ``folded`` is (or lies in, or is on the way to), at the top or in a nested repository."""
+    found = INDEX.covering(folded, is_dir)
+    at = folded.find("/")
+    while found is None and at > 0 and repositories:
+        if folded[:at] in repositories:
+            found = INDEX.covering(folded[at + 1 :], is_dir)
+        at = folded.find("/", at + 1)
+    return found
