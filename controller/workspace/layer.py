@@ -464,11 +464,8 @@ def discard_dir(root: Path) -> list[str]:
     """``discard`` by the layer's directory alone: a layer half removed before has lost its ``layer.json``."""
     if not root.exists():
         return []
-    parent = beneath.open_root(root.parent)
     try:
-        beneath.remove_tree(parent, root.name)
+        beneath.remove_path(root)
     except OSError as err:
         return [str(err.filename or root)]
-    finally:
-        os.close(parent)
     return []
