@@ -204,29 +204,32 @@ ROUTES = Routes()
 
 def error_of(response: httpx.Response) -> CubicleError:
     """The exception for an API answer that is not a success, carrying the API's ``detail``."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    detail = body.get("detail") if isinstance(body, dict) else None
+    body = _json_object(response)
+    detail = body.get("detail")
     code = response.status_code
-    where = f"{response.request.method} {response.request.url.path}"
     if code == 401:
         text = detail if isinstance(detail, str) else "a bearer token is required"
         return AuthError(f"The Cubicle API at {_origin(response.request.url)} refused the request (401): {text}")
+    where = f"{response.request.method} {response.request.url.path}"
     if isinstance(detail, list):  # FastAPI's validation errors: [{loc, msg, type}, ...]
         problems = "; ".join(_problem(item) for item in detail)
         return InvalidRequestError(f"{where} was refused ({code}): {problems}", errors=detail, hint="")
     text = detail if isinstance(detail, str) else (response.text[:500] or response.reason_phrase)
-    if code == 409 and isinstance(body, dict) and body.get("conflicts"):
-        conflicts = [Conflict.model_validate(item) for item in body["conflicts"]]
-        error = ApplyConflictError(text, conflicts)
+    if code == 409 and body.get("conflicts"):
+        error = ApplyConflictError(text, [Conflict.model_validate(item) for item in body["conflicts"]])
         error.hint = ""  # the detail already ends with it
         return error
-    kind = ERROR_OF.get(code, CubicleError)
-    if kind is InvalidRequestError:
-        return InvalidRequestError(text, hint="")
-    return kind(text if kind is not CubicleError else f"{where} failed ({code}): {text}", hint="")
+    kind = ERROR_OF.get(code)
+    return kind(text, hint="") if kind else CubicleError(f"{where} failed ({code}): {text}", hint="")
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    """The answer's body when it is a JSON object, else an empty one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _problem(item: Any) -> str:
