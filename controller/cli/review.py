@@ -59,23 +59,31 @@ def summary_line(summary: ChangeSummary) -> Text:
             "apply them with --build-inputs.",
             "yellow",
         )
+    bounded = _bounded_note(summary)
+    if bounded:
+        line.append(*bounded)
+    return line
+
+
+def _bounded_note(summary: ChangeSummary) -> tuple[str, str] | None:
+    """What a bounded walk or listing left out, with its style: a truncated layer, or changes not listed."""
     if summary.truncated_at is not None:
-        line.append(
+        return (
             f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
             "(names), so it can be rewound or discarded, never applied",
             "bold red",
         )
-    elif summary.unlisted:
-        writes = (
-            f"apply writes {summary.unlisted_applied:,} of them (unseen here)" if summary.unlisted_applied
-            else "apply writes none of them (with --include-ignored or --build-inputs it may)"
-        )  # fmt: skip
-        line.append(
-            f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
-            f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
-            "yellow" if not summary.unlisted_applied else "bold red",
-        )
-    return line
+    if not summary.unlisted:
+        return None
+    if summary.unlisted_applied:
+        writes, style = f"apply writes {summary.unlisted_applied:,} of them (unseen here)", "bold red"
+    else:
+        writes, style = "apply writes none of them (with --include-ignored or --build-inputs it may)", "yellow"
+    return (
+        f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
+        f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
+        style,
+    )
 
 
 def counts(change: Change) -> tuple[int, int]:
