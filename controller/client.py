@@ -109,8 +109,15 @@ class Routes:
         apply: ApplyPolicy | None = None,
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> Request[SessionRecord]:
-        body = {"repo": str(repo), "task": task, "model": model, "limits": _body(limits),
-                "context": _body(context), "apply": apply, "environment": _body(environment)}  # fmt: skip
+        body = {
+            "repo": str(repo),
+            "task": task,
+            "model": model,
+            "limits": _body(limits),
+            "context": _body(context),
+            "apply": apply,
+            "environment": _body(environment),
+        }
         sent = {name: value for name, value in body.items() if value is not None}
         return Request("POST", "/v1/sessions", _model(SessionRecord), json=sent)
 
@@ -155,14 +162,19 @@ class Routes:
     def changes(session_id: str, diff: bool = False) -> Request[Changes]:
         params = {"diff": "true" if diff else "false"}
         path = f"/v1/sessions/{session_id}/changes"
-        return Request("GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params,
-                       headers=_listing_bounds)  # fmt: skip
+        return Request(
+            "GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params, headers=_listing_bounds
+        )
 
     @staticmethod
     def apply(
-        session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> Request[ApplyResult]:  # fmt: skip
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> Request[ApplyResult]:
         body: dict[str, Any] = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
         if paths is not None:
             body["paths"] = list(paths)
@@ -376,8 +388,9 @@ class Client:
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
         """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
-        return self.send(ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply,
-                                       environment=environment))  # fmt: skip
+        return self.send(
+            ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
+        )
 
     def get(self, session_id: str) -> SessionRecord:
         return self.send(ROUTES.get(session_id))
@@ -412,9 +425,14 @@ class Client:
         return self.send(ROUTES.changes(session_id, diff))
 
     def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> ApplyResult:
         """Apply the changes (only ``paths``, each as the changes list it, and ``ids``, if given);
         ApplyConflictError writes nothing."""
         return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
@@ -506,8 +524,9 @@ class AsyncClient:
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
         """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
-        return await self.send(ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply,
-                                             environment=environment))  # fmt: skip
+        return await self.send(
+            ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
+        )
 
     async def get(self, session_id: str) -> SessionRecord:
         return await self.send(ROUTES.get(session_id))
@@ -542,9 +561,14 @@ class AsyncClient:
         return await self.send(ROUTES.changes(session_id, diff))
 
     async def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> ApplyResult:
         return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:

@@ -309,8 +309,8 @@ def sessions(
         task = r.task if not out.is_terminal or len(r.task) <= 40 else r.task[:39] + "…"  # piped: whole
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
         unapplied = "" if r.unapplied is None else f"{r.unapplied:,}"  # counted at turn ends and applies only
-        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), f"{r.usage.total:,}", r.repo,
-                 task)  # fmt: skip
+        tokens = f"{r.usage.total:,}"
+        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), tokens, r.repo, task)
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
     out.print(table)
 

@@ -194,8 +194,10 @@ def as_printed(name: str, listed: list[Change]) -> str:
     meant = {c.path for c in listed if name in _spellings(c)}
     if len(meant) > 1:
         listed_ids = [c for c in listed if c.path in meant]
-        raise fail(_ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
-                   EXIT_USAGE)  # fmt: skip
+        raise fail(
+            _ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
+            EXIT_USAGE,
+        )
     return shown(meant.pop()) if meant else name
 
 

@@ -162,9 +162,14 @@ class Tending:
     ``start`` until ``stop``."""
 
     def __init__(
-        self, leases: Leases, loaded: Loaded, runtime: Runtime, feed: Feed, recorder: RecorderOf,
+        self,
+        leases: Leases,
+        loaded: Loaded,
+        runtime: Runtime,
+        feed: Feed,
+        recorder: RecorderOf,
         in_use: Callable[[str], bool],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.leases = leases
         self.store = leases.store
         self.loaded = loaded

@@ -49,10 +49,12 @@ class Runtime:
         self.backend = open_backend(settings)
         self._sandbox_factory = sandbox_factory
         self.workspaces = Workspaces(
-            settings.data_dir, self.backend.clear_as_root,
+            settings.data_dir,
+            self.backend.clear_as_root,
             None if sandbox_factory is not None else self.backend.disks(),  # such sandboxes never mount the layer
-            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
-        )  # fmt: skip
+            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s),
+            settings.listing_entries,
+        )
         self.environments = Environments(settings, self.backend.clear_as_root)
         self._model_client: anthropic.AsyncAnthropic | None = None
 
@@ -82,9 +84,13 @@ class Runtime:
             await self.backend.remove(session_id)
 
     def sandbox(
-        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        self,
+        repo: Path,
+        session_id: str,
+        limits: Limits,
+        environment: Environment | None = None,
         sink: EventSink | None = None,
-    ) -> Sandbox:  # fmt: skip
+    ) -> Sandbox:
         """The session's sandbox over its workspace layer (made by ``workspaces.create`` with the session); it
         prepares ``environment`` first, its progress going to ``sink``."""
         if self._sandbox_factory is not None:
@@ -114,9 +120,13 @@ class Runtime:
         return Agent(
             session_id=session_id,
             model=self._model(model, policy),
-            sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
-            context=policy, hooks=hooks,
-        )  # fmt: skip
+            sandbox=sandbox,
+            sink=sink,
+            limits=limits,
+            system=self.system(limits),
+            context=policy,
+            hooks=hooks,
+        )
 
     def compactor(
         self, session_id: str, model: str, sink: EventSink, limits: Limits, context: ContextPolicy | None
@@ -124,9 +134,13 @@ class Runtime:
         """What compacts a session's context between turns (``POST /compact``), as its agent would: the same
         system prompt and tools, so the summary request reads the agent's cached prefix."""
         return Compactor(
-            session_id, self._model(model), self.system(limits), tools.definitions(),
-            context or self.settings.context, sink.emit,
-        )  # fmt: skip
+            session_id,
+            self._model(model),
+            self.system(limits),
+            tools.definitions(),
+            context or self.settings.context,
+            sink.emit,
+        )
 
     def system(self, limits: Limits) -> str:
         """The session's system prompt: the configured or built-in one, and what its network allows."""

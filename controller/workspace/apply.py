@@ -54,9 +54,14 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 
 def apply(
-    layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
-    bounds: ApplyBounds | None = None, build_inputs: bool = False, ids: Collection[str] | None = None,
-) -> ApplyResult:  # fmt: skip
+    layer: Layer,
+    paths: Collection[str] | None = None,
+    include_ignored: bool = False,
+    force: Collection[str] = (),
+    bounds: ApplyBounds | None = None,
+    build_inputs: bool = False,
+    ids: Collection[str] | None = None,
+) -> ApplyResult:
     """Apply the selected changes, or nothing at all when any of them conflicts.
 
     ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is written whole,

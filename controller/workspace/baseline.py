@@ -52,9 +52,12 @@ class Baseline:
     """
 
     def __init__(
-        self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str],
+        self,
+        entries: dict[str, str],
+        targets: dict[str, str],
+        ignore_files: dict[str, str],
         blobs: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._entries = entries
         self._targets = targets
         self.ignore_files = ignore_files
