@@ -50,8 +50,11 @@ def _loaded(*words: str) -> tuple[str, list[str]]:
     """What ``cubicle WORDS`` prints and every module loaded by the time it returns, from a fresh interpreter."""
     done = subprocess.run(
         [sys.executable, "-c", RUN_THE_ENTRY, json.dumps(words)],
-        capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     output, _, modules = done.stdout.rstrip("\n").rpartition("\n")
     return output, json.loads(modules)
