@@ -87,38 +87,62 @@ def _sandboxed(table: Callable[..., Awaitable[None]]) -> Callable[[Run], Awaitab
 
 
 SECTIONS = (
-    Section("cli", "CLI start: cubicle --version, --help, sessions, show, changes", False,
-            lambda r: asyncio.to_thread(cli.table, r.report, r.quick)),
+    Section(
+        "cli",
+        "CLI start: cubicle --version, --help, sessions, show, changes",
+        False,
+        lambda r: asyncio.to_thread(cli.table, r.report, r.quick),
+    ),
     Section("tool-overhead", "tool overhead", True, _sandboxed(rows.tool_overhead)),
     Section("mcp", "MCP", True, _sandboxed(mcp.table)),
     Section("command-tail", "command tail", True, _sandboxed(rows.command_tail_latency)),
     Section("ready", "ready and teardown", True, _sandboxed(rows.ready_and_teardown)),
     Section("environment", "environment", True, _sandboxed(environment.table)),
     Section("workspace", "workspace layer", True, _sandboxed(workspace.table)),
-    Section("contents", "session start, content ids", False,
-            lambda r: asyncio.to_thread(contents.table, r.report, r.quick)),
+    Section(
+        "contents", "session start, content ids", False, lambda r: asyncio.to_thread(contents.table, r.report, r.quick)
+    ),
     Section("disk", "disk quota", True, _sandboxed(disk.table)),
     Section("diskio", "disk I/O", True, _sandboxed(diskio.table)),
-    Section("output-flood", "output flood", True,
-            lambda r: rows.output_flood(r.report, r.client, r.image, r.root)),
+    Section("output-flood", "output flood", True, lambda r: rows.output_flood(r.report, r.client, r.image, r.root)),
     Section("live", "live output", True, _sandboxed(live.table)),
-    Section("concurrency", "concurrency", True, lambda r: rows.concurrency(r.report, r.client, r.image, r.root,
-            *(([2], [2]) if r.args.smoke else ([10, 50, 100], [10, 50]) if r.args.full else ([10], [10])))),
+    Section(
+        "concurrency",
+        "concurrency",
+        True,
+        lambda r: rows.concurrency(
+            r.report,
+            r.client,
+            r.image,
+            r.root,
+            *(([2], [2]) if r.args.smoke else ([10, 50, 100], [10, 50]) if r.args.full else ([10], [10])),
+        ),
+    ),
     Section("egress", "egress proxy", True, _sandboxed(egress.table)),
     Section("peer", "peer (llm-sandbox)", True, _sandboxed(rows.peer)),
-    Section("channel-flood", "channel flood (root)", True,
-            lambda r: asyncio.to_thread(flood.table, r.report, r.client, r.root)),
+    Section(
+        "channel-flood",
+        "channel flood (root)",
+        True,
+        lambda r: asyncio.to_thread(flood.table, r.report, r.client, r.root),
+    ),
     Section("layerwalk", "layer walk", True, _sandboxed(layerwalk.table)),
     Section("sse-followers", "SSE followers", True, _sandboxed(viewer.table)),
     Section("stores", "stores", True, _sandboxed(stores.table)),
-    Section("responsiveness", "responsiveness (the speeds tests no longer assert)", True,
-            _sandboxed(responsiveness.table)),
+    Section(
+        "responsiveness", "responsiveness (the speeds tests no longer assert)", True, _sandboxed(responsiveness.table)
+    ),
     Section("page", "viewer page (Chromium)", False, lambda r: asyncio.to_thread(page.table, r.report, r.quick)),
     Section("context", "context", False, lambda r: context.table(r.report)),
-    Section("runtimes", "runtimes (with --runtime NAME)", True, lambda r: runtime.table(
-        r.report, r.client, r.image, r.root, r.quick, tuple(dict.fromkeys(["runc", *r.args.runtime]))
-    )),
-)  # fmt: skip
+    Section(
+        "runtimes",
+        "runtimes (with --runtime NAME)",
+        True,
+        lambda r: runtime.table(
+            r.report, r.client, r.image, r.root, r.quick, tuple(dict.fromkeys(["runc", *r.args.runtime]))
+        ),
+    ),
+)  # fmt: skip - a table
 """Every section, in the order a whole run takes them (a table reads better as one line per section)."""
 BY_NAME = {section.name: section for section in SECTIONS}
 
@@ -133,7 +157,7 @@ def chosen(args: argparse.Namespace) -> list[Section]:
 def machine(client: Any) -> str:
     memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     docker = f", Docker {client.version()['Version']}" if client is not None else ""
-    return f"{os.cpu_count()} cores, {memory_gb:.0f} GiB memory{docker}, Python {platform.python_version()}, {platform.machine()}"  # fmt: skip
+    return f"{os.cpu_count()} cores, {memory_gb:.0f} GiB memory{docker}, Python {platform.python_version()}, {platform.machine()}"
 
 
 async def run(args: argparse.Namespace, sections: list[Section]) -> tuple[Report, str]:
@@ -174,8 +198,13 @@ async def _section(section: Section, run: Run) -> None:
 def write_json(path: Path, report: Report, args: argparse.Namespace, client_machine: str) -> None:
     """Every row of the run, with what it ran on and how."""
     effort = "smoke" if args.smoke else "quick" if args.quick else "full" if args.full else "default"
-    document = {"machine": client_machine, "effort": effort, "rows": report.records(), "missed": report.missed,
-                "failed": report.failed}  # fmt: skip
+    document = {
+        "machine": client_machine,
+        "effort": effort,
+        "rows": report.records(),
+        "missed": report.missed,
+        "failed": report.failed,
+    }
     path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -184,15 +213,24 @@ def parser() -> argparse.ArgumentParser:
     made.add_argument("--quick", action="store_true", help="fewer repetitions")
     made.add_argument("--smoke", action="store_true", help="a few repetitions and small sizes: does each section run")
     made.add_argument("--full", action="store_true", help="also N=50 and N=100 sessions and 50 docker-exec containers")
-    made.add_argument("--section", action="append", default=[], metavar="NAME", choices=list(BY_NAME),
-                      help="run only this section (repeatable; --list names them)")  # fmt: skip
+    made.add_argument(
+        "--section",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=list(BY_NAME),
+        help="run only this section (repeatable; --list names them)",
+    )
     made.add_argument("--list", action="store_true", help="name the sections and exit")
     made.add_argument("--json", type=Path, metavar="PATH", help="also write every row to PATH as JSON")
     made.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
     made.add_argument(
-        "--runtime", action="append", default=[], metavar="NAME",
+        "--runtime",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="also measure the sandbox under this OCI runtime (e.g. runsc), beside runc in the same run",
-    )  # fmt: skip
+    )
     return made
 
 

@@ -64,10 +64,19 @@ def local_session(data_dir: Path, root: Path) -> str:
         now = time.time()
         store.insert(
             StoredRow(
-                id=session_id, repo=str(repo), task="bench the CLI", model="m", status="idle",
-                finish_reason="end_turn", usage=Usage(), steps=STEPS, limits=Limits(), created_at=now, updated_at=now,
+                id=session_id,
+                repo=str(repo),
+                task="bench the CLI",
+                model="m",
+                status="idle",
+                finish_reason="end_turn",
+                usage=Usage(),
+                steps=STEPS,
+                limits=Limits(),
+                created_at=now,
+                updated_at=now,
             )
-        )  # fmt: skip
+        )
         for seq, event in enumerate(_events(session_id), 1):
             store.append_event(event.model_copy(update={"seq": seq}))
     finally:

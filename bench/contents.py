@@ -36,8 +36,17 @@ def build(root: Path, committed: bool, dirs: int = DIRS) -> Path:
         for path in repo.rglob("*.py"):
             os.utime(path, (past, past))
         # No git gc or maintenance left running in the background: it would write into .git as it is removed.
-        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0",
-               "-c", "maintenance.auto=false"]  # fmt: skip
+        git = [
+            "git",
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.com",
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "maintenance.auto=false",
+        ]
         subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
         subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
         subprocess.run([*git, "commit", "-qm", "bench"], cwd=repo, check=True)

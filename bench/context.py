@@ -45,9 +45,14 @@ async def _session(
     sandbox = MemorySandbox(commands={"make test": Reply(stdout="E" * (OUTPUT_CHARS - 60))})
     sink, convo = ListSink(), Conversation()
     agent = Agent(
-        session_id=name, model=AnthropicModel(client, name, MAX_TOKENS, policy.server_edits()), sandbox=sandbox, sink=sink,
-        limits=limits, system="You are a careful engineer.", context=policy,
-    )  # fmt: skip
+        session_id=name,
+        model=AnthropicModel(client, name, MAX_TOKENS, policy.server_edits()),
+        sandbox=sandbox,
+        sink=sink,
+        limits=limits,
+        system="You are a careful engineer.",
+        context=policy,
+    )
     convo.add_user_text("Fix the failing tests.")
     try:
         outcome = await agent.run_turn(convo)
@@ -88,8 +93,16 @@ def _row(label: str, server: ScriptedServer, name: str, outcome: TurnOutcome, st
     sizes = sorted(estimate_tokens(_shown(r)["messages"]) for r in usages)
     edits = [e for e in sink.events if isinstance(e, ContextEdited)]
     steps = sum(1 for m in convo.messages if m["role"] == "assistant")
-    return [label, f"{steps}", outcome.reason, f"{sizes[-1]:,}", f"{sizes[round(0.95 * (len(sizes) - 1))]:,}",
-            f"{len(edits)}", f"{_cached(state):.0%}", f"{len(convo.messages)}"]  # fmt: skip
+    return [
+        label,
+        f"{steps}",
+        outcome.reason,
+        f"{sizes[-1]:,}",
+        f"{sizes[round(0.95 * (len(sizes) - 1))]:,}",
+        f"{len(edits)}",
+        f"{_cached(state):.0%}",
+        f"{len(convo.messages)}",
+    ]
 
 
 async def table(report: Report) -> None:
@@ -104,15 +117,33 @@ async def table(report: Report) -> None:
     cached = _cached(managed[1])
     spent = sorted(await asyncio.to_thread(_overhead, managed[1][0].messages, policy))
     p95 = spent[round(0.95 * (len(spent) - 1))]
-    header = ["policy", "steps done", "ended", "largest prompt shown (est.)", "p95 prompt shown (est.)", "edits",
-              "cache reads", "messages stored"]  # fmt: skip
+    header = [
+        "policy",
+        "steps done",
+        "ended",
+        "largest prompt shown (est.)",
+        "p95 prompt shown (est.)",
+        "edits",
+        "cache reads",
+        "messages stored",
+    ]
     rows = [
         _row("auto (default)", server, "bench-managed", *managed),
         _row("server (the API clears; opt-in)", server, "bench-server", *by_api),
         _row("off (baseline)", server, "bench-unmanaged", *unmanaged),
     ]
-    rows.append(["auto: context overhead", "", "", "",
-                 f"p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})", "", "", ""])  # fmt: skip
+    rows.append(
+        [
+            "auto: context overhead",
+            "",
+            "",
+            "",
+            f"p95 {p95 * 1000:.2f} ms/step (p50 {statistics.median(spent) * 1000:.2f})",
+            "",
+            "",
+            "",
+        ]
+    )
     report.extra.append(
         (f"Context: {steps} steps of {OUTPUT_CHARS:,}-character outputs, {WINDOW:,}-token window", header, rows)
     )

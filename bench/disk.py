@@ -47,9 +47,13 @@ def sandbox(
     session_id = "bench-" + secrets.token_hex(4)
     layer = workspaces.create(session_id, repo, quota, definition=definition_files(repo))
     return DockerSandbox(
-        lambda: client, layer=layer, session_id=session_id, limits=limits, deployment=Deployment(image, INSTANCE),
+        lambda: client,
+        layer=layer,
+        session_id=session_id,
+        limits=limits,
+        deployment=Deployment(image, INSTANCE),
         holder=workspaces,
-    )  # fmt: skip
+    )
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

@@ -173,10 +173,18 @@ def _helper(
 ) -> Any:
     """A small unprivileged python3 container (a test host or the forwarder) on ``network``, created, not started."""
     return client.containers.create(
-        image, ["/usr/bin/python3", "-u", "-c", *program], user="1000:1000", labels=labels, network=network,
-        read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"], mem_limit="128m", pids_limit=64,
+        image,
+        ["/usr/bin/python3", "-u", "-c", *program],
+        user="1000:1000",
+        labels=labels,
+        network=network,
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges:true"],
+        mem_limit="128m",
+        pids_limit=64,
         networking_config={network: client.api.create_endpoint_config(aliases=aliases)},
-    )  # fmt: skip
+    )
 
 
 def _wait_serving(container: Any, timeout_s: float = 20) -> None:
@@ -297,13 +305,40 @@ async def table(
             ratio <= RATIO_TARGET,
             f"1 MiB {name} through the egress proxy {ms(through)} > {RATIO_TARGET} × direct {ms(plain)}",
         )
-        rows.append([f"1 MiB, {name}", ms(through), ms(_p95(timings["proxy"][kind])), ms(plain),
-                     ms(_p95(timings["direct"][kind])), f"{ratio:.2f}", "yes" if met else "**no**"])  # fmt: skip
+        rows.append(
+            [
+                f"1 MiB, {name}",
+                ms(through),
+                ms(_p95(timings["proxy"][kind])),
+                ms(plain),
+                ms(_p95(timings["direct"][kind])),
+                f"{ratio:.2f}",
+                "yes" if met else "**no**",
+            ]
+        )
     floor, plain = statistics.median(timings["proxy"]["forward"]), statistics.median(timings["direct"]["tunnel"])
-    rows.append([f"1 MiB through {FLOOR}", ms(floor), ms(_p95(timings["proxy"]["forward"])), ms(plain),
-                 ms(_p95(timings["direct"]["tunnel"])), f"{floor / plain:.2f}", ""])  # fmt: skip
-    rows.append(["first start of a sandbox (allow: with its network and proxy)", ms(proxy_start), "", ms(direct_start),
-                 "", f"{proxy_start / direct_start:.2f}", ""])  # fmt: skip
+    rows.append(
+        [
+            f"1 MiB through {FLOOR}",
+            ms(floor),
+            ms(_p95(timings["proxy"]["forward"])),
+            ms(plain),
+            ms(_p95(timings["direct"]["tunnel"])),
+            f"{floor / plain:.2f}",
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "first start of a sandbox (allow: with its network and proxy)",
+            ms(proxy_start),
+            "",
+            ms(direct_start),
+            "",
+            f"{proxy_start / direct_start:.2f}",
+            "",
+        ]
+    )
     n = rounds * per_round
     report.extra.append(
         (

@@ -67,20 +67,34 @@ class Controller:
     """A `cubicle serve` process with a scripted model, and the few API calls the measurement needs."""
 
     def __init__(
-        self, model_url: str, root: Path, instance: str, data: str = "flood-data", image: str | None = None,
+        self,
+        model_url: str,
+        root: Path,
+        instance: str,
+        data: str = "flood-data",
+        image: str | None = None,
         extra_env: dict[str, str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.token = secrets.token_hex(16)
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
-        env |= {"ANTHROPIC_API_KEY": "bench", "ANTHROPIC_BASE_URL": model_url, "CUBICLE_API_TOKEN": self.token,
-                "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / data),
-                "CUBICLE_INSTANCE": instance}  # fmt: skip
+        env |= {
+            "ANTHROPIC_API_KEY": "bench",
+            "ANTHROPIC_BASE_URL": model_url,
+            "CUBICLE_API_TOKEN": self.token,
+            "CUBICLE_REPO_ROOTS": str(root),
+            "CUBICLE_DATA_DIR": str(root / data),
+            "CUBICLE_INSTANCE": instance,
+        }
         if image is not None:
             env["CUBICLE_IMAGE"] = image
         env |= extra_env or {}
-        self.process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
-                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
         self._wait_ready()

@@ -163,8 +163,16 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         f"Turn-end walk of a hostile layer: {links():,} hard links with {XATTR_BYTES:,} bytes of xattrs "
         f"(attacker at cpus=1), beside a neighbour's {NEIGHBOUR_STEPS} steps"
     )
-    header = ["", "neighbour's steps", "/healthz p50", "/healthz p99", "server RSS growth",
-              "server + children RSS growth", "attacker's turn end", "attacker"]  # fmt: skip
+    header = [
+        "",
+        "neighbour's steps",
+        "/healthz p50",
+        "/healthz p99",
+        "server RSS growth",
+        "server + children RSS growth",
+        "attacker's turn end",
+        "attacker",
+    ]
     server = ScriptedServer([Scenario(name="default", turns=[])])
     with serve_in_thread(server.app) as url:
         controller = Controller(url, root, "bench", data="walk-data", image=image)
@@ -174,12 +182,27 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         finally:
             controller.close()
     rows = [
-        ["neighbour alone (baseline)", f"{baseline.neighbour:.2f} s", ms(baseline.health.p50),
-         ms(baseline.health.pct(0.99)), "", "", "", ""],
-        ["during the attacker's turn end", f"{attacked.neighbour:.2f} s", ms(attacked.health.p50),
-         ms(attacked.health.pct(0.99)), f"{attacked.server_peak_mb:.0f} MB", f"{attacked.tree_peak_mb:.0f} MB",
-         f"{attacked.walk_s:.1f} s", attacked.attacker],
-    ]  # fmt: skip
+        [
+            "neighbour alone (baseline)",
+            f"{baseline.neighbour:.2f} s",
+            ms(baseline.health.p50),
+            ms(baseline.health.pct(0.99)),
+            "",
+            "",
+            "",
+            "",
+        ],
+        [
+            "during the attacker's turn end",
+            f"{attacked.neighbour:.2f} s",
+            ms(attacked.health.p50),
+            ms(attacked.health.pct(0.99)),
+            f"{attacked.server_peak_mb:.0f} MB",
+            f"{attacked.tree_peak_mb:.0f} MB",
+            f"{attacked.walk_s:.1f} s",
+            attacked.attacker,
+        ],
+    ]  # fmt: skip - a table
     report.extra.append((title, header, rows))
     ratio = attacked.neighbour / baseline.neighbour
     report.check(ratio <= TARGET_NEIGHBOUR, f"layer walk: neighbour's steps {ratio:.2f}× alone (target ≤ 1.5×)")

@@ -102,20 +102,38 @@ async def in_sandbox(report: Report, client: Any, image: str, root: Path, quick:
         took, growth = time.perf_counter() - started, current_rss_mb() - rss_before
     finally:
         await box.stop()
-    met = report.check(live.p50 <= TRUE_TARGET * quiet.p50, f"live output: run_command(true) p50 {ms(live.p50)} > "
-                       f"{TRUE_TARGET} × {ms(quiet.p50)} with it off")  # fmt: skip
+    met = report.check(
+        live.p50 <= TRUE_TARGET * quiet.p50,
+        f"live output: run_command(true) p50 {ms(live.p50)} > {TRUE_TARGET} × {ms(quiet.p50)} with it off",
+    )
     bounded = report.check(growth < 50, f"live output: the 1 GB flood grew the controller by {growth:.1f} MB")
-    report.extra.append((
-        "Live output: a command's cost with it on, beside the same with it off (live_output_bytes=0)",
-        ["measurement", "live output on", "off (baseline)", "target met"],
-        [['run_command("true") p50 / p95', f"{ms(live.p50)} / {ms(live.p95)}", f"{ms(quiet.p50)} / {ms(quiet.p95)}",
-          "yes" if met else "**no**"],
-         [f"{size / 10**9:g} GB of output: time, controller RSS growth", f"{took:.2f} s, {growth:.1f} MB", "(the output flood table)",
-          "yes" if bounded else "**no**"],
-         [f"{size / 10**9:g} GB of output: shown live", f"{flood.chars:,} chars in {flood.outputs} events, cut: {flood.truncated}",
-          "", ""],
-         [f"{size / 10**9:g} GB of output: reached the model", f"{len(outcome.model_text):,} chars", "", ""]],
-    ))  # fmt: skip
+    report.extra.append(
+        (
+            "Live output: a command's cost with it on, beside the same with it off (live_output_bytes=0)",
+            ["measurement", "live output on", "off (baseline)", "target met"],
+            [
+                [
+                    'run_command("true") p50 / p95',
+                    f"{ms(live.p50)} / {ms(live.p95)}",
+                    f"{ms(quiet.p50)} / {ms(quiet.p95)}",
+                    "yes" if met else "**no**",
+                ],
+                [
+                    f"{size / 10**9:g} GB of output: time, controller RSS growth",
+                    f"{took:.2f} s, {growth:.1f} MB",
+                    "(the output flood table)",
+                    "yes" if bounded else "**no**",
+                ],
+                [
+                    f"{size / 10**9:g} GB of output: shown live",
+                    f"{flood.chars:,} chars in {flood.outputs} events, cut: {flood.truncated}",
+                    "",
+                    "",
+                ],
+                [f"{size / 10**9:g} GB of output: reached the model", f"{len(outcome.model_text):,} chars", "", ""],
+            ],
+        )
+    )
 
 
 async def chatty_run(
@@ -151,8 +169,10 @@ async def followed(report: Report, client: Any, image: str, root: Path, quick: b
     path = root / f"{name}.json"
     lines, seconds = (100, 1) if smoke() else (CHATTY_LINES, CHATTY_S)
     command = chatty(lines, seconds)
-    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": command}}]},
-             {"content": [{"type": "text", "text": "done"}]}]  # fmt: skip
+    turns = [
+        {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": command}}]},
+        {"content": [{"type": "text", "text": "done"}]},
+    ]
     path.write_text(Scenario.model_validate({"name": name, "turns": turns}).model_dump_json())
     repo = make_repo(root, "live-followed")
     model = ModelServer(path)
@@ -166,10 +186,12 @@ async def followed(report: Report, client: Any, image: str, root: Path, quick: b
                 pid = server.process.pid
                 runs = [
                     ("no follower, live output on", await chatty_run(api, [], pid, repo, name, True)),
-                    (f"{FOLLOWERS} followers, live output off (baseline)",
-                     await chatty_run(api, followers, pid, repo, name, False)),
+                    (
+                        f"{FOLLOWERS} followers, live output off (baseline)",
+                        await chatty_run(api, followers, pid, repo, name, False),
+                    ),
                     (f"{FOLLOWERS} followers, live output on", await chatty_run(api, followers, pid, repo, name, True)),
-                ]  # fmt: skip
+                ]
         finally:
             server.close()
     finally:
@@ -188,12 +210,20 @@ def _followed_rows(
             met = "yes" if report.check(cores <= 1.0, f"live output: {label} used {cores:.2f} cores") else "**no**"
         events = f"{min(received)}–{max(received)}" if received else "(not followed)"
         rows.append([label, f"{wall:.1f} s", f"{cpu:.1f} s", f"{cores:.2f}", events, met])
-    report.extra.append((
-        f"Live output followed: a command printing {lines:,} lines over ~{seconds} s in a `cubicle serve` "
-        "session",
-        ["run", "session wall time", "server CPU", "server cores", "command_output events per follower", "≤ 1 core"],
-        rows,
-    ))  # fmt: skip
+    report.extra.append(
+        (
+            f"Live output followed: a command printing {lines:,} lines over ~{seconds} s in a `cubicle serve` session",
+            [
+                "run",
+                "session wall time",
+                "server CPU",
+                "server cores",
+                "command_output events per follower",
+                "≤ 1 core",
+            ],
+            rows,
+        )
+    )
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

@@ -119,15 +119,27 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
         official.p50 <= TARGET_S, f"MCP read_file round trip p50 {ms(official.p50)} > {ms(TARGET_S)} (official client)"
     )
     report.rows.append(
-        Row("MCP read_file round trip (official client, stdio)", official, "the agent's own path (in-process)", agent,
-            f"p50 ≤ {ms(TARGET_S)}", met)
-    )  # fmt: skip
+        Row(
+            "MCP read_file round trip (official client, stdio)",
+            official,
+            "the agent's own path (in-process)",
+            agent,
+            f"p50 ≤ {ms(TARGET_S)}",
+            met,
+        )
+    )
     rows = [
-        ["official SDK client → `cubicle mcp` → sandbox", ms(official.p50), ms(official.p95), "p50 ≤ 2 ms", "yes" if met else "**no**"],
+        [
+            "official SDK client → `cubicle mcp` → sandbox",
+            ms(official.p50),
+            ms(official.p95),
+            "p50 ≤ 2 ms",
+            "yes" if met else "**no**",
+        ],
         ["bare JSON-RPC client → `cubicle mcp` → sandbox (the server's share)", ms(bare.p50), ms(bare.p95), "", ""],
         ["official SDK client → do-nothing SDK server (the SDK's floor)", ms(floor.p50), ms(floor.p95), "", ""],
         ["the agent's own path: tools.execute in-process", ms(agent.p50), ms(agent.p95), "", ""],
-    ]  # fmt: skip
+    ]  # fmt: skip - a table
     report.extra.append(
         (
             f"MCP tool calls: read_file of a 41-line file, {n} calls each after a warm-up "

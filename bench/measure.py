@@ -138,11 +138,17 @@ class Row:
     def record(self, section: str) -> dict[str, Any]:
         """The row as ``--json`` writes it."""
         return {
-            "id": f"{section}.{slug(self.key or self.name)}", "section": section, "name": self.name, "unit": "s",
-            **_percentiles(self.ours), "n": len(self.ours.values),
+            "id": f"{section}.{slug(self.key or self.name)}",
+            "section": section,
+            "name": self.name,
+            "unit": "s",
+            **_percentiles(self.ours),
+            "n": len(self.ours.values),
             "baseline": {"name": self.baseline_name, **_percentiles(self.baseline), "n": len(self.baseline.values)},
-            "ratio": self.ratio if self.baseline.p50 else None, "target": self.target or None, "met": self.met,
-        }  # fmt: skip
+            "ratio": self.ratio if self.baseline.p50 else None,
+            "target": self.target or None,
+            "met": self.met,
+        }
 
 
 Table = tuple[str, list[str], list[list[str]]]

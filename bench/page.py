@@ -113,10 +113,19 @@ def write_session(data_dir: Path, repo: Path) -> str:
         now = time.time()
         store.insert(
             Row(
-                id=session_id, repo=str(repo), task="Fix the flaky tests", model="m", status="idle",
-                finish_reason="end_turn", usage=Usage(), steps=STEPS, limits=Limits(), created_at=now, updated_at=now,
+                id=session_id,
+                repo=str(repo),
+                task="Fix the flaky tests",
+                model="m",
+                status="idle",
+                finish_reason="end_turn",
+                usage=Usage(),
+                steps=STEPS,
+                limits=Limits(),
+                created_at=now,
+                updated_at=now,
             )
-        )  # fmt: skip
+        )
         for seq, event in enumerate(session_events(session_id), 1):
             store.append_event(event.model_copy(update={"seq": seq}))
     finally:

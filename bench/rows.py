@@ -167,9 +167,14 @@ async def tool_overhead(report: Report, client: Any, image: str, root: Path, qui
     rows.append(
         [
             f"open + read + close of a file, inside the sandbox (median of 3 × {KERNEL_LOOPS:,}; no target)",
-            f"{layer_us:.1f} µs", "", f"{bind_us:.1f} µs", "", f"{layer_us / bind_us:.2f}", "",
+            f"{layer_us:.1f} µs",
+            "",
+            f"{bind_us:.1f} µs",
+            "",
+            f"{layer_us / bind_us:.2f}",
+            "",
         ]
-    )  # fmt: skip
+    )
     report.extra.append(
         (
             f"Tool calls over the workspace layer vs the old bind mount (calls alternate; target: p50 within {LAYER_TOLERANCE}×)",
@@ -395,8 +400,16 @@ async def concurrency(
     rows = []
     with serve_in_thread(server.app) as url:
         for n in sizes:
-            settings = Settings(api_key="bench", base_url=url, repo_roots=[root], data_dir=root / f"data-{n}", instance=INSTANCE,
-                                limits=LIMITS, max_concurrent_sessions=n + 1, image=image)  # fmt: skip
+            settings = Settings(
+                api_key="bench",
+                base_url=url,
+                repo_roots=[root],
+                data_dir=root / f"data-{n}",
+                instance=INSTANCE,
+                limits=LIMITS,
+                max_concurrent_sessions=n + 1,
+                image=image,
+            )
             store = Store(settings.data_dir / "cubicle.db")
             runtime = Runtime(settings)
             sessions = Sessions(settings, store, runtime)

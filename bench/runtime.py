@@ -75,13 +75,19 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
             )
             ready_met, read_met = ("yes" if ready_ok else "**no**"), ("yes" if read_ok else "**no**")
         rows += [
-            [name, "session ready (toolbox answering)", ms(ours.p50), ms(ours.p95),
-             f"{ms(base.p50)} (bare docker run, ratio {ours.p50 / base.p50:.2f})", ready_met],
+            [
+                name,
+                "session ready (toolbox answering)",
+                ms(ours.p50),
+                ms(ours.p95),
+                f"{ms(base.p50)} (bare docker run, ratio {ours.p50 / base.p50:.2f})",
+                ready_met,
+            ],
             [name, "read_file", ms(reads[name].p50), ms(reads[name].p95), "", read_met],
             [name, 'run_command("true")', ms(trues[name].p50), ms(trues[name].p95), "", ""],
             [name, f"run_command({IMPORTS!r})", ms(imports[name].p50), ms(imports[name].p95), "", ""],
             [name, "teardown", ms(Sample(down[name]).p50), ms(Sample(down[name]).p95), "", ""],
-        ]  # fmt: skip
+        ]  # fmt: skip - a table
     report.extra.append(
         (
             f"Runtimes: {rounds} starts each, {calls} reads, {commands} of each command "

@@ -156,9 +156,17 @@ class Streams:
         self.recorders: list[Recorder] = []
         for _ in range(SESSIONS):
             record = StoredRow(
-                id=f"s_{secrets.token_hex(8)}", repo="/bench/stores", task="stream", model="bench", status="idle",
-                usage=Usage(), steps=0, limits=Limits(), created_at=now, updated_at=now,
-            )  # fmt: skip
+                id=f"s_{secrets.token_hex(8)}",
+                repo="/bench/stores",
+                task="stream",
+                model="bench",
+                status="idle",
+                usage=Usage(),
+                steps=0,
+                limits=Limits(),
+                created_at=now,
+                updated_at=now,
+            )
             store.insert(record)
             epoch = leases.claim(record.id, record.epoch)  # as a turn begins
             assert epoch is not None
@@ -228,8 +236,17 @@ async def event_writes(report: Report, root: Path, quick: bool) -> None:
         f"(fenced by a claimed epoch), asyncio tasks on one event loop, each yielding after every event; "
         f"{rounds} turns of {seconds:.0f} s per store, alternating"
     )
-    header = ["store", "setup", "events", "events/s", "write p50", "write mean", "write p99", "write max",
-              "loop share in the store"]  # fmt: skip
+    header = [
+        "store",
+        "setup",
+        "events",
+        "events/s",
+        "write p50",
+        "write mean",
+        "write p99",
+        "write max",
+        "loop share in the store",
+    ]
     sqlite_path = root / "stores-data" / "cubicle.db"
     sqlite_store = Store(sqlite_path)
     setups = {
@@ -272,18 +289,33 @@ async def event_writes(report: Report, root: Path, quick: bool) -> None:
         for name, writes in results.items():
             sample = Sample(writes.latencies)
             rows.append(
-                [name, setups[name], f"{len(writes.latencies):,}", f"{len(writes.latencies) / writes.wall:,.0f}",
-                 ms(sample.p50), ms(sum(sample.values) / len(sample.values)), ms(sample.pct(0.99)),
-                 ms(max(sample.values)),
-                 f"{100 * writes.in_store / writes.wall:.0f} %"]
-            )  # fmt: skip
+                [
+                    name,
+                    setups[name],
+                    f"{len(writes.latencies):,}",
+                    f"{len(writes.latencies) / writes.wall:,.0f}",
+                    ms(sample.p50),
+                    ms(sum(sample.values) / len(sample.values)),
+                    ms(sample.pct(0.99)),
+                    ms(max(sample.values)),
+                    f"{100 * writes.in_store / writes.wall:.0f} %",
+                ]
+            )
         if "PostgreSQL" in stores:
             pg_streams = stores["PostgreSQL"]
             rows.append(
-                ["  PostgreSQL: notifications received", "on the LISTEN connection, same loop",
-                 f"{pg_streams.notifications:,} of its {pg_streams.written:,} events (warm-up included)",
-                 f"{pg_streams.others:,} of other schemas' sessions", "", "", "", "", ""]
-            )  # fmt: skip
+                [
+                    "  PostgreSQL: notifications received",
+                    "on the LISTEN connection, same loop",
+                    f"{pg_streams.notifications:,} of its {pg_streams.written:,} events (warm-up included)",
+                    f"{pg_streams.others:,} of other schemas' sessions",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
         else:
             rows.append(["PostgreSQL", f"skipped: {skipped}", "", "", "", "", "", "", ""])
     report.extra.append((title, header, rows))
@@ -291,10 +323,11 @@ async def event_writes(report: Report, root: Path, quick: bool) -> None:
         report.rows.append(
             Row(
                 f"event write, {SESSIONS} sessions streaming text (PostgreSQL)",
-                Sample(results["PostgreSQL"].latencies), "the same on SQLite",
+                Sample(results["PostgreSQL"].latencies),
+                "the same on SQLite",
                 Sample(results["SQLite (baseline)"].latencies),
             )
-        )  # fmt: skip
+        )
 
 
 # ---------------------------------------------------------------------- SSE delivery across controllers
@@ -459,9 +492,11 @@ async def sse_delivery(report: Report, client: Any, image: str, root: Path, quic
             env = {"CUBICLE_DATABASE_URL": url}
             starting = [  # together: each spends seconds importing
                 asyncio.to_thread(ModelServer, path, port),
-                *(asyncio.to_thread(Controller, model_url, root, f"{INSTANCE}-{which}", "stores-serve", image, env)
-                  for which in ("a", "b")),
-            ]  # fmt: skip
+                *(
+                    asyncio.to_thread(Controller, model_url, root, f"{INSTANCE}-{which}", "stores-serve", image, env)
+                    for which in ("a", "b")
+                ),
+            ]
             started = await asyncio.gather(*starting, return_exceptions=True)
             controllers = [c for c in started if isinstance(c, Controller)]
             try:
@@ -494,20 +529,43 @@ async def sse_delivery(report: Report, client: Any, image: str, root: Path, quic
         f"(first: {delivery.inexact[0] if delivery.inexact else ''})",
     )
     rows = [
-        ["B: another controller (LISTEN/NOTIFY, then a read)", common, f"{len(other.values):,}", ms(other.p50),
-         ms(other.pct(0.99)), ms(max(other.values)), f"{exact} of {streams}", f"p99 ≤ {ms(DELIVERY_TARGET_S)}",
-         "yes" if met else "**no**"],
-        ["A: the owner itself (baseline: woken in-process)", common, f"{len(owner.values):,}", ms(owner.p50),
-         ms(owner.pct(0.99)), ms(max(owner.values)), f"{streams} of {streams}", "", ""],
-    ]  # fmt: skip
+        [
+            "B: another controller (LISTEN/NOTIFY, then a read)",
+            common,
+            f"{len(other.values):,}",
+            ms(other.p50),
+            ms(other.pct(0.99)),
+            ms(max(other.values)),
+            f"{exact} of {streams}",
+            f"p99 ≤ {ms(DELIVERY_TARGET_S)}",
+            "yes" if met else "**no**",
+        ],
+        [
+            "A: the owner itself (baseline: woken in-process)",
+            common,
+            f"{len(owner.values):,}",
+            ms(owner.p50),
+            ms(owner.pct(0.99)),
+            ms(max(owner.values)),
+            f"{streams} of {streams}",
+            "",
+            "",
+        ],
+    ]  # fmt: skip - a table
     rows += [
         [f"  B's stream {i + 1} not exact", what, "", "", "", "", "", "", ""] for i, what in enumerate(delivery.inexact)
     ]
     report.extra.append((title + f" ({'/'.join(str(n) for n in delivery.events)} events)", header, rows))
     report.rows.append(
-        Row("SSE delivery, owner's commit → client on another controller", other,
-            "the same on the owner", owner, f"p99 ≤ {ms(DELIVERY_TARGET_S)}", met)
-    )  # fmt: skip
+        Row(
+            "SSE delivery, owner's commit → client on another controller",
+            other,
+            "the same on the owner",
+            owner,
+            f"p99 ≤ {ms(DELIVERY_TARGET_S)}",
+            met,
+        )
+    )
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:

@@ -51,11 +51,15 @@ def scenario(name: str) -> Scenario:
         {
             "content": [
                 {"type": "text", "text": f"Step {i}: listing the sources and counting the lines of the readme."},
-                {"type": "tool_use", "name": "run_command", "input": {"command": f"ls -la src && wc -l README.md && echo step {i}"}},
+                {
+                    "type": "tool_use",
+                    "name": "run_command",
+                    "input": {"command": f"ls -la src && wc -l README.md && echo step {i}"},
+                },
             ]
         }
         for i in range(STEPS)
-    ]  # fmt: skip
+    ]
     turns.append({"content": [{"type": "text", "text": "Done: every step ran."}]})
     return Scenario.model_validate({"name": name, "turns": turns})
 
@@ -68,8 +72,9 @@ class ModelServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "controller", "scripted-server", str(path), "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -221,10 +226,14 @@ async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, 
         raise RuntimeError(f"session {sid}: the replay's seqs are not 1..{len(expected)}")
     (await api.delete(f"/v1/sessions/{sid}")).raise_for_status()
     return Run(
-        wall=finished["ts"] - record["created_at"], cpu=cpu, client_cpu=client_cpu, events=len(expected),
-        received=[len(r) for r in received], exact=sum(1 for r in received if r == expected),
+        wall=finished["ts"] - record["created_at"],
+        cpu=cpu,
+        client_cpu=client_cpu,
+        events=len(expected),
+        received=[len(r) for r in received],
+        exact=sum(1 for r in received if r == expected),
         writes=[n for _, n in streams],
-    )  # fmt: skip
+    )
 
 
 async def measure(url: str, token: str, pid: int, repo: Path, model: str, rounds: int) -> tuple[list[Run], list[Run]]:
@@ -275,31 +284,51 @@ async def table(report: Report, client: Any, image: str, root: Path, quick: bool
     report.rows.append(
         Row(
             f"session of {STEPS} steps, {FOLLOWERS} SSE followers (wall time)",
-            ours, "the same session, no follower", base, f"≤ {TARGET}×", met,
+            ours,
+            "the same session, no follower",
+            base,
+            f"≤ {TARGET}×",
+            met,
         )
-    )  # fmt: skip
+    )
     report.rows.append(
         Row(
             f"  server CPU per session, {FOLLOWERS} SSE followers",
-            Sample([r.cpu for r in followed]), "the same session, no follower", Sample([r.cpu for r in alone]),
+            Sample([r.cpu for r in followed]),
+            "the same session, no follower",
+            Sample([r.cpu for r in alone]),
         )
-    )  # fmt: skip
+    )
     received = sorted(n for r in followed for n in r.received)
     writes = Sample([float(n) for r in followed for n in r.writes])
     rows = [
         ["no follower (baseline)", *_cells(alone), "", "", ""],
-        [f"{FOLLOWERS} followers", *_cells(followed), f"{received[0]}–{received[-1]}", f"{writes.p50:.0f}",
-         f"{exact} of {total}"],
-    ]  # fmt: skip
+        [
+            f"{FOLLOWERS} followers",
+            *_cells(followed),
+            f"{received[0]}–{received[-1]}",
+            f"{writes.p50:.0f}",
+            f"{exact} of {total}",
+        ],
+    ]  # fmt: skip - a table
     report.extra.append(
         (
             f"SSE fan-out: one session of {STEPS} steps ({'/'.join(str(n) for n in sorted(events))} events), "
             f"{len(alone)} runs each way, alternating",
-            ["", "wall time each run", "wall p50", "server CPU each run", "server CPU p50", "bench process CPU p50",
-             "events per follower", "writes per follower p50", "followers exact (all, once, in order)"],
+            [
+                "",
+                "wall time each run",
+                "wall p50",
+                "server CPU each run",
+                "server CPU p50",
+                "bench process CPU p50",
+                "events per follower",
+                "writes per follower p50",
+                "followers exact (all, once, in order)",
+            ],
             rows,
         )
-    )  # fmt: skip
+    )
 
 
 def _cells(runs: list[Run]) -> list[str]:

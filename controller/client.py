@@ -109,8 +109,15 @@ class Routes:
         apply: ApplyPolicy | None = None,
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> Request[SessionRecord]:
-        body = {"repo": str(repo), "task": task, "model": model, "limits": _body(limits),
-                "context": _body(context), "apply": apply, "environment": _body(environment)}  # fmt: skip
+        body = {
+            "repo": str(repo),
+            "task": task,
+            "model": model,
+            "limits": _body(limits),
+            "context": _body(context),
+            "apply": apply,
+            "environment": _body(environment),
+        }
         sent = {name: value for name, value in body.items() if value is not None}
         return Request("POST", "/v1/sessions", _model(SessionRecord), json=sent)
 
@@ -155,14 +162,19 @@ class Routes:
     def changes(session_id: str, diff: bool = False) -> Request[Changes]:
         params = {"diff": "true" if diff else "false"}
         path = f"/v1/sessions/{session_id}/changes"
-        return Request("GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params,
-                       headers=_listing_bounds)  # fmt: skip
+        return Request(
+            "GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params, headers=_listing_bounds
+        )
 
     @staticmethod
     def apply(
-        session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> Request[ApplyResult]:  # fmt: skip
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> Request[ApplyResult]:
         body: dict[str, Any] = {"force": list(force), "include_ignored": include_ignored, "build_inputs": build_inputs}
         if paths is not None:
             body["paths"] = list(paths)
@@ -204,29 +216,32 @@ ROUTES = Routes()
 
 def error_of(response: httpx.Response) -> CubicleError:
     """The exception for an API answer that is not a success, carrying the API's ``detail``."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    detail = body.get("detail") if isinstance(body, dict) else None
+    body = _json_object(response)
+    detail = body.get("detail")
     code = response.status_code
-    where = f"{response.request.method} {response.request.url.path}"
     if code == 401:
         text = detail if isinstance(detail, str) else "a bearer token is required"
         return AuthError(f"The Cubicle API at {_origin(response.request.url)} refused the request (401): {text}")
+    where = f"{response.request.method} {response.request.url.path}"
     if isinstance(detail, list):  # FastAPI's validation errors: [{loc, msg, type}, ...]
         problems = "; ".join(_problem(item) for item in detail)
         return InvalidRequestError(f"{where} was refused ({code}): {problems}", errors=detail, hint="")
     text = detail if isinstance(detail, str) else (response.text[:500] or response.reason_phrase)
-    if code == 409 and isinstance(body, dict) and body.get("conflicts"):
-        conflicts = [Conflict.model_validate(item) for item in body["conflicts"]]
-        error = ApplyConflictError(text, conflicts)
+    if code == 409 and body.get("conflicts"):
+        error = ApplyConflictError(text, [Conflict.model_validate(item) for item in body["conflicts"]])
         error.hint = ""  # the detail already ends with it
         return error
-    kind = ERROR_OF.get(code, CubicleError)
-    if kind is InvalidRequestError:
-        return InvalidRequestError(text, hint="")
-    return kind(text if kind is not CubicleError else f"{where} failed ({code}): {text}", hint="")
+    kind = ERROR_OF.get(code)
+    return kind(text, hint="") if kind else CubicleError(f"{where} failed ({code}): {text}", hint="")
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    """The answer's body when it is a JSON object, else an empty one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _problem(item: Any) -> str:
@@ -373,8 +388,9 @@ class Client:
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
         """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
-        return self.send(ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply,
-                                       environment=environment))  # fmt: skip
+        return self.send(
+            ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
+        )
 
     def get(self, session_id: str) -> SessionRecord:
         return self.send(ROUTES.get(session_id))
@@ -409,9 +425,14 @@ class Client:
         return self.send(ROUTES.changes(session_id, diff))
 
     def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> ApplyResult:
         """Apply the changes (only ``paths``, each as the changes list it, and ``ids``, if given);
         ApplyConflictError writes nothing."""
         return self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
@@ -503,8 +524,9 @@ class AsyncClient:
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
         """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
-        return await self.send(ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply,
-                                             environment=environment))  # fmt: skip
+        return await self.send(
+            ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
+        )
 
     async def get(self, session_id: str) -> SessionRecord:
         return await self.send(ROUTES.get(session_id))
@@ -539,9 +561,14 @@ class AsyncClient:
         return await self.send(ROUTES.changes(session_id, diff))
 
     async def apply(
-        self, session_id: str, force: Iterable[str] = (), include_ignored: bool = False, build_inputs: bool = False,
-        paths: Iterable[str] | None = None, ids: Iterable[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: Iterable[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Iterable[str] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> ApplyResult:
         return await self.send(ROUTES.apply(session_id, force, include_ignored, build_inputs, paths, ids))
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:

@@ -160,11 +160,13 @@ class Settings(BaseSettings):
         "in place of the SQLite file in the data dir; the workspace layers stay in each controller's data dir.",
     )
     session_events_mb: int = Field(
-        128, ge=1, le=1 << 20,
+        128,
+        ge=1,
+        le=1 << 20,
         description="Stored events per session; past 7/8 of it, tool results are stored without their output, tool "
         "calls without their long arguments and the model's text not as events (each says how much was not kept; "
         "the model's transcript is not affected).",
-    )  # fmt: skip
+    )
     retention_s: float | None = Field(
         None,
         validation_alias=AliasChoices("CUBICLE_RETENTION", "retention_s"),
@@ -173,31 +175,41 @@ class Settings(BaseSettings):
     )
     max_concurrent_sessions: int = Field(8, ge=1, le=1000, description="Turns running at once; more get 429.")
     host_pids_budget: int = Field(
-        0, ge=0, le=1 << 22,
+        0,
+        ge=0,
+        le=1 << 22,
         description="Host process ids the sandboxes of this controller may hold together, each session charged its "
         "containers' engine pids limits (under runsc 8 times its pids: gVisor's own host tasks); 0: half of "
         "kernel.pid_max, read at start. A new turn past it first removes idle sessions' containers, then gets 429; "
         "a session that alone would pass it is refused (422).",
-    )  # fmt: skip
+    )
     min_free_mb: int = Field(
-        100, ge=0, le=1 << 24,
+        100,
+        ge=0,
+        le=1 << 24,
         description="No new session starts while the data directory's filesystem has less free space (507); 0: no floor.",
-    )  # fmt: skip
+    )
     walk_memory_mb: int = Field(
-        1024, ge=128, le=1 << 20,
+        1024,
+        ge=128,
+        le=1 << 20,
         description="Memory (data segment) of the child process that reads a session's layer at a turn's end, for "
         "its changes and for the retention sweep: what the agent made is never walked in the controller's own process.",
-    )  # fmt: skip
+    )
     walk_timeout_s: float = Field(
-        600, ge=1, le=86400,
+        600,
+        ge=1,
+        le=86400,
         description="Longest a walk of a session's layer may take before its process is stopped (the walk fails "
         "with an error, and nothing is changed).",
-    )  # fmt: skip
+    )
     listing_entries: int = Field(
-        50_000, ge=1, le=1_000_000,
+        50_000,
+        ge=1,
+        le=1_000_000,
         description="Changes one listing (GET /changes, the review, the viewer) carries at most, with 16 MiB of their "
         "paths: what apply would write first. The rest are counted (Cubicle-Unlisted), not sent; apply writes them too.",
-    )  # fmt: skip
+    )
     disk_quota: Literal["auto", "host", "helper", "off"] = Field(
         "auto",
         description="How each session's disk quota (limits.disk_mb, limits.inodes) is made: its own loop-mounted "
@@ -205,21 +217,25 @@ class Settings(BaseSettings):
         "(helper); auto picks; off: no quota.",
     )
     lease_s: float = Field(
-        10, ge=1, le=3600,
+        10,
+        ge=1,
+        le=3600,
         description="A running turn's lease on its session: renewed every third of it by the controller running "
         "it. A controller that finds a lease run out (its holder died, was paused or cut off) takes the session "
         "over as interrupted; the old holder can then write nothing more of it.",
-    )  # fmt: skip
+    )
     idle_timeout_s: float = Field(
         600, gt=0, description="A session's container is removed after this long without a turn."
     )
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body the API accepts.")
     sse_heartbeat_s: float = Field(15, gt=0, description="Seconds between SSE keep-alive comments.")
     sse_interval_ms: float = Field(
-        20, ge=0, le=1000,
+        20,
+        ge=0,
+        le=1000,
         description="An event stream's writes to one client are at least this far apart: what is stored in "
         "between goes out together. An event after a quiet spell goes out at once.",
-    )  # fmt: skip
+    )
     ui_session_hours: float = Field(
         12, gt=0, le=24 * 30, description="How long a browser's sign-in (its session cookie) lasts."
     )

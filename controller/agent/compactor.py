@@ -61,10 +61,15 @@ class Compactor:
             convo.edits.append(edit.model_copy(update={"tokens_after": after}))
             await self._emit(
                 ContextEdited(
-                    session_id=self.session_id, kind=edit.kind, reason=reason, upto=edit.upto,
-                    tokens_before=edit.tokens_before, tokens_after=after, duration_s=round(time.monotonic() - started, 4),
+                    session_id=self.session_id,
+                    kind=edit.kind,
+                    reason=reason,
+                    upto=edit.upto,
+                    tokens_before=edit.tokens_before,
+                    tokens_after=after,
+                    duration_s=round(time.monotonic() - started, 4),
                 )
-            )  # fmt: skip
+            )
             edited, force = True, False
         return edited
 

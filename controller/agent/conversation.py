@@ -38,9 +38,13 @@ class Conversation:
         self.usage.add(used)
         prompt = turn.input_tokens + turn.cache_read_input_tokens + turn.cache_creation_input_tokens
         return UsageEvent(
-            session_id=session_id, step=step, turn=turn, session=self.usage.model_copy(), prompt_tokens=prompt,
+            session_id=session_id,
+            step=step,
+            turn=turn,
+            session=self.usage.model_copy(),
+            prompt_tokens=prompt,
             context_window=window,
-        )  # fmt: skip
+        )
 
     def view(self) -> list[dict[str, Any]]:
         """What the model is sent: the transcript with the context edits applied."""

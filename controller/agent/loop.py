@@ -88,10 +88,16 @@ async def run_call(
     await output.close()
     await sink.emit(
         ToolResult(
-            session_id=session_id, id=call_id, name=name, is_error=outcome.is_error, output=outcome.text,
-            model_chars=len(outcome.model_text), duration_s=round(outcome.duration_s, 4), exit_code=outcome.exit_code,
+            session_id=session_id,
+            id=call_id,
+            name=name,
+            is_error=outcome.is_error,
+            output=outcome.text,
+            model_chars=len(outcome.model_text),
+            duration_s=round(outcome.duration_s, 4),
+            exit_code=outcome.exit_code,
         )
-    )  # fmt: skip
+    )
     return outcome
 
 
@@ -278,10 +284,15 @@ class Agent:
         after = min(max(0, shown), MAX_REPORTED_TOKENS)
         await self._emit(
             ContextEdited(
-                session_id=self.session_id, kind="server", reason="threshold", upto=sent,
-                tokens_before=after + cleared, tokens_after=after, duration_s=0.0,
+                session_id=self.session_id,
+                kind="server",
+                reason="threshold",
+                upto=sent,
+                tokens_before=after + cleared,
+                tokens_after=after,
+                duration_s=0.0,
             )
-        )  # fmt: skip
+        )
 
     async def _after_max_tokens(self, convo: Conversation, reply: Message) -> None:
         """Run the complete calls; a cut-off last call gets an error asking for less; plain text is continued."""

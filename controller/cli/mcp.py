@@ -98,9 +98,10 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             failed = live.task.cancelled() or live.task.result() is None or served.connection_failed
             _note(
                 f"{served.calls} tool calls; review the changes with ",
-                (f"cubicle changes {record.id} --diff", "bold"), ", apply them with ",
+                (f"cubicle changes {record.id} --diff", "bold"),
+                ", apply them with ",
                 (f"cubicle apply {record.id}", "bold"),
-            )  # fmt: skip
+            )
             return failed
     finally:
         _ignore_signals()

@@ -23,11 +23,13 @@ def command(options: type[Opts]) -> Callable[[Callable[[Opts], None]], Callable[
     fields = dataclasses.fields(options)  # type: ignore[arg-type]
     parameters = [
         inspect.Parameter(
-            field.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[field.name],
+            field.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=hints[field.name],
             default=inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default,
         )
         for field in fields
-    ]  # fmt: skip
+    ]
 
     def wrap(fn: Callable[[Opts], None]) -> Callable[..., None]:
         @functools.wraps(fn)

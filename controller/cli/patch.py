@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 
 from ..wire.changeset import Change, Changes, Disposition, Kind
 from ..workspace.gitlike import REPO_NAMES
@@ -34,12 +35,10 @@ HOW = {
 
 def patch(session_id: str, changes: list[Change]) -> str:
     """The patch text: a header of comment lines, the patchable diffs, a trailer naming the rest."""
-    applied = [c for c in changes if c.disposition == Disposition.APPLY]
+    applied, held = _split(changes, lambda c: c.disposition == Disposition.APPLY)
     unseen = changes.unlisted_applied if isinstance(changes, Changes) else 0  # a bounded listing: apply writes more
     gaps = unseen > 0 or any(c.kind == Kind.DELETED and unpatchable(c) for c in applied)
-    carried = [c for c in applied if not unpatchable(c, gaps)]
-    held = [c for c in changes if c.disposition != Disposition.APPLY]
-    apart = [c for c in applied if unpatchable(c, gaps)]
+    apart, carried = _split(applied, lambda c: bool(unpatchable(c, gaps)))
     sid = shlex.quote(terminal.safe(session_id))
     lines = [
         f"# cubicle changes {sid} --diff: a patch of what `cubicle apply {sid}` writes, for `git apply`: "
@@ -49,6 +48,12 @@ def patch(session_id: str, changes: list[Change]) -> str:
         lines.append(f"# {unseen} more change(s) a plain apply writes are past the listing's bound: not in this patch.")
     out = "\n".join(lines) + "\n" + "".join(c.diff or "" for c in carried)
     return out + "".join(line + "\n" for line in trailer(sid, held, apart, gaps))
+
+
+def _split(changes: list[Change], test: Callable[[Change], bool]) -> tuple[list[Change], list[Change]]:
+    """The changes that pass ``test`` and those that do not, each in their order."""
+    passed = [c for c in changes if test(c)]
+    return passed, [c for c in changes if not test(c)]
 
 
 def trailer(sid: str, held: list[Change], apart: list[Change], gaps: bool = False) -> list[str]:

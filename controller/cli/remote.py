@@ -32,11 +32,12 @@ if TYPE_CHECKING:  # what a remote command runs (the HTTP client, the wire's mod
 ServerOpt = Annotated[
     str | None,
     typer.Option(
-        metavar="URL", envvar="CUBICLE_SERVER",
+        metavar="URL",
+        envvar="CUBICLE_SERVER",
         help="Work on this `cubicle serve` (token: CUBICLE_API_TOKEN) instead of this machine's database (an "
         "apply, revert or rewind then changes the server's files).",
     ),
-]  # fmt: skip
+]
 LOCAL_ONLY = {
     "--approve": "the server runs the tools without a terminal to ask on",
     "--scenario": "the server's model is the server's (run `cubicle scripted-server` beside it for an offline one)",
@@ -127,9 +128,12 @@ async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, vie
         stored = await client.get(session_id)
         if stored.finish_reason is not None:
             finished = SessionFinished(
-                session_id=session_id, reason=stored.finish_reason, steps=stored.steps, usage=stored.usage,
+                session_id=session_id,
+                reason=stored.finish_reason,
+                steps=stored.steps,
+                usage=stored.usage,
                 detail=stored.detail,
-            )  # fmt: skip
+            )
     return RemoteRun(session_id, repo, finished)
 
 
@@ -184,9 +188,14 @@ class RemoteSessions:
         return real_listing(self.client.changes(session_id, diff))
 
     async def apply(
-        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: list[str] | None = None,
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: list[str] | None = None,
+        ids: list[str] | None = None,
+    ) -> ApplyResult:
         return real_result(self.client.apply(session_id, force or (), include_ignored, build_inputs, paths, ids))
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:

@@ -43,8 +43,11 @@ def summary_line(summary: ChangeSummary) -> Text:
     """``3 files changed (2 added, 1 modified) · +12 -1 · 1 held back``."""
     if not summary.files and not summary.held_back and summary.truncated_at is None and not summary.unlisted:
         return Text("no changes to the files")
-    kinds = [f"{n} {name}" for n, name in ((summary.added, "added"), (summary.modified, "modified"),
-                                            (summary.deleted, "deleted")) if n]  # fmt: skip
+    kinds = [
+        f"{n} {name}"
+        for n, name in ((summary.added, "added"), (summary.modified, "modified"), (summary.deleted, "deleted"))
+        if n
+    ]
     line = Text(f"{plural(summary.files, 'file')} changed")
     if kinds:
         line.append(f" ({', '.join(kinds)})")
@@ -59,23 +62,31 @@ def summary_line(summary: ChangeSummary) -> Text:
             "apply them with --build-inputs.",
             "yellow",
         )
+    bounded = _bounded_note(summary)
+    if bounded:
+        line.append(*bounded)
+    return line
+
+
+def _bounded_note(summary: ChangeSummary) -> tuple[str, str] | None:
+    """What a bounded walk or listing left out, with its style: a truncated layer, or changes not listed."""
     if summary.truncated_at is not None:
-        line.append(
+        return (
             f" · truncated at {summary.truncated_at:,} entries: the layer holds more than the session may "
             "(names), so it can be rewound or discarded, never applied",
             "bold red",
         )
-    elif summary.unlisted:
-        writes = (
-            f"apply writes {summary.unlisted_applied:,} of them (unseen here)" if summary.unlisted_applied
-            else "apply writes none of them (with --include-ignored or --build-inputs it may)"
-        )  # fmt: skip
-        line.append(
-            f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
-            f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
-            "yellow" if not summary.unlisted_applied else "bold red",
-        )
-    return line
+    if not summary.unlisted:
+        return None
+    if summary.unlisted_applied:
+        writes, style = f"apply writes {summary.unlisted_applied:,} of them (unseen here)", "bold red"
+    else:
+        writes, style = "apply writes none of them (with --include-ignored or --build-inputs it may)", "yellow"
+    return (
+        f"\n  and {plural(summary.unlisted, 'more change')} not listed (a listing is bounded; what apply "
+        f"writes comes first): {writes}. If that is not wanted, rewind or discard the session.",
+        style,
+    )
 
 
 def counts(change: Change) -> tuple[int, int]:
@@ -164,11 +175,12 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
     """What an apply wrote (and its number, to revert it), and what it held back."""
     rows = [
         Text.assemble(
-            ("applied", "green"), f" {plural(len(result.applied) + result.more_applied, 'path')} to ",
+            ("applied", "green"),
+            f" {plural(len(result.applied) + result.more_applied, 'path')} to ",
             path_text(str(repo)),
             f" (apply {result.record}; undo it with `cubicle revert {session_id}`)" if result.record else "",
         )
-    ]  # fmt: skip
+    ]
     rows.extend(Text.assemble("  ", path_text(path)) for path in result.applied)
     if result.more_applied:
         rows.append(Text(f"  … and {plural(result.more_applied, 'more path')}", "dim"))
@@ -186,8 +198,12 @@ def how_to_apply(session_id: str, where: str = "") -> RenderableType:
     session_id, where = terminal.safe(session_id), terminal.safe(where)
     return Group(
         Text.assemble("The changes are kept in session ", (session_id, "bold"), "; the checkout is untouched."),
-        *(Text.assemble(f"  {what:<8} ", (command, "bold")) for what, command in (
-            ("review:", f"cubicle changes {session_id} --diff{where}"), ("apply:", f"cubicle apply {session_id}{where}"),
-            ("drop:", f"cubicle discard {session_id}{where}"),
-        )),
-    )  # fmt: skip
+        *(
+            Text.assemble(f"  {what:<8} ", (command, "bold"))
+            for what, command in (
+                ("review:", f"cubicle changes {session_id} --diff{where}"),
+                ("apply:", f"cubicle apply {session_id}{where}"),
+                ("drop:", f"cubicle discard {session_id}{where}"),
+            )
+        ),
+    )

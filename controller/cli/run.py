@@ -110,12 +110,24 @@ InodesOption = Annotated[int | None, typer.Option("--inodes", help="Files and di
 
 
 def sandbox_flags(
-    command_timeout: int | None, memory: int | None, cpus: float | None, disk: int | None, inodes: int | None,
-    network: str | None, runtime: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    command_timeout: int | None,
+    memory: int | None,
+    cpus: float | None,
+    disk: int | None,
+    inodes: int | None,
+    network: str | None,
+    runtime: str | None = None,
+) -> dict[str, Any]:
     """The sandbox's limits as `cubicle run` and `cubicle mcp` take them, by ``Limits`` field (None: not given)."""
-    return {"command_timeout_s": command_timeout, "memory_mb": memory, "cpus": cpus, "disk_mb": disk,
-            "inodes": inodes, "network": network, "runtime": runtime}  # fmt: skip
+    return {
+        "command_timeout_s": command_timeout,
+        "memory_mb": memory,
+        "cpus": cpus,
+        "disk_mb": disk,
+        "inodes": inodes,
+        "network": network,
+        "runtime": runtime,
+    }
 
 
 RuntimeOption = Annotated[
@@ -262,9 +274,14 @@ async def _session(
     async with local_sessions(settings, limits.network) as sessions:
         approver = view.approve if approve and isinstance(view, LiveSink) else None
         new = NewSession(
-            repo, task, settings.model, limits, prefix="cli-", environment=asked.environment,
+            repo,
+            task,
+            settings.model,
+            limits,
+            prefix="cli-",
+            environment=asked.environment,
             network_asked=asked.network,
-        )  # fmt: skip
+        )
         record = await sessions.create(new, view=view, approver=approver)
         live = sessions.loaded(record.id)
         assert live is not None and live.task is not None  # create begins the turn
@@ -457,8 +474,12 @@ def run(o: RunOptions) -> None:
     from .finish import Choice, LocalReview, after_turn
     from .remote import refuse_local_only
 
-    flags = {"max_steps": o.max_steps, "token_budget": o.token_budget, "wall_clock_s": o.timeout,
-             **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)}  # fmt: skip
+    flags = {
+        "max_steps": o.max_steps,
+        "token_budget": o.token_budget,
+        "wall_clock_s": o.timeout,
+        **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime),
+    }
     if o.server is not None:
         refuse_local_only(o.approve, o.scenario)
         _run_remote(o.server, o, flags)
@@ -468,7 +489,11 @@ def run(o: RunOptions) -> None:
     limits = _limits(settings, flags)
     console = terminal.console(stderr=o.json_events)
     signals: list[int] = []
-    with _exit_codes(signals), _scripted_endpoint(settings, o.scenario) as effective, _view(o.json_events, console) as sink:  # fmt: skip
+    with (
+        _exit_codes(signals),
+        _scripted_endpoint(settings, o.scenario) as effective,
+        _view(o.json_events, console) as sink,
+    ):
         asked = Asked(environment_request(o.image, o.setup), o.network is not None)
         ran = asyncio.run(_run_session(effective, o.repo, o.task, limits, sink, o.approve, signals, asked))
     if not o.json_events and sink.finished is not None:

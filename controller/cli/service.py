@@ -232,6 +232,16 @@ def serve(
 
     settings = load_settings()
     bind = host or settings.host
+    _check_token(settings, bind)
+    _check_repo_roots(settings)
+    _check_backend(settings)
+    uvicorn.run(
+        create_app(settings), host=bind, port=port or settings.port, log_level="info", log_config=accesslog.log_config()
+    )
+
+
+def _check_token(settings: Settings, bind: str) -> None:
+    """No token is a usage error past loopback; a short one, a warning."""
     if settings.api_token is None and not _is_loopback(bind):
         raise fail(
             f"Refusing to serve on {bind} without CUBICLE_API_TOKEN: the API can start containers on this host. "
@@ -243,6 +253,10 @@ def serve(
             f"CUBICLE_API_TOKEN has only {len(settings.api_token.get_secret_value())} characters; use at least "
             f"{TOKEN_MIN_CHARS} random ones, e.g. from `python -c 'import secrets; print(secrets.token_urlsafe(32))'`."
         )
+
+
+def _check_repo_roots(settings: Settings) -> None:
+    """A repository root that is not a directory is a usage error; none at all, a warning."""
     for root in settings.repo_roots:
         if not root.is_dir():
             what = "is not a directory" if root.exists() else "does not exist"
@@ -253,10 +267,6 @@ def serve(
             )
     if not settings.repo_roots:
         _warn("CUBICLE_REPO_ROOTS is empty, so every session will be refused.")
-    _check_backend(settings)
-    uvicorn.run(
-        create_app(settings), host=bind, port=port or settings.port, log_level="info", log_config=accesslog.log_config()
-    )
 
 
 def _check_backend(settings: Settings) -> None:
@@ -299,8 +309,8 @@ def sessions(
         task = r.task if not out.is_terminal or len(r.task) <= 40 else r.task[:39] + "…"  # piped: whole
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
         unapplied = "" if r.unapplied is None else f"{r.unapplied:,}"  # counted at turn ends and applies only
-        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), f"{r.usage.total:,}", r.repo,
-                 task)  # fmt: skip
+        tokens = f"{r.usage.total:,}"
+        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), tokens, r.repo, task)
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
     out.print(table)
 

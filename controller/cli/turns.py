@@ -56,12 +56,13 @@ class ContinueOptions:
     on: Annotated[
         str | None,
         typer.Option(
-            "--on", metavar="PATH[:LINE]",
+            "--on",
+            metavar="PATH[:LINE]",
             help="Make MESSAGE a review comment on this changed file (or this line of the session's version of it): "
             "the agent gets it with that part of the session's diff quoted, fenced and labelled as its own file "
             "content. The viewer comments on removed lines and sends several at once.",
         ),
-    ] = None  # fmt: skip
+    ] = None
     json_events: JsonOption = False
     approve: ApproveOption = False
     apply: ApplyOption = None

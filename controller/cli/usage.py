@@ -42,33 +42,31 @@ WRONG = {
 """What is wrong, for pydantic's error types a person meets in flags and variables."""
 
 
+BOUNDS = {
+    annotated_types.Ge: ("ge", "at least"),
+    annotated_types.Gt: ("gt", "above"),
+    annotated_types.Le: ("le", "at most"),
+    annotated_types.Lt: ("lt", "below"),
+}  # fmt: skip - a table
+"""How each bound of a field reads: the rule's attribute, and the words before its value (lower bounds first)."""
+
+KINDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+"""How a value of each field type reads."""
+
+
 def _expected(model: type[BaseModel], name: str) -> str:
     """What a valid value of ``model.name`` looks like, from the field's type and bounds."""
     field = model.model_fields.get(name)
     if field is None:
         return ""
-    low: Any = None
-    high: Any = None
-    low_word, high_word = "at least", "at most"
-    for rule in field.metadata:
-        if isinstance(rule, annotated_types.Ge):
-            low = rule.ge
-        elif isinstance(rule, annotated_types.Gt):
-            low, low_word = rule.gt, "above"
-        elif isinstance(rule, annotated_types.Le):
-            high = rule.le
-        elif isinstance(rule, annotated_types.Lt):
-            high, high_word = rule.lt, "below"
     if name == "repo_roots":
         return 'a JSON list of directories such as ["/srv/repos"], or directories separated by commas'
-    kind = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}.get(
-        field.annotation,  # type: ignore[arg-type]
-        "",
-    )
-    if field.annotation is int and low_word == "at least" and high_word == "at most" and None not in (low, high):
-        return f"{kind} from {low} to {high}"
-    bounds = [f"{word} {value}" for word, value in ((low_word, low), (high_word, high)) if value is not None]
-    return " ".join([kind, " and ".join(bounds)]).strip()
+    kind = KINDS.get(field.annotation, "")  # type: ignore[arg-type]
+    given = {type(rule): rule for rule in field.metadata if type(rule) in BOUNDS}
+    bounds = {word: getattr(given[rule], attr) for rule, (attr, word) in BOUNDS.items() if rule in given}
+    if field.annotation is int and bounds.keys() == {"at least", "at most"}:
+        return f"{kind} from {bounds['at least']} to {bounds['at most']}"
+    return " ".join([kind, " and ".join(f"{word} {value}" for word, value in bounds.items())]).strip()
 
 
 def _problem(subject: str, model: type[BaseModel], error: Any, show_value: bool = True) -> str:

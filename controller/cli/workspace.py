@@ -167,16 +167,23 @@ def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | Non
     named: list[str] = []
     ids: list[str] = []
     for path in paths:
-        meant = {frozenset(c.id for c, forms in spelled if _at_or_under(forms[at], path)) for at in range(3)}
-        meant.discard(frozenset())
-        if len(meant) > 1:
-            raise fail(_ambiguous(path, spelled, meant), EXIT_USAGE)
-        exact = [c for c, forms in spelled if path in forms]
-        if len(exact) == 1 and meant == {frozenset([exact[0].id])}:
-            ids.append(exact[0].id)
+        one = _id_named(path, spelled)
+        if one:
+            ids.append(one)
         else:
             named.append(path)
     return named or None, ids or None
+
+
+def _id_named(path: str, spelled: list[tuple[Change, tuple[str, str, str]]]) -> str | None:
+    """The id of the one change ``path`` spells; None when it names a directory above changes, or none; refused
+    when its spellings point at different changes."""
+    meant = {frozenset(c.id for c, forms in spelled if _at_or_under(forms[at], path)) for at in range(3)}
+    meant.discard(frozenset())
+    if len(meant) > 1:
+        raise fail(_ambiguous(path, spelled, meant), EXIT_USAGE)
+    exact = [c.id for c, forms in spelled if path in forms]
+    return exact[0] if len(exact) == 1 and meant == {frozenset(exact)} else None
 
 
 def as_printed(name: str, listed: list[Change]) -> str:
@@ -187,8 +194,10 @@ def as_printed(name: str, listed: list[Change]) -> str:
     meant = {c.path for c in listed if name in _spellings(c)}
     if len(meant) > 1:
         listed_ids = [c for c in listed if c.path in meant]
-        raise fail(_ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
-                   EXIT_USAGE)  # fmt: skip
+        raise fail(
+            _ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
+            EXIT_USAGE,
+        )
     return shown(meant.pop()) if meant else name
 
 

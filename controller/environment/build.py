@@ -328,9 +328,13 @@ def _build_base(client: Any, recipe: _Recipe, ca_tag: str | None, options: Image
             raise EnvironmentBuildError(f"The build context of {recipe.repo} changed while it was packed; try again.")
         fileobj.seek(0)
         run = _Build(
-            str(env.dockerfile), options.timeout_s, dockerfile=REPO_DOCKERFILE,
-            buildargs={**env.build_args, **options.proxy}, target=env.target, network_mode=options.network_mode,
-        )  # fmt: skip
+            str(env.dockerfile),
+            options.timeout_s,
+            dockerfile=REPO_DOCKERFILE,
+            buildargs={**env.build_args, **options.proxy},
+            target=env.target,
+            network_mode=options.network_mode,
+        )
         return _stream(client, fileobj, run, say)
 
 

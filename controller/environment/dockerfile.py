@@ -25,9 +25,14 @@ from ..sandbox.isolation import READABLE_TINI, STATX_SHIM
 
 CA_PATH = "/usr/local/share/cubicle/ca-certificates.crt"
 CA_VARIABLES = (
-    "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO", "CARGO_HTTP_CAINFO",
-)  # fmt: skip
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+)
 TINI = "/opt/cubicle/bin/tini"
 
 PYTHON = "/opt/cubicle/bin/python3"

@@ -101,9 +101,12 @@ class Environments:
         settings = self.settings
         async with self.route(client, self.setup_network(environment), name) as route:
             options = ImageOptions(
-                sandbox_image=settings.image, ca_bundle=settings.ca_bundle,
-                auto_build_sandbox=settings.auto_build_image, network_mode=route.network, proxy=route.environment(),
-            )  # fmt: skip
+                sandbox_image=settings.image,
+                ca_bundle=settings.ca_bundle,
+                auto_build_sandbox=settings.auto_build_image,
+                network_mode=route.network,
+                proxy=route.environment(),
+            )
             return await asyncio.to_thread(environment_image.ensure_image, client, environment, repo, options, on_line)
 
     @contextlib.asynccontextmanager
@@ -116,10 +119,14 @@ class Environments:
             return
         settings = self.settings
         gate = Egress(
-            client, session_id=f"{session_id}-env", policy=policy,
-            labels=owners.labels(settings.instance, session_id), image=settings.proxy_image,
-            outside=settings.outside(), auto_build=settings.auto_build_image,
-        )  # fmt: skip
+            client,
+            session_id=f"{session_id}-env",
+            policy=policy,
+            labels=owners.labels(settings.instance, session_id),
+            image=settings.proxy_image,
+            outside=settings.outside(),
+            auto_build=settings.auto_build_image,
+        )
         try:
             yield await asyncio.to_thread(gate.start)
         finally:
@@ -142,9 +149,14 @@ class Preparation:
     """One preparation of one session's environment: the image, then the setup tree."""
 
     def __init__(
-        self, owner: Environments, session_id: str, layer: Layer, environment: Environment, limits: Limits,
+        self,
+        owner: Environments,
+        session_id: str,
+        layer: Layer,
+        environment: Environment,
+        limits: Limits,
         sink: EventSink,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.owner = owner
         self.settings = owner.settings
         self.session_id = session_id
@@ -234,10 +246,13 @@ class Preparation:
         async with self.owner.route(client, network, self.session_id) as route:
             setup = SetupCommand(command, image, env, environment.setup_timeout_s)
             run = SetupRun(
-                layer=self.layer, setup=setup, route=route,
+                layer=self.layer,
+                setup=setup,
+                route=route,
                 limits=self.limits.model_copy(update={"network": network, "runtime": runtimes.SETUP}),
-                instance=self.settings.instance, session_id=self.session_id,
-            )  # fmt: skip
+                instance=self.settings.instance,
+                session_id=self.session_id,
+            )
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
 
 

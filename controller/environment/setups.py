@@ -79,8 +79,16 @@ def setup_key(image_id: str, command: str, env: dict[str, str], network: str, la
     """Everything that decides what setup makes: the image, the command, its variables and network,
     the checkout (path and identity), and the hash of the files it reads (``environment.setup_inputs_hash``)."""
     info = layer.info
-    key = {"image": image_id, "command": command, "env": env, "network": network, "repo": info.repo,
-           "dev": info.dev, "ino": info.ino, "inputs": inputs_hash}  # fmt: skip
+    key = {
+        "image": image_id,
+        "command": command,
+        "env": env,
+        "network": network,
+        "repo": info.repo,
+        "dev": info.dev,
+        "ino": info.ino,
+        "inputs": inputs_hash,
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -246,9 +254,11 @@ class SetupRun:
         workspace = Mount(sandbox.WORKSPACE, self.volume, type="volume", no_copy=True)
         mounts = [workspace if m["Target"] == sandbox.WORKSPACE else m for m in options["mounts"]]
         options.update(
-            command=["/bin/bash", "-lc", keeping_path(self.setup.command, self.setup.env)], stdin_open=False,
-            mounts=mounts, environment={**self.setup.env, **options["environment"]},
-        )  # fmt: skip
+            command=["/bin/bash", "-lc", keeping_path(self.setup.command, self.setup.env)],
+            stdin_open=False,
+            mounts=mounts,
+            environment={**self.setup.env, **options["environment"]},
+        )
         return options
 
     async def _follow(self, client: Any, container: Any, output: Output, note: Output) -> int | None:

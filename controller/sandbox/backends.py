@@ -93,13 +93,21 @@ class DockerBackend:
     ) -> Sandbox:
         settings = self.settings
         deployment = Deployment(
-            settings.image, settings.instance, auto_build=settings.auto_build_image, proxy_image=settings.proxy_image,
+            settings.image,
+            settings.instance,
+            auto_build=settings.auto_build_image,
+            proxy_image=settings.proxy_image,
             outside=settings.outside(),
-        )  # fmt: skip
+        )
         return DockerSandbox(
-            self.engine.client, layer=layer, session_id=session_id, limits=limits, deployment=deployment,
-            preparer=preparer, holder=holder,
-        )  # fmt: skip
+            self.engine.client,
+            layer=layer,
+            session_id=session_id,
+            limits=limits,
+            deployment=deployment,
+            preparer=preparer,
+            holder=holder,
+        )
 
     async def ensure_image(self, network: NetworkPolicy | None = None) -> None:
         settings = self.settings

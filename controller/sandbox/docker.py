@@ -122,9 +122,13 @@ def volume_name(session_id: str) -> str:
 
 
 def container_options(
-    image: str, layer: Layer, limits: Limits, labels: dict[str, str], route: Route | None = None,
+    image: str,
+    layer: Layer,
+    limits: Limits,
+    labels: dict[str, str],
+    route: Route | None = None,
     volumes: Iterable[str] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Everything a sandbox container is created with; the hardening lives here and in the helpers below, only.
 
     ``/workspace`` is the session's overlay volume (``workspace.layer``): the agent reads the
@@ -152,8 +156,6 @@ def container_options(
     }
     if runtimes.guarded(limits.runtime):
         _guarded(options, uid, gid)
-    if limits.runtime == runtimes.GVISOR:
-        options["environment"]["LD_PRELOAD"] = runtimes.STATX_SHIM
     options.update(io_limits(block_device(layer.upper), limits))
     if route.proxy:
         _without_resolver(options, route.proxy)
@@ -183,14 +185,15 @@ def _owner(layer: Layer) -> tuple[int, int]:
 
 def _process(image: str, uid: int, gid: int, limits: Limits, labels: dict[str, str], route: Route) -> dict[str, Any]:
     """What runs and as whom: the image as the owner in ``/workspace`` (the session's overlay volume), its stdio
-    attached for the toolbox's stream, with ``HOME`` and the route's proxy variables."""
+    attached for the toolbox's stream, with ``HOME``, the route's proxy variables and under gVisor the statx shim."""
+    shim = {"LD_PRELOAD": runtimes.STATX_SHIM} if limits.runtime == runtimes.GVISOR else {}
     return {
         "image": image,
         "user": f"{uid}:{gid}",
         "working_dir": WORKSPACE,
         "stdin_open": True,
         "tty": False,
-        "environment": {"HOME": HOME, **route.environment()},
+        "environment": {"HOME": HOME, **route.environment(), **shim},
         "runtime": limits.runtime,
         "labels": labels,
         "hostname": "cubicle",
@@ -239,9 +242,11 @@ def _guarded(options: dict[str, Any], uid: int, gid: int) -> None:
     """Start as root under the guardian, which starts the toolbox as the owner and drops root before a request:
     a runtime whose kernel is not the host's may let a command of the owner's uid into the toolbox's ``/proc``."""
     options.update(
-        user="0:0", cap_add=list(runtimes.GUARDIAN_CAPABILITIES), entrypoint=[runtimes.GUARDED_INIT, "--"],
+        user="0:0",
+        cap_add=list(runtimes.GUARDIAN_CAPABILITIES),
+        entrypoint=[runtimes.GUARDED_INIT, "--"],
         command=list(runtimes.TOOLBOX_COMMAND),  # an entrypoint given clears the image's CMD
-    )  # fmt: skip
+    )
     options["environment"][runtimes.OWNER_VARIABLE] = f"{uid}:{gid}"
 
 
@@ -507,9 +512,14 @@ class DockerSandbox:
         if self._egress is None:
             deployment = self.deployment  # its auto_build, not ours: ours turns off for an environment's image only
             self._egress = Egress(
-                self._client, session_id=self.session_id, policy=self.limits.network, labels=labels,
-                image=deployment.proxy_image, outside=deployment.outside, auto_build=deployment.auto_build,
-            )  # fmt: skip
+                self._client,
+                session_id=self.session_id,
+                policy=self.limits.network,
+                labels=labels,
+                image=deployment.proxy_image,
+                outside=deployment.outside,
+                auto_build=deployment.auto_build,
+            )
         return await asyncio.to_thread(self._egress.start)
 
     async def _abandon(self) -> None:
@@ -615,7 +625,15 @@ def clear_as_root(client: Any, image: str, directory: Path) -> None:
     only the capability to pass file modes; ``find -delete`` follows no symlink.
     """
     client.containers.run(
-        image, ["find", "/w", "-mindepth", "1", "-delete"], entrypoint=[], user="0:0", remove=True,
-        mounts=[Mount("/w", str(directory), type="bind")], network_mode="none", cap_drop=["ALL"],
-        cap_add=["DAC_OVERRIDE"], security_opt=["no-new-privileges:true"], log_config=LogConfig(type=LogConfig.types.NONE),
-    )  # fmt: skip
+        image,
+        ["find", "/w", "-mindepth", "1", "-delete"],
+        entrypoint=[],
+        user="0:0",
+        remove=True,
+        mounts=[Mount("/w", str(directory), type="bind")],
+        network_mode="none",
+        cap_drop=["ALL"],
+        cap_add=["DAC_OVERRIDE"],
+        security_opt=["no-new-privileges:true"],
+        log_config=LogConfig(type=LogConfig.types.NONE),
+    )

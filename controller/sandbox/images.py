@@ -132,9 +132,13 @@ def hold(client: Any, tag: str, labels: dict[str, str]) -> None:
     """
     volumes = client.images.get(tag).attrs.get("Config", {}).get("Volumes") or {}
     client.containers.create(
-        tag, ["/cubicle-hold"], entrypoint=[], labels={**labels, HOLD: "true"}, network_disabled=True,
+        tag,
+        ["/cubicle-hold"],
+        entrypoint=[],
+        labels={**labels, HOLD: "true"},
+        network_disabled=True,
         tmpfs={path: "size=4k" for path in volumes},  # the image's VOLUMEs: no anonymous volume is made for a hold
-    )  # fmt: skip
+    )
 
 
 def release(client: Any, session_label: str) -> None:

@@ -359,10 +359,25 @@ OPTIONS: dict[str, Callable[[Any, _Draft], None]] = {
 
 
 def pod(
-    options: dict[str, Any], *, name: str, role: str, namespace: str, runtime: Runtime = "runc",
-    claim: str | None = None, owner: Owner | None = None,
-) -> Manifest:  # fmt: skip
+    options: dict[str, Any],
+    *,
+    name: str,
+    role: str,
+    namespace: str,
+    runtime: Runtime = "runc",
+    claim: str | None = None,
+    owner: Owner | None = None,
+) -> Manifest:
     """The Pod that runs a container created with the Docker ``options``, hardened the same way and more."""
+    draft = _drafted(options, claim)
+    manifest = _meta("Pod", name, namespace, draft.labels, owner)
+    manifest["metadata"]["annotations"] = draft.annotations
+    manifest["spec"] = _pod_spec(draft, _container(role, draft), runtime)
+    return manifest
+
+
+def _drafted(options: dict[str, Any], claim: str | None) -> _Draft:
+    """The Pod's parts, each Docker option read by its handler in ``OPTIONS``; an option it has none for raises."""
     draft = _Draft(claim)
     for key, value in options.items():
         if key not in OPTIONS:
@@ -371,26 +386,41 @@ def pod(
             OPTIONS[key](value, draft)
         except ValueError as err:
             raise ValueError(f"{key}: {err}") from None
+    return draft
+
+
+def _container(role: str, draft: _Draft) -> dict[str, Any]:
     limits = {**draft.resources, "ephemeral-storage": EPHEMERAL_STORAGE}
-    container = {
-        "name": role, "imagePullPolicy": "IfNotPresent", **draft.container,
+    return {
+        "name": role,
+        "imagePullPolicy": "IfNotPresent",
+        **draft.container,
         "resources": {"limits": limits, "requests": dict(limits)},  # equal: Guaranteed QoS, so no swap
         "securityContext": {**draft.security, "privileged": False, "procMount": "Default"},
         "volumeMounts": draft.mounts,
-    }  # fmt: skip
-    manifest = _meta("Pod", name, namespace, draft.labels, owner)
-    manifest["metadata"]["annotations"] = draft.annotations
-    manifest["spec"] = {
-        **draft.spec, "hostPID": False, "shareProcessNamespace": False, "restartPolicy": "Never",
-        "serviceAccountName": SANDBOX_ACCOUNT, "automountServiceAccountToken": False, "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": GRACE_S, "containers": [container], "volumes": draft.volumes,
+    }
+
+
+def _pod_spec(draft: _Draft, container: dict[str, Any], runtime: Runtime) -> dict[str, Any]:
+    return {
+        **draft.spec,
+        "hostPID": False,
+        "shareProcessNamespace": False,
+        "restartPolicy": "Never",
+        "serviceAccountName": SANDBOX_ACCOUNT,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": GRACE_S,
+        "containers": [container],
+        "volumes": draft.volumes,
         "securityContext": {
-            **draft.pod_security, "seccompProfile": {"type": "RuntimeDefault"},
+            **draft.pod_security,
+            "seccompProfile": {"type": "RuntimeDefault"},
             "appArmorProfile": {"type": "RuntimeDefault"},
         },
-        **_dns(draft.resolver), **_runtime(runtime),
-    }  # fmt: skip
-    return manifest
+        **_dns(draft.resolver),
+        **_runtime(runtime),
+    }
 
 
 def _dns(resolver: bool) -> dict[str, Any]:
@@ -408,9 +438,16 @@ def _runtime(runtime: Runtime) -> dict[str, Any]:
 
 
 def session_manifests(
-    session_id: str, image: SandboxImage, limits: Limits, *, checkout: CheckoutCopy, runtime: Runtime = "runc",
-    cluster: Cluster | None = None, proxy: Proxy | None = None, owner: Owner | None = None,
-) -> list[Manifest]:  # fmt: skip
+    session_id: str,
+    image: SandboxImage,
+    limits: Limits,
+    *,
+    checkout: CheckoutCopy,
+    runtime: Runtime = "runc",
+    cluster: Cluster | None = None,
+    proxy: Proxy | None = None,
+    owner: Owner | None = None,
+) -> list[Manifest]:
     """The objects of one session: its workspace claim, its sandbox Pod, its NetworkPolicy, and for ``allow`` the
     proxy's Pod, Service and NetworkPolicy.
 
@@ -422,14 +459,12 @@ def session_manifests(
     proxy = proxy or Proxy()
     policy = limits.network
     labels = {**session_labels(session_id), ROLE: "sandbox"}
-    options = container_options(
-        image.name, _owner_only(checkout.uid, checkout.gid), limits, labels,
-        _route(session_id, policy, proxy.address), image.volumes,
-    )  # fmt: skip
+    layer, route = _owner_only(checkout.uid, checkout.gid), _route(session_id, policy, proxy.address)
+    options = container_options(image.name, layer, limits, labels, route, image.volumes)
+    name, claim = pod_name(session_id), claim_name(session_id)
     sandbox = pod(
-        options, name=pod_name(session_id), role="sandbox", namespace=cluster.namespace, runtime=runtime,
-        claim=claim_name(session_id), owner=owner,
-    )  # fmt: skip
+        options, name=name, role="sandbox", namespace=cluster.namespace, runtime=runtime, claim=claim, owner=owner
+    )
     sandbox["spec"]["containers"][0]["command"] = PAUSE
     objects = [workspace_claim(session_id, limits, checkout.mb, cluster), sandbox]
     objects.append(sandbox_policy(session_id, policy, cluster, owner))
@@ -596,9 +631,15 @@ def runtime_class() -> Manifest:
 
 
 def manifests(
-    session_id: str, image: SandboxImage, limits: Limits, *, checkout: CheckoutCopy, runtime: Runtime = "runc",
-    cluster: Cluster | None = None, proxy: Proxy = EXAMPLE_PROXY,
-) -> list[Manifest]:  # fmt: skip
+    session_id: str,
+    image: SandboxImage,
+    limits: Limits,
+    *,
+    checkout: CheckoutCopy,
+    runtime: Runtime = "runc",
+    cluster: Cluster | None = None,
+    proxy: Proxy = EXAMPLE_PROXY,
+) -> list[Manifest]:
     """The cluster's objects and one session's, as an example to read or apply to a test cluster."""
     own = session_manifests(session_id, image, limits, checkout=checkout, runtime=runtime, cluster=cluster, proxy=proxy)
     return [*cluster_manifests(cluster), *own]

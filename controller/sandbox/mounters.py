@@ -64,13 +64,24 @@ class HelperMounter:
         workspaces = str(self.workspaces)
         try:
             self._connect().containers.run(
-                self.image, ["sh", "-c", script], entrypoint=[], user="0:0", remove=True, network_mode="none",
-                cap_drop=["ALL"], cap_add=["SYS_ADMIN", "DAC_OVERRIDE"],  # DAC: the image is the controller user's, 0600
-                security_opt=["no-new-privileges:true", "apparmor=unconfined"],  # docker-default's AppArmor denies mount
+                self.image,
+                ["sh", "-c", script],
+                entrypoint=[],
+                user="0:0",
+                remove=True,
+                network_mode="none",
+                cap_drop=["ALL"],
+                cap_add=["SYS_ADMIN", "DAC_OVERRIDE"],  # DAC: the image is the controller user's, 0600
+                security_opt=[
+                    "no-new-privileges:true",
+                    "apparmor=unconfined",
+                ],  # docker-default's AppArmor denies mount
                 device_cgroup_rules=[f"b {LOOP_MAJOR}:* rwm", f"c {MISC_MAJOR}:{LOOP_CONTROL_MINOR} rwm"],
-                mounts=[Mount("/dev", "/dev", type="bind"),
-                        Mount(workspaces, workspaces, type="bind", propagation="rshared")],
-            )  # fmt: skip
+                mounts=[
+                    Mount("/dev", "/dev", type="bind"),
+                    Mount(workspaces, workspaces, type="bind", propagation="rshared"),
+                ],
+            )
         except ContainerError as err:
             detail = (err.stderr or b"").decode(errors="replace").strip()[-500:]
             raise DiskError(f"Could not {what} a workspace layer (in a helper container): {detail}") from None

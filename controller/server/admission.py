@@ -55,9 +55,13 @@ class Admission:
         """Refuse a session whose disk quota, with those of the ``running`` sessions, the data disk cannot hold."""
         settings = self.settings
         await asyncio.to_thread(
-            self.workspaces.refuse_overcommit, quota, running, settings.min_free_mb, session_id,
+            self.workspaces.refuse_overcommit,
+            quota,
+            running,
+            settings.min_free_mb,
+            session_id,
             settings.session_events_mb,
-        )  # fmt: skip
+        )
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self) -> AsyncIterator[None]:

@@ -135,9 +135,15 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
     if body.context is not None:
         context = settings.context.model_copy(update=body.context.model_dump(exclude_none=True))
     new = NewSession(
-        repo, body.task, body.model, limits, context, body.apply, environment=body.environment,
+        repo,
+        body.task,
+        body.model,
+        limits,
+        context,
+        body.apply,
+        environment=body.environment,
         network_asked="network" in asked,
-    )  # fmt: skip
+    )
     return await sessions.create(new)
 
 
@@ -261,9 +267,11 @@ async def delete_session(
 
 @router.get("/sessions/{session_id}/changes", response_model=list[Change], response_model_exclude_none=True)
 async def get_changes(
-    session_id: str, sessions: SessionsDep, response: Response,
+    session_id: str,
+    sessions: SessionsDep,
+    response: Response,
     diff: Annotated[bool, Query(description="Add a bounded unified diff to each text file.")] = False,
-) -> list[Change]:  # fmt: skip
+) -> list[Change]:
     """What the session changed in its workspace layer, path by path; the checkout has none of it until applied.
 
     ``disposition`` says what apply does with each path: ``apply``; ``ignored`` (only with
@@ -481,9 +489,14 @@ def _handle_errors(app: FastAPI) -> None:
 def create_app(settings: Settings, sandbox_factory: SandboxFactory | None = None) -> FastAPI:
     """The API for ``settings``; tests pass their own settings and, without Docker, their own sandbox factory."""
     app = FastAPI(
-        title="Cubicle", version=__version__, lifespan=_lifespan(settings, sandbox_factory), description=DESCRIPTION,
-        openapi_url=None, docs_url=None, redoc_url=None,  # served by docs_router, behind the token
-    )  # fmt: skip
+        title="Cubicle",
+        version=__version__,
+        lifespan=_lifespan(settings, sandbox_factory),
+        description=DESCRIPTION,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,  # served by docs_router, behind the token
+    )
     app.state.settings = settings
     app.include_router(router)
     app.include_router(docs_router)

@@ -57,9 +57,14 @@ class LayerCommands:
         return await asyncio.to_thread(self.workspaces.checkpoints, session_id)
 
     async def apply(
-        self, session_id: str, force: list[str] | None = None, include_ignored: bool = False,
-        build_inputs: bool = False, paths: list[str] | None = None, ids: list[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: list[str] | None = None,
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: list[str] | None = None,
+        ids: list[str] | None = None,
+    ) -> ApplyResult:
         """Copy the layer's changes (only those ``paths`` and ``ids`` name, if given) into the checkout (sandbox
         stopped first); ApplyConflictError writes nothing."""
         async with self._quiesced(session_id, "apply when the turn has ended") as recorder:

@@ -165,9 +165,14 @@ class Tending:
     ``start`` until ``stop``."""
 
     def __init__(
-        self, leases: Leases, loaded: Loaded, runtime: Runtime, feed: Feed, recorder: RecorderOf,
+        self,
+        leases: Leases,
+        loaded: Loaded,
+        runtime: Runtime,
+        feed: Feed,
+        recorder: RecorderOf,
         in_use: Callable[[str], bool],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.leases = leases
         self.store = leases.store
         self.loaded = loaded
@@ -244,11 +249,7 @@ class Tending:
         it, and give up the lease of a session left under this process's name at a claim it does not hold (so that
         it is taken over as interrupted rather than stuck running)."""
         for live in self.loaded.running():
-            epoch = renewed.get(live.session_id)
-            if epoch is None:  # not renewed: ended (then the row is at the same claim) or claimed by another
-                record = self.store.get(live.session_id)
-                epoch = None if record is None else record.epoch
-            if epoch != live.recorder.epoch:
+            if self._epoch(live.session_id, renewed) != live.recorder.epoch:
                 self._lose(live, "another controller took the session over")
         for session_id, epoch in renewed.items():
             if session_id not in self.leases.holds and self.leases.claims.get(session_id) != epoch:
@@ -257,6 +258,13 @@ class Tending:
         claims = self.leases.claims
         for session_id in [sid for sid in claims if sid not in renewed and not self.loaded.is_running(sid)]:
             del claims[session_id]
+
+    def _epoch(self, session_id: str, renewed: dict[str, int]) -> int | None:
+        """The session's claim now: as renewed, else as stored (ended: the same claim; taken over: another's)."""
+        if session_id in renewed:
+            return renewed[session_id]
+        record = self.store.get(session_id)
+        return None if record is None else record.epoch
 
     def _lose(self, live: LiveSession, why: str) -> None:
         log.warning("stopping the turn of %s: %s", live.session_id, why)

@@ -65,9 +65,15 @@ class LiveSession:
     """One loaded session: its conversation, its sandbox and the turn running on them."""
 
     def __init__(
-        self, record: SessionRecord, recorder: Recorder, runtime: Runtime, idle_timeout_s: float, forget: Forget,
-        view: EventSink | None = None, approver: Approver | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        record: SessionRecord,
+        recorder: Recorder,
+        runtime: Runtime,
+        idle_timeout_s: float,
+        forget: Forget,
+        view: EventSink | None = None,
+        approver: Approver | None = None,
+    ) -> None:
         self.record = record
         self.recorder = recorder
         self.sink: EventSink = recorder if view is None else Tee(recorder, view)
@@ -309,10 +315,14 @@ class LiveSession:
     def _agent(self) -> Agent:
         record = self.record
         return self.runtime.agent(
-            session_id=record.id, model=record.model, sandbox=self.sandbox, sink=self.sink, limits=record.limits,
+            session_id=record.id,
+            model=record.model,
+            sandbox=self.sandbox,
+            sink=self.sink,
+            limits=record.limits,
             context=record.context,
             hooks=Hooks(approver=self.approver, save_transcript=self.recorder.save_transcript, on_turn_end=self.settle),
-        )  # fmt: skip
+        )
 
     def cancel_idle_timer(self) -> None:
         if self._idle is not None:

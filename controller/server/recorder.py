@@ -31,9 +31,14 @@ from .feed import Feed
 from .store import Store
 
 STATUS_AFTER: dict[FinishReason, Status] = {
-    "end_turn": "idle", "max_steps": "idle", "token_budget": "idle", "timeout": "idle", "too_many_entries": "idle",
-    "cancelled": "cancelled", "error": "failed",
-}  # fmt: skip
+    "end_turn": "idle",
+    "max_steps": "idle",
+    "token_budget": "idle",
+    "timeout": "idle",
+    "too_many_entries": "idle",
+    "cancelled": "cancelled",
+    "error": "failed",
+}  # fmt: skip - a table
 
 
 SMALL_ARGUMENTS = 4096
@@ -121,9 +126,13 @@ class Recorder:
             fields = {"unapplied": 0 if isinstance(event, DiscardedEvent) else None}
         elif isinstance(event, SessionFinished):
             fields = {
-                "status": self.status_after(event.reason), "finish_reason": event.reason, "detail": event.detail,
-                "usage": event.usage, "steps": event.steps, "lease_expires": 0,  # the turn's lease ends with it
-            }  # fmt: skip
+                "status": self.status_after(event.reason),
+                "finish_reason": event.reason,
+                "detail": event.detail,
+                "usage": event.usage,
+                "steps": event.steps,
+                "lease_expires": 0,  # the turn's lease ends with it
+            }
         stored = self._bounded(event)
         if stored is None:  # not stored past the cap (the model's text): the caller's view still gets it
             return

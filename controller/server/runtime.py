@@ -58,10 +58,13 @@ class Runtime:
         self.settings = settings
         self._sandbox_factory = sandbox_factory
         self.workspaces = Workspaces(
-            settings.data_dir, self.clear_as_root, self._disks(),
-            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s), settings.listing_entries,
+            settings.data_dir,
+            self.clear_as_root,
+            self._disks(),
+            Offload(settings.walk_memory_mb, timeout_s=settings.walk_timeout_s),
+            settings.listing_entries,
             inline_small=inline_small_walks,
-        )  # fmt: skip
+        )
         self._model_client: anthropic.AsyncAnthropic | None = None
 
     @functools.cached_property
@@ -122,9 +125,13 @@ class Runtime:
             await self.backend.remove(session_id)
 
     def sandbox(
-        self, repo: Path, session_id: str, limits: Limits, environment: Environment | None = None,
+        self,
+        repo: Path,
+        session_id: str,
+        limits: Limits,
+        environment: Environment | None = None,
         sink: EventSink | None = None,
-    ) -> Sandbox:  # fmt: skip
+    ) -> Sandbox:
         """The session's sandbox over its workspace layer (made by ``workspaces.create`` with the session); it
         prepares ``environment`` first, its progress going to ``sink``."""
         if self._sandbox_factory is not None:
@@ -156,9 +163,13 @@ class Runtime:
         return Agent(
             session_id=session_id,
             model=self._model(model, policy),
-            sandbox=sandbox, sink=sink, limits=limits, system=self.system(limits),
-            context=policy, hooks=NO_HOOKS if hooks is None else hooks,
-        )  # fmt: skip
+            sandbox=sandbox,
+            sink=sink,
+            limits=limits,
+            system=self.system(limits),
+            context=policy,
+            hooks=NO_HOOKS if hooks is None else hooks,
+        )
 
     def compactor(
         self, session_id: str, model: str, sink: EventSink, limits: Limits, context: ContextPolicy | None
@@ -169,9 +180,13 @@ class Runtime:
         from ..agent.compactor import Compactor
 
         return Compactor(
-            session_id, self._model(model), self.system(limits), tools.definitions(),
-            context or self.settings.context, sink.emit,
-        )  # fmt: skip
+            session_id,
+            self._model(model),
+            self.system(limits),
+            tools.definitions(),
+            context or self.settings.context,
+            sink.emit,
+        )
 
     def system(self, limits: Limits) -> str:
         """The session's system prompt: the configured or built-in one, and what its network allows."""

@@ -173,9 +173,12 @@ class Sessions:
         return record
 
     async def create(
-        self, new: NewSession, view: EventSink | None = None, approver: Approver | None = None,
+        self,
+        new: NewSession,
+        view: EventSink | None = None,
+        approver: Approver | None = None,
         serve: Serve | None = None,
-    ) -> Row:  # fmt: skip
+    ) -> Row:
         """A new session, its first turn started in the background (see ``register``; ``loaded`` holds it).
 
         The API's sessions, ``cubicle run`` and ``cubicle mcp`` all start here: ``view`` and ``approver`` are the
@@ -228,11 +231,23 @@ class Sessions:
 
         now = time.time()
         record = Row(
-            id=new.prefix + secrets.token_hex(8), repo=str(repo), task=new.task, model=new.model or self.settings.model,
-            status="running", usage=Usage(), steps=0, limits=limits, context=new.context, owner=self.owner,
-            apply=new.apply, environment=resolved, epoch=1, lease_expires=self.store.now() + self.lease_s,
-            created_at=now, updated_at=now,
-        )  # fmt: skip
+            id=new.prefix + secrets.token_hex(8),
+            repo=str(repo),
+            task=new.task,
+            model=new.model or self.settings.model,
+            status="running",
+            usage=Usage(),
+            steps=0,
+            limits=limits,
+            context=new.context,
+            owner=self.owner,
+            apply=new.apply,
+            environment=resolved,
+            epoch=1,
+            lease_expires=self.store.now() + self.lease_s,
+            created_at=now,
+            updated_at=now,
+        )
         await asyncio.to_thread(
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))
         )
@@ -270,9 +285,13 @@ class Sessions:
             except BaseException:
                 with contextlib.suppress(Exception):  # the claim undone: the session is as it was
                     self.store.update(
-                        session_id, epoch, status=record.status, finish_reason=record.finish_reason,
-                        detail=record.detail, lease_expires=0,
-                    )  # fmt: skip
+                        session_id,
+                        epoch,
+                        status=record.status,
+                        finish_reason=record.finish_reason,
+                        detail=record.detail,
+                        lease_expires=0,
+                    )
                 raise
         await live.begin(text)
         return self.get(session_id)
@@ -469,9 +488,11 @@ class Sessions:
         Its writes are fenced by ``epoch`` (the record's unless given): they fail once the session is claimed again.
         """
         convo = Conversation(
-            messages=self.store.messages(record.id), usage=record.usage.model_copy(), steps=record.steps,
+            messages=self.store.messages(record.id),
+            usage=record.usage.model_copy(),
+            steps=record.steps,
             edits=self.store.edits(record.id),
-        )  # fmt: skip
+        )
         recorder = Recorder(self.store, self.feed, record.id, convo, self.settings.session_events_mb << 20)
         recorder.epoch = record.epoch if epoch is None else epoch
         if convo.answer_dangling("the controller stopped before this call finished"):

@@ -166,9 +166,26 @@ def channel(prefix: str, schema: str) -> str:
 
 
 COLUMNS = (
-    "id", "repo", "task", "model", "status", "finish_reason", "detail", "usage", "steps", "limits", "created_at",
-    "updated_at", "context", "owner", "apply", "environment", "epoch", "lease_expires", "unapplied",
-)  # fmt: skip
+    "id",
+    "repo",
+    "task",
+    "model",
+    "status",
+    "finish_reason",
+    "detail",
+    "usage",
+    "steps",
+    "limits",
+    "created_at",
+    "updated_at",
+    "context",
+    "owner",
+    "apply",
+    "environment",
+    "epoch",
+    "lease_expires",
+    "unapplied",
+)
 """The sessions table's columns in the order _record reads them."""
 Notice = Literal["events", "commands", ""]
 """What a notification announces: events stored, a command sent, or ("") a new connection to the database."""
@@ -298,13 +315,28 @@ class Store:
     def insert(self, record: Row) -> None:
         self.run(
             f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-            (record.id, self._text(record.repo), self._text(record.task), record.model, record.status,
-             record.finish_reason, self._text(record.detail), record.usage.model_dump_json(), record.steps,
-             record.limits.model_dump_json(), record.created_at, record.updated_at,
-             record.context.model_dump_json() if record.context else None, record.owner, record.apply,
-             record.environment.model_dump_json() if record.environment else None, record.epoch,
-             record.lease_expires, record.unapplied),
-        )  # fmt: skip
+            (
+                record.id,
+                self._text(record.repo),
+                self._text(record.task),
+                record.model,
+                record.status,
+                record.finish_reason,
+                self._text(record.detail),
+                record.usage.model_dump_json(),
+                record.steps,
+                record.limits.model_dump_json(),
+                record.created_at,
+                record.updated_at,
+                record.context.model_dump_json() if record.context else None,
+                record.owner,
+                record.apply,
+                record.environment.model_dump_json() if record.environment else None,
+                record.epoch,
+                record.lease_expires,
+                record.unapplied,
+            ),
+        )
 
     @_writes
     def update(self, session_id: str, epoch: int | None = None, **fields: Any) -> None:
@@ -380,8 +412,12 @@ class Store:
     @_writes
     def delete(self, session_id: str) -> None:
         with self.transaction():
-            for table, key in (("events", "session_id"), ("messages", "session_id"), ("context_edits", "session_id"),
-                               ("sessions", "id")):  # fmt: skip
+            for table, key in (
+                ("events", "session_id"),
+                ("messages", "session_id"),
+                ("context_edits", "session_id"),
+                ("sessions", "id"),
+            ):
                 self.run(f"DELETE FROM {table} WHERE {key} = ?", (session_id,))
 
     # ------------------------------------------------------------------ transcript
@@ -705,12 +741,10 @@ def open_store(settings: Settings) -> Store:
 
 
 def row_from(row: tuple[Any, ...]) -> Row:
-    (sid, repo, task, model, status, reason, detail, usage, steps, limits, created, updated, context, owner, apply,
-     environment, epoch, lease_expires, unapplied) = row  # fmt: skip
-    return Row(
-        id=sid, repo=repo, task=task, model=model, status=status, finish_reason=reason, detail=detail,
-        usage=Usage.model_validate_json(usage), steps=steps, limits=Limits.model_validate_json(limits),
-        context=ContextPolicy.model_validate_json(context) if context else None, owner=owner, apply=apply,
-        environment=Environment.model_validate_json(environment) if environment else None,
-        epoch=epoch, lease_expires=lease_expires, created_at=created, updated_at=updated, unapplied=unapplied,
-    )  # fmt: skip
+    """The ``Row`` of the ``COLUMNS`` a SELECT read, its JSON columns parsed (context and environment may be empty)."""
+    values = dict(zip(COLUMNS, row, strict=True))
+    values["usage"] = Usage.model_validate_json(values["usage"])
+    values["limits"] = Limits.model_validate_json(values["limits"])
+    values["context"] = ContextPolicy.model_validate_json(values["context"]) if values["context"] else None
+    values["environment"] = Environment.model_validate_json(values["environment"]) if values["environment"] else None
+    return Row(**values)

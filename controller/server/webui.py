@@ -69,10 +69,12 @@ class Guard:
         headers = dict(scope.get("headers") or [])
         if self.loopback_only and not loopback_host(headers.get(b"host", b"").decode("latin-1")):
             refusal = JSONResponse(
-                {"detail": "Without CUBICLE_API_TOKEN this server answers only to a loopback Host "
-                 "(localhost, 127.0.0.1, [::1]): set a token to serve other names."},
+                {
+                    "detail": "Without CUBICLE_API_TOKEN this server answers only to a loopback Host "
+                    "(localhost, 127.0.0.1, [::1]): set a token to serve other names."
+                },
                 status_code=status.HTTP_421_MISDIRECTED_REQUEST,
-            )  # fmt: skip
+            )
             await refusal(scope, receive, _secured(send, CSP))
             return
         policy = DOCS_CSP if scope.get("path", "").startswith("/docs") else CSP
@@ -157,9 +159,14 @@ async def login(body: SignIn, request: Request) -> Response:
     cookie = issue(settings.api_token, lifetime, time.time())
     response = JSONResponse(SignedIn(key=page_key(settings.api_token, cookie)).model_dump())
     response.set_cookie(
-        COOKIE, cookie, max_age=int(lifetime), path="/", httponly=True, samesite="strict",
+        COOKIE,
+        cookie,
+        max_age=int(lifetime),
+        path="/",
+        httponly=True,
+        samesite="strict",
         secure=request.url.scheme == "https",
-    )  # fmt: skip
+    )
     return response
 
 

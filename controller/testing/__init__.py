@@ -199,6 +199,10 @@ def _command(
     reply: Reply, code: int, seconds: float, timed_out: bool = False, cancelled: bool = False
 ) -> CommandResult:
     return CommandResult(
-        exit_code=code, stdout=_stream(reply.stdout), stderr=_stream(reply.stderr), timed_out=timed_out,
-        duration_s=seconds, cancelled=cancelled,
-    )  # fmt: skip
+        exit_code=code,
+        stdout=_stream(reply.stdout),
+        stderr=_stream(reply.stderr),
+        timed_out=timed_out,
+        duration_s=seconds,
+        cancelled=cancelled,
+    )

@@ -108,10 +108,14 @@ class ApplyResult(BaseModel):
     def bounded(self, most: int) -> ApplyResult:
         """This result with at most ``most`` paths in each list, the rest counted: what an apply of a whole
         flood of files returns to the controller (the apply record on disk keeps every path)."""
-        return self.model_copy(update={
-            "applied": self.applied[:most], "more_applied": self.more_applied + max(0, len(self.applied) - most),
-            "skipped": self.skipped[:most], "more_skipped": self.more_skipped + max(0, len(self.skipped) - most),
-        })  # fmt: skip
+        return self.model_copy(
+            update={
+                "applied": self.applied[:most],
+                "more_applied": self.more_applied + max(0, len(self.applied) - most),
+                "skipped": self.skipped[:most],
+                "more_skipped": self.more_skipped + max(0, len(self.skipped) - most),
+            }
+        )
 
 
 class RevertResult(BaseModel):

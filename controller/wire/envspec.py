@@ -24,10 +24,23 @@ DEVCONTAINER_FILES = (".devcontainer/devcontainer.json", ".devcontainer.json")
 DEFINITION_FILES = (CUBICLE_FILE, *DEVCONTAINER_FILES)
 
 MANIFESTS = (
-    "pyproject.toml", "setup.py", "setup.cfg", "requirements*.txt", "Pipfile*", "poetry.lock", "uv.lock",
-    "package.json", "package-lock.json", "yarn.lock", "pnpm-lock.yaml",
-    "Cargo.toml", "Cargo.lock", "go.mod", "go.sum", "Gemfile*",
-)  # fmt: skip
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "requirements*.txt",
+    "Pipfile*",
+    "poetry.lock",
+    "uv.lock",
+    "package.json",
+    "package-lock.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "Cargo.toml",
+    "Cargo.lock",
+    "go.mod",
+    "go.sum",
+    "Gemfile*",
+)
 
 DEFAULT_SETUP_INPUTS = (*MANIFESTS, *DEFINITION_FILES)
 """What a setup reads unless the definition says otherwise: the root's dependency manifests and the definitions."""

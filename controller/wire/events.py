@@ -107,9 +107,10 @@ class CommandOutput(_Event):
     tool_use_id: str = Field(description="The id of the tool_call whose command printed it.")
     text: str = Field(description="Decoded as it came; a character is never split between two events.")
     truncated: bool = Field(
-        False, description="The command's live output reached its cap here (live_output_bytes): no more follows, "
+        False,
+        description="The command's live output reached its cap here (live_output_bytes): no more follows, "
         "though the command goes on and its tool_result has the output the model saw.",
-    )  # fmt: skip
+    )
 
 
 class UsageEvent(_Event):

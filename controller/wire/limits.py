@@ -24,35 +24,42 @@ class Limits(BaseModel):
         512, ge=16, le=16384, description="Size of each of the sandbox's /tmp and HOME (memory-backed)."
     )
     disk_mb: int = Field(
-        10240, ge=32, le=1 << 22,
+        10240,
+        ge=32,
+        le=1 << 22,
         description="Disk quota of the session's workspace layer in MiB: the agent's files, checkpoints and apply "
         "backups (CUBICLE_DISK_QUOTA=off turns quotas off).",
-    )  # fmt: skip
+    )
     inodes: int = Field(
         1_000_000, ge=1024, le=1 << 30, description="Files and directories the session's workspace layer may hold."
     )
     io_mbps: int = Field(
-        64, ge=1, le=1 << 20,
+        64,
+        ge=1,
+        le=1 << 20,
         description="Read and write bandwidth (MiB/s, each) of the device the session's workspace layer is on: its "
         "quota's loop device, else the data directory's disk. Binds direct and fsync'ed I/O (cgroup v1: not "
         "buffered writes).",
-    )  # fmt: skip
+    )
     io_iops: int = Field(
         4000, ge=10, le=1 << 24, description="Read and write operations per second (each) on that same device."
     )
     names: int = Field(
-        1_000_000, ge=1024, le=1 << 30,
+        1_000_000,
+        ge=1024,
+        le=1 << 30,
         description="Entries (files, directories, links; each hard link by its name) the session's workspace layer "
         "may hold. Past it the turn ends with too_many_entries, and the layer can be rewound or discarded, not applied.",
-    )  # fmt: skip
+    )
     network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         NONE, description="none (loopback only) < allow=HOST,... (only those hosts, through a proxy) < open."
     )
     runtime: str = Field(
-        "runc", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        "runc",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         description="The OCI runtime the sandbox runs under: runc, runsc (gVisor: a kernel of its own between the "
         "agent and the host's), or another the engine knows; a request may name only those in allowed_runtimes.",
-    )  # fmt: skip
+    )
     command_timeout_s: int = Field(
         120, ge=1, le=86400, description="Longest a run_command may take; longer requests are capped."
     )
@@ -74,10 +81,12 @@ class Limits(BaseModel):
     )
     event_output_chars: int = Field(1 << 20, ge=1024, le=16 << 20, description="Largest tool output an event carries.")
     live_output_bytes: int = Field(
-        64 << 10, ge=0, le=16 << 20,
+        64 << 10,
+        ge=0,
+        le=16 << 20,
         description="Bytes of each command's output shown while it runs (command_output events, stored with the "
         "session); past them the display says the rest was cut. 0: no live output. The model's result is unchanged.",
-    )  # fmt: skip
+    )
 
     def clamp(self, ceiling: Limits) -> Limits:
         """Each numeric field lowered to ``ceiling``'s; the network policy to the ceiling's (``NetworkPolicy.clamp``).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -32,8 +32,9 @@ from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileTyp
 from . import beneath, gitlike, selection
 from .changes import MAX_APPLY_BYTES, OPAQUE, UNSAFE_TYPES, scan
 from .checkout import Checkout, Prior, applied_mode
-from .journal import ApplyRecord, Expectations, Status, Step, step_dirs, unreverted, write
+from .journal import ApplyRecord, Expectations, Status, Step, interrupted, next_number, settle, step_dirs, write
 from .layer import Layer, ensure_unmounted, open_repo, open_upper
+from .records import Identity
 
 
 @contextlib.contextmanager
@@ -53,9 +54,14 @@ def open_checkout(layer: Layer) -> Iterator[Checkout]:
 
 
 def apply(
-    layer: Layer, paths: Collection[str] | None = None, include_ignored: bool = False, force: Collection[str] = (),
-    bounds: ApplyBounds | None = None, build_inputs: bool = False, ids: Collection[str] | None = None,
-) -> ApplyResult:  # fmt: skip
+    layer: Layer,
+    paths: Collection[str] | None = None,
+    include_ignored: bool = False,
+    force: Collection[str] = (),
+    bounds: ApplyBounds | None = None,
+    build_inputs: bool = False,
+    ids: Collection[str] | None = None,
+) -> ApplyResult:
     """Apply the selected changes, or nothing at all when any of them conflicts.
 
     ``bounds`` limit what it may write, counted in whole blocks: into the checkout (each file is written whole,
@@ -70,28 +76,23 @@ def apply(
         raise TooManyEntriesError(changes.truncated_at)  # what the walk did not read cannot be judged
     force = selection.forced(force, changes)
     chosen, skipped = _select(changes, _wanted(changes, paths, ids), include_ignored, force, build_inputs)
-    chosen, skipped = _guard_chosen(layer, changes, chosen, skipped)
+    chosen, skipped = _skip(chosen, skipped, _unsafe_lookalikes(layer, changes, chosen))
     with open_checkout(layer) as checkout:
-        for killed in (r for r in unreverted(layer) if r.status == Status.PENDING):  # an apply cut short by a kill
+        for killed in interrupted(layer):
             checkout.remove_leftovers(killed.temp_prefixes, step_dirs(killed))
         if bounds is not None:
             _check_bounds(checkout, chosen, bounds)
         expect = Expectations(layer)
         conflicts, unsafe = _preflight(checkout, chosen, expect, force)
-        skipped += unsafe
-        chosen = [c for c in chosen if c.path not in {u.path for u in unsafe}]
+        chosen, skipped = _skip(chosen, skipped, unsafe)
         if conflicts or not chosen:
             return ApplyResult(conflicts=conflicts, skipped=skipped)
         record = _execute(layer, checkout, chosen)
-        after = expect.update(checkout, [step.path for step in record.steps])
-        for step in record.steps:
-            step.after = after[step.path]
-        record.status = Status.APPLIED
-        write(layer, record)
+        settle(layer, record, expect.update(checkout, [step.path for step in record.steps]))
     written = {c.path for c in chosen}
     _retire(layer, changes, written)
-    left = sum(1 for c in changes if c.disposition == Disposition.APPLY and c.path not in written)
-    return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number, left=left)
+    left = {c.path for c in changes if c.disposition == Disposition.APPLY} - written
+    return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number, left=len(left))
 
 
 BLOCK = 4096
@@ -117,22 +118,25 @@ def _check_bounds(checkout: Checkout, chosen: list[Change], bounds: ApplyBounds)
     """ApplyTooLargeError unless writing ``chosen`` fits ``bounds`` (sizes in whole blocks)."""
     written = [c for c in chosen if c.kind != Kind.DELETED]
     total = sum(_blocks(c.size if c.type == FileType.FILE else 0) for c in written)
-    if total > bounds.checkout_bytes:
-        raise ApplyTooLargeError("bytes in the checkout", total, bounds.checkout_bytes)
-    if len(written) > bounds.checkout_entries:
-        raise ApplyTooLargeError(ApplyTooLargeError.ENTRIES, len(written), bounds.checkout_entries)
-    saved = 0
+    saved = sum(_blocks(held.size) for held in _originals(checkout, chosen) if held.type == FileType.FILE)
+    limits = [
+        ("bytes in the checkout", total, bounds.checkout_bytes),
+        (ApplyTooLargeError.ENTRIES, len(written), bounds.checkout_entries),
+        ("bytes of the checkout's originals kept in the layer", saved, bounds.saved_bytes),
+        ("bytes written and kept together", total + saved, bounds.combined_bytes),
+    ]  # fmt: skip - a table
+    for what, used, bound in limits:
+        if bound is not None and used > bound:
+            raise ApplyTooLargeError(what, used, bound)
+
+
+def _originals(checkout: Checkout, chosen: list[Change]) -> Iterator[Identity]:
+    """What the checkout holds where ``chosen`` changes an existing entry (what an apply saves in the layer)."""
     for change in chosen:
-        if change.kind == Kind.ADDED:
-            continue
         with contextlib.suppress(UnsafePathError, OSError):
-            held = checkout.identity(change.path)
-            if held is not None and held.type == FileType.FILE:
-                saved += _blocks(held.size)
-    if saved > bounds.saved_bytes:
-        raise ApplyTooLargeError("bytes of the checkout's originals kept in the layer", saved, bounds.saved_bytes)
-    if bounds.combined_bytes is not None and total + saved > bounds.combined_bytes:
-        raise ApplyTooLargeError("bytes written and kept together", total + saved, bounds.combined_bytes)
+            held = None if change.kind == Kind.ADDED else checkout.identity(change.path)
+            if held is not None:
+                yield held
 
 
 def _select(
@@ -149,44 +153,41 @@ def _select(
     directory the agent made (where the checkout has none) is taken along when a trusted path under it is named,
     so that it can be written.
     """
-    allowed = {Disposition.APPLY, Disposition.IGNORED} if include_ignored else {Disposition.APPLY}
-    if build_inputs:
-        allowed.add(Disposition.BUILD_INPUT)
-    named_trusted = {c.path for c in changes if c.disposition == Disposition.TRUSTED and c.path in force}
-    holding = {parent for path in named_trusted for parent in _ancestors(path)}
+    asked = {Disposition.APPLY: True, Disposition.IGNORED: include_ignored, Disposition.BUILD_INPUT: build_inputs}
+    taken = _trusted_taken(changes, force)
+    chosen: list[Change] = []
+    skipped: list[Change] = []
+    for change in changes:
+        (chosen if asked.get(change.disposition, False) or change.path in taken else skipped).append(change)
+    return (chosen if paths is None else _narrowed(chosen, list(paths))), skipped
 
-    def eligible_change(change: Change) -> bool:
-        if change.disposition == Disposition.TRUSTED:
-            made = change.type == FileType.DIR and change.kind != Kind.DELETED and change.previous != FileType.DIR
-            needed = change.path in holding and made  # a mode the agent gave an existing one stays unapplied
-            return change.path in named_trusted or needed
-        return change.disposition in allowed
 
-    eligible = [c for c in changes if eligible_change(c)]
-    skipped = [c for c in changes if not eligible_change(c)]
-    if paths is None:
-        return eligible, skipped
-    return _narrowed(eligible, list(paths)), skipped
+def _trusted_taken(changes: list[Change], force: Collection[str]) -> set[str]:
+    """The trusted paths an apply takes: those forced by name, and the directories above them that the agent made
+    (where the checkout has none, so that they can be written); a mode it gave an existing one stays unapplied."""
+    trusted = [c for c in changes if c.disposition == Disposition.TRUSTED]
+    holding = _all_ancestors(c.path for c in trusted if c.path in force)
+    return {c.path for c in trusted if c.path in force or (c.path in holding and _made_here(c))}
+
+
+def _made_here(change: Change) -> bool:
+    """Whether ``change`` makes a directory where the checkout has none."""
+    return change.type == FileType.DIR and change.kind != Kind.DELETED and change.previous != FileType.DIR
 
 
 def _narrowed(eligible: list[Change], paths: list[str]) -> list[Change]:
     """The eligible changes at or under ``paths``, with the directories above them that the checkout lacks (the
     agent's mode on one that exists is a change of its own, applied only when named)."""
     named = [c for c in eligible if under_any(c.path, paths)]
-    needed = {parent for c in named for parent in _ancestors(c.path)}
-    made = [
-        c for c in eligible
-        if c.path in needed and c.type == FileType.DIR and c.kind != Kind.DELETED and c.previous != FileType.DIR
-    ]  # fmt: skip
+    needed = _all_ancestors(c.path for c in named)
+    made = [c for c in eligible if c.path in needed and _made_here(c)]
     return sorted({c.path: c for c in named + made}.values(), key=lambda c: c.path)
 
 
-def _guard_chosen(
-    layer: Layer, changes: list[Change], chosen: list[Change], skipped: list[Change]
-) -> tuple[list[Change], list[Change]]:
+def _unsafe_lookalikes(layer: Layer, changes: list[Change], chosen: list[Change]) -> list[Change]:
     """``scan`` judged repository lookalikes by the deletions a plain apply makes; this apply may make fewer (only
-    some paths chosen) or more (ignored ones too). Judged again by the deletions chosen, what would now make a
-    repository is skipped as unsafe."""
+    some paths chosen) or more (ignored ones too). Judged again by the deletions chosen: the chosen changes that
+    would now make a repository, marked unsafe."""
     again = [change.model_copy() for change in changes]
     lower = open_repo(layer)
     try:
@@ -194,9 +195,11 @@ def _guard_chosen(
     finally:
         os.close(lower)
     judged = {change.path: change for change in again}
-    unsafe = [judged[c.path] for c in chosen if judged[c.path].disposition == Disposition.UNSAFE]
-    if not unsafe:
-        return chosen, skipped
+    return [judged[c.path] for c in chosen if judged[c.path].disposition == Disposition.UNSAFE]
+
+
+def _skip(chosen: list[Change], skipped: list[Change], unsafe: list[Change]) -> tuple[list[Change], list[Change]]:
+    """``chosen`` without the ``unsafe`` ones, which join ``skipped``."""
     dropped = {c.path for c in unsafe}
     return [c for c in chosen if c.path not in dropped], skipped + unsafe
 
@@ -215,6 +218,10 @@ def under_any(path: str, roots: Collection[str]) -> bool:
 def _ancestors(path: str) -> list[str]:
     parts = path.split("/")
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _all_ancestors(paths: Iterable[str]) -> set[str]:
+    return {parent for path in paths for parent in _ancestors(path)}
 
 
 def _removes(change: Change) -> bool:
@@ -244,11 +251,30 @@ def _preflight(
 
 
 class _Plan:
+    """What the chosen changes make, remove and replace, for judging each against the checkout."""
+
     def __init__(self, chosen: list[Change]) -> None:
         self.dirs = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.DIR}
         self.removed = {c.path for c in chosen if _removes(c)}
         self.links = {c.path for c in chosen if c.kind != Kind.DELETED and c.type == FileType.SYMLINK}
         self.undirs = _undirs(chosen)
+
+    def kept_entries(self, checkout: Checkout, change: Change, current: Identity | None) -> str:
+        """The conflict of a removal whose directory holds entries this apply does not remove."""
+        if not _removes(change) or current is None or current.type != FileType.DIR:
+            return ""
+        kept = sorted(n for n in checkout.names(change.path) if f"{change.path}/{n}" not in self.removed)
+        return f"the directory holds entries this apply does not remove: {kept[:5]}" if kept else ""
+
+    def parent_gone(self, checkout: Checkout, change: Change) -> str:
+        """The conflict of a creation whose parent directory neither the checkout holds nor this apply makes."""
+        parent = change.path.rpartition("/")[0]
+        if change.kind == Kind.DELETED or not parent or parent in self.dirs:
+            return ""
+        held = checkout.identity(parent)
+        if held is None or held.type != FileType.DIR or parent in self.removed:
+            return "its parent directory no longer exists in the checkout"
+        return ""
 
 
 def _undirs(chosen: list[Change]) -> set[str]:
@@ -256,23 +282,18 @@ def _undirs(chosen: list[Change]) -> set[str]:
     return {c.path for c in chosen if c.kind == Kind.MODIFIED and c.type == FileType.DIR and c.previous != FileType.DIR}
 
 
+def _below_undir(path: str, undirs: set[str]) -> bool:
+    """Whether ``path`` is under a non-directory this apply replaces by a directory (so the checkout has nothing)."""
+    return any(a in undirs for a in _ancestors(path))
+
+
 def _conflict(checkout: Checkout, change: Change, expect: Expectations, forced: bool, plan: _Plan) -> str:
-    replaced = any(a in plan.undirs for a in _ancestors(change.path))
-    current = None if replaced else checkout.identity(change.path)
+    current = None if _below_undir(change.path, plan.undirs) else checkout.identity(change.path)
     if current is not None and current.type in UNSAFE_TYPES:
         return f"the checkout holds a {current.type.value} here"
     if not forced and not expect.holds(checkout, change.path, current):
         return "changed in the checkout since the session started (or since this session last applied it)"
-    if _removes(change) and current is not None and current.type == FileType.DIR:
-        kept = sorted(n for n in checkout.names(change.path) if f"{change.path}/{n}" not in plan.removed)
-        if kept:
-            return f"the directory holds entries this apply does not remove: {kept[:5]}"
-    parent = change.path.rpartition("/")[0]
-    if change.kind != Kind.DELETED and parent and parent not in plan.dirs:
-        held = checkout.identity(parent)
-        if held is None or held.type != FileType.DIR or parent in plan.removed:
-            return "its parent directory no longer exists in the checkout"
-    return ""
+    return plan.kept_entries(checkout, change, current) or plan.parent_gone(checkout, change)
 
 
 def _symlink_detour(checkout: Checkout, change: Change, plan: _Plan) -> str:
@@ -294,11 +315,7 @@ def _symlink_detour(checkout: Checkout, change: Change, plan: _Plan) -> str:
 
 def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRecord:
     """Save what every touched path holds, then write; on failure put it all back and raise."""
-    # The next number after every record and every saved-originals folder: a folder whose apply failed
-    # before its record was written (a full disk quota, a kill) is never reused.
-    taken = [int(p.name.split(".")[0]) for p in layer.applies.iterdir() if p.name.split(".")[0].isdigit()]
-    number = max(taken, default=0) + 1
-    folder = layer.applies / str(number)
+    folder = layer.applies / str(next_number(layer))
     folder.mkdir(mode=0o700)
     removals = sorted((c for c in chosen if _removes(c)), key=lambda c: (-c.path.count("/"), c.path))
     creations = sorted((c for c in chosen if c.kind != Kind.DELETED), key=lambda c: (c.path.count("/"), c.path))
@@ -309,15 +326,13 @@ def _execute(layer: Layer, checkout: Checkout, chosen: list[Change]) -> ApplyRec
             Step(path=c.path, change=c, prior=_save(checkout, c.path, undirs, folder / str(i)))
             for i, c in enumerate(order)
         ]
-        record = ApplyRecord(number=number, status=Status.PENDING, steps=steps, temp_prefixes=[checkout.temp_prefix])
+        record = ApplyRecord(
+            number=int(folder.name), status=Status.PENDING, steps=steps, temp_prefixes=[checkout.temp_prefix]
+        )
         write(layer, record)
     except BaseException:
-        parent = beneath.open_root(layer.applies)
-        try:
-            with contextlib.suppress(OSError):
-                beneath.remove_tree(parent, folder.name)
-        finally:
-            os.close(parent)
+        with contextlib.suppress(OSError):
+            beneath.remove_path(folder)
         raise
     try:
         _write(layer, checkout, removals, creations, steps)
@@ -339,7 +354,7 @@ def step_mode(step: Step) -> int:
 
 def _save(checkout: Checkout, rel: str, undirs: set[str], blob: Path) -> Prior:
     """What ``rel`` holds; nothing when an ancestor is a non-directory being replaced by a directory."""
-    if any(a in undirs for a in _ancestors(rel)):
+    if _below_undir(rel, undirs):
         return Prior()
     return checkout.save(rel, blob)
 
@@ -383,10 +398,9 @@ def _retire(layer: Layer, changes: list[Change], applied: set[str]) -> None:
     start = layer.baseline()
     try:
         left = {c.path for c in changes if c.path not in applied}
-        blocked = {a for path in left for a in _ancestors(path) if is_opaque(upper, a)}
-        parents = {a for path in applied for a in _ancestors(path)}
-        for path in sorted(applied | parents, key=lambda p: -p.count("/")):
-            if any(path == b or path.startswith(b + "/") for b in blocked):
+        blocked = {a for a in _all_ancestors(left) if is_opaque(upper, a)}
+        for path in sorted(applied | _all_ancestors(applied), key=lambda p: -p.count("/")):
+            if under_any(path, blocked):
                 continue
             if path in left:  # a change of its own not applied (a directory's mode, say): only its marker goes
                 _unmark(upper, path)

@@ -53,9 +53,13 @@ class Baseline:
     """
 
     def __init__(
-        self, entries: dict[str, str], targets: dict[str, str], ignore_files: dict[str, str],
-        blobs: dict[str, str] | None = None, nested: list[str] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        entries: dict[str, str],
+        targets: dict[str, str],
+        ignore_files: dict[str, str],
+        blobs: dict[str, str] | None = None,
+        nested: list[str] | None = None,
+    ) -> None:
         self._entries = entries
         self._targets = targets
         self.ignore_files = ignore_files

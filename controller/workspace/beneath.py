@@ -126,6 +126,15 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def remove_path(path: Path) -> None:
+    """``remove_tree`` of the tree at ``path``, its parent opened as a root (not a symlink)."""
+    parent = open_root(path.parent)
+    try:
+        remove_tree(parent, path.name)
+    finally:
+        os.close(parent)
+
+
 def remove_tree(parent_fd: int, name: str) -> None:
     """Remove ``name`` and everything below it, never following a symlink, whatever the modes.
 

@@ -174,9 +174,13 @@ class _Walker:
     """Walks the upper tree with dir fds (never path strings), comparing each entry with the lower."""
 
     def __init__(
-        self, lower_fd: int, setup_fd: int | None, load_baseline: Callable[[], Baseline], mirrored: bool = False,
+        self,
+        lower_fd: int,
+        setup_fd: int | None,
+        load_baseline: Callable[[], Baseline],
+        mirrored: bool = False,
         limit: int = DEFAULT_NAMES,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.lower = lower_fd
         self.setup = setup_fd
         self.mirrored = mirrored  # ``headroom`` made the checkout's directories: an empty one may be its

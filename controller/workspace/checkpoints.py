@@ -202,13 +202,10 @@ def _remove(layer: Layer, path: Path) -> None:
     """Remove a tree the layer no longer needs; best effort (what is left is only clutter, and ``discard`` clears it)."""
     if not os.path.lexists(path):
         return
-    parent = beneath.open_root(path.parent)
     try:
-        beneath.remove_tree(parent, path.name)
+        beneath.remove_path(path)
     except OSError as err:
         log.warning("could not remove %s: %s", path, err)
-    finally:
-        os.close(parent)
 
 
 def entries(layer: Layer, number: int) -> Iterator[Entry]:

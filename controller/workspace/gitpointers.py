@@ -65,9 +65,11 @@ NEWER_FORMAT = "this git cannot read the checkout's newer format, so all of it"
 def _hook_managers() -> tuple[tuple[str, bool, str], ...]:
     lefthook = [
         f"{folder}{dot}lefthook{local}.{ext}"
-        for folder in ("", ".config/") for dot in ("", ".") for local in ("", "-local")
+        for folder in ("", ".config/")
+        for dot in ("", ".")
+        for local in ("", "-local")
         for ext in ("yml", "yaml", "toml", "json", "jsonc")
-    ]  # fmt: skip
+    ]
     lint_staged = [".lintstagedrc", *(f".lintstagedrc.{e}" for e in ("json", "yaml", "yml", "mjs", "cjs", "js"))]
     return (
         (".husky", True, "husky"),
@@ -436,9 +438,14 @@ def _run_git(cwd: Path, home: str, *args: str) -> subprocess.CompletedProcess[by
     env = {"PATH": _PATH, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "HOME": home}
     try:
         return subprocess.run(
-            ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, timeout=TIMEOUT_S,
-            stdin=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
+            ["git", "-c", "safe.directory=*", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except FileNotFoundError:
         log.debug("git is not installed: only the hook managers' files are trusted")
     except (OSError, subprocess.TimeoutExpired) as err:

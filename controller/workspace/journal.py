@@ -65,6 +65,13 @@ def numbers(layer: Layer) -> list[int]:
     return sorted(int(p.stem) for p in layer.applies.glob("*.json") if p.stem.isdigit())
 
 
+def next_number(layer: Layer) -> int:
+    """The next apply's number: after every record and every saved-originals folder, so that a folder whose apply
+    failed before its record was written (a full disk quota, a kill) is never reused."""
+    taken = [int(p.name.split(".")[0]) for p in layer.applies.iterdir() if p.name.split(".")[0].isdigit()]
+    return max(taken, default=0) + 1
+
+
 def write(layer: Layer, record: ApplyRecord) -> None:
     save(record_path(layer, record.number), record)
 
@@ -73,6 +80,19 @@ def unreverted(layer: Layer) -> list[ApplyRecord]:
     """Every apply of the session not reverted, oldest first."""
     records = (load(record_path(layer, n), ApplyRecord) for n in numbers(layer))
     return [r for r in records if r.status != Status.REVERTED]
+
+
+def interrupted(layer: Layer) -> list[ApplyRecord]:
+    """The applies cut short by a kill: written as pending, never settled."""
+    return [r for r in unreverted(layer) if r.status == Status.PENDING]
+
+
+def settle(layer: Layer, record: ApplyRecord, after: dict[str, list[Any] | None]) -> None:
+    """Mark ``record`` applied, with ``after``: what each step's path held once written."""
+    for step in record.steps:
+        step.after = after[step.path]
+    record.status = Status.APPLIED
+    write(layer, record)
 
 
 def newest_unreverted(layer: Layer) -> ApplyRecord:

@@ -145,10 +145,15 @@ def layer_dir(data_dir: Path, session_id: str) -> Path:
 
 
 def create(
-    data_dir: Path, session_id: str, repo: Path, trusted: tuple[str, ...] = (),
-    disk: tuple[DiskQuota, Callable[[Layer], None]] | None = None, names: int = DEFAULT_NAMES,
-    build: BuildInputs | None = None, recorder: Callable[[str, str], None] = baseline.record_into,
-) -> Layer:  # fmt: skip
+    data_dir: Path,
+    session_id: str,
+    repo: Path,
+    trusted: tuple[str, ...] = (),
+    disk: tuple[DiskQuota, Callable[[Layer], None]] | None = None,
+    names: int = DEFAULT_NAMES,
+    build: BuildInputs | None = None,
+    recorder: Callable[[str, str], None] = baseline.record_into,
+) -> Layer:
     """Make the layer's directories and record the checkout's baseline (with ``recorder``: in a walk's child, when
     the caller passes one that runs there); the repo must be vetted already.
 
@@ -160,9 +165,7 @@ def create(
     back, see ``buildinputs``).
     """
     root = layer_dir(data_dir, session_id)
-    st = os.stat(repo, follow_symlinks=False)
-    if not stat.S_ISDIR(st.st_mode):
-        raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
+    st = _checkout_stat(repo)
     root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     root.mkdir(mode=0o700)
     info = LayerInfo(
@@ -181,6 +184,14 @@ def create(
     recorder(str(repo), str(layer.baseline_file))
     save(root / "layer.json", info)
     return layer
+
+
+def _checkout_stat(repo: Path) -> os.stat_result:
+    """The checkout directory's own stat (a symlink is not followed); WorkspaceError when it is not a directory."""
+    st = os.stat(repo, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        raise WorkspaceError(f"The repository {repo} is not a directory (or is a symlink).")
+    return st
 
 
 def _make_parts(layer: Layer, repo_st: os.stat_result, attach: Callable[[Layer], None] | None) -> None:
@@ -465,11 +476,8 @@ def discard_dir(root: Path) -> list[str]:
     """``discard`` by the layer's directory alone: a layer half removed before has lost its ``layer.json``."""
     if not root.exists():
         return []
-    parent = beneath.open_root(root.parent)
     try:
-        beneath.remove_tree(parent, root.name)
+        beneath.remove_path(root)
     except OSError as err:
         return [str(err.filename or root)]
-    finally:
-        os.close(parent)
     return []

@@ -229,9 +229,15 @@ def _small(layer: Layer) -> bool:
 
 
 def _applied(
-    layer: Layer, paths: Collection[str] | None, include_ignored: bool, force: Collection[str],
-    bounds: workspace.ApplyBounds, build_inputs: bool, most: int, ids: Collection[str] | None = None,
-) -> ApplyResult:  # fmt: skip
+    layer: Layer,
+    paths: Collection[str] | None,
+    include_ignored: bool,
+    force: Collection[str],
+    bounds: workspace.ApplyBounds,
+    build_inputs: bool,
+    most: int,
+    ids: Collection[str] | None = None,
+) -> ApplyResult:
     """``workspace.apply`` in the walk's child, its answer bounded there like a listing."""
     return workspace.apply(layer, paths, include_ignored, force, bounds, build_inputs, ids).bounded(most)
 
@@ -261,9 +267,15 @@ class Workspaces:
     """The layers under ``<data_dir>/workspaces``, one per session id."""
 
     def __init__(
-        self, data_dir: Path, clear_as_root: Callable[[Path], None] | None = None, disks: Disks | None = None,
-        offload: Offload | None = None, listing: int = MAX_LISTED, *, inline_small: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        data_dir: Path,
+        clear_as_root: Callable[[Path], None] | None = None,
+        disks: Disks | None = None,
+        offload: Offload | None = None,
+        listing: int = MAX_LISTED,
+        *,
+        inline_small: bool = False,
+    ) -> None:
         self.data_dir = data_dir
         self.listing = listing
         """Changes one listing carries at most (``workspace.listed``); the rest are counted, not sent."""
@@ -286,19 +298,23 @@ class Workspaces:
         return await asyncio.get_running_loop().run_in_executor(self._waiting, functools.partial(fn, *args))
 
     def create(
-        self, session_id: str, repo: Path, quota: DiskQuota | None = None, names: int = workspace.DEFAULT_NAMES,
-        *, definition: tuple[tuple[str, ...], BuildInputs],
-    ) -> Layer:  # fmt: skip
+        self,
+        session_id: str,
+        repo: Path,
+        quota: DiskQuota | None = None,
+        names: int = workspace.DEFAULT_NAMES,
+        *,
+        definition: tuple[tuple[str, ...], BuildInputs],
+    ) -> Layer:
         """A new session's layer over ``repo`` (already pinned), with the checkout's baseline.
 
         ``definition`` is what the repository's environment definition reads and what its build and setup take
         from the checkout (``environment.definition_files``): those paths are held back from apply.
 
-        With ``quota`` (and ``disks``), its writable parts are on a filesystem of that size and
-        inode count; ``names`` bounds the entries the agent may make. A path the overlay's options
-        cannot carry (a comma, colon, '=' or control character in the repository's or the data
-        directory's path) is refused here, not at the first mount. A data dir that cannot take it
-        (full, read-only) is StoreError, like the database on it; what was made of the layer goes.
+        With ``quota`` (and ``disks``), its writable parts are on a filesystem of that size and inode count; ``names``
+        bounds the entries the agent may make. A path the overlay's options cannot carry (a comma, colon, '=' or control
+        character in the repository's or the data directory's path) is refused here, not at the first mount. A data dir
+        that cannot take it (full, read-only) is StoreError, like the database on it; what was made of the layer goes.
         """
         disks = self.disks if quota is not None else None
         disk = (quota, disks.make) if disks is not None and quota is not None else None
@@ -310,9 +326,8 @@ class Workspaces:
         except (OSError, CubicleError) as err:
             self._remove_made(session_id)
             if isinstance(err, OSError) and err.errno in STORAGE_ERRNOS:
-                raise StoreError(
-                    f"The workspace layer of session {session_id} could not be written: {err.strerror}."
-                ) from None
+                why = f"The workspace layer of session {session_id} could not be written: {err.strerror}."
+                raise StoreError(why) from None
             raise
         if disks is not None:
             disks.release(layer)  # mounted again by whatever uses it next
@@ -336,14 +351,15 @@ class Workspaces:
             checkout = min(checkout, layer.info.disk.mb * MIB)
             saved = min(saved, _free(layer.fs)[0])
         return workspace.ApplyBounds(
-            checkout_bytes=checkout, checkout_entries=repo_inodes - APPLY_FREE_INODES, saved_bytes=saved,
+            checkout_bytes=checkout,
+            checkout_entries=repo_inodes - APPLY_FREE_INODES,
+            saved_bytes=saved,
             combined_bytes=data_bytes - floor if repo_dev == data_dev else None,
-        )  # fmt: skip
+        )
 
     def refuse_overcommit(
-        self, quota: DiskQuota, running: Iterable[str], floor_mb: int, session_id: str | None = None,
-        events_mb: int = 0,
-    ) -> None:  # fmt: skip
+        self, quota: DiskQuota, running: Iterable[str], floor_mb: int, session_id: str | None = None, events_mb: int = 0
+    ) -> None:
         """StoreError (507) unless the data directory's filesystem can hold what this session's quota and every
         running session's could still write, above the free-space floor. Images are sparse: without this, quotas
         that together exceed the disk would let sessions fill it. Each also counts ``events_mb``, the cap on
@@ -451,17 +467,29 @@ class Workspaces:
             ]
 
     def apply(
-        self, session_id: str, force: Collection[str] = (), include_ignored: bool = False,
-        build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
-    ) -> ApplyResult:  # fmt: skip
+        self,
+        session_id: str,
+        force: Collection[str] = (),
+        include_ignored: bool = False,
+        build_inputs: bool = False,
+        paths: Collection[str] | None = None,
+        ids: Collection[str] | None = None,
+    ) -> ApplyResult:
         """Apply the changes (those ``paths`` and ``ids`` name, when given); ApplyConflictError (nothing written)
         when the checkout changed under any of them."""
         with self.using(session_id) as layer:
             try:
                 result = self._walk(  # a scan first, as large as the agent's tree: in the walk's child
-                    _applied, layer, paths, include_ignored, tuple(force), self.apply_bounds(layer),
-                    build_inputs, self.listing, None if ids is None else tuple(ids),
-                )  # fmt: skip
+                    _applied,
+                    layer,
+                    paths,
+                    include_ignored,
+                    tuple(force),
+                    self.apply_bounds(layer),
+                    build_inputs,
+                    self.listing,
+                    None if ids is None else tuple(ids),
+                )
             except workspace.ApplyTooLargeError as err:
                 raise StoreError(
                     f"Nothing was written: the apply would need {err.total / MIB:.1f} MiB ({err.what}), more than "
@@ -604,9 +632,15 @@ async def record_changes(workspaces: Workspaces, session_id: str, sink: EventSin
 
 
 async def apply_and_report(
-    workspaces: Workspaces, session_id: str, sink: EventSink, force: Collection[str] = (), include_ignored: bool = False,
-    build_inputs: bool = False, paths: Collection[str] | None = None, ids: Collection[str] | None = None,
-) -> ApplyResult:  # fmt: skip
+    workspaces: Workspaces,
+    session_id: str,
+    sink: EventSink,
+    force: Collection[str] = (),
+    include_ignored: bool = False,
+    build_inputs: bool = False,
+    paths: Collection[str] | None = None,
+    ids: Collection[str] | None = None,
+) -> ApplyResult:
     """Apply the layer (its container must be gone) and emit ``applied``; ApplyConflictError writes nothing."""
     result = await workspaces.in_thread(workspaces.apply, session_id, force, include_ignored, build_inputs, paths, ids)
     if result.record is not None:

@@ -66,9 +66,24 @@ def mkfs_argv(image: Path, quota: DiskQuota, uid: int, gid: int) -> list[str]:
     """
     options = f"lazy_itable_init=1,lazy_journal_init=1,root_owner={uid}:{gid}"
     return [
-        "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", RESERVED_PERCENT, "-N", str(inode_count(quota)), "-I", "256",
-        "-E", options, "-L", "cubicle", str(image), f"{quota.mb}M",
-    ]  # fmt: skip
+        "mkfs.ext4",
+        "-q",
+        "-F",
+        "-b",
+        "4096",
+        "-m",
+        RESERVED_PERCENT,
+        "-N",
+        str(inode_count(quota)),
+        "-I",
+        "256",
+        "-E",
+        options,
+        "-L",
+        "cubicle",
+        str(image),
+        f"{quota.mb}M",
+    ]
 
 
 MAX_INODES_PER_MIB = 128

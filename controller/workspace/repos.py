@@ -16,8 +16,24 @@ from pathlib import Path
 from ..errors import ForbiddenRepoError, RepoError
 
 # Never a repository, nor anything under them.
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/boot", "/etc", "/run", "/var/run", "/var/lib", "/usr", "/bin", "/sbin",
-                "/lib", "/lib32", "/lib64", "/libx32", "/snap")  # fmt: skip
+SYSTEM_TREES = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/etc",
+    "/run",
+    "/var/run",
+    "/var/lib",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/snap",
+)
 # Never a repository themselves (too broad), though a directory under them may be.
 TOP_LEVELS = ("/", "/home", "/root", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media")
 

@@ -89,15 +89,18 @@ def _ambiguous(name: str, meant: dict[str, list[Change]]) -> AmbiguousNameError:
     described = []
     for reading, hits in list(meant.items())[:MAX_NAMED]:
         own = next((c for c in hits if c.path == reading), None)
-        what = f"the {own.type.value} printed {shown(reading)!r} (id {own.id})" if own else (
-            f"the directory printed {shown(reading)!r}"
-        )  # fmt: skip
+        what = (
+            f"the {own.type.value} printed {shown(reading)!r} (id {own.id})"
+            if own
+            else (f"the directory printed {shown(reading)!r}")
+        )
         below = len(hits) - (own is not None)
         described.append(what + (f", with {below} change(s) under it" if below else ""))
     return AmbiguousNameError(
-        f"{shown(name)!r} could mean {len(meant)} different changes: " + "; or ".join(described)
+        f"{shown(name)!r} could mean {len(meant)} different changes: "
+        + "; or ".join(described)
         + ". Nothing was written."
-    )  # fmt: skip
+    )
 
 
 def _at_or_under(path: str, root: str) -> bool:

@@ -15,9 +15,32 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 INTERPRETERS = SHELLS | frozenset({"node", "deno", "bun", "python", "python3", "ruby", "perl", "php", "tsx", "ts-node"})
 """Programs that run the file they are given, finding ``gen.js`` for ``gen``."""
 PREFIXES = frozenset(
-    {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "command", "builtin", "exec", "nohup", "env",
-     "npx", "uv", "run", "poetry", "pipenv", "bundle", "source", ".", "sudo"}
-)  # fmt: skip
+    {
+        "if",
+        "then",
+        "else",
+        "elif",
+        "while",
+        "until",
+        "do",
+        "!",
+        "time",
+        "command",
+        "builtin",
+        "exec",
+        "nohup",
+        "env",
+        "npx",
+        "uv",
+        "run",
+        "poetry",
+        "pipenv",
+        "bundle",
+        "source",
+        ".",
+        "sudo",
+    }
+)
 """Words before the program a command line runs."""
 BESIDE = re.compile(r"\"?\$\(dirname (?:-- )?\"?\$0\"?\)\"?|\"?\$\{0%/\*\}\"?")
 """What a script writes for its own folder (``"$(dirname "$0")"``): read as that folder."""

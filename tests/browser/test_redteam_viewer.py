@@ -104,10 +104,11 @@ def test_finding_added_lines_starting_with_plus_plus_are_uncounted_and_styled_as
     (or "--" for removed ones) is written in full while the page counts +0 and draws those lines as
     headers. Only the first two lines of the diff are headers; the counts should match the hunks."""
     content = "".join(f"++ b/harmless-{i}.txt\n" for i in range(5))
-    scenario = register(model_server, prefix="rt", turns=[
-        {"content": [tool("write_file", path="payload.sh", content=content)]},
-        {"content": [text("done")]},
-    ])  # fmt: skip
+    scenario = register(
+        model_server,
+        prefix="rt",
+        turns=[{"content": [tool("write_file", path="payload.sh", content=content)]}, {"content": [text("done")]}],
+    )
     sid = viewer.api.create(str(viewer.make_repo("plusplus")), scenario)["id"]
     open_session(driver, viewer, sid)
     wait_finished(driver)
@@ -130,12 +131,15 @@ def test_finding_the_changes_response_grows_without_bound_with_the_number_of_fil
     controller build (and the browser parse and lay out) a response of about 6 x 60 KB x N: 80 files
     (under 5 MB on disk) are a response of ~30 MB, and the layer has no disk quota."""
     files, size = 80, 60_000
-    command = (f"head -c {size} /dev/zero | tr '\\0' '\\1' > f0 && "
-               f"for i in $(seq 1 {files - 1}); do cp f0 f$i; done && du -sk .")  # fmt: skip
-    scenario = register(model_server, prefix="rt", turns=[
-        {"content": [tool("run_command", command=command)]},
-        {"content": [text("done")]},
-    ])  # fmt: skip
+    command = (
+        f"head -c {size} /dev/zero | tr '\\0' '\\1' > f0 && "
+        f"for i in $(seq 1 {files - 1}); do cp f0 f$i; done && du -sk ."
+    )
+    scenario = register(
+        model_server,
+        prefix="rt",
+        turns=[{"content": [tool("run_command", command=command)]}, {"content": [text("done")]}],
+    )
     sid = viewer.api.create(str(viewer.make_repo("many-diffs", {"README.md": "hi\n"})), scenario)["id"]
     viewer.api.wait_for(sid, lambda r: r["status"] == "idle", timeout=120)
     response = viewer.api.http.get(f"/v1/sessions/{sid}/changes", params={"diff": "true"}, timeout=120)

@@ -84,8 +84,10 @@ def test_diffs_are_highlighted_inert_side_by_side_and_listed_to_jump_to(
     )
     assert ["tok-keyword", "def"] in spans and ["tok-string", '"</span><img src=x onerror=window.pwned=1>"'] in spans
     assert ["tok-comment", "# ⟦U+202E⟧evil"] in spans and ["tok-string", '"""Sum them."""'] in spans
-    assert {cls for cls, _ in spans} <= {f"tok-{k}" for k in ("keyword", "string", "comment", "function", "number",
-                                                               "operator", "punctuation", "builtin", "boolean")}  # fmt: skip
+    assert {cls for cls, _ in spans} <= {
+        f"tok-{k}"
+        for k in ("keyword", "string", "comment", "function", "number", "operator", "punctuation", "builtin", "boolean")
+    }
 
     links = find(driver, "file-link")
     assert [link.text for link in links] == sorted(files)
@@ -97,8 +99,11 @@ def test_diffs_are_highlighted_inert_side_by_side_and_listed_to_jump_to(
     wait(lambda: driver.execute_script(top, first), "the first file at the top", until=lambda y: abs(y) < 5)
     links[-1].click()
     last = find(driver, "change")[-1]
-    wait(lambda: driver.execute_script(top, last), "the last file in view",
-         until=lambda y: 0 <= y < driver.execute_script("return window.innerHeight") - 50)  # fmt: skip
+    wait(
+        lambda: driver.execute_script(top, last),
+        "the last file in view",
+        until=lambda y: 0 <= y < driver.execute_script("return window.innerHeight") - 50,
+    )
     assert "#/sessions/" in driver.current_url and driver.current_url.endswith("/changes"), "no route change"
 
     assert find(driver, "diff-sbs") == []
@@ -117,8 +122,12 @@ def test_diffs_are_highlighted_inert_side_by_side_and_listed_to_jump_to(
 def test_a_file_past_the_bounds_is_shown_plain(driver: WebDriver, viewer: Viewer, model_server: Any) -> None:
     """A line past 2,000 characters, or a hunk past 8 KiB (Prism's CSS grammar takes time quadratic in it: a
     hostile 64 KiB one froze the tab for 8 s), is drawn plain."""
-    files = {"long.py": "x = 1  # " + "y" * 3000 + "\n", "short.py": "x = 1\n", "wide.css": " :" * 995 + "\n" * 2,
-             "big.css": "a { b: c }\n" * 1000}  # fmt: skip
+    files = {
+        "long.py": "x = 1  # " + "y" * 3000 + "\n",
+        "short.py": "x = 1\n",
+        "wide.css": " :" * 995 + "\n" * 2,
+        "big.css": "a { b: c }\n" * 1000,
+    }
     sid = session_with(viewer, model_server, "plain", files)
     open_session(driver, viewer, sid, "/changes")
     wait(lambda: len(find(driver, "diff")) == 4 or None, "the diffs")
@@ -158,9 +167,17 @@ def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
 ) -> None:
     """Another turn (here the API's; a CLI or an MCP client alike) rewrites a file while the page sits idle with
     the old diff ticked: Apply selected and Send review refuse, show the changes anew, and write nothing."""
-    script = [{"content": [tool("write_file", path="a.txt", content="seen\n"),
-                           tool("write_file", path="b.txt", content="kept\n")]}, {"content": [text("Wrote it.")]},
-              {"content": [tool("write_file", path="a.txt", content="never seen\n")]}, {"content": [text("Again.")]}]  # fmt: skip
+    script = [
+        {
+            "content": [
+                tool("write_file", path="a.txt", content="seen\n"),
+                tool("write_file", path="b.txt", content="kept\n"),
+            ]
+        },
+        {"content": [text("Wrote it.")]},
+        {"content": [tool("write_file", path="a.txt", content="never seen\n")]},
+        {"content": [text("Again.")]},
+    ]
     sid = viewer.api.create(str(viewer.make_repo("stale")), register(model_server, prefix="stale", turns=script))["id"]
     viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
     open_session(driver, viewer, sid, "/changes")
@@ -177,8 +194,10 @@ def test_a_page_left_open_never_applies_or_comments_on_changes_it_did_not_show(
     wait(lambda: one(driver, "changes-message").text, "the refusal", until=lambda t: "moved since this page" in t)
     assert not (viewer.root / "stale" / "a.txt").exists()
     wait(lambda: any("+never seen" in t for t in texts(driver, "diff-add")) or None, "the new diff shown")
-    ticks = {path: box.is_selected() for path, box in zip(texts(driver, "change-path"), find(driver, "change-select"),
-                                                             strict=True)}  # fmt: skip
+    ticks = {
+        path: box.is_selected()
+        for path, box in zip(texts(driver, "change-path"), find(driver, "change-select"), strict=True)
+    }
     assert ticks == {"a.txt": False, "b.txt": True}, "only the file that moved lost its tick"
     assert one(driver, "apply-selected").text == "Apply selected (1)"
     one(driver, "send-review").click()

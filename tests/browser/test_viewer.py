@@ -141,8 +141,13 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     repo = viewer.make_repo("form-repo")
     scenario = register(model_server, prefix="ui", turns=LIVE)
     sign_in(driver, viewer)
-    wait(lambda: str(repo) in [o.get_attribute("value") for o in find(driver, "new-repo")[0].find_elements(By.TAG_NAME, "option")],
-         "the repository in the form's list")  # fmt: skip
+    wait(
+        lambda: (
+            str(repo)
+            in [o.get_attribute("value") for o in find(driver, "new-repo")[0].find_elements(By.TAG_NAME, "option")]
+        ),
+        "the repository in the form's list",
+    )
     Select(one(driver, "new-repo")).select_by_value(str(repo))
     one(driver, "new-task").send_keys("Say hello from the sandbox")
     one(driver, "new-model").send_keys(scenario)
@@ -170,8 +175,10 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
 
     one(driver, "followup-text").send_keys("Now sleep for a minute")
     one(driver, "followup-send").click()
-    wait(lambda: texts(driver, "user-text") == ["Say hello from the sandbox", "Now sleep for a minute"] or None,
-         "the follow-up in the transcript")  # fmt: skip
+    wait(
+        lambda: texts(driver, "user-text") == ["Say hello from the sandbox", "Now sleep for a minute"] or None,
+        "the follow-up in the transcript",
+    )
     wait(lambda: "sleep 60.613" in texts(driver, "tool-summary") and find(driver, "tool-pending"), "the sleep running")
     eventually(lambda: container_running(docker_client, "sleep 60.613"), what="the command runs")  # its own only
     assert status(driver) == "running"
@@ -191,10 +198,15 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
 
 
 SLOW = [
-    *({"content": [text(f"Step {i}: checking line {i}."), tool("run_command", command=f"echo line-{i}")],
-       "delay_s": 0.4 if i == 1 else 2.0} for i in range(1, 6)),
+    *(
+        {
+            "content": [text(f"Step {i}: checking line {i}."), tool("run_command", command=f"echo line-{i}")],
+            "delay_s": 0.4 if i == 1 else 2.0,
+        }
+        for i in range(1, 6)
+    ),
     {"content": [text("All five lines checked.")], "delay_s": 0.4},
-]  # fmt: skip
+]
 """Five steps, two seconds apart after the first: after the first result the session runs for eight more, so the
 page's reload still meets it running on a loaded machine (CI's run 2 of the evening of 2026-12-06 found it over
 with 0.4 s steps), and the stream it then follows ends (with the turn) well before the test stops waiting."""
@@ -258,10 +270,18 @@ HOSTILE = (
 )
 HOSTILE_NAME = "<img src=x onerror=window.pwned='name'>.html"
 HOSTILE_RUN = [
-    {"content": [text(HOSTILE), tool("write_file", path=HOSTILE_NAME, content=HOSTILE + "\n"),
-                 tool("run_command", command="printf '\\033[31m<script>window.pwned=1</script>\\n<img src=x onerror=window.pwned=2>\\n'")]},
+    {
+        "content": [
+            text(HOSTILE),
+            tool("write_file", path=HOSTILE_NAME, content=HOSTILE + "\n"),
+            tool(
+                "run_command",
+                command="printf '\\033[31m<script>window.pwned=1</script>\\n<img src=x onerror=window.pwned=2>\\n'",
+            ),
+        ]
+    },
     {"content": [text("done <iframe src=\"javascript:window.pwned='iframe'\"></iframe>")]},
-]  # fmt: skip
+]
 
 
 def test_hostile_text_names_and_output_stay_inert(
@@ -299,11 +319,15 @@ def test_changes_view_apply_refused_on_conflict_then_applied_and_reverted(
 ) -> None:
     repo = viewer.make_repo("changes-repo")
     turns = [
-        {"content": [tool("write_file", path="notes/new.txt", content="brand new\n"),
-                     tool("write_file", path="src/app.py", content="def total(items):\n    return sum(items, 0)\n"),
-                     tool("run_command", command="chmod 666 src/app.py")]},
+        {
+            "content": [
+                tool("write_file", path="notes/new.txt", content="brand new\n"),
+                tool("write_file", path="src/app.py", content="def total(items):\n    return sum(items, 0)\n"),
+                tool("run_command", command="chmod 666 src/app.py"),
+            ]
+        },
         {"content": [text("Wrote two files.")]},
-    ]  # fmt: skip
+    ]
     sid = viewer.api.create(str(repo), register(model_server, prefix="ui", turns=turns))["id"]
     viewer.api.wait_for(sid, lambda r: r["status"] == "idle")
     open_session(driver, viewer, sid, "/changes")
@@ -353,8 +377,14 @@ def test_data_routes_need_the_cookie_or_token_and_cross_site_posts_are_refused(
 ) -> None:
     sid = idle_session(viewer, model_server, "routes")
     with httpx.Client(base_url=viewer.url, timeout=30) as anonymous:
-        for path in ("/v1/sessions", "/v1/repos", f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events",
-                     f"/v1/sessions/{sid}/messages", f"/v1/sessions/{sid}/changes"):  # fmt: skip
+        for path in (
+            "/v1/sessions",
+            "/v1/repos",
+            f"/v1/sessions/{sid}",
+            f"/v1/sessions/{sid}/events",
+            f"/v1/sessions/{sid}/messages",
+            f"/v1/sessions/{sid}/changes",
+        ):
             assert anonymous.get(path).status_code == 401, path
         assert anonymous.post(f"/v1/sessions/{sid}/cancel").status_code == 401
         assert anonymous.get("/ui/auth").json() == {"mode": "token", "signed_in": False}
@@ -435,15 +465,22 @@ def test_output_not_kept_says_so(driver: WebDriver, viewer: Viewer, model_server
 def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_says_so(
     driver: WebDriver, viewer: Viewer, model_server: Any
 ) -> None:
-    scenario = register(model_server, prefix="names", turns=[
-        {"content": [tool("run_command", command="mkdir many && cd many && seq 1100 | xargs touch")]},
-        {"content": [text("done")]},
-    ])  # fmt: skip
+    scenario = register(
+        model_server,
+        prefix="names",
+        turns=[
+            {"content": [tool("run_command", command="mkdir many && cd many && seq 1100 | xargs touch")]},
+            {"content": [text("done")]},
+        ],
+    )
     sid = viewer.api.create(str(viewer.make_repo("names")), scenario, limits={"names": 1024})["id"]
     open_session(driver, viewer, sid)
     wait_finished(driver, "too_many_entries")  # past two error events: the page's stream goes on after each
-    summary = wait(lambda: one(driver, "changes-summary"), "the changes summary",
-                   until=lambda e: e.get_attribute("data-truncated-at") == "1024")  # fmt: skip
+    summary = wait(
+        lambda: one(driver, "changes-summary"),
+        "the changes summary",
+        until=lambda e: e.get_attribute("data-truncated-at") == "1024",
+    )
     assert "truncated at 1,024 entries" in summary.text and "never applied" in summary.text
     assert 0 < len(find(driver, "change")) <= 1024
 
@@ -451,15 +488,22 @@ def test_a_layer_past_its_names_limit_is_listed_up_to_it_and_says_so(
 def test_a_listing_past_the_servers_bound_says_how_many_more_apply_writes(
     driver: WebDriver, viewer: Viewer, model_server: Any
 ) -> None:
-    scenario = register(model_server, prefix="unlisted", turns=[
-        {"content": [tool("run_command", command=f"seq {LISTING + 20} | xargs touch")]},
-        {"content": [text("done")]},
-    ])  # fmt: skip
+    scenario = register(
+        model_server,
+        prefix="unlisted",
+        turns=[
+            {"content": [tool("run_command", command=f"seq {LISTING + 20} | xargs touch")]},
+            {"content": [text("done")]},
+        ],
+    )
     sid = viewer.api.create(str(viewer.make_repo("unlisted")), scenario)["id"]
     open_session(driver, viewer, sid)
     wait_finished(driver)
-    summary = wait(lambda: one(driver, "changes-summary"), "the changes summary",
-                   until=lambda e: bool(e.get_attribute("data-unlisted")))  # fmt: skip
+    summary = wait(
+        lambda: one(driver, "changes-summary"),
+        "the changes summary",
+        until=lambda e: bool(e.get_attribute("data-unlisted")),
+    )
     assert summary.get_attribute("data-unlisted") == "20" and "20 more not listed" in summary.text
     assert "20 of which apply writes unseen" in summary.text
     assert len(find(driver, "change")) == LISTING

@@ -90,8 +90,17 @@ def test_full_data_disk(
     small_disk: Path, tmp_path: Path, model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
     # disk_quota off: no layer image fits in 2 MiB; this is about the events filling the data directory
-    settings = Settings(api_key="t", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path], data_dir=small_disk / "data", min_free_mb=0, disk_quota="off",  # type: ignore[attr-defined]
-                        instance="faults-disk", limits=Limits(memory_mb=512, pids=256, tmpfs_mb=64, model_output_chars=1024))  # fmt: skip
+    settings = Settings(
+        api_key="t",
+        base_url=model_server.url,
+        api_token=TOKEN,
+        repo_roots=[tmp_path],
+        data_dir=small_disk / "data",
+        min_free_mb=0,
+        disk_quota="off",  # type: ignore[attr-defined]
+        instance="faults-disk",
+        limits=Limits(memory_mb=512, pids=256, tmpfs_mb=64, model_output_chars=1024),
+    )
     loud = [
         {
             "content": [

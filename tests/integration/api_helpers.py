@@ -77,8 +77,14 @@ def parse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 def serve_env(model_url: str, token: str, root: Path, instance: str) -> dict[str, str]:
     """The environment of a `cubicle serve` subprocess: our variables only, never the caller's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUBICLE_", "ANTHROPIC_"))}
-    return env | {"ANTHROPIC_API_KEY": "test", "ANTHROPIC_BASE_URL": model_url, "CUBICLE_API_TOKEN": token,
-                  "CUBICLE_REPO_ROOTS": str(root), "CUBICLE_DATA_DIR": str(root / "data"), "CUBICLE_INSTANCE": instance}  # fmt: skip
+    return env | {
+        "ANTHROPIC_API_KEY": "test",
+        "ANTHROPIC_BASE_URL": model_url,
+        "CUBICLE_API_TOKEN": token,
+        "CUBICLE_REPO_ROOTS": str(root),
+        "CUBICLE_DATA_DIR": str(root / "data"),
+        "CUBICLE_INSTANCE": instance,
+    }
 
 
 SERVE_READY_S = 120
@@ -91,8 +97,12 @@ def serve_subprocess(env: dict[str, str], port: int, log: Path | None = None) ->
     """Start `cubicle serve` as its own process and wait until /healthz answers; its output goes to ``log``
     (appended), or nowhere."""
     with open(log, "ab") if log else open(os.devnull, "wb") as output:
-        process = subprocess.Popen([sys.executable, "-m", "controller", "serve", "--port", str(port)], env=env,
-                                   stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
+        process = subprocess.Popen(
+            [sys.executable, "-m", "controller", "serve", "--port", str(port)],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     try:
         eventually(
             lambda: _serving(process, port),

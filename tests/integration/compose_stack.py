@@ -29,9 +29,19 @@ PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 _VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|\$(?P<bare>\w+)|\$\$")
 _TRANSLATED = {
-    "build", "image", "entrypoint", "command", "environment", "volumes", "ports", "init", "restart",
-    "network_mode", "depends_on", "profiles",
-}  # fmt: skip
+    "build",
+    "image",
+    "entrypoint",
+    "command",
+    "environment",
+    "volumes",
+    "ports",
+    "init",
+    "restart",
+    "network_mode",
+    "depends_on",
+    "profiles",
+}
 
 
 def interpolate(value: Any, env: Mapping[str, str]) -> Any:
@@ -254,6 +264,9 @@ def _ports(ports: list[str]) -> dict[str, tuple[str, int]] | None:
 def wait_for_http(url: str, timeout: float = 60) -> None:
     """Until ``url`` answers 200."""
     eventually(
-        lambda: httpx.get(url, timeout=2).status_code == 200, what=f"{url} answers", timeout=timeout, interval=0.2,
+        lambda: httpx.get(url, timeout=2).status_code == 200,
+        what=f"{url} answers",
+        timeout=timeout,
+        interval=0.2,
         ignoring=(httpx.HTTPError,),
-    )  # fmt: skip
+    )

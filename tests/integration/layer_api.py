@@ -34,9 +34,15 @@ class LayerApi(Api):
     @contextlib.contextmanager
     def serve(cls, base: Path, server: ScriptedServer, **overrides: Any) -> Iterator[LayerApi]:
         values: dict[str, Any] = {
-            "api_key": "test", "base_url": server.url, "api_token": TOKEN, "repo_roots": [base],  # type: ignore[attr-defined]
-            "data_dir": base / "data", "instance": TEST_INSTANCE, "limits": SANDBOX_LIMITS, "sse_heartbeat_s": 1,
-        }  # fmt: skip
+            "api_key": "test",
+            "base_url": server.url,
+            "api_token": TOKEN,
+            "repo_roots": [base],  # type: ignore[attr-defined]
+            "data_dir": base / "data",
+            "instance": TEST_INSTANCE,
+            "limits": SANDBOX_LIMITS,
+            "sse_heartbeat_s": 1,
+        }
         settings = Settings(**(values | overrides))
         with serve_in_thread(create_app(settings)) as url:
             api = cls(url, server, settings.data_dir)

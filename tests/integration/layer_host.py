@@ -72,8 +72,16 @@ class Host:
 
     def git(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Host git as the repository's owner, with a clean environment of its own."""
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_PAGER": "",
-               "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"}  # fmt: skip
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_PAGER": "",
+            "GIT_AUTHOR_NAME": "u",
+            "GIT_AUTHOR_EMAIL": "u@x",
+            "GIT_COMMITTER_NAME": "u",
+            "GIT_COMMITTER_EMAIL": "u@x",
+        }
         cmd = ["setpriv", f"--reuid={OWNER}", f"--regid={OWNER}", "--clear-groups", "git", *args]
         return subprocess.run(cmd, cwd=cwd or self.repo, env=env, capture_output=True, text=True, check=False)
 

@@ -29,9 +29,11 @@ class Raw:
         self._err = self.errlog.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "controller", "mcp", str(repo)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
             env=environment({"CUBICLE_DATA_DIR": str(data), "CUBICLE_INSTANCE": instance}),
-        )  # fmt: skip
+        )
         self._buffer = b""
         self.replies: dict[Any, dict[str, Any]] = {}
 

@@ -189,8 +189,12 @@ def test_idle_timeout_removes_the_container_and_follow_up_starts_fresh(
     api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path], docker_client: Any
 ) -> None:
     api = api_factory(idle_timeout_s=0.5)
-    turns = [{"content": [tool("run_command", command="echo one")]}, {"content": [text("a")]},
-             {"content": [tool("run_command", command="echo two")]}, {"content": [text("b")]}]  # fmt: skip
+    turns = [
+        {"content": [tool("run_command", command="echo one")]},
+        {"content": [text("a")]},
+        {"content": [tool("run_command", command="echo two")]},
+        {"content": [text("b")]},
+    ]
     sid = api.create(str(make_repo()), register(model_server, prefix="api", turns=turns))["id"]
     api.wait_for(sid, lambda r: r["status"] == "idle")
     eventually(

@@ -35,8 +35,14 @@ async def _agent(server: Any, box: DockerSandbox, limits: Limits) -> tuple[Agent
     name = register(server, TURNS, prefix="cancel")
     client = anthropic.AsyncAnthropic(api_key="test", base_url=server.url, max_retries=0)
     sink = ListSink()
-    agent = Agent(session_id=name, model=AnthropicModel(client, name, 1024), sandbox=box, sink=sink,
-                  limits=limits, system=SYSTEM_PROMPT)  # fmt: skip
+    agent = Agent(
+        session_id=name,
+        model=AnthropicModel(client, name, 1024),
+        sandbox=box,
+        sink=sink,
+        limits=limits,
+        system=SYSTEM_PROMPT,
+    )
     return agent, sink, client
 
 

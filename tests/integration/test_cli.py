@@ -46,8 +46,15 @@ def test_json_events_sequence(tmp_path: Path, make_repo: Callable[..., Path]) ->
     events = [json.loads(line) for line in done.stdout.splitlines()]
     kinds = [e["type"] for e in events if e["type"] != "text"]
     assert kinds == [
-        "session_started", "status", "usage", "tool_call", "tool_result", "usage", "changes", "session_finished",
-    ]  # fmt: skip
+        "session_started",
+        "status",
+        "usage",
+        "tool_call",
+        "tool_result",
+        "usage",
+        "changes",
+        "session_finished",
+    ]
     assert "".join(e["text"] for e in events if e["type"] == "text") == "Reading.All done."
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert len({e["session_id"] for e in events}) == 1
@@ -60,8 +67,13 @@ def test_json_prints_a_commands_output_between_its_call_and_its_result(
     tmp_path: Path, make_repo: Callable[..., Path]
 ) -> None:
     command = "for i in 1 2 3; do echo line $i; sleep 0.3; done"
-    scenario = {"name": "live", "turns": [{"content": [{"type": "tool_use", "name": "run_command",
-                "input": {"command": command}}]}, {"content": [{"type": "text", "text": "ok"}]}]}  # fmt: skip
+    scenario = {
+        "name": "live",
+        "turns": [
+            {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": command}}]},
+            {"content": [{"type": "text", "text": "ok"}]},
+        ],
+    }
     done = cubicle("run", str(make_repo()), "x", "--json", "--scenario", scenario_file(tmp_path, scenario))
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
@@ -155,9 +167,14 @@ def test_approve_without_a_terminal_is_a_usage_error_before_any_container(
 ) -> None:
     instance = "approve-no-tty-test"
     done = cubicle(
-        "run", str(make_repo()), "x", "--approve", "--scenario", scenario_file(tmp_path, SCENARIO),
+        "run",
+        str(make_repo()),
+        "x",
+        "--approve",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
         env={"CUBICLE_INSTANCE": instance},
-    )  # fmt: skip
+    )
     message = _usage_error(done)
     assert "--approve asks y/n before each change, so it needs a terminal on stdin" in message
     assert owned_by(docker_client, instance) == []
@@ -170,11 +187,25 @@ def _start_long_run(tmp_path: Path, repo: Path, docker_client: Any, instance: st
         "turns": [{"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "sleep 300"}}]}],
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "controller", "run", str(repo), "wait", "--json", "--command-timeout", "600",
-         "--scenario", scenario_file(tmp_path, long)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "run",
+            str(repo),
+            "wait",
+            "--json",
+            "--command-timeout",
+            "600",
+            "--scenario",
+            scenario_file(tmp_path, long),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env=environment({"CUBICLE_INSTANCE": instance}),
-    )  # fmt: skip
+    )
     assert process.stdout is not None
     try:
         for line in process.stdout:
@@ -241,8 +272,21 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
     task = "a listed task whose words run on well past forty characters, all of them shown when piped"
-    store.insert(Row(id="s_listed", repo="/r", task=task, model="m", status="idle", finish_reason="end_turn",
-                               usage=Usage(input_tokens=5), steps=2, limits=Limits(), created_at=now, updated_at=now))  # fmt: skip
+    store.insert(
+        Row(
+            id="s_listed",
+            repo="/r",
+            task=task,
+            model="m",
+            status="idle",
+            finish_reason="end_turn",
+            usage=Usage(input_tokens=5),
+            steps=2,
+            limits=Limits(),
+            created_at=now,
+            updated_at=now,
+        )
+    )
     store.close()
     done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path)})
     assert (
@@ -260,9 +304,13 @@ def test_sessions_lists_the_api_database(tmp_path: Path) -> None:
 
 def test_missing_image_names_the_command_to_run(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
     done = cubicle(
-        "run", str(make_repo()), "x", "--scenario", scenario_file(tmp_path, SCENARIO),
+        "run",
+        str(make_repo()),
+        "x",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
         env={"CUBICLE_IMAGE": "cubicle-sandbox:does-not-exist", "CUBICLE_AUTO_BUILD_IMAGE": "false"},
-    )  # fmt: skip
+    )
     assert done.returncode == 4
     assert "cubicle-sandbox:does-not-exist is not present" in done.stderr and "cubicle image build" in done.stderr
 
@@ -323,9 +371,21 @@ def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
 
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    store.insert(Row(id="s_hostile", repo="/r\x1b]8;;http://evil\x1b\\", task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
-                               model="m", status="idle", finish_reason="end_turn", usage=Usage(), steps=1, limits=Limits(),
-                               created_at=now, updated_at=now))  # fmt: skip
+    store.insert(
+        Row(
+            id="s_hostile",
+            repo="/r\x1b]8;;http://evil\x1b\\",
+            task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
+            model="m",
+            status="idle",
+            finish_reason="end_turn",
+            usage=Usage(),
+            steps=1,
+            limits=Limits(),
+            created_at=now,
+            updated_at=now,
+        )
+    )
     store.close()
     done = cubicle("sessions", env={"CUBICLE_DATA_DIR": str(tmp_path), "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr

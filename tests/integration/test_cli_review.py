@@ -136,8 +136,10 @@ def test_changes_apply_conflict_force_revert_rewind_discard(tmp_path: Path, make
     _assert_inert(shown.stdout)
     listed = json.loads(cubicle("changes", session_id, "--json").stdout)
     assert {c["path"]: c["kind"] for c in listed} == {
-        HOSTILE_NAME: "added", "notes.txt": "added", "src/app.py": "modified"
-    }  # fmt: skip
+        HOSTILE_NAME: "added",
+        "notes.txt": "added",
+        "src/app.py": "modified",
+    }
     assert all("diff" not in c for c in listed)
     few = cubicle("changes", session_id, "--json", env={"CUBICLE_LISTING_ENTRIES": "2"})
     assert len(json.loads(few.stdout)) == 2  # the list stays a list; that it is partial is said beside it
@@ -210,10 +212,24 @@ def test_a_running_session_refuses_apply_and_a_conflicting_run_apply_exits_5(
         ],
     }
     with subprocess.Popen(
-        [sys.executable, "-m", "controller", "run", str(repo), "x", "--json", "--apply",
-         "--scenario", scenario_file(tmp_path, scenario)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
-    ) as process:  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "run",
+            str(repo),
+            "x",
+            "--json",
+            "--apply",
+            "--scenario",
+            scenario_file(tmp_path, scenario),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(),
+    ) as process:
         assert process.stdout is not None
         session_id = ""
         for line in process.stdout:
@@ -243,9 +259,13 @@ def test_a_running_session_refuses_apply_and_a_conflicting_run_apply_exits_5(
 def test_a_terminal_is_asked_before_the_changes_are_applied(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
     repo = make_repo()
     term = Terminal(
-        "run", str(repo), "x", "--scenario", scenario_file(tmp_path, WRITES),
+        "run",
+        str(repo),
+        "x",
+        "--scenario",
+        scenario_file(tmp_path, WRITES),
         env={"CUBICLE_DATA_DIR": os.environ["CUBICLE_DATA_DIR"]},
-    )  # fmt: skip
+    )
     try:
         shown = term.expect("[y/N] ")  # after "?", or on a line of its own where a long path wrapped the question
         assert "3 files changed" in shown and "Apply these changes to" in shown
@@ -285,8 +305,12 @@ def test_gc_removes_orphan_volumes_and_the_layers_of_purged_sessions(
 async def _two_turns(data_dir: Path, repo: Path, model_server: ScriptedServer) -> str:
     """An API session (made in this process, as `cubicle serve` makes them) whose two turns each write a file."""
     settings = Settings(
-        api_key="test", base_url=model_server.url, model_retries=0, data_dir=data_dir, instance=TEST_INSTANCE,  # type: ignore[attr-defined]
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        model_retries=0,
+        data_dir=data_dir,
+        instance=TEST_INSTANCE,  # type: ignore[attr-defined]
+    )
     turns = [{"content": [tool("write_file", path=f"turn{n}.txt", content=f"{n}\n")]} for n in (1, 2)]
     model = register(model_server, [turns[0], {"content": [text("one")]}, turns[1], {"content": [text("two")]}])
     store = Store(data_dir / "cubicle.db")

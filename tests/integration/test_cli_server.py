@@ -55,9 +55,15 @@ def _kinds(done: subprocess.CompletedProcess[str]) -> list[str]:
     ids=["succeeds", "hits-a-limit"],
 )
 def test_the_same_events_and_exit_code_as_a_local_run(
-    served: Served, model_server: ScriptedServer, tmp_path: Path, make_repo: Callable[..., Path],
-    turns: list[dict[str, object]], flags: tuple[str, ...], code: int, reason: str,
-) -> None:  # fmt: skip
+    served: Served,
+    model_server: ScriptedServer,
+    tmp_path: Path,
+    make_repo: Callable[..., Path],
+    turns: list[dict[str, object]],
+    flags: tuple[str, ...],
+    code: int,
+    reason: str,
+) -> None:
     model = register(model_server, turns, prefix="cli-server")
     local = _local(model_server, tmp_path, make_repo("local"), "--json", "--no-apply", "--model", model, *flags)
     remote = _remote(served, make_repo("remote"), "--json", "--no-apply", "--model", model, *flags)
@@ -102,8 +108,14 @@ def test_ctrl_c_cancels_the_remote_turn(
     model = register(model_server, stalls, prefix="cli-cancel")
     env = environment({"CUBICLE_API_TOKEN": served.token})
     args = [sys.executable, "-m", "controller", "run", str(make_repo()), "x", "--server", served.url, "--json"]
-    with subprocess.Popen([*args, "--model", model], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL, env=env) as run:  # fmt: skip
+    with subprocess.Popen(
+        [*args, "--model", model],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    ) as run:
         assert run.stdout is not None
         lines = []
         for line in run.stdout:  # the model is stalled on its second request once the first tool result is shown
@@ -138,14 +150,21 @@ def _first_turn(
     """A first `cubicle run --json --no-apply` of ``model`` on this machine (``here``) or on the server; its session
     id, and the environment the session's later commands are run with."""
     if where == "here":
-        env = {"ANTHROPIC_BASE_URL": model_server.url, "ANTHROPIC_API_KEY": "test",  # type: ignore[attr-defined]
-               "CUBICLE_DATA_DIR": str(tmp_path / "local-data")}  # fmt: skip
+        env = {
+            "ANTHROPIC_BASE_URL": model_server.url,
+            "ANTHROPIC_API_KEY": "test",  # type: ignore[attr-defined]
+            "CUBICLE_DATA_DIR": str(tmp_path / "local-data"),
+        }
         first = cubicle("run", str(repo), "do it", "--json", "--no-apply", "--model", model, env=env)
     else:  # every session command reaches the server through CUBICLE_SERVER as through --server
-        env = {"CUBICLE_API_TOKEN": served.token, "CUBICLE_DATA_DIR": str(served.root / "unused"),
-               "CUBICLE_SERVER": served.url}  # fmt: skip
-        first = cubicle("run", str(repo), "do it", "--server", served.url, "--json", "--no-apply", "--model", model,
-                        env=env)  # fmt: skip
+        env = {
+            "CUBICLE_API_TOKEN": served.token,
+            "CUBICLE_DATA_DIR": str(served.root / "unused"),
+            "CUBICLE_SERVER": served.url,
+        }
+        first = cubicle(
+            "run", str(repo), "do it", "--server", served.url, "--json", "--no-apply", "--model", model, env=env
+        )
     assert first.returncode == 0, first.stderr
     return json.loads(first.stdout.splitlines()[0])["session_id"], env
 

@@ -17,10 +17,17 @@ from tests.integration.api_helpers import Api
 from tests.integration.compose_stack import Build, Stack, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = {"name": "compose", "turns": [
-    {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "id -u && echo compose > c.txt"}}]},
-    {"content": [{"type": "text", "text": "Done through compose."}]},
-]}  # fmt: skip
+SCENARIO = {
+    "name": "compose",
+    "turns": [
+        {
+            "content": [
+                {"type": "tool_use", "name": "run_command", "input": {"command": "id -u && echo compose > c.txt"}}
+            ]
+        },
+        {"content": [{"type": "text", "text": "Done through compose."}]},
+    ],
+}
 
 
 def _free_port() -> int:
@@ -44,9 +51,15 @@ def test_compose_default_profile_serves_a_session(
     data_dir.mkdir(parents=True)  # as the README says: Compose makes the data directory's bind but never creates it
     (tmp_path / "scenario.json").write_text(json.dumps(SCENARIO))
     token, instance, port = secrets.token_hex(16), "compose-" + secrets.token_hex(4), _free_port()
-    env = {"CUBICLE_API_TOKEN": token, "CUBICLE_REPO_ROOT": str(tmp_path / "repos"), "CUBICLE_DATA_DIR": str(data_dir),
-           "CUBICLE_INSTANCE": instance, "CUBICLE_PORT": str(port), "ANTHROPIC_API_KEY": "scripted",
-           "ANTHROPIC_BASE_URL": "http://model:8123"}  # fmt: skip
+    env = {
+        "CUBICLE_API_TOKEN": token,
+        "CUBICLE_REPO_ROOT": str(tmp_path / "repos"),
+        "CUBICLE_DATA_DIR": str(data_dir),
+        "CUBICLE_INSTANCE": instance,
+        "CUBICLE_PORT": str(port),
+        "ANTHROPIC_API_KEY": "scripted",
+        "ANTHROPIC_BASE_URL": "http://model:8123",
+    }
     builds = {
         "sandbox-image": Build(DEFAULT_IMAGE, images.SANDBOX.path, images.SANDBOX.dockerfile),
         "controller": Build(controller_image, ROOT, ROOT / "Dockerfile.controller"),  # as .ci/controller-image builds

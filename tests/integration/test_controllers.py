@@ -122,10 +122,12 @@ def test_a_controller_paused_past_its_lease_writes_nothing_after_the_takeover(
         taken = eventually(
             lambda: pair.rows(
                 "SELECT seq FROM events WHERE session_id = %s AND type = 'status' AND data LIKE %s",
-                sid, '%"interrupted"%',
+                sid,
+                '%"interrupted"%',
             ),
-            what="B records the takeover", interval=0.05,
-        )[0]  # fmt: skip
+            what="B records the takeover",
+            interval=0.05,
+        )[0]
         messages = pair.rows("SELECT idx, message FROM messages WHERE session_id = %s ORDER BY idx", sid)
         eventually(lambda: containers_of(docker_client, sid) == [], what="A's container is removed")
     finally:
@@ -158,8 +160,12 @@ def test_a_running_cubicle_run_on_the_same_database_survives_a_server_starting_a
         )
         run = subprocess.Popen(
             [sys.executable, "-m", "controller", "run", str(make_repo()), "run", "--json", "--scenario", str(scenario)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
         try:
             assert run.stdout is not None
             sid = json.loads(run.stdout.readline())["session_id"]

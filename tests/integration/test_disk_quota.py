@@ -62,9 +62,15 @@ QUOTA_TURNS = [
 def api(tmp_path: Path, model_server: ScriptedServer, sandbox_runtime: str) -> Iterator[Api]:
     limits = SANDBOX_LIMITS.model_copy(update={"runtime": sandbox_runtime})
     settings = Settings(
-        api_key="test", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path],  # type: ignore[attr-defined]
-        data_dir=tmp_path / "data", instance=TEST_INSTANCE, limits=limits, sse_heartbeat_s=1,
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        api_token=TOKEN,
+        repo_roots=[tmp_path],  # type: ignore[attr-defined]
+        data_dir=tmp_path / "data",
+        instance=TEST_INSTANCE,
+        limits=limits,
+        sse_heartbeat_s=1,
+    )
     with serve_in_thread(create_app(settings)) as url:
         client = Api(url, TOKEN)
         yield client
@@ -174,8 +180,24 @@ def test_a_killed_run_leaves_its_layer_mounted_until_the_next_controller_or_gc(
     scenario = tmp_path / "sleep.json"
     turns = [{"content": [tool("run_command", command="sleep 299.173", timeout_s=300)]}, {"content": [text("never")]}]
     scenario.write_text(json.dumps({"name": "sleep", "turns": turns}))
-    args = [sys.executable, "-m", "controller", "run", str(make_repo()), "sleep", "--json", "--no-apply",
-            "--command-timeout", "300", "--disk", "64", "--inodes", "2048", "--scenario", str(scenario)]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "controller",
+        "run",
+        str(make_repo()),
+        "sleep",
+        "--json",
+        "--no-apply",
+        "--command-timeout",
+        "300",
+        "--disk",
+        "64",
+        "--inodes",
+        "2048",
+        "--scenario",
+        str(scenario),
+    ]
     process = subprocess.Popen(args, env=environment(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         eventually(lambda: container_running(docker_client, "sleep 299.173"), timeout=60, what="the command runs")
@@ -280,8 +302,11 @@ def test_a_volume_the_environment_image_declares_is_a_sized_tmpfs_and_leaves_not
     volumes_before = {v.name for v in docker_client.volumes.list()}
     fill = "df -k /data | tail -n 1; dd if=/dev/zero of=/data/big bs=1M count=300 2>&1 | tail -n 1; echo rc=$?"
     turns = [{"content": [tool("run_command", command=fill)]}, {"content": [text("done")]}]
-    env = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_LIMITS__TMPFS_MB": "64",
-           "CUBICLE_LIMITS__RUNTIME": sandbox_runtime}  # fmt: skip
+    env = {
+        "CUBICLE_DATA_DIR": str(tmp_path / "data"),
+        "CUBICLE_LIMITS__TMPFS_MB": "64",
+        "CUBICLE_LIMITS__RUNTIME": sandbox_runtime,
+    }
     scenario = tmp_path / "volume.json"
     scenario.write_text(json.dumps({"name": "volume", "turns": turns}))
     done = cubicle(
@@ -309,10 +334,16 @@ def test_two_starts_at_once_cannot_both_claim_the_same_free_space(
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(small)], check=True)
     try:
         settings = Settings(
-            api_key="test", base_url=model_server.url, api_token=TOKEN, repo_roots=[tmp_path],  # type: ignore[attr-defined]
-            data_dir=small / "data", instance=TEST_INSTANCE, limits=SANDBOX_LIMITS, min_free_mb=16,
+            api_key="test",
+            base_url=model_server.url,
+            api_token=TOKEN,
+            repo_roots=[tmp_path],  # type: ignore[attr-defined]
+            data_dir=small / "data",
+            instance=TEST_INSTANCE,
+            limits=SANDBOX_LIMITS,
+            min_free_mb=16,
             session_events_mb=16,
-        )  # fmt: skip
+        )
         turns = [{"content": [tool("run_command", command="sleep 5")]}, {"content": [text("done")]}]
         model = register(model_server, turns, prefix="admit")
         repos = [str(make_repo(f"r{i}")) for i in range(2)]

@@ -21,8 +21,10 @@ def test_the_readme_client_example_runs(
 ) -> None:
     shop = make_repo("home/code/shop")
     home = shop.parents[1]
-    turns = [{"content": [tool("run_command", command="echo 'def test_empty(): pass' > test_cart.py")]},
-             {"content": [text("Added the test.")]}]  # fmt: skip
+    turns = [
+        {"content": [tool("run_command", command="echo 'def test_empty(): pass' > test_cart.py")]},
+        {"content": [text("Added the test.")]},
+    ]
     model = register(model_server, turns, prefix="readme-client")
     with cubicle_serve(home / "code", model_server, CUBICLE_MODEL=model) as served:
         script = tmp_path / "readme_client.py"

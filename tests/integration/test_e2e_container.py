@@ -20,11 +20,26 @@ def test_session_through_the_containerized_controller(
     repos.mkdir()
     repo = make_repo("repos/project")
     flow = tmp_path / "flow.json"
-    flow.write_text(json.dumps({"name": "e2e", "turns": [
-        {"content": [{"type": "text", "text": "Checking."},
-                     {"type": "tool_use", "name": "run_command", "input": {"command": "id -u && echo e2e > e2e.txt"}}]},
-        {"content": [{"type": "text", "text": "Done end to end."}]},
-    ]}))  # fmt: skip
+    flow.write_text(
+        json.dumps(
+            {
+                "name": "e2e",
+                "turns": [
+                    {
+                        "content": [
+                            {"type": "text", "text": "Checking."},
+                            {
+                                "type": "tool_use",
+                                "name": "run_command",
+                                "input": {"command": "id -u && echo e2e > e2e.txt"},
+                            },
+                        ]
+                    },
+                    {"content": [{"type": "text", "text": "Done end to end."}]},
+                ],
+            }
+        )
+    )
     token = secrets.token_hex(16)
     instance = "e2e-" + secrets.token_hex(4)
     with CubicleContainer(

@@ -283,11 +283,12 @@ def test_a_held_image_outlives_every_sweep_until_the_sessions_container_runs_it(
     labels = owners.labels(TEST_INSTANCE, f"s_hold{secrets.token_hex(4)}")
     older, newer = (
         tiny_image(
-            docker_client, f"cubicle-env:test-hold-{secrets.token_hex(4)}",
+            docker_client,
+            f"cubicle-env:test-hold-{secrets.token_hex(4)}",
             f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="{n}"\n',
         )
         for n in range(2)
-    )  # fmt: skip
+    )
     try:
         images.hold(docker_client, older, labels)
         assert sweep(docker_client, repo=repo_label, fresh_s=0) == [], "the held image is the session's"
@@ -303,9 +304,10 @@ def test_a_held_image_outlives_every_sweep_until_the_sessions_container_runs_it(
                 sweep(docker_client, repo=repo_label, fresh_s=0)
 
         tiny_image(  # the older one again, now under a sweeper that removes it whenever it is not held
-            docker_client, older,
+            docker_client,
+            older,
             f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="0"\n',
-        )  # fmt: skip
+        )
         thread = threading.Thread(target=sweeper)
         thread.start()
         held = 0
@@ -315,9 +317,10 @@ def test_a_held_image_outlives_every_sweep_until_the_sessions_container_runs_it(
                     images.hold(docker_client, older, labels)
                 except ImageNotFound:  # the sweeper came first: a session builds it again (environments.py)
                     tiny_image(
-                        docker_client, older,
+                        docker_client,
+                        older,
                         f'FROM scratch\nCOPY hello /hello\nLABEL {ROLE}=environment org.cubicle.env.repo="{repo_label}" n="0"\n',
-                    )  # fmt: skip
+                    )
                     continue
                 held += 1
                 time.sleep(0.05)  # the sweeper runs meanwhile
@@ -410,8 +413,11 @@ def test_an_image_that_sets_another_user_still_gets_the_toolbox(
 def test_a_hold_on_an_image_that_declares_a_volume_makes_no_volume(docker_client: Any) -> None:
     """A hold is created, never started; an image's VOLUME would still get an anonymous volume on the host's disk
     for it (seen by a test beside it as a volume left behind), so the hold mounts a tmpfs there instead."""
-    tag = tiny_image(docker_client, f"cubicle-env:test-hold-volume-{secrets.token_hex(4)}",
-                     "FROM scratch\nCOPY hello /hello\nVOLUME /data\n")  # fmt: skip
+    tag = tiny_image(
+        docker_client,
+        f"cubicle-env:test-hold-volume-{secrets.token_hex(4)}",
+        "FROM scratch\nCOPY hello /hello\nVOLUME /data\n",
+    )
     labels = owners.labels(TEST_INSTANCE, f"s_holdvol{secrets.token_hex(4)}")
     try:
         images.hold(docker_client, tag, labels)

@@ -22,8 +22,10 @@ def _data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def run(tmp_path: Path, repo: Path, name: str, write: bool) -> str:
     """A finished `cubicle run` (changes kept, not applied); its session id."""
     first = {"command": "echo made > made.txt"} if write else {"command": "true"}
-    turns = [{"content": [{"type": "tool_use", "name": "run_command", "input": first}]},
-             {"content": [{"type": "text", "text": "done"}]}]  # fmt: skip
+    turns = [
+        {"content": [{"type": "tool_use", "name": "run_command", "input": first}]},
+        {"content": [{"type": "text", "text": "done"}]},
+    ]
     return scripted_run(tmp_path, repo, name, turns, "--no-apply")
 
 

@@ -47,9 +47,11 @@ def test_wheel_install_builds_the_sandbox_and_proxy_images(tmp_path: Path, docke
     target = Path(
         subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
-    )  # fmt: skip
+    )
     subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True)
     (target / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     packaged = target / "controller" / "sandbox_image"  # the top-level sandbox-image/ and Dockerfile.sandbox

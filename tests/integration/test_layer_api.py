@@ -100,9 +100,12 @@ def test_a_user_edit_conflicts_and_force_overwrites_only_the_named_path(layer_ap
     assert tree(host.repo) == before
     layer_api.apply(sid, force=["README.md", "src/app.py"])
     assert files(host) | {".gitignore": ""} == {
-        "README.md": "agent\n", "src/app.py": "agent\n", "new.txt": "agent\n",
-        "docs/a.txt": "the user's own note\n", ".gitignore": "",
-    }  # fmt: skip
+        "README.md": "agent\n",
+        "src/app.py": "agent\n",
+        "new.txt": "agent\n",
+        "docs/a.txt": "the user's own note\n",
+        ".gitignore": "",
+    }
     host.check()
 
 
@@ -124,9 +127,13 @@ def test_rewind_to_turn_one_after_a_second_turn_then_apply_gives_turn_ones_files
     turns = [
         {"content": [tool("run_command", command="echo one > turn.txt; rm README.md; mkdir -p d; echo d1 > d/d.txt")]},
         {"content": [text("first turn")]},
-        {"content": [tool("run_command", command="echo two > turn.txt; echo two > two.txt; echo back > README.md; rm -rf d")]},
+        {
+            "content": [
+                tool("run_command", command="echo two > turn.txt; echo two > two.txt; echo back > README.md; rm -rf d")
+            ]
+        },
         {"content": [text("second turn")]},
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     second = layer_api.follow_up(sid, "more")
     assert [e["checkpoint"] for e in second if e["type"] == "changes"] == [1, 2]
@@ -136,11 +143,19 @@ def test_rewind_to_turn_one_after_a_second_turn_then_apply_gives_turn_ones_files
     assert rewound.status_code == 200, rewound.text
     assert "rewound" in kinds(layer_api.events(sid))
     assert {p: c["kind"] for p, c in layer_api.changes(sid).items()} == {
-        "README.md": "deleted", "d": "added", "d/d.txt": "added", "turn.txt": "added",
-    }  # fmt: skip
+        "README.md": "deleted",
+        "d": "added",
+        "d/d.txt": "added",
+        "turn.txt": "added",
+    }
     layer_api.apply(sid)
-    assert files(host) == {"src/app.py": "def total(items):\n    return sum(items)\n", "docs/a.txt": "a\n",
-                           ".gitignore": "build/\n", "turn.txt": "one\n", "d/d.txt": "d1\n"}  # fmt: skip
+    assert files(host) == {
+        "src/app.py": "def total(items):\n    return sum(items)\n",
+        "docs/a.txt": "a\n",
+        ".gitignore": "build/\n",
+        "turn.txt": "one\n",
+        "d/d.txt": "d1\n",
+    }
     transcript = layer_api.http.get(f"/v1/sessions/{sid}/messages").json()["messages"]
     assert "rewound to how they were at the end of turn 1" in transcript[-1]["content"][0]["text"]
     assert layer_api.post(sid, "rewind", turn=2).status_code == 404  # later checkpoints go with the rewind
@@ -230,9 +245,13 @@ def test_apply_follow_up_apply_again_then_revert_both(layer_api: LayerApi, host:
     turns = [
         {"content": [tool("run_command", command="echo one >> README.md; echo one > notes.txt")]},
         {"content": [text("first")]},
-        {"content": [tool("run_command", command="grep -c one README.md notes.txt; echo two >> README.md; rm notes.txt")]},
+        {
+            "content": [
+                tool("run_command", command="grep -c one README.md notes.txt; echo two >> README.md; rm notes.txt")
+            ]
+        },
         {"content": [text("second")]},
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     first = layer_api.apply(sid)
     assert sorted(first["applied"]) == ["README.md", "notes.txt"] and layer_api.changes(sid) == {}
@@ -267,7 +286,7 @@ def test_a_turn_past_the_names_limit_stops_after_its_command_and_the_layer_can_o
         {"content": [text("first turn")]},
         {"content": [tool("run_command", command=links)]},
         {"content": [tool("run_command", command="echo never > never.txt")]},
-    ]  # fmt: skip
+    ]
     before = tree(host.repo)
     sid = layer_api.session(host.repo, turns, limits={"names": 1024})
     second = layer_api.follow_up(sid, "more")

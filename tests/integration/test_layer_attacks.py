@@ -72,10 +72,12 @@ def test_hooks_and_config_in_git_never_run_on_the_host(layer_api: LayerApi, host
         write(".githooks/pre-commit", hook(host)),
         write(".git/config", CONFIG + payload(host)),
         write(".gitattributes", "* filter=evil diff=evil\n"),
-        run(f"chmod +x .git/hooks/pre-commit .githooks/pre-commit; for h in {hooks}; do cp .git/hooks/pre-commit "
-            ".git/hooks/$h; done; git config --file .git/config alias.log '!sh -c true'; echo more >> README.md"),
+        run(
+            f"chmod +x .git/hooks/pre-commit .githooks/pre-commit; for h in {hooks}; do cp .git/hooks/pre-commit "
+            ".git/hooks/$h; done; git config --file .git/config alias.log '!sh -c true'; echo more >> README.md"
+        ),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     assert changes[".git/config"]["disposition"] == "discarded"
@@ -94,13 +96,15 @@ def test_a_commondir_redirect_and_quarantine_names_never_reach_the_checkout(laye
     turns = [
         write("evil/config", CONFIG + payload(host)),
         write("evil/hooks/pre-commit", hook(host)),
-        run("chmod +x evil/hooks/pre-commit; mkdir -p evil/objects evil/refs/heads; echo ../evil > .git/commondir;"
+        run(
+            "chmod +x evil/hooks/pre-commit; mkdir -p evil/objects evil/refs/heads; echo ../evil > .git/commondir;"
             "for n in 0 1 x; do echo ../evil > .git/commondir.quarantined-by-cubicle-$n; done;"
             "mkdir .git/commondir.quarantined-by-cubicle-d; ln -s ../evil .git/commondir.quarantined-by-cubicle-l;"
             "git init -q --bare evil2 && cp evil/config evil2/config && cp evil/hooks/pre-commit evil2/hooks/;"
-            "echo ../evil2 > .git/commondir; echo more >> README.md"),
+            "echo ../evil2 > .git/commondir; echo more >> README.md"
+        ),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     assert changes["evil2/HEAD"]["disposition"] == "unsafe" and changes["evil2/config"]["disposition"] == "unsafe"
@@ -119,10 +123,12 @@ def test_a_broken_head_and_a_repository_at_the_root_are_refused(layer_api: Layer
     turns = [
         write("config", CONFIG.replace("false", "true") + payload(host)),
         write("hooks/pre-commit", hook(host)),
-        run("echo garbage > .git/HEAD; echo 'ref: refs/heads/main' > HEAD; mkdir -p objects/info refs/heads;"
-            "touch packed-refs; chmod +x hooks/pre-commit; echo more >> README.md"),
+        run(
+            "echo garbage > .git/HEAD; echo 'ref: refs/heads/main' > HEAD; mkdir -p objects/info refs/heads;"
+            "touch packed-refs; chmod +x hooks/pre-commit; echo more >> README.md"
+        ),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     assert {p: changes[p]["disposition"] for p in ("config", "HEAD", "objects", "refs", "hooks")} == dict.fromkeys(
@@ -133,8 +139,13 @@ def test_a_broken_head_and_a_repository_at_the_root_are_refused(layer_api: Layer
     for planted in ("config", "HEAD", "objects", "refs", "hooks", "packed-refs"):
         assert not (host.repo / planted).exists(), planted
     host.check()
-    bare = {".git/HEAD": "garbage\n", "HEAD": "ref: refs/heads/main\n", "config": CONFIG + payload(host),
-               "objects/info/x": "", "refs/heads/x": ""}  # fmt: skip
+    bare = {
+        ".git/HEAD": "garbage\n",
+        "HEAD": "ref: refs/heads/main\n",
+        "config": CONFIG + payload(host),
+        "objects/info/x": "",
+        "refs/heads/x": "",
+    }
     assert host.fires(bare, "st")
 
 
@@ -175,14 +186,16 @@ def test_a_git_file_pointing_at_a_repository_of_the_agents_is_never_applied(
         "root-symlink": "rm -rf .git; ln -s evilgit .git",
     }[where]
     turns = [
-        run("git init -q --bare evilgit; mkdir -p wt .git/worktrees/wt; echo ../../../wt/.git > .git/worktrees/wt/gitdir;"
+        run(
+            "git init -q --bare evilgit; mkdir -p wt .git/worktrees/wt; echo ../../../wt/.git > .git/worktrees/wt/gitdir;"
             "echo ../.. > .git/worktrees/wt/commondir; echo 'ref: refs/heads/main' > .git/worktrees/wt/HEAD;"
-            f"{plant}; echo x > wt/file.txt"),
+            f"{plant}; echo x > wt/file.txt"
+        ),
         write("evilgit/config", CONFIG + payload(host)),
         write("evilgit/hooks/pre-commit", hook(host)),
         run("chmod +x evilgit/hooks/pre-commit; echo more >> README.md"),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     assert changes[link]["disposition"] == "discarded" and changes["evilgit/config"]["disposition"] == "unsafe"
@@ -222,10 +235,12 @@ def test_nested_repositories_in_any_spelling_are_never_applied(layer_api: LayerA
     turns = [
         write("/tmp/cfg", CONFIG + payload(host)),
         write("/tmp/hook", hook(host)),
-        run(f"for d in {quoted}; do mkdir -p \"$d\" && git init -q --bare \"$d\" && cp /tmp/cfg \"$d/config\" &&"
-            " cp /tmp/hook \"$d/hooks/pre-commit\" && chmod +x \"$d/hooks/pre-commit\" && echo x > \"${d%/*}/file.txt\"; done"),
+        run(
+            f'for d in {quoted}; do mkdir -p "$d" && git init -q --bare "$d" && cp /tmp/cfg "$d/config" &&'
+            ' cp /tmp/hook "$d/hooks/pre-commit" && chmod +x "$d/hooks/pre-commit" && echo x > "${d%/*}/file.txt"; done'
+        ),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     for spelling in spellings:
@@ -257,21 +272,35 @@ def test_setuid_setgid_sticky_fifos_sockets_and_devices_never_reach_the_checkout
     modes = {p: stat.S_IMODE((host.repo / p).lstat().st_mode) for p in ("py", "pyg", "both", "sgid", "sticky")}
     assert modes == {"py": 0o755, "pyg": 0o755, "both": 0o755, "sgid": 0o755, "sticky": 0o755}  # no write for others
     host.check()
-    ran = subprocess.run(["setpriv", f"--reuid={OWNER}", f"--regid={OWNER}", "--clear-groups", str(host.repo / "py"),
-                          "-c", "import os; print(os.geteuid(), os.getegid())"], capture_output=True, text=True, check=True)  # fmt: skip
+    ran = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={OWNER}",
+            f"--regid={OWNER}",
+            "--clear-groups",
+            str(host.repo / "py"),
+            "-c",
+            "import os; print(os.geteuid(), os.getegid())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ran.stdout == f"{OWNER} {OWNER}\n"
 
 
 def test_symlinks_out_of_the_repository_or_into_git_are_never_applied(layer_api: LayerApi, host: Host) -> None:
     turns = [
-        run(f"ln -s ../outside/secret.txt rel-out; ln -s /etc/passwd abs; ln -s {host.outside} abs-dir;"
+        run(
+            f"ln -s ../outside/secret.txt rel-out; ln -s /etc/passwd abs; ln -s {host.outside} abs-dir;"
             "ln -s .git/config into-git; ln -s .GIT/hooks into-git-case; ln -s . self; ln -s README.md ok;"
             "mkdir -p sub/deep && ln -s .. sub/deep/up && ln -s sub/deep/up/../../outside/secret.txt chain;"
-            "ln -s sub/deep/up/../.git/config chain-git; ln -s ../docs/a.txt sub/ok2"),
+            "ln -s sub/deep/up/../.git/config chain-git; ln -s ../docs/a.txt sub/ok2"
+        ),
         write("into-git", CONFIG + payload(host)),
         write("abs-dir/planted.txt", "x"),
         DONE,
-    ]  # fmt: skip
+    ]
     sid = layer_api.session(host.repo, turns)
     changes = layer_api.changes(sid)
     unsafe = {"rel-out", "abs", "abs-dir", "into-git", "into-git-case", "self", "chain", "chain-git"}

@@ -28,12 +28,21 @@ from tests.sandbox_defaults import AGENT_UID, owned_dir
 WIPE = {
     "name": "wipe",
     "turns": [
-        {"content": [{"type": "tool_use", "name": "run_command",
-                      "input": {"command": "rm -rf docs README.md && mkdir docs && echo fresh > docs/new.txt"
-                                " && mkdir locked && echo s > locked/s && chmod 000 locked && chmod 000 /workspace"}}]},
+        {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "name": "run_command",
+                    "input": {
+                        "command": "rm -rf docs README.md && mkdir docs && echo fresh > docs/new.txt"
+                        " && mkdir locked && echo s > locked/s && chmod 000 locked && chmod 000 /workspace"
+                    },
+                }
+            ]
+        },
         {"content": [{"type": "text", "text": "done"}]},
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture
@@ -60,12 +69,18 @@ def test_a_controller_that_is_not_root_runs_applies_reverts_and_discards(
 
     def cubicle(*args: str) -> tuple[int, str, str]:
         container = docker_client.containers.run(
-            controller_image, ["cubicle", *args], detach=True, user=f"{AGENT_UID}:{AGENT_UID}",
-            group_add=[str(socket.stat().st_gid)], environment={"CUBICLE_DATA_DIR": str(data), "HOME": "/tmp"},
-            mounts=[Mount("/var/run/docker.sock", str(socket), type="bind"),
-                    Mount(str(base), str(base), type="bind", propagation="rslave")],  # as compose.yaml
+            controller_image,
+            ["cubicle", *args],
+            detach=True,
+            user=f"{AGENT_UID}:{AGENT_UID}",
+            group_add=[str(socket.stat().st_gid)],
+            environment={"CUBICLE_DATA_DIR": str(data), "HOME": "/tmp"},
+            mounts=[
+                Mount("/var/run/docker.sock", str(socket), type="bind"),
+                Mount(str(base), str(base), type="bind", propagation="rslave"),
+            ],  # as compose.yaml
             network_mode="none",
-        )  # fmt: skip
+        )
         try:
             code = container.wait(timeout=180)["StatusCode"]
             out = container.logs(stdout=True, stderr=False).decode()

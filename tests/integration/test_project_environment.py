@@ -69,8 +69,17 @@ def _events(stdout: str) -> list[dict[str, Any]]:
 
 def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: Path) -> None:
     env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
-    done = cubicle("run", str(project), "fix dasherize", "--json", "--no-apply",
-                   "--scenario", scenario_file(tmp_path, SCENARIO), env=env, timeout=900)  # fmt: skip
+    done = cubicle(
+        "run",
+        str(project),
+        "fix dasherize",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     events = _events(done.stdout)
     setup = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "setup")
@@ -88,8 +97,17 @@ def test_the_agent_runs_the_projects_own_tests_offline(project: Path, tmp_path: 
     assert changes["summary"]["files"] == 0  # the fix undid the break; the virtualenv is never a change
     assert not (project / ".venv").exists()
 
-    again = cubicle("run", str(project), "again", "--json", "--no-apply",
-                    "--scenario", scenario_file(tmp_path, SCENARIO), env=env, timeout=900)  # fmt: skip
+    again = cubicle(
+        "run",
+        str(project),
+        "again",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
+        env=env,
+        timeout=900,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     reused = "".join(e["text"] for e in _events(again.stdout) if e["type"] == "setup_output")
     assert "reusing the setup made before" in reused
@@ -128,8 +146,17 @@ def test_the_definitions_path_reaches_the_agents_commands_whatever_the_login_pro
     env = {"CUBICLE_DATA_DIR": str(tmp_path / "data")}
     shown = cubicle("env", "show", str(project), env=env, timeout=120)
     assert "/workspace/.venv/bin:${containerEnv:PATH}" in shown.stdout, shown.stdout + shown.stderr
-    done = cubicle("run", str(project), "run the suite", "--json", "--no-apply",
-                   "--scenario", scenario_file(tmp_path, VENV_PATH_SCENARIO), env=env, timeout=900)  # fmt: skip
+    done = cubicle(
+        "run",
+        str(project),
+        "run the suite",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, VENV_PATH_SCENARIO),
+        env=env,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (result,) = [e for e in _events(done.stdout) if e["type"] == "tool_result"]
     assert re.search(r"\b45\d passed in ", result["output"]), result["output"]

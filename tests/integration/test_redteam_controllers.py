@@ -109,9 +109,12 @@ def test_a_cubicle_run_resumed_after_its_takeover_writes_nothing_over_the_new_tu
         settings = {"CUBICLE_DATABASE_URL": url, "CUBICLE_LEASE_S": str(lease)}
         run = subprocess.Popen(
             [sys.executable, "-m", "controller", "run", str(make_repo()), "go", "--json", "--scenario", str(scenario)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env=environment(settings | {"CUBICLE_DATA_DIR": str(data)}),
-        )  # fmt: skip
+        )
         servers: list[subprocess.Popen[bytes]] = []
         apis: list[Api] = []
         try:

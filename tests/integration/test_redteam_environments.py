@@ -91,9 +91,14 @@ async def test_a_builds_output_reaches_events_bounded_like_the_setups(
 def bridge_listener(docker_client: Any) -> Iterator[str]:
     """An HTTP server on the engine's bridge (where a build's RUN steps are): its address."""
     container = docker_client.containers.run(
-        DEFAULT_IMAGE, ["python3", "-m", "http.server", "8080", "--bind", "0.0.0.0"], entrypoint=[],
-        detach=True, labels={**RED, "org.cubicle.instance": TEST_INSTANCE}, network="bridge", user="1000:1000",
-    )  # fmt: skip
+        DEFAULT_IMAGE,
+        ["python3", "-m", "http.server", "8080", "--bind", "0.0.0.0"],
+        entrypoint=[],
+        detach=True,
+        labels={**RED, "org.cubicle.instance": TEST_INSTANCE},
+        network="bridge",
+        user="1000:1000",
+    )
     try:
         for _ in range(50):
             container.reload()
@@ -147,8 +152,17 @@ def test_a_repository_cannot_open_the_agents_network_unasked(make_repo: Callable
         ],
     }
     env = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": f"{TEST_INSTANCE}-red"}
-    done = cubicle("run", str(repo), "go", "--json", "--no-apply", "--scenario", scenario_file(tmp_path, scenario),
-                   env=env, timeout=300)  # fmt: skip
+    done = cubicle(
+        "run",
+        str(repo),
+        "go",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, scenario),
+        env=env,
+        timeout=300,
+    )
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     output = next(e for e in events if e["type"] == "tool_result")["output"]
     assert "IFACES ['lo']" in output, (

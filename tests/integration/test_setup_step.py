@@ -35,11 +35,20 @@ SETUP = (
 SCENARIO = {
     "name": "after-setup",
     "turns": [
-        {"content": [{"type": "tool_use", "name": "run_command", "input": {
-            "command": f"cat fetched.txt; python3 -c '{FETCH}' http://allowed.test:8080/ || echo agent offline"}}]},
+        {
+            "content": [
+                {
+                    "type": "tool_use",
+                    "name": "run_command",
+                    "input": {
+                        "command": f"cat fetched.txt; python3 -c '{FETCH}' http://allowed.test:8080/ || echo agent offline"
+                    },
+                }
+            ]
+        },
         {"content": [{"type": "text", "text": "done"}]},
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +67,17 @@ def _repo(make_repo: Callable[..., Path], toml: str, files: dict[str, str] | Non
 
 def _run(repo: Path, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[int, list[dict[str, Any]], str]:
     settings = {"CUBICLE_DATA_DIR": str(tmp_path / "data"), "CUBICLE_INSTANCE": INSTANCE, **(env or {})}
-    done = cubicle("run", str(repo), "go", "--json", "--no-apply", "--scenario", scenario_file(tmp_path, SCENARIO),
-                   env=settings, timeout=300)  # fmt: skip
+    done = cubicle(
+        "run",
+        str(repo),
+        "go",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, SCENARIO),
+        env=settings,
+        timeout=300,
+    )
     return done.returncode, _events(done.stdout), done.stderr
 
 
@@ -68,8 +86,11 @@ def test_setup_reaches_its_allowed_host_and_the_agent_runs_offline_on_what_it_le
     make_repo: Callable[..., Path], tmp_path: Path, test_hosts: Hosts, proxy_image: str, runtime: str
 ) -> None:
     toml = f'setup = """{SETUP}"""\nsetup_network = "allow=allowed.test:8080"\n'
-    egress = {"CUBICLE_EGRESS_NETWORK": test_hosts.network, "CUBICLE_PROXY_IMAGE": proxy_image,
-              "CUBICLE_LIMITS__RUNTIME": runtime}  # fmt: skip
+    egress = {
+        "CUBICLE_EGRESS_NETWORK": test_hosts.network,
+        "CUBICLE_PROXY_IMAGE": proxy_image,
+        "CUBICLE_LIMITS__RUNTIME": runtime,
+    }
     code, events, stderr = _run(_repo(make_repo, toml), tmp_path, egress)
     assert code == 0, stderr[-2000:]
     setup = "".join(e["text"] for e in events if e["type"] == "setup_output")
@@ -95,9 +116,13 @@ BROKEN_BUILD = {"Dockerfile": f"FROM {DEFAULT_IMAGE}\nRUN echo step-before-the-b
     ids=["fails", "hangs", "build-fails"],
 )
 def test_a_setup_or_build_that_fails_or_hangs_ends_the_session_before_the_model_is_asked(
-    make_repo: Callable[..., Path], tmp_path: Path, docker_client: Any, toml: str, files: dict[str, str],
+    make_repo: Callable[..., Path],
+    tmp_path: Path,
+    docker_client: Any,
+    toml: str,
+    files: dict[str, str],
     said: list[str],
-) -> None:  # fmt: skip
+) -> None:
     code, events, stderr = _run(_repo(make_repo, toml, files), tmp_path)
     assert code == 4, stderr[-2000:]
     error = next(e for e in events if e["type"] == "error")

@@ -24,8 +24,11 @@ def test_two_hundred_noisy_commands_stay_under_the_sessions_cap(tmp_path: Path, 
     turns.append({"content": [{"type": "text", "text": "done"}]})
     scenario = scenario_file(tmp_path, {"name": "noisy", "turns": turns})
     data = tmp_path / "data"
-    env = {"CUBICLE_DATA_DIR": str(data), "CUBICLE_SESSION_EVENTS_MB": "4",
-           "CUBICLE_LIMITS__EVENT_OUTPUT_CHARS": "65536"}  # fmt: skip
+    env = {
+        "CUBICLE_DATA_DIR": str(data),
+        "CUBICLE_SESSION_EVENTS_MB": "4",
+        "CUBICLE_LIMITS__EVENT_OUTPUT_CHARS": "65536",
+    }
     done = cubicle(
         "run",
         str(make_repo()),
@@ -61,10 +64,12 @@ def test_two_hundred_noisy_commands_stay_under_the_sessions_cap(tmp_path: Path, 
         assert all(r.output_not_kept == size and r.exit_code == 0 and not r.is_error for r in dropped)
         assert results[: len(kept)] == kept  # the first ones are kept whole, then none
         transcript = [
-            block for message in store.messages(session_id) if message["role"] == "user"
+            block
+            for message in store.messages(session_id)
+            if message["role"] == "user"
             for block in (message["content"] if isinstance(message["content"], list) else [])
             if block.get("type") == "tool_result"
-        ]  # fmt: skip
+        ]
     finally:
         store.close()
     assert len(transcript) == COMMANDS

@@ -144,9 +144,14 @@ def test_ctrl_c_at_the_approval_prompt_exits_and_removes_the_container(
     instance = "ctrl-c-prompt-test"
     calls = _one_call_each({"name": "run_command", "input": {"command": "echo hi"}})
     term = Terminal(
-        "run", str(make_repo()), "x", "--approve", "--scenario", scenario_file(tmp_path, calls),
+        "run",
+        str(make_repo()),
+        "x",
+        "--approve",
+        "--scenario",
+        scenario_file(tmp_path, calls),
         env={"CUBICLE_INSTANCE": instance},
-    )  # fmt: skip
+    )
     try:
         term.expect("Allow run_command? [y/N] ")
         eventually(lambda: owned_by(docker_client, instance), what="the sandbox starts while the prompt is shown")
@@ -165,9 +170,15 @@ def test_closing_the_terminal_cleans_up_like_ctrl_c(
     instance = "hangup-test"
     long = _one_call_each({"name": "run_command", "input": {"command": "sleep 300", "timeout_s": 600}})
     term = Terminal(
-        "run", str(make_repo()), "x", "--command-timeout", "600", "--scenario", scenario_file(tmp_path, long),
+        "run",
+        str(make_repo()),
+        "x",
+        "--command-timeout",
+        "600",
+        "--scenario",
+        scenario_file(tmp_path, long),
         env={"CUBICLE_INSTANCE": instance},
-    )  # fmt: skip
+    )
     try:
         term.expect("▸ run_command sleep 300")
         eventually(lambda: owned_by(docker_client, instance), what="the sandbox runs the command")

@@ -90,9 +90,14 @@ def test_the_toolbox_imports_only_from_its_directory_and_the_stdlib(
     # A command and a search, so the modules the toolbox loads only after its first answer are loaded too.
     requests = b'{"id":1,"op":"run_command","args":{"command":"true"}}\n{"id":2,"op":"search","args":{"pattern":"x"}}\n'
     trace = serve_in_image(
-        docker_client, [*cmd[:-1], "-vv", cmd[-1]], requests, "import 'toolbox.search'", repo,
-        environment=environment, working_dir="/workspace",
-    )  # fmt: skip
+        docker_client,
+        [*cmd[:-1], "-vv", cmd[-1]],
+        requests,
+        "import 'toolbox.search'",
+        repo,
+        environment=environment,
+        working_dir="/workspace",
+    )
     assert '"id":1,"ok":true' in trace and '"id":2,"ok":true' in trace, trace[-2000:]
 
     # Not anchored at line starts: two threads import at once (the commands' modules load beside the first command),
@@ -140,9 +145,12 @@ def _source_of(path: str) -> str:
 
 
 GUARDED_FILES = (
-    "/opt/cubicle/bin", "/opt/cubicle/bin/python3", "/opt/cubicle/bin/tini-readable", "/opt/cubicle/lib",
+    "/opt/cubicle/bin",
+    "/opt/cubicle/bin/python3",
+    "/opt/cubicle/bin/tini-readable",
+    "/opt/cubicle/lib",
     "/opt/cubicle/lib/statx.so",
-)  # fmt: skip
+)
 
 
 def _package_sources() -> list[Path]:

@@ -64,19 +64,34 @@ class Session:
 
     def git(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Host git as the repository's owner, with a clean environment of its own."""
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_PAGER": "",
-               "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"}  # fmt: skip
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_PAGER": "",
+            "GIT_AUTHOR_NAME": "u",
+            "GIT_AUTHOR_EMAIL": "u@x",
+            "GIT_COMMITTER_NAME": "u",
+            "GIT_COMMITTER_EMAIL": "u@x",
+        }
         cmd = ["setpriv", f"--reuid={OWNER}", f"--regid={OWNER}", "--clear-groups", "git", *args]
         return subprocess.run(cmd, cwd=cwd or self.repo, env=env, capture_output=True, text=True, check=False)
 
     def agent(self, script: str) -> None:
         """One turn: a hardened container of the sandbox image runs ``script`` in /workspace as uid 1000."""
         self.client.containers.run(
-            DEFAULT_IMAGE, ["sh", "-c", script], entrypoint=[], user=f"{OWNER}:{OWNER}", working_dir="/workspace",
-            mounts=[Mount("/workspace", self.volume.name, type="volume", no_copy=True)], remove=True,
-            network_mode="none", cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
+            DEFAULT_IMAGE,
+            ["sh", "-c", script],
+            entrypoint=[],
+            user=f"{OWNER}:{OWNER}",
+            working_dir="/workspace",
+            mounts=[Mount("/workspace", self.volume.name, type="volume", no_copy=True)],
+            remove=True,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
             labels=owners.labels(TEST_INSTANCE, "ws"),
-        )  # fmt: skip
+        )
 
     def close(self) -> None:
         self.volume.remove(force=True)
@@ -114,8 +129,20 @@ def test_the_checkout_changes_only_through_apply_and_revert_restores_it(session:
     result = apply(session.layer)
     assert result.conflicts == []
     after = tree(session.repo)
-    expected_paths = {"README.md", ".gitignore", "new.txt", "docs", "docs/a.txt", "source", "source/app.py", "hard",
-                      "link", "py", "empty", "old"}  # fmt: skip
+    expected_paths = {
+        "README.md",
+        ".gitignore",
+        "new.txt",
+        "docs",
+        "docs/a.txt",
+        "source",
+        "source/app.py",
+        "hard",
+        "link",
+        "py",
+        "empty",
+        "old",
+    }
     assert {p for p in after if not p.startswith(".git/") and p != ".git"} == expected_paths
     assert all(not (mode & 0o7000) for _, mode, _, _ in after.values())
     assert after["source"][1] == 0o700 and after["py"][1] == 0o755 and after["link"][3] == "source/app.py"

@@ -28,8 +28,15 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def _settings(root: Path) -> Settings:
     owned_dir(root / "repo")  # a root-owned repository is refused
-    return Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN, repo_roots=[root],
-                    data_dir=root.parent / f"{root.name}-data", max_body_bytes=64 * 1024)  # fmt: skip
+    return Settings(
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        api_token=TOKEN,
+        repo_roots=[root],
+        data_dir=root.parent / f"{root.name}-data",
+        max_body_bytes=64 * 1024,
+    )
 
 
 @pytest.fixture

@@ -304,13 +304,18 @@ async def test_stop_remove_session_and_sweep_leave_nothing(
     stopped, removed = allow_box("allow=allowed.test:8080"), allow_box("allow=allowed.test:8080")
     swept_id = "test-swept-" + secrets.token_hex(3)  # of another instance, so that sweeping it touches no other test
     deployment = Deployment(
-        DEFAULT_IMAGE, "cubicle-tests-sweep-" + secrets.token_hex(3), proxy_image=proxy_image,
+        DEFAULT_IMAGE,
+        "cubicle-tests-sweep-" + secrets.token_hex(3),
+        proxy_image=proxy_image,
         outside=Outside(test_hosts.network),
-    )  # fmt: skip
+    )
     swept = DockerSandbox(
-        lambda: docker_client, layer=workspace.create(tmp_path / "swept", swept_id, make_repo("swept")),
-        session_id=swept_id, limits=removed.limits, deployment=deployment,
-    )  # fmt: skip
+        lambda: docker_client,
+        layer=workspace.create(tmp_path / "swept", swept_id, make_repo("swept")),
+        session_id=swept_id,
+        limits=removed.limits,
+        deployment=deployment,
+    )
     await asyncio.gather(stopped.start(), removed.start(), swept.start())
     for box in (stopped, removed, swept):
         containers, networks = of_session(docker_client, box.session_id)
@@ -344,11 +349,20 @@ def test_squid_takes_the_generated_configuration(docker_client: Any, proxy_image
     entries += [f"h{n}.example.net:{1000 + n}" for n in range(64 - len(entries))]
     config = egress.squid_config(parse("allow=" + ",".join(entries)), "172.30.0.0/16")
     output = docker_client.containers.run(
-        proxy_image, ["-c", 'printf "%s\\n" "$CUBICLE_SQUID_CONF" >/run/squid/squid.conf && squid -k parse -f /run/squid/squid.conf 2>&1'],
-        entrypoint=["/bin/sh"], environment={"CUBICLE_SQUID_CONF": config}, remove=True, network_mode="none",
-        tmpfs={"/run/squid": f"uid={egress.PROXY_UID}"}, read_only=True, cap_drop=["ALL"],
+        proxy_image,
+        [
+            "-c",
+            'printf "%s\\n" "$CUBICLE_SQUID_CONF" >/run/squid/squid.conf && squid -k parse -f /run/squid/squid.conf 2>&1',
+        ],
+        entrypoint=["/bin/sh"],
+        environment={"CUBICLE_SQUID_CONF": config},
+        remove=True,
+        network_mode="none",
+        tmpfs={"/run/squid": f"uid={egress.PROXY_UID}"},
+        read_only=True,
+        cap_drop=["ALL"],
         sysctls={"net.ipv6.conf.all.disable_ipv6": "0"},
-    ).decode()  # fmt: skip
+    ).decode()
     assert "FATAL" not in output and "ERROR" not in output and "WARNING" not in output, output
     assert "cubicle_wild1_host" in config
 
@@ -383,12 +397,21 @@ def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[DnsServer]:
         docker_client.images.build(fileobj=io.BytesIO(DNSMASQ_DOCKERFILE), tag=DNSMASQ_IMAGE, rm=True)
     container = docker_client.containers.run(
         DNSMASQ_IMAGE,
-        ["sh", "-c", "mkdir -p /run/dns && : > /run/dns/hosts && exec dnsmasq --keep-in-foreground --no-resolv "
-         "--no-hosts --addn-hosts=/run/dns/hosts --local-ttl=1 --user=root --log-queries --log-facility=-"],
-        detach=True, network=test_hosts.network, labels=owners.labels(TEST_INSTANCE, "test-dns"),
-        cap_drop=["ALL"], cap_add=["NET_BIND_SERVICE", "SETUID", "SETGID", "KILL"], read_only=True,
-        tmpfs={"/run": "size=1m"}, mem_limit="64m",
-    )  # fmt: skip
+        [
+            "sh",
+            "-c",
+            "mkdir -p /run/dns && : > /run/dns/hosts && exec dnsmasq --keep-in-foreground --no-resolv "
+            "--no-hosts --addn-hosts=/run/dns/hosts --local-ttl=1 --user=root --log-queries --log-facility=-",
+        ],
+        detach=True,
+        network=test_hosts.network,
+        labels=owners.labels(TEST_INSTANCE, "test-dns"),
+        cap_drop=["ALL"],
+        cap_add=["NET_BIND_SERVICE", "SETUID", "SETGID", "KILL"],
+        read_only=True,
+        tmpfs={"/run": "size=1m"},
+        mem_limit="64m",
+    )
     try:
         container.reload()
         address = container.attrs["NetworkSettings"]["Networks"][test_hosts.network]["IPAddress"]
@@ -398,9 +421,12 @@ def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[DnsServer]:
 
 
 async def test_a_wildcard_name_whose_answer_turns_private_is_refused(
-    sandbox_factory: Callable[..., DockerSandbox], make_repo: Callable[..., Path], proxy_image: str,
-    test_hosts: Hosts, dns_server: DnsServer,
-) -> None:  # fmt: skip
+    sandbox_factory: Callable[..., DockerSandbox],
+    make_repo: Callable[..., Path],
+    proxy_image: str,
+    test_hosts: Hosts,
+    dns_server: DnsServer,
+) -> None:
     """DNS rebinding: the proxy asks the suite's own DNS server (CUBICLE_EGRESS_DNS); a *. name that answered a
     public address is refused once its answer has turned private and the proxy asks again. The proxy keeps an
     answer at least a minute (``negative_dns_ttl``, squid's floor for positive answers too), so that the address

@@ -84,8 +84,23 @@ async def test_namespace_and_mount_tricks_fail(box: DockerSandbox, command: str)
     assert (await sh(box, command)).exit_code != 0
 
 
-DEVICES = {"core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
-           "urandom", "zero"}  # fmt: skip
+DEVICES = {
+    "core",
+    "fd",
+    "full",
+    "mqueue",
+    "null",
+    "ptmx",
+    "pts",
+    "random",
+    "shm",
+    "stderr",
+    "stdin",
+    "stdout",
+    "tty",
+    "urandom",
+    "zero",
+}
 GVISOR_DEVICES = {"fuse", "net"}
 """gVisor's /dev always has /dev/fuse and /dev/net/tun; both need a capability no process there holds (below)."""
 
@@ -143,9 +158,9 @@ async def test_inspect_shows_exactly_the_hardening(box: DockerSandbox, docker_cl
     assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
     pids, nproc = runtimes.process_limits(limits)  # under runsc the agent's processes are counted inside gVisor
     assert host["NanoCpus"] == int(limits.cpus * 1e9) and host["PidsLimit"] == pids
-    assert [u for u in host["Ulimits"] if u["Name"] == "nproc"] == ([] if nproc is None else [
-        {"Name": "nproc", "Soft": limits.pids, "Hard": limits.pids}
-    ])  # fmt: skip
+    assert [u for u in host["Ulimits"] if u["Name"] == "nproc"] == (
+        [] if nproc is None else [{"Name": "nproc", "Soft": limits.pids, "Hard": limits.pids}]
+    )
     if runtimes.guarded(limits.runtime):  # root with three capabilities, until the guardian drops them (guardian.py)
         assert {cap.removeprefix("CAP_") for cap in host["CapAdd"]} == set(runtimes.GUARDIAN_CAPABILITIES)
         assert attrs["Config"]["Entrypoint"] == [runtimes.GUARDED_INIT, "--"] and attrs["Config"]["User"] == "0:0"

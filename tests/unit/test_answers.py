@@ -82,12 +82,17 @@ def listing() -> list[object]:
     """50,000 changes as the server sends them (each with a long path, a reason and a short diff)."""
     return [
         Change(
-            path=f"src/module_{n // 100:04d}/deeply/nested/package/file_{n:06d}.py", kind=Kind.MODIFIED,
-            type=FileType.FILE, previous=FileType.FILE, mode=0o644, previous_mode=0o644, size=1200,
+            path=f"src/module_{n // 100:04d}/deeply/nested/package/file_{n:06d}.py",
+            kind=Kind.MODIFIED,
+            type=FileType.FILE,
+            previous=FileType.FILE,
+            mode=0o644,
+            previous_mode=0o644,
+            size=1200,
             diff=f"@@ -1 +1 @@\n-old {n}\n+new {n}\n" if n < 1000 else None,
         ).model_dump(mode="json")
         for n in range(50_000)
-    ]  # fmt: skip
+    ]
 
 
 class FakeServer:
@@ -145,8 +150,12 @@ def server() -> Iterator[str]:
 
 def _peak_rss(command: list[str]) -> tuple[int, str, int]:
     """Exit status, stderr and the peak resident memory (bytes) of ``command`` run as a child."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ,
-                               "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"})  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"},
+    )
     assert process.stderr is not None
     with process.stderr:
         stderr = process.stderr.read().decode()

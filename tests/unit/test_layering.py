@@ -101,7 +101,10 @@ def test_no_two_names_differ_by_one_letter_added() -> None:
     names = {p.stem for p in PACKAGE.rglob("*.py")} | {
         p.name for p in PACKAGE.rglob("*") if p.is_dir() and (p / "__init__.py").exists()
     }
-    pairs = [(a, b) for a in names for b in names if len(b) == len(a) + 1 and any(
-        b[:i] + b[i + 1:] == a for i in range(len(b))
-    )]  # fmt: skip
+    pairs = [
+        (a, b)
+        for a in names
+        for b in names
+        if len(b) == len(a) + 1 and any(b[:i] + b[i + 1 :] == a for i in range(len(b)))
+    ]
     assert pairs == []

@@ -34,10 +34,29 @@ def test_a_leaked_socket_fails_the_test_that_leaked_it_not_a_bystander(tmp_path:
     whichever test ran next to the collector (in CI, an unrelated test of the toolbox package)."""
     (tmp_path / "test_leaky.py").write_text(LEAKY_SUITE)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "tests.conftest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", "-rA", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "-q",
+            "-rA",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     report = done.stdout
     outcomes = re.findall(r"^(PASSED|FAILED|ERROR) \S*test_leaky\.py::(\w+)", report, re.MULTILINE)
     assert done.returncode == 1, report

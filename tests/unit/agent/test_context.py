@@ -40,16 +40,24 @@ def transcripts(draw: st.DrawFn) -> list[Message]:
         for _ in range(draw(st.integers(0, 4))):
             names = draw(st.lists(st.sampled_from(["read_file", "write_file", "run_command"]), min_size=1, max_size=3))
             uses = [
-                {"type": "tool_use", "id": f"toolu_{next(ids)}", "name": name,
-                 "input": {"path": f"f{len(messages)}.py", "content": "x" * draw(st.integers(0, 3000))}}
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{next(ids)}",
+                    "name": name,
+                    "input": {"path": f"f{len(messages)}.py", "content": "x" * draw(st.integers(0, 3000))},
+                }
                 for name in names
-            ]  # fmt: skip
+            ]
             messages.append({"role": "assistant", "content": [{"type": "text", "text": "working"}, *uses]})
             results = [
-                {"type": "tool_result", "tool_use_id": u["id"], "content": "out " * draw(st.integers(0, 50)),
-                 **({"is_error": True} if draw(st.booleans()) else {})}
+                {
+                    "type": "tool_result",
+                    "tool_use_id": u["id"],
+                    "content": "out " * draw(st.integers(0, 50)),
+                    **({"is_error": True} if draw(st.booleans()) else {}),
+                }
                 for u in uses
-            ]  # fmt: skip
+            ]
             messages.append({"role": "user", "content": results})
         if draw(st.booleans()):
             messages.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})

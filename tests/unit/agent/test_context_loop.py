@@ -77,8 +77,10 @@ async def test_under_the_server_strategy_the_api_clears_old_results_and_the_view
 
 
 def test_the_scripted_server_refuses_context_management_without_the_beta_and_clears_as_asked() -> None:
-    results = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 4000}]}
-               for i in range(6)]  # fmt: skip
+    results = [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 4000}]}
+        for i in range(6)
+    ]
     asked = POLICY.model_copy(update={"strategy": "server"}).server_edits()
     assert asked is not None
     body = {"messages": results, "context_management": asked}
@@ -97,8 +99,14 @@ def test_the_scripted_server_refuses_context_management_without_the_beta_and_cle
     assert [b["content"] == CLEARED for m in shown["messages"] for b in m["content"]] == [True] + [False] * 5
     assert applied[0]["cleared_tool_uses"] == 1 and applied[0]["cleared_input_tokens"] >= 990
     assert results[0]["content"][0]["content"] == "x" * 4000, "the request itself is never changed"
-    for odd in ("x", [1], {"edits": "abc"}, {"edits": [{**asked["edits"][0], "keep": {"value": -1}}]},
-                {"edits": [{**asked["edits"][0], "trigger": 5}]}, {"edits": [{"type": "clear_everything"}]}):  # fmt: skip
+    for odd in (
+        "x",
+        [1],
+        {"edits": "abc"},
+        {"edits": [{**asked["edits"][0], "keep": {"value": -1}}]},
+        {"edits": [{**asked["edits"][0], "trigger": 5}]},
+        {"edits": [{"type": "clear_everything"}]},
+    ):
         refused = server_edits({"messages": results, "context_management": odd}, CONTEXT_BETA)
         assert isinstance(refused, str) and refused.startswith("context_management: "), odd
 

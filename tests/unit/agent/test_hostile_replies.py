@@ -50,9 +50,14 @@ def model_server() -> Iterator[ScriptedServer]:
 def _api(tmp_path: Path, model_url: str) -> Iterator[Api]:
     owned_dir(tmp_path / "roots" / "repo")
     settings = Settings(
-        api_key="test", base_url=model_url, model_retries=0, api_token=TOKEN, repo_roots=[tmp_path / "roots"],
-        data_dir=tmp_path / "data", sse_heartbeat_s=1,
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_url,
+        model_retries=0,
+        api_token=TOKEN,
+        repo_roots=[tmp_path / "roots"],
+        data_dir=tmp_path / "data",
+        sse_heartbeat_s=1,
+    )
     with serve_in_thread(create_app(settings, sandbox_factory=lambda *_: NoSandbox())) as url:
         client = Api(url, TOKEN)
         yield client
@@ -105,9 +110,12 @@ def test_tool_input_with_a_lone_surrogate_is_an_error_result(
     assert result["is_error"] is True and "surrogate" in result["content"]
     # the model was sent the error result, and the follow-up's request carried the whole history
     assert any(
-        b.get("is_error") for r in model_server.requests for m in r["messages"] for b in m["content"]
+        b.get("is_error")
+        for r in model_server.requests
+        for m in r["messages"]
+        for b in m["content"]
         if isinstance(b, dict) and b.get("type") == "tool_result" and "surrogate" in str(b.get("content"))
-    )  # fmt: skip
+    )
 
 
 def test_text_and_tool_name_with_lone_surrogates_become_replacement_characters(
@@ -204,23 +212,40 @@ def test_collect_cleans_every_string_the_model_sends() -> None:
     async def on_text(piece: str) -> None:
         seen.append(piece)
 
-    start = {"id": f"msg_{LONE}", "type": "message", "role": "assistant", "model": f"m{LONE}", "content": [],
-             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}  # fmt: skip
+    start = {
+        "id": f"msg_{LONE}",
+        "type": "message",
+        "role": "assistant",
+        "model": f"m{LONE}",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 0},
+    }
     raw = [
         {"type": "message_start", "message": start},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"a{LONE}"}},
         {"type": "content_block_stop", "index": 0},
-        {"type": "content_block_start", "index": 1,
-         "content_block": {"type": "tool_use", "id": f"toolu_{LONE}", "name": f"n{LONE}", "input": {}}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": f"toolu_{LONE}", "name": f"n{LONE}", "input": {}},
+        },
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'}},
         {"type": "content_block_stop", "index": 1},
-        {"type": "content_block_start", "index": 2,  # input sent whole, with no deltas
-         "content_block": {"type": "tool_use", "id": "toolu_2", "name": "list_files", "input": {"path": LONE}}},
+        {
+            "type": "content_block_start",
+            "index": 2,  # input sent whole, with no deltas
+            "content_block": {"type": "tool_use", "id": "toolu_2", "name": "list_files", "input": {"path": LONE}},
+        },
         {"type": "content_block_stop", "index": 2},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-         "usage": {"output_tokens": 3}},
-    ]  # fmt: skip
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 3},
+        },
+    ]
     message = asyncio.run(collect(_events(raw), on_text))
     dumped = message.model_dump_json()  # raises on a lone surrogate
     assert LONE not in dumped
@@ -234,20 +259,39 @@ def test_collect_cleans_every_string_the_model_sends() -> None:
 
 @pytest.mark.parametrize(
     "report",
-    [{"applied_edits": []}, {"applied_edits": [{"cleared_input_tokens": 10**40}, {"cleared_input_tokens": True}]},
-     {"applied_edits": [{"cleared_input_tokens": 7}, "x", {"cleared_input_tokens": -3}]}, "cleared", [1], 5, None],
-)  # fmt: skip
+    [
+        {"applied_edits": []},
+        {"applied_edits": [{"cleared_input_tokens": 10**40}, {"cleared_input_tokens": True}]},
+        {"applied_edits": [{"cleared_input_tokens": 7}, "x", {"cleared_input_tokens": -3}]},
+        "cleared",
+        [1],
+        5,
+        None,
+    ],
+)
 @pytest.mark.parametrize("managed", [False, True])
 def test_a_context_management_report_of_any_shape_never_breaks_a_reply(report: Any, managed: bool) -> None:
     """An endpoint may pass the beta's field through on any request, in any shape: it is read only where it was
     asked for, as a plain count, and never fails the reply."""
-    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
-             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}  # fmt: skip
+    start = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 0},
+    }
     raw = [
         {"type": "message_start", "message": start},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-         "usage": {"output_tokens": 3}, "context_management": report},
-    ]  # fmt: skip
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 3},
+            "context_management": report,
+        },
+    ]
 
     async def on_text(piece: str) -> None:
         return None

@@ -130,14 +130,32 @@ def test_a_prompt_above_the_window_gets_the_real_400(counted: tuple[ScriptedServ
 @pytest.mark.parametrize(
     ("messages", "problem"),
     [
-        ([{"role": "user", "content": "go"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "n", "input": {}}]},
-          {"role": "user", "content": "no results"}], "without `tool_result` blocks"),
-        ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9", "content": "x"}]}], "unexpected `tool_use_id`"),
-        ([{"role": "user", "content": [{"type": "text", "text": str(i), "cache_control": {"type": "ephemeral"}} for i in range(5)]}],
-         "maximum of 4 blocks with cache_control"),
+        (
+            [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "n", "input": {}}]},
+                {"role": "user", "content": "no results"},
+            ],
+            "without `tool_result` blocks",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9", "content": "x"}]}],
+            "unexpected `tool_use_id`",
+        ),
+        (
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": str(i), "cache_control": {"type": "ephemeral"}} for i in range(5)
+                    ],
+                }
+            ],
+            "maximum of 4 blocks with cache_control",
+        ),
     ],
     ids=["unanswered call", "stray result", "five breakpoints"],
-)  # fmt: skip
+)  # fmt: skip - a table
 def test_requests_the_real_api_refuses_are_refused(
     counted: tuple[ScriptedServer, str], messages: list[dict[str, object]], problem: str
 ) -> None:

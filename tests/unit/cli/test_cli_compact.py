@@ -30,9 +30,14 @@ def test_the_cli_compacts_an_api_session_and_refuses_unknown_ones(tmp_path: Path
     owned_dir(tmp_path / "roots" / "repo")
     data = tmp_path / "data"
     settings = Settings(
-        api_key="test", base_url=model_server.url, model_retries=0, api_token=TOKEN,  # type: ignore[attr-defined]
-        repo_roots=[tmp_path / "roots"], data_dir=data, sse_heartbeat_s=1,
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        model_retries=0,
+        api_token=TOKEN,  # type: ignore[attr-defined]
+        repo_roots=[tmp_path / "roots"],
+        data_dir=data,
+        sse_heartbeat_s=1,
+    )
     app = create_app(settings, sandbox_factory=lambda *_: MemorySandbox({}, {"make test": Reply(stdout="F" * 6000)}))
     steps = [{"content": [tool("run_command", command="make test")]}] * 6 + [{"content": [text("Done.")]}]
     name = register(model_server, steps, summary="SUMMARY: make test fails six times")

@@ -44,9 +44,15 @@ def _render(renderable: object, width: int = 100) -> str:
 
 def _result(exit_code: int | None, is_error: bool = False) -> ToolResult:
     return ToolResult(
-        session_id="s", id="t", name="run_command", is_error=is_error, output="", model_chars=0, duration_s=0.1,
+        session_id="s",
+        id="t",
+        name="run_command",
+        is_error=is_error,
+        output="",
+        model_chars=0,
+        duration_s=0.1,
         exit_code=exit_code,
-    )  # fmt: skip
+    )
 
 
 def test_result_preview_for_the_live_view() -> None:
@@ -199,7 +205,11 @@ async def test_a_running_commands_last_lines_show_under_the_spinner_inert_until_
     await sink.emit(CommandOutput(session_id="s", tool_use_id="t", text="\x1b]52;c;cGF5bG9hZA==\x07 \u202e done\n"))
     shown = _render(sink.footer())
     assert [line.strip() for line in shown.splitlines()[:5]] == [
-        "│ step 4", "│ step 5", "│ step 6", "│ step 7", "│ \\x1b]52;c;cGF5bG9hZA==\\x07 \\u202e done",
-    ]  # fmt: skip
+        "│ step 4",
+        "│ step 5",
+        "│ step 6",
+        "│ step 7",
+        "│ \\x1b]52;c;cGF5bG9hZA==\\x07 \\u202e done",
+    ]
     await sink.emit(_result(0))
     assert "│" not in _render(sink.footer())

@@ -130,10 +130,19 @@ def _finished_session(data_dir: Path, root: Path) -> str:
         now = time.time()
         store.insert(
             Row(
-                id="cli-graph", repo=str(repo), task="read", model="m", status="idle", finish_reason="end_turn",
-                usage=Usage(), steps=1, limits=Limits(), created_at=now, updated_at=now,
+                id="cli-graph",
+                repo=str(repo),
+                task="read",
+                model="m",
+                status="idle",
+                finish_reason="end_turn",
+                usage=Usage(),
+                steps=1,
+                limits=Limits(),
+                created_at=now,
+                updated_at=now,
             )
-        )  # fmt: skip
+        )
         events: list[Event] = [
             SessionStarted(session_id="cli-graph", repo=str(repo), task="read", model="m"),
             TextDelta(session_id="cli-graph", text="Reading the tests.\n"),

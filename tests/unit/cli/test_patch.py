@@ -18,9 +18,14 @@ HOOK = "[core]\n\tfsmonitor = touch /tmp/pwned\n"
 
 def _added(path: str, content: str, disposition: Disposition = Disposition.APPLY, reason: str = "") -> Change:
     return Change(
-        path=path, kind=Kind.ADDED, type=FileType.FILE, size=len(content), disposition=disposition, reason=reason,
+        path=path,
+        kind=Kind.ADDED,
+        type=FileType.FILE,
+        size=len(content),
+        disposition=disposition,
+        reason=reason,
         diff=textdiff.unified(path, None, content.encode()),
-    )  # fmt: skip
+    )
 
 
 CHANGES = [

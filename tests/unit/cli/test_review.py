@@ -48,9 +48,13 @@ def test_a_hostile_path_and_diff_reach_the_terminal_inert() -> None:
 
 def test_a_held_back_change_says_why() -> None:
     change = Change(
-        path=".git/hooks/post-checkout", kind=Kind.ADDED, type=FileType.FILE, disposition=Disposition.DISCARDED,
-        reason="under .git", diff="--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1 @@\n+x\n",
-    )  # fmt: skip
+        path=".git/hooks/post-checkout",
+        kind=Kind.ADDED,
+        type=FileType.FILE,
+        disposition=Disposition.DISCARDED,
+        reason="under .git",
+        diff="--- /dev/null\n+++ b/.git/hooks/post-checkout\n@@ -0,0 +1 @@\n+x\n",
+    )
     row = _plain(review.change_row(change))
     assert "A .git/hooks/post-checkout +1 −0  held back: discarded (under .git)" in row
 
@@ -107,9 +111,14 @@ def test_a_bounded_apply_or_listing_says_how_many_it_wrote_and_how_many_unseen()
 
 def test_on_a_terminal_a_held_back_change_shows_its_diff_marked_and_names_print_unlike() -> None:
     hook = Change(
-        path=".github/workflows/ci.yml", kind=Kind.ADDED, type=FileType.FILE, size=9, diff="+on: push\n",
-        disposition=Disposition.TRUSTED, reason="a CI definition (GitHub Actions workflows)",
-    )  # fmt: skip
+        path=".github/workflows/ci.yml",
+        kind=Kind.ADDED,
+        type=FileType.FILE,
+        size=9,
+        diff="+on: push\n",
+        disposition=Disposition.TRUSTED,
+        reason="a CI definition (GitHub Actions workflows)",
+    )
     assert "held back: trusted" in _plain(review.diff_view(hook)) and "+on: push" in _plain(review.diff_view(hook))
     twins = [Change(path=p, kind=Kind.ADDED, type=FileType.FILE) for p in ("a" + os.fsdecode(b"\xff"), "a\\xff")]
     assert [review.path_text(c.path).plain for c in twins] == ["a\\xff", "a\\\\xff"]

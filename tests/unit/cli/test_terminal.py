@@ -85,9 +85,10 @@ def test_one_table_names_every_character_the_terminal_and_the_viewer_spell_out()
     assert all(before[1] < after[0] for before, after in itertools.pairwise(table)), "sorted, apart"
     categories = {"Cc", "Cf", "Cs", "Zl", "Zp"}
     missing = [
-        f"U+{code:04X}" for code in range(0x110000)
+        f"U+{code:04X}"
+        for code in range(0x110000)
         if chr(code) not in "\t\n" and unicodedata.category(chr(code)) in categories and not inert.hidden(chr(code))
-    ]  # fmt: skip
+    ]
     assert missing == [], "controls, format characters and separators of this Python's Unicode"
     for char in "\ufe0f\ufe00\U000e0100\U000e01ef\U000e0001\u180e\u2061\u3164\u115f\u034f\u2800":
         assert inert.hidden(char), f"U+{ord(char):04X}"

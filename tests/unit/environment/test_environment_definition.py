@@ -118,12 +118,14 @@ network = "none"
     [
         ('"make deps"', "make deps"),
         ('["pip", "install", "-e", ".[dev]"]', "pip install -e '.[dev]'"),
-        ('{ deps = "pip install -r requirements.txt", db = ["sh", "-c", "echo hi"] }',
-         "pip install -r requirements.txt && sh -c 'echo hi'"),
+        (
+            '{ deps = "pip install -r requirements.txt", db = ["sh", "-c", "echo hi"] }',
+            "pip install -r requirements.txt && sh -c 'echo hi'",
+        ),
         ('{ first = "a; b", second = "c" }', "(\na; b\n) && c"),
         ('"  "', None),
     ],
-)  # fmt: skip
+)
 def test_setup_forms_in_the_cubicle_file(repo: Path, setup: str, expected: str | None) -> None:
     write(repo, TOML, f"setup = {setup}\n")
     assert load(repo).setup == expected
@@ -306,7 +308,7 @@ def test_the_host_environment_is_never_read(repo: Path, monkeypatch: pytest.Monk
         "W": "/workspace/bin",
         "Q": "/workspace/bin/q",
         "P": "${containerEnv:PATH}:/x",
-    }  # fmt: skip  (P names a variable only the image knows: made its value when the environment is prepared)
+    }  # P names a variable only the image knows: made its value when the environment is prepared
     assert env.setup == "echo"
     assert any("${localEnv:CUBICLE_TEST_SECRET} is never read from the host" in w for w in env.warnings)
 
@@ -315,11 +317,12 @@ def test_a_container_variable_only_the_image_knows_waits_for_the_image(repo: Pat
     """``${containerEnv:NAME}`` in remoteEnv and the lifecycle commands is left for the preparation, which makes it
     the image's value (``expand_container_env``); where it cannot be known (the image's name), it is refused."""
     write(
-        repo, DEVCONTAINER,
+        repo,
+        DEVCONTAINER,
         '{"image": "x", "containerEnv": {"A": "1"}, "remoteEnv": {"PATH": "/opt/venv/bin:${containerEnv:PATH}",'
         ' "B": "${containerEnv:A}-b", "C": "${containerEnv:NOPE:fallback}"},'
         ' "postCreateCommand": ["echo", "${containerEnv:HOME}"]}',
-    )  # fmt: skip
+    )
     env = load(repo)
     assert env.env["PATH"] == "/opt/venv/bin:${containerEnv:PATH}" and env.env["B"] == "1-b"
     image = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"}
@@ -664,8 +667,12 @@ def test_input_globs_reach_into_directories_only_as_far_as_asked(repo: Path, tmp
     (repo / "linked.txt").symlink_to(tmp_path)
     env = override(Environment(), Overrides(setup_inputs=["**/package.json", "backend/*.txt", "linked.txt"]))
     assert definition.setup_input_files(env, repo) == [
-        "a/b/package.json", "a/package.json", "backend/requirements.txt", "linked.txt", "package.json",
-    ]  # fmt: skip
+        "a/b/package.json",
+        "a/package.json",
+        "backend/requirements.txt",
+        "linked.txt",
+        "package.json",
+    ]
 
 
 def test_the_inputs_hash_follows_the_inputs_only(repo: Path, tmp_path: Path) -> None:

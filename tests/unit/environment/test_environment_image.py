@@ -134,6 +134,16 @@ def test_the_key_covers_the_toolbox_the_ca_the_base_and_the_checkout(tmp_path: P
     ca = image._Ca(b"x", "d1")
     key = image._key(found, ca, "sha256:1", "/r")
     assert key == image._key(found, ca, "sha256:1", "/r")
-    assert len({key, image._key(found, image._Ca(b"y", "d2"), "sha256:1", "/r"), image._key(found, ca, "sha256:2", "/r"),
-                image._key(found, ca, "sha256:1", "/other"), image._key(found, None, "sha256:1", "/r")}) == 5  # fmt: skip
+    assert (
+        len(
+            {
+                key,
+                image._key(found, image._Ca(b"y", "d2"), "sha256:1", "/r"),
+                image._key(found, ca, "sha256:2", "/r"),
+                image._key(found, ca, "sha256:1", "/other"),
+                image._key(found, None, "sha256:1", "/r"),
+            }
+        )
+        == 5
+    )
     assert len(image.layer_digest()) == 64

@@ -52,9 +52,13 @@ def test_the_repository_holding_the_engines_socket_is_refused(tmp_path: Path, ho
     owned_dir(roots / "sockdir")
     (roots / "sockdir" / "docker.sock").touch()
     settings = Settings(
-        api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, repo_roots=[roots], data_dir=tmp_path / "data",
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        repo_roots=[roots],
+        data_dir=tmp_path / "data",
         docker_host=host.replace("ROOTS", str(roots)),
-    )  # fmt: skip
+    )
     with TestClient(create_app(settings, sandbox_factory=lambda *_: NoSandbox()), base_url=LOOPBACK) as client:
         response = client.post("/v1/sessions", json={"repo": str(roots / "sockdir"), "task": "t"})
     assert response.status_code == (403 if refused else 201), response.text

@@ -74,11 +74,12 @@ def generate(limits: Limits, runtime: kubernetes.Runtime = "runc", **extra: Any)
 
 def one(objects: list[Manifest], kind: str, role: str | None = None, name: str | None = None) -> Manifest:
     found = [
-        m for m in objects
+        m
+        for m in objects
         if m["kind"] == kind
         and (role is None or m["metadata"]["labels"].get(ROLE) == role or m["metadata"]["name"].endswith(f"-{role}"))
         and (name is None or m["metadata"]["name"] == name)
-    ]  # fmt: skip
+    ]
     assert len(found) == 1, (kind, role, [m["metadata"]["name"] for m in found])
     return found[0]
 
@@ -122,9 +123,14 @@ def test_cluster_objects_are_valid_kubernetes() -> None:
 @pytest.mark.parametrize(("limits", "network", "runtime"), CASES)
 def test_session_objects_are_valid_kubernetes(limits: str, network: str, runtime: kubernetes.Runtime) -> None:
     objects = session_manifests(
-        SESSION_ID, IMAGE, limits_of(limits, network), checkout=CHECKOUT, runtime=runtime,
-        proxy=kubernetes.EXAMPLE_PROXY, owner=Owner("cubicle-controller-host", "6f1c1a4e-3b7d-4a0e-9f51-0c2f5b8e1d2a"),
-    )  # fmt: skip
+        SESSION_ID,
+        IMAGE,
+        limits_of(limits, network),
+        checkout=CHECKOUT,
+        runtime=runtime,
+        proxy=kubernetes.EXAMPLE_PROXY,
+        owner=Owner("cubicle-controller-host", "6f1c1a4e-3b7d-4a0e-9f51-0c2f5b8e1d2a"),
+    )
     assert {m["kind"] for m in objects} == {"PersistentVolumeClaim", "Pod", "NetworkPolicy"} | (
         {"Service"} if network == "allow" else set()
     )
@@ -439,9 +445,13 @@ def test_objects_of_a_controller_process_are_owned_by_its_lease() -> None:
     """Deleting a dead controller's Lease lets the garbage collector remove its Pods, Services and policies."""
     owner = Owner("cubicle-host", "0b7c2e1a-1111-4222-8333-944455556666")
     objects = session_manifests(
-        SESSION_ID, SandboxImage(DEFAULT_IMAGE), Limits(network=ALLOW), checkout=CheckoutCopy(UID, GID),
-        proxy=Proxy(address="10.96.0.20"), owner=owner,
-    )  # fmt: skip
+        SESSION_ID,
+        SandboxImage(DEFAULT_IMAGE),
+        Limits(network=ALLOW),
+        checkout=CheckoutCopy(UID, GID),
+        proxy=Proxy(address="10.96.0.20"),
+        owner=owner,
+    )
     reference = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": owner.name, "uid": owner.uid}]
     for manifest in objects:
         expected = (

@@ -143,15 +143,32 @@ def test_answers_are_compact_utf8_json_lines(box: tuple[Toolbox, io.BytesIO]) ->
 @pytest.mark.parametrize(
     ("request_", "expected"),
     [
-        ({"id": 1, "op": "nope", "args": {}}, '{"id":1,"ok":false,"error":{"kind":"unknown_op","message":"Unknown operation \'nope\'."}}'),
-        ({"id": 2, "op": "read_file", "args": {"path": "nope"}}, '{"id":2,"ok":false,"error":{"kind":"not_found","message":"nope does not exist. List the directory to see what is there."}}'),
-        ({"id": 3, "op": "read_file", "args": {}}, '{"id":3,"ok":false,"error":{"kind":"internal","message":"KeyError: \'path\'"}}'),
-        ({"id": "x", "op": "read_file"}, '{"id":"x","ok":false,"error":{"kind":"internal","message":"KeyError: \'path\'"}}'),
+        (
+            {"id": 1, "op": "nope", "args": {}},
+            '{"id":1,"ok":false,"error":{"kind":"unknown_op","message":"Unknown operation \'nope\'."}}',
+        ),
+        (
+            {"id": 2, "op": "read_file", "args": {"path": "nope"}},
+            '{"id":2,"ok":false,"error":{"kind":"not_found","message":"nope does not exist. List the directory to see what is there."}}',
+        ),
+        (
+            {"id": 3, "op": "read_file", "args": {}},
+            '{"id":3,"ok":false,"error":{"kind":"internal","message":"KeyError: \'path\'"}}',
+        ),
+        (
+            {"id": "x", "op": "read_file"},
+            '{"id":"x","ok":false,"error":{"kind":"internal","message":"KeyError: \'path\'"}}',
+        ),
         ({"id": 4, "op": "cancel", "args": {"id": 99}}, '{"id":4,"ok":true,"result":{"cancelled":false}}'),
-        ({"id": 5, "op": "write_file", "args": {"path": "w", "content": "✓"}}, '{"id":5,"ok":true,"result":{"path":"w","bytes_written":3}}'),
+        (
+            {"id": 5, "op": "write_file", "args": {"path": "w", "content": "✓"}},
+            '{"id":5,"ok":true,"result":{"path":"w","bytes_written":3}}',
+        ),
     ],
-)  # fmt: skip
-def test_every_request_gets_exactly_one_answer(box: tuple[Toolbox, io.BytesIO], request_: dict[str, object], expected: str) -> None:  # fmt: skip
+)  # fmt: skip - a table
+def test_every_request_gets_exactly_one_answer(
+    box: tuple[Toolbox, io.BytesIO], request_: dict[str, object], expected: str
+) -> None:
     toolbox, out = box
     toolbox.handle(request_)
     assert out.getvalue() == expected.encode() + b"\n"

@@ -67,9 +67,17 @@ def test_healthz_needs_no_token(client: TestClient) -> None:
 @pytest.mark.parametrize("header", [None, "Bearer wrong", "Basic dXNlcjpwYXNz", f"Bearer {TOKEN}x"])
 def test_every_route_needs_the_token(client: TestClient, header: str | None) -> None:
     headers = {"Authorization": header or ""}
-    for method, path in [("get", "/v1/sessions"), ("post", "/v1/sessions"), ("get", "/v1/sessions/x"), ("get", "/v1/sessions/x/events"),
-                         ("get", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/messages"), ("post", "/v1/sessions/x/cancel"), ("post", "/v1/sessions/x/compact"),
-                         ("delete", "/v1/sessions/x")]:  # fmt: skip
+    for method, path in [
+        ("get", "/v1/sessions"),
+        ("post", "/v1/sessions"),
+        ("get", "/v1/sessions/x"),
+        ("get", "/v1/sessions/x/events"),
+        ("get", "/v1/sessions/x/messages"),
+        ("post", "/v1/sessions/x/messages"),
+        ("post", "/v1/sessions/x/cancel"),
+        ("post", "/v1/sessions/x/compact"),
+        ("delete", "/v1/sessions/x"),
+    ]:
         response = client.request(method, path, headers=headers, json={})
         assert response.status_code == 401, (method, path)
         assert (
@@ -83,8 +91,11 @@ def test_good_repo_is_accepted(client: TestClient, roots: Path) -> None:
     assert response.status_code == 201, response.text
     assert response.json()["repo"] == str(roots / "project")
     sid = response.json()["id"]
-    eventually(lambda: client.get(f"/v1/sessions/{sid}").json()["status"], until=lambda s: s != "running",
-               what="the first session's turn ends (one repository, one running session)")  # fmt: skip
+    eventually(
+        lambda: client.get(f"/v1/sessions/{sid}").json()["status"],
+        until=lambda s: s != "running",
+        what="the first session's turn ends (one repository, one running session)",
+    )
     via_link = create(client, repo=str(roots / "inner-link"))
     assert via_link.status_code == 201 and via_link.json()["repo"] == str(roots / "project")
 
@@ -165,15 +176,21 @@ def test_body_size_limit(client: TestClient, roots: Path) -> None:
     big = create(client, repo=str(roots / "inner-link"), task="x" * 100_000)
     assert big.status_code == 413 and "larger than" in big.json()["detail"]
     chunked = client.post(
-        "/v1/sessions", content=iter([json.dumps({"repo": str(roots), "task": "y" * 70_000}).encode()]),
+        "/v1/sessions",
+        content=iter([json.dumps({"repo": str(roots), "task": "y" * 70_000}).encode()]),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     assert chunked.status_code == 413
 
 
 def test_unknown_session_is_404(client: TestClient) -> None:
-    for method, path in [("get", "/v1/sessions/nope"), ("get", "/v1/sessions/nope/messages"), ("post", "/v1/sessions/nope/cancel"),
-                         ("delete", "/v1/sessions/nope"), ("get", "/v1/sessions/nope/events")]:  # fmt: skip
+    for method, path in [
+        ("get", "/v1/sessions/nope"),
+        ("get", "/v1/sessions/nope/messages"),
+        ("post", "/v1/sessions/nope/cancel"),
+        ("delete", "/v1/sessions/nope"),
+        ("get", "/v1/sessions/nope/events"),
+    ]:
         assert client.request(method, path).status_code == 404
 
 
@@ -205,9 +222,16 @@ def test_no_session_starts_below_the_free_space_floor(tmp_path: Path, roots: Pat
     """A data directory whose filesystem has less free space than the floor: 507 and nothing made; 0 turns it off."""
     beyond = 1 << 24  # 16 TiB: more than this machine has free
     for floor, code in ((beyond, 507), (0, 201)):
-        settings = Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
-                            repo_roots=[roots], data_dir=roots / f"data-{floor}", min_free_mb=floor,
-                            docker_host=f"unix://{roots}/sockdir/docker.sock")  # fmt: skip
+        settings = Settings(
+            api_key="unused",
+            base_url="http://127.0.0.1:9",
+            model_retries=0,
+            api_token=TOKEN,
+            repo_roots=[roots],
+            data_dir=roots / f"data-{floor}",
+            min_free_mb=floor,
+            docker_host=f"unix://{roots}/sockdir/docker.sock",
+        )
         app = create_app(settings, sandbox_factory=lambda *_: NoSandbox())
         with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
             response = create(client, repo=str(roots / "project"))
@@ -233,19 +257,32 @@ def test_retention_removes_old_ended_sessions_when_the_server_starts(
     monkeypatch.delenv("CUBICLE_RETENTION")
 
     def settings(retention_s: float | None) -> Settings:
-        return Settings(api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
-                        repo_roots=[roots], data_dir=roots / "data", retention_s=retention_s,
-                        docker_host=f"unix://{roots}/sockdir/docker.sock")  # fmt: skip
+        return Settings(
+            api_key="unused",
+            base_url="http://127.0.0.1:9",
+            model_retries=0,
+            api_token=TOKEN,
+            repo_roots=[roots],
+            data_dir=roots / "data",
+            retention_s=retention_s,
+            docker_host=f"unix://{roots}/sockdir/docker.sock",
+        )
 
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with TestClient(create_app(settings(None), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
         sid = create(client, repo=str(roots / "project")).json()["id"]
-        eventually(lambda: client.get(f"/v1/sessions/{sid}").json()["status"], until=lambda s: s != "running",
-                   what="the turn ends (no model answers)")  # fmt: skip
+        eventually(
+            lambda: client.get(f"/v1/sessions/{sid}").json()["status"],
+            until=lambda s: s != "running",
+            what="the turn ends (no model answers)",
+        )
     with TestClient(create_app(settings(3600), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
         assert client.get(f"/v1/sessions/{sid}").status_code == 200  # younger than the retention
     time.sleep(1.1)
     with TestClient(create_app(settings(1), sandbox_factory=lambda *_: NoSandbox()), headers=headers) as client:
-        eventually(lambda: client.get(f"/v1/sessions/{sid}").status_code, until=lambda code: code == 404,
-                   what="the retention sweep at start removes the session")  # fmt: skip
+        eventually(
+            lambda: client.get(f"/v1/sessions/{sid}").status_code,
+            until=lambda code: code == 404,
+            what="the retention sweep at start removes the session",
+        )
     assert not (roots / "data" / "workspaces" / sid).exists()

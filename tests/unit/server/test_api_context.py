@@ -26,9 +26,15 @@ POLICY = ContextPolicy(window=60_000, keep_recent=3000, margin=1000)
 def api(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Api]:
     owned_dir(tmp_path / "roots" / "repo")
     settings = Settings(
-        api_key="test", base_url=model_server.url, model_retries=0, api_token=TOKEN,  # type: ignore[attr-defined]
-        repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data", sse_heartbeat_s=1, context=POLICY,
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        model_retries=0,
+        api_token=TOKEN,  # type: ignore[attr-defined]
+        repo_roots=[tmp_path / "roots"],
+        data_dir=tmp_path / "data",
+        sse_heartbeat_s=1,
+        context=POLICY,
+    )
     commands = {"make test": Reply(stdout="F" * 6000)}
     app = create_app(settings, sandbox_factory=lambda *_: MemorySandbox({"README.md": "# r\n"}, commands))
     with serve_in_thread(app) as url:

@@ -24,9 +24,15 @@ TOKEN = "unit-test-token"
 
 def _client(root: Path, **settings: Any) -> TestClient:
     config = Settings(
-        api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN, repo_roots=[root],
-        data_dir=root / "data", docker_host=f"unix://{root}/nowhere.sock", **settings,
-    )  # fmt: skip
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        api_token=TOKEN,
+        repo_roots=[root],
+        data_dir=root / "data",
+        docker_host=f"unix://{root}/nowhere.sock",
+        **settings,
+    )
     app = create_app(config, sandbox_factory=lambda *_: NoSandbox())
     return TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"})
 

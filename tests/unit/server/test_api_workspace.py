@@ -63,9 +63,14 @@ def setup(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Setup]:
     root, data = tmp_path / "roots", tmp_path / "data"
     root.mkdir()
     settings = Settings(
-        api_key="test", base_url=model_server.url, model_retries=0, api_token=TOKEN,  # type: ignore[attr-defined]
-        repo_roots=[root], data_dir=data, sse_heartbeat_s=1,
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        model_retries=0,
+        api_token=TOKEN,  # type: ignore[attr-defined]
+        repo_roots=[root],
+        data_dir=data,
+        sse_heartbeat_s=1,
+    )
     app = create_app(settings, sandbox_factory=lambda *_: MemorySandbox({}))
     with serve_in_thread(app) as url:
         api = Api(url, TOKEN)
@@ -223,8 +228,10 @@ def test_a_root_owned_repository_is_refused(setup: Setup) -> None:
 
 def test_build_inputs_of_a_context_copied_whole_are_applied_only_when_acknowledged(setup: Setup) -> None:
     repo = setup.repo("built")
-    for rel, body in {".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n',
-                      "Dockerfile": "FROM debian\nCOPY . /app\nRUN /app/run.sh\n"}.items():  # fmt: skip
+    for rel, body in {
+        ".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n',
+        "Dockerfile": "FROM debian\nCOPY . /app\nRUN /app/run.sh\n",
+    }.items():
         (repo / rel).parent.mkdir(exist_ok=True)
         (repo / rel).write_text(body)
     sid = setup.session(repo)

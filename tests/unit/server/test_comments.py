@@ -38,9 +38,13 @@ def test_the_comment_comes_first_then_the_hunk_fenced_as_the_agents_data() -> No
     assert len(fence) == 6, "longer than the five backticks in the hunk"
     body = quoted.split(f"{fence}diff\n", 1)[1].split(f"\n{fence}", 1)[0]
     assert body.splitlines() == [
-        "@@ -1,4 +1,4 @@", " def total(items):", "-    return sum(items)", "+    return sum(items, 0)  # ````` fence",
-        "     pass", " ",
-    ]  # fmt: skip
+        "@@ -1,4 +1,4 @@",
+        " def total(items):",
+        "-    return sum(items)",
+        "+    return sum(items, 0)  # ````` fence",
+        "     pass",
+        " ",
+    ]
     assert "b = 2" not in text, "only the hunk of the line"
 
 

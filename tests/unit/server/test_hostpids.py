@@ -71,10 +71,15 @@ def serving(tmp_path: Path, engine: Engine, **settings: Any) -> Iterator[TestCli
     owned_dir(tmp_path / "roots" / "project")
     (tmp_path / "sock").mkdir()
     config = Settings(
-        api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=TOKEN,
-        repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/sock/docker.sock",
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        api_token=TOKEN,
+        repo_roots=[tmp_path / "roots"],
+        data_dir=tmp_path / "data",
+        docker_host=f"unix://{tmp_path}/sock/docker.sock",
         **settings,
-    )  # fmt: skip
+    )
     app = create_app(config, sandbox_factory=engine.sandbox)
     with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         yield c

@@ -28,9 +28,20 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def add(store: Store, sid: str, status: str = "idle", owner: str = "", lease_s: float = -1.0) -> Row:
     now = time.time()
     row = Row(
-        id=sid, repo="/r", task="t", model="m", status=status, usage=Usage(), steps=0, limits=Limits(),  # type: ignore[arg-type]
-        owner=owner, epoch=1, lease_expires=store.now() + lease_s, created_at=now, updated_at=now,
-    )  # fmt: skip
+        id=sid,
+        repo="/r",
+        task="t",
+        model="m",
+        status=status,
+        usage=Usage(),
+        steps=0,
+        limits=Limits(),  # type: ignore[arg-type]
+        owner=owner,
+        epoch=1,
+        lease_expires=store.now() + lease_s,
+        created_at=now,
+        updated_at=now,
+    )
     store.insert(row)
     return row
 

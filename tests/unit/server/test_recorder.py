@@ -36,8 +36,18 @@ SID = "s_feedtest"
 def store(tmp_path: Path) -> Iterator[Store]:
     store = Store(tmp_path / "cubicle.db")
     now = time.time()
-    record = Row(id=SID, repo="/r", task="t", model="m", status="running", usage=Usage(), steps=0,
-                           limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
+    record = Row(
+        id=SID,
+        repo="/r",
+        task="t",
+        model="m",
+        status="running",
+        usage=Usage(),
+        steps=0,
+        limits=Limits(),
+        created_at=now,
+        updated_at=now,
+    )
     store.insert(record)
     yield store
     store.close()
@@ -331,8 +341,16 @@ async def test_tool_results_past_the_sessions_cap_are_stored_without_their_outpu
     recorder = Recorder(store, Feed(store, Turn(), poll_s=300), SID, Conversation(), events_cap=cap)
     shown = []
     for n in range(6):
-        result = ToolResult(session_id=SID, id=f"c{n}", name="run_command", is_error=False, output="é" * 20_000,
-                            model_chars=100, duration_s=0.1, exit_code=0)  # fmt: skip
+        result = ToolResult(
+            session_id=SID,
+            id=f"c{n}",
+            name="run_command",
+            is_error=False,
+            output="é" * 20_000,
+            model_chars=100,
+            duration_s=0.1,
+            exit_code=0,
+        )
         await recorder.emit(result)
         shown.append(result)
         await recorder.emit(text(n))
@@ -344,8 +362,17 @@ async def test_tool_results_past_the_sessions_cap_are_stored_without_their_outpu
     assert store.event_bytes(SID) == recorder.stored < cap
     again = Recorder(store, Feed(store, Turn(), poll_s=300), SID, Conversation(), events_cap=cap)
     assert again.stored == recorder.stored
-    await again.emit(ToolResult(session_id=SID, id="small", name="read_file", is_error=False, output="x" * 10,
-                                model_chars=10, duration_s=0.1))  # fmt: skip
+    await again.emit(
+        ToolResult(
+            session_id=SID,
+            id="small",
+            name="read_file",
+            is_error=False,
+            output="x" * 10,
+            model_chars=10,
+            duration_s=0.1,
+        )
+    )
     assert store.events_after(SID, 0)[-1].output == "x" * 10  # type: ignore[union-attr]
 
 

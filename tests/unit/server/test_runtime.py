@@ -109,9 +109,14 @@ def served(tmp_path: Path, model_server: ScriptedServer) -> Iterator[Any]:
     def serve(**code: Any) -> Any:
         owned_dir(tmp_path / "roots" / "repo")
         settings = Settings(
-            api_key="test", base_url=model_server.url, api_token="t", repo_roots=[tmp_path / "roots"],  # type: ignore[attr-defined]
-            data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/engine.sock", sse_heartbeat_s=1,
-        )  # fmt: skip
+            api_key="test",
+            base_url=model_server.url,
+            api_token="t",
+            repo_roots=[tmp_path / "roots"],  # type: ignore[attr-defined]
+            data_dir=tmp_path / "data",
+            docker_host=f"unix://{tmp_path}/engine.sock",
+            sse_heartbeat_s=1,
+        )
         return serve_in_thread(create_app(settings, **code))
 
     yield serve

@@ -49,9 +49,13 @@ class Controller:
 @pytest.fixture
 async def controller(tmp_path: Path, model_server: ScriptedServer) -> AsyncIterator[Controller]:
     settings = Settings(
-        api_key="test", base_url=model_server.url, model_retries=0, data_dir=tmp_path / "data",  # type: ignore[attr-defined]
-        idle_timeout_s=0.3, docker_host=f"unix://{tmp_path}/no-docker.sock",
-    )  # fmt: skip
+        api_key="test",
+        base_url=model_server.url,
+        model_retries=0,
+        data_dir=tmp_path / "data",  # type: ignore[attr-defined]
+        idle_timeout_s=0.3,
+        docker_host=f"unix://{tmp_path}/no-docker.sock",
+    )
     made: list[CountingSandbox] = []
     async with open_sessions(settings, lambda *_: CountingSandbox(made), start=True) as sessions:  # as the API's
         yield Controller(sessions, made)
@@ -139,8 +143,18 @@ async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_ca
     settings = Settings(api_key="test", data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/no-docker.sock")
     store = open_store(settings)
     now = time.time()
-    left = Row(id="s_left", repo=str(tmp_path), task="go", model="m", status="running", usage=Usage(),
-                         steps=1, limits=Limits(), created_at=now, updated_at=now)  # fmt: skip
+    left = Row(
+        id="s_left",
+        repo=str(tmp_path),
+        task="go",
+        model="m",
+        status="running",
+        usage=Usage(),
+        steps=1,
+        limits=Limits(),
+        created_at=now,
+        updated_at=now,
+    )
     store.insert(left)
     call = {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {"command": "sleep 9"}}
     store.save_messages(left.id, [{"role": "user", "content": "go"}, {"role": "assistant", "content": [call]}], 0)

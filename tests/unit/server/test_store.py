@@ -37,9 +37,17 @@ CREATE INDEX sessions_created ON sessions (created_at DESC);
 def record(sid: str, task: str = "t", status: str = "idle") -> Row:
     now = time.time()
     return Row(
-        id=sid, repo="/r", task=task, model="m", status=status, usage=Usage(), steps=0, limits=Limits(),  # type: ignore[arg-type]
-        created_at=now, updated_at=now,
-    )  # fmt: skip
+        id=sid,
+        repo="/r",
+        task=task,
+        model="m",
+        status=status,
+        usage=Usage(),
+        steps=0,
+        limits=Limits(),  # type: ignore[arg-type]
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def version(store: Store) -> list[int]:
@@ -58,11 +66,26 @@ def test_a_database_of_an_earlier_release_upgrades_in_place(tmp_path: Path, adde
     old.execute(
         "INSERT INTO sessions (id, repo, task, model, status, finish_reason, detail, usage, steps, limits, "
         "created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        ("s_old", "/r", "the task", "m", "idle", "end_turn", "", Usage().model_dump_json(), 3,
-         Limits().model_dump_json(), 1.0, 2.0),
-    )  # fmt: skip
+        (
+            "s_old",
+            "/r",
+            "the task",
+            "m",
+            "idle",
+            "end_turn",
+            "",
+            Usage().model_dump_json(),
+            3,
+            Limits().model_dump_json(),
+            1.0,
+            2.0,
+        ),
+    )
     old.execute('INSERT INTO messages VALUES (\'s_old\', 0, \'{"role": "user", "content": "the task"}\')')
-    old.execute("INSERT INTO events VALUES ('s_old', 1, 'status', ?)", (StatusEvent(session_id="s_old", seq=1, status="idle").model_dump_json(),))  # fmt: skip
+    old.execute(
+        "INSERT INTO events VALUES ('s_old', 1, 'status', ?)",
+        (StatusEvent(session_id="s_old", seq=1, status="idle").model_dump_json(),),
+    )
     old.commit()
     old.close()
 

@@ -71,8 +71,13 @@ def test_the_viewer_asks_prism_only_to_tokenize() -> None:
 
 @pytest.mark.parametrize(
     ("name", "sample"),
-    [("innerHTML", "node.innerHTML = text"), ("eval", "eval (code)"), ("href/src from code", "a.href = url"),
-     ("string timers", "setTimeout('run()', 1)"), ("setAttribute", "el.setAttribute('onclick', x)")],
-)  # fmt: skip
+    [
+        ("innerHTML", "node.innerHTML = text"),
+        ("eval", "eval (code)"),
+        ("href/src from code", "a.href = url"),
+        ("string timers", "setTimeout('run()', 1)"),
+        ("setAttribute", "el.setAttribute('onclick', x)"),
+    ],
+)
 def test_the_guard_catches_what_it_names(name: str, sample: str) -> None:
     assert re.search(FORBIDDEN_JS[name], sample)

@@ -26,9 +26,13 @@ HERE = "http://127.0.0.1"
 
 def _settings(tmp_path: Path, token: str | None) -> Settings:
     return Settings(
-        api_key="unused", base_url="http://127.0.0.1:9", model_retries=0, api_token=token,
-        repo_roots=[tmp_path / "roots"], data_dir=tmp_path / "data",
-    )  # fmt: skip
+        api_key="unused",
+        base_url="http://127.0.0.1:9",
+        model_retries=0,
+        api_token=token,
+        repo_roots=[tmp_path / "roots"],
+        data_dir=tmp_path / "data",
+    )
 
 
 @pytest.fixture
@@ -224,8 +228,14 @@ def test_a_long_response_asks_the_store_at_most_every_second_and_a_store_gone_en
     key = _sign_in(client)
     cookie = f"{webauth.COOKIE}={client.cookies[webauth.COOKIE]}"
     app = client.app
-    scope = {"type": "http", "method": "GET", "path": "/v1/sessions/x/events", "query_string": b"", "app": app,
-             "headers": [(b"cookie", cookie.encode()), (b"x-cubicle-key", key.encode())]}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/sessions/x/events",
+        "query_string": b"",
+        "app": app,
+        "headers": [(b"cookie", cookie.encode()), (b"x-cubicle-key", key.encode())],
+    }
     check = webauth.still_let_in(Request(scope), SecretStr(TOKEN))
     assert check(), "just let in"
     app.state.sessions.store.close()  # type: ignore[attr-defined]  # the database goes away mid-stream

@@ -49,7 +49,7 @@ def test_apply_writes_exactly_the_safe_changes(ws: Workspace) -> None:
             "empty",
             "sub",
         ]
-    )  # fmt: skip  ("sub" is created empty: its only entry is a discarded .GIT)
+    )  # "sub" is created empty: its only entry is a discarded .GIT
     assert {c.path for c in result.skipped} >= {"pipe", "escape", ".git/config", "sub/.GIT", "app.log"}
     tree = snapshot(ws.repo)
     assert (ws.repo / "src/app.py").read_text() == "v2\n" and not (ws.repo / "old/gone.txt").exists()
@@ -250,8 +250,9 @@ def test_what_a_killed_apply_left_under_a_temporary_name_is_removed_and_does_not
     assert result.conflicts == [] and not (ws.repo / "made").exists() and not (ws.repo / "b.txt").exists()
     # A set: the prefix is random, so where it sorts beside the fixed name is chance (one run in 250 failed).
     assert {n for n in os.listdir(ws.repo) if n.startswith(".cubicle")} == {
-        ".cubicle-0123456789ab-00.tmp", f"{prefix}kept"
-    }  # fmt: skip
+        ".cubicle-0123456789ab-00.tmp",
+        f"{prefix}kept",
+    }
 
 
 def test_after_a_killed_apply_revert_never_overwrites_what_the_user_changed_since(ws: Workspace) -> None:
@@ -293,8 +294,13 @@ def test_apply_never_opens_the_checkout_to_other_users(ws: Workspace) -> None:
         for rel in ("src", "src/app.py", "tools", "tools/run.sh", "README.md", "docs")
     }
     assert modes == {
-        "src": 0o755, "src/app.py": 0o644, "tools": 0o755, "tools/run.sh": 0o755, "README.md": 0o664, "docs": 0o1777,
-    }  # fmt: skip
+        "src": 0o755,
+        "src/app.py": 0o644,
+        "tools": 0o755,
+        "tools/run.sh": 0o755,
+        "README.md": 0o664,
+        "docs": 0o1777,
+    }
     assert scan(ws.layer) == [], "what was applied is no change any more"
 
 
@@ -363,8 +369,11 @@ def test_revert_without_root_powers_restores_inside_a_read_only_directory(tmp_pa
     drop = "--bounding-set=-dac_override,-dac_read_search,-fowner"
     done = subprocess.run(
         ["setpriv", drop, sys.executable, "-c", REVERT_UNPRIVILEGED, str(tmp_path / "data")],
-        capture_output=True, text=True, cwd=Path(__file__).parents[3], timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[3],
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["conflicts"] == []
     assert sorted(str(p.relative_to(repo)) for p in repo.rglob("*")) == ["src", "src/a.py"]

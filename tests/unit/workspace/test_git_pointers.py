@@ -118,8 +118,11 @@ def covered(ws: Workspace, path: str, home: str | None = None) -> bool:
         ({}, [("core.hooksPath", "frontend/.husky/_")], "frontend/.husky/pre-commit"),
         ({"lefthook.yml": "pre-commit:\n"}, [], "lefthook-local.json"),
         ({"lefthook.yml": ""}, [], ".lefthook-local/pre-commit/noop.sh"),
-        ({".release.inc": "[core]\n\thooksPath = .release-hooks\n"},
-         [("includeIf.onbranch:release.path", "../.release.inc")], ".release-hooks/pre-commit"),
+        (
+            {".release.inc": "[core]\n\thooksPath = .release-hooks\n"},
+            [("includeIf.onbranch:release.path", "../.release.inc")],
+            ".release-hooks/pre-commit",
+        ),
         ({}, [("commit.template", ".gitmessage")], ".gitmessage"),
         ({}, [("gpg.ssh.allowedSignersFile", ".allowed_signers")], ".allowed_signers"),
         ({}, [("mergetool.mine.cmd", "tools/merge.sh $BASE")], "tools/merge.sh"),
@@ -130,18 +133,45 @@ def covered(ws: Workspace, path: str, home: str | None = None) -> bool:
         ({".husky/pre-commit": "uv run scripts/x.py\n"}, [], "scripts/x.py"),
         ({".husky/pre-commit": "python3 -m tools.lint\n"}, [], "tools/lint.py"),
         ({".husky/pre-commit": '"$(dirname "$0")/../scripts/x.sh"\n'}, [], "scripts/x.sh"),
-        ({"lefthook.yml": "pre-commit:\n  commands:\n    lint:\n      run: ./scripts/lint.sh\n"}, [],
-         "scripts/lint.sh"),
-        ({".pre-commit-config.yaml": "repos:\n- repo: local\n  hooks:\n  - id: check\n    entry: scripts/chk.py\n"},
-         [], "scripts/chk.py"),
+        (
+            {"lefthook.yml": "pre-commit:\n  commands:\n    lint:\n      run: ./scripts/lint.sh\n"},
+            [],
+            "scripts/lint.sh",
+        ),
+        (
+            {".pre-commit-config.yaml": "repos:\n- repo: local\n  hooks:\n  - id: check\n    entry: scripts/chk.py\n"},
+            [],
+            "scripts/chk.py",
+        ),
         ({".lintstagedrc.json": '{"*.js": "scripts/fix.sh"}\n'}, [], "scripts/fix.sh"),
         ({}, [("hook.fmt.command", "tools/fmt.sh"), ("hook.fmt.event", "pre-commit")], "tools/fmt.sh"),
     ],
-    ids=["function-alias", "sh-c", "cd", "node-module", "built-path", "husky-subfolder", "lefthook-json",
-         "lefthook-local-dir", "includeIf-onbranch", "commit-template", "allowed-signers", "mergetool",
-         "hook-calls-a-script", "if-then", "bang-time", "env-node", "uv-run", "python-m", "dirname-0",
-         "lefthook-run", "pre-commit-entry", "lint-staged-json", "config-hook"],
-)  # fmt: skip
+    ids=[
+        "function-alias",
+        "sh-c",
+        "cd",
+        "node-module",
+        "built-path",
+        "husky-subfolder",
+        "lefthook-json",
+        "lefthook-local-dir",
+        "includeIf-onbranch",
+        "commit-template",
+        "allowed-signers",
+        "mergetool",
+        "hook-calls-a-script",
+        "if-then",
+        "bang-time",
+        "env-node",
+        "uv-run",
+        "python-m",
+        "dirname-0",
+        "lefthook-run",
+        "pre-commit-entry",
+        "lint-staged-json",
+        "config-hook",
+    ],
+)
 def test_what_the_red_team_found_the_configuration_runs_is_trusted(
     ws: Workspace, files: dict[str, str], config: list[tuple[str, str]], written: str
 ) -> None:
@@ -213,8 +243,12 @@ def test_a_session_in_a_subfolder_reads_the_hooks_at_the_work_trees_top(ws: Work
 def test_a_checkout_this_git_cannot_read_holds_everything_back(ws: Workspace) -> None:
     """Red-team finding: a repository format this git does not know (a newer git's extension) made git fail and
     the hooks path unread, so the agent's hook applied. Now every change waits for a force."""
-    as_git_checkout(ws, ("core.hooksPath", ".githooks"), ("core.repositoryformatversion", "1"),
-                    ("extensions.someFutureExtension", "true"))  # fmt: skip
+    as_git_checkout(
+        ws,
+        ("core.hooksPath", ".githooks"),
+        ("core.repositoryformatversion", "1"),
+        ("extensions.someFutureExtension", "true"),
+    )
     assert covered(ws, ".githooks/pre-commit") and covered(ws, "src/app.py")
 
 
@@ -241,10 +275,21 @@ def test_the_index_finds_what_trying_each_pointer_finds() -> None:
         Pointer("scripts/lint.sh", False, "a hook runs it"),
     )
     paths = [
-        "scripts", "scripts/hooks", "scripts/hooks/pre-commit", "scripts/hooksx", "scripts/lint.sh", "config",
-        "config/git", "config/git/extra.cfg", "config/git/extra.cfg/x", "tools", "tools/fsmon.sh", "tool",
-        "README.md", "scripts/hooks/deep/er/file",
-    ]  # fmt: skip
+        "scripts",
+        "scripts/hooks",
+        "scripts/hooks/pre-commit",
+        "scripts/hooksx",
+        "scripts/lint.sh",
+        "config",
+        "config/git",
+        "config/git/extra.cfg",
+        "config/git/extra.cfg/x",
+        "tools",
+        "tools/fsmon.sh",
+        "tool",
+        "README.md",
+        "scripts/hooks/deep/er/file",
+    ]
     index = Index(listed)
     for path in paths:
         for is_dir in (True, False):

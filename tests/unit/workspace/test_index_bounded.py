@@ -65,8 +65,11 @@ def test_a_huge_index_costs_the_controller_nothing_at_session_start(tmp_path: Pa
     assert ENTRIES * 60 < (big / ".git" / "index").stat().st_size < 64 * MiB  # read, not skipped for its size
     done = subprocess.run(
         [sys.executable, "-c", START, str(tmp_path / "data"), str(small), str(big)],
-        capture_output=True, text=True, timeout=600, cwd=os.getcwd(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.getcwd(),
+    )
     assert done.returncode == 0, done.stderr
     growth = json.loads(done.stdout)["growth"]
     assert growth < BOUND, f"the controller grew by {growth / MiB:.0f} MiB at the session's start"

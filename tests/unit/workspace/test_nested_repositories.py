@@ -110,14 +110,37 @@ def test_a_pointer_is_matched_in_any_case(ws: Workspace, written: str) -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        ".build.yml", ".builds/deploy.yml", "buildkite.yml", "buildkite.json", "cloudbuild.json",
-        ".codecatalyst/workflows/deploy.yaml", ".teamcity/settings.kts", ".harness/pipeline.yaml", "codefresh.yml",
-        "jenkins-x.yml", ".lighthouse/jenkins-x/triggers.yaml", "renovate.json", "renovate.json5",
-        ".github/renovate.json", ".renovaterc", ".renovaterc.json", ".readthedocs.yaml", ".readthedocs.yml",
-        "amplify.yml", "netlify.toml", "vercel.json", "render.yaml", ".do/app.yaml", "heroku.yml", ".gitpod.yml",
-        ".workflow/master.yml", ".onedev-buildspec.yml", ".github/workflow\u017f/evil.yml", "Vercel.JSON",
+        ".build.yml",
+        ".builds/deploy.yml",
+        "buildkite.yml",
+        "buildkite.json",
+        "cloudbuild.json",
+        ".codecatalyst/workflows/deploy.yaml",
+        ".teamcity/settings.kts",
+        ".harness/pipeline.yaml",
+        "codefresh.yml",
+        "jenkins-x.yml",
+        ".lighthouse/jenkins-x/triggers.yaml",
+        "renovate.json",
+        "renovate.json5",
+        ".github/renovate.json",
+        ".renovaterc",
+        ".renovaterc.json",
+        ".readthedocs.yaml",
+        ".readthedocs.yml",
+        "amplify.yml",
+        "netlify.toml",
+        "vercel.json",
+        "render.yaml",
+        ".do/app.yaml",
+        "heroku.yml",
+        ".gitpod.yml",
+        ".workflow/master.yml",
+        ".onedev-buildspec.yml",
+        ".github/workflow\u017f/evil.yml",
+        "Vercel.JSON",
     ],
-)  # fmt: skip
+)  # fmt: skip - a table
 def test_more_ci_and_build_service_definitions_are_named(path: str) -> None:
     why = pipelines.why(path, False)
     assert why is not None and "--force PATH" in why, path
@@ -136,11 +159,22 @@ def test_the_index_finds_what_trying_each_pointer_finds_among_many_folders() -> 
     """Nested repositories bring many directory pointers: the lookup by each folder a path lies in finds the
     first that covers it, as trying them in order does (in any case)."""
     kinds = ((".githooks", True), (".husky", True), (".gitmodules", False))
-    listed = (*(Pointer(f"vendor/r{n}/{name}", is_dir, name) for n in range(40) for name, is_dir in kinds),
-              Pointer("vendor/r3", True, "beyond"))  # fmt: skip
+    listed = (
+        *(Pointer(f"vendor/r{n}/{name}", is_dir, name) for n in range(40) for name, is_dir in kinds),
+        Pointer("vendor/r3", True, "beyond"),
+    )
     index = Index(listed)
-    for path in ("vendor/r3/.githooks/pre-commit", "vendor/r7/.husky/x/y", "vendor/r7/.husky", "vendor/r7",
-                 "vendor/r39/.gitmodules", "vendor/r39/src/a.py", "vendor/r4/.githooksx", "vendor", "other"):  # fmt: skip
+    for path in (
+        "vendor/r3/.githooks/pre-commit",
+        "vendor/r7/.husky/x/y",
+        "vendor/r7/.husky",
+        "vendor/r7",
+        "vendor/r39/.gitmodules",
+        "vendor/r39/src/a.py",
+        "vendor/r4/.githooksx",
+        "vendor",
+        "other",
+    ):
         for is_dir in (True, False):
             brute = next((p for p in listed if p.covers(path, is_dir)), None)
             assert index.covering(path, is_dir) == brute, (path, is_dir)

@@ -15,15 +15,27 @@ WORKFLOW = 'on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n     
 @pytest.mark.parametrize(
     ("path", "is_dir"),
     [
-        (".github/workflows/ci.yml", False), (".github/workflows", True), (".github/actions/setup/action.yml", False),
-        (".GitHub/Workflows/ci.yml", False), (".gitlab-ci.yml", False), (".gitlab/ci/deploy.yml", False),
-        (".circleci/config.yml", False), ("Jenkinsfile", False), ("azure-pipelines.yml", False),
-        (".buildkite/pipeline.yml", False), (".drone.yml", False), ("bitbucket-pipelines.yml", False),
-        (".travis.yml", False), (".woodpecker/build.yml", False), (".woodpecker.yml", False),
-        (".github/dependabot.yml", False), (".gitea/workflows/ci.yml", False), (".forgejo/workflows/x.yaml", False),
+        (".github/workflows/ci.yml", False),
+        (".github/workflows", True),
+        (".github/actions/setup/action.yml", False),
+        (".GitHub/Workflows/ci.yml", False),
+        (".gitlab-ci.yml", False),
+        (".gitlab/ci/deploy.yml", False),
+        (".circleci/config.yml", False),
+        ("Jenkinsfile", False),
+        ("azure-pipelines.yml", False),
+        (".buildkite/pipeline.yml", False),
+        (".drone.yml", False),
+        ("bitbucket-pipelines.yml", False),
+        (".travis.yml", False),
+        (".woodpecker/build.yml", False),
+        (".woodpecker.yml", False),
+        (".github/dependabot.yml", False),
+        (".gitea/workflows/ci.yml", False),
+        (".forgejo/workflows/x.yaml", False),
         (".github", False),  # a symlink or file where the folder is: it would lead the CI elsewhere
     ],
-)  # fmt: skip
+)
 def test_each_ci_definition_is_named_with_what_runs_it(path: str, is_dir: bool) -> None:
     why = pipelines.why(path, is_dir)
     assert why is not None and "secrets" in why and "--force PATH" in why
@@ -46,8 +58,13 @@ def test_ci_definitions_are_held_back_from_a_plain_apply_and_written_only_when_f
     ws.stop()
     judged = {c.path: c for c in scan(ws.layer)}
     held = {p for p, c in judged.items() if c.disposition == Disposition.TRUSTED}
-    assert held == {".github/workflows", ".github/workflows/ci.yml", ".gitlab-ci.yml", ".circleci",
-                    ".circleci/config.yml"}  # fmt: skip
+    assert held == {
+        ".github/workflows",
+        ".github/workflows/ci.yml",
+        ".gitlab-ci.yml",
+        ".circleci",
+        ".circleci/config.yml",
+    }
     assert "GitHub Actions workflows" in judged[".github/workflows/ci.yml"].reason
     assert judged[".github"].disposition == Disposition.APPLY  # a folder on the way, holding nothing itself
     plain = apply(ws.layer)

@@ -17,9 +17,23 @@ from tests.unit.workspace.overlay import Workspace, snapshot
 FILE = "notes" + os.fsdecode(b"\xff")  # the agent's byte 0xFF, as the layer's path holds it
 DIRECTORY = "notes\\xff"  # a directory whose name is the four characters the file's byte prints as
 NAMES = [
-    "a", "a\\", "\\", "\\\\", "a\\x", "a\\xff", "a\\\\xff", "a" + os.fsdecode(b"\xff"), "a\\" + os.fsdecode(b"\xff"),
-    "a\\x41", "é\\é", os.fsdecode(b"\xc3"), "x\x1by", "sub/a\\xff/b", os.fsdecode(b"\xff\xfe"), "\\x5c",
-]  # fmt: skip
+    "a",
+    "a\\",
+    "\\",
+    "\\\\",
+    "a\\x",
+    "a\\xff",
+    "a\\\\xff",
+    "a" + os.fsdecode(b"\xff"),
+    "a\\" + os.fsdecode(b"\xff"),
+    "a\\x41",
+    "é\\é",
+    os.fsdecode(b"\xc3"),
+    "x\x1by",
+    "sub/a\\xff/b",
+    os.fsdecode(b"\xff\xfe"),
+    "\\x5c",
+]
 
 
 def test_no_two_paths_print_alike_and_each_printed_form_reads_back_as_its_own_path() -> None:
