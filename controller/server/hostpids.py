@@ -34,8 +34,9 @@ def host_pid_max(path: Path = PID_MAX) -> int:
 
 
 class HostPids:
-    """The pids budget: ``total`` host pids for all the sandboxes of this controller together, each charged what
-    ``charge`` (the backend's ``host_pids``) says a sandbox of its limits may hold."""
+    """The pids budget: ``total`` host pids for all the sandboxes of this host's Cubicle controllers together (the
+    others' charges come from the host's ledger, ``pidledger``), each charged what ``charge`` (the backend's
+    ``host_pids``) says a sandbox of its limits may hold."""
 
     def __init__(self, total: int, charge: Callable[[Limits], int]) -> None:
         self.total = total
@@ -53,21 +54,27 @@ class HostPids:
             most = self.total // max(1, charge // limits.pids)
             raise InvalidRequestError(
                 f"A session of {limits.pids} pids under {limits.runtime} may hold {charge:,} of the host's process "
-                f"ids; this server gives all its sandboxes together {self.total:,}.",
+                f"ids; this host gives all its Cubicle sandboxes together {self.total:,}.",
                 hint=f"Ask for fewer pids (about {most:,} under {limits.runtime} at most), or raise "
                 "CUBICLE_HOST_PIDS_BUDGET on a host whose kernel.pid_max allows it.",
             )
 
-    def fits(self, limits: Limits, held: Iterable[Limits]) -> bool:
-        """Whether a session of ``limits`` fits beside sessions holding ``held``."""
-        return self.charge(limits) + sum(self.charge(other) for other in held) <= self.total
+    def charged(self, held: Iterable[Limits]) -> int:
+        """What sessions holding ``held`` are charged together."""
+        return sum(self.charge(limits) for limits in held)
 
-    def refuse(self, limits: Limits, held: Iterable[Limits]) -> None:
-        """CapacityError unless a session of ``limits`` fits beside ``held``."""
+    def fits(self, limits: Limits, held: Iterable[Limits], others: int = 0) -> bool:
+        """Whether a session of ``limits`` fits beside sessions holding ``held`` and ``others`` pids charged by the
+        host's other controller processes."""
+        return self.charge(limits) + self.charged(held) + others <= self.total
+
+    def refuse(self, limits: Limits, held: Iterable[Limits], others: int = 0) -> None:
+        """CapacityError unless a session of ``limits`` fits beside ``held`` and the other processes' ``others``."""
         held = list(held)
-        if not self.fits(limits, held):
-            taken = sum(self.charge(other) for other in held)
+        if not self.fits(limits, held, others):
+            here = self.charged(held)
             raise CapacityError(
-                f"The running sessions may hold {taken:,} of the {self.total:,} host process ids this controller "
-                f"gives its sandboxes; this one needs {self.charge(limits):,}. Retry when one finishes."
+                f"The running sessions may hold {here + others:,} of the {self.total:,} host process ids all of "
+                f"this host's Cubicle sandboxes share ({others:,} of them another controller process's); this one "
+                f"needs {self.charge(limits):,}. Retry when one finishes."
             )

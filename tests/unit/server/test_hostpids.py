@@ -105,7 +105,7 @@ def test_a_runsc_session_at_the_ceiling_is_refused_not_admitted(client: TestClie
     response = start(client, repo, {"runtime": "runsc", "pids": 4096})
     if budget < 4096 * 8:
         assert response.status_code == 422, response.text
-        assert "this server gives all its sandboxes together" in response.json()["detail"]
+        assert "this host gives all its Cubicle sandboxes together" in response.json()["detail"]
     assert engine.peak <= budget
 
 
