@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # testcontainers' reaper image cannot be pulled offline; our fixtures clean up by label instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 # The host's pids ledger of this test process alone: test runs of other checkouts beside it would otherwise share
 # the host's budget with it, and a test of a small budget would count their sandboxes.
-os.environ.setdefault("CUBICLE_HOST_PIDS_LEDGER", __import__("tempfile").mkdtemp(prefix="cubicle-pids-"))
+os.environ.setdefault("CUBICLE_HOST_PIDS_LEDGER", tempfile.mkdtemp(prefix="cubicle-pids-"))
 import gc
 import hashlib
 import secrets
