@@ -164,3 +164,11 @@ def test_any_request_under_the_default_ceilings_fits_half_of_a_small_pid_max(tmp
             except InvalidRequestError:
                 continue
             assert pids.fits(limits, [])
+
+
+def test_a_runtime_whose_kernel_is_not_the_hosts_is_charged_as_gvisor() -> None:
+    """gVisor registered under another name than runsc (or any runtime but runc and crun) is charged 8 times its
+    pids, whatever engine limit it gets: what such a runtime keeps on the host is its own."""
+    for runtime in ("gvisor", "runsc-kvm", "kata"):
+        assert host_pids(Limits(runtime=runtime, pids=512)) >= 512 * 8, runtime
+    assert host_pids(Limits(runtime="crun", pids=512)) == host_pids(Limits(pids=512)) == 512 + 64
