@@ -62,9 +62,8 @@ class Ledger:
     def _ensure(self) -> None:
         """The directory, made sticky and writable by everyone if this process makes it; refused if someone other
         than root or this user owns it while others may remove its files (what they hold would go uncounted)."""
-        with contextlib.suppress(FileExistsError):
-            self.directory.mkdir(parents=True, mode=0o700)
-            os.chmod(self.directory, 0o1777)
+        if not self.directory.exists():
+            self._make()
         info = os.lstat(self.directory)
         shared = info.st_mode & 0o022
         if not stat.S_ISDIR(info.st_mode) or (
@@ -76,6 +75,17 @@ class Ledger:
                 hint="Remove it (root), or set CUBICLE_HOST_PIDS_LEDGER to a directory every controller of this "
                 "host shares.",
             )
+
+    def _make(self) -> None:
+        """The directory, sticky and writable by everyone from the moment it has its name (made aside, then renamed
+        into place: another process never sees it half made); one another process made first is as good."""
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        aside = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=self.directory.parent))
+        os.chmod(aside, 0o1777)
+        try:
+            os.rename(aside, self.directory)
+        except OSError:  # it exists now
+            aside.rmdir()
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:

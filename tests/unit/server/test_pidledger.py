@@ -147,3 +147,17 @@ def test_the_ledger_directory_is_shared_by_every_user(tmp_path: Path) -> None:
     assert ledger.stat().st_mode & 0o7777 == 0o1777
     (entry,) = ledger.glob("*" + SUFFIX)
     assert json.loads(entry.read_text())["charge"] == 320
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the directory to another user")
+def test_a_directory_others_may_empty_is_refused(tmp_path: Path) -> None:
+    """Another user's directory that is not sticky lets everyone remove the others' files (their charges would go
+    uncounted): no session is admitted through it. Sticky, it is used."""
+    ledger = tmp_path / "theirs"
+    ledger.mkdir()
+    os.chown(ledger, 1000, 1000)
+    ledger.chmod(0o777)
+    with pytest.raises(CapacityError, match="not a directory Cubicle can trust"):
+        asyncio.run(admission(ledger, tmp_path / "a").make_room(RUNC_256, []))
+    ledger.chmod(0o1777)
+    asyncio.run(admission(ledger, tmp_path / "a").make_room(RUNC_256, []))
