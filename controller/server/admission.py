@@ -62,8 +62,11 @@ class Admission:
     async def settle(self, registered: list[Limits]) -> None:
         """Write this process's charge in the ledger anew (each tick): what its sessions hold now, with those
         ``registered`` but not loaded yet; a container removed since is released for the other processes."""
-        async with self._lock, self.ledger.locked():  # not between an admission and its session's row
-            await asyncio.to_thread(self.ledger.hold, self.pids.charged(self._held(registered)))
+        async with self._lock:  # not between an admission and its session's row
+            charge = self.pids.charged(self._held(registered))
+            if charge or self.ledger.holds:  # a process that never held any writes nothing
+                async with self.ledger.locked():
+                    await asyncio.to_thread(self.ledger.hold, charge)
 
     def _held(self, registered: list[Limits]) -> list[Limits]:
         return [live.record.limits for live in self.loaded.holding()] + registered

@@ -59,6 +59,11 @@ class Ledger:
         self._path: Path | None = None
         """This process's file, once it holds a charge."""
 
+    @property
+    def holds(self) -> bool:
+        """Whether this process has a file in the ledger."""
+        return self._path is not None
+
     def _ensure(self) -> None:
         """The directory, made sticky and writable by everyone if this process makes it; refused if someone other
         than root or this user owns it while others may remove its files (what they hold would go uncounted)."""
