@@ -1,12 +1,13 @@
-"""The host's process ids, shared by every sandbox this controller admits.
+"""The host's process ids, shared by every sandbox of every Cubicle process on the host.
 
 Each engine container is bounded by its pids limit, but nothing bounded them together: under runsc the limit is 8
 times the session's ``pids`` (gVisor's own host tasks, see ``isolation.GVISOR_HOST_TASKS_PER_PID``), and eight
 runsc sessions at the default 512, or two at the ceiling of 4,096, could fill a ``kernel.pid_max`` of 32,768:
 the host and every other sandbox would then fail to fork. So a session is charged every host pid its containers
-may hold (the backend's ``host_pids``; the Docker backend's is ``isolation.host_pids``), and the charges of the sessions loaded at once (a container stays up between
-turns) stay within a budget, by default half of ``kernel.pid_max`` as read when the controller starts. A storm
-in one sandbox then meets its own engine limit and ends that sandbox at worst.
+may hold (the backend's ``host_pids``; the Docker backend's is ``isolation.host_pids``), and the charges of the
+sessions loaded at once (a container stays up between turns) by all the host's Cubicle processes (each one's
+total in the host's ledger, ``pidledger``) stay within a budget, by default half of ``kernel.pid_max`` as read
+when the process starts. A storm in one sandbox then meets its own engine limit and ends that sandbox at worst.
 """
 
 from __future__ import annotations
