@@ -178,10 +178,18 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=1 << 22,
-        description="Host process ids the sandboxes of this controller may hold together, each session charged its "
-        "containers' engine pids limits (under runsc 8 times its pids: gVisor's own host tasks); 0: half of "
-        "kernel.pid_max, read at start. A new turn past it first removes idle sessions' containers, then gets 429; "
-        "a session that alone would pass it is refused (422).",
+        description="Host process ids the sandboxes of all this host's Cubicle controller processes may hold together "
+        "(each process's charge in the host's ledger, CUBICLE_HOST_PIDS_LEDGER), each session charged its "
+        "containers' engine pids limits (under gVisor 8 times its pids: its own host tasks); 0: half of "
+        "kernel.pid_max, read at start. A new turn past it first removes this process's idle sessions' containers, "
+        "then gets 429; a session that alone would pass it is refused (422).",
+    )
+    host_pids_ledger: Path | None = Field(
+        None,
+        description="The directory every Cubicle controller process of this host keeps its pids charge in, to share "
+        "the budget (CUBICLE_HOST_PIDS_BUDGET); unset: /dev/shm/cubicle-pids (made sticky and writable by every "
+        "user). Controllers given different directories, or in other containers or hosts on the same engine, do "
+        "not see each other's charges.",
     )
     min_free_mb: int = Field(
         100,

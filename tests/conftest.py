@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # testcontainers' reaper image cannot be pulled offline; our fixtures clean up by label instead.
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+# The host's pids ledger of this test process alone (each xdist worker its own, not its parent's): test runs of
+# other checkouts and workers beside it would otherwise share the host's budget with it, and a test of a small
+# budget would count their sandboxes. The `cubicle` processes a test starts share the test's.
+os.environ["CUBICLE_HOST_PIDS_LEDGER"] = tempfile.mkdtemp(prefix="cubicle-pids-")
 import gc
 import hashlib
 import secrets

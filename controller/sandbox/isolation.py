@@ -92,8 +92,12 @@ def host_pids(limits: Limits) -> int:
 
     The sandbox's engine pids limit, with its egress proxy's where the runtime can have a network; never less than
     its environment's setup, which runs before it under runc with the session's pids and a proxy. Under runsc that
-    is 8 times ``pids``: gVisor's pooled host tasks fill the envelope whatever the agent's own count."""
+    is 8 times ``pids``: gVisor's pooled host tasks fill the envelope whatever the agent's own count. Any runtime
+    whose kernel is not the host's is charged so too, whatever its engine limit: gVisor may be registered under
+    another name, and what such a runtime keeps on the host is its own."""
     engine, _ = process_limits(limits)
+    if limits.runtime not in HOST_KERNEL:
+        engine = max(engine, limits.pids * GVISOR_HOST_TASKS_PER_PID)
     setup = limits.pids + PROXY_PIDS
     if limits.runtime in NETWORK_NONE_ONLY:
         return max(engine, setup)

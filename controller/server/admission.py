@@ -15,18 +15,23 @@ from ..wire.limits import Limits
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import Workspaces
 from .hostpids import HostPids
+from .pidledger import Ledger
 from .table import Loaded
 
 
 class Admission:
     """The checks a new session or a follow-up passes before its turn is claimed."""
 
-    def __init__(self, settings: Settings, workspaces: Workspaces, loaded: Loaded, pids: HostPids) -> None:
+    def __init__(
+        self, settings: Settings, workspaces: Workspaces, loaded: Loaded, pids: HostPids, ledger: Ledger
+    ) -> None:
         self.settings = settings
         self.workspaces = workspaces
         self.loaded = loaded
         self._lock = asyncio.Lock()
         self.pids = pids
+        self.ledger = ledger
+        """The host's ledger: what the host's other controller processes charged, and this one's charge."""
 
     def check_capacity(self) -> None:
         """Refuse a turn past ``max_concurrent_sessions`` running in this process."""
@@ -38,15 +43,30 @@ class Admission:
 
     async def make_room(self, limits: Limits, registered: list[Limits]) -> None:
         """Admit a sandbox of ``limits`` within the host pids budget, beside every loaded session (a container stays
-        up between turns), those whose container is being removed, and those ``registered`` but not loaded yet.
-        Idle sessions' containers are removed first, the longest loaded first, as their idle timer would;
-        CapacityError if the rest leave too little. Call it within ``one_at_a_time``."""
+        up between turns), those whose container is being removed, those ``registered`` but not loaded yet, and what
+        the host's other controller processes charged (the ledger, locked meanwhile). This process's idle sessions'
+        containers are removed first, the longest loaded first, as their idle timer would; CapacityError if the rest
+        leave too little. Admitted, this process's charge in the ledger includes it. Call it within
+        ``one_at_a_time``."""
         self.pids.refuse_alone(limits)
-        for live in self.loaded.all():
-            if self.pids.fits(limits, self._held(registered)):
-                return
-            await live.stop_idle()
-        self.pids.refuse(limits, self._held(registered))
+        async with self.ledger.locked():
+            others = await asyncio.to_thread(self.ledger.others)
+            for live in self.loaded.all():
+                if self.pids.fits(limits, self._held(registered), others):
+                    break
+                await live.stop_idle()
+            held = self._held(registered)
+            self.pids.refuse(limits, held, others)
+            await asyncio.to_thread(self.ledger.hold, self.pids.charged([limits, *held]))
+
+    async def settle(self, registered: list[Limits]) -> None:
+        """Write this process's charge in the ledger anew (each tick): what its sessions hold now, with those
+        ``registered`` but not loaded yet; a container removed since is released for the other processes."""
+        async with self._lock:  # not between an admission and its session's row
+            charge = self.pids.charged(self._held(registered))
+            if charge or self.ledger.holds:  # a process that never held any writes nothing
+                async with self.ledger.locked():
+                    await asyncio.to_thread(self.ledger.hold, charge)
 
     def _held(self, registered: list[Limits]) -> list[Limits]:
         return [live.record.limits for live in self.loaded.holding()] + registered

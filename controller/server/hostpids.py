@@ -1,12 +1,13 @@
-"""The host's process ids, shared by every sandbox this controller admits.
+"""The host's process ids, shared by every sandbox of every Cubicle process on the host.
 
 Each engine container is bounded by its pids limit, but nothing bounded them together: under runsc the limit is 8
 times the session's ``pids`` (gVisor's own host tasks, see ``isolation.GVISOR_HOST_TASKS_PER_PID``), and eight
 runsc sessions at the default 512, or two at the ceiling of 4,096, could fill a ``kernel.pid_max`` of 32,768:
 the host and every other sandbox would then fail to fork. So a session is charged every host pid its containers
-may hold (the backend's ``host_pids``; the Docker backend's is ``isolation.host_pids``), and the charges of the sessions loaded at once (a container stays up between
-turns) stay within a budget, by default half of ``kernel.pid_max`` as read when the controller starts. A storm
-in one sandbox then meets its own engine limit and ends that sandbox at worst.
+may hold (the backend's ``host_pids``; the Docker backend's is ``isolation.host_pids``), and the charges of the
+sessions loaded at once (a container stays up between turns) by all the host's Cubicle processes (each one's
+total in the host's ledger, ``pidledger``) stay within a budget, by default half of ``kernel.pid_max`` as read
+when the process starts. A storm in one sandbox then meets its own engine limit and ends that sandbox at worst.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def host_pid_max(path: Path = PID_MAX) -> int:
 
 
 class HostPids:
-    """The pids budget: ``total`` host pids for all the sandboxes of this controller together, each charged what
-    ``charge`` (the backend's ``host_pids``) says a sandbox of its limits may hold."""
+    """The pids budget: ``total`` host pids for all the sandboxes of this host's Cubicle controllers together (the
+    others' charges come from the host's ledger, ``pidledger``), each charged what ``charge`` (the backend's
+    ``host_pids``) says a sandbox of its limits may hold."""
 
     def __init__(self, total: int, charge: Callable[[Limits], int]) -> None:
         self.total = total
@@ -53,21 +55,27 @@ class HostPids:
             most = self.total // max(1, charge // limits.pids)
             raise InvalidRequestError(
                 f"A session of {limits.pids} pids under {limits.runtime} may hold {charge:,} of the host's process "
-                f"ids; this server gives all its sandboxes together {self.total:,}.",
+                f"ids; this host gives all its Cubicle sandboxes together {self.total:,}.",
                 hint=f"Ask for fewer pids (about {most:,} under {limits.runtime} at most), or raise "
                 "CUBICLE_HOST_PIDS_BUDGET on a host whose kernel.pid_max allows it.",
             )
 
-    def fits(self, limits: Limits, held: Iterable[Limits]) -> bool:
-        """Whether a session of ``limits`` fits beside sessions holding ``held``."""
-        return self.charge(limits) + sum(self.charge(other) for other in held) <= self.total
+    def charged(self, held: Iterable[Limits]) -> int:
+        """What sessions holding ``held`` are charged together."""
+        return sum(self.charge(limits) for limits in held)
 
-    def refuse(self, limits: Limits, held: Iterable[Limits]) -> None:
-        """CapacityError unless a session of ``limits`` fits beside ``held``."""
+    def fits(self, limits: Limits, held: Iterable[Limits], others: int = 0) -> bool:
+        """Whether a session of ``limits`` fits beside sessions holding ``held`` and ``others`` pids charged by the
+        host's other controller processes."""
+        return self.charge(limits) + self.charged(held) + others <= self.total
+
+    def refuse(self, limits: Limits, held: Iterable[Limits], others: int = 0) -> None:
+        """CapacityError unless a session of ``limits`` fits beside ``held`` and the other processes' ``others``."""
         held = list(held)
-        if not self.fits(limits, held):
-            taken = sum(self.charge(other) for other in held)
+        if not self.fits(limits, held, others):
+            here = self.charged(held)
             raise CapacityError(
-                f"The running sessions may hold {taken:,} of the {self.total:,} host process ids this controller "
-                f"gives its sandboxes; this one needs {self.charge(limits):,}. Retry when one finishes."
+                f"The running sessions may hold {here + others:,} of the {self.total:,} host process ids all of "
+                f"this host's Cubicle sandboxes share ({others:,} of them another controller process's); this one "
+                f"needs {self.charge(limits):,}. Retry when one finishes."
             )

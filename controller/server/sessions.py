@@ -56,6 +56,7 @@ from .feed import Batch, Feed
 from .hostpids import HostPids
 from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
+from .pidledger import Ledger, default_directory
 from .recorder import Recorder
 from .runtime import Runtime, SandboxFactory
 from .store import Row, Store, open_store
@@ -113,7 +114,9 @@ class Sessions:
         self.leases = Leases(store, self.owner, settings.lease_s)
         self._live = Loaded()
         pids = HostPids.of_host(settings.host_pids_budget, runtime.host_pids)
-        self.admission = Admission(settings, self.workspaces, self._live, pids)
+        ledger = Ledger(settings.host_pids_ledger or default_directory())
+        self.admission = Admission(settings, self.workspaces, self._live, pids, ledger)
+        self._settling: asyncio.Task[None] | None = None
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
         self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
@@ -134,10 +137,23 @@ class Sessions:
         if unmounted:
             log.info("unmounted the layer filesystems of %d sessions no process runs", len(unmounted))
         self.tending.start()
+        self._settling = asyncio.create_task(self._settle(), name="pids-ledger")
+
+    async def _settle(self) -> None:
+        """Every tick: this process's charge in the host's pids ledger, anew (released containers leave it)."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self.admission.settle(self._unloaded())
+            except (OSError, CubicleError) as err:  # the next admission writes it again, or is refused
+                log.warning("could not write this process's charge in the host's pids ledger: %r", err)
 
     async def close(self) -> None:
         """Stop every turn (recorded as interrupted, to be continued) and every container."""
         await self.tending.stop()
+        if self._settling is not None:
+            self._settling.cancel()
+            await asyncio.gather(self._settling, return_exceptions=True)
         tasks = [task for live in self._live.all() if (task := live.interrupt()) is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_WAIT_S)
@@ -146,6 +162,8 @@ class Sessions:
         for live, outcome in zip(lives, outcomes, strict=True):
             if isinstance(outcome, BaseException):  # what it left (a container, a mount) is the next start's to sweep
                 log.warning("could not remove the container of %s: %r", live.record.id, outcome)
+        with contextlib.suppress(Exception):  # a process gone is no holder either
+            await self.admission.settle([])
 
     @property
     def running_count(self) -> int:

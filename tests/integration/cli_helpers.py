@@ -17,10 +17,12 @@ SESSION_ID = re.compile(r"cli-[0-9a-f]{16}")
 
 
 def environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without model or Cubicle settings, but for the test's data directory, with the
-    tests' owner instance (``TEST_INSTANCE``) unless ``extra`` names one."""
+    """This process's environment without model or Cubicle settings, but for the test's data directory and the
+    test process's pids ledger, with the tests' owner instance (``TEST_INSTANCE``) unless ``extra`` names one."""
     base = {
-        k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CUBICLE_")) or k == "CUBICLE_DATA_DIR"
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "CUBICLE_")) or k in ("CUBICLE_DATA_DIR", "CUBICLE_HOST_PIDS_LEDGER")
     }
     return {**base, "CUBICLE_INSTANCE": TEST_INSTANCE, **(extra or {})}
 

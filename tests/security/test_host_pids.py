@@ -5,6 +5,10 @@ tests/unit/server/test_hostpids.py). Under runsc, churn alone fills gVisor's hos
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +17,9 @@ from controller.sandbox.docker import DockerSandbox
 from controller.sandbox.isolation import host_pids
 from controller.server.hostpids import HostPids
 from controller.wire.protocol import CommandResult, Failure
+from tests.integration.cli_helpers import cubicle, environment
 from tests.integration.helpers import call, sh
+from tests.integration.pty_helpers import scenario_file
 from tests.sandbox_defaults import SECURE_LIMITS
 
 CHURN = "for i in $(seq 40); do (for j in $(seq 40); do /bin/true; done) & done; wait; echo churned"
@@ -94,3 +100,63 @@ async def test_a_storm_holds_no_more_host_pids_than_charged_and_spares_the_neigh
     peak = sampler.stop()
     assert 0 < peak <= host_pids(box.limits), (peak, host_pids(box.limits))
     assert (await sh(box, "echo alive")).stdout.text == "alive\n"
+
+
+def test_two_cubicle_runs_share_the_hosts_budget(tmp_path: Path, make_repo: Callable[..., Path]) -> None:
+    """The red-team's repro: two `cubicle run` processes (their own data directories) of 256 pids under runc, each
+    charged 320 against a budget of 400. While the first one's command runs, the second is refused, saying why."""
+    settings = {
+        "CUBICLE_HOST_PIDS_BUDGET": "400",
+        "CUBICLE_LIMITS__PIDS": "256",
+        "CUBICLE_HOST_PIDS_LEDGER": str(tmp_path / "ledger"),
+    }
+    waiting = {
+        "name": "hold",
+        "turns": [
+            {"content": [{"type": "tool_use", "name": "run_command", "input": {"command": "echo holding; sleep 600"}}]},
+            {"content": [{"type": "text", "text": "ok"}]},
+        ],
+    }
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "run",
+            str(make_repo("first")),
+            "hold",
+            "--json",
+            "--scenario",
+            scenario_file(tmp_path, waiting),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment({**settings, "CUBICLE_DATA_DIR": str(tmp_path / "a")}),
+    )
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:  # until its command runs: its container is up
+            if json.loads(line).get("type") == "command_output":
+                break
+        else:
+            raise AssertionError(f"the first run ended: {first.wait()} {first.stderr.read() if first.stderr else ''}")
+        second = cubicle(
+            "run",
+            str(make_repo("second")),
+            "x",
+            "--json",
+            "--scenario",
+            scenario_file(tmp_path, SCENARIO),
+            env={**settings, "CUBICLE_DATA_DIR": str(tmp_path / "b")},
+        )
+        assert second.returncode == 4, second.stdout  # EXIT_INFRA: the 429 of a run
+        assert "320 of the 400 host process ids" in second.stderr, second.stderr
+        assert "another controller process" in second.stderr, second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+
+
+SCENARIO = {"name": "second", "turns": [{"content": [{"type": "text", "text": "done"}]}]}

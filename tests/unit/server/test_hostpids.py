@@ -110,7 +110,7 @@ def test_a_runsc_session_at_the_ceiling_is_refused_not_admitted(client: TestClie
     response = start(client, repo, {"runtime": "runsc", "pids": 4096})
     if budget < 4096 * 8:
         assert response.status_code == 422, response.text
-        assert "this server gives all its sandboxes together" in response.json()["detail"]
+        assert "this host gives all its Cubicle sandboxes together" in response.json()["detail"]
     assert engine.peak <= budget
 
 
@@ -169,3 +169,11 @@ def test_any_request_under_the_default_ceilings_fits_half_of_a_small_pid_max(tmp
             except InvalidRequestError:
                 continue
             assert pids.fits(limits, [])
+
+
+def test_a_runtime_whose_kernel_is_not_the_hosts_is_charged_as_gvisor() -> None:
+    """gVisor registered under another name than runsc (or any runtime but runc and crun) is charged 8 times its
+    pids, whatever engine limit it gets: what such a runtime keeps on the host is its own."""
+    for runtime in ("gvisor", "runsc-kvm", "kata"):
+        assert host_pids(Limits(runtime=runtime, pids=512)) >= 512 * 8, runtime
+    assert host_pids(Limits(runtime="crun", pids=512)) == host_pids(Limits(pids=512)) == 512 + 64
