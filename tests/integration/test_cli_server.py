@@ -210,7 +210,11 @@ def test_every_session_command_reaches_the_server_and_the_run_says_how(
 
 
 REVIEWED = [
-    {"content": [tool("run_command", command="printf 'one\\ntwo ```\\nthree\\n' > made.txt; echo x > a; echo y > a:1")]},
+    {
+        "content": [
+            tool("run_command", command="printf 'one\\ntwo ```\\nthree\\n' > made.txt; echo x > a; echo y > a:1")
+        ]
+    },
     {"content": [text("Made it.")]},
     {"content": [text("Reworked it.")]},
 ]
