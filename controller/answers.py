@@ -7,17 +7,25 @@ refused before a byte is read), and an event stream's lines are split here with 
 together, at most ``MAX_EVENT_BYTES``. Past either the client raises ``AnswerTooLargeError`` naming the server.
 Compressed answers are not asked for (``Accept-Encoding: identity``) and are refused: a few kilobytes of gzip
 may inflate to gigabytes before any count could see them.
+
+Bytes are not the only measure: 64 MiB of ``[{},{},…]`` are twenty million objects, gigabytes once built. So
+the values of an answer's JSON are counted before one is built (``loads``), at most ``MAX_VALUES``; and an
+answer that is not JSON, or not the API's model of it (``model``), is ``MalformedAnswerError`` naming the server,
+never a parser's or pydantic's own exception.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
 from httpx_sse._decoders import SSEDecoder
 
-from .errors import AnswerTooLargeError
+from .errors import AnswerTooLargeError, MalformedAnswerError
 
 MAX_ANSWER_BYTES = 64 << 20
 """The largest answer body the client reads. A real answer is far smaller: a listing of changes carries at most
@@ -27,7 +35,67 @@ lists more room, and keeps the user's memory bounded whatever a server sends."""
 MAX_EVENT_BYTES = 64 << 20
 """The largest Server-Sent Event the client reads, its lines together: an event carries at most a tool output of
 ``event_output_chars`` (1 MiB by default), each character at most a six-byte JSON escape."""
+MAX_VALUES = 1_500_000
+"""The most JSON values (objects, arrays, strings, numbers...) the client builds from one answer or event: a
+listing of 50,000 changes holds 750,000 (15 a change); 1.5 million empty objects take about 100 MiB."""
 IDENTITY = {"Accept-Encoding": "identity"}
+T = TypeVar("T")
+_STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+"""The rest of a JSON string after its opening quote, through its closing one."""
+
+
+def loads(data: bytes | str, url: str) -> Any:
+    """``data`` as JSON, its values counted before one is built: past ``MAX_VALUES``, AnswerTooLargeError; not
+    JSON (or not UTF-8), MalformedAnswerError. Both name the server."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as err:  # its message names the byte's position, never the answer's text
+        raise MalformedAnswerError(f"The server at {url} sent an answer that is not UTF-8 ({err}).") from None
+    if not _within(text, MAX_VALUES):
+        raise AnswerTooLargeError(
+            f"The server at {url} sent an answer of more than {MAX_VALUES:,} JSON values; the client builds no more, "
+            "and nothing of it was used."
+        )
+    try:
+        return json.loads(text)
+    except ValueError as err:  # a JSONDecodeError names a position, never the answer's text
+        raise MalformedAnswerError(f"The server at {url} sent an answer that is not JSON ({err}).") from None
+
+
+def model(read: Callable[[Any], T], value: Any, url: str) -> T:
+    """``read(value)`` (the API's model of an answer), a value that is not one a MalformedAnswerError naming the
+    server and the first problem (pydantic's message is not shown: it quotes the answer)."""
+    from pydantic import ValidationError
+
+    try:
+        return read(value)
+    except ValidationError as err:
+        few = 0 < err.error_count() <= 100  # describing a million problems would take what was refused
+        first: dict[str, Any] = dict(err.errors(include_url=False, include_input=False)[0]) if few else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))[:200]
+        said = f", the first at {where or 'the top'!r}: {str(first['msg'])[:200]}" if first else ""
+        raise MalformedAnswerError(
+            f"The server at {url} sent an answer that is not the API's ({err.title}: {err.error_count():,} "
+            f"problem(s){said})."
+        ) from None
+
+
+def _within(data: str, limit: int) -> bool:
+    """Whether ``data`` holds at most ``limit`` JSON values, counted without building one: each value but the
+    outermost follows a ``[``, ``{`` or ``,`` outside a string (an object's member its ``{`` or ``,``), so their
+    count bounds the values. Linear: every string is skipped once, from its opening quote to its closing one."""
+    count, strings, at = 1, 0, 0
+    while True:
+        quote = data.find('"', at)
+        end = len(data) if quote < 0 else quote
+        count += data.count(",", at, end) + data.count("[", at, end) + data.count("{", at, end)
+        strings += 1
+        if count > limit or strings > 2 * limit + 2:  # a key and a value per member at most, in JSON
+            return False
+        closed = _STRING_REST.match(data, quote + 1) if quote >= 0 else None
+        if closed is None:  # the end, or a string never closed (not JSON: the parser says so)
+            return True
+        at = closed.end()
 
 
 def announced(response: httpx.Response, url: str) -> None:
@@ -117,7 +185,11 @@ class Events:
         if ended:
             ended[0] = b"".join((*self._parts, ended[0]))
             self._parts, self._pending = [], 0
-            found = [event for event in map(self._line, ended) if event is not None]
+            ended.reverse()
+            while ended:  # each line let go of as it is read: an event's text is held as few times as can be
+                event = self._line(ended.pop())
+                if event is not None:
+                    found.append(event)
         self._begin(rest)
         return found
 
@@ -136,7 +208,9 @@ class Events:
     def _line(self, line: bytes) -> ServerSentEvent | None:
         self._check(len(line))
         self._event = 0 if not line else self._event + len(line) + 1
-        return self._decoder.decode(line.decode("utf-8", errors="replace"))
+        text = line.decode("utf-8", errors="replace")
+        del line
+        return self._decoder.decode(text)
 
 
 def check_stream(response: httpx.Response, url: str) -> None:

@@ -25,11 +25,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from . import answers
 from .errors import (
@@ -68,8 +68,11 @@ BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 """Pauses before successive reconnects; the last repeats."""
 
 T = TypeVar("T")
-_CHANGES = TypeAdapter(list[Change])
-_CHECKPOINTS = TypeAdapter(list[Checkpoint])
+_CHANGES = TypeAdapter(Annotated[list[Change], Field(fail_fast=True)])
+_CHECKPOINTS = TypeAdapter(Annotated[list[Checkpoint], Field(fail_fast=True)])
+_CONFLICTS = TypeAdapter(Annotated[list[Conflict], Field(fail_fast=True)])
+"""Lists an answer may hold by the thousand, read to their first problem: pydantic would otherwise describe each
+of a million bad items (gigabytes) before the client could refuse them."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,8 @@ ROUTES = Routes()
 
 def error_of(response: httpx.Response) -> CubicleError:
     """The exception for an API answer that is not a success, carrying the API's ``detail``."""
-    body = _json_object(response)
+    origin = _origin(response.request.url)
+    body = _json_object(response, origin)
     detail = body.get("detail")
     code = response.status_code
     if code == 401:
@@ -228,18 +232,19 @@ def error_of(response: httpx.Response) -> CubicleError:
         return InvalidRequestError(f"{where} was refused ({code}): {problems}", errors=detail, hint="")
     text = detail if isinstance(detail, str) else (response.text[:500] or response.reason_phrase)
     if code == 409 and body.get("conflicts"):
-        error = ApplyConflictError(text, [Conflict.model_validate(item) for item in body["conflicts"]])
+        error = ApplyConflictError(text, answers.model(_CONFLICTS.validate_python, body["conflicts"], origin))
         error.hint = ""  # the detail already ends with it
         return error
     kind = ERROR_OF.get(code)
     return kind(text, hint="") if kind else CubicleError(f"{where} failed ({code}): {text}", hint="")
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
-    """The answer's body when it is a JSON object, else an empty one."""
+def _json_object(response: httpx.Response, origin: str) -> dict[str, Any]:
+    """The answer's body when it is a JSON object within the client's bounds, else an empty one (the status and the
+    text's start then say what it is)."""
     try:
-        body = response.json()
-    except ValueError:
+        body = answers.loads(response.content, origin)
+    except CubicleError:
         return {}
     return body if isinstance(body, dict) else {}
 
@@ -260,10 +265,10 @@ def _unreachable(url: str, err: httpx.TransportError) -> UnreachableError:
     return UnreachableError(f"The Cubicle API at {url} {what}.")
 
 
-def _read(request: Request[T], response: httpx.Response) -> T:
+def _read(request: Request[T], response: httpx.Response, url: str) -> T:
     if not response.is_success:
         raise error_of(response)
-    value = request.read(response.json() if response.content else None)
+    value = answers.model(request.read, answers.loads(response.content, url) if response.content else None, url)
     return request.headers(value, response.headers) if request.headers else value
 
 
@@ -305,7 +310,7 @@ class _Cursor:
     def accept(self, sse: ServerSentEvent) -> Event | None:
         if not sse.data:
             return None
-        event = EVENT_ADAPTER.validate_json(sse.data)
+        event = answers.model(EVENT_ADAPTER.validate_python, answers.loads(sse.data, self.url), self.url)
         if event.seq <= self.last:
             return None
         self.last = event.seq
@@ -374,7 +379,7 @@ class Client:
                 response = answers.read(streamed, self.url)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
-        return _read(request, response)
+        return _read(request, response, self.url)
 
     def create(
         self,
@@ -510,7 +515,7 @@ class AsyncClient:
                 response = await answers.aread(streamed, self.url)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
-        return _read(request, response)
+        return _read(request, response, self.url)
 
     async def create(
         self,

@@ -7,6 +7,7 @@
     │   └── AmbiguousNameError              a name given reads as more than one change (a real and a printed one)
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── AnswerTooLargeError                a server's answer, or one of its events, past what the client reads
+    ├── MalformedAnswerError               a server's answer, or one of its events, that is not what the API sends
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
     │   ├── LeaseLostError                  another controller took the session over (its lease had expired)
@@ -101,6 +102,12 @@ class AnswerTooLargeError(CubicleError):
     """A server sent an answer, or an event, larger than the client reads (``controller.answers``), or compressed."""
 
     hint = "Check that the URL is a Cubicle server you trust, reached over https (a plain http path can be tampered)."
+
+
+class MalformedAnswerError(CubicleError):
+    """A server sent an answer, or an event, that is not JSON or not the API's model of it (``controller.answers``)."""
+
+    hint = AnswerTooLargeError.hint
 
 
 class NotFoundError(CubicleError, LookupError):

@@ -8,7 +8,7 @@ query; ``\\r``, backspace and the bidi overrides rearrange what a line appears t
 
 So such text reaches a ``Console`` only as a ``rich.text.Text`` built here: never parsed as
 markup, with every character of the shared table ``ui/static/invisible.json`` (which the viewer
-reads too) shown as a visible, highlighted escape such as ``\\x1b``, ``\\x9b``, ``\\u202e`` or
+reads too) shown as a visible, highlighted escape such as ``\\x1b``, ``\\u009b``, ``\\u202e`` or
 ``\\ufe0f``: C0/C1 controls (but newline and tab), DEL, format and bidi controls, line and
 paragraph separators, lone surrogates, variation selectors, tags and every other default-ignorable
 code point, letters drawn blank (U+3164, U+2800, ...). ``visible`` goes further for what a person approves: runs of

@@ -41,6 +41,7 @@ from .run import (
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
     from ..config import Settings
     from ..wire.bodies import ReviewComment
+    from ..wire.changeset import Change
     from .display import JsonSink, LiveSink
     from .finish import Ran
 
@@ -61,6 +62,15 @@ class ContinueOptions:
             help="Make MESSAGE a review comment on this changed file (or this line of the session's version of it): "
             "the agent gets it with that part of the session's diff quoted, fenced and labelled as its own file "
             "content. The viewer comments on removed lines and sends several at once.",
+        ),
+    ] = None
+    on_id: Annotated[
+        str | None,
+        typer.Option(
+            "--on-id",
+            metavar="CHANGE_ID[:LINE]",
+            help="As --on, on the change with this id (`cubicle changes ID --json` lists them): one change whatever "
+            "its name prints as.",
         ),
     ] = None
     json_events: JsonOption = False
@@ -105,16 +115,64 @@ def continue_(o: ContinueOptions) -> None:
     raise typer.Exit(replaced or code)
 
 
-def comment_of(o: ContinueOptions) -> ReviewComment | None:
-    """The review comment ``--on PATH[:LINE]`` makes of the message: a line when PATH ends in ``:`` and digits."""
+def comment_of(o: ContinueOptions, listed: list[Change]) -> ReviewComment | None:
+    """The review comment ``--on PATH[:LINE]`` (or ``--on-id``) makes of the message, on the one listed change it
+    means. PATH is read as ``cubicle apply`` reads one (its real name, as ``changes`` printed it, as the terminal
+    showed it), and ``PATH:LINE`` also as a whole name (a file may be called ``x:1``): a given text that reads as
+    two (changes or lines) is refused naming each with its id, one that reads as none is refused; nothing is sent.
+    The comment carries the change's id, so the server quotes that change and no other."""
     from ..wire.bodies import ReviewComment
+    from ..workspace.records import shown
 
-    if o.on is None:
+    if o.on is not None and o.on_id is not None:
+        raise fail("Give --on or --on-id, not both.", EXIT_USAGE)
+    given = o.on if o.on is not None else o.on_id
+    if given is None:
         return None
-    path, _, line = o.on.rpartition(":")
-    if path and line.isdigit() and int(line) > 0:
-        return ReviewComment(path=path, line=int(line), text=o.message)
-    return ReviewComment(path=o.on, text=o.message)
+    meant = {(c.id, line): c for name, line in _readings(given) for c in _named(name, listed, by_id=o.on is None)}
+    if len(meant) > 1:
+        raise fail(_ambiguous_on(given, meant), EXIT_USAGE)
+    if not meant:
+        what = "with the id" if o.on is None else "at"
+        raise fail(
+            f"No changed file of this session is {what} {terminal.safe(given)!r}: nothing was sent. `cubicle changes "
+            "ID` lists them (--json: with their ids).",
+            EXIT_USAGE,
+        )
+    (_, line), change = next(iter(meant.items()))
+    return ReviewComment(path=shown(change.path), id=change.id, line=line, text=o.message)
+
+
+def _readings(given: str) -> list[tuple[str, int | None]]:
+    """What ``given`` may mean: the whole of it a name, and (when it ends in ``:`` and a line number) the part
+    before the last colon a name with that line."""
+    from ..wire.bodies import MAX_INDEX
+
+    readings: list[tuple[str, int | None]] = [(given, None)]
+    name, _, line = given.rpartition(":")
+    if name and line.isascii() and line.isdigit() and 0 < int(line) <= MAX_INDEX:
+        readings.append((name, int(line)))
+    return readings
+
+
+def _named(name: str, listed: list[Change], by_id: bool) -> list[Change]:
+    """The listed changes ``name`` is, as an id or in any spelling of a path."""
+    from .workspace import spellings
+
+    return [c for c in listed if (c.id == name if by_id else name in spellings(c))]
+
+
+def _ambiguous_on(given: str, meant: dict[tuple[str, int | None], Change]) -> str:
+    from .review import path_text
+
+    readings = [
+        f"{path_text(c.path).plain}{'' if line is None else f' line {line}'} (--on-id {c.id}{'' if line is None else f':{line}'})"
+        for (_, line), c in list(meant.items())[:6]
+    ]
+    return (
+        f"{terminal.safe(given)} could mean {len(meant)} different things: {'; or '.join(readings)}. Nothing was "
+        "sent: say which with --on-id."
+    )
 
 
 async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
@@ -122,11 +180,21 @@ async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | Li
     from .remote import continue_remote
 
     if o.server is not None:
-        comment = comment_of(o)
+        comment = (
+            comment_of(o, _remote_listing(o.server, o.session_id)) if o.on is not None or o.on_id is not None else None
+        )
         said: str | ReviewComment = o.message if comment is None else comment
         done = await continue_remote(o.server, api_token(), o.session_id, said, view)
         return Ran(done.session_id, Path(done.repo), ended(done))
     return await _continue_here(settings, o, view)
+
+
+def _remote_listing(url: str, session_id: str) -> list[Change]:
+    """The server's listing of the session's changes, with real names (what ``--on`` is read against)."""
+    from .remote import real_listing
+
+    with remote_sessions(url) as client:
+        return real_listing(client.changes(session_id))
 
 
 async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink | LiveSink) -> Ran:
@@ -139,10 +207,11 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         record = sessions.get(o.session_id)
         await sessions.runtime.ensure_image(record.limits.network)
         approver = view.approve if o.approve and isinstance(view, LiveSink) else None
-        text, comment = o.message, comment_of(o)
-        if comment is not None:  # quoted from the session's own diff, as the API's /comments does
+        text = o.message
+        if o.on is not None or o.on_id is not None:  # quoted from the session's own diff, as the API's /comments does
             listing = await sessions.layers.changes(o.session_id, diff=True)
-            text = comments.message(listing, [comment])
+            comment = comment_of(o, listing)
+            text = text if comment is None else comments.message(listing, [comment])
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn

@@ -163,7 +163,7 @@ def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | Non
     as ``cubicle changes`` printed it, as the terminal showed it), becomes that change's id; any other goes as given
     (a directory above changes, or a name of none: the apply judges it, refusing one that reads as two). A PATH
     whose spellings point at different changes is refused, naming them, and nothing is written."""
-    spelled = [(change, _spellings(change)) for change in listed]
+    spelled = [(change, spellings(change)) for change in listed]
     named: list[str] = []
     ids: list[str] = []
     for path in paths:
@@ -191,17 +191,17 @@ def as_printed(name: str, listed: list[Change]) -> str:
     too) becomes its printed name; any other goes as given. One whose spellings mean two changes is refused."""
     from ..workspace.records import shown
 
-    meant = {c.path for c in listed if name in _spellings(c)}
+    meant = {c.path for c in listed if name in spellings(c)}
     if len(meant) > 1:
         listed_ids = [c for c in listed if c.path in meant]
         raise fail(
-            _ambiguous(name, [(c, _spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
+            _ambiguous(name, [(c, spellings(c)) for c in listed_ids], {frozenset(c.id for c in listed_ids)}),
             EXIT_USAGE,
         )
     return shown(meant.pop()) if meant else name
 
 
-def _spellings(change: Change) -> tuple[str, str, str]:
+def spellings(change: Change) -> tuple[str, str, str]:
     """A listed change's real name, printed name and terminal name."""
     from ..workspace.records import shown
     from . import review

@@ -157,7 +157,7 @@ class Review(BaseModel):
 
 
 class SessionPage(BaseModel):
-    items: list[SessionRecord]
+    items: list[SessionRecord] = Field(fail_fast=True)  # a client reads a hostile page to its first bad item
     total: int
     limit: int
     offset: int
@@ -165,16 +165,21 @@ class SessionPage(BaseModel):
 
 class Transcript(BaseModel):
     messages: list[dict[str, Any]] = Field(
-        description="The whole stored transcript; with view=model, what the model is sent next (context edits applied)."
+        fail_fast=True,
+        description="The whole stored transcript; with view=model, what the model is sent next (context edits applied).",
     )
     estimated_tokens: int | None = Field(None, description="With view=model: the view's size, estimated.")
     window: int | None = Field(None, description="With view=model: the context window the policy keeps it inside.")
-    edits: list[Edit] | None = Field(None, description="With view=model: the context edits, oldest first.")
+    edits: list[Edit] | None = Field(
+        None, fail_fast=True, description="With view=model: the context edits, oldest first."
+    )
 
 
 class ErrorBody(BaseModel):
     detail: Any
-    conflicts: list[Conflict] | None = Field(None, description="With 409 from apply or revert: what changed where.")
+    conflicts: list[Conflict] | None = Field(
+        None, fail_fast=True, description="With 409 from apply or revert: what changed where."
+    )
 
 
 class Health(BaseModel):

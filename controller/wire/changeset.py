@@ -97,9 +97,9 @@ class Conflict(BaseModel):
 class ApplyResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    applied: list[str] = []  # paths written (or removed) in the checkout
-    conflicts: list[Conflict] = []  # when not empty, nothing was written
-    skipped: list[Change] = []  # discarded, unsafe, and (unless included) ignored changes
+    applied: list[str] = Field([], fail_fast=True)  # paths written (or removed) in the checkout
+    conflicts: list[Conflict] = Field([], fail_fast=True)  # when not empty, nothing was written
+    skipped: list[Change] = Field([], fail_fast=True)  # discarded, unsafe, and (unless included) ignored changes
     record: int | None = None  # the apply's number, for revert
     more_applied: int = 0  # paths written past those ``applied`` lists (see ``bounded``)
     more_skipped: int = 0  # changes skipped past those ``skipped`` lists
@@ -122,8 +122,8 @@ class RevertResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     record: int  # the apply that was (or would have been) reverted
-    reverted: list[str] = []
-    conflicts: list[Conflict] = []  # when not empty, nothing was written
+    reverted: list[str] = Field([], fail_fast=True)  # a client reads a hostile answer to its first bad item
+    conflicts: list[Conflict] = Field([], fail_fast=True)  # when not empty, nothing was written
     more_reverted: int = 0  # paths restored past those ``reverted`` lists (see ``bounded``)
 
     def bounded(self, most: int) -> RevertResult:

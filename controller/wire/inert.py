@@ -36,14 +36,17 @@ def hidden(char: str) -> bool:
 
 
 def escape(char: str) -> str:
-    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``; a byte UTF-8
-    could not read (held as the surrogate ``surrogateescape`` makes of it) as that byte, ``\\xff``."""
+    """The visible spelling of one character: ``\\r``, ``\\x1b``, ``\\u009b``, ``\\u202e``, ``\\U000e0001``.
+
+    ``\\xNN`` is kept for ASCII and for a byte UTF-8 could not read (held as the surrogate ``surrogateescape``
+    makes of it, ``\\xff``): a character from U+0080 on (the C1 control U+009B) is ``\\u009b``, never the
+    byte 0x9B's ``\\x9b``, so no two names print alike."""
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:
         return f"\\x{code - 0xDC00:02x}"
-    if code <= 0xFF:
+    if code < 0x80:
         return f"\\x{code:02x}"
     if code <= 0xFFFF:
         return f"\\u{code:04x}"

@@ -533,3 +533,16 @@ def test_a_commands_output_shows_live_inert_then_gives_way_to_its_result(
     (result,) = find(driver, "tool-result")
     assert result.get_attribute("open") is not None, "the result replaced the live pane open"
     assert "more 3" in one(result, "tool-output").text
+
+
+def test_the_viewer_shows_no_two_texts_alike(driver: WebDriver, viewer: Viewer) -> None:
+    """ESC and a literal ␛, the C1 control U+009B and a literal ⟦U+009B⟧ show unlike (as the terminal's spellings
+    do); a byte the review printed as ``\\x9b`` stays that text."""
+    load(driver, viewer.url + "/")
+    texts = ["a\x1b", "a\u241b", "n\u009b.txt", "n\u27e6U+009B\u27e7.txt", "n\\x9b.txt"]
+    shown = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('/ui/assets/dom.js').then((dom) => done(arguments[0].map(dom.visible)), (e) => done(String(e)));",
+        texts,
+    )
+    assert shown == ["a␛", "a⟦U+241B⟧", "n⟦U+009B⟧.txt", "n⟦U+27E6⟧U+009B⟧.txt", "n\\x9b.txt"]

@@ -229,7 +229,11 @@ def test_every_session_command_reaches_the_server_and_the_run_says_how(
 
 
 REVIEWED = [
-    {"content": [tool("run_command", command="printf 'one\\ntwo ```\\nthree\\n' > made.txt")]},
+    {
+        "content": [
+            tool("run_command", command="printf 'one\\ntwo ```\\nthree\\n' > made.txt; echo x > a; echo y > a:1")
+        ]
+    },
     {"content": [text("Made it.")]},
     {"content": [text("Reworked it.")]},
 ]
@@ -248,6 +252,9 @@ def test_continue_on_a_line_sends_the_comment_with_the_sessions_own_hunk_quoted(
     assert missing.returncode == 2 and "nowhere.txt" in missing.stderr, missing.stderr
     outside = cubicle("continue", session_id, "why?", "--on", "made.txt:99", "--no-apply", env=env)
     assert outside.returncode == 2 and "Line 99" in outside.stderr, outside.stderr
+    both = cubicle("continue", session_id, "why?", "--on", "a:1", "--no-apply", env=env)  # line 1 of a, or a:1?
+    said = " ".join(both.stderr.split())
+    assert both.returncode == 2 and said.count("--on-id ") == 2 and "Nothing was sent" in said, both.stderr
     second = cubicle("continue", session_id, "keep it short", "--on", "made.txt:2", "--json", "--no-apply", env=env)
     assert second.returncode == 0, second.stderr
     said = model_server.requests_for(model)[-1]["messages"][-1]["content"]

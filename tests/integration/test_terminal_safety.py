@@ -72,9 +72,9 @@ def test_model_text_tool_input_and_command_output_reach_the_terminal_inert(
     finally:
         term.close()
     # What the attacker sent is shown, spelled out, not dropped.
-    for spelled in ("\\x1b]52;c;cHduZWQ=\\x07", "\\x1b[2J", "\\x9b2J", "\\rOVERWRITE", "\\x08", "\\u202eevil"):
+    for spelled in ("\\x1b]52;c;cHduZWQ=\\x07", "\\x1b[2J", "\\u009b2J", "\\rOVERWRITE", "\\x08", "\\u202eevil"):
         assert spelled in text, spelled
-    assert "[conceal]MARKUP[/conceal]" in text and "done\\x9b31m" in text
+    assert "[conceal]MARKUP[/conceal]" in text and "done\\u009b31m" in text
     assert "✗ exit 3" in text  # and the failed command is not a ✓
 
 

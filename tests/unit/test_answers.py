@@ -18,7 +18,7 @@ import pytest
 
 from controller.answers import MAX_ANSWER_BYTES, Events
 from controller.client import Client
-from controller.errors import AnswerTooLargeError
+from controller.errors import AnswerTooLargeError, MalformedAnswerError
 from controller.wire.changeset import Change, FileType, Kind
 
 MiB = 1 << 20
@@ -176,7 +176,7 @@ def test_the_cli_refuses_a_256_mib_answer_with_flat_memory(server: str) -> None:
 GROWTH = """
 import json, sys
 from controller.client import Client
-from controller.errors import AnswerTooLargeError
+from controller.errors import AnswerTooLargeError, MalformedAnswerError
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -233,3 +233,112 @@ def test_an_event_of_many_short_lines_is_bounded_too() -> None:
     with pytest.raises(AnswerTooLargeError, match="an event longer than the client reads"):
         for _ in range(MAX_ANSWER_BYTES // MiB + 2):
             source.feed(line)
+
+
+OBJECTS = 64 * MiB // 3 - 2
+"""Empty objects in a body just under the 64 MiB bound: twenty million, gigabytes once built."""
+
+
+async def flat_objects(writer: asyncio.StreamWriter) -> None:
+    """``[{},{},…]``, 64 MiB less a few bytes: within the bytes bound, so only counting its values can stop it."""
+    writer.write(_head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
+    chunk = b"{}," * (MiB // 3)
+    writer.write(b"1\r\n[\r\n")
+    for _ in range(OBJECTS // (MiB // 3)):
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        await writer.drain()
+    writer.write(b"3\r\n{}]\r\n0\r\n\r\n")
+
+
+async def flat_event(writer: asyncio.StreamWriter) -> None:
+    """One event of 40 MiB of ``[{},{},…]``: thirteen million objects (the client holds its text a few times over)."""
+    writer.write(_head("200 OK", "text/event-stream") + b"id: 1\ndata: [")
+    chunk = b"{}," * (MiB // 3)
+    for _ in range(40):
+        writer.write(chunk)
+        await writer.drain()
+    writer.write(b"{}]\n\n")
+
+
+async def wrong_event(writer: asyncio.StreamWriter) -> None:
+    writer.write(_head("200 OK", "text/event-stream") + b'id: 1\ndata: {"type": "nonsense", "seq": 1}\n\n')
+
+
+def bad_page(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """A page of 700,000 records that are not records: pydantic would describe each of them."""
+    return _json(writer, {"items": [{}] * 700_000, "total": 0, "limit": 50, "offset": 0})
+
+
+@pytest.fixture
+def hostile() -> Iterator[str]:
+    routes = {
+        "/v1/sessions": page,
+        "/flat/v1/sessions": flat_objects,
+        "/flat/v1/sessions/s1": lambda writer: _json(writer, {"status": "done"}),
+        "/v1/sessions/s1/events": flat_event,
+        "/v1/sessions/s2/events": wrong_event,
+        "/bad/v1/sessions": bad_page,
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+ROOMY = 200 * MiB
+"""What the client may take beyond its ordinary run to refuse a 64 MiB answer: the answer's bytes and text, never
+the objects they would build."""
+
+GROWS = """
+import json, sys
+from controller.client import Client
+from controller.errors import CubicleError
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+
+with Client(sys.argv[1], "t") as ordinary, Client(sys.argv[1] + sys.argv[2], "t") as client:
+    ordinary.sessions()
+    before = status("VmRSS")
+    try:
+        list(client.events(sys.argv[3])) if sys.argv[3] else client.sessions()
+        print(json.dumps({"error": None}))
+    except CubicleError as err:
+        print(json.dumps({"error": type(err).__name__ + ": " + str(err), "growth": status("VmHWM") - before}))
+"""
+
+
+def _grows(url: str, prefix: str = "", session: str = "") -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", GROWS, url, prefix, session], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, object] = json.loads(done.stdout)
+    assert isinstance(found["error"], str), found
+    return found
+
+
+def test_the_cli_refuses_64_mib_of_empty_objects_clearly_with_flat_memory(hostile: str) -> None:
+    ordinary = _peak_rss([str(CLI), "sessions", "--server", hostile])
+    assert ordinary[0] == 0, ordinary[1]
+    code, stderr, peak = _peak_rss([str(CLI), "sessions", "--server", hostile + "/flat"])
+    said = " ".join(stderr.split())
+    assert code != 0 and "Traceback" not in stderr, stderr
+    assert f"The server at {hostile}/flat sent an answer of more than 1,500,000 JSON values" in said, stderr
+    assert peak - ordinary[2] < ROOMY, f"the CLI took {(peak - ordinary[2]) / MiB:.0f} MiB more to refuse it"
+
+
+def test_the_client_refuses_an_event_of_empty_objects_and_a_page_of_bad_records_with_flat_memory(
+    hostile: str,
+) -> None:
+    event = _grows(hostile, session="s1")
+    assert str(event["error"]).startswith(f"AnswerTooLargeError: The server at {hostile} sent an answer of more")
+    assert isinstance(event["growth"], int) and event["growth"] < ROOMY, event
+    records = _grows(hostile, "/bad")
+    assert str(records["error"]).startswith(f"MalformedAnswerError: The server at {hostile}/bad sent an answer")
+    assert isinstance(records["growth"], int) and records["growth"] < ROOMY, records
+
+
+def test_an_event_that_is_not_the_apis_is_a_clear_error_naming_the_server(hostile: str) -> None:
+    with Client(hostile, "t") as client, pytest.raises(MalformedAnswerError, match=f"The server at {hostile} sent an"):
+        list(client.events("s2"))

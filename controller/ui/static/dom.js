@@ -9,7 +9,9 @@ import INVISIBLE from "./invisible.json" with { type: "json" };
  *  surrogates, variation selectors, tags and other default-ignorable code points, letters drawn
  *  blank). ESC shows as ␛, other C0 controls as their Control Pictures, DEL as ␡, the rest as a
  *  visible ⟦U+XXXX⟧, so nothing can reorder text, hide in a name or pass for something else.
- *  Newlines and tabs stay. */
+ *  A Control Picture or ⟦ written as itself is spelled ⟦U+XXXX⟧ too, so no two texts show alike
+ *  (a name with ESC and one with ␛; the C1 control U+009B and the six characters ⟦U+009B⟧), as the
+ *  terminal spells U+009B \u009b and the byte 0x9B \x9b. Newlines and tabs stay. */
 export function visible(text) {
   return String(text).replace(HIDDEN, (c) => {
     const code = c.codePointAt(0);
@@ -21,8 +23,10 @@ export function visible(text) {
 }
 
 const codePoint = (code) => `\\u{${code.toString(16)}}`;
+const LOOK_ALIKES = [[0x2400, 0x2421], [0x27e6, 0x27e6]]; // the pictures and bracket drawn above
 const HIDDEN = new RegExp(
-  `[${INVISIBLE.ranges.map(([first, last]) => `${codePoint(first)}-${codePoint(last)}`).join("")}]`, "gu");
+  `[${[...INVISIBLE.ranges, ...LOOK_ALIKES].map(([first, last]) => `${codePoint(first)}-${codePoint(last)}`).join("")}]`,
+  "gu");
 
 /** Put untrusted text in a node, made visible. */
 export function setText(node, text) {

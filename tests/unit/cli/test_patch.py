@@ -67,9 +67,10 @@ def test_git_apply_of_the_patch_writes_only_what_a_plain_apply_writes_and_the_tr
     assert "\x1b" not in text and "\x07" not in text
 
 
-def test_a_patch_of_nothing_held_back_is_the_diffs_after_one_comment_line() -> None:
+def test_a_patch_of_nothing_held_back_is_the_diffs_between_one_comment_line_and_the_note_on_trust() -> None:
     first, rest = patch.patch("s1", [_added("a.txt", "a\n")]).split("\n", 1)
-    assert first.startswith("# cubicle changes s1 --diff: a patch") and rest == textdiff.unified("a.txt", None, b"a\n")
+    assert first.startswith("# cubicle changes s1 --diff: a patch")
+    assert rest == textdiff.unified("a.txt", None, b"a\n") + patch.TRUST_NOTE + "\n"
 
 
 def test_with_a_deletion_it_cannot_carry_the_patch_carries_no_entry_with_a_repository_name() -> None:
@@ -80,3 +81,46 @@ def test_with_a_deletion_it_cannot_carry_the_patch_carries_no_entry_with_a_repos
     assert "+++ b/notes.txt" in text and "+++ b/sub/" not in text
     assert "#   sub/objects/a.txt: a repository's name, and a deletion this patch cannot carry" in text
     assert "#   sub/HEAD: binary" in text
+
+
+def _served(path: str, diff: str | None = None, kind: Kind = Kind.ADDED) -> Change:
+    """A change as a hostile server lists it: ``apply``, whatever it is."""
+    content = "x\n"
+    return Change(
+        path=path,
+        kind=kind,
+        type=FileType.FILE,
+        size=2,
+        disposition=Disposition.APPLY,
+        diff=diff if diff is not None else textdiff.unified(path, None, content.encode()),
+    )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_what_a_hostile_server_calls_apply_is_judged_again_by_name_and_a_diff_must_be_its_own(tmp_path: Path) -> None:
+    smuggled = textdiff.unified("ok.txt", None, b"fine\n") + textdiff.unified(".husky/pre-commit", None, b"evil\n")
+    served = [
+        _served(".husky/pre-commit"),
+        _served(".github/workflows/x.yml"),
+        _served(".gitconfig"),
+        _served("src/.gitattributes"),
+        _served(".git/hooks/post-checkout"),
+        _served(".devcontainer/devcontainer.json"),
+        _served("ok.txt", smuggled),  # a second file's diff after its own
+        _served("named.txt", textdiff.unified("other.txt", None, b"x\n")),  # another file's headers
+        _served("sql.txt", textdiff.unified("sql.txt", b"-- a comment\nkeep\n", b"keep\n"), Kind.MODIFIED),
+    ]
+    text = patch.patch("s1", served)
+    (tmp_path / "sql.txt").write_text("-- a comment\nkeep\n")
+    done = subprocess.run(["git", "apply", "-v"], cwd=tmp_path, input=text, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["sql.txt"] and (tmp_path / "sql.txt").read_text() == "keep\n"  # a removed `-- ` line is fine
+    held = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    for path in (".husky/pre-commit", ".github/workflows/x.yml", ".gitconfig", "src/.gitattributes"):
+        assert f"trusted: {path} (" in held and f"--force {path}" in held, path
+    assert "discarded: .git/hooks/post-checkout (inside .git" in held
+    assert "trusted: .devcontainer/devcontainer.json (the environment's definition" in held
+    for path in ("ok.txt", "named.txt"):
+        assert f"{path}: its diff is not a diff of exactly this file" in held, path
+    assert patch.TRUST_NOTE in text

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console, RenderableType
 
 from controller.cli import review
+from controller.wire import inert
 from controller.wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from controller.wire.events import ChangeSummary
 
@@ -122,3 +123,15 @@ def test_on_a_terminal_a_held_back_change_shows_its_diff_marked_and_names_print_
     assert "held back: trusted" in _plain(review.diff_view(hook)) and "+on: push" in _plain(review.diff_view(hook))
     twins = [Change(path=p, kind=Kind.ADDED, type=FileType.FILE) for p in ("a" + os.fsdecode(b"\xff"), "a\\xff")]
     assert [review.path_text(c.path).plain for c in twins] == ["a\\xff", "a\\\\xff"]
+
+
+def test_a_c1_control_and_the_byte_of_the_same_number_print_unlike_and_select_their_own_change() -> None:
+    from controller.cli.workspace import as_selected
+
+    byte, control = (
+        Change(path=p, kind=Kind.ADDED, type=FileType.FILE) for p in (os.fsdecode(b"n\x9b.txt"), "n\x9b.txt")
+    )
+    assert [review.path_text(c.path).plain for c in (byte, control)] == ["n\\x9b.txt", "n\\u009b.txt"]
+    assert as_selected(["n\\x9b.txt"], [byte, control]) == (None, [byte.id])
+    assert as_selected(["n\\u009b.txt"], [byte, control]) == (None, [control.id])
+    assert inert.escape(os.fsdecode(b"\xa0")) == "\\xa0" and inert.escape("\u00a0") == "\\u00a0"

@@ -29,7 +29,17 @@ def _hidden(char: str) -> bool:
 def test_every_control_format_and_bidi_character_is_spelled_out() -> None:
     shown = terminal.safe_text(HOSTILE + "\nsecond\tline").plain
     assert not [c for c in shown if _hidden(c)]
-    for spelled in ("\\x1b]52;c;", "\\x07", "\\x9b31m", "\\x85", "\\x08", "\\rEVIL", "\\u202e", "\\u2066", "\\u200b"):
+    for spelled in (
+        "\\x1b]52;c;",
+        "\\x07",
+        "\\u009b31m",
+        "\\u0085",
+        "\\x08",
+        "\\rEVIL",
+        "\\u202e",
+        "\\u2066",
+        "\\u200b",
+    ):
         assert spelled in shown
     assert "\\ufeff" in shown and "\\u2028" in shown and "\\x00" in shown and "\\x7f" in shown
     assert "\\ud800" in shown and "\\U000e0041" in shown
@@ -52,7 +62,7 @@ def test_printed_through_rich_no_sequence_of_the_text_reaches_the_terminal() -> 
 def test_visible_counts_space_runs_and_spells_tabs_and_look_alike_spaces() -> None:
     command = terminal.visible("git status" + " " * 170 + "; echo pwned > f")
     assert command.plain == "git status⟨170 spaces⟩; echo pwned > f"
-    assert terminal.visible(" ls\t-la\u00a0x ").plain == "⟨1 space⟩ls\\t-la\\xa0x⟨1 space⟩"
+    assert terminal.visible(" ls\t-la\u00a0x ").plain == "⟨1 space⟩ls\\t-la\\u00a0x⟨1 space⟩"
     assert terminal.visible("a b  c").plain == "a b⟨2 spaces⟩c"
     assert terminal.visible("rm\u202e-rf").plain == "rm\\u202e-rf"
     assert terminal.visible("échec 中文").plain == "échec 中文"
