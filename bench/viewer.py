@@ -239,7 +239,9 @@ async def run_once(api: httpx.AsyncClient, followers: list[Follower], pid: int, 
 async def measure(url: str, token: str, pid: int, repo: Path, model: str, rounds: int) -> tuple[list[Run], list[Run]]:
     """One warm-up run, then ``rounds`` of (no follower, FOLLOWERS followers), alternating."""
     headers = {"Authorization": f"Bearer {token}"}
-    api = httpx.AsyncClient(base_url=url, headers=headers, timeout=30)
+    api = httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=120
+    )  # a bound against a hang: a session start under load takes tens of seconds
     where = httpx.URL(url)
     followers = [Follower(where.host, where.port or 80, token) for _ in range(FOLLOWERS)]
     alone: list[Run] = []
