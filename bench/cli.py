@@ -21,11 +21,9 @@ from pathlib import Path
 
 from bench.measure import Report, Row, Sample, ms, smoke
 from bench.rows import give_away, make_repo, workdir
+from bench.stored import store_session
 from controller import workspace
-from controller.server.store import Row as StoredRow
-from controller.server.store import Store
 from controller.wire.events import Event, SessionFinished, SessionStarted, TextDelta, Usage, UsageEvent
-from controller.wire.limits import Limits
 
 STEPS = 40
 CHANGED = 20
@@ -59,29 +57,7 @@ def local_session(data_dir: Path, root: Path) -> str:
     for n in range(CHANGED):
         (layer.upper / f"changed_{n:02d}.py").write_text(f"VALUE = {n}\n" * 20)
     give_away(layer.upper)  # the sandbox writes as the checkout's owner
-    store = Store(data_dir / "cubicle.db")
-    try:
-        now = time.time()
-        store.insert(
-            StoredRow(
-                id=session_id,
-                repo=str(repo),
-                task="bench the CLI",
-                model="m",
-                status="idle",
-                finish_reason="end_turn",
-                usage=Usage(),
-                steps=STEPS,
-                limits=Limits(),
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        for seq, event in enumerate(_events(session_id), 1):
-            store.append_event(event.model_copy(update={"seq": seq}))
-    finally:
-        store.close()
-    return session_id
+    return store_session(data_dir, session_id, repo, "bench the CLI", _events(session_id), STEPS)
 
 
 def _events(session_id: str) -> list[Event]:

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from bench.measure import Report, ms, smoke
-from controller.server.store import Row, Store
+from bench.stored import store_session
 from controller.wire.events import (
     Event,
     SessionFinished,
@@ -40,7 +40,6 @@ from controller.wire.events import (
     Usage,
     UsageEvent,
 )
-from controller.wire.limits import Limits
 
 STEPS = 400
 EVENTS = 5 * STEPS + 2
@@ -108,29 +107,7 @@ def session_events(session_id: str) -> list[Event]:
 
 def write_session(data_dir: Path, repo: Path) -> str:
     session_id = "s_bench" + secrets.token_hex(4)
-    store = Store(data_dir / "cubicle.db")
-    try:
-        now = time.time()
-        store.insert(
-            Row(
-                id=session_id,
-                repo=str(repo),
-                task="Fix the flaky tests",
-                model="m",
-                status="idle",
-                finish_reason="end_turn",
-                usage=Usage(),
-                steps=STEPS,
-                limits=Limits(),
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        for seq, event in enumerate(session_events(session_id), 1):
-            store.append_event(event.model_copy(update={"seq": seq}))
-    finally:
-        store.close()
-    return session_id
+    return store_session(data_dir, session_id, repo, "Fix the flaky tests", session_events(session_id), STEPS)
 
 
 def _free_port() -> int:
