@@ -58,6 +58,17 @@ def gc_after_each_test() -> Iterator[None]:
     gc.collect()
 
 
+@pytest.fixture(autouse=True)
+def host_pids_ledger_of_this_test(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each test its own host pids ledger, and the `cubicle` processes it starts share it: a test process lives for
+    the whole run, and the charges of sessions an earlier test admitted in it without closing them (a ``Sessions``
+    never started or closed) would stay on the ledger as long as it lives."""
+    before = os.environ["CUBICLE_HOST_PIDS_LEDGER"]
+    os.environ["CUBICLE_HOST_PIDS_LEDGER"] = str(tmp_path_factory.mktemp("pids-ledger"))
+    yield
+    os.environ["CUBICLE_HOST_PIDS_LEDGER"] = before
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def each_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test twice: on the SQLite file in the data dir, and on a fresh PostgreSQL schema.
