@@ -113,10 +113,20 @@ class FakeServer:
         return f"http://127.0.0.1:{self.port}"
 
     def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        asyncio.run_coroutine_threadsafe(self._shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+    async def _shut(self) -> None:
+        """Stop listening and end every connection's handler (one may still be writing to a client that left),
+        so that no task or socket outlives the loop."""
+        self.server.close()
+        handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await asyncio.sleep(0)  # the transports the handlers closed finish closing on the next turn of the loop
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
