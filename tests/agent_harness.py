@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from controller.agent.anthropic_model import AnthropicModel
@@ -35,6 +36,11 @@ def register(server: ScriptedServer, turns: list[dict[str, Any]], prefix: str = 
     name = f"{prefix}-{secrets.token_hex(4)}"
     server.scenarios[name] = Scenario.model_validate({"name": name, "turns": turns, **scenario})
     return name
+
+
+def open_gate(server_url: str, name: str) -> None:
+    """Let the scripted server answer the turns held ``after`` this gate (see ``Turn.after``)."""
+    httpx.post(f"{server_url}/_gates/{name}", timeout=30).raise_for_status()
 
 
 def tool(name: str, **args: Any) -> dict[str, Any]:

@@ -83,6 +83,11 @@ class Turn(_Model):
     output_tokens: int | None = None
     errors: list[InjectedError] = Field(default_factory=list, description="Answered, in order, before the reply.")
     delay_s: float = Field(0, ge=0, le=3600, description="Wait this long before answering.")
+    after: str | None = Field(
+        None,
+        description="Answer only once the gate of this name is opened (POST /_gates/NAME): a test holds a turn "
+        "open exactly as long as it needs, on a quiet machine or a loaded one, where a delay only guesses.",
+    )
 
 
 class Scenario(_Model):
@@ -117,10 +122,12 @@ class ScriptedServer:
         self.requests: list[dict[str, Any]] = []
         self._errors_served: Counter[str] = Counter()
         self._cached: set[str] = set()
+        self._gates: dict[str, asyncio.Event] = {}
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/_requests", self._recorded, methods=["GET", "DELETE"]),
+                Route("/_gates/{name}", self._open_gate, methods=["POST"]),
                 Route("/healthz", lambda _: JSONResponse({"ok": True})),
             ]
         )
@@ -132,6 +139,14 @@ class ScriptedServer:
         if request.method == "DELETE":
             self.requests.clear()
         return JSONResponse(self.requests)
+
+    def _gate(self, name: str) -> asyncio.Event:
+        return self._gates.setdefault(name, asyncio.Event())
+
+    async def _open_gate(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        self._gate(name).set()
+        return JSONResponse({"opened": name})
 
     async def _messages(self, request: Request) -> Response:
         body = await request.json()
@@ -155,6 +170,8 @@ class ScriptedServer:
         injected = self._next_error(scenario.name, index, body, turn)
         if injected is not None:
             return _error_response(injected)
+        if turn.after is not None:
+            await self._gate(turn.after).wait()
         if turn.delay_s:
             await asyncio.sleep(turn.delay_s)
         message = _message(body, index, turn, usage)

@@ -5,6 +5,7 @@ What is asserted is what the page shows (elements, their text, counts), compared
 
 from __future__ import annotations
 
+import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.select import Select
 
 from controller.agent.scripted import free_port
-from tests.agent_harness import register, text, tool
+from tests.agent_harness import open_gate, register, text, tool
 from tests.browser.conftest import LISTING, TOKEN, Viewer, another_port, cookie_client, idle_session
 from tests.eventually import eventually
 from tests.integration.helpers import container_running
@@ -197,19 +198,17 @@ def test_start_from_the_form_watch_it_live_follow_up_and_cancel(
     screenshot(driver, screenshots, "list")
 
 
-SLOW = [
-    *(
+def held(gate: str) -> list[dict[str, Any]]:
+    """Five steps; the third is answered only once ``gate`` opens, so the session runs as long as the test needs."""
+    steps = [
         {
             "content": [text(f"Step {i}: checking line {i}."), tool("run_command", command=f"echo line-{i}")],
-            "delay_s": 0.4 if i == 1 else 2.0,
+            "delay_s": 0.2,
+            **({"after": gate} if i == 3 else {}),
         }
         for i in range(1, 6)
-    ),
-    {"content": [text("All five lines checked.")], "delay_s": 0.4},
-]
-"""Five steps, two seconds apart after the first: after the first result the session runs for eight more, so the
-page's reload still meets it running on a loaded machine (CI's run 2 of the evening of 2026-12-06 found it over
-with 0.4 s steps), and the stream it then follows ends (with the turn) well before the test stops waiting."""
+    ]
+    return [*steps, {"content": [text("All five lines checked.")], "delay_s": 0.2}]
 
 
 def _page_matches_transcript(driver: WebDriver, viewer: Viewer, sid: str) -> None:
@@ -232,20 +231,23 @@ def _page_matches_transcript(driver: WebDriver, viewer: Viewer, sid: str) -> Non
 def test_reload_and_a_dropped_stream_show_the_transcript_whole_and_once(
     driver: WebDriver, viewer: Viewer, model_server: Any
 ) -> None:
-    sid = viewer.api.create(str(viewer.make_repo("reload-repo")), register(model_server, prefix="ui", turns=SLOW))["id"]
+    gate = f"reload-{secrets.token_hex(4)}"
+    model = register(model_server, prefix="ui", turns=held(gate))
+    sid = viewer.api.create(str(viewer.make_repo("reload-repo")), model)["id"]
     open_session(driver, viewer, sid)
     wait(lambda: len(find(driver, "tool-result")) >= 1 or None, "a first result")
     assert status(driver) == "running"
     load(driver)  # mid-session: replay from 0, then live
     wait(lambda: len(find(driver, "tool-result")) >= 2 or None, "results after the reload")
-    assert status(driver) == "running"
+    assert status(driver) == "running"  # the third step waits for the gate: the session cannot have ended
     # A dropped connection: the network goes away for a moment; the page resumes from its last seq.
     driver.execute_cdp_cmd("Network.enable", {})  # type: ignore[attr-defined]
     offline = {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0}
     driver.execute_cdp_cmd("Network.emulateNetworkConditions", offline)  # type: ignore[attr-defined]
     try:
         # Chromium's emulated outage keeps an open stream open: the page notices when the turn's stream ends and
-        # its reconnect finds no network, within the session's last steps.
+        # its reconnect finds no network. The session goes on (offline for the page, not for this test) and ends.
+        open_gate(model_server.url, gate)
         wait(lambda: one(driver, "stream-state").text != "live" or None, "the page noticing the dropped stream", 20)
         time.sleep(0.5)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -211,9 +212,9 @@ def test_429_over_the_concurrency_cap(
     api_factory: Callable[..., Api], model_server: ScriptedServer, make_repo: Callable[..., Path]
 ) -> None:
     api = api_factory(max_concurrent_sessions=1)
-    slow = register(model_server, prefix="api", turns=[{"content": [text("slow")], "delay_s": 3}])
-    first = api.create(str(make_repo("a")), slow)
-    over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": slow})
+    held = register(model_server, prefix="api", turns=[{"content": [text("held")], "after": secrets.token_hex(4)}])
+    first = api.create(str(make_repo("a")), held)
+    over = api.http.post("/v1/sessions", json={"repo": str(make_repo("b")), "task": "x", "model": held})
     assert over.status_code == 429 and "Retry" in over.json()["detail"]
     api.http.post(f"/v1/sessions/{first['id']}/cancel")
 

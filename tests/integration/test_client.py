@@ -23,7 +23,7 @@ from controller.errors import (
 )
 from controller.testing.container import CubicleContainer
 from controller.wire.events import SessionFinished, ToolResult
-from tests.agent_harness import register, text, tool
+from tests.agent_harness import open_gate, register, text, tool
 from tests.integration.client_helpers import Relay, Served, cubicle_serve
 from tests.sandbox_defaults import owned_dir
 
@@ -89,11 +89,13 @@ def test_errors_carry_the_apis_detail(
     assert [e["loc"] for e in invalid.value.errors] == [["body", "limits", "max_steps"]]
     assert "limits.max_steps: Input should be greater than or equal to 1" in str(invalid.value)
 
-    slow = [{"content": [text("thinking")], "delay_s": 2}]
-    sid = client.create(repo, "wait", model=register(model_server, slow, prefix="busy")).id
+    gate = f"busy-{secrets.token_hex(4)}"
+    held = [{"content": [text("thinking")], "after": gate}]
+    sid = client.create(repo, "wait", model=register(model_server, held, prefix="busy")).id
     with pytest.raises(ConflictError) as busy:
         client.follow_up(sid, "more")
     assert f"Session {sid} is running a turn; wait for it to finish or cancel it." in str(busy.value)
+    open_gate(model_server.url, gate)
     assert client.wait(sid).status == "idle"
 
     other = make_repo("other")
