@@ -60,11 +60,12 @@ class Admission:
             await asyncio.to_thread(self.ledger.hold, self.pids.charged([limits, *held]))
 
     async def settle(self, registered: list[Limits]) -> None:
-        """Write this process's charge in the ledger anew (each tick): what its sessions hold now, with those
-        ``registered`` but not loaded yet; a container removed since is released for the other processes."""
+        """Bring this process's charge in the ledger up to date (each tick): what its sessions hold now, with those
+        ``registered`` but not loaded yet; a container removed since is released for the other processes. A charge
+        that has not changed is not written again (its file checked to be there still)."""
         async with self._lock:  # not between an admission and its session's row
             charge = self.pids.charged(self._held(registered))
-            if charge or self.ledger.holds:  # a process that never held any writes nothing
+            if not await asyncio.to_thread(self.ledger.says, charge):  # unchanged: no lock taken, nothing written
                 async with self.ledger.locked():
                     await asyncio.to_thread(self.ledger.hold, charge)
 

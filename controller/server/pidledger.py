@@ -58,11 +58,19 @@ class Ledger:
         self.holder = owners.owner_token("pids")
         self._path: Path | None = None
         """This process's file, once it holds a charge."""
+        self._written = 0
+        """The charge this process's file says."""
 
     @property
     def holds(self) -> bool:
         """Whether this process has a file in the ledger."""
         return self._path is not None
+
+    def says(self, charge: int) -> bool:
+        """Whether this process's entry already says ``charge`` (and its file is still there): nothing to write."""
+        if self._path is None:
+            return charge <= 0
+        return charge == self._written and self._path.exists()
 
     def _ensure(self) -> None:
         """The directory, made sticky and writable by everyone if this process makes it; refused if someone other
@@ -155,6 +163,7 @@ class Ledger:
                 with contextlib.suppress(FileNotFoundError):
                     self._path.unlink()
                 self._path = None
+            self._written = 0
             return
         try:
             fd = self._open_own()
@@ -163,6 +172,7 @@ class Ledger:
             fd = self._open_own()
         with os.fdopen(fd, "w") as file:
             file.write(json.dumps({"holder": self.holder, "charge": charge}))
+        self._written = charge
 
     def _open_own(self) -> int:
         """This process's file, emptied; made (under a name no one could have taken before) if it has none."""

@@ -163,3 +163,23 @@ def test_a_directory_others_may_empty_is_refused(tmp_path: Path) -> None:
         asyncio.run(admission(ledger, tmp_path / "a").make_room(RUNC_256, []))
     ledger.chmod(0o1777)
     asyncio.run(admission(ledger, tmp_path / "a").make_room(RUNC_256, []))
+
+
+async def test_an_unchanged_charge_is_not_written_again_but_a_removed_file_is(tmp_path: Path) -> None:
+    """The tick settles every second: it writes (and locks) only when the charge changed or its file went."""
+    ledger = Ledger(tmp_path / "ledger")
+    assert ledger.says(0) and not ledger.says(5)
+    async with ledger.locked():
+        ledger.hold(5)
+    (own,) = (tmp_path / "ledger").glob(f"*{SUFFIX}")
+    written = own.stat().st_mtime_ns
+    assert ledger.says(5) and not ledger.says(6) and not ledger.says(0)
+    assert own.stat().st_mtime_ns == written
+    own.unlink()  # judged dead by another process, or cleaned away
+    assert not ledger.says(5)
+    async with ledger.locked():
+        ledger.hold(5)
+    assert json.loads(next((tmp_path / "ledger").glob(f"*{SUFFIX}")).read_text())["charge"] == 5
+    async with ledger.locked():
+        ledger.hold(0)
+    assert ledger.says(0) and not list((tmp_path / "ledger").glob(f"*{SUFFIX}"))
