@@ -57,8 +57,7 @@ from controller.server.leases import Leases
 from controller.server.recorder import Recorder
 from controller.server.store import PostgresStore, Store, _redacted
 from controller.server.store import Row as StoredRow
-from controller.wire.events import TextDelta, Usage
-from controller.wire.limits import Limits
+from controller.wire.events import TextDelta
 
 SERVER_URL = os.environ.get("CUBICLE_BENCH_DATABASE_URL", "postgresql:///cubicle_test?host=/var/run/postgresql")
 """A PostgreSQL database the bench may create (and drop) a schema in."""
@@ -152,21 +151,9 @@ class Streams:
         settings = Settings(instance=INSTANCE)
         feed = Feed(store, lambda _: True, settings.sse_heartbeat_s)
         leases = Leases(store, owners.owner_token(INSTANCE), settings.lease_s)
-        now = time.time()
         self.recorders: list[Recorder] = []
         for _ in range(SESSIONS):
-            record = StoredRow(
-                id=f"s_{secrets.token_hex(8)}",
-                repo="/bench/stores",
-                task="stream",
-                model="bench",
-                status="idle",
-                usage=Usage(),
-                steps=0,
-                limits=Limits(),
-                created_at=now,
-                updated_at=now,
-            )
+            record = StoredRow.fresh(f"s_{secrets.token_hex(8)}", "/bench/stores", "stream", "bench", status="idle")
             store.insert(record)
             epoch = leases.claim(record.id, record.epoch)  # as a turn begins
             assert epoch is not None

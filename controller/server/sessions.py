@@ -42,7 +42,6 @@ from ..wire.events import (
     Event,
     EventSink,
     SessionStarted,
-    Usage,
     UserMessage,
 )
 from ..wire.limits import Limits
@@ -247,15 +246,11 @@ class Sessions:
         await self.admission.make_room(limits, self._unloaded())
         from ..environment.inputs import definition_files
 
-        now = time.time()
-        record = Row(
-            id=new.prefix + secrets.token_hex(8),
-            repo=str(repo),
-            task=new.task,
-            model=new.model or self.settings.model,
-            status="running",
-            usage=Usage(),
-            steps=0,
+        record = Row.fresh(
+            new.prefix + secrets.token_hex(8),
+            str(repo),
+            new.task,
+            new.model or self.settings.model,
             limits=limits,
             context=new.context,
             owner=self.owner,
@@ -263,8 +258,6 @@ class Sessions:
             environment=resolved,
             epoch=1,
             lease_expires=self.store.now() + self.lease_s,
-            created_at=now,
-            updated_at=now,
         )
         await asyncio.to_thread(
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))

@@ -67,6 +67,14 @@ class Row(SessionRecord):
         0, description="While a turn runs: when its controller's lease ends unless renewed (the database's clock)."
     )
 
+    @classmethod
+    def fresh(cls, id: str, repo: str, task: str, model: str, **fields: Any) -> Row:
+        """A new session's row: running, nothing used, no step taken, the default limits, made and updated now;
+        ``fields`` sets any other (or overrides these)."""
+        now = time.time()
+        made = {"status": "running", "usage": Usage(), "steps": 0, "limits": Limits(), "created_at": now}
+        return cls(id=id, repo=repo, task=task, model=model, **{**made, "updated_at": now, **fields})
+
 
 @dataclass(frozen=True)
 class Column:

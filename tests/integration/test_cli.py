@@ -366,24 +366,17 @@ def test_an_unreachable_model_api_is_one_sentence(tmp_path: Path, make_repo: Cal
 
 def test_sessions_shows_stored_text_inert(tmp_path: Path) -> None:
     from controller.server.store import Row, Store
-    from controller.wire.events import Usage
-    from controller.wire.limits import Limits
 
     store = Store(tmp_path / "cubicle.db")
-    now = time.time()
     store.insert(
-        Row(
-            id="s_hostile",
-            repo="/r\x1b]8;;http://evil\x1b\\",
-            task="\x1b]0;PWNED\x07[conceal]x[/conceal]",
-            model="m",
+        Row.fresh(
+            "s_hostile",
+            "/r\x1b]8;;http://evil\x1b\\",
+            "\x1b]0;PWNED\x07[conceal]x[/conceal]",
+            "m",
             status="idle",
             finish_reason="end_turn",
-            usage=Usage(),
             steps=1,
-            limits=Limits(),
-            created_at=now,
-            updated_at=now,
         )
     )
     store.close()

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ import pytest
 from controller import workspace
 from controller.server.store import Row, Store
 from controller.wire.events import Event, SessionFinished, SessionStarted, TextDelta, Usage
-from controller.wire.limits import Limits
 from tests.sandbox_defaults import AGENT_UID, owned_dir
 
 HEAVY = (
@@ -127,22 +125,7 @@ def _finished_session(data_dir: Path, root: Path) -> str:
             os.chown(layer.upper / name, AGENT_UID, AGENT_UID)
     store = Store(data_dir / "cubicle.db")
     try:
-        now = time.time()
-        store.insert(
-            Row(
-                id="cli-graph",
-                repo=str(repo),
-                task="read",
-                model="m",
-                status="idle",
-                finish_reason="end_turn",
-                usage=Usage(),
-                steps=1,
-                limits=Limits(),
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        store.insert(Row.fresh("cli-graph", str(repo), "read", "m", status="idle", finish_reason="end_turn", steps=1))
         events: list[Event] = [
             SessionStarted(session_id="cli-graph", repo=str(repo), task="read", model="m"),
             TextDelta(session_id="cli-graph", text="Reading the tests.\n"),

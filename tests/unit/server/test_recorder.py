@@ -25,7 +25,6 @@ from controller.wire.events import (
     Usage,
     UsageEvent,
 )
-from controller.wire.limits import Limits
 from controller.wire.policies import Edit
 from tests.eventually import eventually_async
 
@@ -35,19 +34,7 @@ SID = "s_feedtest"
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     store = Store(tmp_path / "cubicle.db")
-    now = time.time()
-    record = Row(
-        id=SID,
-        repo="/r",
-        task="t",
-        model="m",
-        status="running",
-        usage=Usage(),
-        steps=0,
-        limits=Limits(),
-        created_at=now,
-        updated_at=now,
-    )
+    record = Row.fresh(SID, "/r", "t", "m")
     store.insert(record)
     yield store
     store.close()

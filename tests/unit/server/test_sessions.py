@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions, open_sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
-from controller.wire.events import ListSink, Usage
+from controller.wire.events import ListSink
 from controller.wire.limits import Limits
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
@@ -142,19 +141,7 @@ async def test_delete_keeps_the_record_unless_purged(
 async def test_a_restart_interrupts_what_was_running_and_answers_its_dangling_call(tmp_path: Path) -> None:
     settings = Settings(api_key="test", data_dir=tmp_path / "data", docker_host=f"unix://{tmp_path}/no-docker.sock")
     store = open_store(settings)
-    now = time.time()
-    left = Row(
-        id="s_left",
-        repo=str(tmp_path),
-        task="go",
-        model="m",
-        status="running",
-        usage=Usage(),
-        steps=1,
-        limits=Limits(),
-        created_at=now,
-        updated_at=now,
-    )
+    left = Row.fresh("s_left", str(tmp_path), "go", "m", steps=1)
     store.insert(left)
     call = {"type": "tool_use", "id": "toolu_1", "name": "run_command", "input": {"command": "sleep 9"}}
     store.save_messages(left.id, [{"role": "user", "content": "go"}, {"role": "assistant", "content": [call]}], 0)
