@@ -9,7 +9,6 @@ round by round, so that a busy moment of the machine hits them alike. Targets (i
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import secrets
@@ -19,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.measure import Report, Row, Sample, ms, smoke
+from bench.measure import Report, Row, Sample, ms, plain_main, smoke
 from bench.rows import give_away, make_repo, workdir
 from bench.stored import store_session
 from controller import workspace
@@ -116,13 +115,7 @@ def table(report: Report, quick: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cli", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="10 rounds instead of 30")
-    args = parser.parse_args()
-    report = Report()
-    table(report, args.quick)
-    print(report.render())
-    return 0
+    return plain_main("cli", __doc__, "10 rounds instead of 30", table)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ timed in the same run on the same repository. No Docker needed: ``python -m benc
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.measure import Report, ms, repetitions, smoke
+from bench.measure import Report, ms, plain_main, repetitions, smoke
 from bench.workspace import DIRS, PER_DIR, timed
 from controller.workspace import baseline, contents
 
@@ -82,13 +81,7 @@ def table(report: Report, quick: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.contents", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions instead of 7")
-    args = parser.parse_args()
-    report = Report()
-    table(report, args.quick)
-    print(report.render())
-    return 0
+    return plain_main("contents", __doc__, "3 repetitions instead of 7", table)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ small one: the numbers mean nothing then, only that each section still runs to i
 
 from __future__ import annotations
 
+import argparse
 import re
 import resource
 import statistics
@@ -256,3 +257,13 @@ def render(rows: list[Row], extra: list[Table], missed: list[str], summary: bool
     out.append("")
     out += [f"target missed: {m}" for m in missed] or (["every target met"] if summary else [])
     return "\n".join(out)
+
+
+def plain_main(name: str, description: str | None, quick_help: str, table: Callable[[Report, bool], None]) -> int:
+    """``python -m bench.<name>`` for a section that needs no engine: ``--quick``, then its table alone."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    report = Report()
+    table(report, parser.parse_args().quick)
+    print(report.render())
+    return 0

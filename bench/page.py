@@ -12,7 +12,6 @@ origin, rendering nothing — what is left is the page's own work.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import secrets
@@ -28,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench.measure import Report, ms, smoke
+from bench.measure import Report, ms, plain_main, smoke
 from bench.stored import store_session
 from controller.wire.events import (
     Event,
@@ -212,13 +211,7 @@ def table(report: Report, quick: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.page", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="3 loads instead of 7")
-    args = parser.parse_args()
-    report = Report()
-    table(report, args.quick)
-    print(report.render())
-    return 0
+    return plain_main("page", __doc__, "3 loads instead of 7", table)
 
 
 if __name__ == "__main__":
