@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
-from ..errors import SandboxError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
+from ..errors import SandboxError, SetupError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
 from ..wire.envspec import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
@@ -62,6 +62,11 @@ class Sandbox(Protocol):
 
         Raises SetupError when it cannot be; a no-op once done, and for sandboxes with no environment.
         """
+        ...
+
+    def again(self) -> None:
+        """A new turn begins: a preparation that failed runs again when next asked for (until then its error is
+        raised to every caller, without running it again)."""
         ...
 
     async def start(self) -> None: ...
@@ -345,6 +350,7 @@ class DockerSandbox:
         self.env: dict[str, str] = {}
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
+        self._failed: SetupError | None = None  # the preparation's failure, raised again until ``again``
         self.container: Any = None
         self._egress: Egress | None = None
         self._channel: ToolboxChannel | None = None
@@ -358,8 +364,12 @@ class DockerSandbox:
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
-        goes beneath the layer. A failure is raised every time it is asked again, never half applied."""
+        goes beneath the layer. Nothing is half applied. A preparation that failed (SetupError) is not run again
+        until ``again``: its error is raised to every later caller (a turn and its container's warm start both ask,
+        and a second run's output would come after the turn's end); one cut short (cancelled, no engine) runs anew."""
         async with self._prepare_lock:
+            if self._failed is not None:
+                raise self._failed.with_traceback(None)
             preparer, self._preparer = self._preparer, None
             if preparer is None:
                 return
@@ -368,6 +378,9 @@ class DockerSandbox:
                     self._client = await asyncio.to_thread(self._connect)
                 ready = await preparer(self._client)
                 await asyncio.to_thread(self._set_setup, ready.setup)
+            except SetupError as err:
+                self._preparer, self._failed = preparer, err
+                raise
             except BaseException:
                 self._preparer = preparer
                 raise
@@ -375,6 +388,10 @@ class DockerSandbox:
                 self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
                 self._held = True  # the sandbox image under its tag
             self.image, self.env = ready.image, ready.env
+
+    def again(self) -> None:
+        """A new turn begins: a preparation that failed before runs again when next asked for."""
+        self._failed = None
 
     async def start(self) -> None:
         """Create and start the container and wait until the toolbox answers.
