@@ -208,8 +208,10 @@ def _process(image: str, uid: int, gid: int, limits: Limits, labels: dict[str, s
 
 def _tmpfs(size_mb: int, volumes: Iterable[str], uid: int, gid: int) -> dict[str, str]:
     """The writable places of a read-only root besides ``/workspace``, each sized: the image's volumes and ``/tmp``
-    for anyone, ``HOME`` for the owner alone."""
-    tmpfs_opts = f"rw,nosuid,nodev,size={size_mb}m"
+    for anyone, ``HOME`` for the owner alone. Executable (the engine would add ``noexec``): a tool installed under
+    ``~/.local/bin`` or a script a test writes to ``/tmp`` runs, as anything the agent writes to ``/workspace`` does;
+    ``nosuid,nodev`` keep a set-uid bit or a device node there from meaning anything."""
+    tmpfs_opts = f"rw,exec,nosuid,nodev,size={size_mb}m"
     return {
         **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
         "/tmp": f"{tmpfs_opts},mode=1777",

@@ -214,3 +214,13 @@ def test_the_guides_python_setup_works_in_the_default_image_as_written(
     assert "/workspace/src/tiny/__init__.py" in result["output"]  # installed editable: the checkout's own source
     changes = next(e for e in events if e["type"] == "changes")
     assert changes["summary"]["files"] == 0  # the virtualenv is the setup's, never a change to apply
+
+
+def test_the_setup_runs_what_it_writes_to_tmp_and_home(make_repo: Callable[..., Path], tmp_path: Path) -> None:
+    """The setup's /tmp and HOME are executable, as the agent's are (tests/security/test_privilege.py)."""
+    script = "printf '#!/bin/sh\\\\necho ran in %s\\\\n' $d > $d/tool && chmod +x $d/tool && $d/tool"
+    setup = f"mkdir -p ~/.local/bin && for d in /tmp ~/.local/bin; do {script} || exit 9; done"
+    code, events, stderr = _run(_repo(make_repo, f'setup = """{setup}"""\nsetup_network = "none"\n'), tmp_path)
+    shown = "".join(e["text"] for e in events if e["type"] == "setup_output")
+    assert code == 0, (shown[-2000:], stderr[-2000:])
+    assert "ran in /tmp" in shown and "ran in /home/agent/.local/bin" in shown
