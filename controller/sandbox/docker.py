@@ -370,8 +370,8 @@ class DockerSandbox:
         until ``again``: its error is raised to every later caller (a turn and its container's warm start both ask,
         and a second run's output would come after the turn's end); one cut short (cancelled, no engine) runs anew."""
         async with self._prepare_lock:
-            if self._failed is not None:
-                raise self._failed.with_traceback(None)
+            if self._failed is not None:  # the same error again, as a new exception: each caller has its own
+                raise type(self._failed)(str(self._failed.args[0]), self._failed.hint) from None
             preparer, self._preparer = self._preparer, None
             if preparer is None:
                 return
