@@ -8,17 +8,20 @@ before timing; every timed start is a cache hit. Each round starts one of each, 
   (``ensure_image``), then starting the sandbox until the toolbox answers;
 * a plain session: finding the sandbox image (``images.ensure``), then the same start;
 * a bare ``docker run`` of the environment image (``true``, to its exit).
+
+And the sandbox image's size beside its Debian base's: every CI run builds it, and every machine keeps it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-from docker.errors import APIError
+from docker.errors import APIError, ImageNotFound
 
 from bench.measure import Report, Row, Sample, ms, repetitions
 from bench.rows import READY_TARGET, bare_run, give_away, make_repo, sandbox
@@ -29,9 +32,35 @@ from controller.sandbox import images
 
 HIT_BUDGET_S = 0.100
 """A cache hit may cost at most this much over a plain session's start."""
+IMAGE_GROWTH_MB = 250
+"""What the sandbox image may add to its base: the tools, Python's venv and pip, the toolbox (about 215 MB)."""
+
+
+def image_size(report: Report, client: Any, image: str) -> None:
+    """The sandbox image's size, and what it adds to the base its Dockerfile names (when that is on the engine)."""
+    named = re.search(r"^ARG BASE=(\S+)", images.SANDBOX.dockerfile.read_text(), re.MULTILINE)
+    base = named[1] if named else "?"
+    ours = client.images.get(image).attrs["Size"] / 1e6
+    try:
+        added = ours - client.images.get(base).attrs["Size"] / 1e6
+    except ImageNotFound:  # built from another base (--base): no baseline here
+        added = None
+    met = (
+        None
+        if added is None
+        else report.check(
+            added <= IMAGE_GROWTH_MB, f"the sandbox image adds {added:.1f} MB to {base} (target ≤ {IMAGE_GROWTH_MB} MB)"
+        )
+    )
+    cells = [image, f"{ours:.1f} MB", base, "?" if added is None else f"{added:.1f} MB", f"≤ {IMAGE_GROWTH_MB} MB"]
+    verdict = {None: "", True: "yes", False: "**no**"}[met]
+    report.extra.append(
+        ("Sandbox image size", ["image", "size", "base", "added to the base", "target", "met"], [[*cells, verdict]])
+    )
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
+    await asyncio.to_thread(image_size, report, client, image)
     repo = make_repo(root, "environment")
     (repo / ".cubicle").mkdir()
     (repo / ".cubicle" / "environment.toml").write_text(f'image = "{image}"\n')

@@ -27,6 +27,7 @@ from ..wire.events import (
     ContextEdited,
     Event,
     SessionFinished,
+    SessionStarted,
     SetupOutput,
     TextDelta,
     ToolCall,
@@ -45,7 +46,9 @@ APPROVAL_CHARS = 4000
 LONG_SPACE_RUN = 8
 """In file content shown for approval, an inner run of this many spaces or more is shown as a count."""
 TAIL_LINES = 5
-"""Lines of a running command's output shown under the spinner (its result then shows the first line and a count)."""
+"""Lines of a running command's output shown under the spinner (its result then shows its last RESULT_LINES)."""
+RESULT_LINES = 3
+"""A finished command's last lines, kept under its result mark: where a test run or a build says how it went."""
 TAIL_CHARS = 4096
 """What is kept of a running command's output for those lines."""
 
@@ -96,6 +99,29 @@ def preview(output: str) -> str:
     shown = 2 if lines[0].startswith("timed out") and len(lines) > 1 else 1
     first = cut(" · ".join(lines[:shown]))
     return first + (f"  (+{len(lines) - shown} lines)" if len(lines) > shown else "")
+
+
+def command_tail(output: str, count: int = RESULT_LINES) -> tuple[str, list[str], int]:
+    """A finished command's result as the live view keeps it: its note (the timeout's or the cancel's line; '' after
+    a plain exit), the last ``count`` lines of its output as ``tail_lines`` leaves them, and how many came before."""
+    head, _, body = output.partition("\n")
+    note = "" if head.startswith("exit code ") else head
+    lines = tail_lines("\n".join(line for line in body.split("\n") if line.rstrip("\r") not in TAGS), len(body) + 1)
+    return note, lines[-count:], max(0, len(lines) - count)
+
+
+def result_lines(event: ToolResult) -> list[Text]:
+    """What a finished call leaves in the live view, inert: its mark and time, then a command's last lines (one short
+    enough stays on the mark's line), or another tool's first line and how many follow."""
+    mark = Text.assemble(result_mark(event), (f"{event.duration_s:.2f}s ", "dim"))
+    if event.name != "run_command" or event.exit_code is None:
+        return [mark.append_text(terminal.safe_text(preview(event.output), "dim"))]
+    note, lines, before = command_tail(event.output)
+    if not note and not before and len(lines) == 1:
+        return [mark.append_text(terminal.safe_text(cut(lines[0]), "dim"))]
+    said = " · ".join(part for part in (cut(note), f"({plural(before, 'earlier line')})" if before else "") if part)
+    rows = [Text.assemble(("    │ ", "dim"), terminal.safe_text(cut(line), "dim")) for line in lines]
+    return [mark.append_text(terminal.safe_text(said, "dim")), *rows]
 
 
 CONTEXT_EDITS = {
@@ -327,9 +353,10 @@ class LiveSink:
         elif isinstance(event, ContextEdited):
             self._flush_text()
             self.console.print(context_line(event))
-        elif isinstance(event, UserMessage):
+        elif isinstance(event, SessionStarted | UserMessage):  # what the user asked, before what the agent did
             self._flush_text()
-            self.console.print(Text.assemble(("you │ ", "green"), terminal.safe_text(event.text)))
+            said = event.task if isinstance(event, SessionStarted) else event.text
+            self.console.print(Text.assemble(("you │ ", "green"), terminal.safe_text(said)))
         elif isinstance(event, SetupOutput):
             self._flush_text()
             for line in event.text.splitlines():
@@ -356,13 +383,8 @@ class LiveSink:
         elif isinstance(event, ToolResult):
             self._running.pop(event.id, None)
             self._output.pop(event.id, None)
-            self.console.print(
-                Text.assemble(
-                    result_mark(event),
-                    (f"{event.duration_s:.2f}s ", "dim"),
-                    terminal.safe_text(preview(event.output), "dim"),
-                )
-            )
+            for line in result_lines(event):
+                self.console.print(line)
 
     async def approve(self, name: str, args: dict[str, Any]) -> bool:
         """Show the whole call, then ask y/n with the live footer paused; the answer is read on the event loop."""

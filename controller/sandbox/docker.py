@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from .. import workspace
 from ..config import DEFAULT_PROXY_IMAGE
-from ..errors import SandboxError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
+from ..errors import SandboxError, SetupError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
 from ..wire.envspec import PATH_VARIABLE
 from ..wire.limits import Limits
 from ..wire.network import DIRECT, Outside
@@ -62,6 +62,11 @@ class Sandbox(Protocol):
 
         Raises SetupError when it cannot be; a no-op once done, and for sandboxes with no environment.
         """
+        ...
+
+    def again(self) -> None:
+        """A new turn begins: a preparation that failed runs again when next asked for (until then its error is
+        raised to every caller, without running it again)."""
         ...
 
     async def start(self) -> None: ...
@@ -203,8 +208,10 @@ def _process(image: str, uid: int, gid: int, limits: Limits, labels: dict[str, s
 
 def _tmpfs(size_mb: int, volumes: Iterable[str], uid: int, gid: int) -> dict[str, str]:
     """The writable places of a read-only root besides ``/workspace``, each sized: the image's volumes and ``/tmp``
-    for anyone, ``HOME`` for the owner alone."""
-    tmpfs_opts = f"rw,nosuid,nodev,size={size_mb}m"
+    for anyone, ``HOME`` for the owner alone. Executable (the engine would add ``noexec``): a tool installed under
+    ``~/.local/bin`` or a script a test writes to ``/tmp`` runs, as anything the agent writes to ``/workspace`` does;
+    ``nosuid,nodev`` keep a set-uid bit or a device node there from meaning anything."""
+    tmpfs_opts = f"rw,exec,nosuid,nodev,size={size_mb}m"
     return {
         **{path: f"{tmpfs_opts},mode=1777" for path in volumes},
         "/tmp": f"{tmpfs_opts},mode=1777",
@@ -345,6 +352,7 @@ class DockerSandbox:
         self.env: dict[str, str] = {}
         self._preparer = preparer
         self._prepare_lock = asyncio.Lock()
+        self._failed: SetupError | None = None  # the preparation's failure, raised again until ``again``
         self.container: Any = None
         self._egress: Egress | None = None
         self._channel: ToolboxChannel | None = None
@@ -358,8 +366,12 @@ class DockerSandbox:
 
     async def prepare(self) -> None:
         """Run the session's preparer once: its image and variables become the containers', its setup tree
-        goes beneath the layer. A failure is raised every time it is asked again, never half applied."""
+        goes beneath the layer. Nothing is half applied. A preparation that failed (SetupError) is not run again
+        until ``again``: its error is raised to every later caller (a turn and its container's warm start both ask,
+        and a second run's output would come after the turn's end); one cut short (cancelled, no engine) runs anew."""
         async with self._prepare_lock:
+            if self._failed is not None:  # the same error again, as a new exception: each caller has its own
+                raise type(self._failed)(str(self._failed.args[0]), self._failed.hint) from None
             preparer, self._preparer = self._preparer, None
             if preparer is None:
                 return
@@ -368,6 +380,9 @@ class DockerSandbox:
                     self._client = await asyncio.to_thread(self._connect)
                 ready = await preparer(self._client)
                 await asyncio.to_thread(self._set_setup, ready.setup)
+            except SetupError as err:
+                self._preparer, self._failed = preparer, err
+                raise
             except BaseException:
                 self._preparer = preparer
                 raise
@@ -375,6 +390,10 @@ class DockerSandbox:
                 self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
                 self._held = True  # the sandbox image under its tag
             self.image, self.env = ready.image, ready.env
+
+    def again(self) -> None:
+        """A new turn begins: a preparation that failed before runs again when next asked for."""
+        self._failed = None
 
     async def start(self) -> None:
         """Create and start the container and wait until the toolbox answers.

@@ -69,7 +69,8 @@ NODE_LEVEL = {
     "sysctls": "IPv6 is not switched off in the Pod (an unsafe sysctl, refused by Pod Security 'restricted'); the "
     "NetworkPolicies cover both address families",
     "tmpfs": "emptyDir has no mount options: nosuid is moot under allowPrivilegeEscalation false, nodev under no "
-    "capabilities (no CAP_MKNOD), noexec is dropped, mode and owner come from fsGroup",
+    "capabilities (no CAP_MKNOD), an emptyDir is executable as the sandbox's tmpfs are (the proxy's noexec is "
+    "dropped), mode and owner come from fsGroup",
     "runtime": "the Pod's RuntimeClass (gvisor for runsc, on the nodes labelled for it), chosen by the Pod's own "
     "runtime, not the Docker option",
 }
@@ -259,7 +260,7 @@ def _tmpfs(value: dict[str, str], draft: _Draft) -> None:
             key, _, setting = option.partition("=")
             if key == "size":
                 size = _mib(setting)
-            elif key not in ("rw", "nosuid", "nodev", "noexec", "mode", "uid", "gid"):
+            elif key not in ("rw", "exec", "nosuid", "nodev", "noexec", "mode", "uid", "gid"):
                 raise _refuse(f"the tmpfs option {option!r} of {path}")
         if size is None:
             raise _refuse(f"a tmpfs without a size ({path})")

@@ -130,16 +130,19 @@ class LiveSession:
         self._start_turn(self.served.run)
 
     def _start_turn(self, turn: Callable[[], Awaitable[TurnOutcome]]) -> None:
-        """Run ``turn`` as the session's task (made in the task: one cancelled before it starts leaves nothing)."""
+        """Run ``turn`` as the session's task (made in the task: one cancelled before it starts leaves nothing).
+        The turn and the warm start then share one preparation: a new turn tries one that failed before, once."""
         self.failure = None
+        self.sandbox.again()
         self.task = asyncio.create_task(self.run(turn), name=f"turn-{self.session_id}")
         self.task.add_done_callback(self._ended)
         self.warm()
 
     def warm(self) -> None:
         """Start the container now, so the turn's first call finds it ready. What fails is the turn's to report:
-        a model's turn prepares the sandbox again first thing; a served turn records it here (a setup that failed
-        then fails each of its calls with its output: it is not run again)."""
+        a model's turn asks for the sandbox's preparation first thing (one that failed here is not run again: the
+        turn gets its error); a served turn records it here (a setup that failed then fails each of its calls with
+        its output)."""
         self.warming = asyncio.create_task(self._start())
         self.warming.add_done_callback(lambda t: t.cancelled() or t.exception())
 

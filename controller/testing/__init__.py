@@ -49,6 +49,9 @@ class NoSandbox:
     async def prepare(self) -> None:
         return None
 
+    def again(self) -> None:
+        return None
+
     async def start(self) -> None:
         return None
 
@@ -93,6 +96,9 @@ class MemorySandbox:
         self.starts = self.stops = 0
 
     async def prepare(self) -> None:
+        return None
+
+    def again(self) -> None:
         return None
 
     async def start(self) -> None:

@@ -234,3 +234,46 @@ def test_a_request_may_name_only_an_allowed_runtime_and_runsc_only_offline(
     refused = api.http.post("/v1/sessions", json={"repo": repo, "task": "x", "model": model, "limits": offline})
     assert refused.status_code == 422 and "Sessions under runsc have no network" in refused.json()["detail"]
     assert api.http.get("/v1/sessions").json()["total"] == 0  # nothing was started
+
+
+# Each prints setup-ran-42, which the build's own line quoting its step (RUN echo setup-ran-$((6*7))) does not.
+FAILING_PREPARATIONS = {
+    "setup": {".cubicle/environment.toml": 'setup = "echo setup-ran-$((6*7)); exit 1"\nsetup_network = "none"\n'},
+    "build": {
+        ".cubicle/environment.toml": 'dockerfile = "Dockerfile"\nsetup_network = "none"\n',
+        "Dockerfile": f"FROM {Settings().image}\nRUN echo setup-ran-$((6*7)) && exit 1\n",
+    },
+}
+
+
+@pytest.mark.parametrize("failing", FAILING_PREPARATIONS)
+def test_a_failed_setup_runs_once_a_turn_and_its_output_comes_before_the_turns_end(
+    api: Api, model_server: ScriptedServer, make_repo: Callable[..., Path], failing: str
+) -> None:
+    """The turn and the container's warm start both need the environment: a setup (or a build) that failed is
+    reported to both, never run a second time (whose output would come after ``session_finished``). A follow-up
+    tries it again."""
+    repo = make_repo(files={"README.md": "# demo\n", **FAILING_PREPARATIONS[failing]})
+    sid = api.create(str(repo), register(model_server, prefix="api-setup", turns=WORK))["id"]
+    assert api.wait_for(sid, lambda r: r["status"] != "running")["status"] == "failed"
+    assert api.http.post(f"/v1/sessions/{sid}/messages", json={"text": "again"}).status_code == 202
+    api.wait_for(sid, lambda r: r["status"] != "running")
+    assert api.http.delete(f"/v1/sessions/{sid}").status_code == 200  # waits for the warm start, whatever it ran
+    events = api.events(sid)
+    kinds = [
+        "ran" if e["type"] == "setup_output" and "setup-ran-42" in e["text"] else e["type"]
+        for e in events
+        if e["type"] in ("session_started", "user_message", "setup_output", "error", "session_finished")
+    ]
+    assert [k for k in kinds if k != "setup_output"] == [
+        "session_started",
+        "ran",
+        "error",
+        "session_finished",
+        "user_message",
+        "ran",
+        "error",
+        "session_finished",
+    ], kinds
+    errors = [e for e in events if e["type"] == "error"]
+    assert len(errors) == 2 and all(e["kind"] == "setup" and "setup-ran-42" in e["message"] for e in errors), errors

@@ -189,6 +189,8 @@ def test_continue_runs_the_next_turn_and_show_prints_every_turn(
     assert "First turn done." in _texts(shown) and "Second turn done." in _texts(shown)
     human = cubicle("show", session_id, env=env)
     assert "now more" in human.stdout and "▸ run_command echo more > more.txt" in human.stdout, human.stdout
+    said = [human.stdout.index(text) for text in ("you │ do it", "First turn done.", "you │ now more", "Second turn")]
+    assert said == sorted(said), human.stdout  # each turn's user message before what the agent did in it
     unknown = cubicle("show", "s_0000000000000000", env=env)
     assert unknown.returncode == 2 and "s_0000000000000000" in unknown.stderr, unknown.stderr
 

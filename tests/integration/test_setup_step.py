@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench.egress import Hosts, hosts
-from controller.config import DEFAULT_IMAGE
+from controller.config import DEFAULT_IMAGE, Settings
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import owned_by, scenario_file
 from tests.sandbox_defaults import TEST_INSTANCE, TEST_RUNTIMES
@@ -131,3 +131,96 @@ def test_a_setup_or_build_that_fails_or_hangs_ends_the_session_before_the_model_
     assert finished["reason"] == "error" and finished["usage"]["input_tokens"] == 0
     assert not [e for e in events if e["type"] in ("tool_call", "usage")]
     assert owned_by(docker_client, INSTANCE) == []
+
+
+# A tiny Python project whose build backend is its own (PEP 517 and 660, standard library only) and that depends on
+# nothing: `pip install -e .` then needs nothing from a package index, so the guide's setup runs here with no network.
+TINY_BACKEND = """\
+import base64, hashlib, os, zipfile
+
+DIST = "tiny-0.1"
+META = {
+    f"{DIST}.dist-info/METADATA": "Metadata-Version: 2.1\\nName: tiny\\nVersion: 0.1\\n",
+    f"{DIST}.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: backend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+    f"{DIST}.dist-info/entry_points.txt": "[console_scripts]\\ntiny-hello = tiny:main\\n",
+}
+
+
+def _wheel(directory, files):
+    name, record = f"{DIST}-py3-none-any.whl", []
+    with zipfile.ZipFile(os.path.join(directory, name), "w") as wheel:
+        for path, text in {**files, **META}.items():
+            data = text.encode()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{path},sha256={digest},{len(data)}")
+            wheel.writestr(path, data)
+        wheel.writestr(f"{DIST}.dist-info/RECORD", "\\n".join([*record, f"{DIST}.dist-info/RECORD,,"]) + "\\n")
+    return name
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    return _wheel(wheel_directory, {"tiny.pth": os.path.abspath("src") + "\\n"})
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    with open("src/tiny/__init__.py") as source:
+        return _wheel(wheel_directory, {"tiny/__init__.py": source.read()})
+"""
+TINY_PROJECT = {
+    "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+    "backend.py": TINY_BACKEND,
+    "src/tiny/__init__.py": 'def main():\n    print("tiny says hello")\n',
+}
+GUIDE_SETUP = "python3 -m venv .venv && .venv/bin/pip install -e ."
+"""The Python setup docs/guides/environments.md recommends, word for word."""
+
+
+def test_the_guides_python_setup_works_in_the_default_image_as_written(
+    make_repo: Callable[..., Path], tmp_path: Path
+) -> None:
+    toml = f'setup = "{GUIDE_SETUP}"\nsetup_network = "none"\n'
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "environments.md").read_text()
+    assert f"`{GUIDE_SETUP}`" in guide
+    agent = {"command": ".venv/bin/tiny-hello && .venv/bin/python -c 'import tiny; print(tiny.__file__)'"}
+    scenario = {
+        "name": "after-python-setup",
+        "turns": [
+            {"content": [{"type": "tool_use", "name": "run_command", "input": agent}]},
+            {"content": [{"type": "text", "text": "done"}]},
+        ],
+    }
+    settings = {
+        "CUBICLE_DATA_DIR": str(tmp_path / "data"),
+        "CUBICLE_INSTANCE": INSTANCE,
+        "CUBICLE_IMAGE": Settings().image,
+    }
+    done = cubicle(
+        "run",
+        str(_repo(make_repo, toml, TINY_PROJECT)),
+        "go",
+        "--json",
+        "--no-apply",
+        "--scenario",
+        scenario_file(tmp_path, scenario),
+        env=settings,
+        timeout=300,
+    )
+    events = _events(done.stdout)
+    setup = "".join(e["text"] for e in events if e["type"] == "setup_output")
+    assert done.returncode == 0, (setup[-3000:], done.stderr[-2000:])
+    assert "Successfully installed tiny-0.1" in setup
+    result = next(e for e in events if e["type"] == "tool_result")
+    assert result["exit_code"] == 0 and "tiny says hello" in result["output"], result
+    assert "/workspace/src/tiny/__init__.py" in result["output"]  # installed editable: the checkout's own source
+    changes = next(e for e in events if e["type"] == "changes")
+    assert changes["summary"]["files"] == 0  # the virtualenv is the setup's, never a change to apply
+
+
+def test_the_setup_runs_what_it_writes_to_tmp_and_home(make_repo: Callable[..., Path], tmp_path: Path) -> None:
+    """The setup's /tmp and HOME are executable, as the agent's are (tests/security/test_privilege.py)."""
+    script = "printf '#!/bin/sh\\\\necho ran in %s\\\\n' $d > $d/tool && chmod +x $d/tool && $d/tool"
+    setup = f"mkdir -p ~/.local/bin && for d in /tmp ~/.local/bin; do {script} || exit 9; done"
+    code, events, stderr = _run(_repo(make_repo, f'setup = """{setup}"""\nsetup_network = "none"\n'), tmp_path)
+    shown = "".join(e["text"] for e in events if e["type"] == "setup_output")
+    assert code == 0, (shown[-2000:], stderr[-2000:])
+    assert "ran in /tmp" in shown and "ran in /home/agent/.local/bin" in shown

@@ -65,6 +65,29 @@ async def test_a_home_made_setuid_binary_does_nothing(box: DockerSandbox) -> Non
     assert result.stdout.text.splitlines()[0] == uid
 
 
+async def test_tmp_and_home_are_executable_yet_nosuid_and_nodev(box: DockerSandbox, docker_client: Any) -> None:
+    """A tool installed under ~/.local/bin, and a script a test writes to /tmp, run (not ``Permission denied``, exit
+    126: the engine's default ``noexec``); they stay ``nosuid,nodev``: a set-uid bit there gives nothing."""
+    result = await sh(
+        box,
+        "mkdir -p ~/.local/bin; for dir in /tmp ~/.local/bin; do printf '#!/bin/sh\\necho ran in %s\\n' $dir "
+        "> $dir/tool; chmod +x $dir/tool; $dir/tool; echo rc=$?; done; tool; "
+        "cp /usr/bin/id /tmp/myid && chmod u+s /tmp/myid && /tmp/myid -u",
+    )
+    home = "/home/agent/.local/bin"
+    uid = str(box.repo.stat().st_uid)
+    assert result.stdout.text.splitlines() == ["ran in /tmp", "rc=0", f"ran in {home}", "rc=0", f"ran in {home}", uid]
+    tmpfs = docker_client.containers.get(box.container.id).attrs["HostConfig"]["Tmpfs"]
+    assert all({"exec", "nosuid", "nodev"} <= set(tmpfs[path].split(",")) for path in ("/tmp", "/home/agent")), tmpfs
+    mounts = (await sh(box, "grep -E ' (/tmp|/home/agent) ' /proc/self/mountinfo")).stdout.text.splitlines()
+    assert len(mounts) == 2, mounts
+    # gVisor's mountinfo names neither nosuid nor nodev; its device nodes are its own emulations, never the host's.
+    wanted = set() if box.limits.runtime == runtimes.GVISOR else {"nosuid", "nodev"}
+    for line in mounts:
+        options = set(line.split()[5].split(","))
+        assert wanted <= options and "noexec" not in options, line
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -11,19 +11,32 @@ from collections.abc import Iterator
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from controller.cli.display import (
     APPROVAL_ROWS,
     JsonSink,
     LiveSink,
     approval,
+    command_tail,
     context_line,
     preview,
+    result_lines,
     result_mark,
     summarize_args,
     tail_lines,
 )
-from controller.wire.events import CommandOutput, ContextEdited, TextDelta, ToolCall, ToolResult
+from controller.wire.events import (
+    CommandOutput,
+    ContextEdited,
+    SessionFinished,
+    SessionStarted,
+    TextDelta,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
 
 
 def _console(width: int = 100, clock: list[float] | None = None) -> Console:
@@ -42,13 +55,13 @@ def _render(renderable: object, width: int = 100) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 
-def _result(exit_code: int | None, is_error: bool = False) -> ToolResult:
+def _result(exit_code: int | None, is_error: bool = False, output: str = "") -> ToolResult:
     return ToolResult(
         session_id="s",
         id="t",
         name="run_command",
         is_error=is_error,
-        output="",
+        output=output,
         model_chars=0,
         duration_s=0.1,
         exit_code=exit_code,
@@ -213,3 +226,72 @@ async def test_a_running_commands_last_lines_show_under_the_spinner_inert_until_
     ]
     await sink.emit(_result(0))
     assert "│" not in _render(sink.footer())
+
+
+PYTEST_RUN = (
+    "exit code 1 after 2.1s\n<stdout>\n============ test session starts ============\ncollected 3 items\n\n"
+    "test_cart.py ..F\n\x1b]52;c;cGF5bG9hZA==\x07 FAILED test_cart.py::test_empty\n"
+    "======= 1 failed, 2 passed in 0.12s =======\n</stdout>\n<stderr>\nwarning: 10%\r100%\n</stderr>\n"
+)
+
+
+def test_a_finished_commands_result_keeps_its_last_lines_inert() -> None:
+    note, lines, before = command_tail(PYTEST_RUN)
+    assert note == "" and before == 3
+    assert lines == [
+        "\x1b]52;c;cGF5bG9hZA==\x07 FAILED test_cart.py::test_empty",
+        "======= 1 failed, 2 passed in 0.12s =======",
+        "⟲ 100%",
+    ]
+    shown = _render(Text("\n").join(result_lines(_result(1, output=PYTEST_RUN))))
+    assert shown.splitlines() == [
+        "  ✗ exit 1 0.10s (3 earlier lines)",
+        "    │ \\x1b]52;c;cGF5bG9hZA==\\x07 FAILED test_cart.py::test_empty",
+        "    │ ======= 1 failed, 2 passed in 0.12s =======",
+        "    │ ⟲ 100%",
+    ]
+    assert "\x1b" not in shown and "test session starts" not in shown
+
+
+def test_a_short_or_timed_out_commands_result() -> None:
+    one = _render(Text("\n").join(result_lines(_result(0, output="exit code 0 after 0.1s\n<stdout>\nhi\n</stdout>\n"))))
+    assert one.splitlines() == ["  ✓ 0.10s hi"]
+    timed_out = "timed out after 1.0s; killed (exit code -9)\n<stdout>\nhalf\n</stdout>\n"
+    assert [t.plain for t in result_lines(_result(-9, is_error=True, output=timed_out))] == [
+        "  ✗ exit -9 0.10s timed out after 1.0s; killed (exit code -9)",
+        "    │ half",
+    ]
+    other = _result(None, output="Wrote 5 bytes to a.txt.").model_copy(update={"name": "write_file"})
+    assert [t.plain for t in result_lines(other)] == ["  ✓ 0.10s Wrote 5 bytes to a.txt."]
+
+
+async def test_the_live_view_prints_a_finished_commands_last_lines() -> None:
+    console = _console()
+    sink = LiveSink(console)
+    await sink.emit(ToolCall(session_id="s", id="t", name="run_command", input={"command": "pytest"}))
+    await sink.emit(_result(1, output=PYTEST_RUN))
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "1 failed, 2 passed in 0.12s" in printed and "test session starts" not in printed
+
+
+async def test_show_prints_each_turns_user_message_before_what_the_agent_did() -> None:
+    """``cubicle show`` replays the stored events through the live view: the task (in ``session_started``), a
+    follow-up or a review's comments (``user_message``) come before that turn's work, as the viewer shows them."""
+    console = _console()
+    sink = LiveSink(console)
+    finished = SessionFinished(session_id="s", reason="end_turn", steps=1, usage=Usage())
+    for event in (
+        SessionStarted(session_id="s", repo="/r", task="add a test\nfor the \x1b[2J empty cart", model="m"),
+        TextDelta(session_id="s", text="Reading the tests.\n"),
+        finished,
+        UserMessage(session_id="s", text="now make it pass"),
+        TextDelta(session_id="s", text="Fixed.\n"),
+        finished,
+    ):
+        await sink.emit(event)
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    order = [
+        printed.index(said) for said in ("you │ add a test", "Reading the tests.", "you │ now make it pass", "Fixed.")
+    ]
+    assert order == sorted(order), printed
+    assert "\x1b[2J" not in printed and "\\x1b[2J" in printed

@@ -262,8 +262,8 @@ def test_an_images_volumes_are_sized_tmpfs_and_core_dumps_are_off(layer: workspa
     labels = owners.labels("unit", "s_egress")
     made = container_options("img", layer, Limits(tmpfs_mb=32), labels, None, ["/data", "/var/lib/db"])
     tmpfs = made["tmpfs"]
-    assert tmpfs["/data"] == tmpfs["/var/lib/db"] == "rw,nosuid,nodev,size=32m,mode=1777", tmpfs
-    assert tmpfs["/tmp"] == "rw,nosuid,nodev,size=32m,mode=1777"
+    assert tmpfs["/data"] == tmpfs["/var/lib/db"] == "rw,exec,nosuid,nodev,size=32m,mode=1777", tmpfs
+    assert tmpfs["/tmp"] == "rw,exec,nosuid,nodev,size=32m,mode=1777"
     assert [(u["Name"], u["Soft"], u["Hard"]) for u in made["ulimits"]] == [("core", 0, 0)]
 
 

@@ -291,7 +291,7 @@ def test_the_options_with_no_pod_field_name_their_node_level_replacement() -> No
         ("log_config", {"Type": "syslog", "Config": {}}),
         ("ulimits", [{"Name": "core", "Soft": -1, "Hard": -1}]),
         ("mounts", [{"Type": "bind", "Source": "/", "Target": "/host", "ReadOnly": True}]),
-        ("tmpfs", {"/tmp": "rw,exec"}),
+        ("tmpfs", {"/tmp": "rw,suid"}),
     ],
 )
 def test_a_docker_option_without_a_mapping_is_refused(key: str, value: Any) -> None:
