@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DefinitionError
 from ..wire.envspec import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
-from ..wire.network import NetworkPolicy
+from ..wire.network import DefaultsPlus, NetworkPolicy
 from . import buildcontext
 from .devcontainer import FIELD_KEYS, Converter, join_commands
 from .files import (
@@ -215,7 +215,7 @@ class Overrides:
     variables: dict[str, str] | None = None
     setup: str | None = None
     setup_timeout_s: int | None = None
-    setup_network: NetworkPolicy | str | None = None
+    setup_network: NetworkPolicy | DefaultsPlus | str | None = None
     setup_inputs: tuple[str, ...] | list[str] | None = None
     network: NetworkPolicy | str | None = None
 

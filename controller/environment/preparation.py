@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,18 @@ from ..errors import CubicleError, DockerUnavailableError, ImageNotAllowedError,
 from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
 from ..sandbox.docker import Prepared, Preparer
-from ..sandbox.egress import Egress, Route
-from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
+from ..sandbox.egress import Egress, Refusal, Route
+from ..wire.envspec import (
+    CUBICLE_FILE,
+    DEFINITION_FILES,
+    MAX_ENV_VALUE,
+    MAX_SETUP_CHARS,
+    Environment,
+    EnvironmentRequest,
+)
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
-from ..wire.network import NONE, NetworkPolicy
+from ..wire.network import NONE, DefaultsPlus, NetworkPolicy
 from ..workspace import Layer
 from . import build as environment_image
 from . import load, setup_inputs_hash, setups
@@ -38,6 +45,7 @@ from .definition import requested
 from .devcontainer import expand_container_env
 from .setups import SetupCommand, SetupRun, Setups, setup_key
 
+Told = Callable[[str], Awaitable[None]]
 BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
 """What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
 
@@ -88,8 +96,14 @@ class Environments:
         return limits.model_copy(update={"network": granted}), noted
 
     def setup_network(self, environment: Environment) -> NetworkPolicy:
-        """The setup's policy: the environment's own, else the server's default, under the server's maximum."""
+        """The setup's policy (an image build's too), under the server's maximum: the environment's own, else the
+        server's default; ``defaults,allow=...`` is the default with those hosts added."""
         asked = environment.setup_network or self.settings.setup_network
+        if isinstance(asked, DefaultsPlus):
+            try:
+                asked = asked.over(self.settings.setup_network)
+            except ValueError as err:
+                raise SetupError(f"The setup network of {environment.source}: {err}.") from None
         return asked.clamp(self.settings.max_limits.network)
 
     async def build(
@@ -99,7 +113,7 @@ class Environments:
         network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
         the repository's code outside the sandbox, so it reaches no more than the setup may."""
         settings = self.settings
-        async with self.route(client, self.setup_network(environment), name) as route:
+        async with self.route(client, self.setup_network(environment), name, environment.source) as route:
             options = ImageOptions(
                 sandbox_image=settings.image,
                 ca_bundle=settings.ca_bundle,
@@ -110,9 +124,13 @@ class Environments:
             return await asyncio.to_thread(environment_image.ensure_image, client, environment, repo, options, on_line)
 
     @contextlib.asynccontextmanager
-    async def route(self, client: Any, policy: NetworkPolicy, session_id: str) -> AsyncIterator[Route]:
+    async def route(
+        self, client: Any, policy: NetworkPolicy, session_id: str, source: str, told: Told | None = None
+    ) -> AsyncIterator[Route]:
         """A network for ``policy``: a proxy of its own for ``allow`` (an internal network, gone after), else direct.
 
+        What the proxy refused or could not reach is said (``refused_text``, naming the setting of ``source`` that
+        allows more): added to a SetupError raised inside, else ``told`` when given.
         Its containers carry ``session_id``'s labels, so a crash leaves nothing ``gc`` cannot find."""
         if policy.level != "allow":
             yield egress.direct(policy)
@@ -129,6 +147,15 @@ class Environments:
         )
         try:
             yield await asyncio.to_thread(gate.start)
+        except SetupError as err:
+            said = refused_text(await asyncio.to_thread(gate.refusals), source)
+            if said:
+                raise type(err)(f"{err.args[0]}\n{said}", err.hint) from None
+            raise
+        else:
+            said = refused_text(await asyncio.to_thread(gate.refusals), source)
+            if said and told is not None:
+                await told(said + "\n")
         finally:
             await asyncio.to_thread(gate.stop)
 
@@ -143,6 +170,24 @@ class Environments:
             return await Preparation(self, session_id, layer, environment, limits, sink).run(client)
 
         return prepare
+
+
+def refused_text(found: list[Refusal], source: str) -> str:
+    """What the setup's proxy refused or could not reach, and the setting that allows a refused host; empty for
+    nothing. ``source`` is where the environment was defined, whose key is named."""
+    if not found:
+        return ""
+    lines = [f"The setup's network refused or could not reach: {', '.join(map(str, found))}."]
+    refused = [refusal.pattern for refusal in found if refusal.not_listed]
+    if refused:
+        key = "customizations.cubicle.setup_network" if source.endswith("devcontainer.json") else "setup_network"
+        where = source if source.endswith(DEFINITION_FILES) else CUBICLE_FILE
+        lines.append(
+            f"To let a setup (and an image build) reach it, add it to the default network with {key} = "
+            f'"defaults,allow={",".join(refused)}" in {where} (or the request\'s setup_network); '
+            "CUBICLE_SETUP_NETWORK sets the default for every repository on this server."
+        )
+    return "\n".join(lines)
 
 
 class Preparation:
@@ -243,7 +288,7 @@ class Preparation:
         if self.owner.setups.finished(key):
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
-        async with self.owner.route(client, network, self.session_id) as route:
+        async with self.owner.route(client, network, self.session_id, environment.source, self.note) as route:
             setup = SetupCommand(command, image, env, environment.setup_timeout_s)
             run = SetupRun(
                 layer=self.layer,
