@@ -113,8 +113,9 @@ class Settings(BaseSettings):
     )
     setup_network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         default_factory=lambda: NetworkPolicy(level="allow", hosts=package_hosts()),
-        description="The setup command's network when the environment names none: by default only the package "
-        "registries this machine's pip, apt and npm are configured with, through the egress proxy.",
+        description="The setup command's (and an image build's) network when the environment names none, and what "
+        "its defaults,allow=HOST adds to: by default only the package registries this machine's pip, apt and npm are "
+        "configured with, or pip's and npm's built-in ones when none is named, through the egress proxy.",
     )
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
     proxy_image: str = Field(DEFAULT_PROXY_IMAGE, description="The egress proxy image of allow policies.")
