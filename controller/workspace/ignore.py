@@ -104,8 +104,8 @@ class NewDirectoryRules:
 
     def holding(self, path: str, is_dir: bool) -> str | None:
         """The new directory whose ignore file holds ``path`` back; None when none does."""
-        if self._rules is None or not self._rules.ignored(path, is_dir):
-            return None
         parts = path.split("/")
-        above = ("/".join(parts[:n]) for n in range(1, len(parts)))
-        return next((directory for directory in above if directory in self.directories), None)
+        above = [d for d in ("/".join(parts[:n]) for n in range(1, len(parts))) if d in self.directories]
+        if not above or self._rules is None or not self._rules.ignored(path, is_dir):
+            return None  # (most paths lie in no such directory: they cost a few lookups, no matching)
+        return above[0]

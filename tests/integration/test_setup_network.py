@@ -73,8 +73,8 @@ def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[str]:
         container.remove(force=True)
 
 
-def fetch(host: str) -> str:
-    return f"python3 -c '{FETCH}' http://{host}:8080/"
+def fetch(host: str, scheme: str = "http") -> str:
+    return f"python3 -c '{FETCH}' {scheme}://{host}:8080/"
 
 
 def _run(
@@ -97,7 +97,7 @@ def _run(
 def test_a_definition_adds_a_host_to_the_defaults_and_the_proxy_refuses_any_other(
     make_repo: Callable[..., Path], tmp_path: Path, test_hosts: Hosts, dns_server: str, proxy_image: str
 ) -> None:
-    setup = f"{fetch('default.test')}; {fetch('extra.test')}; {fetch('other.test')} || echo other-refused"
+    setup = f"{fetch('default.test')}; {fetch('extra.test')}; {fetch('other.test', 'https')} || echo other-refused"
     toml = f'setup = """{setup}"""\nsetup_network = "defaults,allow=extra.test:8080"\n'
     code, events, stderr = _run(
         make_repo, tmp_path, test_hosts, dns_server, proxy_image, {".cubicle/environment.toml": toml}
@@ -106,7 +106,8 @@ def test_a_definition_adds_a_host_to_the_defaults_and_the_proxy_refuses_any_othe
     said = {phase: "".join(e["text"] for e in events if e.get("phase") == phase) for phase in ("setup", "environment")}
     assert "http://default.test:8080/ default.test:8080" in said["setup"]  # the server's default
     assert "http://extra.test:8080/ extra.test:8080" in said["setup"]  # and the definition's host, added
-    assert "HTTP Error 403: Forbidden" in said["setup"] and "other-refused" in said["setup"]
+    # a CONNECT, as npm's and pip's HTTPS requests are: the client sees only the status, never the proxy's page
+    assert "Tunnel connection failed: 403 Forbidden" in said["setup"] and "other-refused" in said["setup"]
     assert (
         "The setup's network refused or could not reach: other.test:8080 (not on the allow-list)."
         in said["environment"]

@@ -100,3 +100,25 @@ def test_only_small_plain_rules_count() -> None:
     assert tool_rules_text(b"*" * 5 + b"\n") is None  # a pattern of many wildcards could make a listing crawl
     assert tool_rules_text(b"\xff*\n") is None
     assert tool_rules_text(b"*\n" + b"#" * MAX_TOOL_IGNORE_BYTES) is None
+
+
+def test_a_tool_cache_inside_a_directory_the_checkout_has_is_held_back_alone(ws: Workspace) -> None:
+    ws.agent(
+        "mkdir -p src/.mypy_cache/3.11; echo '*' > src/.mypy_cache/.gitignore; echo {} > src/.mypy_cache/3.11/a.json"
+    )
+    ws.stop()
+    assert dispositions(ws) == {
+        "src/.mypy_cache": "ignored",
+        "src/.mypy_cache/.gitignore": "ignored",
+        "src/.mypy_cache/3.11": "ignored",
+        "src/.mypy_cache/3.11/a.json": "ignored",
+    }
+
+
+def test_a_new_directory_holding_only_what_is_held_back_is_held_back_too(ws: Workspace) -> None:
+    ws.agent(
+        "mkdir -p out/cache; printf '*.tmp\\n.gitignore\\n' > out/.gitignore; echo '*' > out/cache/.gitignore;"
+        "echo a > out/cache/a; echo b > out/b.tmp"
+    )
+    ws.stop()
+    assert set(dispositions(ws).values()) == {"ignored"}
