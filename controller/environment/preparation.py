@@ -6,7 +6,9 @@ the default image or on ``Settings.allowed_images``. ``preparer`` returns what t
 sandbox runs before its first container (``sandbox.Preparer``): the environment's image
 (built once per content hash, see ``environment.image``), then its setup command, run once
 per key (``setups``) with its own network policy, whose tree goes beneath the session's
-layer. Both stream their output as ``setup_output`` events; a failure is a SetupError,
+layer. That policy (the build's too) is the environment's ``setup_network``, the server's default, or the
+default with the environment's hosts added (``defaults,allow=...``); what its proxy refused or could not
+reach is named, with the setting that allows it (``refused_text``). Both stream their output as ``setup_output`` events; a failure is a SetupError,
 which ends the turn with reason ``error`` before any model request.
 """
 

@@ -11,7 +11,9 @@ resolves no name itself (a lookup fails at once), the proxy resolves for it.
 Squid's configuration is generated from the policy by ``squid_config``, a pure function: only the
 listed hosts on their listed ports, as plain HTTP or CONNECT; a name under a ``*.`` pattern only
 while it resolves to public addresses; a raw IP only when that IP is listed; never the proxy's
-own loopback; no cache and no disk; and refusals that say why, in words a model can act on.
+own loopback; no cache and no disk; and refusals that say why, in words a model can act on. Its access log
+(the engine's log of the proxy) ends each line with the address connected to, the error page, the host and the
+port asked for: ``refusals`` reads from it what was refused or unreachable, for a client that showed only a status.
 
 Lifetime: ``Egress.start`` makes the network and the proxy at a sandbox's first start and finds
 them again on later starts, so a replaced container keeps its proxy; ``Egress.stop`` removes both.
