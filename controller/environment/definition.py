@@ -21,7 +21,7 @@ The Cubicle file (paths relative to the repository's root)::
     env = { DJANGO_SETTINGS_MODULE = "app.settings.test" }
     setup = "pip install -e '.[dev]'"     # or ["pip", "install", "-e", "."], or { deps = "...", db = "..." }
     setup_timeout_s = 900
-    setup_network = "allow=pypi.org,files.pythonhosted.org"
+    setup_network = "allow=pypi.org,files.pythonhosted.org"  # replaces the default; "defaults,allow=..." adds to it
     setup_inputs = ["pyproject.toml", "requirements*.txt"]
     network = "none"                      # the agent's; the server clamps it to its maximum
 """
