@@ -6,10 +6,11 @@ the default image or on ``Settings.allowed_images``. ``preparer`` returns what t
 sandbox runs before its first container (``sandbox.Preparer``): the environment's image
 (built once per content hash, see ``environment.image``), then its setup command, run once
 per key (``setups``) with its own network policy, whose tree goes beneath the session's
-layer. That policy (the build's too) is the environment's ``setup_network``, the server's default, or the
-default with the environment's hosts added (``defaults,allow=...``); what its proxy refused or could not
-reach is named, with the setting that allows it (``refused_text``). Both stream their output as ``setup_output`` events; a failure is a SetupError,
-which ends the turn with reason ``error`` before any model request.
+layer. That policy (the build's too) is the environment's ``setup_network``, the server's default, or
+the default with the environment's hosts added (``defaults,allow=...``); what its proxy refused or could
+not reach is named, with the setting that allows it (``refused_text``). Both stream their output as
+``setup_output`` events; a failure is a SetupError, which ends the turn with reason ``error`` before any
+model request.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Environments:
         network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
         the repository's code outside the sandbox, so it reaches no more than the setup may."""
         settings = self.settings
-        async with self.route(client, self.setup_network(environment), name, environment.source) as route:
+        async with self.route(client, self.setup_network(environment), name, environment) as route:
             options = ImageOptions(
                 sandbox_image=settings.image,
                 ca_bundle=settings.ca_bundle,
@@ -127,12 +128,12 @@ class Environments:
 
     @contextlib.asynccontextmanager
     async def route(
-        self, client: Any, policy: NetworkPolicy, session_id: str, source: str, told: Told | None = None
+        self, client: Any, policy: NetworkPolicy, session_id: str, environment: Environment, told: Told | None = None
     ) -> AsyncIterator[Route]:
         """A network for ``policy``: a proxy of its own for ``allow`` (an internal network, gone after), else direct.
 
-        What the proxy refused or could not reach is said (``refused_text``, naming the setting of ``source`` that
-        allows more): added to a SetupError raised inside, else ``told`` when given.
+        What the proxy refused or could not reach is said (``refused_text``, naming the setting of ``environment``
+        that allows more): added to a SetupError raised inside, else ``told`` when given.
         Its containers carry ``session_id``'s labels, so a crash leaves nothing ``gc`` cannot find."""
         if policy.level != "allow":
             yield egress.direct(policy)
@@ -150,12 +151,12 @@ class Environments:
         try:
             yield await asyncio.to_thread(gate.start)
         except SetupError as err:
-            said = refused_text(await asyncio.to_thread(gate.refusals), source)
+            said = refused_text(await asyncio.to_thread(gate.refusals), environment)
             if said:
                 raise type(err)(f"{err.args[0]}\n{said}", err.hint) from None
             raise
         else:
-            said = refused_text(await asyncio.to_thread(gate.refusals), source)
+            said = refused_text(await asyncio.to_thread(gate.refusals), environment)
             if said and told is not None:
                 await told(said + "\n")
         finally:
@@ -174,19 +175,23 @@ class Environments:
         return prepare
 
 
-def refused_text(found: list[Refusal], source: str) -> str:
-    """What the setup's proxy refused or could not reach, and the setting that allows a refused host; empty for
-    nothing. ``source`` is where the environment was defined, whose key is named."""
+def refused_text(found: list[Refusal], environment: Environment) -> str:
+    """What the setup's proxy refused or could not reach, and the setting of ``environment``'s definition that
+    allows a refused host (its own hosts kept); empty for nothing."""
     if not found:
         return ""
     lines = [f"The setup's network refused or could not reach: {', '.join(map(str, found))}."]
     refused = [refusal.pattern for refusal in found if refusal.not_listed]
     if refused:
+        source = environment.source
         key = "customizations.cubicle.setup_network" if source.endswith("devcontainer.json") else "setup_network"
         where = source if source.endswith(DEFINITION_FILES) else CUBICLE_FILE
+        asked = environment.setup_network
+        listed = [str(host) for host in asked.hosts] if asked is not None else []
+        form = "allow=" if isinstance(asked, NetworkPolicy) else "defaults,allow="  # a policy of its own stays one
         lines.append(
-            f"To let a setup (and an image build) reach it, add it to the default network with {key} = "
-            f'"defaults,allow={",".join(refused)}" in {where} (or the request\'s setup_network); '
+            f"To let a setup (and an image build) reach it: {key} = "
+            f'"{form}{",".join([*listed, *refused])}" in {where} (or the request\'s setup_network); '
             "CUBICLE_SETUP_NETWORK sets the default for every repository on this server."
         )
     return "\n".join(lines)
@@ -290,7 +295,7 @@ class Preparation:
         if self.owner.setups.finished(key):
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
-        async with self.owner.route(client, network, self.session_id, environment.source, self.note) as route:
+        async with self.owner.route(client, network, self.session_id, environment, self.note) as route:
             setup = SetupCommand(command, image, env, environment.setup_timeout_s)
             run = SetupRun(
                 layer=self.layer,

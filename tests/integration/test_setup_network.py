@@ -112,7 +112,10 @@ def test_a_definition_adds_a_host_to_the_defaults_and_the_proxy_refuses_any_othe
         "The setup's network refused or could not reach: other.test:8080 (not on the allow-list)."
         in said["environment"]
     )
-    assert 'setup_network = "defaults,allow=other.test:8080" in .cubicle/environment.toml' in said["environment"]
+    assert (
+        'setup_network = "defaults,allow=extra.test:8080,other.test:8080" in .cubicle/environment.toml'
+        in (said["environment"])
+    )
 
 
 @pytest.mark.parametrize("where", ["setup", "build"])
@@ -139,5 +142,5 @@ def test_a_failed_setup_or_build_names_the_hosts_its_proxy_refused_and_the_setti
     message = error["message"]
     assert "nowhere.test:8080 (its name does not resolve)" in message, message
     assert "other.test:8080 (not on the allow-list)" in message, message
-    assert 'setup_network = "defaults,allow=other.test:8080" in .cubicle/environment.toml' in message, message
+    assert 'setup_network = "defaults,allow=nowhere.test:8080,other.test:8080" in .cubicle/' in message, message
     assert owned_by(docker_client, INSTANCE) == []

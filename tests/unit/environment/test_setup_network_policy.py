@@ -170,13 +170,26 @@ def test_the_proxy_logs_what_refusals_reads() -> None:
 
 def test_a_refusal_names_the_host_and_the_setting_of_the_definition_that_allows_it() -> None:
     found = refusals(LOG)
-    said = refused_text(found, ".cubicle/environment.toml")
+    said = refused_text(found, Environment(source=".cubicle/environment.toml"))
     assert "registry.npmjs.org (not on the allow-list), nowhere.test:8080 (its name does not resolve)," in said
     assert "slow.test (no answer came from it)" in said
     assert 'setup_network = "defaults,allow=registry.npmjs.org" in .cubicle/environment.toml' in said
-    devcontainer = refused_text(found, ".devcontainer/devcontainer.json")
-    assert 'customizations.cubicle.setup_network = "defaults,allow=registry.npmjs.org"' in devcontainer
     assert "CUBICLE_SETUP_NETWORK" in said
-    unresolved = refused_text([Refusal("nowhere.test", 8080, "ERR_DNS_FAIL")], "default")
+    devcontainer = refused_text(found, Environment(source=".devcontainer/devcontainer.json"))
+    assert 'customizations.cubicle.setup_network = "defaults,allow=registry.npmjs.org"' in devcontainer
+    unresolved = refused_text([Refusal("nowhere.test", 8080, "ERR_DNS_FAIL")], Environment())
     assert "nowhere.test:8080 (its name does not resolve)" in unresolved and "allow=" not in unresolved
-    assert refused_text([], "default") == ""
+    assert refused_text([], Environment()) == ""
+
+
+@pytest.mark.parametrize(
+    ("asked", "suggested"),
+    [
+        ("defaults,allow=a.test", '"defaults,allow=a.test,registry.npmjs.org"'),
+        ("allow=a.test:8080", '"allow=a.test:8080,registry.npmjs.org"'),  # a policy of its own stays one
+    ],
+)
+def test_the_suggested_setting_keeps_the_hosts_the_definition_lists(asked: str, suggested: str) -> None:
+    found = [Refusal("registry.npmjs.org", 443, "ERR_CUBICLE_NOT_ALLOWED")]
+    said = refused_text(found, Environment(source=".cubicle/environment.toml", setup_network=asked))
+    assert f"setup_network = {suggested} in .cubicle/environment.toml" in said
