@@ -28,15 +28,8 @@ from ..errors import CubicleError, DockerUnavailableError, ImageNotAllowedError,
 from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
 from ..sandbox.docker import Prepared, Preparer
-from ..sandbox.egress import Egress, Refusal, Route
-from ..wire.envspec import (
-    CUBICLE_FILE,
-    DEFINITION_FILES,
-    MAX_ENV_VALUE,
-    MAX_SETUP_CHARS,
-    Environment,
-    EnvironmentRequest,
-)
+from ..sandbox.egress import Egress, Route
+from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
 from ..wire.network import NONE, DefaultsPlus, NetworkPolicy
@@ -46,6 +39,7 @@ from . import load, setup_inputs_hash, setups
 from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
 from .devcontainer import expand_container_env
+from .refusals import refused_by, refused_text
 from .setups import SetupCommand, SetupRun, Setups, setup_key
 
 Told = Callable[[str], Awaitable[None]]
@@ -151,12 +145,12 @@ class Environments:
         try:
             yield await asyncio.to_thread(gate.start)
         except SetupError as err:
-            said = refused_text(await asyncio.to_thread(gate.refusals), environment)
+            said = refused_text(await refused_by(gate, settle=True), environment)
             if said:
                 raise type(err)(f"{err.args[0]}\n{said}", err.hint) from None
             raise
         else:
-            said = refused_text(await asyncio.to_thread(gate.refusals), environment)
+            said = refused_text(await refused_by(gate), environment)
             if said and told is not None:
                 await told(said + "\n")
         finally:
@@ -173,28 +167,6 @@ class Environments:
             return await Preparation(self, session_id, layer, environment, limits, sink).run(client)
 
         return prepare
-
-
-def refused_text(found: list[Refusal], environment: Environment) -> str:
-    """What the setup's proxy refused or could not reach, and the setting of ``environment``'s definition that
-    allows a refused host (its own hosts kept); empty for nothing."""
-    if not found:
-        return ""
-    lines = [f"The setup's network refused or could not reach: {', '.join(map(str, found))}."]
-    refused = [refusal.pattern for refusal in found if refusal.not_listed]
-    if refused:
-        source = environment.source
-        key = "customizations.cubicle.setup_network" if source.endswith("devcontainer.json") else "setup_network"
-        where = source if source.endswith(DEFINITION_FILES) else CUBICLE_FILE
-        asked = environment.setup_network
-        listed = [str(host) for host in asked.hosts] if asked is not None else []
-        form = "allow=" if isinstance(asked, NetworkPolicy) else "defaults,allow="  # a policy of its own stays one
-        lines.append(
-            f"To let a setup (and an image build) reach it: {key} = "
-            f'"{form}{",".join([*listed, *refused])}" in {where} (or the request\'s setup_network); '
-            "CUBICLE_SETUP_NETWORK sets the default for every repository on this server."
-        )
-    return "\n".join(lines)
 
 
 class Preparation:

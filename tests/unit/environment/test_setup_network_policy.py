@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from controller.config import NPM_DEFAULT_REGISTRY, Settings, package_hosts
 from controller.environment import load
-from controller.environment.preparation import Environments, refused_text
+from controller.environment.preparation import Environments
+from controller.environment.refusals import refused_text
 from controller.errors import DefinitionError, SetupError
 from controller.sandbox.egress import Refusal, refusals, squid_config
 from controller.wire.envspec import Environment, EnvironmentRequest
