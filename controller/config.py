@@ -15,6 +15,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -110,10 +111,11 @@ class Settings(BaseSettings):
         "says how to install it. A request must not pick a weaker runtime the engine happens to have. JSON list or "
         "comma-separated.",
     )
-    setup_network: NetworkPolicy = Field(
+    setup_network: Annotated[NetworkPolicy, NoDecode] = Field(  # a variable holds the text form, not JSON
         default_factory=lambda: NetworkPolicy(level="allow", hosts=package_hosts()),
-        description="The setup command's network when the environment names none: by default only the package "
-        "registries this machine's pip, apt and npm are configured with, through the egress proxy.",
+        description="The setup command's (and an image build's) network when the environment names none, and what "
+        "its defaults,allow=HOST adds to: by default only the package registries this machine's pip, apt and npm are "
+        "configured with, or pip's and npm's built-in ones when none is named, through the egress proxy.",
     )
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
     proxy_image: str = Field(DEFAULT_PROXY_IMAGE, description="The egress proxy image of allow policies.")
@@ -338,22 +340,26 @@ NPM_FILES = (Path("/etc/npmrc"), Path("~/.npmrc"))
 _URL = re.compile(r"\bhttps?://[^\s'\"]+")
 
 
-def package_hosts() -> tuple[HostPattern, ...]:
-    """The hosts this machine's package managers are configured to fetch from, read from their own files:
-    pip's index URLs (its variables and config files; without an index URL, pip's built-in default, asked of
-    pip itself), apt's sources, npm's registry. A setup command may reach these by default."""
-    urls = _URL.findall(f"{os.environ.get('PIP_INDEX_URL', '')} {os.environ.get('PIP_EXTRA_INDEX_URL', '')}")
-    pip_urls = [url for path in PIP_FILES for url in _urls_in(path, ("index-url", "index_url"))]
-    urls += pip_urls
-    if "PIP_INDEX_URL" not in os.environ and not pip_urls:
-        urls += _pip_default_index()
-    for source in APT_SOURCES:
-        # A source is a file or a directory of them: a directory's glob finds its files (and reading it finds
-        # nothing), a file's finds nothing.
-        for path in [source, *sorted(source.glob("*.list")), *sorted(source.glob("*.sources"))]:
-            urls += _urls_in(path, ("deb", "uris"))
-    for path in NPM_FILES:
-        urls += _urls_in(path, ("registry",))
+NPM_DEFAULT_REGISTRY = "https://registry.npmjs.org/"
+"""npm's built-in registry: what ``npm install`` fetches from when no configuration names another."""
+NPM_REGISTRY_VARIABLES = ("npm_config_registry", "NPM_CONFIG_REGISTRY")
+
+
+def package_hosts(
+    environ: Mapping[str, str] | None = None, root: Path = Path("/"), home: Path | None = None
+) -> tuple[HostPattern, ...]:
+    """The hosts this machine's package managers fetch from, read from their own configuration: pip's index URLs
+    (its variables and config files), apt's sources, npm's registry (its variables and npmrc files); a manager
+    configured with none gets its built-in default (pip's asked of pip itself, npm's registry.npmjs.org). A setup
+    command may reach these by default. ``environ``, ``root`` and ``home`` say where to read (this machine's)."""
+    environ = os.environ if environ is None else environ
+
+    def place(path: Path) -> Path:
+        if path.parts[0] == "~":
+            return (home or Path.home()).joinpath(*path.parts[1:])
+        return root.joinpath(*path.parts[1:])
+
+    urls = [*_pip_urls(environ, place), *_apt_urls(place), *_npm_urls(environ, place)]
     hosts: dict[str, HostPattern] = {}
     for url in urls:
         with contextlib.suppress(ValueError):
@@ -361,6 +367,32 @@ def package_hosts() -> tuple[HostPattern, ...]:
             pattern = parse_host(f"{parts.hostname}:{parts.port or {'https': 443}.get(parts.scheme, 80)}")
             hosts.setdefault(str(pattern), pattern)
     return tuple(hosts.values())[:MAX_HOSTS]
+
+
+def _pip_urls(environ: Mapping[str, str], place: Callable[[Path], Path]) -> list[str]:
+    """pip's index URLs: its variables and config files; with no index URL, pip's own default."""
+    urls = _URL.findall(f"{environ.get('PIP_INDEX_URL', '')} {environ.get('PIP_EXTRA_INDEX_URL', '')}")
+    from_files = [url for path in PIP_FILES for url in _urls_in(place(path), ("index-url", "index_url"))]
+    if "PIP_INDEX_URL" not in environ and not from_files:
+        from_files += _pip_default_index()
+    return urls + from_files
+
+
+def _apt_urls(place: Callable[[Path], Path]) -> list[str]:
+    urls: list[str] = []
+    for source in map(place, APT_SOURCES):
+        # A source is a file or a directory of them: a directory's glob finds its files (and reading it finds
+        # nothing), a file's finds nothing.
+        for path in [source, *sorted(source.glob("*.list")), *sorted(source.glob("*.sources"))]:
+            urls += _urls_in(path, ("deb", "uris"))
+    return urls
+
+
+def _npm_urls(environ: Mapping[str, str], place: Callable[[Path], Path]) -> list[str]:
+    """npm's registry: its variable, else its npmrc files' ``registry``, else the built-in default."""
+    urls = _URL.findall(" ".join(environ.get(name, "") for name in NPM_REGISTRY_VARIABLES))
+    named = urls or [url for path in NPM_FILES for url in _urls_in(place(path), ("registry",))]
+    return named or [NPM_DEFAULT_REGISTRY]
 
 
 def _urls_in(path: Path, keys: tuple[str, ...]) -> list[str]:

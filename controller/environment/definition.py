@@ -21,7 +21,7 @@ The Cubicle file (paths relative to the repository's root)::
     env = { DJANGO_SETTINGS_MODULE = "app.settings.test" }
     setup = "pip install -e '.[dev]'"     # or ["pip", "install", "-e", "."], or { deps = "...", db = "..." }
     setup_timeout_s = 900
-    setup_network = "allow=pypi.org,files.pythonhosted.org"
+    setup_network = "allow=pypi.org,files.pythonhosted.org"  # replaces the default; "defaults,allow=..." adds to it
     setup_inputs = ["pyproject.toml", "requirements*.txt"]
     network = "none"                      # the agent's; the server clamps it to its maximum
 """
@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DefinitionError
 from ..wire.envspec import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
-from ..wire.network import NetworkPolicy
+from ..wire.network import DefaultsPlus, NetworkPolicy
 from . import buildcontext
 from .devcontainer import FIELD_KEYS, Converter, join_commands
 from .files import (
@@ -215,7 +215,7 @@ class Overrides:
     variables: dict[str, str] | None = None
     setup: str | None = None
     setup_timeout_s: int | None = None
-    setup_network: NetworkPolicy | str | None = None
+    setup_network: NetworkPolicy | DefaultsPlus | str | None = None
     setup_inputs: tuple[str, ...] | list[str] | None = None
     network: NetworkPolicy | str | None = None
 

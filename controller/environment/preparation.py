@@ -6,15 +6,18 @@ the default image or on ``Settings.allowed_images``. ``preparer`` returns what t
 sandbox runs before its first container (``sandbox.Preparer``): the environment's image
 (built once per content hash, see ``environment.image``), then its setup command, run once
 per key (``setups``) with its own network policy, whose tree goes beneath the session's
-layer. Both stream their output as ``setup_output`` events; a failure is a SetupError,
-which ends the turn with reason ``error`` before any model request.
+layer. That policy (the build's too) is the environment's ``setup_network``, the server's default, or
+the default with the environment's hosts added (``defaults,allow=...``); what its proxy refused or could
+not reach is named, with the setting that allows it (``refused_text``). Both stream their output as
+``setup_output`` events; a failure is a SetupError, which ends the turn with reason ``error`` before any
+model request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +32,17 @@ from ..sandbox.egress import Egress, Route
 from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
-from ..wire.network import NONE, NetworkPolicy
+from ..wire.network import NONE, DefaultsPlus, NetworkPolicy
 from ..workspace import Layer
 from . import build as environment_image
 from . import load, setup_inputs_hash, setups
 from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
 from .devcontainer import expand_container_env
+from .refusals import refused_by, refused_text
 from .setups import SetupCommand, SetupRun, Setups, setup_key
 
+Told = Callable[[str], Awaitable[None]]
 BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
 """What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
 
@@ -88,8 +93,14 @@ class Environments:
         return limits.model_copy(update={"network": granted}), noted
 
     def setup_network(self, environment: Environment) -> NetworkPolicy:
-        """The setup's policy: the environment's own, else the server's default, under the server's maximum."""
+        """The setup's policy (an image build's too), under the server's maximum: the environment's own, else the
+        server's default; ``defaults,allow=...`` is the default with those hosts added."""
         asked = environment.setup_network or self.settings.setup_network
+        if isinstance(asked, DefaultsPlus):
+            try:
+                asked = asked.over(self.settings.setup_network)
+            except ValueError as err:
+                raise SetupError(f"The setup network of {environment.source}: {err}.") from None
         return asked.clamp(self.settings.max_limits.network)
 
     async def build(
@@ -99,7 +110,7 @@ class Environments:
         network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
         the repository's code outside the sandbox, so it reaches no more than the setup may."""
         settings = self.settings
-        async with self.route(client, self.setup_network(environment), name) as route:
+        async with self.route(client, self.setup_network(environment), name, environment) as route:
             options = ImageOptions(
                 sandbox_image=settings.image,
                 ca_bundle=settings.ca_bundle,
@@ -110,9 +121,13 @@ class Environments:
             return await asyncio.to_thread(environment_image.ensure_image, client, environment, repo, options, on_line)
 
     @contextlib.asynccontextmanager
-    async def route(self, client: Any, policy: NetworkPolicy, session_id: str) -> AsyncIterator[Route]:
+    async def route(
+        self, client: Any, policy: NetworkPolicy, session_id: str, environment: Environment, told: Told | None = None
+    ) -> AsyncIterator[Route]:
         """A network for ``policy``: a proxy of its own for ``allow`` (an internal network, gone after), else direct.
 
+        What the proxy refused or could not reach is said (``refused_text``, naming the setting of ``environment``
+        that allows more): added to a SetupError raised inside, else ``told`` when given.
         Its containers carry ``session_id``'s labels, so a crash leaves nothing ``gc`` cannot find."""
         if policy.level != "allow":
             yield egress.direct(policy)
@@ -129,6 +144,15 @@ class Environments:
         )
         try:
             yield await asyncio.to_thread(gate.start)
+        except SetupError as err:
+            said = refused_text(await refused_by(gate, settle=True), environment)
+            if said:
+                raise type(err)(f"{err.args[0]}\n{said}", err.hint) from None
+            raise
+        else:
+            said = refused_text(await refused_by(gate), environment)
+            if said and told is not None:
+                await told(said + "\n")
         finally:
             await asyncio.to_thread(gate.stop)
 
@@ -243,7 +267,7 @@ class Preparation:
         if self.owner.setups.finished(key):
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
-        async with self.owner.route(client, network, self.session_id) as route:
+        async with self.owner.route(client, network, self.session_id, environment, self.note) as route:
             setup = SetupCommand(command, image, env, environment.setup_timeout_s)
             run = SetupRun(
                 layer=self.layer,

@@ -11,7 +11,9 @@ resolves no name itself (a lookup fails at once), the proxy resolves for it.
 Squid's configuration is generated from the policy by ``squid_config``, a pure function: only the
 listed hosts on their listed ports, as plain HTTP or CONNECT; a name under a ``*.`` pattern only
 while it resolves to public addresses; a raw IP only when that IP is listed; never the proxy's
-own loopback; no cache and no disk; and refusals that say why, in words a model can act on.
+own loopback; no cache and no disk; and refusals that say why, in words a model can act on. Its access log
+(the engine's log of the proxy) ends each line with the address connected to, the error page, the host and the
+port asked for: ``refusals`` reads from it what was refused or unreachable, for a client that showed only a status.
 
 Lifetime: ``Egress.start`` makes the network and the proxy at a sandbox's first start and finds
 them again on later starts, so a replaced container keeps its proxy; ``Egress.stop`` removes both.
@@ -34,7 +36,7 @@ from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Ulimit
 
 from ..errors import SandboxError
-from ..wire.network import HostPattern, NetworkPolicy, Outside
+from ..wire.network import DEFAULT_PORTS, HostPattern, NetworkPolicy, Outside
 from . import images
 
 PROXY_PIDS = 64
@@ -202,7 +204,10 @@ def _squid_settings(dns: tuple[str, ...]) -> list[str]:
         "cache deny all",
         "cache_mem 0 MB",
         "cache_store_log none",
-        "access_log stdio:/dev/stdout",
+        # squid's own fields, then what ``refusals`` reads: the address connected to, the error page, the host and
+        # the port asked for.
+        "logformat cubicle %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %<a %err_code %>rd %>rP",
+        "access_log stdio:/dev/stdout cubicle",
         "cache_log /dev/stderr",
         "logfile_rotate 0",
         "coredump_dir none",
@@ -256,6 +261,65 @@ def _entry(acl: str, pattern: HostPattern, actions: Iterable[str]) -> list[str]:
         special = " cubicle_special" if action == "deny" else ""
         lines.append(f"http_access {action} {acl}_host {acl}_ports{special}")
     return lines
+
+
+# ----------------------------------------------------------------------------- what the proxy refused
+
+REFUSED = {
+    "ERR_CUBICLE_NOT_ALLOWED": "not on the allow-list",
+    "ERR_CUBICLE_PRIVATE_ADDRESS": "a private or special address, which only a host listed by its exact name reaches",
+    "ERR_CUBICLE_LOOPBACK": "the proxy's own loopback, never reachable",
+    "ERR_DNS_FAIL": "its name does not resolve",
+    "ERR_CONNECT_FAIL": "no connection could be made to it",
+    "ERR_READ_ERROR": "no answer came from it",
+    "ERR_READ_TIMEOUT": "no answer came from it in time",
+}
+"""The error pages (``%err_code`` in the proxy's log) that say a host was refused or could not be reached, and why."""
+MAX_REFUSALS = 8
+_LOGGED_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]|[0-9A-Fa-f:.]{2,45}")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A host and port a request through the proxy asked for, and why it got no answer from there."""
+
+    host: str
+    port: int
+    code: str
+    """The proxy's error page: a key of ``REFUSED``."""
+
+    @property
+    def not_listed(self) -> bool:
+        """Whether listing the host would let the request through (else it was listed, and failed out there)."""
+        return self.code == "ERR_CUBICLE_NOT_ALLOWED"
+
+    @property
+    def pattern(self) -> str:
+        """The host as an allow-list entry names it: its port only when it is not one of the default ports."""
+        host = f"[{self.host.strip('[]')}]" if ":" in self.host else self.host
+        return host if self.port in DEFAULT_PORTS else f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.pattern} ({REFUSED[self.code]})"
+
+
+def refusals(log: str, most: int = MAX_REFUSALS) -> list[Refusal]:
+    """The distinct hosts the proxy's access ``log`` (``squid_config``'s format) shows refused or unreachable, first
+    seen first, at most ``most``. Only plain host names, addresses and ports are read: what a request names is the
+    requester's text, so anything else in those fields is passed over."""
+    found: dict[tuple[str, int], Refusal] = {}
+    for line in log.splitlines():
+        fields = line.rsplit(" ", 4)
+        if len(fields) != 5 or fields[2] not in REFUSED or not fields[4].isdigit():
+            continue
+        server, code, host, port = fields[1], fields[2], fields[3].lower(), int(fields[4])
+        if code == "ERR_READ_ERROR" and server == "-":  # squid 5's answer when the name did not resolve
+            code = "ERR_DNS_FAIL"
+        if _LOGGED_HOST.fullmatch(host) and 0 < port < 65536 and (host, port) not in found:
+            found[(host, port)] = Refusal(host, port, code)
+            if len(found) >= most:
+                break
+    return list(found.values())
 
 
 # ----------------------------------------------------------------------------- the proxy container
@@ -332,6 +396,15 @@ class Egress:
         """Remove the proxy and the network (idempotent)."""
         with self._lock:
             self._remove()
+
+    def refusals(self) -> list[Refusal]:
+        """What this session's proxy refused, or could not reach, so far (``refusals``); none without a proxy."""
+        try:
+            proxy = self.client.containers.get(proxy_name(self.session_id))
+            log = proxy.logs(stdout=True, stderr=False)
+        except (NotFound, APIError):
+            return []
+        return refusals(bytes(log).decode("utf-8", "replace"))
 
     def _proxy_running(self) -> bool:
         try:

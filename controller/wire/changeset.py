@@ -27,7 +27,7 @@ class Kind(StrEnum):
 
 class Disposition(StrEnum):
     APPLY = "apply"  # applied by default
-    IGNORED = "ignored"  # matched the repository's ignore rules at session start; applied only when asked
+    IGNORED = "ignored"  # the checkout's ignore rules at the start, or a tool's in a new directory; applied when asked
     DISCARDED = "discarded"  # under a .git (any case, any depth): never applied
     UNSAFE = "unsafe"  # a device, FIFO, socket, escaping symlink or oversized file: never applied
     ENVIRONMENT = "environment"  # under a path the environment's setup made (a virtualenv, say): never applied

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .network import NetworkPolicy
+from .network import NetworkPolicy, SetupNetwork
 
 Source = Literal[
     ".cubicle/environment.toml", ".devcontainer/devcontainer.json", ".devcontainer.json", "request", "default"
@@ -118,7 +118,11 @@ class Environment(BaseModel):
     setup_timeout_s: int = Field(
         SETUP_TIMEOUT_S, ge=1, le=MAX_SETUP_TIMEOUT_S, description="Longest the setup may take."
     )
-    setup_network: NetworkPolicy | None = Field(None, description="What the setup asks to reach; None: not asked.")
+    setup_network: SetupNetwork | None = Field(
+        None,
+        description="What the setup (and an image build) asks to reach; None: not asked. A policy replaces the "
+        "server's default setup network; defaults[,allow=HOST,...] adds to it.",
+    )
     setup_inputs: tuple[str, ...] = Field(
         DEFAULT_SETUP_INPUTS, description="Repo-relative globs of the files the setup reads (its cache key)."
     )
@@ -225,6 +229,8 @@ class EnvironmentRequest(BaseModel):
         None, description="Setup command (a list is one command, quoted); an empty string removes the definition's."
     )
     setup_timeout_s: int | None = Field(None, ge=1, le=MAX_SETUP_TIMEOUT_S, description="Longest the setup may take.")
-    setup_network: NetworkPolicy | None = Field(None, description="What the setup asks to reach.")
+    setup_network: SetupNetwork | None = Field(
+        None, description="What the setup asks to reach: a policy, or defaults[,allow=HOST,...] to add to the default."
+    )
     setup_inputs: list[str] | None = Field(None, description="Repo-relative globs of the files the setup reads.")
     network: NetworkPolicy | None = Field(None, description="What the agent asks to reach (clamped by the server).")

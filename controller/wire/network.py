@@ -14,9 +14,18 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 Level = Literal["none", "allow", "open"]
 RANK: dict[str, int] = {"none": 0, "allow": 1, "open": 2}
@@ -184,6 +193,87 @@ class NetworkPolicy(BaseModel):
 
 NONE = NetworkPolicy(level="none")
 OPEN = NetworkPolicy(level="open")
+
+DEFAULTS = "defaults"
+
+
+class DefaultsPlus(BaseModel):
+    """A setup's network that adds to the server's default one instead of replacing it: written ``defaults`` or
+    ``defaults,allow=HOST[,HOST...]`` (the package registries by default, and these hosts too)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hosts: tuple[HostPattern, ...] = Field(
+        (), max_length=MAX_HOSTS, description="The hosts (and ports) added to the default network's."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        return _parse_defaults(value) if isinstance(value, str) else value
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _parse_hosts(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(parse_host(item) if isinstance(item, str) else item for item in value)
+        return value
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{DEFAULTS},allow={','.join(map(str, self.hosts))}" if self.hosts else DEFAULTS
+
+    def over(self, defaults: NetworkPolicy) -> NetworkPolicy:
+        """The policy these hosts and ``defaults`` make together: ``open`` stays open, ``none`` becomes these
+        hosts alone; a ValueError when the two lists hold more than ``MAX_HOSTS`` entries between them."""
+        if defaults.level == "open":
+            return defaults
+        joined = {str(pattern): pattern for pattern in (*defaults.hosts, *self.hosts)}
+        if not joined:
+            return defaults
+        if len(joined) > MAX_HOSTS:
+            raise ValueError(
+                f"{self} and the default setup network ({defaults}) allow {len(joined)} hosts together; "
+                f"at most {MAX_HOSTS} may be allowed"
+            )
+        return NetworkPolicy(level="allow", hosts=tuple(joined.values()))
+
+
+def _parse_defaults(text: str) -> dict[str, Any]:
+    head, _, rest = text.strip().partition(",")
+    if head.strip().lower() != DEFAULTS:
+        raise ValueError(f"{text!r}: adding to the default network is written defaults,allow=HOST[,HOST...]")
+    if not rest.strip():
+        return {"hosts": []}
+    try:
+        policy = _parse(rest)
+    except ValueError:
+        policy = {"level": "?"}
+    if policy["level"] != "allow":
+        raise ValueError(f"{text!r}: only hosts are added to the defaults (defaults,allow=HOST[,HOST...])")
+    return {"hosts": policy["hosts"]}
+
+
+def _setup_form(value: Any) -> str:
+    """Which of the two a setup's network is: ``defaults`` (``DefaultsPlus``) or a ``policy`` of its own."""
+    if isinstance(value, DefaultsPlus):
+        return DEFAULTS
+    if isinstance(value, str):
+        return DEFAULTS if value.strip().lower().split(",", 1)[0].strip() == DEFAULTS else "policy"
+    if isinstance(value, dict) and "level" not in value and "hosts" in value:
+        return DEFAULTS
+    return "policy"
+
+
+SetupNetwork = Annotated[
+    Annotated[NetworkPolicy, Tag("policy")] | Annotated[DefaultsPlus, Tag(DEFAULTS)],
+    Discriminator(_setup_form),
+]
+"""What a setup asks to reach: a policy of its own (``none``, ``open``, ``allow=...``: the server's default setup
+network is replaced), or ``defaults[,allow=...]`` (``DefaultsPlus``: added to it)."""
 
 
 def _parse(text: str) -> dict[str, Any]:

@@ -31,7 +31,14 @@ from ..wire.changeset import Change, Changes, Disposition, FileType, Kind
 from . import beneath, gitlike, gitpointers, names, pipelines, textdiff
 from .baseline import Baseline, is_git_name, is_git_path, load_nested, load_rules
 from .checkout import TEMP_NAME
-from .ignore import IgnoreRules
+from .ignore import (
+    MAX_TOOL_IGNORE_BYTES,
+    MAX_TOOL_IGNORE_FILES,
+    TOOL_IGNORE,
+    IgnoreRules,
+    NewDirectoryRules,
+    tool_rules_text,
+)
 from .layer import Layer, LayerInfo, open_repo, open_setup, open_upper
 from .names import DEFAULT_NAMES
 from .records import file_type, shown
@@ -134,6 +141,67 @@ def _judge_all(found: Changes, layer: Layer, upper: int, lower: int, setup: int 
             change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
         from_setup = setup is not None and made_by_setup(setup, lower, change.path)
         _judge(change, rules, from_setup, layer.info, reads)
+    _hold_back(found, tool_rules(found, upper, layer.baseline))
+
+
+def tool_rules(found: Changes, upper: int, load_baseline: Callable[[], Baseline]) -> NewDirectoryRules:
+    """The ignore files of ``found`` that count (``ignore.NewDirectoryRules``): each a ``.gitignore`` added in a
+    directory the agent added, which the checkout had neither at the session's start nor now."""
+    added_dirs = {c.path for c in found if c.kind == Kind.ADDED and c.type == FileType.DIR}
+    candidates = [
+        c
+        for c in found
+        if c.kind == Kind.ADDED
+        and c.type == FileType.FILE
+        and c.path.rpartition("/")[2] == TOOL_IGNORE
+        and c.path.rpartition("/")[0] in added_dirs
+        and c.disposition not in (Disposition.DISCARDED, Disposition.UNSAFE, Disposition.ENVIRONMENT)
+    ][:MAX_TOOL_IGNORE_FILES]
+    files: dict[str, str] = {}
+    if candidates:
+        baseline = load_baseline()
+        for change in candidates:
+            directory = change.path.rpartition("/")[0]
+            text = _tool_rules_at(upper, change) if baseline.get(directory) is None else None
+            if text is not None:
+                files[directory] = text
+    return NewDirectoryRules(files)
+
+
+def _tool_rules_at(upper: int, change: Change) -> str | None:
+    if change.size > MAX_TOOL_IGNORE_BYTES:
+        return None
+    try:
+        with beneath.reading(upper, change.path) as fd:
+            return tool_rules_text(textdiff.read_head(fd, MAX_TOOL_IGNORE_BYTES + 1))
+    except OSError:
+        return None
+
+
+def _hold_back(found: Changes, rules: NewDirectoryRules) -> None:
+    """What a plain apply would write that a counted tool's ignore file ignores is ``ignored`` instead; and so is
+    each of those new directories that then holds nothing else (as git shows neither)."""
+    if not rules.directories:
+        return
+    for change in found:
+        directory = rules.holding(change.path, change.type == FileType.DIR)
+        if directory is not None and change.disposition == Disposition.APPLY:
+            change.disposition, change.reason = Disposition.IGNORED, _held_reason(directory)
+    inside: dict[str, list[Change]] = {directory: [] for directory in rules.directories}
+    for change in found:
+        parts = change.path.split("/")
+        for n in range(1, len(parts)):
+            inside.get("/".join(parts[:n]), []).append(change)
+    by_path = {change.path: change for change in found}
+    for directory in sorted(rules.directories, key=lambda d: -d.count("/")):  # the deepest first: it is inside
+        change = by_path[directory]
+        held = inside[directory]
+        if change.disposition == Disposition.APPLY and all(c.disposition == Disposition.IGNORED for c in held):
+            change.disposition, change.reason = Disposition.IGNORED, _held_reason(directory)
+
+
+def _held_reason(directory: str) -> str:
+    return f"ignored by {directory}/{TOOL_IGNORE}, which the session's tools wrote in a directory they made"
 
 
 def _describe_all(found: Changes, uppers: _Dirs, lowers: _Dirs, with_diffs: bool) -> None:

@@ -402,3 +402,44 @@ def test_apply_some_paths_now_and_the_rest_later(tmp_path: Path, make_repo: Call
     rest = cubicle("apply", session_id)
     assert rest.returncode == 0 and "sum(items) or 0" in (repo / "src/app.py").read_text()
     assert unapplied() == 0
+
+
+def _commands(*commands: str) -> dict[str, Any]:
+    """A scenario of one turn running each of ``commands`` in the sandbox."""
+    uses = [{"type": "tool_use", "name": "run_command", "input": {"command": command}} for command in commands]
+    return {"name": "commands", "turns": [{"content": uses}, {"content": [{"type": "text", "text": "Done."}]}]}
+
+
+def test_a_tools_own_ignored_cache_is_listed_as_ignored_and_not_applied(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    repo = make_repo()
+    pytest_writes = (  # what `python3 -m pytest` leaves beside a project (the image has no pytest)
+        "mkdir -p .pytest_cache/v/cache && printf '# Created by pytest automatically.\\n*\\n' > .pytest_cache/.gitignore"
+        " && echo '[]' > .pytest_cache/v/cache/nodeids && echo '# pytest cache' > .pytest_cache/README.md"
+    )
+    scenario = _commands(pytest_writes, "echo 'def test_total(): pass' > test_app.py")
+    session_id, done = _run(tmp_path, repo, "--no-apply", scenario=scenario)
+    assert done.returncode == 0, done.stderr
+    listed = {c["path"]: c for c in json.loads(cubicle("changes", session_id, "--json").stdout)}
+    held = [".pytest_cache", ".pytest_cache/.gitignore", ".pytest_cache/README.md", ".pytest_cache/v/cache/nodeids"]
+    assert {path: listed[path]["disposition"] for path in held} == dict.fromkeys(held, "ignored")
+    assert ".pytest_cache/.gitignore, which the session's tools wrote" in listed[".pytest_cache/README.md"]["reason"]
+    assert listed["test_app.py"]["disposition"] == "apply"
+    applied = cubicle("apply", session_id)
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "test_app.py").exists() and not (repo / ".pytest_cache").exists()
+
+
+def test_the_agents_ignore_file_of_everything_at_the_top_hides_none_of_its_changes(
+    tmp_path: Path, make_repo: Callable[..., Path]
+) -> None:
+    repo = make_repo()
+    scenario = _commands("printf '*\\n' > .gitignore && echo planted >> src/app.py && mkdir new && echo n > new/n.py")
+    session_id, done = _run(tmp_path, repo, "--no-apply", scenario=scenario)
+    assert done.returncode == 0, done.stderr
+    listed = {c["path"]: c["disposition"] for c in json.loads(cubicle("changes", session_id, "--json").stdout)}
+    assert listed == {".gitignore": "apply", "src/app.py": "apply", "new": "apply", "new/n.py": "apply"}
+    applied = cubicle("apply", session_id)
+    assert applied.returncode == 0, applied.stderr
+    assert (repo / "src/app.py").read_text().endswith("planted\n") and (repo / "new/n.py").exists()

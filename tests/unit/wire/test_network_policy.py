@@ -88,11 +88,13 @@ def test_names_are_lower_case_and_addresses_have_one_spelling() -> None:
 
 
 def test_variables_hold_the_text_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CUBICLE_LIMITS__NETWORK and the server's ceiling read like --network (they were parsed as JSON and failed)."""
+    """CUBICLE_LIMITS__NETWORK, the server's ceiling and CUBICLE_SETUP_NETWORK read like --network (they were parsed as JSON and failed)."""
     from controller.config import Settings
 
     monkeypatch.setenv("CUBICLE_LIMITS__NETWORK", "allow=a.org,*.b.org:8443")
     monkeypatch.setenv("CUBICLE_MAX_LIMITS__NETWORK", "none")
+    monkeypatch.setenv("CUBICLE_SETUP_NETWORK", "allow=pypi.org")
     settings = Settings()
+    assert settings.setup_network == parse("allow=pypi.org")
     assert settings.limits.network == parse("allow=a.org,*.b.org:8443")
     assert settings.limits.clamp(settings.max_limits).network == NONE
