@@ -118,6 +118,13 @@ class Settings(BaseSettings):
         "configured with, or pip's and npm's built-in ones when none is named, through the egress proxy.",
     )
     auto_build_image: bool = Field(True, description="Build the sandbox image when a session finds it missing.")
+    pull_images: Literal["definitions", "never"] = Field(
+        "definitions",
+        description="Which missing images the engine pulls: definitions, only the image an environment names (its "
+        "environment.toml's or devcontainer's image, or a request's among allowed_images; by digest when given as "
+        "name@sha256:..., checked after the pull), with its progress in the session's build output; never, none. "
+        "Cubicle's own sandbox and proxy images are built, never pulled.",
+    )
     proxy_image: str = Field(DEFAULT_PROXY_IMAGE, description="The egress proxy image of allow policies.")
     egress_network: str = Field(
         "bridge", description="The Docker network through which the egress proxies of allow policies reach out."

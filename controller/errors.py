@@ -26,6 +26,7 @@
     ├── SandboxError(RuntimeError)         Docker or the toolbox failed
     │   ├── DockerUnavailableError          no engine answers
     │   ├── ImageMissingError(LookupError)  the sandbox image (or an environment's base image) is not present
+    │   │   └── ImagePullError               an environment's image could not be pulled (unknown, unreachable, refused)
     │   ├── SetupError                      the environment could not be prepared; its output's last lines say why
     │   │   └── EnvironmentBuildError        an environment image did not build
     │   ├── DiskError                       a layer's own filesystem (its disk quota) could not be made or mounted
@@ -219,6 +220,10 @@ class DockerUnavailableError(SandboxError):
 
 class ImageMissingError(SandboxError, LookupError):
     """The sandbox image is not present on the engine."""
+
+
+class ImagePullError(ImageMissingError):
+    """The image an environment names is not on the engine and pulling it failed; the message names the registry."""
 
 
 class SetupError(SandboxError):

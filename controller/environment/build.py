@@ -9,8 +9,9 @@ exists is reused without building (an image inspect and the context's hash: mill
 for a small context). Setup, env and network are not part of the key: changing them does not
 rebuild the image (the definition hash, which covers everything, is a label and is returned).
 
-Builds never pull (no registry is assumed): a base image must exist on the engine. The
-repository's Dockerfile is sent with its context as a tar Cubicle packs itself (see
+The image an environment names (``image``) is pulled when the engine lacks it, unless ``pull`` is off (see
+``pull``); Cubicle's own sandbox image is built, never pulled, and builds never pull (a Dockerfile's ``FROM``
+must exist on the engine). The repository's Dockerfile is sent with its context as a tar Cubicle packs itself (see
 ``buildcontext``), with the CA lines inserted after each FROM (see ``dockerfile``); then the
 toolbox layer is built on the result. Both stream progress lines to ``on_line``; a failure
 raises ``EnvironmentBuildError`` with the build's last lines and removes what it left
@@ -43,6 +44,7 @@ from ..errors import ConfigError, EnvironmentBuildError, ImageMissingError
 from ..sandbox import images
 from ..wire.envspec import Environment
 from . import buildcontext, dockerfile
+from . import pull as pull_image
 from .definition import Materials, definition_hash, materials
 from .files import real_root
 
@@ -90,7 +92,8 @@ class ImageOptions:
     it; it is built when missing if ``auto_build_sandbox``. ``ca_bundle`` goes into every image built. With
     ``build`` False a missing image is an error instead of a build. The repository's Dockerfile and the toolbox
     layer each stop after ``timeout_s``; the Dockerfile builds on ``network_mode``, with ``proxy``'s variables as
-    build arguments (see ``ensure_image``).
+    build arguments (see ``ensure_image``). With ``pull`` the environment's ``image`` is pulled when missing
+    (bounded by ``pull_timeout_s``); without it, a missing one is an error saying how to allow it.
     """
 
     sandbox_image: str
@@ -100,6 +103,8 @@ class ImageOptions:
     timeout_s: float = BUILD_TIMEOUT_S
     network_mode: str = "bridge"
     proxy: dict[str, str] = field(default_factory=dict)
+    pull: bool = True
+    pull_timeout_s: float = pull_image.PULL_TIMEOUT_S
 
 
 def ensure_image(
@@ -119,7 +124,7 @@ def ensure_image(
     if not env.builds:
         images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
         return EnvironmentImage(options.sandbox_image, definition_hash(env, repo), built=False, default=True)
-    recipe = _recipe(client, env, repo, options.ca_bundle)
+    recipe = _recipe(client, env, repo, options, on_line)
     if _exists(client, recipe.tag):
         return recipe.image(built=False)
     if not options.build:
@@ -164,11 +169,12 @@ class _Recipe:
         return EnvironmentImage(self.tag, self.found.definition_hash, built=built, default=False)
 
 
-def _recipe(client: Any, env: Environment, repo: Path, ca_bundle: Path | None) -> _Recipe:
-    """Read what ``env``'s image is made of, and key it (a DefinitionError, ConfigError or ImageMissingError first)."""
+def _recipe(client: Any, env: Environment, repo: Path, options: ImageOptions, on_line: OnLine | None) -> _Recipe:
+    """Read what ``env``'s image is made of, and key it (a DefinitionError, ConfigError or ImageMissingError first);
+    the base image is pulled first when it is missing and ``options`` allow it."""
     found = materials(env, repo)
-    ca = _ca(ca_bundle)
-    base_id = _local_base(client, env) if env.image else ""
+    ca = _ca(options.ca_bundle)
+    base_id = _local_base(client, env, options, on_line) if env.image else ""
     root = str(real_root(repo)).encode("utf-8", "replace").decode()
     return _Recipe(env, repo, found, ca, base_id, root, _key(found, ca, base_id, root))
 
@@ -245,18 +251,26 @@ def _exists(client: Any, tag: str) -> bool:
     return True
 
 
-def _local_base(client: Any, env: Environment) -> str:
-    """The id of the environment's base image, which must already be on the engine."""
+def _local_base(client: Any, env: Environment, options: ImageOptions, on_line: OnLine | None) -> str:
+    """The id of the environment's base image: the one on the engine, else pulled when ``options`` allow it
+    (the sandbox image itself is built instead: Cubicle never pulls its own images)."""
+    assert env.image is not None
     try:
         return str(client.images.get(env.image).id)
     except ImageNotFound:
-        raise ImageMissingError(
-            f"The image {env.image!r} that {env.source} names is not on this Docker engine, and Cubicle never pulls.",
-            hint=f"Pull it (`docker pull {env.image}`) or build it (`docker build -t {env.image} ...`) first, "
-            "or name a Dockerfile instead.",
-        ) from None
+        pass
     except (APIError, DockerException) as err:
         raise EnvironmentBuildError(f"The engine could not look up {env.image!r}: {err}") from None
+    if env.image == options.sandbox_image:
+        return str(images.ensure(client, env.image, options.auto_build_sandbox, on_line).id)
+    if not options.pull:
+        raise ImageMissingError(
+            f"The image {env.image!r} that {env.source} names is not on this Docker engine, and pulling is off "
+            "(CUBICLE_PULL_IMAGES=never).",
+            hint=f"Pull it (`docker pull {env.image}`) or build it (`docker build -t {env.image} ...`) first, "
+            "set CUBICLE_PULL_IMAGES=definitions, or name a Dockerfile instead.",
+        )
+    return str(pull_image.pull(client, env.image, options.pull_timeout_s, on_line).id)
 
 
 _locks: dict[str, threading.Lock] = {}

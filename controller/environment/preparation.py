@@ -115,6 +115,7 @@ class Environments:
                 sandbox_image=settings.image,
                 ca_bundle=settings.ca_bundle,
                 auto_build_sandbox=settings.auto_build_image,
+                pull=settings.pull_images != "never",
                 network_mode=route.network,
                 proxy=route.environment(),
             )

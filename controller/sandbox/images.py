@@ -111,7 +111,10 @@ def ensure(
     if auto_build and context.present() is not None:
         build(client, tag, on_line=on_line, context=context)
         return client.images.get(tag)
-    raise ImageMissingError(f"The {context.what} image {tag} is not present.", hint=f"Build it with `{BUILD_COMMAND}`.")
+    raise ImageMissingError(
+        f"The {context.what} image {tag} is not present; Cubicle builds it from its own files and never pulls it.",
+        hint=f"Build it with `{BUILD_COMMAND}`.",
+    )
 
 
 # --------------------------------------------------------------------------- holds

@@ -108,7 +108,9 @@ class Environment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: Source = Field("default", description="Where the definition came from.")
-    image: str | None = Field(None, description="A local image the toolbox is added to (never pulled).")
+    image: str | None = Field(
+        None, description="An image the toolbox is added to (pulled when missing, unless the server forbids it)."
+    )
     dockerfile: str | None = Field(None, description="A Dockerfile in the repository (repo-relative POSIX path).")
     context: str = Field(".", description="The Dockerfile's build context (repo-relative); default the root.")
     build_args: dict[str, str] = Field(default_factory=dict, description="Build arguments of the Dockerfile.")
