@@ -12,6 +12,7 @@ there before.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ DEFAULT_REGISTRY = "docker.io"
 PROGRESS_EVERY_S = 1.0
 """A layer's download or extraction progress is relayed at most this often (the engine sends many a second)."""
 MAX_LINE = 300
+_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+"""What a registry says is shown only as printable ASCII: it comes from outside."""
 _PROGRESSING = {"Downloading", "Extracting", "Verifying Checksum"}
 
 OnLine = Callable[[str], None]
@@ -111,7 +114,7 @@ class _Relay:
         elif self.states.get(layer) == status:
             return
         self.states[layer] = status
-        self.say(line[:MAX_LINE])
+        self.say(_PRINTABLE.sub("?", line[:MAX_LINE]))
 
 
 def _run(client: Any, ref: Reference, timeout_s: float, say: OnLine) -> str:
@@ -165,4 +168,5 @@ def _error(ref: Reference, failure: str) -> ImagePullError:
         hint = f"Check the image's name, tag and digest as {ref.registry} lists them."
     else:
         hint = f"Check that {ref.registry} is reachable from the Docker engine, or pull it yourself (`docker pull {ref.text}`)."
-    return ImagePullError(f"Pulling the image {ref.text!r} from {ref.registry} failed: {failure[:2000]}", hint=hint)
+    said = _PRINTABLE.sub("?", failure[:2000]).rstrip(".")
+    return ImagePullError(f"Pulling the image {ref.text!r} from {ref.registry} failed: {said}.", hint=hint)

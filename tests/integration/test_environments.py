@@ -239,11 +239,17 @@ def test_an_image_without_a_shell_is_a_clear_error(docker_client: Any, tmp_path:
     assert leftovers(docker_client, lines) == []
 
 
-def test_a_base_image_missing_from_the_engine_is_a_clear_error(docker_client: Any, tmp_path: Path) -> None:
+def test_a_base_image_missing_from_the_engine_is_a_clear_error_when_pulls_are_off(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """With pulls forbidden (CUBICLE_PULL_IMAGES=never) nothing is asked of a registry; pulls themselves are
+    tested against a real one in test_image_pull.py."""
     repo = make_repo(tmp_path / "missing", {".cubicle/environment.toml": 'image = "cubicle-test-absent:never"\n'})
-    with pytest.raises(ImageMissingError, match="not on this Docker engine, and Cubicle never pulls") as caught:
-        build(docker_client, repo)
+    options = ImageOptions(sandbox_image=DEFAULT_IMAGE, pull=False)
+    with pytest.raises(ImageMissingError, match="not on this Docker engine, and pulling is off") as caught:
+        ensure_image(docker_client, load(repo), repo, options)
     assert "docker pull cubicle-test-absent:never" in str(caught.value)
+    assert "CUBICLE_PULL_IMAGES=definitions" in str(caught.value)
 
 
 def test_gc_keeps_the_newest_image_of_each_repository_and_any_in_use(docker_client: Any) -> None:
