@@ -34,9 +34,10 @@ from controller.environment.build import REPO, ROLE
 from controller.environment.files import real_root
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import owned_by, scenario_file
+from tests.sandbox_defaults import TEST_INSTANCE
 
 pytestmark = pytest.mark.integration
-INSTANCE = "cubicle-tests-pull"
+INSTANCE = f"{TEST_INSTANCE}-pull"  # the xdist worker is part of it: a worker sees only its own containers
 NAME = "cubicle-test-pull"
 MARKER = "/opt/cubicle-pull-marker"
 _direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
