@@ -32,6 +32,8 @@ from docker.errors import ImageNotFound
 from controller.config import DEFAULT_IMAGE
 from controller.environment.build import REPO, ROLE
 from controller.environment.files import real_root
+from controller.environment.pull import pull
+from controller.errors import ImagePullError
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import owned_by, scenario_file
 from tests.sandbox_defaults import TEST_INSTANCE
@@ -249,3 +251,14 @@ def test_a_pull_that_fails_names_the_image_and_registry_and_leaves_nothing(
     with pytest.raises(ImageNotFound):
         docker_client.images.get(image)
     assert owned_by(docker_client, INSTANCE) == []
+
+
+def test_a_pull_past_its_time_is_stopped_and_leaves_nothing(docker_client: Any, pushed: Pushed) -> None:
+    lines: list[str] = []
+    with pytest.raises(ImagePullError, match="took longer than 0 s") as caught:
+        pull(docker_client, pushed.by_tag, timeout_s=0, on_line=lines.append)
+    assert str(caught.value).startswith(f"Pulling the image {pushed.by_tag!r} from {pushed.by_tag.split('/')[0]}")
+    assert lines[0] == f"pulling {pushed.by_tag} from {pushed.by_tag.split('/')[0]}"
+    time.sleep(5)  # a pull the engine went on with would have tagged the image by now
+    with pytest.raises(ImageNotFound):
+        docker_client.images.get(pushed.by_tag)
