@@ -255,12 +255,9 @@ def _local_base(client: Any, env: Environment, options: ImageOptions, on_line: O
     """The id of the environment's base image: the one on the engine, else pulled when ``options`` allow it
     (the sandbox image itself is built instead: Cubicle never pulls its own images)."""
     assert env.image is not None
-    try:
-        return str(client.images.get(env.image).id)
-    except ImageNotFound:
-        pass
-    except (APIError, DockerException) as err:
-        raise EnvironmentBuildError(f"The engine could not look up {env.image!r}: {err}") from None
+    found = _local_id(client, env.image)
+    if found:
+        return found
     if env.image == options.sandbox_image:
         return str(images.ensure(client, env.image, options.auto_build_sandbox, on_line).id)
     if not options.pull:
@@ -271,6 +268,19 @@ def _local_base(client: Any, env: Environment, options: ImageOptions, on_line: O
             "set CUBICLE_PULL_IMAGES=definitions, or name a Dockerfile instead.",
         )
     return str(pull_image.pull(client, env.image, options.pull_timeout_s, on_line).id)
+
+
+def _local_id(client: Any, image: str) -> str:
+    """The id of ``image`` on the engine, asked as it is pulled (a digest wins over a tag beside it) and then as
+    written (an image id); empty when the engine has neither."""
+    for name in dict.fromkeys((pull_image.parse(image).pinned, image)):
+        try:
+            return str(client.images.get(name).id)
+        except ImageNotFound:
+            continue
+        except (APIError, DockerException) as err:
+            raise EnvironmentBuildError(f"The engine could not look up {image!r}: {err}") from None
+    return ""
 
 
 _locks: dict[str, threading.Lock] = {}

@@ -44,6 +44,11 @@ class Reference:
     digest: str
 
     @property
+    def pinned(self) -> str:
+        """The reference the engine knows the pulled image by: ``repository@digest``, else ``repository:tag``."""
+        return f"{self.repository}@{self.digest}" if self.digest else f"{self.repository}:{self.tag}"
+
+    @property
     def registry(self) -> str:
         """The registry host: the first part when it looks like a host (a dot, a colon, or localhost)."""
         first, _, rest = self.repository.partition("/")
@@ -77,7 +82,7 @@ def pull(client: Any, text: str, timeout_s: float = PULL_TIMEOUT_S, on_line: OnL
         _remove(client, ref)
         raise _error(ref, failure)
     try:
-        image = client.images.get(text)
+        image = client.images.get(ref.pinned)
     except ImageNotFound:
         raise _error(ref, "the engine reported the pull done, but has no such image") from None
     mismatch = _digest_mismatch(ref, image)
@@ -154,7 +159,7 @@ def _digest_mismatch(ref: Reference, image: Any) -> str:
 def _remove(client: Any, ref: Reference) -> None:
     """Remove what a failed pull left under the reference (an image a container uses stays)."""
     with contextlib.suppress(ImageNotFound, APIError, DockerException):
-        client.images.remove(ref.text, force=False, noprune=False)
+        client.images.remove(ref.pinned, force=False, noprune=False)
 
 
 def _error(ref: Reference, failure: str) -> ImagePullError:

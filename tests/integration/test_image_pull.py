@@ -188,7 +188,9 @@ def _definition(make_repo: Callable[..., Path], kind: str, image: str) -> Path:
     )
 
 
-@pytest.mark.parametrize(("kind", "by"), [("environment.toml", "tag"), ("devcontainer", "digest")])
+@pytest.mark.parametrize(
+    ("kind", "by"), [("environment.toml", "tag"), ("devcontainer", "digest"), ("environment.toml", "tag-and-digest")]
+)
 def test_a_session_pulls_the_image_its_definition_names_and_the_agent_runs_in_it(
     docker_client: Any,
     make_repo: Callable[..., Path],
@@ -198,11 +200,16 @@ def test_a_session_pulls_the_image_its_definition_names_and_the_agent_runs_in_it
     kind: str,
     by: str,
 ) -> None:
-    image = pushed.by_tag if by == "tag" else pushed.by_digest
+    image = {
+        "tag": pushed.by_tag,
+        "digest": pushed.by_digest,
+        # A tag beside a digest is ignored, as `docker pull` ignores it: the one pulled is the digest's.
+        "tag-and-digest": pushed.by_tag.rpartition(":")[0] + ":not-this-tag@" + pushed.by_digest.rpartition("@")[2],
+    }[by]
     repo = _definition(make_repo, kind, image)
-    cleanup(repo, image)
+    cleanup(repo, pushed.by_digest)
     with pytest.raises(ImageNotFound):
-        docker_client.images.get(image)
+        docker_client.images.get(pushed.by_digest)
     code, events, stderr = _run(repo, tmp_path)
     assert code == 0, stderr[-3000:]
     build = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "build")
@@ -210,8 +217,9 @@ def test_a_session_pulls_the_image_its_definition_names_and_the_agent_runs_in_it
     assert f"pulling {image} from {registry}" in build and f"pulled {image}" in build, build[-2000:]
     agent = next(e for e in events if e["type"] == "tool_result")["output"]
     assert pushed.marker in agent
-    pulled = docker_client.images.get(image)
-    assert pushed.by_digest in pulled.attrs["RepoDigests"]  # by digest or by tag, the image pushed
+    pulled = docker_client.images.get(pushed.by_digest)  # by digest or by tag, the image pushed
+    assert pushed.by_digest in pulled.attrs["RepoDigests"]
+    assert pulled.tags == ([pushed.by_tag] if by == "tag" else [])  # a digest's pull tags nothing
     assert owned_by(docker_client, INSTANCE) == []
 
 

@@ -33,6 +33,7 @@ def test_a_reference_is_split_into_repository_tag_or_digest_and_registry(
 ) -> None:
     ref = parse(text)
     assert (ref.repository, ref.tag, ref.digest, ref.registry) == (repository, tag, digest, registry)
+    assert ref.pinned == (f"{repository}@{digest}" if digest else f"{repository}:{tag}")
 
 
 def test_progress_is_relayed_once_per_change_and_the_first_error_is_kept() -> None:
