@@ -230,11 +230,13 @@ class DiscardedEvent(_Event):
 
 
 class SetupOutput(_Event):
-    """Output of the environment's preparation: the image build (``build``) or the setup command (``setup``)."""
+    """Output of the environment's preparation: the image's pull and build (``build``) or the setup command
+    (``setup``)."""
 
     type: Literal["setup_output"] = "setup_output"
     phase: Literal["environment", "build", "setup"] = Field(
-        description="environment: notes on the definition (ignored keys); build: the image; setup: the command."
+        description="environment: notes on the definition (ignored keys); build: the image (its pull when the "
+        "engine lacks it, then its build); setup: the command."
     )
     text: str = Field(description="One or more whole lines, as the build or the command printed them (untrusted).")
 

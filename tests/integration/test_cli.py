@@ -313,6 +313,7 @@ def test_missing_image_names_the_command_to_run(tmp_path: Path, make_repo: Calla
     )
     assert done.returncode == 4
     assert "cubicle-sandbox:does-not-exist is not present" in done.stderr and "cubicle image build" in done.stderr
+    assert "never pulls it" in done.stderr  # Cubicle's own images are built, whatever CUBICLE_PULL_IMAGES says
 
 
 def test_serve_refuses_a_public_address_without_a_token() -> None:

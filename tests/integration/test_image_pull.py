@@ -220,6 +220,10 @@ def test_a_session_pulls_the_image_its_definition_names_and_the_agent_runs_in_it
     pulled = docker_client.images.get(pushed.by_digest)  # by digest or by tag, the image pushed
     assert pushed.by_digest in pulled.attrs["RepoDigests"]
     assert pulled.tags == ([pushed.by_tag] if by == "tag" else [])  # a digest's pull tags nothing
+    code, events, stderr = _run(repo, tmp_path)
+    assert code == 0, stderr[-3000:]
+    again = "".join(e["text"] for e in events if e["type"] == "setup_output" and e["phase"] == "build")
+    assert "pulling" not in again, again[-2000:]  # the next session finds it, however the definition wrote it
     assert owned_by(docker_client, INSTANCE) == []
 
 
