@@ -109,17 +109,20 @@ def pushed(docker_client: Any, registry: str) -> Iterator[Pushed]:
     repository = f"{registry}/{NAME}"
     tag = secrets.token_hex(4)
     local = _marked_image(docker_client, f"{repository}:{tag}", marker)
+    made = [local]
     try:
         said = [json.loads(line) for line in docker_client.images.push(repository, tag=tag).splitlines() if line]
         errors = [chunk["error"] for chunk in said if "error" in chunk]
         assert not errors, errors
         digests = docker_client.images.get(local).attrs["RepoDigests"]
         digest = next(d for d in digests if d.startswith(repository + "@")).rpartition("@")[2]
+        made.append(f"{repository}@{digest}")
         image_id = docker_client.images.get(local).id
         docker_client.images.remove(image_id, force=True)  # every tag and digest of it: the engine lacks it now
         yield Pushed(f"{repository}:{tag}", f"{repository}@{digest}", marker)
     finally:
-        _forget(docker_client, f"{repository}:{tag}")
+        for reference in made:  # a test that failed may have left it pulled, by tag or by digest only
+            _forget(docker_client, reference)
 
 
 def _marked_image(client: Any, tag: str, marker: str) -> str:
