@@ -44,6 +44,8 @@ def _resolve(repo: Path, image: str | None, dockerfile: str | None) -> Environme
 
 def _warn(env: Environment) -> None:
     err_console.print(Text.assemble(("environment:", "bold"), " ", terminal.safe_text(env.source)))
+    if env.detected:
+        err_console.print(Text.assemble(("detected:", "bold"), " ", terminal.safe_text(env.detected)))
     for warning in env.warnings:
         err_console.print(Text.assemble(("warning:", "yellow"), " ", terminal.safe_text(warning)))
 

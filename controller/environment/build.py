@@ -174,7 +174,11 @@ def _recipe(client: Any, env: Environment, repo: Path, options: ImageOptions, on
     the base image is pulled first when it is missing and ``options`` allow it."""
     found = materials(env, repo)
     ca = _ca(options.ca_bundle)
-    base_id = _local_base(client, env, options, on_line) if env.image else ""
+    base_id = ""
+    if env.image:
+        base_id = _local_base(client, env, options, on_line)
+    elif not env.dockerfile:  # packages on the sandbox image
+        base_id = str(images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line).id)
     root = str(real_root(repo)).encode("utf-8", "replace").decode()
     return _Recipe(env, repo, found, ca, base_id, root, _key(found, ca, base_id, root))
 
@@ -319,14 +323,19 @@ def _make(client: Any, recipe: _Recipe, options: ImageOptions, on_line: OnLine |
     say = on_line or (lambda line: None)
     images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
     ca_tag = _ensure_ca(client, recipe.ca, say) if recipe.ca else None
-    base_id = recipe.base_id
-    if recipe.env.dockerfile:
-        base_id = _build_base(client, recipe, ca_tag, options, say)
+    made: list[str] = []  # the untagged images built here, removed again when a later step fails
     try:
+        base_id = recipe.base_id
+        if recipe.env.dockerfile:
+            base_id = _build_base(client, recipe, ca_tag, options, say)
+            made.append(base_id)
+        if recipe.env.packages:
+            base_id = _build_packages(client, recipe, base_id, ca_tag, options, say)
+            made.append(base_id)
         _build_layer(client, recipe, base_id, ca_tag, options, say)
     except BaseException:
-        if recipe.env.dockerfile:
-            _remove_dangling(client, base_id)
+        for image_id in reversed(made):
+            _remove_dangling(client, image_id)
         raise
 
 
@@ -358,6 +367,24 @@ def _build_base(client: Any, recipe: _Recipe, ca_tag: str | None, options: Image
             buildargs={**env.build_args, **options.proxy},
             target=env.target,
             network_mode=options.network_mode,
+        )
+        return _stream(client, fileobj, run, say)
+
+
+def _build_packages(
+    client: Any, recipe: _Recipe, base_id: str, ca_tag: str | None, options: ImageOptions, say: OnLine
+) -> str:
+    """Install the environment's Debian packages on ``base_id`` (untagged), with the setup's network like a
+    Dockerfile; its image id."""
+    packages = recipe.env.packages
+    say(f"{dockerfile.MARK}installing {len(packages)} Debian package(s): {' '.join(packages)}")
+    with _archive() as (fileobj, archive):
+        text = dockerfile.packages_layer(base_id, packages, ca_tag)
+        buildcontext.add_bytes(archive, "Dockerfile", text.encode())
+        archive.close()
+        fileobj.seek(0)
+        run = _Build(
+            "the Debian packages", options.timeout_s, buildargs=dict(options.proxy), network_mode=options.network_mode
         )
         return _stream(client, fileobj, run, say)
 

@@ -5,7 +5,8 @@ A repository defines it in one of (first found wins):
 1. ``.cubicle/environment.toml``, Cubicle's own small file (every key below, nothing else);
 2. ``.devcontainer/devcontainer.json``, then ``.devcontainer.json``: the subset in ``devcontainer``.
 
-With neither, the environment is the default: the sandbox image, no setup. Flags and API
+With neither, the environment is the one its files show (``detected``: a Python or Node project),
+else the default: the sandbox image, no setup. Flags and API
 fields override what a file says (``override``, ``EnvironmentRequest``). The files are read
 from the real checkout: a definition, a Dockerfile or a build context that resolves outside
 the repository is refused, and so is anything invalid, with a ``DefinitionError`` naming the
@@ -18,6 +19,7 @@ The Cubicle file (paths relative to the repository's root)::
     context = "."                         #   this build context (default: the root),
     target = "dev"                        #   this stage,
     build_args = { PYTHON = "3.12" }      #   and these build arguments
+    packages = ["nodejs", "npm"]          # Debian packages added to the image (on the sandbox image by default)
     env = { DJANGO_SETTINGS_MODULE = "app.settings.test" }
     setup = "pip install -e '.[dev]'"     # or ["pip", "install", "-e", "."], or { deps = "...", db = "..." }
     setup_timeout_s = 900
@@ -46,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import DefinitionError
 from ..wire.envspec import CUBICLE_FILE, DEFINITION_FILES, RESERVED_ENV, Environment, EnvironmentRequest
 from ..wire.network import DefaultsPlus, NetworkPolicy
-from . import buildcontext
+from . import buildcontext, detected
 from .devcontainer import FIELD_KEYS, Converter, join_commands
 from .files import (
     MAX_DEFINITION_BYTES,
@@ -77,6 +79,7 @@ class CubicleFile(BaseModel):
     context: str | None = None
     target: str | None = None
     build_args: dict[str, str] = Field(default_factory=dict)
+    packages: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     setup: Command | None = None
     setup_timeout_s: int | None = None
@@ -111,6 +114,7 @@ _CUBICLE_FIELDS: dict[str, Any] = {
     "context": lambda value: relative(value, file=CUBICLE_FILE, key="context", allow_root=True),
     "setup": lambda value: join_commands(_commands(value, "setup")),
     "setup_inputs": tuple,
+    "packages": tuple,
 }
 
 
@@ -178,12 +182,13 @@ def _drop_reserved(fields: dict[str, Any], file: str, key: str) -> list[str]:
     return [f"{file}: '{key}.{name}' ignored: {why}." for name in dropped]
 
 
-def load(repo: Path) -> Environment:
-    """The environment ``repo`` defines (see the module's docstring); ``Environment()`` when it defines none."""
+def load(repo: Path, detect: bool = True) -> Environment:
+    """The environment ``repo`` defines (see the module's docstring); with no definition, the one its files show
+    (``detect``, unless ``detect`` is False), else ``Environment()``."""
     root = real_root(repo)
     present = [file for file in DEFINITION_FILES if os.path.lexists(root / file)]  # a dangling link too
     if not present:
-        return Environment(source="default")
+        return (detected.detect(root) if detect else None) or Environment(source="default")
     file, shadowed = present[0], present[1:]
     if file == CUBICLE_FILE:
         fields, warnings = _from_cubicle_file(root)
@@ -286,7 +291,7 @@ def materials(env: Environment, repo: Path) -> Materials:
     do not change the image, and are hashed as the definition instead.
     """
     root = real_root(repo)
-    file = env.source if env.source not in ("request", "default") else "the request"
+    file = env.file or "the request"
     dockerfile_text: str | None = None
     context: buildcontext.ScannedContext | None = None
     context_digest = ""
@@ -304,6 +309,8 @@ def materials(env: Environment, repo: Path) -> Materials:
         "build_args": dict(sorted(env.build_args.items())),
         "target": env.target,
     }
+    if env.packages:  # only when named: the keys of images made before packages existed stay the same
+        build["packages"] = list(env.packages)
     hasher = hashlib.sha256(b"cubicle-build-v1\0")
     hasher.update(json.dumps(build, sort_keys=True).encode() + b"\0")
     hasher.update((dockerfile_text or "").encode("utf-8", "surrogateescape") + b"\0" + context_digest.encode())
@@ -437,8 +444,8 @@ def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:
     and runs, so it is applied only when named."""
     root = real_root(repo)
     named: list[str] = []
-    if env.source not in ("default", "request"):
-        named.append(env.source)
+    if env.file:
+        named.append(env.file)
     if env.dockerfile:
         named += [env.dockerfile, f"{env.dockerfile}.dockerignore"]
         named.append(".dockerignore" if env.context in (".", "") else f"{env.context}/.dockerignore")

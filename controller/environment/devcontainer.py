@@ -4,7 +4,7 @@ Used: ``image``; ``build`` (``dockerfile``, ``context``, ``args``, ``target``) a
 top-level ``dockerFile`` / ``context``; ``containerEnv`` and ``remoteEnv``;
 ``onCreateCommand``, ``updateContentCommand`` and ``postCreateCommand`` (in that order, as
 the setup); and ``customizations.cubicle`` (``network``, ``setup_network``,
-``setup_timeout_s``, ``setup_inputs``). Paths are relative to the file's directory, as in
+``setup_timeout_s``, ``setup_inputs``, ``packages``). Paths are relative to the file's directory, as in
 the devcontainer spec.
 
 Everything else is ignored with a warning naming the file and key. Keys that would change
@@ -54,7 +54,7 @@ SETUP_KEYS = ("onCreateCommand", "updateContentCommand", "postCreateCommand")
 QUIET = {"name", "$schema"}
 USED = {"image", "build", "dockerFile", "context", "containerEnv", "remoteEnv", "customizations", *SETUP_KEYS, *QUIET}
 BUILD_USED = {"dockerfile", "context", "args", "target"}
-CUBICLE_KEYS = {"network", "setup_network", "setup_timeout_s", "setup_inputs"}
+CUBICLE_KEYS = {"network", "setup_network", "setup_timeout_s", "setup_inputs", "packages"}
 _VARIABLE = re.compile(r"\$\{([^{}]*)\}")
 WORKSPACE = "/workspace"
 
@@ -70,6 +70,7 @@ FIELD_KEYS = {
     "setup_network": "customizations.cubicle.setup_network",
     "setup_timeout_s": "customizations.cubicle.setup_timeout_s",
     "setup_inputs": "customizations.cubicle.setup_inputs",
+    "packages": "customizations.cubicle.packages",
 }
 """Which key of the file an Environment field came from, for error messages."""
 

@@ -211,4 +211,15 @@ def toolbox_layer(base_id: str, sandbox_image: str, ca_image: str | None, labels
     return "\n".join(lines) + "\n"
 
 
+def packages_layer(base_id: str, packages: tuple[str, ...], ca_image: str | None) -> str:
+    """The Dockerfile that installs Debian ``packages`` (names checked by ``Environment``) on ``base_id`` with
+    apt-get, as root, leaving apt's lists out of the image; the base must be Debian's or a derivative of it."""
+    install = (
+        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+        f"{' '.join(packages)} && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
+    )
+    lines = [f"FROM {base_id}", "USER 0", *(ca_lines(ca_image) if ca_image else []), f"RUN {install}"]
+    return "\n".join(lines) + "\n"
+
+
 CA_DOCKERFILE = "FROM scratch\nCOPY ca-certificates.crt /ca-certificates.crt\n"

@@ -47,6 +47,9 @@ BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
 """What a request may not choose: what is built (a build runs outside the sandbox), only the repository may."""
 
 
+DETECTED_NOTE = "a definition (.cubicle/environment.toml, even an empty one) replaces what was detected"
+
+
 class Environments:
     """Resolve a session's environment from its repository and request; prepare it for the sandbox."""
 
@@ -161,7 +164,9 @@ class Environments:
         self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
     ) -> Preparer | None:
         """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do."""
-        if not (environment.builds or environment.setup or environment.env or environment.warnings):
+        if not (
+            environment.builds or environment.setup or environment.env or environment.warnings or environment.detected
+        ):
             return None
 
         async def prepare(client: Any) -> Prepared:
@@ -192,6 +197,8 @@ class Preparation:
 
     async def run(self, client: Any) -> Prepared:
         """The image, then the setup tree; a failure of either (or of what they read) is a SetupError."""
+        if self.environment.detected:
+            await self.note(f"detected: {self.environment.detected}; {DETECTED_NOTE}\n")
         for warning in self.environment.warnings:
             await self.note(f"warning: {warning}\n")
         try:

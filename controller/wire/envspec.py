@@ -14,7 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .network import NetworkPolicy, SetupNetwork
 
 Source = Literal[
-    ".cubicle/environment.toml", ".devcontainer/devcontainer.json", ".devcontainer.json", "request", "default"
+    ".cubicle/environment.toml",
+    ".devcontainer/devcontainer.json",
+    ".devcontainer.json",
+    "request",
+    "detected",
+    "default",
 ]
 
 CUBICLE_FILE = ".cubicle/environment.toml"
@@ -62,6 +67,11 @@ MAX_INPUTS = 128
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+MAX_PACKAGES = 64
+
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,99}(=[A-Za-z0-9.+~:-]{1,100})?$")
+"""A Debian package name, with an optional ``=version``: nothing a shell or apt would read as an option."""
 
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -115,6 +125,11 @@ class Environment(BaseModel):
     context: str = Field(".", description="The Dockerfile's build context (repo-relative); default the root.")
     build_args: dict[str, str] = Field(default_factory=dict, description="Build arguments of the Dockerfile.")
     target: str | None = Field(None, description="The Dockerfile's stage to build.")
+    packages: tuple[str, ...] = Field(
+        (),
+        description="Debian packages installed into the image (apt-get, with the setup's network), on the sandbox "
+        "image or on the image or Dockerfile named.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Variables given to the setup and the agent.")
     setup: str | None = Field(None, description="A bash command run once in the image before the agent starts.")
     setup_timeout_s: int = Field(
@@ -130,6 +145,10 @@ class Environment(BaseModel):
     )
     network: NetworkPolicy | None = Field(None, description="What the agent asks to reach; None: not asked.")
     warnings: tuple[str, ...] = Field((), description="Every key of the definition that was ignored, and why.")
+    detected: str | None = Field(
+        None,
+        description="With no definition: the kind of project its files show, and which files (see environment.detected).",
+    )
 
     @field_validator("image")
     @classmethod
@@ -153,6 +172,16 @@ class Environment(BaseModel):
     def _target(cls, value: str | None) -> str | None:
         if value is not None and not _TARGET.match(value):
             raise ValueError(f"{value!r} is not a build stage name")
+        return value
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > MAX_PACKAGES:
+            raise ValueError(f"at most {MAX_PACKAGES} packages")
+        for name in value:
+            if not _PACKAGE.match(name):
+                raise ValueError(f"{name!r} is not a Debian package name (with an optional =version)")
         return value
 
     @field_validator("build_args")
@@ -210,7 +239,12 @@ class Environment(BaseModel):
     @property
     def builds(self) -> bool:
         """Whether sessions need an environment image (else they use the sandbox image as it is)."""
-        return bool(self.image or self.dockerfile)
+        return bool(self.image or self.dockerfile or self.packages)
+
+    @property
+    def file(self) -> str | None:
+        """The repository's definition file this came from; None for a request's, a detected or the default."""
+        return self.source if self.source in DEFINITION_FILES else None
 
 
 class EnvironmentRequest(BaseModel):
