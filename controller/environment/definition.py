@@ -302,7 +302,7 @@ def materials(env: Environment, repo: Path) -> Materials:
         leave_out = frozenset(os.path.normpath(inside / name) for name in DEFINITION_FILES)
         context = buildcontext.scan(directory, root, file=file, leave_out=leave_out)
         context_digest = buildcontext.digest(context)
-    build = {
+    build: dict[str, Any] = {
         "image": env.image,
         "dockerfile": env.dockerfile,
         "context": env.context if env.dockerfile else None,
