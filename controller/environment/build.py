@@ -121,7 +121,7 @@ def ensure_image(
     ``ImageMissingError`` (the base image is not on the engine), ``EnvironmentBuildError``,
     ``ConfigError`` (an unreadable CA bundle) and ``SandboxError`` for the engine's failures.
     """
-    if not env.builds:
+    if not builds(env, options.ca_bundle):
         images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
         return EnvironmentImage(options.sandbox_image, definition_hash(env, repo), built=False, default=True)
     recipe = _recipe(client, env, repo, options, on_line)
@@ -136,6 +136,14 @@ def ensure_image(
             return recipe.image(built=False)
         _make(client, recipe, options, on_line)
     return recipe.image(built=True)
+
+
+def builds(env: Environment, ca_bundle: Path | None) -> bool:
+    """Whether ``env`` runs in an image of its own: it names an image, a Dockerfile or packages, or it has a setup
+    and this machine a CA bundle. The sandbox image holds Debian's CAs only; a setup that reaches a registry
+    through a TLS-intercepting proxy needs the machine's, as a build does, so it runs in the sandbox image with
+    the toolbox layer (and the CA) added again: built once per checkout, in seconds."""
+    return env.builds or bool(env.setup and ca_bundle)
 
 
 @dataclass(frozen=True)
@@ -392,7 +400,8 @@ def _build_packages(
 def _build_layer(
     client: Any, recipe: _Recipe, base_id: str, ca_tag: str | None, options: ImageOptions, say: OnLine
 ) -> None:
-    say(f"{dockerfile.MARK}adding the toolbox to {recipe.env.image or 'the built image'}")
+    built = "the built image" if recipe.env.dockerfile or recipe.env.packages else "the sandbox image"
+    say(f"{dockerfile.MARK}adding the toolbox to {recipe.env.image or built}")
     with _archive() as (fileobj, archive):
         text = dockerfile.toolbox_layer(base_id, options.sandbox_image, ca_tag, recipe.labels())
         buildcontext.add_bytes(archive, "Dockerfile", text.encode())

@@ -232,7 +232,7 @@ class Preparation:
     async def image(self, client: Any) -> str:
         """The environment's image (built when its content hash is new); the sandbox image for no definition."""
         settings = self.settings
-        if not self.environment.builds:
+        if not environment_image.builds(self.environment, settings.ca_bundle):
             return settings.image
         loop = asyncio.get_running_loop()
         shown = [0]
