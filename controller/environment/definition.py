@@ -249,6 +249,8 @@ def _changes(env: Environment, given: Overrides) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     if given.image is not None:
         changes.update(image=given.image, dockerfile=None, build_args={}, target=None, context=".")
+        if env.source == "detected":  # the packages were detection's way to Node on the sandbox image, not asked for
+            changes["packages"] = ()
     if given.dockerfile is not None:
         changes.update(dockerfile=given.dockerfile, image=None)
     if given.variables is not None:

@@ -153,7 +153,7 @@ class Environment(BaseModel):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE.match(value):
+        if value is not None and not _IMAGE.fullmatch(value):
             raise ValueError(f"{value!r} is not an image reference (name[:tag][@digest])")
         return value
 
@@ -170,7 +170,7 @@ class Environment(BaseModel):
     @field_validator("target")
     @classmethod
     def _target(cls, value: str | None) -> str | None:
-        if value is not None and not _TARGET.match(value):
+        if value is not None and not _TARGET.fullmatch(value):
             raise ValueError(f"{value!r} is not a build stage name")
         return value
 
@@ -180,7 +180,7 @@ class Environment(BaseModel):
         if len(value) > MAX_PACKAGES:
             raise ValueError(f"at most {MAX_PACKAGES} packages")
         for name in value:
-            if not _PACKAGE.match(name):
+            if not _PACKAGE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a Debian package name (with an optional =version)")
         return value
 
@@ -190,7 +190,7 @@ class Environment(BaseModel):
         if len(value) > MAX_BUILD_ARGS:
             raise ValueError(f"at most {MAX_BUILD_ARGS} build arguments")
         for name, text in value.items():
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a build argument name (letters, digits, _)")
             if "\x00" in text or len(text) > MAX_ENV_VALUE:
                 raise ValueError(f"the value of {name} holds a NUL or is longer than {MAX_ENV_VALUE} characters")
@@ -202,7 +202,7 @@ class Environment(BaseModel):
         if len(value) > MAX_ENV:
             raise ValueError(f"at most {MAX_ENV} variables")
         for name, text in value.items():
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a variable name (letters, digits, _)")
             if RESERVED_ENV.match(name):
                 raise ValueError(

@@ -7,8 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from controller.environment.definition import load, materials, trusted_paths
+from controller.environment.definition import Overrides, load, materials, override, setup_inputs_hash, trusted_paths
+from controller.errors import DefinitionError
 from controller.wire.envspec import DEFAULT_SETUP_INPUTS, Environment
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -45,8 +47,8 @@ def test_a_python_project_gets_a_venv_with_its_test_extras_first_on_path(tmp_pat
         tmp_path,
         {
             "pyproject.toml": (
-                "[project]\nname = 'x'\n[project.optional-dependencies]\n"
-                "test = ['pytest']\ndocs = ['sphinx']\nDev = ['ruff']\n"
+                "[build-system]\nrequires = ['setuptools']\n[project]\nname = 'x'\n"
+                "[project.optional-dependencies]\ntest = ['pytest']\ndocs = ['sphinx']\nDev = ['ruff']\n"
             ),
             "requirements-dev.txt": "mypy\n",
         },
@@ -153,7 +155,7 @@ def test_what_a_manifest_says_reaches_the_setup_only_quoted(tmp_path: Path) -> N
     write(
         tmp_path,
         {
-            "pyproject.toml": "[project]\nname = 'x'\n[project.optional-dependencies]\n\"test;touch /x\" = []\n",
+            "pyproject.toml": '[build-system]\nrequires = []\n[project.optional-dependencies]\n"test;touch /x" = []\n',
             "tox.ini": "[testenv]\nextras = $(reboot)\ndeps =\n    a; rm -rf /\n    `id`\n",
         },
     )
@@ -161,3 +163,81 @@ def test_what_a_manifest_says_reaches_the_setup_only_quoted(tmp_path: Path) -> N
     assert setup is not None
     assert "-e '.[$(reboot)]'" in setup  # tox's extras are tox's: quoted whole, pip refuses them
     assert "'a; rm -rf /'" in setup and "`id`" not in setup
+
+
+def test_red_team_a_package_name_cannot_end_a_dockerfile_line(tmp_path: Path) -> None:
+    write(tmp_path, {".cubicle/environment.toml": 'packages = ["curl\\n", "run", "true"]\n'})
+    with pytest.raises(DefinitionError, match="not a Debian package name"):
+        load(tmp_path)
+    for bad in ({"image": "alpine\n"}, {"target": "dev\n"}, {"env": {"A\n": "1"}}, {"build_args": {"A\n": "1"}}):
+        with pytest.raises(ValidationError):
+            Environment.model_validate(bad)
+
+
+def test_red_team_a_tox_requirement_file_out_of_the_repository_is_never_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("pytest\n")
+    repo = write(tmp_path / "repo", {"setup.py": "", "tox.ini": "[testenv]\ndeps =\n    -r../secret.txt\n"})
+    env = load(repo)
+    assert env.setup == "python3 -m venv .venv && .venv/bin/python -m pip install -e ."
+    assert "../secret.txt" not in env.setup_inputs
+
+
+def test_red_team_what_would_crash_the_reader_or_break_a_bound_gives_the_default_or_less(tmp_path: Path) -> None:
+    write(tmp_path / "deep", {"pyproject.toml": "a = " + "[" * 5000 + "]" * 5000})
+    assert load(tmp_path / "deep").setup == "python3 -m venv .venv"  # a pyproject it cannot read: a venv still
+    many = "".join(f"    -r r{n}.txt\n" for n in range(200))
+    files = {f"r{n}.txt": "x\n" for n in range(200)}
+    write(tmp_path / "many", {"setup.py": "", "tox.ini": f"[testenv]\ndeps =\n{many}", **files})
+    env = load(tmp_path / "many")
+    assert env.source == "detected" and len(env.setup_inputs) <= 128
+    huge = "".join(f"    package{n}{'x' * 200}\n" for n in range(400))
+    write(tmp_path / "long", {"setup.py": "", "tox.ini": f"[testenv]\ndeps =\n{huge}"})
+    assert load(tmp_path / "long").source == "detected"
+
+
+def test_tox_lines_for_some_environments_only_are_left_out(tmp_path: Path) -> None:
+    write(tmp_path, {"setup.py": "", "tox.ini": "[testenv]\ndeps =\n  pytest\n  django32: Django>=3.2,<3.3\n"})
+    assert load(tmp_path).setup == "python3 -m venv .venv && .venv/bin/python -m pip install -e . pytest"
+
+
+def test_an_application_without_a_build_system_installs_its_dependencies_by_name(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "pyproject.toml": (
+                "[project]\nname = 'site'\ndependencies = ['django>=5', 42]\n"
+                "[project.optional-dependencies]\ntest = ['pytest-django']\n"
+                "[dependency-groups]\ndev = ['pytest']\n"
+            ),
+            "app/__init__.py": "",
+            "migrations/__init__.py": "",
+        },
+    )
+    assert load(tmp_path).setup == (
+        "python3 -m venv .venv && .venv/bin/python -m pip install --quiet --upgrade 'pip>=25.1' && "
+        ".venv/bin/python -m pip install --group dev 'django>=5' pytest-django"
+    )
+
+
+def test_requirement_files_they_include_are_inputs_too(tmp_path: Path) -> None:
+    write(tmp_path, {"requirements/dev.txt": "-r base.txt\n-c ../constraints.txt\n", "requirements/base.txt": "a\n"})
+    write(tmp_path, {"constraints.txt": "a==1\n"})
+    env = load(tmp_path)
+    assert {"requirements/dev.txt", "requirements/base.txt", "constraints.txt"} <= set(env.setup_inputs)
+    before = setup_inputs_hash(env, tmp_path)
+    (tmp_path / "requirements" / "base.txt").write_text("numpy\n")
+    assert setup_inputs_hash(load(tmp_path), tmp_path) != before
+
+
+def test_a_corepack_project_of_another_manager_is_not_plain(tmp_path: Path) -> None:
+    write(tmp_path, {"package.json": '{"packageManager": "pnpm@9.1.0"}'})
+    assert load(tmp_path).source == "default"
+    write(tmp_path, {"package.json": '{"packageManager": "npm@10.2.0"}'})
+    assert load(tmp_path).source == "detected"
+
+
+def test_a_requests_image_over_a_detected_node_project_drops_the_debian_packages(tmp_path: Path) -> None:
+    write(tmp_path, {"package.json": "{}"})
+    env = override(load(tmp_path), Overrides(image="node:20"))
+    assert env.packages == () and env.setup == "npm install --no-audit --no-fund" and env.source == "request"
