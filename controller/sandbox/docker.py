@@ -382,6 +382,7 @@ class DockerSandbox:
                 await asyncio.to_thread(self._set_setup, ready.setup)
             except SetupError as err:
                 self._preparer, self._failed = preparer, err
+                await self._release_holds()  # the image was held for a container that will not run now
                 raise
             except BaseException:
                 self._preparer = preparer
@@ -547,6 +548,8 @@ class DockerSandbox:
         A replaced container keeps its proxy (only ``_discard`` runs); a stop or a failed start leaves nothing.
         """
         await self._discard()
+        if self._held:  # prepared, never run: nothing else removes the hold
+            await self._release_holds()
         proxy, self._egress = self._egress, None
         if proxy is None:
             return
@@ -554,6 +557,15 @@ class DockerSandbox:
             await asyncio.wait_for(asyncio.to_thread(proxy.stop), DOCKER_CALL_TIMEOUT_S)
         except (APIError, DockerException, OSError, TimeoutError) as err:
             log.warning("could not remove the egress proxy of %s: %s", self.session_id, err)
+
+    async def _release_holds(self) -> None:
+        """Remove this session's holds on an environment image (``images.hold``), if it made any."""
+        self._held = False
+        if self._client is not None:
+            try:
+                await asyncio.to_thread(images.release, self._client, f"{owners.SESSION}={self.session_id}")
+            except (APIError, DockerException, OSError) as err:
+                log.warning("could not remove the image holds of %s: %s", self.session_id, err)
 
     async def _discard(self) -> None:
         channel, self._channel = self._channel, None

@@ -125,6 +125,13 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+def _host_items(value: Any) -> Any:
+    """A list of hosts as given (text or parsed) as a tuple of parsed ones; anything else left to the model."""
+    if isinstance(value, list | tuple):
+        return tuple(parse_host(item) if isinstance(item, str) else item for item in value)
+    return value
+
+
 class NetworkPolicy(BaseModel):
     """What a container may reach: nothing, listed hosts through the proxy, or whatever the bridge reaches."""
 
@@ -145,9 +152,7 @@ class NetworkPolicy(BaseModel):
     @field_validator("hosts", mode="before")
     @classmethod
     def _parse_hosts(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            return tuple(parse_host(item) if isinstance(item, str) else item for item in value)
-        return value
+        return _host_items(value)
 
     @model_validator(mode="after")
     def _hosts_only_with_allow(self) -> NetworkPolicy:
@@ -215,9 +220,7 @@ class DefaultsPlus(BaseModel):
     @field_validator("hosts", mode="before")
     @classmethod
     def _parse_hosts(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            return tuple(parse_host(item) if isinstance(item, str) else item for item in value)
-        return value
+        return _host_items(value)
 
     @model_serializer(mode="plain")
     def _as_text(self) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from controller.agent.scripted import ScriptedServer, free_port
 from tests.integration.api_helpers import serve_env, serve_subprocess
+from tests.integration.controllers_helpers import stop
 from tests.sandbox_defaults import TEST_INSTANCE
 
 
@@ -37,12 +37,7 @@ def cubicle_serve(root: Path, model_server: ScriptedServer, **extra: str) -> Ite
     try:
         yield Served(f"http://127.0.0.1:{port}", token, root, env)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 class Relay:

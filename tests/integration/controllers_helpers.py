@@ -53,7 +53,7 @@ class Pair:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """End a controller (continued first if a test stopped it)."""
+    """End a process a test started, a controller or a server (continued first if a test stopped it)."""
     if process.poll() is None:
         process.send_signal(signal.SIGCONT)
         process.send_signal(signal.SIGTERM)

@@ -35,6 +35,7 @@ from controller.environment.files import real_root
 from controller.environment.pull import pull
 from controller.errors import ImagePullError
 from tests.integration.cli_helpers import cubicle
+from tests.integration.controllers_helpers import stop
 from tests.integration.pty_helpers import owned_by, scenario_file
 from tests.sandbox_defaults import TEST_INSTANCE
 
@@ -74,12 +75,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _wait_for(address, process, root / "log")
         yield address
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def _wait_for(address: str, process: subprocess.Popen[bytes], log: Path) -> None:

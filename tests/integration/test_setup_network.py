@@ -7,22 +7,19 @@ network is ``allow=default.test:8080`` (``CUBICLE_SETUP_NETWORK``), in place of 
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from docker.errors import ImageNotFound
 
 from bench.egress import Hosts, hosts
 from controller.config import DEFAULT_IMAGE
-from controller.sandbox import owners
+from tests.dns_helpers import dnsmasq
 from tests.integration.cli_helpers import cubicle
 from tests.integration.pty_helpers import owned_by, scenario_file
 from tests.sandbox_defaults import TEST_INSTANCE
-from tests.security.test_egress import DNSMASQ_DOCKERFILE, DNSMASQ_IMAGE
 
 pytestmark = pytest.mark.integration
 INSTANCE = f"{TEST_INSTANCE}-setupnet"  # the test hosts are TEST_INSTANCE's: this run's containers are told apart
@@ -42,35 +39,11 @@ def test_hosts(docker_client: Any) -> Iterator[Hosts]:
 
 @pytest.fixture(scope="module")
 def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[str]:
-    """Debian's dnsmasq on the test hosts' network, the proxies' DNS server (``CUBICLE_EGRESS_DNS``): it answers
+    """The tests' dnsmasq on the test hosts' network, the proxies' DNS server (``CUBICLE_EGRESS_DNS``): it answers
     the test hosts' names and, as a real resolver does, that any other name under ``.test`` does not exist."""
-    try:
-        docker_client.images.get(DNSMASQ_IMAGE)
-    except ImageNotFound:
-        docker_client.images.build(fileobj=io.BytesIO(DNSMASQ_DOCKERFILE), tag=DNSMASQ_IMAGE, rm=True)
-    names = "\\n".join(f"{address} {name}" for name, address in test_hosts.addresses.items())
-    container = docker_client.containers.run(
-        DNSMASQ_IMAGE,
-        [
-            "sh",
-            "-c",
-            f"mkdir -p /run/dns && printf '{names}\\n' > /run/dns/hosts && exec dnsmasq --keep-in-foreground "
-            "--no-resolv --no-hosts --addn-hosts=/run/dns/hosts --local=/test/ --user=root --log-facility=-",
-        ],
-        detach=True,
-        network=test_hosts.network,
-        labels=owners.labels(TEST_INSTANCE, "test-dns"),
-        cap_drop=["ALL"],
-        cap_add=["NET_BIND_SERVICE", "SETUID", "SETGID", "KILL"],
-        read_only=True,
-        tmpfs={"/run": "size=1m"},
-        mem_limit="64m",
-    )
-    try:
-        container.reload()
-        yield str(container.attrs["NetworkSettings"]["Networks"][test_hosts.network]["IPAddress"])
-    finally:
-        container.remove(force=True)
+    names = "\n".join(f"{address} {name}" for name, address in test_hosts.addresses.items())
+    with dnsmasq(docker_client, test_hosts.network, names, "--local=/test/") as (_, address):
+        yield address
 
 
 def fetch(host: str, scheme: str = "http") -> str:

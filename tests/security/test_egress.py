@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import secrets
 import time
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker.errors import ImageNotFound
 
 from bench.egress import Hosts, gateway_of, hosts
 from controller import workspace
@@ -30,6 +28,7 @@ from controller.sandbox import egress, owners
 from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.wire.network import Outside, parse
 from controller.wire.protocol import Failure
+from tests.dns_helpers import dnsmasq
 from tests.integration.helpers import call, listening, sh
 from tests.sandbox_defaults import SECURE_LIMITS, TEST_INSTANCE
 
@@ -367,12 +366,6 @@ def test_squid_takes_the_generated_configuration(docker_client: Any, proxy_image
     assert "cubicle_wild1_host" in config
 
 
-DNSMASQ_IMAGE = "cubicle-test-dnsmasq:1"
-DNSMASQ_DOCKERFILE = b"""FROM debian:bookworm-slim
-RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dnsmasq-base \\
- && rm -rf /var/lib/apt/lists/*
-"""
 PUBLIC = "93.184.215.14"  # a public address: allowed under a *. entry (unreachable here, which is fine)
 PRIVATE = "10.23.45.67"
 
@@ -391,33 +384,8 @@ class DnsServer:
 
 @pytest.fixture(scope="module")
 def dns_server(docker_client: Any, test_hosts: Hosts) -> Iterator[DnsServer]:
-    try:
-        docker_client.images.get(DNSMASQ_IMAGE)
-    except ImageNotFound:
-        docker_client.images.build(fileobj=io.BytesIO(DNSMASQ_DOCKERFILE), tag=DNSMASQ_IMAGE, rm=True)
-    container = docker_client.containers.run(
-        DNSMASQ_IMAGE,
-        [
-            "sh",
-            "-c",
-            "mkdir -p /run/dns && : > /run/dns/hosts && exec dnsmasq --keep-in-foreground --no-resolv "
-            "--no-hosts --addn-hosts=/run/dns/hosts --local-ttl=1 --user=root --log-queries --log-facility=-",
-        ],
-        detach=True,
-        network=test_hosts.network,
-        labels=owners.labels(TEST_INSTANCE, "test-dns"),
-        cap_drop=["ALL"],
-        cap_add=["NET_BIND_SERVICE", "SETUID", "SETGID", "KILL"],
-        read_only=True,
-        tmpfs={"/run": "size=1m"},
-        mem_limit="64m",
-    )
-    try:
-        container.reload()
-        address = container.attrs["NetworkSettings"]["Networks"][test_hosts.network]["IPAddress"]
+    with dnsmasq(docker_client, test_hosts.network, "", "--local-ttl=1", "--log-queries") as (container, address):
         yield DnsServer(container, address)
-    finally:
-        container.remove(force=True)
 
 
 async def test_a_wildcard_name_whose_answer_turns_private_is_refused(
