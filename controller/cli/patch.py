@@ -28,7 +28,7 @@ import re
 import shlex
 from collections.abc import Callable
 
-from ..wire.changeset import Change, Changes, Disposition, FileType, Kind
+from ..wire.changeset import HOW_TO_APPLY, Change, Changes, Disposition, FileType, Kind
 from ..workspace import gitpointers, pipelines
 from ..workspace.baseline import is_git_path
 from ..workspace.changes import is_environment_config
@@ -37,12 +37,6 @@ from . import review, terminal
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*")
 """A name ``git apply`` reads back as itself from a ``--- a/NAME`` line: no space, quote, backslash or tab."""
-HOW = {
-    Disposition.TRUSTED: "cubicle apply {sid} {path} --force {path}",
-    Disposition.IGNORED: "cubicle apply {sid} {path} --include-ignored",
-    Disposition.BUILD_INPUT: "cubicle apply {sid} {path} --build-inputs",
-}
-"""How to apply a held-back change deliberately, by its disposition; the others are never applied."""
 GIT_OWN = gitpointers.Index(
     tuple(
         gitpointers.Pointer(path, directory, why)
@@ -129,7 +123,7 @@ def trailer(sid: str, held: list[Change], apart: list[Change], gaps: bool = Fals
 
 
 def _held_line(sid: str, change: Change) -> str:
-    how = HOW.get(change.disposition)
+    how = HOW_TO_APPLY.get(change.disposition)
     get = how.format(sid=sid, path=_quoted(change)) if how else "never applied"
     reason = terminal.safe(change.reason).replace("\n", "\\n") or change.disposition.value
     return f"#   {change.disposition.value}: {_name(change)} ({reason}); {get}"
