@@ -89,12 +89,27 @@ def changes(
         ),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
+    as_patch: Annotated[
+        bool,
+        typer.Option(
+            "--patch",
+            help="Print one binary-safe patch for `git apply` of exactly what a plain apply writes, made of the "
+            "layer's bytes (binary files, modes, symlinks, deletions included); what apply holds back is listed in "
+            "its `#` lines, each with the command that applies it.",
+        ),
+    ] = False,
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
     from ..workspace.manager import printable
     from . import patch, review
 
+    if as_patch:
+        if diff or json_out:
+            raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
+        sys.stdout.buffer.write(_review(lambda s: s.patch(session_id), server))
+        sys.stdout.buffer.flush()
+        return
     found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
         shown = [
