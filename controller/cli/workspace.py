@@ -56,6 +56,15 @@ IdsOpt = Annotated[
         "change whatever its name prints as. With PATHs, both are applied.",
     ),
 ]
+PatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--patch",
+        help="Print one binary-safe patch for `git apply` of exactly what a plain apply writes, made of the layer's "
+        "bytes (binary files, modes, symlinks, deletions included); what apply holds back is listed in its `#` "
+        "lines, each with the command that applies it.",
+    ),
+]
 RevertForceOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -89,15 +98,7 @@ def changes(
         ),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
-    as_patch: Annotated[
-        bool,
-        typer.Option(
-            "--patch",
-            help="Print one binary-safe patch for `git apply` of exactly what a plain apply writes, made of the "
-            "layer's bytes (binary files, modes, symlinks, deletions included); what apply holds back is listed in "
-            "its `#` lines, each with the command that applies it.",
-        ),
-    ] = False,
+    as_patch: PatchOpt = False,
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
@@ -105,10 +106,7 @@ def changes(
     from . import patch, review
 
     if as_patch:
-        if diff or json_out:
-            raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
-        sys.stdout.buffer.write(_review(lambda s: s.patch(session_id), server))
-        sys.stdout.buffer.flush()
+        _print_patch(session_id, server, diff or json_out)
         return
     found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
@@ -126,6 +124,14 @@ def changes(
     out.print(review.change_list(found))
     for change in found if diff else ():
         out.print(review.diff_view(change))
+
+
+def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
+    """The session's patch (``workspace.gitpatch``, made where the layer is), on stdout as the bytes it is."""
+    if other_view:
+        raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
+    sys.stdout.buffer.write(_review(lambda s: s.patch(session_id), server))
+    sys.stdout.buffer.flush()
 
 
 def _say_partial(found: Changes) -> None:

@@ -53,7 +53,7 @@ class LayerCommands:
         return await asyncio.shield(listing)
 
     async def patch(self, session_id: str) -> bytes:
-        """The session's changes as a binary-safe patch of what a plain apply writes (``workspace.patch``)."""
+        """The session's changes as a binary-safe patch of what a plain apply writes (``workspace.gitpatch``)."""
         self.get(session_id)
         return await self.workspaces.in_thread(self.workspaces.patch, session_id)
 

@@ -105,7 +105,7 @@ def selected(
     """What an apply of ``changes`` takes, and what it skips, before the checkout is consulted: ``_select``, then
     the repository look-alikes the chosen deletions would make (``_unsafe_lookalikes``) skipped as unsafe. ``paths``
     are real paths (``_wanted``), ``force`` real names (``selection.forced``). What ``apply`` and the session's
-    patch (``patch``) both start from, so that a patch carries exactly what a plain apply writes."""
+    patch (``gitpatch``) both start from, so that a patch carries exactly what a plain apply writes."""
     chosen, skipped = _select(changes, paths, include_ignored, force, build_inputs)
     return _skip(chosen, skipped, _unsafe_lookalikes(layer, changes, chosen))
 

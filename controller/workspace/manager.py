@@ -51,9 +51,9 @@ from . import Layer, baseline, journal
 from . import checkpoints as checkpoint_files
 from .buildinputs import BuildInputs
 from .changes import MAX_LISTED
+from .gitpatch import session_patch
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
-from .patch import session_patch
 from .quota import Disks
 from .records import encodable
 from .records import shown as shown  # the one spelling of a layer path as text; callers import it from here
@@ -440,7 +440,7 @@ class Workspaces:
             return self._walk(_listed, layer, diff, self.listing)
 
     def patch(self, session_id: str) -> bytes:
-        """The session's changes as a patch for ``git apply`` of what a plain apply writes (``workspace.patch``),
+        """The session's changes as a patch for ``git apply`` of what a plain apply writes (``workspace.gitpatch``),
         made in a walk's child: it reads the layer's files whole."""
         with self.using(session_id) as layer:
             return self._walk(session_patch, layer, session_id)

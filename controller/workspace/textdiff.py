@@ -89,7 +89,7 @@ def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
 def hunks(old: str, new: str) -> Iterator[str]:
     """The unified diff's hunks from ``old`` to ``new`` (each a file's whole text), as ``unified`` splits them but
     neither capped nor headed: each line ends in ``\\n``, a last one without it followed by ``\\ No newline at
-    end of file``. What a patch carries after its own header lines (``patch``); the caller bounds the sides."""
+    end of file``. What a patch carries after its own header lines (``gitpatch``); the caller bounds the sides."""
     a, b = _LINES.findall(old), _LINES.findall(new)
     for line in _formatted(a, b, _merged(_opcodes(a, b, 0, 0)), "", "", header=False):
         yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import PatchTooLargeError
-from controller.workspace.patch import (
+from controller.workspace.gitpatch import (
     SYMLINK_MODE,
     Side,
     _Writer,
