@@ -1,4 +1,4 @@
-"""The session's patch, its pieces against real git: the binary hunks as ``git diff --binary`` writes them, names
+"""The session's patch, its pieces and a real layer's (a real overlay, as the workspace tests run) against real git: the binary hunks as ``git diff --binary`` writes them, names
 quoted as git quotes them, and every kind of change read back by ``git apply`` into the tree apply writes. The
 whole path (a real layer, the API, the CLI) is in tests/integration/test_cli_patch.py."""
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.errors import PatchTooLargeError
+from controller.workspace import apply
 from controller.workspace.gitpatch import (
     SYMLINK_MODE,
     Side,
@@ -23,7 +24,9 @@ from controller.workspace.gitpatch import (
     diff,
     encode85,
     quoted,
+    session_patch,
 )
+from tests.unit.workspace.overlay import Workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 ALL_BYTES = bytes(range(256))
@@ -175,3 +178,63 @@ def test_the_bound_stops_the_patch() -> None:
     writer.add("a", "x" * 60)
     with pytest.raises(PatchTooLargeError, match="more than 100 bytes"):
         writer.add("b", "y" * 60)
+
+
+LAYER_TURN = (
+    "printf 'v2\\n' > src/app.py; echo new > new.txt; rm old/gone.txt; rm -rf docs; mkdir docs; echo d > docs/d.txt;"
+    "chmod 755 src/util.py; cp /bin/true suid; chmod 6755 suid; mkfifo pipe; ln -s src/app.py link;"
+    "ln -s ../outside/secret.txt escape; echo evil >> .git/config; mkdir -p empty; echo l > app.log;"
+    "rm README.md; ln -s src/util.py README.md; printf '\\033[2Jred\\n' > esc.txt;"
+    "mkdir -p .github/workflows; echo 'on: push' > .github/workflows/x.yml;"
+    "for n in 'q\"u' 'back\\slash' \"$(printf 'tab\\there')\" \"$(printf 'new\\nline')\" \"$(printf 'esc\\033]0;x\\007')\""
+    " ' lead' 'trail ' 'x b' \"$(printf 'bad\\377')\" \"$(printf 'caf\\303\\251')\"; do echo \"$n\" > \"$n\"; done"
+)
+
+
+def _files(root: Path) -> dict[bytes, tuple[int, int, bytes]]:
+    """What git can carry of a tree, ``.git`` aside: each file's or symlink's type, permission bits and bytes (a
+    symlink's target); directories only by what is in them."""
+    found: dict[bytes, tuple[int, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(root)):
+        dirnames[:] = [d for d in dirnames if d != b".git"]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            body = os.readlink(path) if os.path.islink(path) else Path(os.fsdecode(path)).read_bytes()
+            found[os.path.relpath(path, os.fsencode(root))] = (st.st_mode >> 12, st.st_mode & 0o7777, body)
+    return found
+
+
+def test_a_layers_patch_gives_a_copy_what_apply_gives_the_checkout(ws: Workspace, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(ws.repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    _git(copy, "init", "-q")
+    ws.agent(LAYER_TURN)
+    ws.stop()
+    patch = session_patch(ws.layer, "s1")
+    head, _, diffs = patch.partition(b"\ndiff --git ")
+    assert all(line.startswith(b"#") for line in head.splitlines()), head
+    assert not RAW_CONTROL.search(patch), "no raw control character, in a name or a file"
+    for held in (b"trusted: .github/workflows/x.yml", b"unsafe: pipe", b"unsafe: escape", b"ignored: app.log"):
+        assert held in head, held
+    assert b"#   empty: a directory's own change" in head and b".git/config" not in diffs
+    done = subprocess.run(["sh", "-c", "umask 022 && git apply"], cwd=copy, input=patch, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode() + patch.decode("utf-8", "replace")
+    result = apply(ws.layer)
+    assert result.conflicts == [] and "empty" in result.applied
+    assert _files(copy) == _files(ws.repo)
+    assert os.readlink(copy / "README.md") == "src/util.py" and (copy / "suid").stat().st_mode & 0o7777 == 0o755
+
+
+def test_what_apply_would_stop_at_and_a_patch_past_its_bound(ws: Workspace) -> None:
+    ws.agent("printf 'agent\\n' > README.md; head -c 5000 /dev/urandom > noise.bin")
+    ws.stop()
+    (ws.repo / "README.md").write_text("# the user's edit meanwhile\n")
+    patch = session_patch(ws.layer, "s1")
+    head, _, diffs = patch.partition(b"\ndiff --git ")
+    assert b"stops at these" in head and b"#   README.md: changed in the checkout" in head
+    assert b"--force README.md" in head and b"README.md" not in diffs and b"noise.bin" in diffs
+    with pytest.raises(PatchTooLargeError):
+        session_patch(ws.layer, "s1", limit=4000)  # the file alone is past it: not even read
+    with pytest.raises(PatchTooLargeError):
+        session_patch(ws.layer, "s1", limit=6000)  # its base85 is
