@@ -19,7 +19,7 @@ import typer
 from rich.text import Text
 
 from . import terminal
-from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
+from .app import EXIT_INFRA, EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
 from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
@@ -130,8 +130,25 @@ def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
     """The session's patch (``workspace.gitpatch``, made where the layer is), on stdout as the bytes it is."""
     if other_view:
         raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
-    sys.stdout.buffer.write(_review(lambda s: s.patch(session_id), server))
+    made = _review(lambda s: s.patch(session_id), server)
+    if not inert_patch(made):  # a server's answer: none of it reaches the terminal unless it is inert
+        raise fail(
+            "The patch holds characters a terminal obeys (or bytes that are not UTF-8), which a Cubicle patch never "
+            "does: it was not printed. Check that the server is one you trust.",
+            EXIT_INFRA,
+        )
+    sys.stdout.buffer.write(made)
     sys.stdout.buffer.flush()
+
+
+def inert_patch(patch: bytes) -> bool:
+    """Whether ``patch`` is UTF-8 text a terminal only draws (a ``\\r\\n`` line ending aside), as every patch
+    ``workspace.gitpatch`` makes is: names C-quoted, binary files in base85, text only of drawn characters."""
+    try:
+        text = patch.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return terminal.safe(text) == text.replace("\r\n", "\n")
 
 
 def _say_partial(found: Changes) -> None:

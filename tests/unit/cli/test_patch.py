@@ -124,3 +124,15 @@ def test_what_a_hostile_server_calls_apply_is_judged_again_by_name_and_a_diff_mu
     for path in ("ok.txt", "named.txt"):
         assert f"{path}: its diff is not a diff of exactly this file" in held, path
     assert patch.TRUST_NOTE in text
+
+
+def test_a_patch_is_printed_only_when_it_is_inert() -> None:
+    """`changes --patch` prints what it is given (a server's answer, with --server) only when a terminal would only
+    draw it: what ``workspace.gitpatch`` makes always is."""
+    from controller.cli.workspace import inert_patch
+    from controller.workspace.gitpatch import Side, diff
+
+    made = diff("a\x1b[2J.bin", None, Side("100644", b"\x1b]0;x\x07" + bytes(range(256))))
+    assert inert_patch(("# c\n" + made + diff("crlf", None, Side("100644", b"a\r\n"))).encode())
+    for hostile in (b"+\x1b[2J\n", b"+a\rb\n", b"\xff\n", "+\u202e\n".encode(), "+\u009b\n".encode()):
+        assert not inert_patch(b"diff --git a/x b/x\n" + hostile), hostile

@@ -153,7 +153,7 @@ def test_every_kind_of_change_reads_back_through_git_apply(tmp_path: Path) -> No
 
 def test_text_that_a_terminal_obeys_goes_as_base85() -> None:
     assert as_text(b"plain\ttabs\r\nand crlf\n") is not None and as_text("caf\u00e9\n".encode()) is not None
-    for data in (b"\x1b[2J", b"a\rb", b"\x00", b"\xff", "\u202eevil".encode(), b"\x7f"):
+    for data in (b"\x1b[2J", b"a\rb", b"\x00", b"\xff", "\u202eevil".encode(), b"\x7f", "\u009b".encode()):
         assert as_text(data) is None, data
         assert "GIT binary patch" in diff("f", None, Side("100644", data))
 
