@@ -130,6 +130,8 @@ def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
     """The session's patch (``workspace.gitpatch``, made where the layer is), on stdout as the bytes it is."""
     if other_view:
         raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
+    from . import patch
+
     made = _review(lambda s: s.patch(session_id), server)
     if not inert_patch(made):  # a server's answer: none of it reaches the terminal unless it is inert
         raise fail(
@@ -137,6 +139,13 @@ def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
             "does: it was not printed. Check that the server is one you trust.",
             EXIT_INFRA,
         )
+    if server is not None:  # judged again here by name, as the piped --diff is
+        try:
+            made = patch.served_patch(session_id, made.decode("utf-8")).encode("utf-8")
+        except ValueError as err:
+            raise fail(
+                f"The server's patch was not printed: {err}. Check that the server is one you trust.", EXIT_INFRA
+            ) from None
     sys.stdout.buffer.write(made)
     sys.stdout.buffer.flush()
 

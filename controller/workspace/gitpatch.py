@@ -251,13 +251,13 @@ def diff(path: str, old: Side | None, new: Side | None) -> str:
     if texts[0] is None or texts[1] is None:
         return "".join([*lines, "GIT binary patch\n", binary_literal(after), binary_literal(before)])
     if before or after:
-        lines.append(f"--- {_label(a) if old is not None else '/dev/null'}\n")
-        lines.append(f"+++ {_label(b) if new is not None else '/dev/null'}\n")
+        lines.append(f"--- {label(a) if old is not None else '/dev/null'}\n")
+        lines.append(f"+++ {label(b) if new is not None else '/dev/null'}\n")
         lines += textdiff.hunks(texts[0], texts[1])
     return "".join(lines)
 
 
-def _label(name: str) -> str:
+def label(name: str) -> str:
     """A name on a ``---``/``+++`` line as git writes it: a tab after one holding a space, so that no reader
     takes what follows the space for a date."""
     return name + "\t" if " " in name else name
