@@ -20,6 +20,10 @@ smuggle in another file's. What needs the checkout (what its git config runs, it
 context) is the server's judgement: the patch says so.
 
 On a terminal, the review shows every change, held-back ones marked (``review``).
+
+``cubicle changes ID --patch --server URL`` prints a patch the server made (``workspace.gitpatch``), and it is read
+here the same way before it is printed (``served_patch``): it must be exactly what that module writes, and a diff
+of a path held back by name here is dropped and listed.
 """
 
 from __future__ import annotations
