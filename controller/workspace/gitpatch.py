@@ -91,34 +91,35 @@ def session_patch(layer: Layer, session_id: str, limit: int = MAX_PATCH_BYTES) -
     writer = _Writer(limit)
     left = _write_all(layer, chosen, writer)
     head = _comments(session_id, len(writer.files), [*skipped, *unsafe], left, conflicts)
-    out = head.encode("utf-8") + b"".join(writer.parts)
+    out = head.encode("utf-8") + b"".join(writer.removals) + b"".join(writer.writes)
     if len(out) > limit:
         raise PatchTooLargeError(len(out), limit)
     return out
 
 
 class _Writer:
-    """The diffs, appended within the bound."""
+    """The diffs, appended within the bound as each is made (so what is held is bounded too): the removals, which
+    come first in the patch (a type change's old side too), and what is written."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.size = 0
-        self.parts: list[bytes] = []
+        self.removals: list[bytes] = []
+        self.writes: list[bytes] = []
         self.files: set[str] = set()
 
-    def add(self, path: str, text: str) -> None:
+    def add(self, path: str, text: str, removal: bool = False) -> None:
         data = text.encode("utf-8")  # names quoted, binary in base85, text only of characters a terminal draws
         self.size += len(data)
         if self.size > self.limit:
             raise PatchTooLargeError(self.size, self.limit)
-        self.parts.append(data)
+        (self.removals if removal else self.writes).append(data)
         self.files.add(path)
 
 
 def _write_all(layer: Layer, chosen: list[Change], writer: _Writer) -> list[Left]:
-    """Each chosen change's diff: removals first (a type change's old side too), then what is written."""
+    """Each chosen change's diff into ``writer``; the changes left out, and why."""
     left: list[Left] = []
-    later: list[tuple[Change, Side | None, Side]] = []
     written = _Parents(chosen)
     lower, upper = open_repo(layer), open_upper(layer)
     try:
@@ -137,17 +138,15 @@ def _write_all(layer: Layer, chosen: list[Change], writer: _Writer) -> list[Left
             if why:
                 left.append(Left(change, why))
             elif new is not None and old is not None and (old.mode == SYMLINK_MODE) == (new.mode == SYMLINK_MODE):
-                later.append((change, old, new))
+                writer.add(change.path, diff(change.path, old, new))
             else:
                 if old is not None:
-                    writer.add(change.path, diff(change.path, old, None))
+                    writer.add(change.path, diff(change.path, old, None), removal=True)
                 if new is not None:
-                    later.append((change, None, new))
+                    writer.add(change.path, diff(change.path, None, new))
     finally:
         os.close(lower)
         os.close(upper)
-    for change, old, new in later:
-        writer.add(change.path, diff(change.path, old, new))
     return left
 
 
