@@ -151,6 +151,8 @@ def _made() -> str:
             diff("gone.txt", Side("100644", b"bye\n"), None),
             diff('x b/q"u\tt\u00e9', None, Side("100644", b"hostile\n")),
             diff("sp ace", None, Side("100644", b"\n")),
+            diff("x b/y", None, Side("100644", b"\n")),
+            diff("trail ", None, Side("100644", b"\x00binary")),
         ]
     )
 
