@@ -37,6 +37,7 @@ from .errors import (
     AuthError,
     CubicleError,
     InvalidRequestError,
+    MalformedAnswerError,
     UnreachableError,
 )
 from .wire.bodies import (
@@ -61,6 +62,8 @@ from .wire.statuses import ERROR_OF
 __all__ = ["ROUTES", "AsyncClient", "Client", "Routes"]
 
 DEFAULT_URL = "http://127.0.0.1:8750"
+PATCH_TYPE = "text/x-patch"
+"""The media type of a session's patch (``changes?format=patch``)."""
 TOKEN_VARIABLE = "CUBICLE_API_TOKEN"
 RECONNECTS = 8
 """Attempts in a row to reopen an event stream that dropped before ``events`` gives up (UnreachableError)."""
@@ -86,6 +89,8 @@ class Request(Generic[T]):
     params: dict[str, Any] = field(default_factory=dict)
     headers: Callable[[T, httpx.Headers], T] | None = None
     """What the answer's headers add to the value read from its body, for the answers that carry some."""
+    raw: str | None = None
+    """The media type of an answer that is not JSON (its body is given to ``read`` as bytes), e.g. a patch."""
 
 
 def _model(model: type[BaseModel]) -> Callable[[Any], Any]:
@@ -168,6 +173,11 @@ class Routes:
         return Request(
             "GET", path, lambda body: Changes(_CHANGES.validate_python(body)), params=params, headers=_listing_bounds
         )
+
+    @staticmethod
+    def patch(session_id: str) -> Request[bytes]:
+        path = f"/v1/sessions/{session_id}/changes"
+        return Request("GET", path, bytes, params={"format": "patch"}, raw=PATCH_TYPE)
 
     @staticmethod
     def apply(
@@ -268,6 +278,11 @@ def _unreachable(url: str, err: httpx.TransportError) -> UnreachableError:
 def _read(request: Request[T], response: httpx.Response, url: str) -> T:
     if not response.is_success:
         raise error_of(response)
+    if request.raw is not None:
+        kind = response.headers.get("content-type", "").partition(";")[0].strip()
+        if kind != request.raw:
+            raise MalformedAnswerError(f"The server at {url} answered {kind or 'no type'}, not {request.raw}.")
+        return request.read(response.content)
     value = answers.model(request.read, answers.loads(response.content, url) if response.content else None, url)
     return request.headers(value, response.headers) if request.headers else value
 
@@ -429,6 +444,11 @@ class Client:
         """The session's changes; ``truncated_at`` and ``unlisted`` say what the listing does not hold."""
         return self.send(ROUTES.changes(session_id, diff))
 
+    def patch(self, session_id: str) -> bytes:
+        """The session's changes as a binary-safe patch for ``git apply`` of exactly what a plain ``apply`` writes
+        (held-back changes listed in its ``#`` lines); InvalidRequestError past the server's bound (32 MiB)."""
+        return self.send(ROUTES.patch(session_id))
+
     def apply(
         self,
         session_id: str,
@@ -564,6 +584,10 @@ class AsyncClient:
     async def changes(self, session_id: str, diff: bool = False) -> Changes:
         """The session's changes; ``truncated_at`` and ``unlisted`` say what the listing does not hold."""
         return await self.send(ROUTES.changes(session_id, diff))
+
+    async def patch(self, session_id: str) -> bytes:
+        """The session's changes as a binary-safe patch (see ``Client.patch``)."""
+        return await self.send(ROUTES.patch(session_id))
 
     async def apply(
         self,

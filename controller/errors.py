@@ -38,6 +38,7 @@
         ├── RepoChangedError                the repository path no longer leads where the session began
         ├── TooManyEntriesError             the layer holds more names than the session's ``names`` limit
         ├── ApplyTooLargeError              an apply would write more than its bounds allow
+        ├── PatchTooLargeError              a session's patch would be larger than a patch may be
         └── WalkMemoryError                 a walk of a layer needed more memory than a walk may have
             └── WalkTimeoutError             a walk of a layer took longer than a walk may
 
@@ -313,6 +314,22 @@ class ApplyTooLargeError(WorkspaceError):
 
     def __reduce__(self) -> tuple[type[ApplyTooLargeError], tuple[str, int, int]]:
         return type(self), (self.what, self.total, self.limit)  # raised in a walk's child process, raised again here
+
+
+class PatchTooLargeError(WorkspaceError):
+    """A session's patch (``changes?format=patch``) would be larger than a patch may be; none is made."""
+
+    hint = "Apply the changes with `cubicle apply ID` (a few paths at a time: `cubicle apply ID PATH`) instead."
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The patch would hold more than {max(limit, 0):,} bytes (at least {size:,}), more than a patch may."
+        )
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[type[PatchTooLargeError], tuple[int, int]]:
+        return type(self), (self.size, self.limit)  # raised in a walk's child process, raised again here
 
 
 class WalkMemoryError(WorkspaceError):

@@ -20,16 +20,21 @@ smuggle in another file's. What needs the checkout (what its git config runs, it
 context) is the server's judgement: the patch says so.
 
 On a terminal, the review shows every change, held-back ones marked (``review``).
+
+``cubicle changes ID --patch --server URL`` prints a patch the server made (``workspace.gitpatch``), and it is read
+here the same way before it is printed (``served_patch``): it must be exactly what that module writes, and a diff
+of a path held back by name here is dropped and listed.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Callable
 
-from ..wire.changeset import Change, Changes, Disposition, FileType, Kind
-from ..workspace import gitpointers, pipelines
+from ..wire.changeset import HOW_TO_APPLY, Change, Changes, Disposition, FileType, Kind
+from ..workspace import gitpatch, gitpointers, pipelines
 from ..workspace.baseline import is_git_path
 from ..workspace.changes import is_environment_config
 from ..workspace.gitlike import REPO_NAMES
@@ -37,12 +42,6 @@ from . import review, terminal
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*")
 """A name ``git apply`` reads back as itself from a ``--- a/NAME`` line: no space, quote, backslash or tab."""
-HOW = {
-    Disposition.TRUSTED: "cubicle apply {sid} {path} --force {path}",
-    Disposition.IGNORED: "cubicle apply {sid} {path} --include-ignored",
-    Disposition.BUILD_INPUT: "cubicle apply {sid} {path} --build-inputs",
-}
-"""How to apply a held-back change deliberately, by its disposition; the others are never applied."""
 GIT_OWN = gitpointers.Index(
     tuple(
         gitpointers.Pointer(path, directory, why)
@@ -129,7 +128,7 @@ def trailer(sid: str, held: list[Change], apart: list[Change], gaps: bool = Fals
 
 
 def _held_line(sid: str, change: Change) -> str:
-    how = HOW.get(change.disposition)
+    how = HOW_TO_APPLY.get(change.disposition)
     get = how.format(sid=sid, path=_quoted(change)) if how else "never applied"
     reason = terminal.safe(change.reason).replace("\n", "\\n") or change.disposition.value
     return f"#   {change.disposition.value}: {_name(change)} ({reason}); {get}"
@@ -203,3 +202,123 @@ def _name(change: Change) -> str:
 def _quoted(change: Change) -> str:
     """The path as a shell word the user can paste: as the review prints it (``apply`` takes that spelling)."""
     return shlex.quote(_name(change))
+
+
+EXTENDED = re.compile(
+    r"(?:new file mode|deleted file mode|old mode|new mode) (?:100644|100755|120000)"
+    r"|index [0-9a-f]{40}\.\.[0-9a-f]{40}(?: (?:100644|100755|120000))?"
+)
+"""The extended header lines of a ``workspace.gitpatch`` diff, after its ``diff --git`` line."""
+BINARY_DATA = re.compile(r"[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+")
+C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 0x22, "\\": 0x5C}
+
+
+def served_patch(session_id: str, patch: str) -> str:
+    """A server's ``--patch`` as it may reach ``git apply`` here: what ``workspace.gitpatch`` makes, read line by
+    line (comment lines, then diffs each of one path named alike on every line, holding only the header lines,
+    ``GIT binary patch`` literals and counted hunks git writes, so that no line can reach another path), less the
+    diffs of paths a rule that needs no checkout holds back (``rejudged``: ``.git``, CI definitions, the
+    environment's and git's own files), which are listed in comment lines instead, whatever the server judged.
+    Anything else is refused (ValueError, saying what), since a server's answer is not trusted to be a patch."""
+    lines = patch.split("\n")
+    at = 0
+    while at < len(lines) - 1 and lines[at].startswith("#"):
+        at += 1
+    head, kept, held = lines[:at], [], []
+    try:
+        while at < len(lines) - 1:
+            path = _git_header(lines[at])
+            if path is None:
+                raise ValueError(f"line {at + 1} is not a diff of one path")
+            end = _section_end(lines, at + 1, path)
+            if end < 0:
+                raise ValueError(f"the diff of {_name_of(path)} is not one git apply reads as that path alone")
+            why = _held_by_name(path, False)
+            if why is None:
+                kept += lines[at:end]
+            else:
+                held.append(f"#   {_name_of(path)}: {why[1]} (judged by name here); {_how(session_id, path, why[0])}")
+            at = end
+    except IndexError:
+        raise ValueError("it ends in the middle of a diff") from None
+    if lines[-1] != "":
+        raise ValueError("it does not end with a newline")
+    if held:
+        head += ["# Held back here, though the server's patch carried them:", *held]
+    return "\n".join([*head, *kept, ""])
+
+
+def _name_of(path: str) -> str:
+    return review.path_text(path).plain
+
+
+def _how(session_id: str, path: str, disposition: Disposition) -> str:
+    how = HOW_TO_APPLY.get(disposition)
+    sid, name = shlex.quote(terminal.safe(session_id)), shlex.quote(_name_of(path))
+    return how.format(sid=sid, path=name) if how else "never applied"
+
+
+def _section_end(lines: list[str], at: int, path: str) -> int:
+    """Where the diff of ``path`` whose header lines start at ``at`` ends; -1 when it holds anything else."""
+    while at < len(lines) - 1 and EXTENDED.fullmatch(lines[at]):
+        at += 1
+    if lines[at] == "GIT binary patch":
+        at += 1
+        for _ in range(2):  # the forward literal, then the reverse one (optional for git, always written)
+            if not re.fullmatch(r"literal \d+", lines[at]):
+                return -1
+            at += 1
+            while BINARY_DATA.fullmatch(lines[at]):
+                at += 1
+            if lines[at] != "":
+                return -1
+            at += 1
+        return at
+    if not lines[at].startswith("--- "):
+        return at
+    name = os.fsencode(path)
+    old, new = (gitpatch.label(gitpatch.quoted(side + name)) for side in (b"a/", b"b/"))
+    if lines[at] not in (f"--- {old}", "--- /dev/null") or lines[at + 1] not in (f"+++ {new}", "+++ /dev/null"):
+        return -1
+    at += 2
+    while at < len(lines) - 1 and lines[at].startswith("@@"):
+        at = _hunk_end(lines, at)
+        if at < 0:
+            return -1
+    return at
+
+
+def _git_header(line: str) -> str | None:
+    """The one path a ``diff --git a/P b/P`` line names (C-quoted or not), or None when it is not such a line."""
+    if not line.startswith("diff --git "):
+        return None
+    rest = line.removeprefix("diff --git ")
+    if rest.startswith('"'):
+        first, after = _unquoted(rest)
+        second, tail = _unquoted(after[1:]) if after.startswith(' "') else (None, "x")
+        if first is None or second is None or tail or first[:2] != b"a/" or second != b"b/" + first[2:]:
+            return None
+        return os.fsdecode(first[2:])
+    half = (len(rest) - 5) // 2
+    name = rest[2 : 2 + half]
+    return name if rest == f"a/{name} b/{name}" and gitpatch.quoted(os.fsencode(name)) == name else None
+
+
+def _unquoted(text: str) -> tuple[bytes | None, str]:
+    """The bytes of the C-quoted string ``text`` starts with, and what follows it; None when it is not one."""
+    out = bytearray()
+    at = 1
+    while at < len(text) and text[at] != '"':
+        char = text[at]
+        if char != "\\":
+            out += char.encode()
+            at += 1
+        elif text[at + 1 : at + 2] in C_ESCAPES:
+            out.append(C_ESCAPES[text[at + 1]])
+            at += 2
+        elif re.fullmatch(r"[0-3][0-7]{2}", text[at + 1 : at + 4]):
+            out.append(int(text[at + 1 : at + 4], 8))
+            at += 4
+        else:
+            return None, ""
+    return (bytes(out), text[at + 1 :]) if at < len(text) else (None, "")

@@ -187,6 +187,9 @@ class RemoteSessions:
     async def changes(self, session_id: str, diff: bool = False) -> Changes:
         return real_listing(self.client.changes(session_id, diff))
 
+    async def patch(self, session_id: str) -> bytes:
+        return self.client.patch(session_id)
+
     async def apply(
         self,
         session_id: str,

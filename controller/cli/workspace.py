@@ -19,7 +19,7 @@ import typer
 from rich.text import Text
 
 from . import terminal
-from .app import EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
+from .app import EXIT_INFRA, EXIT_USAGE, app, fail, load_settings, review_errors, with_sessions
 from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
@@ -56,6 +56,15 @@ IdsOpt = Annotated[
         "change whatever its name prints as. With PATHs, both are applied.",
     ),
 ]
+PatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--patch",
+        help="Print one binary-safe patch for `git apply` of exactly what a plain apply writes, made of the layer's "
+        "bytes (binary files, modes, symlinks, deletions included); what apply holds back is listed in its `#` "
+        "lines, each with the command that applies it.",
+    ),
+]
 RevertForceOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -89,12 +98,16 @@ def changes(
         ),
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the changes as a JSON list (ASCII).")] = False,
+    as_patch: PatchOpt = False,
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
     from ..workspace.manager import printable
     from . import patch, review
 
+    if as_patch:
+        _print_patch(session_id, server, diff or json_out)
+        return
     found = _review(lambda s: s.changes(session_id, diff=True), server)
     if json_out:
         shown = [
@@ -111,6 +124,40 @@ def changes(
     out.print(review.change_list(found))
     for change in found if diff else ():
         out.print(review.diff_view(change))
+
+
+def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
+    """The session's patch (``workspace.gitpatch``, made where the layer is), on stdout as the bytes it is."""
+    if other_view:
+        raise fail("--patch cannot be used with --diff or --json.", EXIT_USAGE)
+    from . import patch
+
+    made = _review(lambda s: s.patch(session_id), server)
+    if not inert_patch(made):  # a server's answer: none of it reaches the terminal unless it is inert
+        raise fail(
+            "The patch holds characters a terminal obeys (or bytes that are not UTF-8), which a Cubicle patch never "
+            "does: it was not printed. Check that the server is one you trust.",
+            EXIT_INFRA,
+        )
+    if server is not None:  # judged again here by name, as the piped --diff is
+        try:
+            made = patch.served_patch(session_id, made.decode("utf-8")).encode("utf-8")
+        except ValueError as err:
+            raise fail(
+                f"The server's patch was not printed: {err}. Check that the server is one you trust.", EXIT_INFRA
+            ) from None
+    sys.stdout.buffer.write(made)
+    sys.stdout.buffer.flush()
+
+
+def inert_patch(patch: bytes) -> bool:
+    """Whether ``patch`` is UTF-8 text a terminal only draws (a ``\\r\\n`` line ending aside), as every patch
+    ``workspace.gitpatch`` makes is: names C-quoted, binary files in base85, text only of drawn characters."""
+    try:
+        text = patch.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return terminal.safe(text) == text.replace("\r\n", "\n")
 
 
 def _say_partial(found: Changes) -> None:

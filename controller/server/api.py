@@ -265,14 +265,32 @@ async def delete_session(
     return record if record is not None else Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/sessions/{session_id}/changes", response_model=list[Change], response_model_exclude_none=True)
+PATCH_TYPE = "text/x-patch"
+
+
+@router.get(
+    "/sessions/{session_id}/changes",
+    response_model=list[Change],
+    response_model_exclude_none=True,
+    responses={200: {"content": {PATCH_TYPE: {"schema": {"type": "string", "format": "binary"}}}}},
+)
 async def get_changes(
     session_id: str,
     sessions: SessionsDep,
     response: Response,
     diff: Annotated[bool, Query(description="Add a bounded unified diff to each text file.")] = False,
-) -> list[Change]:
+    format: Annotated[
+        Literal["json", "patch"],
+        Query(description="``json``: the listing; ``patch``: a binary-safe patch for ``git apply`` (text/x-patch)."),
+    ] = "json",
+) -> Any:
     """What the session changed in its workspace layer, path by path; the checkout has none of it until applied.
+
+    With ``format=patch``, the answer is instead one patch (``text/x-patch``) of exactly what a plain apply writes,
+    made of the layer's bytes in git's extended format for ``git apply``: text as unified diffs, other files as
+    ``GIT binary patch``, modes, symlinks, deletions; what apply holds back (or would stop at: a path changed in the
+    checkout) is listed in ``#`` lines before the first diff, each with the command that applies it. Past 32 MiB,
+    413 and no patch.
 
     ``disposition`` says what apply does with each path: ``apply``; ``ignored`` (only with
     include_ignored); ``discarded`` (under .git) and ``unsafe`` (devices, FIFOs, sockets, links
@@ -282,6 +300,8 @@ async def get_changes(
     the header ``Cubicle-Unlisted`` counts those left out (apply judges them too), ``Cubicle-Unlisted-Applied`` how
     many of them an apply writes.
     """
+    if format == "patch":
+        return Response(await sessions.layers.patch(session_id), media_type=PATCH_TYPE)
     found = await sessions.layers.changes(session_id, diff)
     if found.truncated_at is not None:
         response.headers[TRUNCATED_HEADER] = str(found.truncated_at)

@@ -52,6 +52,11 @@ class LayerCommands:
             listing.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, whoever waits
         return await asyncio.shield(listing)
 
+    async def patch(self, session_id: str) -> bytes:
+        """The session's changes as a binary-safe patch of what a plain apply writes (``workspace.gitpatch``)."""
+        self.get(session_id)
+        return await self.workspaces.in_thread(self.workspaces.patch, session_id)
+
     async def checkpoints(self, session_id: str) -> list[Checkpoint]:
         self.get(session_id)
         return await asyncio.to_thread(self.workspaces.checkpoints, session_id)

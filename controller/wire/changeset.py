@@ -37,6 +37,15 @@ class Disposition(StrEnum):
     BUILD_INPUT = "build_input"  # in a build context the Dockerfile copies whole: applied only with --build-inputs
 
 
+HOW_TO_APPLY = {
+    Disposition.TRUSTED: "cubicle apply {sid} {path} --force {path}",
+    Disposition.IGNORED: "cubicle apply {sid} {path} --include-ignored",
+    Disposition.BUILD_INPUT: "cubicle apply {sid} {path} --build-inputs",
+}
+"""How to apply a held-back change deliberately, by its disposition (``sid`` and ``path`` as shell words); the
+others are never applied. What both patches (the review's piped one and the server's ``format=patch``) print."""
+
+
 class Change(BaseModel):
     """One path the agent changed. ``path`` holds the agent's bytes (non-UTF-8 as surrogates): escape it to display."""
 

@@ -13,6 +13,7 @@ from ..errors import (
     InvalidRequestError,
     ModelError,
     NotFoundError,
+    PatchTooLargeError,
     RepoChangedError,
     RepoError,
     SandboxError,
@@ -25,6 +26,7 @@ STATUSES: tuple[tuple[type[CubicleError], int, bool], ...] = (
     (NotFoundError, 404, True),
     (RepoChangedError, 409, False),  # the checkout was moved or replaced under the session: nothing is read or written
     (TooManyEntriesError, 409, False),  # a layer past its names limit is never applied
+    (PatchTooLargeError, 413, False),  # a session's patch past its bound: the client reads InvalidRequestError
     (ConflictError, 409, True),
     (CapacityError, 429, True),
     (ForbiddenRepoError, 403, True),

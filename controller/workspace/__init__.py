@@ -13,6 +13,7 @@ Modules, each one concern::
     buildinputs  the files an environment's next build or setup runs, as changes are judged against them
     pipelines    the CI definitions a hosted CI runs with the repository's secrets (held back as trusted)
     textdiff     bounded in-process unified diffs
+    gitpatch     the changes a plain apply writes as one binary-safe patch for git apply (git's extended format)
     checkout     the only writer of the real checkout (no symlink followed, new inodes)
     apply        preflight, all-or-nothing apply, retiring applied paths from the layer
     selection    which change a name (real or printed) or an id means: one, or a refusal naming the candidates

@@ -75,8 +75,7 @@ def apply(
     if changes.truncated_at is not None:
         raise TooManyEntriesError(changes.truncated_at)  # what the walk did not read cannot be judged
     force = selection.forced(force, changes)
-    chosen, skipped = _select(changes, _wanted(changes, paths, ids), include_ignored, force, build_inputs)
-    chosen, skipped = _skip(chosen, skipped, _unsafe_lookalikes(layer, changes, chosen))
+    chosen, skipped = selected(layer, changes, _wanted(changes, paths, ids), include_ignored, force, build_inputs)
     with open_checkout(layer) as checkout:
         for killed in interrupted(layer):
             checkout.remove_leftovers(killed.temp_prefixes, step_dirs(killed))
@@ -93,6 +92,32 @@ def apply(
     _retire(layer, changes, written)
     left = {c.path for c in changes if c.disposition == Disposition.APPLY} - written
     return ApplyResult(applied=[c.path for c in chosen], skipped=skipped, record=record.number, left=len(left))
+
+
+def selected(
+    layer: Layer,
+    changes: list[Change],
+    paths: Collection[str] | None = None,
+    include_ignored: bool = False,
+    force: Collection[str] = (),
+    build_inputs: bool = False,
+) -> tuple[list[Change], list[Change]]:
+    """What an apply of ``changes`` takes, and what it skips, before the checkout is consulted: ``_select``, then
+    the repository look-alikes the chosen deletions would make (``_unsafe_lookalikes``) skipped as unsafe. ``paths``
+    are real paths (``_wanted``), ``force`` real names (``selection.forced``). What ``apply`` and the session's
+    patch (``gitpatch``) both start from, so that a patch carries exactly what a plain apply writes."""
+    chosen, skipped = _select(changes, paths, include_ignored, force, build_inputs)
+    return _skip(chosen, skipped, _unsafe_lookalikes(layer, changes, chosen))
+
+
+def judged_here(layer: Layer, chosen: list[Change], force: Collection[str] = ()) -> tuple[list[Conflict], list[Change]]:
+    """The preflight of ``chosen`` against the checkout as it is now, writing nothing: the conflicts an apply would
+    stop at, and the changes it would skip as unsafe (a symlink whose target passes through another)."""
+    fd = open_repo(layer)
+    try:
+        return _preflight(Checkout(fd, None), chosen, Expectations(layer), force)
+    finally:
+        os.close(fd)
 
 
 BLOCK = 4096

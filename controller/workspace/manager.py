@@ -51,6 +51,7 @@ from . import Layer, baseline, journal
 from . import checkpoints as checkpoint_files
 from .buildinputs import BuildInputs
 from .changes import MAX_LISTED
+from .gitpatch import session_patch
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
 from .quota import Disks
@@ -437,6 +438,12 @@ class Workspaces:
             if self.inline_small and _small(layer):
                 return _listed(layer, diff, self.listing)
             return self._walk(_listed, layer, diff, self.listing)
+
+    def patch(self, session_id: str) -> bytes:
+        """The session's changes as a patch for ``git apply`` of what a plain apply writes (``workspace.gitpatch``),
+        made in a walk's child: it reads the layer's files whole."""
+        with self.using(session_id) as layer:
+            return self._walk(session_patch, layer, session_id)
 
     def pending(self, session_id: str) -> int:
         """How many changes the layer holds (past its ``names`` limit: the limit, and more)."""

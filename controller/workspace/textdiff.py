@@ -86,6 +86,15 @@ def unified(path: str, old: bytes | None, new: bytes | None) -> str | None:
     return _capped(_formatted(a, b, _merged(_opcodes(a, b, 0, 0)), before, after))
 
 
+def hunks(old: str, new: str) -> Iterator[str]:
+    """The unified diff's hunks from ``old`` to ``new`` (each a file's whole text), as ``unified`` splits them but
+    neither capped nor headed: each line ends in ``\\n``, a last one without it followed by ``\\ No newline at
+    end of file``. What a patch carries after its own header lines (``gitpatch``); the caller bounds the sides."""
+    a, b = _LINES.findall(old), _LINES.findall(new)
+    for line in _formatted(a, b, _merged(_opcodes(a, b, 0, 0)), "", "", header=False):
+        yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+
+
 def _merged(ops: list[Opcode]) -> list[Opcode]:
     """Neighbouring equal runs as one (the anchors come one line at a time), so that hunks split between them."""
     out: list[Opcode] = []
@@ -159,11 +168,13 @@ def _unique_in_order(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     return chain[::-1]
 
 
-def _formatted(a: list[str], b: list[str], ops: list[Opcode], before: str, after: str) -> Iterator[str]:
-    """Unified diff text of ``ops``, grouped as difflib groups them."""
+def _formatted(
+    a: list[str], b: list[str], ops: list[Opcode], before: str, after: str, header: bool = True
+) -> Iterator[str]:
+    """Unified diff text of ``ops``, grouped as difflib groups them (without ``header``, no ``---``/``+++`` lines)."""
     matcher = _Given(ops)
     for number, group in enumerate(matcher.get_grouped_opcodes(CONTEXT)):
-        if number == 0:
+        if number == 0 and header:
             yield f"--- {before}\n"
             yield f"+++ {after}\n"
         first, last = group[0], group[-1]

@@ -217,6 +217,8 @@ def test_every_session_command_reaches_the_server_and_the_run_says_how(
     assert [s["id"] for s in listed] == [session_id]
     changed = json.loads(on_server("changes", session_id, "--json").stdout)
     assert [c["path"] for c in changed] == ["made.txt"]
+    patched = on_server("changes", session_id, "--patch").stdout  # the server's patch, as the client reads it
+    assert "diff --git a/made.txt b/made.txt\nnew file mode 100644\n" in patched and "\n+made\n" in patched
     assert "turn 1" in on_server("checkpoints", session_id).stdout
     unknown = cubicle("apply", session_id, "nope.txt", "--server", served.url, env=env)
     assert unknown.returncode == 2 and "nope.txt" in unknown.stderr, unknown.stdout + unknown.stderr

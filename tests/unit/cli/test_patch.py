@@ -124,3 +124,77 @@ def test_what_a_hostile_server_calls_apply_is_judged_again_by_name_and_a_diff_mu
     for path in ("ok.txt", "named.txt"):
         assert f"{path}: its diff is not a diff of exactly this file" in held, path
     assert patch.TRUST_NOTE in text
+
+
+def test_a_patch_is_printed_only_when_it_is_inert() -> None:
+    """`changes --patch` prints what it is given (a server's answer, with --server) only when a terminal would only
+    draw it: what ``workspace.gitpatch`` makes always is."""
+    from controller.cli.workspace import inert_patch
+    from controller.workspace.gitpatch import Side, diff
+
+    made = diff("a\x1b[2J.bin", None, Side("100644", b"\x1b]0;x\x07" + bytes(range(256))))
+    assert inert_patch(("# c\n" + made + diff("crlf", None, Side("100644", b"a\r\n"))).encode())
+    for hostile in (b"+\x1b[2J\n", b"+a\rb\n", b"\xff\n", "+\u202e\n".encode(), "+\u009b\n".encode()):
+        assert not inert_patch(b"diff --git a/x b/x\n" + hostile), hostile
+
+
+def _made() -> str:
+    from controller.workspace.gitpatch import SYMLINK_MODE, Side, diff
+
+    return "".join(
+        [
+            "# made by a server\n",
+            diff("src/app.py", Side("100644", b"a\nb\n"), Side("100644", b"a\nc\n")),
+            diff("data.bin", None, Side("100644", bytes(range(256)))),
+            diff("run.sh", Side("100644", b"x\n"), Side("100755", b"x\n")),
+            diff("link", None, Side(SYMLINK_MODE, b"src/app.py")),
+            diff("gone.txt", Side("100644", b"bye\n"), None),
+            diff('x b/q"u\tt\u00e9', None, Side("100644", b"hostile\n")),
+            diff("sp ace", None, Side("100644", b"\n")),
+            diff("x b/y", None, Side("100644", b"\n")),
+            diff("trail ", None, Side("100644", b"\x00binary")),
+        ]
+    )
+
+
+def test_a_servers_patch_passes_as_it_came_when_it_is_what_cubicle_makes() -> None:
+    assert patch.served_patch("s1", _made()) == _made()
+
+
+def test_a_servers_patch_loses_what_is_held_back_here_by_name() -> None:
+    from controller.workspace.gitpatch import Side, diff
+
+    extra = [
+        diff(".github/workflows/ci.yml", None, Side("100644", b"on: push\n")),
+        diff(".gitconfig", None, Side("100644", HOOK.encode())),
+        diff(".git/hooks/pre-commit", None, Side("100755", b"#!/bin/sh\n")),
+    ]
+    served = patch.served_patch("s1", _made() + "".join(extra))
+    assert served.endswith(_made().split("\n", 1)[1])  # the rest as it came
+    head = served.split("\ndiff --git", 1)[0]
+    assert "#   .github/workflows/ci.yml: " in head and "--force .github/workflows/ci.yml" in head
+    assert "#   .gitconfig: " in head and "#   .git/hooks/pre-commit: " in head
+    assert "fsmonitor" not in served and "pre-commit b/" not in served
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        "--- a/.gitconfig\n+++ b/.gitconfig\n@@ -0,0 +1 @@\n+x\n",  # a plain diff after a git one
+        "diff --git a/x b/.gitconfig\nnew file mode 100644\n",  # two names
+        "diff --git a/x b/x\nnew file mode 100644\nindex "
+        + "0" * 40
+        + ".."
+        + "1" * 40
+        + "\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+x\n+--- a/.gitconfig\n",  # a hunk past its count
+        "diff --git a/x b/x\nrename from x\nrename to .gitconfig\n",
+        "diff --git a/x b/x\nnew file mode 100644\nindex "
+        + "0" * 40
+        + ".."
+        + "1" * 40
+        + "\nGIT binary patch\nliteral 5\n",
+    ],
+)
+def test_a_servers_patch_that_is_not_what_cubicle_makes_is_refused(smuggled: str) -> None:
+    with pytest.raises(ValueError):
+        patch.served_patch("s1", _made() + smuggled)

@@ -9,6 +9,8 @@ the real code: the store, the layer, the checkout written through ``apply``.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -282,3 +284,38 @@ def test_review_comments_wait_for_the_turn(setup: Setup) -> None:
     refused = setup.api.http.post(f"/v1/sessions/{sid}/comments", json={"comments": [{"path": "a", "text": "b"}]})
     assert refused.status_code == 409 and "running a turn" in refused.json()["detail"], refused.text
     setup.api.http.post(f"/v1/sessions/{sid}/cancel")
+
+
+def test_the_changes_as_a_patch_carry_what_apply_writes_and_list_the_rest(setup: Setup, tmp_path: Path) -> None:
+    """``format=patch``: a patch ``git apply`` takes (the client reads it as bytes), binary files included; the
+    workflow apply holds back and the path the user changed meanwhile (apply would stop there) are only listed."""
+    from controller.client import Client
+
+    repo = setup.repo()
+    (repo / "user.txt").write_text("the user's\n")
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    sid = setup.session(repo)
+    setup.api.wait_for(sid, lambda s: s["status"] == "idle")
+    setup.agent_writes(sid, "README.md", "# the agent's readme\n")
+    (setup.upper(sid) / "data.bin").write_bytes(bytes(range(256)))
+    setup.agent_writes(sid, ".github/workflows/x.yml", "on: push\n")
+    setup.agent_writes(sid, "user.txt", "the agent's\n")
+    (repo / "user.txt").write_text("the user's edit during the session\n")
+
+    answer = setup.api.http.get(f"/v1/sessions/{sid}/changes", params={"format": "patch"})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/x-patch"), answer.text
+    with Client(str(setup.api.http.base_url).rstrip("/"), TOKEN) as client:
+        patch = client.patch(sid)
+    assert patch == answer.content
+    head = patch.split(b"\ndiff --git ", 1)[0].decode()
+    assert all(line.startswith("#") for line in head.splitlines())
+    assert "trusted: .github/workflows/x.yml" in head and "--force .github/workflows/x.yml" in head
+    assert "user.txt" in head and "stops at these" in head
+    assert b"GIT binary patch" in patch and b"x.yml" not in patch.split(b"\ndiff --git ", 1)[1]
+    done = subprocess.run(["git", "apply"], cwd=copy, input=patch, capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (copy / "README.md").read_text() == "# the agent's readme\n"
+    assert (copy / "data.bin").read_bytes() == bytes(range(256))
+    assert not (copy / ".github").exists() and (copy / "user.txt").read_text() == "the user's\n"
+    assert setup.api.http.get(f"/v1/sessions/{sid}/changes", params={"format": "tar"}).status_code == 422
