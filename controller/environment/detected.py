@@ -48,7 +48,7 @@ MAX_REQUIREMENT_FILES = 32
 """Requirement files followed (``-r``/``-c`` inside them included); past it, the rest are left to pip."""
 MAX_NAMED = 64
 """Requirements passed to pip by name (tox's ``deps``, a project's dependencies); past it, the rest are left out."""
-TEST_NAMES = frozenset({"test", "tests", "testing", "dev", "develop", "development", "devel"})
+TEST_NAMES = frozenset("test tests testing dev develop development devel".split())
 """Extras and dependency groups whose packages the project's tests need."""
 REQUIREMENT_FILES = (
     "requirements.txt",
