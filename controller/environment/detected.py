@@ -48,8 +48,9 @@ MAX_REQUIREMENT_FILES = 32
 """Requirement files followed (``-r``/``-c`` inside them included); past it, the rest are left to pip."""
 MAX_NAMED = 64
 """Requirements passed to pip by name (tox's ``deps``, a project's dependencies); past it, the rest are left out."""
-TEST_NAMES = frozenset("test tests testing dev develop development devel".split())
-"""Extras and dependency groups whose packages the project's tests need."""
+TEST_PREFIXES = ("test", "dev")
+"""Extras and dependency groups whose packages the project's tests need: named test, tests, testing, dev, devel,
+develop, development, dev-tools ... (any name that begins so)."""
 REQUIREMENT_FILES = (
     "requirements.txt",
     "requirements-dev.txt",
@@ -258,9 +259,13 @@ class _Python:
         if self.setup_cfg is not None and self.setup_cfg.has_section("options.extras_require"):
             declared += self.setup_cfg.options("options.extras_require")
         self.extras = [
-            name for name in dict.fromkeys([*declared, *tox_extras]) if name in tox_extras or name.lower() in TEST_NAMES
+            name
+            for name in dict.fromkeys([*declared, *tox_extras])
+            if name in tox_extras or name.lower().startswith(TEST_PREFIXES)
         ]
-        self.groups = [name for name in _table(self.pyproject, "dependency-groups") if name.lower() in TEST_NAMES]
+        self.groups = [
+            name for name in _table(self.pyproject, "dependency-groups") if name.lower().startswith(TEST_PREFIXES)
+        ]
         if project and not self.installable:  # an application pip cannot build: its dependencies by name
             self.named += _strings(project.get("dependencies"))
             for name in self.extras:

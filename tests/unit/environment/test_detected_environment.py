@@ -161,7 +161,7 @@ def test_what_a_manifest_says_reaches_the_setup_only_quoted(tmp_path: Path) -> N
     )
     setup = load(tmp_path).setup
     assert setup is not None
-    assert "-e '.[$(reboot)]'" in setup  # tox's extras are tox's: quoted whole, pip refuses them
+    assert "-e '.[test;touch /x,$(reboot)]'" in setup  # one word to the shell, quoted whole: pip refuses it
     assert "'a; rm -rf /'" in setup and "`id`" not in setup
 
 
