@@ -425,7 +425,8 @@ async def deliver(a: Controller, b: Controller, repo: Path, model: str, sessions
     and on B."""
     result = Delivery()
     headers = {"Authorization": f"Bearer {a.token}"}
-    async with httpx.AsyncClient(base_url=a.url, headers=headers, timeout=30) as api:
+    # A bound against a hang, not a measure: under stress-ng on both cores a session's creation took over 30 s.
+    async with httpx.AsyncClient(base_url=a.url, headers=headers, timeout=RUN_TIMEOUT_S) as api:
         for run in range(sessions + 1):
             response = await api.post("/v1/sessions", json={"repo": str(repo), "task": "write it", "model": model})
             response.raise_for_status()
