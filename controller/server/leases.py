@@ -130,11 +130,15 @@ class Leases:
         return {row[0]: int(row[1]) for row in rows}
 
     def expired(self) -> list[Row]:
-        """Running sessions whose controller's lease has run out."""
+        """Running sessions whose controller's lease has run out, but the turns this process claimed and runs: a
+        lease of its own that ran out means this process was slow to renew it (starved of the CPU between the
+        renewal and this look, or waiting on the database), not gone; it renews it at its next tick. Taking it over
+        would stop its own turn as if another controller had."""
         rows = self.store.run(
             f"SELECT {SELECTED} FROM sessions WHERE status = 'running' AND lease_expires < {self.store.NOW}"
         ).fetchall()
-        return [row_from(r) for r in rows]
+        found = [row_from(r) for r in rows]
+        return [row for row in found if not (row.owner == self.owner and self.claims.get(row.id) == row.epoch)]
 
     def send(self, session_id: str, kind: str) -> None:
         """Leave ``kind`` (cancel) for the controller running the session; it takes it at its next tick."""

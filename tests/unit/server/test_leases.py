@@ -71,6 +71,19 @@ def test_an_expired_lease_is_found_and_taken_over_only_when_expired_is_asked(sto
     assert taker.expired() == []
 
 
+def test_a_turn_of_its_own_whose_lease_ran_out_is_not_taken_over_by_the_same_process(store: Store) -> None:
+    """A process starved between its renewal and its look at the expired leases (seen in CI under load: a `cubicle
+    run` stopped its own turn as taken over) renews its own lease instead; another controller still takes it."""
+    add(store, "s_own")
+    mine = Leases(store, "mine", 30)
+    assert mine.claim("s_own", 1) == 2
+    store.run("UPDATE sessions SET lease_expires = ? WHERE id = ?", (store.now() - 1, "s_own"))
+    assert mine.expired() == []
+    assert [row.id for row in Leases(store, "other", 30).expired()] == ["s_own"]
+    mine.claims.clear()  # a turn this process no longer runs (left under its name): taken over, even by itself
+    assert [row.id for row in mine.expired()] == ["s_own"]
+
+
 def test_renew_extends_the_running_sessions_and_the_holds_of_this_owner_only(store: Store) -> None:
     add(store, "s_run", status="running", owner="me", lease_s=1)
     add(store, "s_idle")
