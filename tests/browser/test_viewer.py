@@ -62,14 +62,15 @@ def texts(driver: WebDriver, testid: str) -> list[str]:
 def load(driver: WebDriver, url: str | None = None) -> None:
     """Open ``url`` (None: reload) and wait until the page's script has run.
 
-    Docker adds and removes network interfaces whenever another test starts or stops a container, and Chromium
+    A bound against a hang (a loaded CI run once took over 15 s to run the page's module). Docker adds and removes
+    network interfaces whenever another test starts or stops a container, and Chromium
     then fails the requests it has in flight with ERR_NETWORK_CHANGED. A page whose module failed so stays at
     "Loading…" (seen in CI); it is loaded once more, and only then.
     """
     for attempt in (1, 2):
         driver.get(url) if url is not None else driver.refresh()
         try:
-            wait(lambda: one(driver, "view").text != "Loading…" or None, "the page's script to run", timeout=15)
+            wait(lambda: one(driver, "view").text != "Loading…" or None, "the page's script to run", timeout=45)
             return
         except AssertionError:
             changed = any("ERR_NETWORK_CHANGED" in entry["message"] for entry in driver.get_log("browser"))
