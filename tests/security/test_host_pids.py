@@ -68,6 +68,13 @@ class Sampler:
         return self.peak
 
 
+def _met_its_bound(result: CommandResult) -> bool:
+    """The storm's own shell could not fork past its pids limit: bash retries a refused fork, sleeping, and gives
+    up when a child's exit interrupts that sleep (`fork: Interrupted system call`, exit 254). That is the limit
+    doing its work inside the storm's sandbox, not a failure of the bound."""
+    return result.exit_code != 0 and "fork: retry: Resource temporarily unavailable" in result.stderr.text
+
+
 async def _neighbour_forks(neighbour: DockerSandbox, storm: asyncio.Task[object]) -> list[str]:
     """What the neighbour's forking commands printed while the storm ran (and once after)."""
     printed = []
@@ -96,7 +103,8 @@ async def test_a_storm_holds_no_more_host_pids_than_charged_and_spares_the_neigh
         if isinstance(outcome, Failure):  # the storm met gVisor's host-task bound and ended its own sandbox
             assert box.limits.runtime == "runsc" and outcome.kind == "sandbox_died", outcome
         else:
-            assert isinstance(outcome, CommandResult) and outcome.exit_code == 0, outcome
+            assert isinstance(outcome, CommandResult), outcome
+            assert outcome.exit_code == 0 or _met_its_bound(outcome), outcome
     peak = sampler.stop()
     assert 0 < peak <= host_pids(box.limits), (peak, host_pids(box.limits))
     assert (await sh(box, "echo alive")).stdout.text == "alive\n"

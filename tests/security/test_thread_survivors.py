@@ -67,12 +67,15 @@ async def test_a_true_zombie_does_not_keep_the_sweep_spinning(box: DockerSandbox
     takes to end beside such a zombie is a benchmark row (bench/responsiveness.py); here it must end, and cleanly.
     """
     parent = asyncio.create_task(call(box, "run_command", command=f"python3 -c '{ZOMBIE_PARENT}'", timeout_s=150))
+    # Wait for that zombie by name: another process's exit can leave a zombie for an instant (until tini or the
+    # toolbox reaps it), and a wait for any `Z` once ended on such a one, before the parent had forked.
     zombies = await sh(  # a bound against a hang: a minute for the parent to start and fork on a busy machine
-        box, "for _ in $(seq 1200); do ps -eo stat | grep -q '^Z' && break; sleep 0.05; done; ps -eo stat,args", 90
+        box,
+        "for _ in $(seq 1200); do ps -eo stat,args | grep -q '^Zs *\\[python3\\] <defunct>$' && break; sleep 0.05;"
+        " done; ps -eo stat,args",
+        90,
     )
-    assert [line for line in zombies.stdout.text.splitlines() if line.startswith("Z")] == [
-        "Zs   [python3] <defunct>"
-    ], zombies
+    assert "Zs   [python3] <defunct>" in zombies.stdout.text.splitlines(), zombies
     ended = await sh(box, "true")
     assert (ended.exit_code, ended.timed_out) == (0, False), ended
     await sh(box, "touch /tmp/done")  # the parent may end now, and its zombie with it
