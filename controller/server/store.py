@@ -31,7 +31,7 @@ from ..wire.envspec import Environment
 from ..wire.events import EVENT_ADAPTER, Event, Usage
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessionrecord import SessionRecord
+from ..wire.sessionrecord import SessionRecord, Source
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -159,6 +159,9 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (  # 6: what each session still holds unapplied, counted as its turns end and its changes are applied
         Column("sessions", "unapplied", "INTEGER"),
     ),
+    (  # 7: sessions on a git remote: the URL, ref and commit their files came from
+        Column("sessions", "source", "TEXT"),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 EVENTS = "cubicle_events"
@@ -193,6 +196,7 @@ COLUMNS = (
     "epoch",
     "lease_expires",
     "unapplied",
+    "source",
 )
 """The sessions table's columns in the order _record reads them."""
 Notice = Literal["events", "commands", ""]
@@ -343,6 +347,7 @@ class Store:
                 record.epoch,
                 record.lease_expires,
                 record.unapplied,
+                record.source.model_dump_json() if record.source else None,
             ),
         )
 
@@ -755,4 +760,5 @@ def row_from(row: tuple[Any, ...]) -> Row:
     values["limits"] = Limits.model_validate_json(values["limits"])
     values["context"] = ContextPolicy.model_validate_json(values["context"]) if values["context"] else None
     values["environment"] = Environment.model_validate_json(values["environment"]) if values["environment"] else None
+    values["source"] = Source.model_validate_json(values["source"]) if values["source"] else None
     return Row(**values)

@@ -14,6 +14,21 @@ from .policies import ContextPolicy
 ApplyPolicy = Literal["never", "on_finish"]
 
 
+class Source(BaseModel):
+    """Where a remote session's files came from: the git URL as the server normalised it (never with
+    credentials), the ref asked for, and the commit it resolved to. A local session has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str
+    ref: str | None = Field(None, description="The branch, tag or commit asked for; none: the remote's HEAD.")
+    commit: str = Field(description="The commit the session's files are the tree of.")
+
+    def short(self) -> str:
+        """The URL and the commit's first twelve digits, as listings show a remote session."""
+        return f"{self.url}@{self.commit[:12]}"
+
+
 class SessionRecord(BaseModel):
     """A session as the API reports it. The store's row adds what only controllers use (``server.store.Row``):
     the lease and its epoch."""
@@ -44,4 +59,9 @@ class SessionRecord(BaseModel):
         None,
         description="Changed paths an apply would still write: counted when a turn ends and at each apply, rewind "
         "and discard, never by a scan for a listing; none before the first count.",
+    )
+    source: Source | None = Field(
+        None,
+        description="A session on a git remote: its URL, ref and commit. `repo` is then the controller's checkout of "
+        "that commit, which nothing is applied to: its changes leave as a patch or a pushed branch.",
     )

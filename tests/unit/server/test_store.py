@@ -17,6 +17,7 @@ from controller.server.leases import Leases
 from controller.server.store import EVENTS, SCHEMA_VERSION, PostgresStore, Row, Store, channel, open_store
 from controller.wire.events import StatusEvent, Usage
 from controller.wire.limits import Limits
+from controller.wire.sessionrecord import Source
 from tests.databases import postgres_schema
 
 RELEASED_SCHEMA = """
@@ -216,6 +217,17 @@ def test_a_task_with_nul_and_lone_surrogates_is_stored(tmp_path: Path) -> None:
     assert stored is not None and stored.task in ("a\x00b?c", "a\ufffdb?c")
     store.update("s_1", detail="x\x00y")
     assert store.get("s_1").detail in ("x\x00y", "x\ufffdy")  # type: ignore[union-attr]
+    store.close()
+
+
+@pytest.mark.usefixtures("each_store")
+def test_a_remote_sessions_source_is_stored_and_a_local_one_has_none(tmp_path: Path) -> None:
+    store = open_store(Settings(api_key="k", data_dir=tmp_path / "data"))
+    source = Source(url="https://git.example.com/team/app.git", ref="main", commit="a" * 40)
+    store.insert(record("s_remote").model_copy(update={"source": source}))
+    store.insert(record("s_local"))
+    assert store.get("s_remote").source == source  # type: ignore[union-attr]
+    assert store.get("s_local").source is None  # type: ignore[union-attr]
     store.close()
 
 
