@@ -46,6 +46,7 @@ from .wire.bodies import (
     UNLISTED_APPLIED_HEADER,
     UNLISTED_HEADER,
     Health,
+    RemoteRepo,
     RepoList,
     Review,
     ReviewComment,
@@ -108,7 +109,7 @@ class Routes:
 
     @staticmethod
     def create(
-        repo: str | Path,
+        repo: str | Path | RemoteRepo,
         task: str,
         *,
         model: str | None = None,
@@ -118,7 +119,7 @@ class Routes:
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> Request[SessionRecord]:
         body = {
-            "repo": str(repo),
+            "repo": repo.model_dump(exclude_none=True) if isinstance(repo, RemoteRepo) else str(repo),
             "task": task,
             "model": model,
             "limits": _body(limits),
@@ -398,7 +399,7 @@ class Client:
 
     def create(
         self,
-        repo: str | Path,
+        repo: str | Path | RemoteRepo,
         task: str,
         *,
         model: str | None = None,
@@ -407,7 +408,8 @@ class Client:
         apply: ApplyPolicy | None = None,
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
-        """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
+        """Start a session on ``repo`` (a path on the server, or a ``RemoteRepo`` it fetches); its first turn runs at
+        once."""
         return self.send(
             ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
         )
@@ -539,7 +541,7 @@ class AsyncClient:
 
     async def create(
         self,
-        repo: str | Path,
+        repo: str | Path | RemoteRepo,
         task: str,
         *,
         model: str | None = None,
@@ -548,7 +550,8 @@ class AsyncClient:
         apply: ApplyPolicy | None = None,
         environment: EnvironmentRequest | dict[str, Any] | None = None,
     ) -> SessionRecord:
-        """Start a session on ``repo`` (a path on the server); its first turn runs at once."""
+        """Start a session on ``repo`` (a path on the server, or a ``RemoteRepo`` it fetches); its first turn runs at
+        once."""
         return await self.send(
             ROUTES.create(repo, task, model=model, limits=limits, context=context, apply=apply, environment=environment)
         )

@@ -17,6 +17,7 @@ from ..agent.loop import TurnOutcome
 from ..config import Settings
 from ..server.sessions import Sessions
 from ..wire.changeset import ApplyResult, Change, Disposition
+from ..wire.sessionrecord import Source
 from ..workspace.manager import summarize
 from . import review
 from .app import EXIT_CONFLICT, EXIT_INTERRUPTED, review_errors, with_sessions
@@ -30,6 +31,8 @@ class Ran:
     session_id: str
     repo: Path
     outcome: TurnOutcome
+    source: Source | None = None
+    """A session on a git remote: nothing is applied, its changes leave as a patch or a pushed branch."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,9 @@ def after_turn(
     console.print(review.change_list(changes, review.MAX_LISTED))
     ignored = choice.include_ignored and any(c.disposition == Disposition.IGNORED for c in changes)
     if not summarize(changes).files and not ignored:
+        return None
+    if ran.source is not None:
+        console.print(review.how_to_take(session_id, ran.source, source.where))
         return None
     wanted = choice.apply
     if wanted and (ran.outcome.reason != "end_turn" or stopped):

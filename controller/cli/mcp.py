@@ -32,6 +32,7 @@ from .run import (
     InodesOption,
     MemoryOption,
     NetworkOption,
+    RefOption,
     RepoArgument,
     RuntimeOption,
     SetupOption,
@@ -39,6 +40,7 @@ from .run import (
     _exit_codes,
     _limits,
     environment_request,
+    repo_of,
     sandbox_flags,
 )
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # what serving runs is imported inside it: `cubicle --help` l
     from ..config import Settings
     from ..server.runtime import Runtime
     from ..server.served import Serve, ServedTurn
+    from ..wire.bodies import RemoteRepo
     from ..wire.limits import Limits
 
 MCP_STOP_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)
@@ -71,7 +74,7 @@ def _note(*parts: str | Text | tuple[str, str]) -> None:
     err_console.print(Text.assemble(("cubicle mcp:", "bold"), " ", *parts))
 
 
-async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, signals: list[int]) -> bool:
+async def _serve(settings: Settings, repo: Path | RemoteRepo, limits: Limits, asked: Asked, signals: list[int]) -> bool:
     """Start the session, serve it until the client goes or a signal arrives, then end it and keep its changes."""
     import asyncio
 
@@ -91,7 +94,8 @@ async def _serve(settings: Settings, repo: Path, limits: Limits, asked: Asked, s
             record = await sessions.create(new, serve=calls)
             live = sessions.loaded(record.id)
             assert live is not None and live.task is not None
-            _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(record.repo))
+            where = record.source.short() if record.source else record.repo
+            _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(where))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it
             served = live.served
             assert served is not None  # create served the turn
@@ -165,6 +169,7 @@ class McpOptions:
     """What `cubicle mcp` was given, as Typer reads it from these fields."""
 
     repo: RepoArgument
+    ref: RefOption = None
     command_timeout: CommandTimeoutOption = None
     memory: MemoryOption = None
     cpus: CpusOption = None
@@ -181,12 +186,13 @@ class McpOptions:
 def mcp(o: McpOptions) -> None:
     import asyncio
 
-    _check_run_args(o.repo, approve=False, json_events=False)
+    repo = repo_of(o.repo, o.ref)
+    _check_run_args(repo, approve=False, json_events=False)
     settings = load_settings()
     flags = sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime)
     limits = _limits(settings, flags)
     request = environment_request(o.image, o.setup)
     signals: list[int] = []
     with _exit_codes(signals):
-        failed = asyncio.run(_serve(settings, o.repo, limits, Asked(request, o.network is not None), signals))
+        failed = asyncio.run(_serve(settings, repo, limits, Asked(request, o.network is not None), signals))
     raise typer.Exit(128 + signals[0] if signals else EXIT_INFRA if failed else EXIT_OK)

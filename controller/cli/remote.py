@@ -22,11 +22,11 @@ from .app import EXIT_INFRA, EXIT_USAGE, fail
 if TYPE_CHECKING:  # what a remote command runs (the HTTP client, the wire's models) is imported inside it
     from ..agent.loop import TurnOutcome
     from ..client import AsyncClient, Client
-    from ..wire.bodies import ReviewComment
+    from ..wire.bodies import RemoteRepo, ReviewComment
     from ..wire.changeset import ApplyResult, Change, Changes, Checkpoint, RevertResult
     from ..wire.envspec import EnvironmentRequest
     from ..wire.events import SessionFinished
-    from ..wire.sessionrecord import SessionRecord
+    from ..wire.sessionrecord import SessionRecord, Source
     from .display import JsonSink, LiveSink
 
 ServerOpt = Annotated[
@@ -51,7 +51,8 @@ class Remote:
 
     url: str
     token: str | None
-    repo: str
+    repo: str | RemoteRepo
+    """A path on the server, or a git remote it fetches."""
     task: str
     model: str | None
     limits: dict[str, Any]
@@ -63,6 +64,7 @@ class RemoteRun:
     session_id: str
     repo: str
     finished: SessionFinished | None
+    source: Source | None = None
 
 
 async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
@@ -73,7 +75,7 @@ async def run_remote(remote: Remote, view: JsonSink | LiveSink) -> RemoteRun:
         record = await client.create(
             remote.repo, remote.task, model=remote.model, limits=remote.limits or None, environment=remote.environment
         )
-        return await _turn(client, _session_id(record.id), record.repo, 0, view)
+        return await _turn(client, _session_id(record.id), record, 0, view)
 
 
 async def continue_remote(
@@ -92,7 +94,7 @@ async def continue_remote(
             record = await client.comment(session_id, [said])
         else:
             record = await client.follow_up(session_id, said)
-        return await _turn(client, session_id, record.repo, last, view)
+        return await _turn(client, session_id, record, last, view)
 
 
 def _session_id(given: str) -> str:
@@ -104,7 +106,7 @@ def _session_id(given: str) -> str:
     return given
 
 
-async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, view: Any) -> RemoteRun:
+async def _turn(client: AsyncClient, session_id: str, record: SessionRecord, after: int, view: Any) -> RemoteRun:
     import asyncio
 
     from ..wire.events import SessionFinished
@@ -134,7 +136,7 @@ async def _turn(client: AsyncClient, session_id: str, repo: str, after: int, vie
                 usage=stored.usage,
                 detail=stored.detail,
             )
-    return RemoteRun(session_id, repo, finished)
+    return RemoteRun(session_id, record.repo, finished, record.source)
 
 
 @dataclass(frozen=True)

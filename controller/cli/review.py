@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from ..wire.events import ChangeSummary
+from ..wire.sessionrecord import Source
 from ..workspace.checkout import applied_mode
 from ..workspace.manager import shown, summarize
 from . import terminal
@@ -190,6 +191,24 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
         if result.more_skipped:
             rows.append(Text(f"  … and {plural(result.more_skipped, 'more path')}", "dim"))
     return Group(*rows)
+
+
+def how_to_take(session_id: str, source: Source, where: str = "") -> RenderableType:
+    """What to run next after a turn on a git remote: nothing is applied, so the changes leave as a patch."""
+    session_id, where = terminal.safe(session_id), terminal.safe(where)
+    return Group(
+        Text.assemble(
+            "The changes are kept in session ", (session_id, "bold"), " on ", terminal.safe_text(source.short()), "."
+        ),
+        *(
+            Text.assemble(f"  {what:<8} ", (command, "bold"))
+            for what, command in (
+                ("review:", f"cubicle changes {session_id} --diff{where}"),
+                ("patch:", f"cubicle changes {session_id} --patch{where} > {session_id}.patch"),
+                ("drop:", f"cubicle discard {session_id}{where}"),
+            )
+        ),
+    )
 
 
 def how_to_apply(session_id: str, where: str = "") -> RenderableType:

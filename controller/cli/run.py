@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what the command runs is imported inside it: `cubicle --hel
     from ..server.live import LiveSession
     from ..server.runtime import Runtime
     from ..server.sessions import Sessions
+    from ..wire.bodies import RemoteRepo
     from ..wire.envspec import EnvironmentRequest
     from ..wire.events import SessionFinished
     from ..wire.limits import Limits
@@ -96,7 +97,18 @@ def _network(text: str) -> str:
 
 # The arguments `cubicle run` and `cubicle mcp` share, declared once.
 RepoArgument = Annotated[
-    Path, typer.Argument(metavar="REPO", help="The repository (seen at /workspace; writes go to the session's layer).")
+    str,
+    typer.Argument(
+        metavar="REPO",
+        help="The repository (seen at /workspace; writes go to the session's layer): a directory, or an http(s) git "
+        "URL the controller fetches (its changes then leave as a patch).",
+    ),
+]
+RefOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ref", help="With a URL for REPO: the branch, tag or commit to work on (default: the remote's HEAD)."
+    ),
 ]
 CommandTimeoutOption = Annotated[
     int | None, typer.Option("--command-timeout", help="Longest a single command may run, in seconds.")
@@ -219,7 +231,7 @@ def _scripted_endpoint(settings: Settings, scenario: str | None) -> Iterator[Set
 
 async def _run_session(
     settings: Settings,
-    repo: Path,
+    repo: Path | RemoteRepo,
     task: str,
     limits: Limits,
     sink: Any,
@@ -263,7 +275,13 @@ class Asked:
 
 
 async def _session(
-    settings: Settings, repo: Path, task: str, limits: Limits, view: JsonSink | LiveSink, approve: bool, asked: Asked
+    settings: Settings,
+    repo: Path | RemoteRepo,
+    task: str,
+    limits: Limits,
+    view: JsonSink | LiveSink,
+    approve: bool,
+    asked: Asked,
 ) -> Ran:
     """One turn in a fresh container: a session of the API's database, begun and run by ``Sessions`` as the API's
     are (``server.live.LiveSession``), with the terminal as its view and, with --approve, its approver."""
@@ -281,11 +299,12 @@ async def _session(
             prefix="cli-",
             environment=asked.environment,
             network_asked=asked.network,
+            typed=True,
         )
         record = await sessions.create(new, view=view, approver=approver)
         live = sessions.loaded(record.id)
         assert live is not None and live.task is not None  # create begins the turn
-        return Ran(record.id, Path(record.repo), await _turn_of(live, record.id))
+        return Ran(record.id, Path(record.repo), await _turn_of(live, record.id), record.source)
 
 
 @contextlib.asynccontextmanager
@@ -329,11 +348,31 @@ async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
     raise StoreError(live.failure or f"The turn of session {session_id} failed.")
 
 
-def _check_run_args(repo: Path, approve: bool, json_events: bool) -> None:
+def repo_of(text: str, ref: str | None) -> Path | RemoteRepo:
+    """REPO as the session's source: a URL (``scheme://``) is a git remote, anything else a directory. ``--ref``
+    belongs to a URL only. A URL's spelling is judged where it is fetched (``wire.gitremote``)."""
+    from pydantic import ValidationError
+
+    from ..wire.bodies import RemoteRepo
+
+    if "://" not in text:
+        if ref is not None:
+            raise fail("--ref names a commit of a git URL; REPO is a directory here, so drop --ref.", EXIT_USAGE)
+        return Path(text)
+    try:
+        return RemoteRepo(url=text, ref=ref)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        raise fail(f"{'--ref' if problem['loc'][0] == 'ref' else 'REPO'}: {problem['msg']}.", EXIT_USAGE) from None
+
+
+def _check_run_args(repo: Path | RemoteRepo, approve: bool, json_events: bool) -> None:
     """Usage errors that need no settings, found before anything starts."""
-    if not repo.exists():
+    if not isinstance(repo, Path):  # a remote: its URL is judged where it is fetched
+        pass
+    elif not repo.exists():
         raise fail(f"REPO {repo} does not exist; give the path of the repository's directory.", EXIT_USAGE)
-    if not repo.is_dir():
+    elif not repo.is_dir():
         raise fail(f"REPO {repo} is a file, not a directory; give the repository's directory.", EXIT_USAGE)
     if approve and json_events:
         raise fail("--approve needs the live terminal view; drop --json.", EXIT_USAGE)
@@ -438,6 +477,7 @@ class RunOptions:
 
     repo: RepoArgument
     task: Annotated[str, typer.Argument(metavar="TASK", help="What the agent should do.")]
+    ref: RefOption = None
     model: Annotated[str | None, typer.Option(help="Model id (default: CUBICLE_MODEL).")] = None
     max_steps: Annotated[int | None, typer.Option(help="Model requests before stopping.")] = None
     token_budget: Annotated[int | None, typer.Option(help="Input + output tokens for the session.")] = None
@@ -480,11 +520,18 @@ def run(o: RunOptions) -> None:
         "wall_clock_s": o.timeout,
         **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime),
     }
+    repo = repo_of(o.repo, o.ref)
+    if o.apply and not isinstance(repo, Path):
+        raise fail(
+            "--apply writes into a checkout, and a session on a URL has none: drop --apply, then take its patch "
+            "(cubicle changes ID --patch).",
+            EXIT_USAGE,
+        )
     if o.server is not None:
         refuse_local_only(o.approve, o.scenario)
-        _run_remote(o.server, o, flags)
+        _run_remote(o.server, o, flags, repo)
         return
-    _check_run_args(o.repo, o.approve, o.json_events)
+    _check_run_args(repo, o.approve, o.json_events)
     settings = load_settings().model_copy(update={"model": o.model} if o.model else {})
     limits = _limits(settings, flags)
     console = terminal.console(stderr=o.json_events)
@@ -495,7 +542,7 @@ def run(o: RunOptions) -> None:
         _view(o.json_events, console) as sink,
     ):
         asked = Asked(environment_request(o.image, o.setup), o.network is not None)
-        ran = asyncio.run(_run_session(effective, o.repo, o.task, limits, sink, o.approve, signals, asked))
+        ran = asyncio.run(_run_session(effective, repo, o.task, limits, sink, o.approve, signals, asked))
     if not o.json_events and sink.finished is not None:
         console.print(_summary(ran.outcome, sink.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[ran.outcome.reason]
@@ -505,7 +552,7 @@ def run(o: RunOptions) -> None:
     )
 
 
-def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
+def _run_remote(url: str, o: RunOptions, flags: dict[str, Any], repo: Path | RemoteRepo) -> None:
     """``--server``: the run on a remote ``cubicle serve``, shown and ended like a local one."""
     import asyncio
 
@@ -523,7 +570,8 @@ def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
         raise fail(usage.limit_problems(err, given), EXIT_USAGE) from None
     environment = environment_request(o.image, o.setup)
     token = api_token()
-    remote = Remote(url, token, str(o.repo), o.task, o.model, {name: checked[name] for name in given}, environment)
+    sent = str(repo) if isinstance(repo, Path) else repo
+    remote = Remote(url, token, sent, o.task, o.model, {name: checked[name] for name in given}, environment)
     console = terminal.console(stderr=o.json_events)
     signals: list[int] = []
     with _exit_codes(signals), _view(o.json_events, console) as sink:
@@ -533,7 +581,7 @@ def _run_remote(url: str, o: RunOptions, flags: dict[str, Any]) -> None:
         console.print(_summary(outcome, done.finished, signals))
     code = 128 + signals[0] if signals else EXIT_CODES[outcome.reason]
     choice = Choice(o.apply, o.include_ignored, interactive=sys.stdin.isatty() and not o.json_events)
-    ran = Ran(done.session_id, Path(done.repo), outcome)
+    ran = Ran(done.session_id, Path(done.repo), outcome, done.source)
     with _exit_codes(signals):
         replaced = after_turn(RemoteReview(url, token, done.session_id), ran, choice, sink, console, bool(signals))
     raise typer.Exit(replaced or code)

@@ -310,7 +310,8 @@ def sessions(
         updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated_at))
         unapplied = "" if r.unapplied is None else f"{r.unapplied:,}"  # counted at turn ends and applies only
         tokens = f"{r.usage.total:,}"
-        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), tokens, r.repo, task)
+        repo = r.source.short() if r.source else r.repo
+        cells = (r.id, updated, r.status, r.finish_reason or "", unapplied, str(r.steps), tokens, repo, task)
         table.add_row(*(terminal.safe_text(cell) for cell in cells))
     out.print(table)
 

@@ -185,7 +185,7 @@ async def _next_turn(settings: Settings, o: ContinueOptions, view: JsonSink | Li
         )
         said: str | ReviewComment = o.message if comment is None else comment
         done = await continue_remote(o.server, api_token(), o.session_id, said, view)
-        return Ran(done.session_id, Path(done.repo), ended(done))
+        return Ran(done.session_id, Path(done.repo), ended(done), done.source)
     return await _continue_here(settings, o, view)
 
 
@@ -215,7 +215,7 @@ async def _continue_here(settings: Settings, o: ContinueOptions, view: JsonSink 
         await sessions.follow_up(o.session_id, text, view=view, approver=approver)
         live = sessions.loaded(o.session_id)
         assert live is not None and live.task is not None  # follow_up begins the turn
-        return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id))
+        return Ran(o.session_id, Path(record.repo), await _turn_of(live, o.session_id), record.source)
 
 
 @app.command()

@@ -19,6 +19,7 @@ import importlib.resources
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response, status
@@ -47,6 +48,7 @@ from ..wire.bodies import (
     ErrorBody,
     FollowUp,
     Health,
+    RemoteRepo,
     RepoList,
     RevertRequest,
     Review,
@@ -128,7 +130,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)], responses=E
 @router.post("/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionRecord)
 async def create_session(body: CreateSession, sessions: SessionsDep, settings: SettingsDep) -> SessionRecord:
     """Start a session on a repository; the first turn runs in the background."""
-    repo = repos.resolve(body.repo, settings.repo_roots, settings.protected_paths)
+    repo = _repo(body.repo, settings)
     asked: dict[str, Any] = body.limits.model_dump(exclude_none=True) if body.limits else {}
     limits = Limits.model_validate({**settings.limits.model_dump(), **asked}).clamp(settings.max_limits)
     context = None
@@ -145,6 +147,13 @@ async def create_session(body: CreateSession, sessions: SessionsDep, settings: S
         network_asked="network" in asked,
     )
     return await sessions.create(new)
+
+
+def _repo(asked: str | RemoteRepo, settings: Settings) -> Path | RemoteRepo:
+    """A path resolved under the roots; a remote as asked (``CUBICLE_GIT_REMOTES`` admits it as it is fetched)."""
+    if isinstance(asked, RemoteRepo):
+        return asked
+    return repos.resolve(asked, settings.repo_roots, settings.protected_paths)
 
 
 @router.get("/sessions", response_model=SessionPage)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
-from ..errors import CubicleError
+from ..errors import CubicleError, InvalidRequestError
 from ..wire.changeset import ApplyResult, Changes, Checkpoint, RevertResult
 from ..wire.events import MAX_LISTED_PATHS, DiscardedEvent, RevertedEvent, RewoundEvent
 from ..workspace.manager import Workspaces, apply_and_report, shown, summarize
@@ -72,6 +72,7 @@ class LayerCommands:
     ) -> ApplyResult:
         """Copy the layer's changes (only those ``paths`` and ``ids`` name, if given) into the checkout (sandbox
         stopped first); ApplyConflictError writes nothing."""
+        self._refuse_remote(session_id, "applied")
         async with self._quiesced(session_id, "apply when the turn has ended") as recorder:
             return await apply_and_report(
                 self.workspaces, session_id, recorder, force or (), include_ignored, build_inputs, paths, ids
@@ -79,6 +80,7 @@ class LayerCommands:
 
     async def revert(self, session_id: str, force: list[str] | None = None) -> RevertResult:
         """Restore the checkout to its state before the newest apply not yet reverted."""
+        self._refuse_remote(session_id, "reverted")
         async with self._quiesced(session_id, "revert when the turn has ended") as recorder:
             result = await self.workspaces.in_thread(self.workspaces.revert, session_id, force or ())
             await recorder.emit(
@@ -115,6 +117,16 @@ class LayerCommands:
                 log.warning("discarding %s left %s (root-owned kernel files; root can remove them)", session_id, left)
             await recorder.emit(DiscardedEvent(session_id=session_id))
         return self.get(session_id)
+
+    def _refuse_remote(self, session_id: str, done: str) -> None:
+        """A session on a git remote has no checkout of the user's: its ``repo`` is the controller's own, shared
+        by the sessions on the same commit, and nothing is written into it."""
+        source = self.get(session_id).source
+        if source is not None:
+            raise InvalidRequestError(
+                f"Session {session_id} works on {source.url}: its changes are never {done} on the server.",
+                hint=f"Take them as a patch: cubicle changes {session_id} --patch, or GET .../changes?format=patch.",
+            )
 
     @contextlib.asynccontextmanager
     async def _quiesced(self, session_id: str, advice: str) -> AsyncIterator[Recorder]:

@@ -37,6 +37,7 @@ from ..agent.conversation import Conversation
 from ..config import Settings
 from ..errors import ConflictError, CubicleError, NotFoundError
 from ..sandbox import owners
+from ..wire.bodies import RemoteRepo
 from ..wire.envspec import Environment, EnvironmentRequest
 from ..wire.events import (
     Event,
@@ -57,6 +58,7 @@ from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
 from .pidledger import Ledger, default_directory
 from .recorder import Recorder
+from .remotes import Fetched, Remotes
 from .runtime import Runtime, SandboxFactory
 from .store import Row, Store, open_store
 from .table import Loaded
@@ -75,7 +77,8 @@ CLOSE_WAIT_S = 10.0
 class NewSession:
     """What a new session is asked for: the API's body, ``cubicle run``'s and ``cubicle mcp``'s arguments."""
 
-    repo: Path
+    repo: Path | RemoteRepo
+    """A local checkout, or a git remote the controller fetches (``remotes``)."""
     task: str
     model: str | None = None
     """The model's name; the server's (``CUBICLE_MODEL``) when None."""
@@ -88,6 +91,8 @@ class NewSession:
     """What the request lays over the repository's own environment definition."""
     network_asked: bool = False
     """The request named a network, so the one the definition asks for does not apply."""
+    typed: bool = False
+    """A remote ``repo`` is the CLI user's own typing: any remote is admitted, not only ``CUBICLE_GIT_REMOTES``'s."""
 
 
 @dataclass
@@ -118,6 +123,7 @@ class Sessions:
         self._settling: asyncio.Task[None] | None = None
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
         self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
+        self.remotes = Remotes(settings)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -226,10 +232,16 @@ class Sessions:
         requested one over it; the network the definition asks for applies unless the request
         named one (``network_asked``), under the server's maximum.
         """
-        repo = pin(new.repo)
-        repos.refuse_protected(repo, self.settings.protected_paths)
-        refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
-        refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        fetched = None
+        if isinstance(new.repo, RemoteRepo):  # a tree of the controller's, shared read-only: no overlap to refuse
+            refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+            fetched = await self.remotes.fetch(new.repo, new.typed)
+            repo = fetched.repo
+        else:
+            repo = pin(new.repo)
+            repos.refuse_protected(repo, self.settings.protected_paths)
+            refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
+            refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
         environment, limits = new.environment, new.limits
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         by_request = environment is not None and environment.network is not None
@@ -238,9 +250,11 @@ class Sessions:
         self.runtime.backend.check(limits)
         self.admission.pids.refuse_alone(limits)
         async with self.admission.one_at_a_time():  # the checks and the row they count on, one start at a time
-            return await self._admit(new, repo, limits, resolved)
+            return await self._admit(new, repo, limits, resolved, fetched)
 
-    async def _admit(self, new: NewSession, repo: Path, limits: Limits, resolved: Environment) -> Row:
+    async def _admit(
+        self, new: NewSession, repo: Path, limits: Limits, resolved: Environment, fetched: Fetched | None
+    ) -> Row:
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self.admission.refuse_overcommit(quota, self._running_ids())
         await self.admission.make_room(limits, self._unloaded())
@@ -258,10 +272,13 @@ class Sessions:
             environment=resolved,
             epoch=1,
             lease_expires=self.store.now() + self.lease_s,
+            source=fetched.source if fetched else None,
         )
         await asyncio.to_thread(
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))
         )
+        if fetched is not None:
+            await asyncio.to_thread(self.remotes.pin, fetched, record.id)
         self.store.insert(record)
         self.leases.registered(record.id, record.epoch)
         return record

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from .changeset import Conflict
 from .envspec import EnvironmentRequest
@@ -38,13 +38,33 @@ LimitsRequest = _optional(Limits, "LimitsRequest")
 ContextRequest = _optional(ContextPolicy, "ContextRequest")
 
 
+class RemoteRepo(BaseModel):
+    """A git remote to start a session on: the server fetches it into its mirror cache and the session works on the
+    tree of the commit ``ref`` names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(
+        max_length=2048,
+        description="An http(s) git URL that the server's CUBICLE_GIT_REMOTES allows, without credentials (the "
+        "server's CUBICLE_GIT_CREDENTIALS holds those).",
+    )
+    ref: str | None = Field(
+        None,
+        max_length=255,
+        pattern=r"^[^-/.\x00-\x20\x7f~^:?*\[\\][^\x00-\x20\x7f~^:?*\[\\]*$",
+        description="A branch, tag or commit (full or abbreviated); default: the remote's HEAD.",
+    )
+
+
 class CreateSession(BaseModel):
     """Start a session: the agent begins working on ``task`` at once."""
 
     model_config = ConfigDict(extra="forbid")
 
-    repo: str = Field(
-        max_length=4096, description="Absolute path of the repository, under one of the configured roots."
+    repo: Annotated[str, Field(max_length=4096)] | RemoteRepo = Field(
+        description="Absolute path of the repository, under one of the configured roots; or a git remote "
+        '({"url": ..., "ref": ...}).',
     )
     task: str = Field(min_length=1, max_length=200_000, description="What the agent should do.")
     model: str | None = Field(
@@ -62,6 +82,12 @@ class CreateSession(BaseModel):
         description="Fields over the repository's own environment definition (.cubicle/environment.toml or "
         ".devcontainer/devcontainer.json); an image must be the default or on the server's allowed_images.",
     )
+
+    @model_validator(mode="after")
+    def _remote_never_applies(self) -> CreateSession:
+        if isinstance(self.repo, RemoteRepo) and self.apply != "never":
+            raise ValueError("a session on a git remote is never applied: take its patch or push a branch")
+        return self
 
 
 class ApplyRequest(BaseModel):
