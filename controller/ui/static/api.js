@@ -45,10 +45,25 @@ export async function getWithHeaders(path, ...names) {
   return [data, ...names.map((name) => response.headers.get(name))];
 }
 
-async function send(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+/** A GET's body as text (a patch): the key and cookie as for JSON, an error's detail read from its JSON body. */
+export async function getText(path) {
+  const response = await fetch(path, { credentials: "same-origin", headers: headers("text/x-patch, application/json") });
+  const text = await response.text();
+  if (!response.ok) {
+    let data = null;
+    try { data = JSON.parse(text); } catch { data = { detail: text }; }
+    throw new ApiError(response.status, data);
+  }
+  return text;
+}
+
+function headers(accept) {
   const key = pageKey();
-  if (key) init.headers["X-Cubicle-Key"] = key;
+  return key ? { Accept: accept, "X-Cubicle-Key": key } : { Accept: accept };
+}
+
+async function send(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: headers("application/json") };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);

@@ -1,7 +1,7 @@
 // A session's changes: the files with their dispositions and diffs (highlighted, unified or side by side, with
 // a list of files to jump to), and the actions on them (apply all or the files ticked, revert, discard, rewind
 // to a checkpoint, review comments on lines). A refused apply shows its conflicts.
-import { get, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
+import { get, getText, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 import { highlightRows, onLineClick, parseDiff, sideBySideView, unifiedView } from "./diff.js";
 import { budget } from "./highlight.js";
@@ -33,11 +33,14 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     el("label", {}, buildBox, " Also apply the build inputs: ", el("span", { testid: "build-inputs-count" }, ""),
       " in the environment's build context, which its Dockerfile copies whole. The next environment build runs "
       + "this repository's files as root."));
-  const buttons = [applyBtn, applySelectedBtn, revertBtn, discardBtn, rewindBtn];
+  // A session on a git remote has no checkout to apply to: its changes leave as a patch (or a pushed branch).
+  const patchBtn = el("button", { type: "button", testid: "patch", hidden: true }, "Download patch");
+  const buttons = [applyBtn, applySelectedBtn, revertBtn, discardBtn, rewindBtn, patchBtn];
   const review = mountReview(id, onChanged, (comments) => stillShown(comments));
   const selected = new Set(); // the ids of the changes ticked for "Apply selected": an id means one change,
   // whatever its name prints as (two names may print alike to the eye; the server refuses a name that reads as two)
   let running = false;
+  let remote = false; // the session works on a git remote's tree: nothing is applied
   let changes = []; // the listing last loaded
   let applying = 0; // what a plain apply would write, as last listed
   let pending = null;
@@ -46,7 +49,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
 
   replace(box,
     el("div", { class: "section-head" }, el("h2", {}, "Changes"), summary),
-    el("div", { class: "actions" }, applyBtn, applySelectedBtn, revertBtn, discardBtn,
+    el("div", { class: "actions" }, applyBtn, applySelectedBtn, revertBtn, patchBtn, discardBtn,
       el("label", { class: "toggle" }, sideBySide, " side by side"),
       el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
     buildAck, message, appliedList, conflicts, review.box, review.message, files, list);
@@ -139,6 +142,17 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     draw();
   });
   revertBtn.addEventListener("click", () => act("Revert", "revert", {}));
+  patchBtn.addEventListener("click", async () => {
+    try {
+      const text = await getText(`${sessionPath(id)}/changes?format=patch`);
+      const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/x-patch" })),
+        download: `${id}.patch` });
+      link.click();
+      URL.revokeObjectURL(link.href);
+    } catch (err) {
+      say(`Patch: ${err.message}`, true);
+    }
+  });
   discardBtn.addEventListener("click", () => {
     if (window.confirm("Drop this session's changes and checkpoints? What was applied stays.")) act("Discard", "discard");
   });
@@ -182,7 +196,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     summary.dataset.count = String(changes.length);
     const building = changes.filter((c) => c.disposition === "build_input").length;
     setText(buildAck.querySelector("[data-testid=build-inputs-count]"), `${building} path(s)`);
-    buildAck.hidden = building === 0;
+    buildAck.hidden = remote || building === 0;
     if (!building) buildBox.checked = false;
     const present = new Set(changes.filter((c) => c.disposition === "apply").map((c) => c.id));
     for (const key of [...selected]) if (!present.has(key)) selected.delete(key);
@@ -224,7 +238,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       layout: sideBySide.checked ? "side-by-side" : "unified",
       rows: drawnRows,
       spend,
-      selected,
+      selected: remote ? null : selected,
       onSelect: updateButtons,
       comment: (path, line, side, after) => {
         const change = changes.find((c) => c.path === path); // printed names are unique: this is the one shown
@@ -245,7 +259,17 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     files.hidden = changes.length < 2;
   }
 
-  return { refresh, setRunning };
+  /** A session on a git remote: the apply and revert buttons give way to the patch (the server refuses them). */
+  function setRemote(isRemote) {
+    if (remote === isRemote) return; // set at each refresh of the record: the list is drawn again only on a change
+    remote = isRemote;
+    for (const b of [applyBtn, applySelectedBtn, revertBtn]) b.hidden = remote;
+    patchBtn.hidden = !remote;
+    if (remote) buildAck.hidden = true;
+    draw();
+  }
+
+  return { refresh, setRunning, setRemote };
 }
 
 const byId = (c) => c.id;
@@ -322,7 +346,7 @@ function countLines(diff) {
 
 /** A path's tick box for "Apply selected": only for what a plain apply writes (disposition apply). */
 function selectBox(c, { selected, onSelect }) {
-  if (c.disposition !== "apply") return null;
+  if (c.disposition !== "apply" || !selected) return null; // none on a remote session: nothing is applied there
   const box = el("input", { type: "checkbox", class: "select", testid: "change-select", checked: selected.has(c.id),
     title: "Apply this path with “Apply selected”" });
   box.dataset.changeId = c.id;

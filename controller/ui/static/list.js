@@ -53,13 +53,17 @@ function emptyRow() {
   return el("tr", {}, el("td", { class: "muted", colSpan: 7, testid: "no-sessions" }, "No sessions yet."));
 }
 
+const lastTwo = (path) => path.split("/").slice(-2).join("/");
+
 function row(s) {
+  // A session on a git remote shows its URL and commit, not the controller's tree of them.
+  const where = s.source ? `${s.source.url} @ ${s.source.commit.slice(0, 12)}` : s.repo;
   const open = el("button", { type: "button", class: "linkish", testid: "open-session" }, "Open");
   open.addEventListener("click", () => openSession(s.id));
   const tr = el("tr", { class: "session-row", testid: "session-row", dataset: { sessionId: s.id } },
     el("td", {}, statusBadge(s.status, "session-status"),
       s.finish_reason ? el("span", { class: "muted small", testid: "session-finish" }, ` ${s.finish_reason}`) : null),
-    el("td", { class: "mono", testid: "session-repo", title: visible(s.repo) }, s.repo.split("/").slice(-2).join("/")),
+    el("td", { class: "mono", testid: "session-repo", title: visible(where) }, lastTwo(where)),
     el("td", { testid: "session-task" }, firstLine(s.task)),
     el("td", { class: "num", testid: "session-steps" }, String(s.steps)),
     el("td", { class: "num", testid: "session-tokens" }, fmtTokens(totalTokens(s.usage))),

@@ -199,7 +199,9 @@ class SessionPage {
     this.tokens.textContent = fmtTokens(totalTokens(record.usage));
     this.tokens.title = `${totalTokens(record.usage)} tokens`;
     setText(this.finish, record.finish_reason || "—");
-    this.repo.textContent = visible(record.repo);
+    // A session on a git remote shows where its files came from; nothing is applied there, so the patch is offered.
+    this.repo.textContent = visible(record.source ? `${record.source.url} @ ${record.source.commit.slice(0, 12)}` : record.repo);
+    this.changes.setRemote(Boolean(record.source));
     this.model.textContent = visible(record.model);
     this.detail.textContent = visible(record.detail || "");
     this.detail.hidden = !record.detail;
