@@ -25,7 +25,8 @@ Why each part is as it is:
   its own), so an unreachable host is a prompt, clear error; the fetch is then killed past ``timeout_s``, or as
   soon as what it wrote under the mirror passes ``max_bytes`` (the directory is measured while it runs; each
   fetch keeps what it receives as one pack, ``transfer.unpackLimit=1``, so a killed one leaves a ``tmp_pack``
-  that is removed). A stalled transfer ends after ``stall_s`` (``http.lowSpeedTime``).
+  that is removed). A fetch that ended past the bound between two looks is refused all the same; a first
+  fetch then leaves nothing, a later one keeps what it wrote (its refs are already updated). A stalled transfer ends after ``stall_s`` (``http.lowSpeedTime``).
 * **The address pinned**: ``resolve=(host, port, address)`` becomes ``http.curloptResolve``, so git connects to
   the address the URL policy checked, not to whatever a second DNS answer says.
 * **Credentials** only through ``gitcreds`` (a file, never the URL: a URL with userinfo is refused); errors name
@@ -80,7 +81,7 @@ class MirrorOptions:
 
 
 @dataclass(frozen=True)
-class Mirror:
+class RemoteMirror:
     """A mirror after ``mirror``: where it is, its URL, what the ref resolved to, and what this call fetched."""
 
     path: Path
@@ -180,7 +181,7 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
-def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> Mirror:
+def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> RemoteMirror:
     """The mirror of ``url`` under ``data_dir``, made or brought up to date, and ``ref`` (a branch, a tag, a full
     or abbreviated commit id; the remote's HEAD when None) resolved to a commit id in it.
 
@@ -198,11 +199,11 @@ def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOpti
     with locked(mirrors / f"{key(url)}.lock", options.timeout_s):
         if not path.is_dir():
             received = _first_fetch(git, data_dir, path, url, options)
-            return Mirror(path, url, resolve_ref(git, path, ref), True, received)
+            return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
         if _current(git, path, ref, asked - options.fresh_s):
-            return Mirror(path, url, resolve_ref(git, path, ref), False, 0)
+            return RemoteMirror(path, url, resolve_ref(git, path, ref), False, 0)
         received = fetch(git, path, url, options)
-        return Mirror(path, url, resolve_ref(git, path, ref), True, received)
+        return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
 
 
 def _current(git: Git, path: Path, ref: str | None, since: float) -> bool:
@@ -281,7 +282,10 @@ def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], optio
         raise _stopped(url, grown, options)
     if code != 0:
         raise failure(git, url, said)
-    return tree_size(path) - before
+    grown = tree_size(path) - before
+    if grown > options.max_bytes:  # it ended between two looks: refused all the same
+        raise _stopped(url, grown, options)
+    return grown
 
 
 def _stopped(url: str, grown: int, options: MirrorOptions) -> GitError:

@@ -70,7 +70,7 @@ class Tree:
 
 
 @dataclass(frozen=True)
-class Entry:
+class TreeEntry:
     """One line of ``ls-tree -r -l``: a blob, a symlink or a gitlink."""
 
     mode: str
@@ -79,7 +79,7 @@ class Entry:
     path: bytes
 
 
-def parse_listing(listing: bytes) -> list[Entry]:
+def parse_listing(listing: bytes) -> list[TreeEntry]:
     """The entries of ``ls-tree -r -z -l`` output."""
     entries = []
     for record in listing.split(b"\0"):
@@ -89,7 +89,7 @@ def parse_listing(listing: bytes) -> list[Entry]:
         if match is None:
             raise GitError(f"git ls-tree printed a line this reader does not know: {record[:80]!r}.")
         mode, _kind, oid, size, path = match.groups()
-        entries.append(Entry(mode.decode(), oid.decode(), 0 if size == b"-" else int(size), path))
+        entries.append(TreeEntry(mode.decode(), oid.decode(), 0 if size == b"-" else int(size), path))
     return entries
 
 
@@ -106,14 +106,14 @@ def unsafe_component(name: bytes) -> bool:
     )
 
 
-def check_names(entries: list[Entry]) -> None:
+def check_names(entries: list[TreeEntry]) -> None:
     """Refuse the tree if any entry's path is one this host must not write."""
     for entry in entries:
         if any(unsafe_component(part) for part in entry.path.split(b"/")):
             raise GitTreeError(f"The commit's tree holds the path {entry.path[:200]!r}, which is unsafe here.")
 
 
-def check_size(entries: list[Entry], options: TreeOptions) -> int:
+def check_size(entries: list[TreeEntry], options: TreeOptions) -> int:
     """The bytes of the tree's blobs, refused past ``max_bytes`` (or more entries than ``max_entries``)."""
     total = sum(entry.size for entry in entries)
     if total > options.max_bytes:
@@ -152,7 +152,7 @@ def checkout_tree(data_dir: Path, mirror: Path, commit: str, options: TreeOption
 
 
 def _made(
-    git: Git, data_dir: Path, mirror: Path, commit: str, entries: list[Entry], options: TreeOptions, done: Path
+    git: Git, data_dir: Path, mirror: Path, commit: str, entries: list[TreeEntry], options: TreeOptions, done: Path
 ) -> None:
     """Write the tree and its ``.git`` aside, then rename it to ``done`` (a tree another call made first wins)."""
     spare = data_dir / "git" / "tmp"
@@ -173,7 +173,7 @@ def _made(
         shutil.rmtree(made, ignore_errors=True)
 
 
-def write_files(git: Git, mirror: Path, root: Path, entries: list[Entry]) -> None:
+def write_files(git: Git, mirror: Path, root: Path, entries: list[TreeEntry]) -> None:
     """Each entry's stored bytes under ``root``: regular files, symlinks, an empty directory for a gitlink."""
     blobs = [entry for entry in entries if entry.mode != "160000"]
     root_fd = beneath.open_root(root)
@@ -208,7 +208,7 @@ def _parent(root_fd: int, path: bytes) -> Iterator[tuple[int, str]]:
 
 
 @contextlib.contextmanager
-def _blobs(git: Git, mirror: Path, entries: list[Entry]) -> Iterator[IO[bytes]]:
+def _blobs(git: Git, mirror: Path, entries: list[TreeEntry]) -> Iterator[IO[bytes]]:
     """``cat-file --batch``'s answers for each entry's blob, in order (raw bytes: no filter, no conversion)."""
     with git.started(["cat-file", "--batch"], mirror, stdin=subprocess.PIPE) as run, run.deadline(TIMEOUT_S * 10):
         feeder = run.feed(b"".join(f"{entry.oid}\n".encode() for entry in entries))
@@ -217,7 +217,7 @@ def _blobs(git: Git, mirror: Path, entries: list[Entry]) -> Iterator[IO[bytes]]:
         feeder.join()
 
 
-def _write(stream: IO[bytes], entry: Entry, dir_fd: int, name: str) -> None:
+def _write(stream: IO[bytes], entry: TreeEntry, dir_fd: int, name: str) -> None:
     """One blob from the stream into ``name``: a symlink's target, or a new file of the entry's mode."""
     header = stream.readline().split()
     if len(header) != 3 or header[0].decode() != entry.oid or header[1] != b"blob":

@@ -277,11 +277,14 @@ def test_names_a_tree_may_hold(name: bytes) -> None:
 
 
 def test_a_tree_with_an_unsafe_path_is_refused_whole() -> None:
-    entries = [gittree.Entry("100644", "0" * 40, 1, b"ok"), gittree.Entry("100644", "0" * 40, 1, b"a/.GIT/config")]
+    entries = [
+        gittree.TreeEntry("100644", "0" * 40, 1, b"ok"),
+        gittree.TreeEntry("100644", "0" * 40, 1, b"a/.GIT/config"),
+    ]
     with pytest.raises(GitTreeError, match="unsafe"):
         gittree.check_names(entries)
     with pytest.raises(GitTreeError):
-        gittree.check_names([gittree.Entry("100644", "0" * 40, 1, b"/etc/passwd")])
+        gittree.check_names([gittree.TreeEntry("100644", "0" * 40, 1, b"/etc/passwd")])
 
 
 def test_a_listing_is_parsed_and_its_size_bounded() -> None:
