@@ -174,13 +174,15 @@ class GitServer:
 
     def start(self) -> None:
         socket_path = self.dir / "fcgi.sock"
-        self.processes.append(subprocess.Popen(["fcgiwrap", "-c", "2", "-s", f"unix:{socket_path}"]))
+        fcgiwrap = ["fcgiwrap", "-c", "2", "-s", f"unix:{socket_path}"]
+        self.processes.append(subprocess.Popen(fcgiwrap, start_new_session=True))
         _wait_for(socket_path.exists, "fcgiwrap's socket")
         for _attempt in range(5):
             self.port = free_port()
             (self.dir / "nginx.conf").write_text(self._conf())
             nginx = subprocess.Popen(
-                ["nginx", "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(self.dir / "nginx.conf")]
+                ["nginx", "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(self.dir / "nginx.conf")],
+                start_new_session=True,
             )
             if _serving(self.port, nginx):
                 self.processes.append(nginx)
@@ -193,6 +195,10 @@ class GitServer:
         backend = BACKEND_CONF.format(backend=BACKEND, dir=self.dir)
         return NGINX_CONF.format(user=user, dir=self.dir, port=self.port, backend=backend)
 
+    def groups(self) -> list[int]:
+        """The process groups it runs (one each for fcgiwrap and nginx)."""
+        return [proc.pid for proc in self.processes]
+
     def stop(self) -> None:
         for proc in reversed(self.processes):
             _end(proc)
@@ -201,13 +207,28 @@ class GitServer:
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc``'s whole process group (fcgiwrap's preforked children, nginx's workers outlive their parent
+    otherwise), then make sure none of it is left."""
     with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    deadline = time.monotonic() + 10
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _serving(port: int, proc: subprocess.Popen[bytes]) -> bool:

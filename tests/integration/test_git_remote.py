@@ -14,6 +14,7 @@ import pytest
 from controller.errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError, GitTreeError
 from controller.workspace import gitmirror, gittree
 from controller.workspace.gitmirror import MirrorOptions
+from tests import gitserver
 from tests.gitserver import GitServer, free_port, plain_git_env
 from tests.integration.conftest import GIT_PASSWORD, ROOT
 
@@ -297,3 +298,13 @@ def test_the_password_is_in_no_file_but_the_credentials_and_in_no_error(git_serv
     ]
     assert holding == ["credentials"]
     assert not any(GIT_PASSWORD in error for error in errors), errors
+
+
+def test_the_git_server_leaves_no_process_and_no_file() -> None:
+    if not gitserver.available():
+        pytest.skip("nginx and fcgiwrap are not installed")
+    with gitserver.serving(GIT_PASSWORD) as server:
+        server.create(NAME)
+        groups, where = server.groups(), server.dir
+        assert len(groups) == 2 and all(gitserver._group_alive(group) for group in groups)
+    assert not any(gitserver._group_alive(group) for group in groups) and not where.exists()
