@@ -39,8 +39,14 @@
         ├── TooManyEntriesError             the layer holds more names than the session's ``names`` limit
         ├── ApplyTooLargeError              an apply would write more than its bounds allow
         ├── PatchTooLargeError              a session's patch would be larger than a patch may be
-        └── WalkMemoryError                 a walk of a layer needed more memory than a walk may have
-            └── WalkTimeoutError             a walk of a layer took longer than a walk may
+        ├── WalkMemoryError                 a walk of a layer needed more memory than a walk may have
+        │   └── WalkTimeoutError             a walk of a layer took longer than a walk may
+        └── GitError                        a git command on a controller-made repository failed (its words, redacted)
+            ├── GitRemoteError(ConnectionError) a remote unreachable, too slow, redirecting, or without the repository
+            ├── GitAuthError(PermissionError)   a remote refused the credentials (the host is named, never a secret)
+            ├── GitRefError(LookupError)        no branch, tag or commit of that name in the mirror
+            ├── GitTooLargeError                a fetch or a tree past its size bound (the size is named)
+            └── GitTreeError                    a commit's tree holds a name that is unsafe on this host
 
 Each class carries ``hint``: what the person reading the error should do next. Conflicts of an apply or
 revert are values, not errors: the person reviewing decides what to do about each path, which
@@ -345,3 +351,44 @@ class WalkTimeoutError(WalkMemoryError):
     """A walk of a layer took longer than a walk may (CUBICLE_WALK_TIMEOUT_S); it was stopped."""
 
     hint = "Rewind the session to an earlier checkpoint or discard it; a layer this costly to read is never applied."
+
+
+class GitError(WorkspaceError):
+    """A git command the controller ran on one of its own repositories (a mirror, a tree's ``.git``) failed; the
+    message carries the last of what git said, with every credential stripped (``workspace.gitrun.redact``)."""
+
+    hint = "Check the repository URL and the ref; the controller's mirror is left as it was before the command."
+
+
+class GitRemoteError(GitError, ConnectionError):
+    """A remote did not answer within the connect timeout, took longer than a fetch may, redirected, or has no
+    repository at that URL; nothing was left behind by a first fetch."""
+
+    hint = "Check that the URL is right and its host reachable from the controller, then start the session again."
+
+
+class GitAuthError(GitError, PermissionError):
+    """A remote refused the credentials it was given (or asked for some and none matched); the message names the
+    host, never the credential, and the credentials file was not changed."""
+
+    hint = "Check the credentials file's line for that host (its user and token, its port), then try again."
+
+
+class GitRefError(GitError, LookupError):
+    """The ref asked for is neither a branch, a tag nor a commit of the mirror (after a fetch)."""
+
+    hint = "Name a branch, a tag or a commit id the remote has (`git ls-remote URL` lists its branches and tags)."
+
+
+class GitTooLargeError(GitError):
+    """A fetch wrote more than it may under the mirror (it was stopped), or a commit's tree holds more than a
+    checkout may; the message names the size and the bound."""
+
+    hint = "Ask the operator to raise the bound, or use a smaller repository."
+
+
+class GitTreeError(GitError):
+    """A commit's tree holds a name git accepted but this host must not write (``..``, ``.git`` in any case, an
+    absolute path, a NUL): no checkout of it is made."""
+
+    hint = "Choose a commit without that path; nothing of this commit was written."

@@ -27,6 +27,10 @@ Modules, each one concern::
     offload      walks of a layer in a child process with a memory ceiling of its own
     quota        each session's layer on a filesystem of its own (disk and inode quotas)
     repos        which repositories a session may use
+    gitrun       running git on the controller's own repositories: an environment built, only http(s), redacted
+    gitcreds     the credential helper: answers get from a file in git's store format, never writes it
+    gitmirror    a bare mirror per remote URL (flocked, bounded, address pinned), refs resolved, sessions' pins
+    gittree      a commit's files as stored (no filter, hook or submodule) in a shared tree with a .git of its own
     manager      the layers of one data directory: pinned, reviewed, applied, rewound, discarded
 
 Typical life of a session::

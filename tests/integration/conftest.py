@@ -17,9 +17,13 @@ import pytest
 from docker.errors import ImageNotFound
 
 from controller.testing.container import DEFAULT_IMAGE
+from tests import gitserver
+from tests.gitserver import GitServer
 from tests.integration.layer_api import LayerApi
 
 ROOT = Path(__file__).resolve().parents[2]
+GIT_PASSWORD = "pw-7f3a9c1e5b"
+"""The test git server's password: the tests grep the data directory and every error for it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -82,3 +86,16 @@ def layer_api(layer_base: Path, model_server: Any) -> Iterator[LayerApi]:
     """One `cubicle serve` app (in this process, on a real port) for a whole module of layer tests."""
     with LayerApi.serve(layer_base, model_server) as api:
         yield api
+
+
+@pytest.fixture
+def git_server() -> Iterator[GitServer]:
+    """A real smart-HTTP git server on loopback (``tests.gitserver``), stopped and removed after the test.
+    Without nginx or fcgiwrap: a failure on CI (the `CI` variable is set), a skip elsewhere."""
+    if not gitserver.available():
+        message = "the git server's tests need Debian's nginx and fcgiwrap (apt-get install nginx fcgiwrap)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    with gitserver.serving(GIT_PASSWORD) as server:
+        yield server

@@ -1,0 +1,389 @@
+"""The controller's cache of remote repositories: one bare mirror per URL, fetched only for what is new, and the
+commits sessions are based on pinned in it.
+
+Layout under the data directory::
+
+    git/home/                   git's empty HOME (``gitrun.home``)
+    git/mirrors/<key>/          a bare repository per URL (``key``: a hash of the normalised URL)
+    git/mirrors/<key>.lock      its flock: one fetch of a URL at a time, across processes
+    git/tmp/                    where a first fetch is made before it is renamed into place
+
+Why each part is as it is:
+
+* **A first fetch is made aside and renamed in**, so a failure (an unreachable host, refused credentials, a fetch
+  past ``max_bytes``, a killed controller) leaves no half-made mirror for the next session to trust.
+* **One lock per mirror** (``fcntl.flock``, released by the kernel when a process dies): two sessions on one URL
+  never run two fetches into one repository. The second waits; when it gets the lock it does not fetch again if a
+  fetch that *began* at most ``fresh_s`` before its own call succeeded meanwhile and its ref resolves — so a
+  session is based on the remote as it was at most ``fresh_s`` before it asked. A full commit id already in the
+  mirror needs no fetch at all (a commit never changes).
+* **Only branches and tags are fetched** (and the remote's HEAD, as ``refs/cubicle/head``), pruned as the remote
+  deletes them; the sessions' pins (``refs/cubicle/sessions/<id>``, ``pin``) lie outside what a fetch writes or
+  prunes, so a force-push upstream never takes a session's base commit away. No gc runs automatically
+  (``gitrun.HARDENING``); one added later must take the mirror's lock and keep the pins.
+* **Bounded**: a connection is tried first, within ``connect_timeout_s`` (git 2.39 has no connect timeout of
+  its own), so an unreachable host is a prompt, clear error; the fetch is then killed past ``timeout_s``, or as
+  soon as what it wrote under the mirror passes ``max_bytes`` (the directory is measured while it runs; each
+  fetch keeps what it receives as one pack, ``transfer.unpackLimit=1``, so a killed one leaves a ``tmp_pack``
+  that is removed). A fetch that ended past the bound between two looks is refused all the same; a first
+  fetch then leaves nothing, a later one keeps what it wrote (its refs are already updated). A stalled transfer ends after ``stall_s`` (``http.lowSpeedTime``).
+* **The address pinned**: ``resolve=(host, port, address)`` becomes ``http.curloptResolve``, so git connects to
+  the address the URL policy checked, not to whatever a second DNS answer says.
+* **Credentials** only through ``gitcreds`` (a file, never the URL: a URL with userinfo is refused); errors name
+  the host, and every password of the file is stripped from what git said before it is quoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ..errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError
+from . import gitcreds
+from .gitrun import Git, home
+
+REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+HEAD_REF = "refs/cubicle/head"
+HEAD_SPEC = f"+HEAD:{HEAD_REF}"
+PINS = "refs/cubicle/sessions/"
+STAMP = "cubicle-fetched"
+"""A file in the mirror: when its last successful fetch began (seconds since the epoch)."""
+WATCH_S = 0.1
+_FULL_ID = re.compile(r"[0-9a-f]{40}")
+_SHORT_ID = re.compile(r"[0-9a-f]{4,39}")
+_BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass(frozen=True)
+class MirrorOptions:
+    """How a fetch may reach the remote and how much it may take."""
+
+    credentials: Path | None = None
+    resolve: tuple[str, int, str] | None = None
+    max_bytes: int = 2 << 30
+    connect_timeout_s: float = 10.0
+    timeout_s: float = 600.0
+    stall_s: int = 60
+    fresh_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class RemoteMirror:
+    """A mirror after ``mirror``: where it is, its URL, what the ref resolved to, and what this call fetched."""
+
+    path: Path
+    url: str
+    commit: str
+    fetched: bool
+    received: int
+
+
+def normalise(url: str) -> str:
+    """``url`` in the one form its mirror is keyed by: scheme and host in lower case, no default port, no
+    trailing slash. A URL with credentials, a query or a fragment, or not http(s), is refused."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise GitError(f"Not a URL git may fetch: {url!r}.") from None
+    if parts.scheme.lower() not in gitcreds.DEFAULT_PORTS or not parts.hostname:
+        raise GitError("A remote repository's URL must be http:// or https:// with a host.")
+    if "@" in parts.netloc:
+        raise GitError("A remote repository's URL may not hold credentials.", hint="Put them in the credentials file.")
+    if parts.query or parts.fragment or any(c in url for c in "\x00\n\r\t "):
+        raise GitError("A remote repository's URL may not hold a query, a fragment or white space.")
+    scheme, host = parts.scheme.lower(), parts.hostname.lower()
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None and port != gitcreds.DEFAULT_PORTS[scheme]:
+        shown += f":{port}"
+    return f"{scheme}://{shown}{parts.path.rstrip('/')}"
+
+
+def key(url: str) -> str:
+    """The mirror's directory name for a normalised URL."""
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def _endpoint(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    return parts.hostname, parts.port or gitcreds.DEFAULT_PORTS[parts.scheme]
+
+
+def _git(data_dir: Path, url: str, options: MirrorOptions) -> Git:
+    """The git of a fetch of ``url``: our credential helper, the pinned address, no unpacking, stall bounds."""
+    config: list[tuple[str, str]] = [
+        ("transfer.unpackLimit", "1"),
+        ("http.lowSpeedLimit", "1"),
+        ("http.lowSpeedTime", str(options.stall_s)),
+    ]
+    secrets: tuple[str, ...] = ()
+    if options.credentials is not None:
+        config += gitcreds.helper_config(options.credentials)
+        with contextlib.suppress(OSError):
+            text = options.credentials.read_text(encoding="utf-8", errors="replace")
+            secrets = tuple(c.password for c in gitcreds.parse(text) if len(c.password) >= 4)
+    if options.resolve is not None:
+        config.append(("http.curloptResolve", _resolve_entry(url, options.resolve)))
+    return Git(home(data_dir), tuple(config), secrets)
+
+
+def _resolve_entry(url: str, resolve: tuple[str, int, str]) -> str:
+    """``host:port:address`` for curl, refused unless it names the URL's own host and port."""
+    host, port, address = resolve
+    if (host.lower().strip("[]"), port) != _endpoint(url):
+        raise GitError(
+            f"The pinned address is for {host}:{port}, not for the URL's {':'.join(map(str, _endpoint(url)))}."
+        )
+    try:
+        ip = ipaddress.ip_address(address)  # a name here would be resolved again by curl
+    except ValueError:
+        raise GitError(f"The pinned address {address[:80]!r} is not an IP address.") from None
+    shown_host = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"{shown_host}:{port}:{f'[{ip}]' if ip.version == 6 else ip}"
+
+
+def check_ref(ref: str | None) -> None:
+    """Refuse a ref that is not a plain name (an option, a revision expression, a control character)."""
+    if ref is not None and (not ref or len(ref) > 255 or _BAD_REF.search(ref)):
+        raise GitRefError(f"{ref[:80]!r} is not a branch, tag or commit name.")
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout: float) -> Iterator[None]:
+    """Hold the flock at ``path`` (waiting at most ``timeout``); the kernel releases it if this process dies."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise GitError(f"Another fetch held {path.name} for more than {timeout:g} s.") from None
+                time.sleep(WATCH_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> RemoteMirror:
+    """The mirror of ``url`` under ``data_dir``, made or brought up to date, and ``ref`` (a branch, a tag, a full
+    or abbreviated commit id; the remote's HEAD when None) resolved to a commit id in it.
+
+    Raises GitRemoteError (unreachable, too slow, no such repository), GitAuthError, GitRefError,
+    GitTooLargeError (past ``max_bytes``), GitError (anything else git refused); a first fetch that fails
+    leaves no mirror behind.
+    """
+    options = options or MirrorOptions()
+    url = normalise(url)
+    check_ref(ref)
+    mirrors = data_dir / "git" / "mirrors"
+    mirrors.mkdir(parents=True, exist_ok=True)
+    path, asked = mirrors / key(url), time.time()
+    git = _git(data_dir, url, options)
+    with locked(mirrors / f"{key(url)}.lock", options.timeout_s):
+        if not path.is_dir():
+            received = _first_fetch(git, data_dir, path, url, options)
+            return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
+        if _current(git, path, ref, asked - options.fresh_s):
+            return RemoteMirror(path, url, resolve_ref(git, path, ref), False, 0)
+        received = fetch(git, path, url, options)
+        return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
+
+
+def _current(git: Git, path: Path, ref: str | None, since: float) -> bool:
+    """Whether the mirror can answer ``ref`` without a fetch: a commit it holds, or a fetch begun after ``since``."""
+    if ref is not None and _FULL_ID.fullmatch(ref):
+        return _commit_of(git, path, ref) is not None
+    try:
+        stamp = float((path / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp >= since and _resolved(git, path, ref) is not None
+
+
+def _first_fetch(git: Git, data_dir: Path, path: Path, url: str, options: MirrorOptions) -> int:
+    """Make the mirror aside, fetch into it, and rename it into place; on any failure remove it."""
+    spare = data_dir / "git" / "tmp"
+    spare.mkdir(parents=True, exist_ok=True)
+    made = Path(tempfile.mkdtemp(prefix="mirror-", dir=spare))
+    try:
+        git.run(["init", "--quiet", "--bare", "--template=", str(made)], spare)
+        received = fetch(git, made, url, options)
+        os.rename(made, path)
+    except BaseException:
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+    return received
+
+
+def fetch(git: Git, path: Path, url: str, options: MirrorOptions) -> int:
+    """Fetch what is new of ``url`` into the mirror at ``path``; the bytes it wrote there.
+
+    A remote without a HEAD (an empty repository, a HEAD naming no branch) is fetched again without it."""
+    reach(url, options)
+    began = time.time()
+    try:
+        received = _watched_fetch(git, path, url, (*REFSPECS, HEAD_SPEC), options)
+    except GitError as err:
+        if "couldn't find remote ref HEAD" not in str(err):
+            raise
+        received = _watched_fetch(git, path, url, REFSPECS, options)
+        with contextlib.suppress(GitError):
+            git.run(["update-ref", "-d", HEAD_REF], path)
+    (path / STAMP).write_text(f"{began}\n")
+    return received
+
+
+def reach(url: str, options: MirrorOptions) -> None:
+    """Connect to the remote (its pinned address if given) within the connect timeout, or raise GitRemoteError."""
+    host, port = _endpoint(url)
+    target = options.resolve[2] if options.resolve else host
+    try:
+        socket.create_connection((target, port), timeout=options.connect_timeout_s).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise GitRemoteError(
+            f"{host}:{port} did not accept a connection within {options.connect_timeout_s:g} s ({reason})."
+        ) from None
+
+
+def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], options: MirrorOptions) -> int:
+    """Run the fetch, measuring the mirror while it runs; stop it past ``max_bytes`` or ``timeout_s``."""
+    before = tree_size(path)
+    args = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head", "--", url, *specs]
+    with git.started(args, path) as run:
+        deadline = time.monotonic() + options.timeout_s
+        grown = 0
+        while run.proc.poll() is None:
+            grown = tree_size(path) - before
+            if grown > options.max_bytes or time.monotonic() > deadline:
+                break
+            time.sleep(WATCH_S)
+        code = run.proc.poll()
+        said = run.stderr()
+    if code is None:
+        _drop_partial(path)
+        raise _stopped(url, grown, options)
+    if code != 0:
+        raise failure(git, url, said)
+    grown = tree_size(path) - before
+    if grown > options.max_bytes:  # it ended between two looks: refused all the same
+        raise _stopped(url, grown, options)
+    return grown
+
+
+def _stopped(url: str, grown: int, options: MirrorOptions) -> GitError:
+    if grown > options.max_bytes:
+        return GitTooLargeError(
+            f"The fetch of {url} wrote {grown:,} bytes, more than the {options.max_bytes:,} it may; it was stopped."
+        )
+    return GitRemoteError(f"The fetch of {url} took longer than {options.timeout_s:g} s; it was stopped.")
+
+
+def _drop_partial(path: Path) -> None:
+    """Remove what a killed fetch left half-written: its temporary pack and index files."""
+    for leftover in (path / "objects" / "pack").glob("tmp_*"):
+        leftover.unlink(missing_ok=True)
+
+
+def tree_size(path: Path) -> int:
+    """The bytes of the regular files under ``path`` (a file vanishing meanwhile counts for nothing)."""
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
+AUTH_WORDS = ("Authentication failed", "could not read Username", "could not read Password", "returned error: 401")
+UNREACHABLE_WORDS = ("Could not resolve host", "Failed to connect", "Connection refused", "timed out", "too slow")
+
+
+def failure(git: Git, url: str, stderr: bytes) -> GitError:
+    """The error of a failed fetch, by what git said: refused credentials, an unreachable or wrong remote."""
+    said = git.failure(["fetch"], stderr)
+    text = stderr.decode(errors="replace")
+    host = ":".join(map(str, _endpoint(url)))
+    if any(words in text for words in AUTH_WORDS):
+        return GitAuthError(f"{host} refused the credentials for {url} (or none in the credentials file match it).")
+    if any(words in text for words in UNREACHABLE_WORDS):
+        return GitRemoteError(f"{host} could not be reached: {said}")
+    if "not found" in text or "returned error: 404" in text:
+        return GitRemoteError(f"{host} has no repository at {url}.")
+    if "returned error: 30" in text or "redirect" in text.lower():
+        return GitRemoteError(f"{host} redirected the fetch of {url}; a remote is fetched only at its own URL.")
+    return said
+
+
+def _commit_of(git: Git, path: Path, name: str) -> str | None:
+    """The commit ``name`` means in the mirror, or None."""
+    try:
+        out = git.run(["rev-parse", "--quiet", "--verify", "--end-of-options", f"{name}^{{commit}}"], path)
+    except GitError:
+        return None
+    return out.decode().strip() or None
+
+
+def _resolved(git: Git, path: Path, ref: str | None) -> str | None:
+    """``ref`` as a branch, then a tag, then a commit id (full or abbreviated); the remote's HEAD when None."""
+    if ref is None:
+        return _commit_of(git, path, HEAD_REF)
+    names = [ref] if ref.startswith("refs/") else [f"refs/heads/{ref}", f"refs/tags/{ref}"]
+    if _SHORT_ID.fullmatch(ref) or _FULL_ID.fullmatch(ref):
+        names.append(ref)
+    for name in names:
+        found = _commit_of(git, path, name)
+        if found is not None:
+            return found
+    return None
+
+
+def resolve_ref(git: Git, path: Path, ref: str | None) -> str:
+    """The commit id ``ref`` means in the mirror, or GitRefError naming it."""
+    found = _resolved(git, path, ref)
+    if found is None:
+        what = "The remote's HEAD names no commit" if ref is None else f"No branch, tag or commit {ref!r}"
+        raise GitRefError(f"{what} in the mirror (fetched just now, or at most a few seconds ago).")
+    return found
+
+
+def _mirror_git(path: Path) -> Git:
+    """The git of local work on a mirror made by ``mirror`` (``<data_dir>/git/mirrors/<key>``)."""
+    return Git(home(path.parent.parent.parent))
+
+
+def pin(path: Path, commit: str, session_id: str) -> str:
+    """Keep ``commit`` in the mirror at ``path`` for the session: a ref no fetch writes or prunes. Its name."""
+    name = _pin_name(session_id)
+    if not _FULL_ID.fullmatch(commit):
+        raise GitRefError(f"A pin takes a full commit id, not {commit[:80]!r}.")
+    _mirror_git(path).run(["update-ref", "--no-deref", name, commit], path)
+    return name
+
+
+def unpin(path: Path, session_id: str) -> None:
+    """Drop the session's pin (nothing happens when there is none): its commit may go at the next gc."""
+    _mirror_git(path).run(["update-ref", "--no-deref", "-d", _pin_name(session_id)], path)
+
+
+def _pin_name(session_id: str) -> str:
+    if not _SESSION_ID.fullmatch(session_id) or session_id.endswith((".", ".lock")) or ".." in session_id:
+        raise GitRefError(f"{session_id[:80]!r} cannot name a pin.")
+    return f"{PINS}{session_id}"
