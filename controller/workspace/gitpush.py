@@ -89,7 +89,7 @@ _GITMODULES_SHORT = re.compile(r"gi7eba~\d+|gitmod~\d+")
 
 
 @dataclass(frozen=True)
-class Entry:
+class CommitEntry:
     """A path the commit writes: its git mode (100644, 100755, 120000) and its blob."""
 
     path: str
@@ -106,7 +106,7 @@ class Built:
     commit: str
     tree: str
     base: str
-    written: tuple[Entry, ...]
+    written: tuple[CommitEntry, ...]
     removed: tuple[str, ...]
     left: tuple[Left, ...]
     held: tuple[Change, ...]
@@ -278,9 +278,9 @@ def _within(adding: list[Change], limit: int) -> None:
         raise GitTooLargeError(f"The session's files hold {total:,} bytes, more than the {limit:,} a commit may.")
 
 
-def _hash_all(git: Git, layer: Layer, mirror: Path, adding: list[Change]) -> tuple[list[Entry], list[Left]]:
+def _hash_all(git: Git, layer: Layer, mirror: Path, adding: list[Change]) -> tuple[list[CommitEntry], list[Left]]:
     """Each added file's or symlink's blob, written into the mirror from the layer's bytes; those unreadable."""
-    written: list[Entry] = []
+    written: list[CommitEntry] = []
     left: list[Left] = []
     upper = open_upper(layer)
     try:
@@ -297,12 +297,12 @@ def _hash_all(git: Git, layer: Layer, mirror: Path, adding: list[Change]) -> tup
 HASH = ["hash-object", "-w", "--no-filters", "--stdin"]
 
 
-def _hashed(git: Git, mirror: Path, upper: int, change: Change) -> Entry:
+def _hashed(git: Git, mirror: Path, upper: int, change: Change) -> CommitEntry:
     """The entry of one change: a symlink's target as its blob, or a file's bytes streamed from the upper layer."""
     if change.type == FileType.SYMLINK:
         target = os.fsencode(change.target or beneath.readlink(upper, change.path))
         blob = git.run(HASH, mirror, stdin=target)
-        return Entry(change.path, SYMLINK_MODE, blob.decode().strip())
+        return CommitEntry(change.path, SYMLINK_MODE, blob.decode().strip())
     held = change.previous_mode if change.previous == FileType.FILE else None
     mode = file_mode(applied_mode(change.mode, held))
     with (
@@ -315,7 +315,7 @@ def _hashed(git: Git, mirror: Path, upper: int, change: Change) -> Entry:
         said = run.stderr() if code != 0 else b""
     if code != 0 or expired.is_set() or not _FULL_ID.fullmatch(out.decode(errors="replace").strip()):
         raise git.failure(HASH, said)
-    return Entry(change.path, mode, out.decode().strip())
+    return CommitEntry(change.path, mode, out.decode().strip())
 
 
 @contextlib.contextmanager
@@ -337,7 +337,7 @@ def _remove(git: Git, mirror: Path, removed: list[str]) -> None:
         git.run(["update-index", "-z", "--index-info"], mirror, stdin=lines)
 
 
-def _add(git: Git, mirror: Path, written: list[Entry]) -> None:
+def _add(git: Git, mirror: Path, written: list[CommitEntry]) -> None:
     """Add each entry with ``--cacheinfo``, which refuses (and fails the whole run on) a name git must not hold."""
     batch: list[str] = []
     size = 0
@@ -352,7 +352,7 @@ def _add(git: Git, mirror: Path, written: list[Entry]) -> None:
         git.run(["update-index", "--add", *batch], mirror)
 
 
-def _verify(git: Git, mirror: Path, base: str, tree: str, written: list[Entry], removed: list[str]) -> None:
+def _verify(git: Git, mirror: Path, base: str, tree: str, written: list[CommitEntry], removed: list[str]) -> None:
     """Read the written tree back: it must be the base's, less ``removed``, with ``written``, and nothing else."""
     expected = _listing(git, mirror, base)
     for path in removed:
@@ -371,7 +371,8 @@ def _listing(git: Git, mirror: Path, tree: str) -> dict[str, tuple[str, str]]:
 
 def check_branch(git: Git, branch: str, prefix: str = DEFAULT_PREFIX) -> str:
     """``refs/heads/<branch>``, or GitPushRequestError before anything is sent: a control or invisible character,
-    a name outside ``prefix`` (or the prefix alone), or one ``git check-ref-format --branch`` refuses or rewrites."""
+    a name outside ``prefix`` (or the prefix alone), one ``git check-ref-format --branch`` refuses or rewrites, one
+    longer than 200 characters, or with a component ``@`` (which git's revision syntax reads as HEAD)."""
     shown = repr(branch[:80])
     if _hidden(branch):
         raise GitPushRequestError(f"The branch name {shown} holds a control or invisible character.")
@@ -381,7 +382,7 @@ def check_branch(git: Git, branch: str, prefix: str = DEFAULT_PREFIX) -> str:
         checked = git.run(["check-ref-format", "--branch", branch], git.home).decode().strip()
     except GitError:
         raise GitPushRequestError(f"The branch name {shown} is not one git takes (check-ref-format).") from None
-    if checked != branch or len(branch) > 200:
+    if checked != branch or len(branch) > 200 or "@" in branch.split("/"):  # a lone @ reads as HEAD
         raise GitPushRequestError(f"The branch name {shown} is not one git takes as it is.")
     return f"refs/heads/{branch}"
 
