@@ -148,7 +148,7 @@ def session_commit(
     plain = plain_apply(layer, force)
     removed, adding, left = _plan(plain.chosen)
     _within(adding, limit)
-    written, unreadable = _hash_all(git, layer, mirror, adding)
+    written, unreadable = _hash_all(git, layer, mirror, adding, limit)
     with _scratch(data_dir) as scratch:
         indexed = replace(git, variables=(("GIT_INDEX_FILE", str(scratch / "index")),))
         indexed.run(["read-tree", base], mirror)
@@ -278,15 +278,20 @@ def _within(adding: list[Change], limit: int) -> None:
         raise GitTooLargeError(f"The session's files hold {total:,} bytes, more than the {limit:,} a commit may.")
 
 
-def _hash_all(git: Git, layer: Layer, mirror: Path, adding: list[Change]) -> tuple[list[CommitEntry], list[Left]]:
-    """Each added file's or symlink's blob, written into the mirror from the layer's bytes; those unreadable."""
+def _hash_all(
+    git: Git, layer: Layer, mirror: Path, adding: list[Change], limit: int
+) -> tuple[list[CommitEntry], list[Left]]:
+    """Each added file's or symlink's blob, written into the mirror from the layer's bytes, within ``limit`` bytes
+    as the files are when opened (a file grown since the scan counts as it is now); those unreadable."""
     written: list[CommitEntry] = []
     left: list[Left] = []
     upper = open_upper(layer)
     try:
         for change in adding:
             try:
-                written.append(_hashed(git, mirror, upper, change))
+                entry, size = _hashed(git, mirror, upper, change, limit)
+                written.append(entry)
+                limit -= size
             except (OSError, UnsafePathError) as err:
                 left.append(Left(change, f"it could not be read ({type(err).__name__})"))
     finally:
@@ -297,25 +302,26 @@ def _hash_all(git: Git, layer: Layer, mirror: Path, adding: list[Change]) -> tup
 HASH = ["hash-object", "-w", "--no-filters", "--stdin"]
 
 
-def _hashed(git: Git, mirror: Path, upper: int, change: Change) -> CommitEntry:
-    """The entry of one change: a symlink's target as its blob, or a file's bytes streamed from the upper layer."""
+def _hashed(git: Git, mirror: Path, upper: int, change: Change, room: int) -> tuple[CommitEntry, int]:
+    """The entry of one change and the bytes it took: a symlink's target as its blob, or a file's bytes streamed
+    from the upper layer (GitTooLargeError when the file, as opened, is past ``room``)."""
     if change.type == FileType.SYMLINK:
         target = os.fsencode(change.target or beneath.readlink(upper, change.path))
         blob = git.run(HASH, mirror, stdin=target)
-        return CommitEntry(change.path, SYMLINK_MODE, blob.decode().strip())
+        return CommitEntry(change.path, SYMLINK_MODE, blob.decode().strip()), 0
     held = change.previous_mode if change.previous == FileType.FILE else None
     mode = file_mode(applied_mode(change.mode, held))
-    with (
-        beneath.reading(upper, change.path) as fd,
-        git.started(HASH, mirror, stdin=fd) as run,
-        run.deadline(TIMEOUT_S) as expired,
-    ):
-        out = run.read(100)
-        code = run.proc.wait()
-        said = run.stderr() if code != 0 else b""
+    with beneath.reading(upper, change.path) as fd:
+        size = os.fstat(fd).st_size
+        if size > room:
+            raise GitTooLargeError(f"The session's files grew past the {room:,} bytes a commit may still take.")
+        with git.started(HASH, mirror, stdin=fd) as run, run.deadline(TIMEOUT_S) as expired:
+            out = run.read(100)
+            code = run.proc.wait()
+            said = run.stderr() if code != 0 else b""
     if code != 0 or expired.is_set() or not _FULL_ID.fullmatch(out.decode(errors="replace").strip()):
         raise git.failure(HASH, said)
-    return CommitEntry(change.path, mode, out.decode().strip())
+    return CommitEntry(change.path, mode, out.decode().strip()), size
 
 
 @contextlib.contextmanager
@@ -429,7 +435,10 @@ def push(
         code = run.proc.wait()
         said = run.stderr()
     if expired.is_set():
-        raise GitRemoteError(f"The push of {branch} to {_host(url)} took longer than {options.timeout_s:g} s.")
+        raise GitRemoteError(
+            f"The push of {branch} to {_host(url)} took longer than {options.timeout_s:g} s and was stopped; the "
+            "remote may or may not have taken it (look at the branch there)."
+        )
     return _answer(git, url, branch, ref, commit, expected, code, out, said)
 
 

@@ -10,12 +10,18 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from controller.errors import GitAuthError, GitPushRejectedError, GitPushRequestError
+from controller.errors import (
+    GitAuthError,
+    GitPushRejectedError,
+    GitPushRequestError,
+    GitRefError,
+    GitTooLargeError,
+)
 from controller.workspace import gitmirror, gitpush, gittree
 from controller.workspace import layer as layers
 from controller.workspace.gitmirror import MirrorOptions
@@ -33,7 +39,8 @@ AGENT = (
     "rm -rf olddir; rm was-file; ln -s notes.txt was-file; mkdir -p .github/workflows; echo 'on: push' > "
     + WORKFLOW
     + "; mkdir empty; mkdir -p .GIT; echo x > .GIT/config; echo evil >> .git/config; ln -s notes.txt .gitmodules;"
-    "mkdir .git::stream; echo x > .git::stream/f"
+    "mkdir .git::stream; echo x > .git::stream/f; rm -rf dirfile; echo now a file > dirfile; rm filedir;"
+    "mkdir filedir; echo inside > filedir/a.txt"
 )
 
 
@@ -79,6 +86,8 @@ def _session(server: GitServer, base_dir: Path, script: str = AGENT) -> Session:
         "gone.txt": b"to be deleted\n",
         "olddir/a.txt": b"in a directory to be deleted\n",
         "was-file": b"a file, a symlink soon\n",
+        "dirfile/x.txt": b"a directory, a file soon\n",
+        "filedir": b"a file, a directory soon\n",
     }
     server.commit(NAME, files, "Files the session changes")
     data = base_dir / "data"
@@ -156,11 +165,31 @@ def test_a_session_is_pushed_as_a_branch_of_what_apply_writes(git_server: GitSer
     assert after["tool.sh"] == ("100755", before["tool.sh"][1])
     assert after["link-new"] == ("120000", b"inflection/__init__.py")
     assert after["was-file"] == ("120000", b"notes.txt")
+    assert after["dirfile"] == ("100644", b"now a file\n") and after["filedir/a.txt"] == ("100644", b"inside\n")
     for absent in ("gone.txt", "olddir/a.txt", WORKFLOW, ".GIT/config", "empty", ".gitmodules", ".git::stream/f"):
         assert absent not in after, absent
-    unchanged = set(before) - {"notes.txt", "tool.sh", "gone.txt", "olddir/a.txt", "was-file"}
+    changed = {
+        "notes.txt",
+        "tool.sh",
+        "was-file",
+        "new.bin",
+        "crlf.txt",
+        "lf.txt",
+        "link-new",
+        "dirfile",
+        "filedir/a.txt",
+    }
+    unchanged = set(before) - {
+        "notes.txt",
+        "tool.sh",
+        "gone.txt",
+        "olddir/a.txt",
+        "was-file",
+        "dirfile/x.txt",
+        "filedir",
+    }
     assert {p: after[p] for p in unchanged} == {p: before[p] for p in unchanged}
-    assert set(after) == unchanged | {"notes.txt", "tool.sh", "was-file", "new.bin", "crlf.txt", "lf.txt", "link-new"}
+    assert set(after) == unchanged | changed
     shown = _bytes(clone, "log", "-1", "--format=%P%n%an <%ae>%n%cn <%ce>%n%B", "cubicle/s1").decode()
     who = "Cubicle Agent <agent@cubicle.invalid>"
     assert shown == f"{session.base}\n{who}\n{who}\nThe agent's work\n\nIn detail.\n\n"
@@ -171,16 +200,8 @@ def test_a_session_is_pushed_as_a_branch_of_what_apply_writes(git_server: GitSer
     held = {c.path: c.disposition.value for c in built.held}
     assert held.get(".GIT/config") == "discarded" and held.get(".gitmodules") == "trusted", held
     assert "git refuses" in left[".git::stream/f"]
-    assert {e.path for e in built.written} == {
-        "notes.txt",
-        "new.bin",
-        "crlf.txt",
-        "lf.txt",
-        "tool.sh",
-        "link-new",
-        "was-file",
-    }
-    assert set(built.removed) == {"gone.txt", "olddir/a.txt"} and built.conflicts == ()
+    assert {e.path for e in built.written} == changed
+    assert set(built.removed) == {"gone.txt", "olddir/a.txt", "dirfile/x.txt", "filedir"} and built.conflicts == ()
     assert os.listdir(session.data / "git" / "tmp") == []  # the scratch index is gone
     _assert_password_only_in_credentials(session.data)
 
@@ -240,6 +261,17 @@ def test_a_branch_a_hook_declines_is_refused_and_nothing_is_lost(git_server: Git
     assert caught.value.reason == "refused" and "cubicle/protected" in str(caught.value)
     assert "hook declined" in str(caught.value)
     assert (session.layer.upper / "new.txt").read_bytes() == b"x\n"
+
+
+def test_a_commit_is_built_on_the_session_s_pin_and_within_its_bound(git_server: GitServer, base_dir: Path) -> None:
+    session = _session(git_server, base_dir, script="echo x > new.txt")
+    other = git_server.commit(NAME, {"later.txt": b"later\n"}, "Not the session's base")
+    gitmirror.mirror(session.data, session.url, "main", replace(session.options, fresh_s=0))
+    with pytest.raises(GitRefError, match="pin"):
+        gitpush.session_commit(session.layer, "s1", session.mirror, other, author=AUTHOR, message="m")
+    with pytest.raises(GitTooLargeError):
+        gitpush.session_commit(session.layer, "s1", session.mirror, session.base, author=AUTHOR, message="m", limit=1)
+    assert os.listdir(session.data / "git" / "tmp") == []
 
 
 def test_wrong_credentials_name_the_host_and_branch_and_leave_the_file(git_server: GitServer, base_dir: Path) -> None:
