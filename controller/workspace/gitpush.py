@@ -144,7 +144,7 @@ def session_commit(
     body = _message(message)
     data_dir = _data_dir(mirror)
     git = Git(home(data_dir))
-    _check_base(git, layer, session_id, mirror, base)
+    _check_base(layer, session_id, mirror, base)
     plain = plain_apply(layer, force)
     removed, adding, left = _plan(plain.chosen)
     _within(adding, limit)
@@ -212,7 +212,7 @@ def _data_dir(mirror: Path) -> Path:
     return mirror.parent.parent.parent
 
 
-def _check_base(git: Git, layer: Layer, session_id: str, mirror: Path, base: str) -> None:
+def _check_base(layer: Layer, session_id: str, mirror: Path, base: str) -> None:
     """Refuse a ``base`` that is not the session's pin or not the commit its checkout holds: the commit must hold
     what an apply writes onto *that* tree, or it would undo others' work."""
     if not _FULL_ID.fullmatch(base):
