@@ -46,7 +46,10 @@
             ├── GitAuthError(PermissionError)   a remote refused the credentials (the host is named, never a secret)
             ├── GitRefError(LookupError)        no branch, tag or commit of that name in the mirror
             ├── GitTooLargeError                a fetch or a tree past its size bound (the size is named)
-            └── GitTreeError                    a commit's tree holds a name that is unsafe on this host
+            ├── GitTreeError                    a commit's tree holds a name that is unsafe on this host
+            └── GitPushError                    a session's changes could not be pushed as a branch (nothing lost)
+                ├── GitPushRequestError(ValueError) a branch name or author refused before anything was sent
+                └── GitPushRejectedError         the remote refused the branch: it exists, moved, or a rule declined
 
 Each class carries ``hint``: what the person reading the error should do next. Conflicts of an apply or
 revert are values, not errors: the person reviewing decides what to do about each path, which
@@ -392,3 +395,41 @@ class GitTreeError(GitError):
     absolute path, a NUL): no checkout of it is made."""
 
     hint = "Choose a commit without that path; nothing of this commit was written."
+
+
+class GitPushError(GitError):
+    """A session's changes could not be pushed as a branch (``workspace.gitpush``); the session's layer is as it
+    was, so the push can be tried again, or the changes taken as a patch."""
+
+    hint = "The session's changes are kept; fix what the message names and push again, or take them as a patch."
+
+
+class GitPushRequestError(GitPushError, ValueError):
+    """A push asked for a branch name the controller refuses (malformed for git, outside the allowed prefix, with
+    a control character) or a commit author or message it will not write; nothing was sent to the remote."""
+
+    hint = "Name a branch under the allowed prefix (cubicle/ unless the operator set another), made of plain words."
+
+
+class GitPushRejectedError(GitPushError):
+    """The remote refused the branch (``reason``): ``exists`` (a push never overwrites a branch unless asked),
+    ``moved`` (it changed since the mirror fetched it, so a lease did not hold) or ``refused`` (a hook, a protected
+    branch, a rule of the server's). The message names the host and the branch, never a credential."""
+
+    REASONS = ("exists", "moved", "refused")
+
+    def __init__(self, message: str, reason: str, host: str, branch: str) -> None:
+        super().__init__(message, hint=_PUSH_HINTS.get(reason))
+        self.reason = reason
+        self.host = host
+        self.branch = branch
+
+    def __reduce__(self) -> tuple[type[GitPushRejectedError], tuple[str, str, str, str]]:
+        return type(self), (self.args[0], self.reason, self.host, self.branch)
+
+
+_PUSH_HINTS = {
+    "exists": "Push to a new branch name, or ask to replace this one (force with lease) if it is the session's own.",
+    "moved": "Someone pushed to the branch meanwhile: look at what they pushed before replacing it.",
+    "refused": "The remote's own rules declined the branch (protected, or a hook's check): push another name.",
+}

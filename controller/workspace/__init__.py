@@ -31,6 +31,7 @@ Modules, each one concern::
     gitcreds     the credential helper: answers get from a file in git's store format, never writes it
     gitmirror    a bare mirror per remote URL (flocked, bounded, address pinned), refs resolved, sessions' pins
     gittree      a commit's files as stored (no filter, hook or submodule) in a shared tree with a .git of its own
+    gitpush      a session's changes as one commit on its base (the patch's selection), pushed as a new branch
     manager      the layers of one data directory: pinned, reviewed, applied, rewound, discarded
 
 Typical life of a session::

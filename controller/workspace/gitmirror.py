@@ -123,7 +123,7 @@ def _endpoint(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or gitcreds.DEFAULT_PORTS[parts.scheme]
 
 
-def _git(data_dir: Path, url: str, options: MirrorOptions) -> Git:
+def remote_git(data_dir: Path, url: str, options: MirrorOptions) -> Git:
     """The git of a fetch of ``url``: our credential helper, the pinned address, no unpacking, stall bounds."""
     config: list[tuple[str, str]] = [
         ("transfer.unpackLimit", "1"),
@@ -195,7 +195,7 @@ def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOpti
     mirrors = data_dir / "git" / "mirrors"
     mirrors.mkdir(parents=True, exist_ok=True)
     path, asked = mirrors / key(url), time.time()
-    git = _git(data_dir, url, options)
+    git = remote_git(data_dir, url, options)
     with locked(mirrors / f"{key(url)}.lock", options.timeout_s):
         if not path.is_dir():
             received = _first_fetch(git, data_dir, path, url, options)
@@ -381,6 +381,11 @@ def pin(path: Path, commit: str, session_id: str) -> str:
 def unpin(path: Path, session_id: str) -> None:
     """Drop the session's pin (nothing happens when there is none): its commit may go at the next gc."""
     _mirror_git(path).run(["update-ref", "--no-deref", "-d", _pin_name(session_id)], path)
+
+
+def pinned(path: Path, session_id: str) -> str | None:
+    """The commit the session's pin keeps in the mirror at ``path``; None when the session has no pin."""
+    return _commit_of(_mirror_git(path), path, _pin_name(session_id))
 
 
 def _pin_name(session_id: str) -> str:

@@ -34,13 +34,13 @@ import hashlib
 import os
 import shlex
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import PatchTooLargeError, TooManyEntriesError, UnsafePathError
 from ..wire import inert
 from ..wire.changeset import HOW_TO_APPLY, Change, Conflict, FileType, Kind
-from . import beneath, textdiff
+from . import beneath, selection, textdiff
 from .apply import judged_here, selected
 from .changes import scan
 from .checkout import applied_mode
@@ -78,19 +78,39 @@ class Left:
     why: str
 
 
-def session_patch(layer: Layer, session_id: str, limit: int = MAX_PATCH_BYTES) -> bytes:
-    """The patch of what a plain apply of ``layer`` writes (see the module); PatchTooLargeError past ``limit``,
-    TooManyEntriesError for a layer past its ``names`` limit (never applied). Writes nothing."""
+@dataclass(frozen=True)
+class Plain:
+    """What a plain apply of a layer writes (``chosen``), what it holds back (``held``: trusted, ignored, build
+    inputs, unsafe, the environment's, anything under ``.git``, and what its preflight skips as unsafe) and what
+    its preflight would stop at (``conflicts``). The one selection the patch and a pushed commit (``gitpush``)
+    both carry, so neither holds anything a plain apply would not write."""
+
+    chosen: list[Change]
+    held: list[Change]
+    conflicts: list[Conflict]
+
+
+def plain_apply(layer: Layer, force: Collection[str] = ()) -> Plain:
+    """``Plain`` of ``layer``: apply's own ``selected`` then ``judged_here``, with ``force`` as ``cubicle apply
+    --force`` takes it (a trusted path taken by its exact name, a conflict under it overridden). Writes nothing;
+    TooManyEntriesError for a layer past its ``names`` limit (never applied)."""
     changes = scan(layer, with_diffs=False)
     if changes.truncated_at is not None:
         raise TooManyEntriesError(changes.truncated_at)
-    chosen, skipped = selected(layer, changes)
-    conflicts, unsafe = judged_here(layer, chosen)
+    force = selection.forced(force, changes)
+    chosen, skipped = selected(layer, changes, force=force)
+    conflicts, unsafe = judged_here(layer, chosen, force)
     stopped = {c.path for c in conflicts} | {c.path for c in unsafe}
-    chosen = [c for c in chosen if c.path not in stopped]
+    return Plain([c for c in chosen if c.path not in stopped], [*skipped, *unsafe], conflicts)
+
+
+def session_patch(layer: Layer, session_id: str, limit: int = MAX_PATCH_BYTES) -> bytes:
+    """The patch of what a plain apply of ``layer`` writes (see the module); PatchTooLargeError past ``limit``,
+    TooManyEntriesError for a layer past its ``names`` limit (never applied). Writes nothing."""
+    plain = plain_apply(layer)
     writer = _Writer(limit)
-    left = _write_all(layer, chosen, writer)
-    head = _comments(session_id, len(writer.files), [*skipped, *unsafe], left, conflicts)
+    left = _write_all(layer, plain.chosen, writer)
+    head = _comments(session_id, len(writer.files), plain.held, left, plain.conflicts)
     out = head.encode("utf-8") + b"".join(writer.removals) + b"".join(writer.writes)
     if len(out) > limit:
         raise PatchTooLargeError(len(out), limit)
@@ -120,11 +140,11 @@ class _Writer:
 def _write_all(layer: Layer, chosen: list[Change], writer: _Writer) -> list[Left]:
     """Each chosen change's diff into ``writer``; the changes left out, and why."""
     left: list[Left] = []
-    written = _Parents(chosen)
+    written = Parents(chosen)
     lower, upper = open_repo(layer), open_upper(layer)
     try:
         for change in chosen:
-            if FileType.DIR in (change.type, change.previous) and not _entries(change):
+            if FileType.DIR in (change.type, change.previous) and not has_entries(change):
                 why = written.directory(change)
                 if why:
                     left.append(Left(change, why))
@@ -150,8 +170,9 @@ def _write_all(layer: Layer, chosen: list[Change], writer: _Writer) -> list[Left
     return left
 
 
-def _entries(change: Change) -> bool:
-    """Whether ``change`` has a side that is a file or a symlink (a directory's side is no entry of a patch)."""
+def has_entries(change: Change) -> bool:
+    """Whether ``change`` has a side that is a file or a symlink (a directory's side is no entry of a patch or of
+    a git tree)."""
     sides = (
         change.previous if change.kind != Kind.ADDED else None,
         change.type if change.kind != Kind.DELETED else None,
@@ -159,21 +180,22 @@ def _entries(change: Change) -> bool:
     return any(side in (FileType.FILE, FileType.SYMLINK) for side in sides)
 
 
-class _Parents:
-    """The directories above the files and symlinks the patch removes, and above those it writes."""
+class Parents:
+    """The directories above the files and symlinks the patch (or a pushed commit) removes, and above those it
+    writes: git keeps no directory of its own, so a directory's change goes with its files or not at all."""
 
     def __init__(self, chosen: list[Change]) -> None:
-        entries = [c for c in chosen if _entries(c)]
+        entries = [c for c in chosen if has_entries(c)]
         self.removing = _ancestors(c.path for c in entries if c.kind == Kind.DELETED)
         self.making = _ancestors(c.path for c in entries if c.kind != Kind.DELETED)
 
     def directory(self, change: Change) -> str:
-        """Why a directory's change is left out; empty when ``git apply`` makes or removes it with its files."""
+        """Why a directory's change is left out; empty when git makes or removes it with its files."""
         if change.kind == Kind.DELETED:
-            return "" if change.path in self.removing else "an empty directory's removal: a patch has files only"
+            return "" if change.path in self.removing else "an empty directory's removal: git keeps files only"
         if change.previous != FileType.DIR and change.path in self.making:
             return ""
-        return "a directory's own change (its mode, or an empty directory): a patch has files only"
+        return "a directory's own change (its mode, or an empty directory): git keeps files only"
 
 
 def _ancestors(paths: Iterable[str]) -> set[str]:
@@ -194,13 +216,13 @@ def _sides(change: Change, lower: int, upper: int, limit: int) -> tuple[Side | N
             old = Side(SYMLINK_MODE, os.fsencode(beneath.readlink(lower, change.path)))
         elif held is not None:
             _within(held.st_size, limit)
-            old = Side(_file_mode(held.st_mode & 0o7777), _read(lower, change.path))
+            old = Side(file_mode(held.st_mode & 0o7777), _read(lower, change.path))
     if change.kind != Kind.DELETED and change.type == FileType.SYMLINK:
         new = Side(SYMLINK_MODE, os.fsencode(change.target or beneath.readlink(upper, change.path)))
     elif change.kind != Kind.DELETED and change.type == FileType.FILE:
         _within(change.size, limit)
         held_mode = change.previous_mode if change.previous == FileType.FILE else None
-        new = Side(_file_mode(applied_mode(change.mode, held_mode)), _read(upper, change.path))
+        new = Side(file_mode(applied_mode(change.mode, held_mode)), _read(upper, change.path))
     return old, new
 
 
@@ -217,7 +239,7 @@ def _read(root: int, rel: str) -> bytes:
         return b"".join(chunks)
 
 
-def _file_mode(mode: int) -> str:
+def file_mode(mode: int) -> str:
     """git's mode of a regular file: executable when the owner may run it."""
     return "100755" if mode & 0o100 else "100644"
 

@@ -137,18 +137,20 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 @dataclass(frozen=True)
 class Git:
     """How the controller runs git: the empty ``home``, config of the caller's (a credential helper, a pinned
-    address) given after ``HARDENING``, and the ``secrets`` no message may hold."""
+    address) given after ``HARDENING``, the ``secrets`` no message may hold, and ``variables`` of the caller's set
+    after the scrubbed environment (a temporary index, a commit's author: never a credential)."""
 
     home: Path
     config: tuple[tuple[str, str], ...] = ()
     secrets: tuple[str, ...] = ()
+    variables: tuple[tuple[str, str], ...] = ()
 
     def argv(self, args: Sequence[str]) -> list[str]:
         pairs = [f"{key}={value}" for key, value in (*HARDENING, *self.config)]
         return [GIT, *(arg for pair in pairs for arg in ("-c", pair)), *args]
 
     def env(self) -> dict[str, str]:
-        return scrubbed_env(os.environ, self.home)
+        return {**scrubbed_env(os.environ, self.home), **dict(self.variables)}
 
     def failure(self, args: Sequence[str], stderr: bytes, what: str = "") -> GitError:
         """The error of a failed command: which one, and git's last words, redacted."""
