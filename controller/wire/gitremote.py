@@ -72,8 +72,8 @@ _DEVIATIONS = frozenset("\u00df\u03c2")
 # ----------------------------------------------------------------------------- the URL
 
 
-class Remote(BaseModel):
-    """A git remote as ``parse_remote`` spells it; built from text (``Remote.model_validate(URL)``) or from these
+class GitRemote(BaseModel):
+    """A git remote as ``parse_remote`` spells it; built from text (``GitRemote.model_validate(URL)``) or from these
     fields, which are checked again by spelling them as a URL and parsing that."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -89,7 +89,7 @@ class Remote(BaseModel):
         return _fields(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _spelled_once(self) -> Remote:
+    def _spelled_once(self) -> GitRemote:
         """Fields given apart are held to the same rules as text: they must be what their own URL parses to."""
         if _fields(self.url) != self.model_dump():
             raise ValueError(f"{self.url!r} is not the normal spelling of this remote")
@@ -116,9 +116,9 @@ class Remote(BaseModel):
         return self.url
 
 
-def parse_remote(text: str) -> Remote:
-    """``text`` as a ``Remote``; a ``RemoteURLError`` naming the URL (without credentials) and what is wrong."""
-    return Remote.model_validate(_fields(text))
+def parse_remote(text: str) -> GitRemote:
+    """``text`` as a ``GitRemote``; a ``RemoteURLError`` naming the URL (without credentials) and what is wrong."""
+    return GitRemote.model_validate(_fields(text))
 
 
 def _fields(text: str) -> dict[str, Any]:
@@ -331,7 +331,7 @@ class RemotePattern(BaseModel):
     def wildcard(self) -> bool:
         return self.host.startswith("*.")
 
-    def matches(self, remote: Remote) -> bool:
+    def matches(self, remote: GitRemote) -> bool:
         """Whether ``remote`` is inside this pattern: its scheme, host, port and path each."""
         return (
             remote.scheme == self.scheme
@@ -340,7 +340,7 @@ class RemotePattern(BaseModel):
             and _glob(self.path[1:].split("/"), remote.path[1:].split("/"))
         )
 
-    def names(self, remote: Remote) -> bool:
+    def names(self, remote: GitRemote) -> bool:
         """Whether this pattern matches ``remote`` and names its host exactly: what lets a host at a private
         address in (a ``*`` never does, or one public name's subdomains could lead anywhere)."""
         return not self.wildcard and self.matches(remote)
@@ -405,7 +405,7 @@ class Admitted(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    remote: Remote
+    remote: GitRemote
     address: str = Field(description="The IP address checked; the fetch pins the host to it.")
 
     @property
@@ -432,7 +432,7 @@ def lookup(host: str, port: int) -> list[str]:
 
 
 def admit(
-    remote: Remote,
+    remote: GitRemote,
     patterns: Sequence[RemotePattern] | None,
     resolve: Resolver = lookup,
     *,
@@ -458,7 +458,7 @@ def admit(
     return Admitted(remote=remote, address=addresses[0])
 
 
-def _unlisted(remote: Remote, patterns: Sequence[RemotePattern]) -> str:
+def _unlisted(remote: GitRemote, patterns: Sequence[RemotePattern]) -> str:
     if not patterns:
         return (
             f"The remote {remote.url} is refused: this server fetches no remote (CUBICLE_GIT_REMOTES is empty), "
@@ -467,7 +467,7 @@ def _unlisted(remote: Remote, patterns: Sequence[RemotePattern]) -> str:
     return f"The remote {remote.url} is refused: it matches none of the server's CUBICLE_GIT_REMOTES patterns."
 
 
-def _addresses(remote: Remote, resolve: Resolver) -> list[str]:
+def _addresses(remote: GitRemote, resolve: Resolver) -> list[str]:
     """Every address ``remote``'s host resolves to, each once, in the resolver's order; an IP host is itself."""
     if remote.literal_ip:
         return [remote.host]
