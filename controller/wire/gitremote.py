@@ -176,6 +176,8 @@ def _refused_form(text: str) -> str:
         return "an http or https URL starts with two slashes after its scheme (https://HOST/PATH)"
     if _HELPER.match(text):
         return "git's remote-helper form (such as ext::) runs commands; only http and https remotes are fetched"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "it holds a space or a control character"
     head = text.split("/", 1)[0]
     if ":" in head and not text.startswith((".", "~")):
         return "scp-like ssh syntax (host:path) is not fetched; use the repository's https URL"
