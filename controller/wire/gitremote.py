@@ -376,7 +376,7 @@ def _pattern_fields(text: str) -> dict[str, Any]:
             raise _Wrong("** stands alone as a whole path segment, at most once")
         return {"scheme": scheme, "host": host, "port": port, "path": glob}
     except _Wrong as err:
-        raise ValueError(f"The remote pattern {_shown(text)} is refused: {err}.") from None
+        raise ValueError(f"The remote pattern {_shown(text)} is refused: {err}") from None
 
 
 def _domain(host: str) -> str:
