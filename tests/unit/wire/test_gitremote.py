@@ -9,6 +9,8 @@ import socket
 from collections.abc import Callable, Iterable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.errors import ForbiddenRepoError, RemoteRefusedError, RemoteURLError, RepoError
@@ -499,3 +501,60 @@ def test_a_resolver_answer_that_is_no_address_is_refused() -> None:
 
 def test_the_system_resolver_answers_an_address_as_itself() -> None:
     assert lookup("127.0.0.1", 80) == ["127.0.0.1"]  # a numeric host: getaddrinfo asks no server
+
+
+URL_PARTS = st.sampled_from(
+    [
+        "http",
+        "https",
+        "HTTP",
+        "file",
+        "ssh",
+        "ext:",
+        ":",
+        "//",
+        "/",
+        "@",
+        ".",
+        "..",
+        "%2e",
+        "%2f",
+        "%5c",
+        "%41",
+        "%",
+        "?",
+        "#",
+        "[",
+        "]",
+        "::1",
+        "127",
+        "0x7f",
+        "1",
+        "a",
+        "git.example.com",
+        "xn--bcher-kva",
+        "ü",
+        "\uff0e",
+        "\\",
+        " ",
+        "\x00",
+        ";",
+        "*",
+        "-",
+        "8080",
+    ]
+)  # fmt: skip - the pieces URLs are made of
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(URL_PARTS, max_size=14).map("".join))
+def test_whatever_parses_has_one_spelling_that_carries_nothing_refused(text: str) -> None:
+    try:
+        remote = parse_remote(text)
+    except RemoteURLError:
+        return
+    assert parse_remote(remote.url) == remote and parse_remote(remote.url).url == remote.url
+    after_scheme = remote.url.split("://", 1)[1]
+    assert "@" not in after_scheme.split("/", 1)[0] and not any(c in remote.url for c in "?#\\ \x00")
+    assert all(segment not in (".", "..", "") for segment in remote.path[1:].split("/"))
+    assert remote.url.isascii() and "%2F" not in remote.url.upper() and "%2E" not in remote.url.upper()
