@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .wire.gitremote import RemotePattern
 from .wire.limits import Limits
 from .wire.network import MAX_HOSTS, OPEN, HostPattern, NetworkPolicy, Outside, parse_host
 from .wire.policies import ContextPolicy
@@ -31,6 +32,9 @@ DEFAULT_MODEL = "claude-sonnet-4-5"
 DEFAULT_IMAGE = "cubicle-sandbox:latest"
 DEFAULT_PROXY_IMAGE = "cubicle-proxy:latest"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+DEFAULT_GIT_AUTHOR = "Cubicle <cubicle@localhost>"
+DEFAULT_GIT_OWNER = "1000:1000"
+MAX_GIT_REMOTES = 256
 SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
@@ -69,6 +73,65 @@ class KubernetesBackendConfig(BaseModel):
     kind: Literal["kubernetes"]
     namespace: str = Field("cubicle-sandboxes", description="The namespace the sandbox Pods go in.")
     context: str | None = Field(None, description="The kubeconfig context to use; the current one if unset.")
+
+
+_AUTHOR = re.compile(r"(?P<name>[^<>]*?)\s*<(?P<email>[^<>]*)>")
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock/")
+
+
+class GitAuthor(BaseModel):
+    """Who the commits Cubicle makes on a session's branch name as author and committer: written ``Name <email>``.
+    Either goes into a commit object's header line, so neither may hold a newline, another control character or
+    an angle bracket (git's own delimiters)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    email: str = Field(min_length=3, max_length=254)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        match = _AUTHOR.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"{value!r} is not written Name <email>, e.g. {DEFAULT_GIT_AUTHOR}")
+        return match.groupdict()
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not value.strip() or any(c in "<>" or not c.isprintable() for c in value):
+            raise ValueError(f"{value!r}: a name of printable characters, without < or >")
+        return value
+
+    @field_validator("email")
+    @classmethod
+    def _plain_email(cls, value: str) -> str:
+        local, at, domain = value.partition("@")
+        if not (local and at and domain) or any(
+            c in "<>@" or c.isspace() or not c.isprintable() for c in local + domain
+        ):
+            raise ValueError(f"{value!r} is not an email address (user@domain, no spaces or angle brackets)")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+
+def branch_prefix(value: str) -> str:
+    """``value`` when every branch named with it is a valid git branch (``git check-ref-format``'s rules, with room
+    for the name after it); a ValueError saying which rule it breaks otherwise."""
+    name = value + "x"
+    if not value or len(value) > 100 or value.startswith(("/", "-", ".")):
+        raise ValueError(f"{value!r}: a branch prefix is 1 to 100 characters, not starting with /, - or .")
+    if _REF_FORBIDDEN.search(name):
+        raise ValueError(
+            f"{value!r} cannot start a git branch name: no spaces, control characters, ~ ^ : ? * [ \\, '..', '@{{', "
+            "'//', and no part starting with . or ending with .lock"
+        )
+    return value
 
 
 BackendConfig = Annotated[DockerBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
@@ -161,6 +224,62 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(None, description="Bearer token of the HTTP API.")
     repo_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Directories sessions may use."
+    )
+    git_remotes: Annotated[tuple[RemotePattern, ...], NoDecode] = Field(
+        (),
+        max_length=MAX_GIT_REMOTES,
+        description="The git remote URLs `cubicle serve` makes sessions on, as patterns: https://git.example.com/team/*, "
+        "https://*.example.com/*, http://127.0.0.1:8080/**. Scheme, host and port must match exactly (the scheme's "
+        "port when none is written); * in front of the host is one DNS label; in the path * and ? stay inside one "
+        "segment and a whole ** segment spans one or more. A host that resolves to a loopback, private or link-local "
+        "address is fetched only when a pattern names that host exactly, not through *. Empty: the server takes "
+        "paths under its repository roots only. A JSON list, or comma-separated.",
+    )
+    git_credentials: Path | None = Field(
+        None,
+        description="The file of credentials for git remotes, in git's credential-store format (one "
+        "https://USER:TOKEN@HOST[:PORT][/PATH] a line); read for each request to a remote, never written, and never "
+        "put in a URL, an argument or a log. Unset: remotes are fetched without credentials. An absolute path.",
+    )
+    git_branch_prefix: str = Field(
+        "cubicle/",
+        description="What the branches Cubicle makes for sessions on git remotes start with, so that none takes the "
+        "name of a branch of yours; the rest of the name is the session's.",
+    )
+    git_author: Annotated[GitAuthor, NoDecode] = Field(
+        DEFAULT_GIT_AUTHOR,  # the text form, validated: the reference shows it so
+        validate_default=True,
+        description="The author and committer of the commits Cubicle makes on a session's branch, written "
+        "Name <email>.",
+    )
+    git_max_bytes: int = Field(
+        2 << 30,
+        ge=1 << 20,
+        le=1 << 40,
+        description="Bytes one fetch of a git remote may write to the controller's disk (its objects and the "
+        "checkout); a larger repository is refused with its size named.",
+    )
+    git_owner: Annotated[tuple[int, int], NoDecode] = Field(
+        DEFAULT_GIT_OWNER,  # the text form, validated: the reference shows it so
+        validate_default=True,
+        description="The uid:gid that owns the checkouts the controller makes of git remotes: the sandbox's "
+        "commands run as it, as they run as a local checkout's owner. Never root (0), whose repositories are refused.",
+    )
+    git_allow_builds: bool = Field(
+        False,
+        description="Whether a session on a git remote may build an image from the repository's own Dockerfile (its "
+        "environment definition's or devcontainer's). Off: never, since that Dockerfile comes from outside and runs "
+        "on this host's engine, with the setup network, while the image builds.",
+    )
+    git_connect_timeout_s: float = Field(
+        30, ge=1, le=600, description="Seconds a git remote has to accept the controller's connection."
+    )
+    git_timeout_s: float = Field(
+        600,
+        ge=10,
+        le=86400,
+        description="Seconds one fetch from a git remote may take in all before it is stopped (nothing it wrote is "
+        "kept).",
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     database_url: SecretStr | None = Field(
@@ -268,11 +387,52 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `cubicle serve` binds.")
     port: int = Field(8750, ge=1, le=65535, description="Port `cubicle serve` binds.")
 
-    @field_validator("api_key", "base_url", "api_token", "ca_bundle", "database_url", mode="before")
+    @field_validator("api_key", "base_url", "api_token", "ca_bundle", "database_url", "git_credentials", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty variable (as compose passes an unset one) means unset."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("git_remotes", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: Any) -> Any:
+        """A JSON list or comma-separated patterns; each is read by ``RemotePattern`` (a comma in a pattern needs
+        the JSON form)."""
+        return cls._split_roots(value)
+
+    @field_validator("git_credentials")
+    @classmethod
+    def _absolute_credentials(cls, value: Path | None) -> Path | None:
+        """An absolute path (``~`` expanded): the file is read by a helper git runs elsewhere than here."""
+        if value is None:
+            return None
+        path = value.expanduser()
+        if not path.is_absolute():
+            raise ValueError(f"{str(value)!r} is not an absolute path to the credentials file")
+        return path
+
+    @field_validator("git_branch_prefix")
+    @classmethod
+    def _branch_prefix(cls, value: str) -> str:
+        return branch_prefix(value)
+
+    @field_validator("git_owner", mode="before")
+    @classmethod
+    def _uid_gid(cls, value: Any) -> Any:
+        """``uid:gid``, both numbers above 0 (root's repositories are refused, and so is running commands as root)."""
+        if isinstance(value, str):
+            uid, colon, gid = value.strip().partition(":")
+            if not (colon and uid.isascii() and uid.isdigit() and gid.isascii() and gid.isdigit()):
+                raise ValueError(f"{value!r} is not written uid:gid, e.g. {DEFAULT_GIT_OWNER}")
+            return (int(uid), int(gid))
+        return value
+
+    @field_validator("git_owner")
+    @classmethod
+    def _not_root(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if not all(0 < n < (1 << 32) - 1 for n in value):
+            raise ValueError(f"{value[0]}:{value[1]}: uid and gid are from 1 to 4294967294 (never root's 0)")
+        return value
 
     @field_validator("retention_s", mode="before")
     @classmethod

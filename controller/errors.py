@@ -14,9 +14,11 @@
     │   └── ApplyConflictError              the checkout changed under paths an apply or revert would write
     ├── CapacityError                      too many sessions at once
     ├── RepoError(ValueError)              a repo path that is malformed or does not exist
-    │   └── DefinitionError                 the repo's environment definition is invalid or unsafe
+    │   ├── DefinitionError                 the repo's environment definition is invalid or unsafe
+    │   └── RemoteURLError                  a git remote URL Cubicle never takes (scheme, spelling), or no such host
     ├── ForbiddenRepoError(PermissionError) a repo outside the allowed roots, or a system path
-    │   └── ImageNotAllowedError            an image the server does not allow, or a build the repo does not ask
+    │   ├── ImageNotAllowedError            an image the server does not allow, or a build the repo does not ask
+    │   └── RemoteRefusedError              a git remote outside CUBICLE_GIT_REMOTES, or at a private address
     ├── RefusedError                       the API's guards turned a request away (401, 403) before any route
     ├── ModelError                         the model API failed after retries
     │   └── ContextOverflowError            the prompt is larger than the model's context window
@@ -159,6 +161,17 @@ class DefinitionError(RepoError):
     hint = "Fix the file named above (see docs/guides/environments.md), or run `cubicle env show` to check it."
 
 
+class RemoteURLError(RepoError):
+    """A git remote URL that no setting makes acceptable: a scheme other than http(s), credentials in it, a spelling
+    that parsers read differently (dot-segments, encoded slashes, numeric hosts), or a host that does not resolve.
+    The message shows the URL without its credentials."""
+
+    hint = (
+        "Write it as https://HOST[:PORT]/PATH, with no query or fragment; credentials go in the server's "
+        "credentials file (CUBICLE_GIT_CREDENTIALS), never in the URL."
+    )
+
+
 class ForbiddenRepoError(CubicleError, PermissionError):
     """The repository path is not one a session may use."""
 
@@ -167,6 +180,16 @@ class ImageNotAllowedError(ForbiddenRepoError):
     """A request named an image this server does not allow, or asked to build something the repository does not."""
 
     hint = "Use the repository's own environment, or ask the operator to add the image to CUBICLE_ALLOWED_IMAGES."
+
+
+class RemoteRefusedError(ForbiddenRepoError):
+    """A well-formed git remote this controller does not fetch: it matches no pattern of ``CUBICLE_GIT_REMOTES``, or
+    its host resolves to a loopback, private or otherwise special address that no pattern names exactly."""
+
+    hint = (
+        "Ask the operator to add a pattern for it to CUBICLE_GIT_REMOTES; a host at a private address is reached "
+        "only when a pattern names that host exactly (no *)."
+    )
 
 
 class RefusedError(CubicleError):

@@ -26,7 +26,7 @@ LIMIT_FLAGS = {
     "network": "--network",
 }
 """The ``cubicle run`` flag that sets each limit."""
-SECRET_SETTINGS = {"api_key", "api_token"}
+SECRET_SETTINGS = {"api_key", "api_token", "git_remotes"}  # a pattern may carry a token by mistake
 WRONG = {
     "greater_than": "is too small",
     "greater_than_equal": "is too small",

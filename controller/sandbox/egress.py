@@ -36,7 +36,7 @@ from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Ulimit
 
 from ..errors import SandboxError
-from ..wire.network import DEFAULT_PORTS, HostPattern, NetworkPolicy, Outside
+from ..wire.network import DEFAULT_PORTS, SPECIAL, HostPattern, NetworkPolicy, Outside
 from . import images
 
 PROXY_PIDS = 64
@@ -54,45 +54,6 @@ NO_PROXY = "localhost,127.0.0.1"
 ERRORS = "/usr/share/cubicle-proxy/errors"
 """Where the proxy image keeps squid's error pages and Cubicle's refusals (``proxy_image/errors``)."""
 
-SPECIAL = (
-    # IPv4: this network, private, shared (CGNAT), loopback, link-local (metadata services),
-    # IETF protocol assignments, documentation, 6to4 relay, benchmarking, multicast, reserved, broadcast
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.0.0.0/24",
-    "192.0.2.0/24",
-    "192.31.196.0/24",
-    "192.52.193.0/24",
-    "192.88.99.0/24",
-    "192.168.0.0/16",
-    "192.175.48.0/24",
-    "198.18.0.0/15",
-    "198.51.100.0/24",
-    "203.0.113.0/24",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-    # IPv6: unspecified, loopback and IPv4-compatible, NAT64, discard, IETF protocol assignments (Teredo among them),
-    # documentation, 6to4, segment routing, unique local, link-local, site-local, multicast.
-    # Not ::ffff:0:0/96: squid keeps every IPv4 address in that form, so the IPv4 list covers it.
-    "::/96",
-    "64:ff9b::/96",
-    "64:ff9b:1::/48",
-    "100::/64",
-    "2001::/23",
-    "2001:db8::/32",
-    "2002::/16",
-    "3fff::/20",
-    "5f00::/16",
-    "fc00::/7",
-    "fe80::/10",
-    "fec0::/10",
-    "ff00::/8",
-)
-"""Destinations a ``*.`` pattern never reaches: every address that is not plainly public, v4 and v6."""
 LOOPBACK = ("127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128")
 """The proxy's own loopback, which no entry reaches (a listed ``localhost`` would be the proxy, not the host)."""
 

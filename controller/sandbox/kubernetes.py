@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 from ..config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE
 from ..wire.limits import Limits
-from ..wire.network import NetworkPolicy
+from ..wire.network import SPECIAL, NetworkPolicy
 from ..workspace.layer import Layer, LayerInfo
 from .docker import WORKSPACE, container_options
-from .egress import PORT, RESOLV_CONF, ROLE, SPECIAL, Route, proxy_options, squid_config
+from .egress import PORT, RESOLV_CONF, ROLE, Route, proxy_options, squid_config
 from .owners import MANAGED, OWNER, SESSION
 
 Manifest = dict[str, Any]
@@ -514,7 +514,7 @@ def _dns_rule(cluster: Cluster) -> dict[str, Any]:
 
 
 def public_peers() -> list[dict[str, Any]]:
-    """Every address that is plainly public: the internet less ``egress.SPECIAL`` (private ranges, the metadata
+    """Every address that is plainly public: the internet less ``network.SPECIAL`` (private ranges, the metadata
     service, loopback...), in both families. Pod and Service addresses of a usual cluster fall in the exceptions."""
     v4 = [cidr for cidr in SPECIAL if ":" not in cidr]
     v6 = [cidr for cidr in SPECIAL if ":" in cidr]

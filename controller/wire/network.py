@@ -32,6 +32,59 @@ RANK: dict[str, int] = {"none": 0, "allow": 1, "open": 2}
 DEFAULT_PORTS = (80, 443)
 MAX_HOSTS = 64
 
+SPECIAL = (
+    # IPv4: this network, private, shared (CGNAT), loopback, link-local (metadata services),
+    # IETF protocol assignments, documentation, 6to4 relay, benchmarking, multicast, reserved, broadcast
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.31.196.0/24",
+    "192.52.193.0/24",
+    "192.88.99.0/24",
+    "192.168.0.0/16",
+    "192.175.48.0/24",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    # IPv6: unspecified, loopback and IPv4-compatible, NAT64, discard, IETF protocol assignments (Teredo among them),
+    # documentation, 6to4, segment routing, unique local, link-local, site-local, multicast.
+    # Not ::ffff:0:0/96: squid keeps every IPv4 address in that form, so the IPv4 list covers it.
+    "::/96",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "100::/64",
+    "2001::/23",
+    "2001:db8::/32",
+    "2002::/16",
+    "3fff::/20",
+    "5f00::/16",
+    "fc00::/7",
+    "fe80::/10",
+    "fec0::/10",
+    "ff00::/8",
+)
+"""Every address that is not plainly public, v4 and v6: what an allow policy's ``*.`` entry never reaches (the
+egress proxy's rule) and what a git remote reaches only when the operator names its host exactly (``gitremote``).
+Both judge addresses by this one list, so a range added here is refused by both."""
+_SPECIAL_NETWORKS = tuple(ipaddress.ip_network(cidr) for cidr in SPECIAL)
+
+
+def is_special(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether ``address`` lies in ``SPECIAL``. An IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is judged as the
+    IPv4 address it carries, as squid judges it: the list leaves that range out for that reason."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in _SPECIAL_NETWORKS)
+
+
 _LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _NAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*\.?$")
 _NUMERIC = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")

@@ -17,9 +17,9 @@ from controller.config import Settings
 from controller.errors import SandboxError
 from controller.sandbox import egress, owners
 from controller.sandbox.docker import container_options
-from controller.sandbox.egress import LOOPBACK, SPECIAL, Route, squid_config
+from controller.sandbox.egress import LOOPBACK, Route, squid_config
 from controller.wire.limits import Limits
-from controller.wire.network import OPEN, HostPattern, NetworkPolicy, parse
+from controller.wire.network import OPEN, SPECIAL, HostPattern, NetworkPolicy, is_special, parse
 from tests.sandbox_defaults import owned_dir
 
 SUBNET = "172.30.0.0/16"
@@ -140,9 +140,12 @@ def test_whatever_the_api_sends_the_configuration_keeps_its_shape(names: list[st
 
 
 def _covered(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    special = is_special(address)  # the git remotes' check, which must agree with the proxy's list
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped  # squid keeps IPv4 addresses in this form: the IPv4 list applies
-    return any(address in network for network in NETWORKS)
+    covered = any(address in network for network in NETWORKS)
+    assert special == covered, address
+    return covered
 
 
 @settings(max_examples=2000, deadline=None)

@@ -19,7 +19,7 @@ from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
 from controller.sandbox import kubernetes
 from controller.sandbox.docker import HOME, WORKSPACE, container_options
-from controller.sandbox.egress import PORT, PROXY_UID, ROLE, SPECIAL
+from controller.sandbox.egress import PORT, PROXY_UID, ROLE
 from controller.sandbox.images import SANDBOX
 from controller.sandbox.kubernetes import (
     CheckoutCopy,
@@ -33,7 +33,7 @@ from controller.sandbox.kubernetes import (
 )
 from controller.sandbox.owners import SESSION
 from controller.wire.limits import Limits
-from controller.wire.network import NONE, OPEN, NetworkPolicy, parse
+from controller.wire.network import NONE, OPEN, SPECIAL, NetworkPolicy, parse
 from controller.workspace.layer import Layer, LayerInfo
 
 VERSIONS = ("1.33", "1.37")
