@@ -58,14 +58,15 @@ class Remotes:
             credentials=settings.git_credentials,
             resolve=(remote.host, remote.port, admitted.address),
             max_bytes=settings.git_max_bytes,
+            connect_timeout_s=settings.git_connect_timeout_s,
+            timeout_s=settings.git_timeout_s,
         )
         mirror = gitmirror.mirror(settings.data_dir, remote.url, asked.ref, options)
-        owner = (settings.git_owner.uid, settings.git_owner.gid)
         tree = gittree.checkout_tree(
             settings.data_dir,
             mirror.path,
             mirror.commit,
-            gittree.TreeOptions(owner=owner, max_bytes=settings.git_max_bytes),
+            gittree.TreeOptions(owner=settings.git_owner, max_bytes=settings.git_max_bytes),
         )
         source = Source(url=remote.url, ref=asked.ref, commit=mirror.commit)
         return Fetched(tree.path, source, tree.gitlinks, mirror.path)
