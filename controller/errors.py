@@ -4,7 +4,7 @@
     ├── ConfigError(ValueError)            bad settings, flags or missing API key
     ├── AuthError(PermissionError)         the API refused the bearer token (a client's 401)
     ├── InvalidRequestError(ValueError)    the API refused a request's body or query (a client's 422 or 413)
-    │   └── AmbiguousNameError              a name given reads as more than one change (a real and a printed one)
+    │   └── AmbiguousNameError              a name given reads as more than one change (a real and a printed one, look-alikes)
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── AnswerTooLargeError                a server's answer, or one of its events, past what the client reads
     ├── MalformedAnswerError               a server's answer, or one of its events, that is not what the API sends
@@ -97,7 +97,8 @@ class InvalidRequestError(CubicleError, ValueError):
 
 
 class AmbiguousNameError(InvalidRequestError):
-    """A given name reads as more than one change (a real name and another's printed one): nothing is done."""
+    """A given name reads as more than one change (a real name and another's printed one, or two names that look
+    alike: ``wire.lookalike``): nothing is done."""
 
     hint = (
         "Select the one you mean by its id (`cubicle apply ID --id CHANGE_ID`, the API's `ids`); "

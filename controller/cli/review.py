@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from ..wire import lookalike
 from ..wire.changeset import ApplyResult, Change, Conflict, Disposition, FileType, Kind
 from ..wire.events import ChangeSummary
 from ..wire.sessionrecord import Source
@@ -27,16 +28,29 @@ MAX_LISTED = 50
 """At most this many changed paths are listed after a run; ``cubicle changes`` lists them all."""
 MARKS = {Kind.ADDED: ("A", "green"), Kind.MODIFIED: ("M", "yellow"), Kind.DELETED: ("D", "red")}
 DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
+MAX_ALIKE = 3
+"""Look-alikes a change's row names; the rest are counted."""
 
 
-def path_text(path: str, style: str = "") -> Text:
-    """A path from the layer, shown inert and on one line: a newline or tab in a name is an escape, not a new row."""
+def path_text(path: str, style: str = "", strict: bool = False) -> Text:
+    """A path from the layer, shown inert and on one line: a newline or tab in a name is an escape, not a new row;
+    what a reader could not see (spaces at a name's ends, a name not in NFC) is spelled out (``lookalike``), and
+    with ``strict`` (a name that looks like another's) every character past ASCII is."""
+    return name_text(shown(path), style, strict)
+
+
+def name_text(printed: str, style: str = "", strict: bool = False) -> Text:
+    """``path_text`` of a name already printed (``shown``): a diff's header, say."""
     out = Text(style=style)
-    for part in _BREAKS.split(shown(path)):
-        if part in ("\n", "\t"):
-            out.append(terminal.escape(part), terminal.ESCAPE_STYLE)
-        else:
-            out.append_text(terminal.safe_text(part))
+    for piece, made in lookalike.parts(printed, strict):
+        if made:
+            out.append(piece, terminal.ESCAPE_STYLE)
+            continue
+        for part in _BREAKS.split(piece):
+            if part in ("\n", "\t"):
+                out.append(terminal.escape(part), terminal.ESCAPE_STYLE)
+            else:
+                out.append_text(terminal.safe_text(part))
     return out
 
 
@@ -96,10 +110,11 @@ def counts(change: Change) -> tuple[int, int]:
     return one.lines_added, one.lines_removed
 
 
-def change_row(change: Change) -> Text:
-    """One line per path: its mark, the path, lines added and removed, and what it is when not a plain text file."""
+def change_row(change: Change, alike: list[str] | None = None) -> Text:
+    """One line per path: its mark, the path, lines added and removed, and what it is when not a plain text file;
+    when it looks like others (``alike``: ``lookalike.twins``), every name spelled out and how to pick this one."""
     mark, style = MARKS[change.kind]
-    row = Text.assemble(("  " + mark + " ", style), path_text(change.path))
+    row = Text.assemble(("  " + mark + " ", style), path_text(change.path, strict=bool(alike)))
     if change.renamed_from is not None:
         row.append(" (from ").append_text(path_text(change.renamed_from)).append(")")
     if change.target is not None:
@@ -116,7 +131,20 @@ def change_row(change: Change) -> Text:
         row.append(f"  held back: {change.disposition.value}", "yellow")
         if change.reason and change.disposition != Disposition.BUILD_INPUT:  # the summary line says why, once
             row.append(" (", "yellow").append_text(terminal.safe_text(change.reason, "yellow")).append(")", "yellow")
+    if alike:
+        row.append_text(looks_like(change, alike))
     return row
+
+
+def looks_like(change: Change, alike: list[str]) -> Text:
+    """The mark of a change whose name looks like others': which, spelled out, and the id that selects it (a name
+    would be refused)."""
+    mark = Text("  looks like ", "bold red")
+    for at, other in enumerate(alike[:MAX_ALIKE]):
+        mark.append(", " if at else "", "bold red").append_text(path_text(other, strict=True))
+    if len(alike) > MAX_ALIKE:
+        mark.append(f" and {len(alike) - MAX_ALIKE} more", "bold red")
+    return mark.append(f" (select it with --id {change.id})", "bold red")
 
 
 def mode_note(change: Change) -> str:
@@ -139,17 +167,23 @@ def change_list(changes: list[Change], limit: int | None = None) -> RenderableTy
     """The summary line, then one row per changed path (the first ``limit`` of them, the rest counted)."""
     rows = [summary_line(summarize(changes))]
     listed = changes if limit is None else changes[:limit]
-    rows.extend(change_row(change) for change in listed)
+    alike = lookalike.twins(change.path for change in changes)
+    rows.extend(change_row(change, alike.get(change.path)) for change in listed)
     if len(listed) < len(changes):
         rows.append(Text(f"  … and {plural(len(changes) - len(listed), 'more path')}", "dim"))
     return Group(*rows)
 
 
-def diff_view(change: Change) -> RenderableType:
-    """A change's unified diff, each line coloured by its first character, its content shown inert."""
-    head = Text.assemble(("── ", "dim"), path_text(change.path, "bold"), (f" ({change.kind.value})", "dim"))
+def diff_view(change: Change, alike: list[str] | None = None) -> RenderableType:
+    """A change's unified diff, each line coloured by its first character, its content shown inert; its names
+    spelled out as its row's are (``alike``: the names it looks like)."""
+    head = Text.assemble(
+        ("── ", "dim"), path_text(change.path, "bold", bool(alike)), (f" ({change.kind.value})", "dim")
+    )
     if change.disposition != Disposition.APPLY:  # its diff is shown, and it is not what a plain apply writes
         head.append(f"  held back: {change.disposition.value}", "yellow")
+    if alike:
+        head.append_text(looks_like(change, alike))
     if change.diff is None:
         if change.type.value != "file":  # a symlink's target is the agent's bytes too: one inert line
             target = Text.assemble(" → ", path_text(change.target)) if change.target else Text()
@@ -159,8 +193,10 @@ def diff_view(change: Change) -> RenderableType:
     lines = [head]
     for number, line in enumerate(change.diff.removesuffix("\n").split("\n")):
         # Only the first two lines name the files: a line of the file that starts with "++" is an added line.
-        style = "bold" if number < 2 else DIFF_STYLES.get(line[:1], "")
-        lines.append(terminal.safe_text(line, style))
+        if number < 2 and line[:4] in ("--- ", "+++ "):
+            lines.append(Text.assemble(line[:4], name_text(line[4:], strict=bool(alike)), style="bold"))
+            continue
+        lines.append(terminal.safe_text(line, "bold" if number < 2 else DIFF_STYLES.get(line[:1], "")))
     return Group(*lines)
 
 

@@ -130,6 +130,8 @@ def comment_of(o: ContinueOptions, listed: list[Change]) -> ReviewComment | None
     if given is None:
         return None
     meant = {(c.id, line): c for name, line in _readings(given) for c in _named(name, listed, by_id=o.on is None)}
+    if len(meant) == 1 and o.on is not None:
+        meant = _lookalikes(meant, listed)
     if len(meant) > 1:
         raise fail(_ambiguous_on(given, meant), EXIT_USAGE)
     if not meant:
@@ -162,11 +164,23 @@ def _named(name: str, listed: list[Change], by_id: bool) -> list[Change]:
     return [c for c in listed if (c.id == name if by_id else name in spellings(c))]
 
 
+def _lookalikes(
+    meant: dict[tuple[str, int | None], Change], listed: list[Change]
+) -> dict[tuple[str, int | None], Change]:
+    """The one change (and line) a name means, with every other change whose name looks like its
+    (``selection.lookalikes``), at that line: a comment on a look-alike is refused as one on a twin is."""
+    from ..workspace.selection import lookalikes
+
+    ((_, line), change), *_ = meant.items()
+    alike = [c for hits in lookalikes(change.path, listed).values() for c in hits]
+    return meant | {(c.id, line): c for c in alike}
+
+
 def _ambiguous_on(given: str, meant: dict[tuple[str, int | None], Change]) -> str:
     from .review import path_text
 
     readings = [
-        f"{path_text(c.path).plain}{'' if line is None else f' line {line}'} (--on-id {c.id}{'' if line is None else f':{line}'})"
+        f"{path_text(c.path, strict=True).plain}{'' if line is None else f' line {line}'} (--on-id {c.id}{'' if line is None else f':{line}'})"
         for (_, line), c in list(meant.items())[:6]
     ]
     return (

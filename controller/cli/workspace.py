@@ -102,6 +102,7 @@ def changes(
     server: ServerOpt = None,
 ) -> None:
     """Show what a session changed in its workspace layer; the checkout has none of it until applied."""
+    from ..wire import lookalike
     from ..workspace.manager import printable
     from . import patch, review
 
@@ -122,8 +123,9 @@ def changes(
         return
     out = terminal.console()
     out.print(review.change_list(found))
+    alike = lookalike.twins(change.path for change in found) if diff else {}
     for change in found if diff else ():
-        out.print(review.diff_view(change))
+        out.print(review.diff_view(change, alike.get(change.path)))
 
 
 def _print_patch(session_id: str, server: str | None, other_view: bool) -> None:
@@ -216,6 +218,7 @@ def as_selected(paths: list[str], listed: list[Change]) -> tuple[list[str] | Non
     for path in paths:
         one = _id_named(path, spelled)
         if one:
+            _unlike(path, one, spelled)
             ids.append(one)
         else:
             named.append(path)
@@ -231,6 +234,17 @@ def _id_named(path: str, spelled: list[tuple[Change, tuple[str, str, str]]]) -> 
         raise fail(_ambiguous(path, spelled, meant), EXIT_USAGE)
     exact = [c.id for c, forms in spelled if path in forms]
     return exact[0] if len(exact) == 1 and meant == {frozenset(exact)} else None
+
+
+def _unlike(path: str, chosen: str, spelled: list[tuple[Change, tuple[str, str, str]]]) -> None:
+    """Refuse ``path``, which names the change ``chosen`` (an id), when another change's name looks like its
+    (``selection.lookalikes``): the user may have reviewed that one, and only an id says which was meant."""
+    from ..workspace.selection import lookalikes
+
+    listed = [change for change, _ in spelled]
+    meant = lookalikes(next(c.path for c in listed if c.id == chosen), listed)
+    if len(meant) > 1:
+        raise fail(_ambiguous(path, spelled, {frozenset(c.id for hits in meant.values() for c in hits)}), EXIT_USAGE)
 
 
 def as_printed(name: str, listed: list[Change]) -> str:
@@ -262,8 +276,10 @@ def _at_or_under(name: str, given: str) -> bool:
 
 
 def _ambiguous(path: str, spelled: list[tuple[Change, tuple[str, str, str]]], meant: set[frozenset[str]]) -> str:
+    from ..wire.lookalike import spelled as spelled_out
+
     ids = sorted({i for group in meant for i in group})
-    names = {c.id: forms[1] for c, forms in spelled}
+    names = {c.id: spelled_out(forms[1], strict=True) for c, forms in spelled}
     listed = "; ".join(f"{terminal.safe(names[i])} (--id {i})" for i in ids[:6])
     return (
         f"{terminal.safe(path)} could mean different changes: {listed}{' …' if len(ids) > 6 else ''}. Nothing was "

@@ -135,7 +135,8 @@ def _judge_all(found: Changes, layer: Layer, upper: int, lower: int, setup: int 
     rules = load_rules(layer.baseline_file)
     nested = load_nested(layer.baseline_file)  # the repositories the checkout held at the session's start
     pointers = gitpointers.pointers(Path(layer.info.repo), nested=nested)  # as their git configs are now
-    reads = _Reads(gitpointers.Index(pointers), frozenset(map(gitpointers.fold, nested)))
+    linked = pipelines.through(Path(layer.info.repo), nested)  # the CI definitions its symlinks lead to
+    reads = _Reads(gitpointers.Index(pointers), frozenset(map(gitpointers.fold, nested)), linked)
     for change in found:
         if change.kind != Kind.DELETED and change.type == FileType.SYMLINK and change.target is None:
             change.target = beneath.readlink(upper, change.path)  # judged by it (the walk read most already)
@@ -597,6 +598,8 @@ class _Reads:
     """The paths the checkout's git configurations (its own and its nested repositories') point at."""
     nested: frozenset[str] = frozenset()
     """The nested repositories' folders, folded (``gitpointers.fold``): each has CI definitions of its own."""
+    ci: gitpointers.Index | None = None
+    """The CI definitions where the checkout's own symlinks lead (``pipelines.through``)."""
 
 
 def _judge(change: Change, rules: IgnoreRules, from_setup: bool, info: LayerInfo, reads: _Reads | None = None) -> None:
@@ -628,7 +631,7 @@ def _trusted_because(change: Change, info: LayerInfo, reads: _Reads | None) -> s
     elif pointer is not None:
         why = f"git runs files here ({pointer.why})"
     else:
-        pipeline = pipelines.why(change.path, is_dir, reads.nested if reads is not None else ())
+        pipeline = pipelines.why(change.path, is_dir, *((reads.nested, reads.ci) if reads is not None else ()))
         if pipeline is not None:
             return pipeline
         why = info.build.why(change.path, is_dir) or ""

@@ -186,11 +186,7 @@ class _Reading:
         """``value`` (relative to ``base``) as written, each symlink on its way, and where they lead: each of
         those that lies in the repository (a link turned elsewhere would lead git there)."""
         full = posixpath.normpath(posixpath.join(base, _expanded(value, self.home)))
-        links, real = _links_along(full)
-        for candidate, is_directory in [(full, directory), (real, directory), *((link, False) for link in links)]:
-            inside = _relative(self.repo, candidate)
-            if inside is not None:
-                self.found.append(Pointer(inside, is_directory, why))
+        self.found += followed(self.repo, full, directory, why)
 
     def command(self, command: str, why: str, cwd: str | None = None) -> None:
         """The paths a shell command names: every word that leads into the repository (after any ``cd DIR``),
@@ -225,6 +221,19 @@ class _Reading:
         self.add(word, cwd, False, why)
         if interpreted and "." not in posixpath.basename(word) and posixpath.dirname(word):
             self.add(posixpath.dirname(word), cwd, True, why)  # the interpreter picks the file there: all of it
+
+
+def followed(repo: str, full: str, directory: bool, why: str) -> list[Pointer]:
+    """``full`` (an absolute path, in ``repo``, real) as written, each symlink of the checkout on its way, and where
+    they lead: each of those that lies in the repository, as a pointer (a link turned elsewhere leads the reader
+    there, and an entry on the way that becomes a link would)."""
+    links, real = _links_along(full)
+    found = []
+    for candidate, is_directory in [(full, directory), (real, directory), *((link, False) for link in links)]:
+        inside = _relative(repo, candidate)
+        if inside is not None:
+            found.append(Pointer(inside, is_directory, why))
+    return found
 
 
 def _prefix_word(word: str) -> bool:

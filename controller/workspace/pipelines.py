@@ -9,15 +9,21 @@ Judged by name, at the session's folder's top (where the CI services look) and a
 in it (a submodule, a vendored clone: pushed, it runs its own CI), in any case as ``str.casefold`` reads it (a
 checkout on a case-insensitive disk writes ``.GitHub/Workflows`` where ``.github/workflows`` is), with the
 ancestors on the way covered when they are not directories (a symlink ``.github`` would lead the CI elsewhere).
+And judged where the checkout's own symlinks lead (``through``), as git's pointers are: with ``.github -> gh``
+committed, ``gh/workflows/new.yml`` is a workflow the CI runs, and with ``.gitlab-ci.yml -> ci/main.yml``,
+``ci/main.yml`` is GitLab's definition.
 Beyond them, on purpose: the scripts a definition calls (``run: ./scripts/deploy.sh``), and a definition at a path a project
 configured in its CI service's settings; those are reviewed as ordinary changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+import posixpath
+from collections.abc import Collection, Sequence
+from pathlib import Path
 
-from .gitpointers import Index, Pointer, fold
+from .gitpointers import MAX_NESTED, Index, Pointer, fold, followed
 
 DEFINITIONS: tuple[tuple[str, bool, str], ...] = (
     (".github/workflows", True, "GitHub Actions workflows"),
@@ -94,10 +100,27 @@ DEFINITIONS: tuple[tuple[str, bool, str], ...] = (
 INDEX = Index(tuple(Pointer(path, directory, why) for path, directory, why in DEFINITIONS))
 
 
-def why(path: str, is_dir: bool, repositories: Collection[str] = ()) -> str | None:
+def through(repo: Path, nested: Sequence[str] = ()) -> Index:
+    """The CI definitions as the checkout's own symlinks lead to them (read from the real checkout, blocking): for
+    each definition at the top and at the top of each ``nested`` repository that has a symlink on its way, where
+    the way ends and the links met. Empty when the checkout has no such link."""
+    real = os.path.realpath(repo)
+    found: list[Pointer] = []
+    for base in ("", *nested[:MAX_NESTED]):
+        for path, directory, what in DEFINITIONS:
+            full = posixpath.join(real, base, path)
+            lead = followed(real, full, directory, f"{what}, reached through the checkout's symlinks")
+            found += [p for p in lead if fold(p.path) != fold(posixpath.join(base, path))]
+    return Index(tuple(dict.fromkeys(found)))
+
+
+def why(path: str, is_dir: bool, repositories: Collection[str] = (), linked: Index | None = None) -> str | None:
     """Why ``path`` (relative to the session's folder) is a CI definition, or None when it is not one; at the
-    folder's top or at the top of one of the nested ``repositories`` (their paths, folded by ``fold``)."""
+    folder's top or at the top of one of the nested ``repositories`` (their paths, folded by ``fold``), or where
+    the checkout's symlinks lead one (``linked``: ``through``)."""
     found = _definition(fold(path), is_dir, repositories)
+    if found is None and linked is not None:
+        found = linked.covering(path, is_dir)
     if found is None:
         return None
     return (

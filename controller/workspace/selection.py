@@ -7,6 +7,12 @@ make one path's real name another's printed name (a file ``notes`` + byte 0xFF p
 is the real name of a directory the agent may make too). A name that reads as two different changes, or
 trees of changes, is therefore refused, naming both with their ids, and nothing is written. An id
 (``Change.id``, from the real path's bytes) always means one change: the viewer selects by it.
+
+Names that print alike to a person are refused the same way: a name that means one change (or folder) whose
+``lookalike.skeleton`` is another change's (``café.py`` composed and decomposed, ``build.sh`` and ``build.sh ``,
+``notes`` and ``n\\u043etes``) could be the one the user did not review, whichever spelling they typed; the refusal
+names each, spelled out (``lookalike.spelled``), with its id. An id is the deliberate choice, as for the twins.
+``--force`` names are the exception: a force permits what it names exactly and selects nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..errors import AmbiguousNameError, NotFoundError
+from ..wire import lookalike
 from ..wire.changeset import Change
 from .records import shown, unshown
 
@@ -27,6 +34,8 @@ def roots(given: Collection[str], changes: list[Change]) -> list[str]:
     found = []
     for name in given:
         root = _one_root(name, changes)
+        if root is not None:
+            _unlike(name, root, changes)
         if root is None:
             raise NotFoundError(
                 f"No change of this session is at {shown(name)!r}: nothing was written.",
@@ -67,7 +76,29 @@ def exactly(name: str, changes: list[Change]) -> Change | None:
     hits = [c for c in changes if c.path in readings]
     if len({c.path for c in hits}) > 1:
         raise _ambiguous(name, {c.path: [c] for c in hits})
+    if hits:
+        _unlike(name, hits[0].path, changes)
     return hits[0] if hits else None
+
+
+def _unlike(name: str, root: str, changes: list[Change]) -> None:
+    """Refuse ``name``, which means ``root`` (a change's path or a folder above changes), when another change's
+    path or folder looks like it: the user may have reviewed that one."""
+    meant = lookalikes(root, changes)
+    if len(meant) > 1:
+        raise _ambiguous(name, meant)
+
+
+def lookalikes(root: str, changes: list[Change]) -> dict[str, list[Change]]:
+    """``root`` (a change's path or a folder above changes) and each other path or folder, at its depth, of the
+    same ``lookalike.skeleton``, with the changes at or under each; ``root`` first."""
+    key, depth = lookalike.skeleton(root), root.count("/") + 1
+    meant: dict[str, list[Change]] = {root: []}
+    for change in changes:
+        prefix = "/".join(change.path.split("/")[:depth])
+        if prefix.count("/") + 1 == depth and lookalike.skeleton(prefix) == key:
+            meant.setdefault(prefix, []).append(change)
+    return meant
 
 
 def _readings(name: str) -> list[str]:
@@ -86,13 +117,13 @@ def _one_root(name: str, changes: list[Change]) -> str | None:
 
 
 def _ambiguous(name: str, meant: dict[str, list[Change]]) -> AmbiguousNameError:
+    """The refusal of ``name``, naming each change (or folder of changes) it could mean, spelled out in full."""
     described = []
     for reading, hits in list(meant.items())[:MAX_NAMED]:
         own = next((c for c in hits if c.path == reading), None)
+        printed = lookalike.spelled(shown(reading), strict=True)
         what = (
-            f"the {own.type.value} printed {shown(reading)!r} (id {own.id})"
-            if own
-            else (f"the directory printed {shown(reading)!r}")
+            f"the {own.type.value} printed {printed!r} (id {own.id})" if own else f"the directory printed {printed!r}"
         )
         below = len(hits) - (own is not None)
         described.append(what + (f", with {below} change(s) under it" if below else ""))

@@ -53,3 +53,12 @@ def test_a_name_or_id_of_no_change_is_refused_and_on_with_on_id_too() -> None:
     _refused(_on(on_id="0" * 32), listed)
     _refused(_on("made.txt", on_id=listed[0].id), listed)
     assert comment_of(_on(), listed) is None
+
+
+def test_a_comment_on_a_name_that_looks_like_another_is_refused_and_its_id_picks_it() -> None:
+    nfc, nfd = listed = _listed("caf\u00e9.py", "cafe\u0301.py")
+    _refused(_on("caf\u00e9.py:2"), listed)
+    _refused(_on("cafe\\u0301.py"), listed)  # the terminal's spelling still looks like the other to a reader
+    comment = comment_of(_on(on_id=f"{nfd.id}:2"), listed)
+    assert comment is not None and (comment.id, comment.line) == (nfd.id, 2)
+    assert (comment := comment_of(_on("caf\u00e9.py"), [nfc])) is not None and comment.id == nfc.id

