@@ -46,6 +46,8 @@ from .wire.bodies import (
     UNLISTED_APPLIED_HEADER,
     UNLISTED_HEADER,
     Health,
+    PushRequest,
+    PushResult,
     RemoteRepo,
     RepoList,
     Review,
@@ -199,6 +201,11 @@ class Routes:
     @staticmethod
     def revert(session_id: str, force: Iterable[str] = ()) -> Request[RevertResult]:
         return Request("POST", f"/v1/sessions/{session_id}/revert", _model(RevertResult), json={"force": list(force)})
+
+    @staticmethod
+    def push(session_id: str, asked: PushRequest) -> Request[PushResult]:
+        body = asked.model_dump(exclude_defaults=True)
+        return Request("POST", f"/v1/sessions/{session_id}/push", _model(PushResult), json=body)
 
     @staticmethod
     def discard(session_id: str) -> Request[SessionRecord]:
@@ -467,6 +474,11 @@ class Client:
     def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return self.send(ROUTES.revert(session_id, force))
 
+    def push(self, session_id: str, asked: PushRequest) -> PushResult:
+        """Push a remote session's changes to a new branch at its remote (``PushRequest``: branch, message, force,
+        force_with_lease)."""
+        return self.send(ROUTES.push(session_id, asked))
+
     def discard(self, session_id: str) -> SessionRecord:
         return self.send(ROUTES.discard(session_id))
 
@@ -605,6 +617,9 @@ class AsyncClient:
 
     async def revert(self, session_id: str, force: Iterable[str] = ()) -> RevertResult:
         return await self.send(ROUTES.revert(session_id, force))
+
+    async def push(self, session_id: str, asked: PushRequest) -> PushResult:
+        return await self.send(ROUTES.push(session_id, asked))
 
     async def discard(self, session_id: str) -> SessionRecord:
         return await self.send(ROUTES.discard(session_id))

@@ -22,7 +22,7 @@ from .app import EXIT_INFRA, EXIT_USAGE, fail
 if TYPE_CHECKING:  # what a remote command runs (the HTTP client, the wire's models) is imported inside it
     from ..agent.loop import TurnOutcome
     from ..client import AsyncClient, Client
-    from ..wire.bodies import RemoteRepo, ReviewComment
+    from ..wire.bodies import PushRequest, PushResult, RemoteRepo, ReviewComment
     from ..wire.changeset import ApplyResult, Change, Changes, Checkpoint, RevertResult
     from ..wire.envspec import EnvironmentRequest
     from ..wire.events import SessionFinished
@@ -209,6 +209,9 @@ class RemoteSessions:
 
     async def rewind(self, session_id: str, turn: int) -> SessionRecord:
         return self.client.rewind(session_id, turn)
+
+    async def push(self, session_id: str, asked: PushRequest) -> PushResult:
+        return self.client.push(session_id, asked)
 
     async def discard(self, session_id: str) -> SessionRecord:
         return self.client.discard(session_id)

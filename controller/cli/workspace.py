@@ -304,6 +304,54 @@ def revert(session_id: SessionArg, force: RevertForceOpt = None, server: ServerO
 
 
 @app.command()
+def push(
+    session_id: SessionArg,
+    branch: Annotated[
+        str, typer.Option("--branch", metavar="NAME", help="The branch to make at the remote (under cubicle/).")
+    ],
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", help="The commit's message (default: the task's first line).")
+    ] = None,
+    force: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--force",
+            metavar="PATH",
+            help="Include this held-back path (a CI definition, the environment's definition), by its exact path "
+            "(repeatable).",
+        ),
+    ] = None,
+    force_with_lease: Annotated[
+        bool,
+        typer.Option(
+            "--force-with-lease",
+            help="Replace the branch if it exists and still names what a fetch just found there.",
+        ),
+    ] = False,
+    server: ServerOpt = None,
+) -> None:
+    """Push the changes of a session on a git remote to a new branch there: one commit on the session's commit, of
+    what a plain apply would write, with the server's credentials (never the sandbox's)."""
+    from ..wire.bodies import PushRequest
+
+    asked = PushRequest(branch=branch, message=message, force=force or [], force_with_lease=force_with_lease)
+    result = _review(lambda s: s.push(session_id, asked), server)
+    out = terminal.console()
+    out.print(
+        Text.assemble(
+            ("pushed", "green"),
+            f" {result.written} path(s) as {result.commit[:12]} on ",
+            terminal.safe_text(result.branch, "bold"),
+            " at ",
+            terminal.safe_text(result.url),
+            f" ({result.status})",
+        )
+    )
+    for line in result.left:
+        out.print(Text.assemble("  left out: ", terminal.safe_text(line, "dim")))
+
+
+@app.command()
 def discard(session_id: SessionArg, server: ServerOpt = None) -> None:
     """Drop a session's workspace layer and checkpoints; what was applied stays in the checkout."""
     _review(lambda s: s.discard(session_id), server)

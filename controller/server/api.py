@@ -48,6 +48,8 @@ from ..wire.bodies import (
     ErrorBody,
     FollowUp,
     Health,
+    PushRequest,
+    PushResult,
     RemoteRepo,
     RepoList,
     RevertRequest,
@@ -336,6 +338,15 @@ async def revert_changes(session_id: str, sessions: SessionsDep, body: RevertReq
     """Restore the checkout, byte for byte, to how it was before the newest apply not yet reverted."""
     result = await sessions.layers.revert(session_id, (body or RevertRequest()).force)
     return result.model_copy(update={"reverted": [shown(p) for p in result.reverted]})
+
+
+@router.post("/sessions/{session_id}/push", response_model=PushResult)
+async def push_changes(session_id: str, body: PushRequest, sessions: SessionsDep) -> PushResult:
+    """Push the changes of a session on a git remote to a new branch there: one commit on the session's commit, of
+    what a plain apply would write (held-back paths only when named in ``force``), by the server's
+    CUBICLE_GIT_AUTHOR, with the server's credentials. An existing branch is replaced only with
+    ``force_with_lease`` (409 otherwise); a session on a local checkout is refused (422). The layer is kept."""
+    return await sessions.layers.push(session_id, body)
 
 
 @router.post("/sessions/{session_id}/discard", response_model=SessionRecord)

@@ -16,10 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 
 from ..errors import CubicleError, InvalidRequestError
+from ..wire.bodies import PushRequest, PushResult
 from ..wire.changeset import ApplyResult, Changes, Checkpoint, RevertResult
 from ..wire.events import MAX_LISTED_PATHS, DiscardedEvent, RevertedEvent, RewoundEvent
 from ..workspace.manager import Workspaces, apply_and_report, shown, summarize
 from .recorder import Recorder
+from .remotes import Remotes
 from .store import Row, Store
 
 log = logging.getLogger(__name__)
@@ -31,8 +33,11 @@ Quiesce = Callable[[str, str], AbstractAsyncContextManager[Recorder]]
 class LayerCommands:
     """What the API's and the CLI's review commands do to a session's layer (``Sessions.layers``)."""
 
-    def __init__(self, workspaces: Workspaces, store: Store, get: Callable[[str], Row], quiesce: Quiesce) -> None:
+    def __init__(
+        self, workspaces: Workspaces, store: Store, get: Callable[[str], Row], quiesce: Quiesce, remotes: Remotes
+    ) -> None:
         self.workspaces = workspaces
+        self.remotes = remotes
         self.store = store
         self.get = get
         """The session's record; NotFoundError if there is none."""
@@ -92,6 +97,18 @@ class LayerCommands:
                 )
             )
         return result
+
+    async def push(self, session_id: str, asked: PushRequest) -> PushResult:
+        """Push the changes of a session on a git remote to a new branch there (``Remotes.push``); the layer is
+        kept, and the push may be made again (to another branch, or with the lease)."""
+        record = self.get(session_id)
+        if record.source is None:
+            raise InvalidRequestError(
+                f"Session {session_id} works on a checkout of this machine: its changes are applied, not pushed.",
+                hint=f"Apply them (cubicle apply {session_id}), then commit and push from the checkout.",
+            )
+        async with self._quiesced(session_id, "push when the turn has ended"):
+            return await self.remotes.push(self.workspaces, session_id, record.source, record.task, asked)
 
     async def rewind(self, session_id: str, turn: int) -> Row:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""

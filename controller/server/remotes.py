@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
-from ..wire.bodies import RemoteRepo
-from ..wire.gitremote import admit, parse_remote
+from ..wire.bodies import PushRequest, PushResult, RemoteRepo
+from ..wire.changeset import Change, Disposition
+from ..wire.gitremote import Admitted, admit, parse_remote
 from ..wire.sessionrecord import Source
-from ..workspace import gitmirror, gittree
+from ..workspace import gitmirror, gitpush, gittree
+from ..workspace.gitpatch import printed
+from ..workspace.manager import Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +57,7 @@ class Remotes:
         settings = self.settings
         admitted = admit(parse_remote(asked.url), settings.git_remotes, listed_only=not typed)
         remote = admitted.remote
-        options = gitmirror.MirrorOptions(
-            credentials=settings.git_credentials,
-            resolve=(remote.host, remote.port, admitted.address),
-            max_bytes=settings.git_max_bytes,
-            connect_timeout_s=settings.git_connect_timeout_s,
-            timeout_s=settings.git_timeout_s,
-        )
-        mirror = gitmirror.mirror(settings.data_dir, remote.url, asked.ref, options)
+        mirror = gitmirror.mirror(settings.data_dir, remote.url, asked.ref, self._options(admitted))
         tree = gittree.checkout_tree(
             settings.data_dir,
             mirror.path,
@@ -71,7 +67,79 @@ class Remotes:
         source = Source(url=remote.url, ref=asked.ref, commit=mirror.commit)
         return Fetched(tree.path, source, tree.gitlinks, mirror.path)
 
+    def _options(self, admitted: Admitted) -> gitmirror.MirrorOptions:
+        """How git reaches the remote: the server's credentials (through our helper only), the address admitted
+        (pinned), the bounds."""
+        settings, remote = self.settings, admitted.remote
+        return gitmirror.MirrorOptions(
+            credentials=settings.git_credentials,
+            resolve=(remote.host, remote.port, admitted.address),
+            max_bytes=settings.git_max_bytes,
+            connect_timeout_s=settings.git_connect_timeout_s,
+            timeout_s=settings.git_timeout_s,
+        )
+
+    async def push(
+        self, workspaces: Workspaces, session_id: str, source: Source, task: str, asked: PushRequest
+    ) -> PushResult:
+        """The session's changes as one commit on its commit, pushed to ``asked.branch`` at its remote. The URL's
+        addresses are looked up again (a name may have moved since the session began): any special one is refused
+        unless ``CUBICLE_GIT_REMOTES`` names the host, and the push goes to the address checked."""
+        settings = self.settings
+        remote = parse_remote(source.url)
+        admitted = await asyncio.to_thread(admit, remote, settings.git_remotes, listed_only=False)
+        mirror = gitmirror.path_of(settings.data_dir, remote.url)
+        author = (settings.git_author.name, settings.git_author.email)
+        message = asked.message or _message(task, session_id)
+        built = await workspaces.in_thread(
+            workspaces.commit, session_id, mirror, source.commit, author, message, asked.force
+        )
+        pushed = await asyncio.to_thread(
+            gitpush.push,
+            settings.data_dir,
+            mirror,
+            remote.url,
+            built.commit,
+            asked.branch,
+            options=self._options(admitted),
+            force_with_lease=asked.force_with_lease,
+            prefix=settings.git_branch_prefix,
+        )
+        return PushResult(
+            url=pushed.url,
+            branch=pushed.branch,
+            commit=pushed.commit,
+            base=built.base,
+            status=pushed.status,
+            written=len(built.written) + len(built.removed),
+            left=_left(built),
+        )
+
     @staticmethod
     def pin(fetched: Fetched, session_id: str) -> None:
         """Keep the session's commit in its mirror until the session is discarded, whatever upstream does."""
         gitmirror.pin(fetched.mirror, fetched.source.commit, session_id)
+
+
+MAX_LEFT = 200
+"""Lines of what a push left out, at most, in its answer; the rest are counted in a last line."""
+
+
+def _message(task: str, session_id: str) -> str:
+    """A commit's message when the request gives none: the task's first line (shortened), then the session."""
+    first = (task.strip().splitlines() or ["Changes"])[0][:72]
+    return f"{first}\n\nMade by Cubicle, session {session_id}.\n"
+
+
+def _forced(change: Change) -> str:
+    return "; name it in force to push it" if change.disposition == Disposition.TRUSTED else ""
+
+
+def _left(built: gitpush.Built) -> list[str]:
+    """What the commit leaves out, one line each, names spelled as the review prints them."""
+    lines = [f"{printed(c.path)}: held back ({c.disposition.value}{_forced(c)})" for c in built.held]
+    lines += [f"{printed(c.path)}: changed in the checkout since the session saw it" for c in built.conflicts]
+    lines += [f"{printed(left.change.path)}: {left.why}" for left in built.left]
+    if len(lines) > MAX_LEFT:
+        lines = [*lines[:MAX_LEFT], f"... and {len(lines) - MAX_LEFT} more"]
+    return lines

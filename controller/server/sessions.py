@@ -122,8 +122,8 @@ class Sessions:
         self.admission = Admission(settings, self.workspaces, self._live, pids, ledger)
         self._settling: asyncio.Task[None] | None = None
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
-        self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced)
         self.remotes = Remotes(settings)
+        self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced, self.remotes)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
     # ------------------------------------------------------------------ lifecycle

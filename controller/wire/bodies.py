@@ -122,6 +122,49 @@ class ApplyRequest(BaseModel):
     )
 
 
+class PushRequest(BaseModel):
+    """Push a remote session's changes to its remote as a new branch: one commit on the session's commit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    branch: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The branch to make, under the server's CUBICLE_GIT_BRANCH_PREFIX (default cubicle/), "
+        "a name git takes.",
+    )
+    message: str | None = Field(
+        None, max_length=65_536, description="The commit's message; default: the session's first task, shortened."
+    )
+    force: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [],
+        max_length=10_000,
+        description="Held-back paths (CI definitions, the environment's definition, git's pointers) to include, "
+        "each by its exact path.",
+    )
+    force_with_lease: bool = Field(
+        False,
+        description="Replace the branch if it exists, as long as it still names what a fetch just found there; "
+        "without it an existing branch is never overwritten.",
+    )
+
+
+class PushResult(BaseModel):
+    """What a push made: the branch at the remote, the commit it names, and what the commit leaves out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="The remote, never with credentials.")
+    branch: str
+    commit: str
+    base: str = Field(description="The session's commit, the new commit's parent.")
+    status: Literal["created", "replaced", "unchanged"]
+    written: int = Field(description="Paths the commit writes or removes.")
+    left: list[str] = Field(
+        [], description="What it leaves out and why, one line each: held back, or what git cannot carry."
+    )
+
+
 class RevertRequest(BaseModel):
     """Undo the newest apply not yet reverted."""
 

@@ -10,6 +10,12 @@ from ..errors import (
     CubicleError,
     DatabaseUnavailableError,
     ForbiddenRepoError,
+    GitError,
+    GitPushRejectedError,
+    GitPushRequestError,
+    GitRefError,
+    GitTooLargeError,
+    GitTreeError,
     InvalidRequestError,
     ModelError,
     NotFoundError,
@@ -28,6 +34,14 @@ STATUSES: tuple[tuple[type[CubicleError], int, bool], ...] = (
     (TooManyEntriesError, 409, False),  # a layer past its names limit is never applied
     (PatchTooLargeError, 413, False),  # a session's patch past its bound: the client reads InvalidRequestError
     (ConflictError, 409, True),
+    # A git remote's session: what the request named (a ref, a branch) or what the remote holds cannot be taken (422),
+    # the branch exists or moved (409), or the remote failed (unreachable, credentials refused: 502, as a gateway).
+    (GitRefError, 422, False),
+    (GitTooLargeError, 422, False),
+    (GitTreeError, 422, False),
+    (GitPushRequestError, 422, False),
+    (GitPushRejectedError, 409, False),
+    (GitError, 502, False),
     (CapacityError, 429, True),
     (ForbiddenRepoError, 403, True),
     (RepoError, 400, True),

@@ -181,6 +181,11 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
+def path_of(data_dir: Path, url: str) -> Path:
+    """Where the mirror of ``url`` (normalised) is, made or not; its lock is beside it (``.lock``)."""
+    return data_dir / "git" / "mirrors" / key(url)
+
+
 def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> RemoteMirror:
     """The mirror of ``url`` under ``data_dir``, made or brought up to date, and ``ref`` (a branch, a tag, a full
     or abbreviated commit id; the remote's HEAD when None) resolved to a commit id in it.
@@ -192,11 +197,10 @@ def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOpti
     options = options or MirrorOptions()
     url = normalise(url)
     check_ref(ref)
-    mirrors = data_dir / "git" / "mirrors"
-    mirrors.mkdir(parents=True, exist_ok=True)
-    path, asked = mirrors / key(url), time.time()
+    path, asked = path_of(data_dir, url), time.time()
+    path.parent.mkdir(parents=True, exist_ok=True)
     git = remote_git(data_dir, url, options)
-    with locked(mirrors / f"{key(url)}.lock", options.timeout_s):
+    with locked(path.with_name(f"{path.name}.lock"), options.timeout_s):
         if not path.is_dir():
             received = _first_fetch(git, data_dir, path, url, options)
             return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)

@@ -413,7 +413,7 @@ def push(
     url = gitmirror.normalise(url)
     git = gitmirror.remote_git(data_dir, url, options)
     ref = check_branch(git, branch, prefix)
-    if mirror != data_dir / "git" / "mirrors" / gitmirror.key(url):
+    if mirror != gitmirror.path_of(data_dir, url):
         raise GitError(f"{mirror} is not the controller's mirror of {url}.")
     if not _FULL_ID.fullmatch(commit) or not _holds(git, mirror, commit):
         raise GitRefError(f"The mirror holds no commit {commit[:80]!r} to push.")
@@ -452,7 +452,7 @@ def _holds(git: Git, mirror: Path, commit: str) -> bool:
 
 def _fetched(git: Git, data_dir: Path, mirror: Path, url: str, ref: str, options: MirrorOptions) -> str:
     """What the remote's branch holds, as a fetch into the mirror (under its lock) finds it; empty when none."""
-    with gitmirror.locked(data_dir / "git" / "mirrors" / f"{gitmirror.key(url)}.lock", options.timeout_s):
+    with gitmirror.locked(mirror.with_name(f"{mirror.name}.lock"), options.timeout_s):
         gitmirror.fetch(git, mirror, url, options)
         try:
             return git.run(["rev-parse", "--quiet", "--verify", "--end-of-options", ref], mirror).decode().strip()

@@ -52,6 +52,7 @@ from . import checkpoints as checkpoint_files
 from .buildinputs import BuildInputs
 from .changes import MAX_LISTED
 from .gitpatch import session_patch
+from .gitpush import Built, session_commit
 from .layer import UNSAFE_IN_OPTIONS, DiskQuota, discard_dir, disk_image, layer_dir
 from .offload import Offload
 from .quota import Disks
@@ -445,6 +446,14 @@ class Workspaces:
         with self.using(session_id) as layer:
             return self._walk(session_patch, layer, session_id)
 
+    def commit(
+        self, session_id: str, mirror: Path, base: str, author: tuple[str, str], message: str, force: Collection[str]
+    ) -> Built:
+        """One commit on ``base`` in ``mirror`` of what a plain apply of the session's layer writes
+        (``workspace.gitpush``), made in a walk's child: it reads the layer's files whole."""
+        with self.using(session_id) as layer:
+            return self._walk(_committed, layer, session_id, mirror, base, author, message, tuple(force))
+
     def pending(self, session_id: str) -> int:
         """How many changes the layer holds (past its ``names`` limit: the limit, and more)."""
         with self.using(session_id) as layer:
@@ -660,3 +669,15 @@ async def apply_and_report(
             )
         )
     return result
+
+
+def _committed(
+    layer: Layer,
+    session_id: str,
+    mirror: Path,
+    base: str,
+    author: tuple[str, str],
+    message: str,
+    force: tuple[str, ...],
+) -> Built:
+    return session_commit(layer, session_id, mirror, base, author=author, message=message, force=force)
