@@ -9,9 +9,10 @@ Compressed answers are not asked for (``Accept-Encoding: identity``) and are ref
 may inflate to gigabytes before any count could see them.
 
 Bytes are not the only measure: 64 MiB of ``[{},{},…]`` are twenty million objects, gigabytes once built. So
-the values of an answer's JSON are counted before one is built (``loads``), at most ``MAX_VALUES``; and an
-answer that is not JSON, or not the API's model of it (``model``), is ``MalformedAnswerError`` naming the server,
-never a parser's or pydantic's own exception.
+the values of an answer's JSON are counted before one is built (``loads``), at most ``MAX_VALUES``, and so is how
+deep its arrays and objects nest, at most ``MAX_DEPTH`` (200 KB of ``[[[…]]]`` would take the parser past Python's
+recursion limit: a RecursionError, a traceback). An answer nested deeper, not JSON, or not the API's model of it
+(``model``), is ``MalformedAnswerError`` naming the server, never a parser's or pydantic's own exception.
 """
 
 from __future__ import annotations
@@ -38,27 +39,39 @@ MAX_EVENT_BYTES = 64 << 20
 MAX_VALUES = 1_500_000
 """The most JSON values (objects, arrays, strings, numbers...) the client builds from one answer or event: a
 listing of 50,000 changes holds 750,000 (15 a change); 1.5 million empty objects take about 100 MiB."""
+MAX_DEPTH = 100
+"""How deep the arrays and objects of one answer or event may nest: a tool's input nests at most 64 levels
+(``agent.model.MAX_INPUT_DEPTH``) inside an event's few. The parser, pydantic and the CLI's printing each recurse
+once a level, and Python's recursion limit (1,000) is far off."""
 IDENTITY = {"Accept-Encoding": "identity"}
 T = TypeVar("T")
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 """The rest of a JSON string after its opening quote, through its closing one."""
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def loads(data: bytes | str, url: str) -> Any:
-    """``data`` as JSON, its values counted before one is built: past ``MAX_VALUES``, AnswerTooLargeError; not
-    JSON (or not UTF-8), MalformedAnswerError. Both name the server."""
+    """``data`` as JSON, its values counted and its nesting measured before one is built: past ``MAX_VALUES``,
+    AnswerTooLargeError; past ``MAX_DEPTH``, or not JSON (or not UTF-8), MalformedAnswerError. Both name the
+    server."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as err:  # its message names the byte's position, never the answer's text
         raise MalformedAnswerError(f"The server at {url} sent an answer that is not UTF-8 ({err}).") from None
-    if not _within(text, MAX_VALUES):
+    excess = _excess(text, MAX_VALUES, MAX_DEPTH)
+    if excess == "values":
         raise AnswerTooLargeError(
             f"The server at {url} sent an answer of more than {MAX_VALUES:,} JSON values; the client builds no more, "
             "and nothing of it was used."
         )
+    if excess == "depth":
+        raise MalformedAnswerError(
+            f"The server at {url} sent an answer nested more than {MAX_DEPTH} levels deep, which the API never "
+            "sends; nothing of it was used."
+        )
     try:
         return json.loads(text)
-    except ValueError as err:  # a JSONDecodeError names a position, never the answer's text
+    except (ValueError, RecursionError) as err:  # a JSONDecodeError names a position, never the answer's text
         raise MalformedAnswerError(f"The server at {url} sent an answer that is not JSON ({err}).") from None
 
 
@@ -80,22 +93,42 @@ def model(read: Callable[[Any], T], value: Any, url: str) -> T:
         ) from None
 
 
-def _within(data: str, limit: int) -> bool:
-    """Whether ``data`` holds at most ``limit`` JSON values, counted without building one: each value but the
-    outermost follows a ``[``, ``{`` or ``,`` outside a string (an object's member its ``{`` or ``,``), so their
-    count bounds the values. Linear: every string is skipped once, from its opening quote to its closing one."""
-    count, strings, at = 1, 0, 0
+def _excess(data: str, limit: int, deepest: int) -> str:
+    """What ``data`` holds past the bounds, measured without building a value: ``"values"`` past ``limit`` JSON
+    values, ``"depth"`` nested past ``deepest``, else empty. Each value but the outermost follows a ``[``, ``{`` or
+    ``,`` outside a string (an object's member its ``{`` or ``,``), so their count bounds the values; the brackets
+    outside strings give the nesting, counted a stretch between strings at a time (walked only where it could go
+    past: ``_walked``). Linear: every string is skipped once, from its opening quote to its closing one."""
+    count, strings, depth, at = 1, 0, 0, 0
     while True:
         quote = data.find('"', at)
         end = len(data) if quote < 0 else quote
-        count += data.count(",", at, end) + data.count("[", at, end) + data.count("{", at, end)
+        opens = data.count("[", at, end) + data.count("{", at, end)
+        count += data.count(",", at, end) + opens
         strings += 1
         if count > limit or strings > 2 * limit + 2:  # a key and a value per member at most, in JSON
-            return False
+            return "values"
+        if depth + opens <= deepest:  # it cannot go past here: counted, not walked
+            depth = max(0, depth + opens - data.count("]", at, end) - data.count("}", at, end))
+        else:
+            depth = _walked(data, at, end, depth, deepest)
+            if depth > deepest:
+                return "depth"
         closed = _STRING_REST.match(data, quote + 1) if quote >= 0 else None
         if closed is None:  # the end, or a string never closed (not JSON: the parser says so)
-            return True
+            return ""
         at = closed.end()
+
+
+def _walked(data: str, at: int, end: int, depth: int, deepest: int) -> int:
+    """The nesting after ``data[at:end]`` (no string in it) entered at ``depth``, walked bracket by bracket (at most
+    ``limit`` openers: ``_excess`` counted them), or the first past ``deepest``. A closer below the top stops the
+    walk: a parser's value ends before it, and it refuses the rest unread."""
+    for bracket in _BRACKET.finditer(data, at, end):
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > deepest or depth < 0:
+            break
+    return max(0, depth)
 
 
 def announced(response: httpx.Response, url: str) -> None:

@@ -10,7 +10,9 @@ API's list), 429 ``CapacityError``, 502 ``ModelError``, 503 ``SandboxError``, 50
 (the server's own table, ``wire.statuses``); no answer at all is ``UnreachableError``, naming the URL.
 
 Every answer is read by streaming, within ``answers``' bounds (64 MiB a body, 64 MiB an event): past them,
-or for a compressed answer, ``AnswerTooLargeError`` names the server and nothing of the answer is used.
+or for a compressed answer, ``AnswerTooLargeError`` names the server and nothing of the answer is used. Every
+JSON a server sends (an answer, an error's body, an event) is parsed by ``answers.loads`` alone, which measures its
+values and nesting first.
 
 ``events`` follows a session's Server-Sent Events and survives dropped connections: it reconnects
 with ``Last-Event-ID`` set to the last event it yielded, so nothing is missed and nothing repeated,

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from controller.answers import MAX_ANSWER_BYTES, Events
-from controller.client import Client
-from controller.errors import AnswerTooLargeError, MalformedAnswerError
+from controller.answers import MAX_ANSWER_BYTES, MAX_DEPTH, Events, loads
+from controller.client import AsyncClient, Client
+from controller.errors import AnswerTooLargeError, MalformedAnswerError, NotFoundError
 from controller.wire.changeset import Change, FileType, Kind
-from tests.hostile_server import FakeServer, head, send_json
+from tests.hostile_server import FakeServer, head, send, send_json
 
 MiB = 1 << 20
 FLAT = 100 * MiB
@@ -292,3 +292,74 @@ def test_the_client_refuses_an_event_of_empty_objects_and_a_page_of_bad_records_
 def test_an_event_that_is_not_the_apis_is_a_clear_error_naming_the_server(hostile: str) -> None:
     with Client(hostile, "t") as client, pytest.raises(MalformedAnswerError, match=f"The server at {hostile} sent an"):
         list(client.events("s2"))
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+"""The red-team's 200 KB answer (issue 44): Python's parser recursed through it to a RecursionError, a traceback."""
+
+
+async def deep_event(writer: asyncio.StreamWriter) -> None:
+    writer.write(head("200 OK", "text/event-stream") + b"id: 1\ndata: " + DEEP + b"\n\n")
+    await writer.drain()
+
+
+async def deep_error(writer: asyncio.StreamWriter) -> None:
+    writer.write(head("404 Not Found", "application/json", f"Content-Length: {len(DEEP)}\r\n") + DEEP)
+    await writer.drain()
+
+
+@pytest.fixture
+def deep() -> Iterator[str]:
+    routes = {
+        "/v1/sessions/s1/changes": lambda writer: send(writer, "application/json", DEEP),
+        "/v1/sessions/s1/events": deep_event,
+        "/v1/sessions/gone": deep_error,
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+def test_the_cli_refuses_a_deeply_nested_listing_clearly(deep: str) -> None:
+    done = subprocess.run(
+        [str(CLI), "changes", "s1", "--server", deep],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"},
+        timeout=120,
+        check=False,
+    )
+    said = " ".join(done.stderr.split())
+    assert done.returncode != 0 and "Traceback" not in done.stderr and "RecursionError" not in said, said
+    assert f"The server at {deep} sent an answer nested more than {MAX_DEPTH} levels deep" in said, said
+
+
+def test_the_client_refuses_a_deeply_nested_answer_or_event_naming_the_server(deep: str) -> None:
+    nested = f"The server at {deep} sent an answer nested more than {MAX_DEPTH} levels deep"
+    with Client(deep, "t") as client:
+        with pytest.raises(MalformedAnswerError, match=nested):
+            client.changes("s1")
+        with pytest.raises(MalformedAnswerError, match=nested):
+            list(client.events("s1"))
+        with pytest.raises(NotFoundError):  # an error's body nested so deep is no detail: the status still says
+            client.get("gone")
+
+    async def asynchronously() -> None:
+        async with AsyncClient(deep, "t") as client:
+            with pytest.raises(MalformedAnswerError, match=nested):
+                await client.changes("s1")
+
+    asyncio.run(asynchronously())
+
+
+def test_nesting_is_measured_outside_strings_up_to_the_bound() -> None:
+    value = loads("[" * MAX_DEPTH + "]" * MAX_DEPTH, "http://x")
+    for _ in range(MAX_DEPTH - 1):
+        value = value[0]
+    assert value == []
+    assert loads('{"a": "' + "[" * 5000 + '"}', "http://x") == {"a": "[" * 5000}
+    for past in (
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        '{"a":' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1),
+    ):
+        with pytest.raises(MalformedAnswerError, match="nested more than"):
+            loads(past, "http://x")
