@@ -8,6 +8,13 @@ together, at most ``MAX_EVENT_BYTES``. Past either the client raises ``AnswerToo
 Compressed answers are not asked for (``Accept-Encoding: identity``) and are refused: a few kilobytes of gzip
 may inflate to gigabytes before any count could see them.
 
+Time is bounded too (``Deadlines``): httpx's timeout bounds each wait for the next bytes, not the whole read, so a
+server dripping a byte every few seconds would hold the client for ever. An answer's body must be whole within
+``ANSWER_S`` of its first byte, and an event of a stream within ``EVENT_S`` of its own (the quiet between events is
+the read timeout's, which the server's heartbeats keep from expiring). Each is checked as the bytes arrive, so a
+server that stops sending is caught by the read timeout instead: past either bound, ``AnswerTooSlowError`` naming
+the server.
+
 Bytes are not the only measure: 64 MiB of ``[{},{},…]`` are twenty million objects, gigabytes once built. So
 the values of an answer's JSON are counted before one is built (``loads``), at most ``MAX_VALUES``, and so is how
 deep its arrays and objects nest, at most ``MAX_DEPTH`` (200 KB of ``[[[…]]]`` would take the parser past Python's
@@ -19,14 +26,16 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import ServerSentEvent, SSEError
 from httpx_sse._decoders import SSEDecoder
 
-from .errors import AnswerTooLargeError, MalformedAnswerError
+from .errors import AnswerTooLargeError, AnswerTooSlowError, MalformedAnswerError
 
 MAX_ANSWER_BYTES = 64 << 20
 """The largest answer body the client reads. A real answer is far smaller: a listing of changes carries at most
@@ -43,6 +52,14 @@ MAX_DEPTH = 100
 """How deep the arrays and objects of one answer or event may nest: a tool's input nests at most 64 levels
 (``agent.model.MAX_INPUT_DEPTH``) inside an event's few. The parser, pydantic and the CLI's printing each recurse
 once a level, and Python's recursion limit (1,000) is far off."""
+ANSWER_S = 120.0
+"""Seconds an answer's body may take, from its first byte to its last: twice the client's default timeout. The
+largest real ones (a patch of at most 32 MiB, a listing of about 18 MiB at worst) arrive within it over a link of
+2.5 megabits per second or more; a slower link passes a longer one (``Deadlines``)."""
+EVENT_S = 120.0
+"""Seconds one event of a stream may take, from its first byte to the blank line that ends it: a server writes each
+event whole, so a real one takes the time its bytes take on the wire; eight times the server's default heartbeat
+interval (``sse_heartbeat_s``, 15 s), which is not an event's but the quiet between them."""
 IDENTITY = {"Accept-Encoding": "identity"}
 T = TypeVar("T")
 _STRING_REST = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -131,6 +148,34 @@ def _walked(data: str, at: int, end: int, depth: int, deepest: int) -> int:
     return max(0, depth)
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """How long the client reads one answer's body, and one event of a stream, before it gives up on the server."""
+
+    answer_s: float = ANSWER_S
+    event_s: float = EVENT_S
+
+
+DEADLINES = Deadlines()
+
+
+class Clock:
+    """A deadline for something a server sends, checked as its bytes arrive (``AnswerTooSlowError`` past it)."""
+
+    def __init__(self, url: str, seconds: float, what: str) -> None:
+        self.url = url
+        self.seconds = seconds
+        self.what = what
+        self.end = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise AnswerTooSlowError(
+                f"The server at {self.url} took more than {self.seconds:g} s to send {self.what}, which the client "
+                "waits for no longer; the connection was closed and nothing of it was used."
+            )
+
+
 def announced(response: httpx.Response, url: str) -> None:
     """Refuse an answer whose announced length or encoding the client will not read (before reading it)."""
     plain(response, url)
@@ -175,29 +220,35 @@ class Body:
         return httpx.Response(streamed.status_code, headers=headers, content=bytes(self.data), request=streamed.request)
 
 
-def read(response: httpx.Response, url: str) -> httpx.Response:
-    """A streamed answer, read within the bound."""
+def read(response: httpx.Response, url: str, seconds: float = ANSWER_S) -> httpx.Response:
+    """A streamed answer, read within the bounds: its size, and ``seconds`` for its body."""
     announced(response, url)
-    body = Body(url)
+    body, clock = Body(url), Clock(url, seconds, "its answer")
     for chunk in response.iter_raw():
         body.add(chunk)
+        clock.check()
     return body.response(response)
 
 
-async def aread(response: httpx.Response, url: str) -> httpx.Response:
-    """A streamed answer, read within the bound (asyncio)."""
+async def aread(response: httpx.Response, url: str, seconds: float = ANSWER_S) -> httpx.Response:
+    """A streamed answer, read within the bounds (asyncio)."""
     announced(response, url)
-    body = Body(url)
+    body, clock = Body(url), Clock(url, seconds, "its answer")
     async for chunk in response.aiter_raw():
         body.add(chunk)
+        clock.check()
     return body.response(response)
 
 
 class Events:
-    """Server-Sent Events from raw chunks: lines split on CR, LF or CRLF, no event longer than the bound."""
+    """Server-Sent Events from raw chunks: lines split on CR, LF or CRLF, no event longer than the bound, nor slower
+    than ``seconds`` from its first byte to its end."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, seconds: float = EVENT_S) -> None:
         self.url = url
+        self.seconds = seconds
+        self._clock: Clock | None = None
+        """The deadline of the event begun and not ended yet."""
         self._parts: list[bytes] = []
         """The line begun and not ended yet, in pieces (joined once, when it ends)."""
         self._pending = 0
@@ -224,7 +275,17 @@ class Events:
                 if event is not None:
                     found.append(event)
         self._begin(rest)
+        self._timed()
         return found
+
+    def _timed(self) -> None:
+        """Start the deadline of an event just begun, or check the one of an event still unfinished."""
+        if not (self._pending or self._event):
+            self._clock = None
+        elif self._clock is None:
+            self._clock = Clock(self.url, self.seconds, "one event of its event stream")
+        else:
+            self._clock.check()
 
     def _begin(self, piece: bytes) -> None:
         self._check(self._pending + len(piece))
@@ -241,6 +302,8 @@ class Events:
     def _line(self, line: bytes) -> ServerSentEvent | None:
         self._check(len(line))
         self._event = 0 if not line else self._event + len(line) + 1
+        if not line:  # the event ends: the next one's deadline starts with its first byte
+            self._clock = None
         text = line.decode("utf-8", errors="replace")
         del line
         return self._decoder.decode(text)
@@ -254,18 +317,18 @@ def check_stream(response: httpx.Response, url: str) -> None:
     plain(response, url)
 
 
-def events(response: httpx.Response, url: str) -> Iterator[ServerSentEvent]:
-    """The stream's events, within the bound."""
+def events(response: httpx.Response, url: str, seconds: float = EVENT_S) -> Iterator[ServerSentEvent]:
+    """The stream's events, within the bounds."""
     check_stream(response, url)
-    source = Events(url)
+    source = Events(url, seconds)
     for chunk in response.iter_raw():
         yield from source.feed(chunk)
 
 
-async def aevents(response: httpx.Response, url: str) -> AsyncIterator[ServerSentEvent]:
-    """The stream's events, within the bound (asyncio)."""
+async def aevents(response: httpx.Response, url: str, seconds: float = EVENT_S) -> AsyncIterator[ServerSentEvent]:
+    """The stream's events, within the bounds (asyncio)."""
     check_stream(response, url)
-    source = Events(url)
+    source = Events(url, seconds)
     async for chunk in response.aiter_raw():
         for event in source.feed(chunk):
             yield event

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.answers import MAX_ANSWER_BYTES, MAX_DEPTH, Events, loads
+from controller.answers import MAX_ANSWER_BYTES, MAX_DEPTH, Deadlines, Events, loads
 from controller.client import AsyncClient, Client
-from controller.errors import AnswerTooLargeError, MalformedAnswerError, NotFoundError
+from controller.errors import AnswerTooLargeError, AnswerTooSlowError, MalformedAnswerError, NotFoundError
 from controller.wire.changeset import Change, FileType, Kind
 from tests.hostile_server import FakeServer, head, send, send_json
 
@@ -329,7 +329,7 @@ def test_the_cli_refuses_a_deeply_nested_listing_clearly(deep: str) -> None:
         check=False,
     )
     said = " ".join(done.stderr.split())
-    assert done.returncode != 0 and "Traceback" not in done.stderr and "RecursionError" not in said, said
+    assert done.returncode == 4 and "Traceback" not in done.stderr and "RecursionError" not in said, said
     assert f"The server at {deep} sent an answer nested more than {MAX_DEPTH} levels deep" in said, said
 
 
@@ -363,3 +363,101 @@ def test_nesting_is_measured_outside_strings_up_to_the_bound() -> None:
     ):
         with pytest.raises(MalformedAnswerError, match="nested more than"):
             loads(past, "http://x")
+
+
+DRIPS = 600
+"""Bytes a dripping server sends, one every ``DRIP_S``, before it closes: a minute, so a client that does not give up
+at its deadline fails this test (the answer ends short) instead of hanging it."""
+DRIP_S = 0.1
+BOUND_S = 1.0
+"""The short deadline a test passes the client; the dripping server takes sixty times longer."""
+
+
+async def drip(writer: asyncio.StreamWriter, start: bytes, piece: bytes) -> None:
+    writer.write(start)
+    for _ in range(DRIPS):
+        await writer.drain()
+        await asyncio.sleep(DRIP_S)
+        writer.write(piece)
+
+
+def dripped_answer(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """The red-team's drip (issue 44): 200 with a length of 1,000,000, then a byte at a time."""
+    return drip(writer, head("200 OK", "application/json", "Content-Length: 1000000\r\n") + b"[", b" ")
+
+
+def dripped_line(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """An event whose one line grows a byte at a time."""
+    return drip(writer, head("200 OK", "text/event-stream") + b"id: 1\ndata: ", b"x")
+
+
+def dripped_lines(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """An event of short whole lines that never ends (no blank line)."""
+    return drip(writer, head("200 OK", "text/event-stream") + b"id: 1\n", b"data: x\n")
+
+
+EVENT = b'id: 1\ndata: {"type": "text", "session_id": "s4", "seq": 1, "ts": 0, "text": "hi"}\n\n'
+
+
+async def heartbeats_then_an_event(writer: asyncio.StreamWriter) -> None:
+    """A quiet stream kept alive by comments (the server's heartbeats) for three deadlines, then an event."""
+    writer.write(head("200 OK", "text/event-stream"))
+    for _ in range(int(3 * BOUND_S / DRIP_S)):
+        writer.write(b": ping\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(DRIP_S)
+    writer.write(EVENT)
+    await writer.drain()
+    await asyncio.sleep(3600)  # the stream stays open: the client leaves once it has its event
+
+
+@pytest.fixture
+def dripping() -> Iterator[str]:
+    routes = {
+        "/v1/sessions": dripped_answer,
+        "/v1/sessions/s1/events": dripped_line,
+        "/v1/sessions/s2/events": dripped_lines,
+        "/v1/sessions/s4/events": heartbeats_then_an_event,
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+SHORT = Deadlines(answer_s=BOUND_S, event_s=BOUND_S)
+
+
+def test_an_answer_dripped_a_byte_at_a_time_is_given_up_at_the_deadline_naming_the_server(dripping: str) -> None:
+    slow = f"The server at {dripping} took more than 1 s to send its answer"
+    with Client(dripping, "t", deadlines=SHORT) as client, pytest.raises(AnswerTooSlowError, match=slow):
+        client.sessions()
+
+    async def asynchronously() -> None:
+        async with AsyncClient(dripping, "t", deadlines=SHORT) as client:
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                await client.sessions()
+
+    asyncio.run(asynchronously())
+
+
+def test_an_event_dripped_a_byte_or_a_line_at_a_time_is_given_up_at_the_deadline(dripping: str) -> None:
+    slow = f"The server at {dripping} took more than 1 s to send one event of its event stream"
+    with Client(dripping, "t", deadlines=SHORT) as client:
+        for session in ("s1", "s2"):
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                list(client.events(session))
+
+    async def asynchronously() -> None:
+        async with AsyncClient(dripping, "t", deadlines=SHORT) as client:
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                async for _ in client.events("s1"):
+                    pass
+
+    asyncio.run(asynchronously())
+
+
+def test_heartbeats_keep_a_quiet_stream_past_the_event_deadline(dripping: str) -> None:
+    with Client(dripping, "t", deadlines=SHORT) as client:
+        stream = client.events("s4")
+        first = next(stream)
+        stream.close()  # type: ignore[attr-defined]
+    assert (first.type, first.seq) == ("text", 1)
