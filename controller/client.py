@@ -10,7 +10,11 @@ API's list), 429 ``CapacityError``, 502 ``ModelError``, 503 ``SandboxError``, 50
 (the server's own table, ``wire.statuses``); no answer at all is ``UnreachableError``, naming the URL.
 
 Every answer is read by streaming, within ``answers``' bounds (64 MiB a body, 64 MiB an event): past them,
-or for a compressed answer, ``AnswerTooLargeError`` names the server and nothing of the answer is used.
+or for a compressed answer, ``AnswerTooLargeError`` names the server and nothing of the answer is used. And within
+its deadlines (``deadlines=``, ``answers.Deadlines``: 120 s a body, 120 s an event, each checked as bytes arrive):
+past them ``AnswerTooSlowError`` names the server, so a server dripping its answer cannot hold the caller for ever. Every
+JSON a server sends (an answer, an error's body, an event) is parsed by ``answers.loads`` alone, which measures its
+values and nesting first.
 
 ``events`` follows a session's Server-Sent Events and survives dropped connections: it reconnects
 with ``Last-Event-ID`` set to the last event it yielded, so nothing is missed and nothing repeated,
@@ -383,8 +387,10 @@ class Client:
         *,
         timeout: float = 60,
         transport: httpx.BaseTransport | None = None,
+        deadlines: answers.Deadlines = answers.DEADLINES,
     ) -> None:
         self.url = url.rstrip("/")
+        self.deadlines = deadlines
         self._http = httpx.Client(base_url=self.url, headers=_token(token), timeout=timeout, transport=transport)
 
     def __enter__(self) -> Client:
@@ -399,7 +405,7 @@ class Client:
     def send(self, request: Request[T]) -> T:
         try:
             with self._http.stream(request.method, request.path, json=request.json, params=request.params) as streamed:
-                response = answers.read(streamed, self.url)
+                response = answers.read(streamed, self.url, self.deadlines.answer_s)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
         return _read(request, response, self.url)
@@ -498,9 +504,9 @@ class Client:
             try:
                 with self._http.stream("GET", cursor.path, headers=cursor.headers()) as response:
                     if not response.is_success:
-                        response = answers.read(response, self.url)
+                        response = answers.read(response, self.url, self.deadlines.answer_s)
                     cursor.check(response)
-                    for sse in answers.events(response, self.url):
+                    for sse in answers.events(response, self.url, self.deadlines.event_s):
                         event = cursor.accept(sse)
                         if event is not None:
                             yield event
@@ -528,8 +534,10 @@ class AsyncClient:
         *,
         timeout: float = 60,
         transport: httpx.AsyncBaseTransport | None = None,
+        deadlines: answers.Deadlines = answers.DEADLINES,
     ) -> None:
         self.url = url.rstrip("/")
+        self.deadlines = deadlines
         self._http = httpx.AsyncClient(base_url=self.url, headers=_token(token), timeout=timeout, transport=transport)
 
     async def __aenter__(self) -> AsyncClient:
@@ -546,7 +554,7 @@ class AsyncClient:
             async with self._http.stream(
                 request.method, request.path, json=request.json, params=request.params
             ) as streamed:
-                response = await answers.aread(streamed, self.url)
+                response = await answers.aread(streamed, self.url, self.deadlines.answer_s)
         except httpx.TransportError as err:
             raise _unreachable(self.url, err) from None
         return _read(request, response, self.url)
@@ -640,9 +648,9 @@ class AsyncClient:
             try:
                 async with self._http.stream("GET", cursor.path, headers=cursor.headers()) as response:
                     if not response.is_success:
-                        response = await answers.aread(response, self.url)
+                        response = await answers.aread(response, self.url, self.deadlines.answer_s)
                     cursor.check(response)
-                    async for sse in answers.aevents(response, self.url):
+                    async for sse in answers.aevents(response, self.url, self.deadlines.event_s):
                         event = cursor.accept(sse)
                         if event is not None:
                             yield event

@@ -8,6 +8,7 @@
     ├── UnreachableError(ConnectionError)  no Cubicle API answers at the URL (a client's)
     ├── AnswerTooLargeError                a server's answer, or one of its events, past what the client reads
     ├── MalformedAnswerError               a server's answer, or one of its events, that is not what the API sends
+    ├── AnswerTooSlowError(TimeoutError)   a server's answer, or one of its events, slower than the client's deadlines
     ├── NotFoundError(LookupError)         no such session
     ├── ConflictError                      a turn is already running
     │   ├── LeaseLostError                  another controller took the session over (its lease had expired)
@@ -120,6 +121,13 @@ class AnswerTooLargeError(CubicleError):
 
 class MalformedAnswerError(CubicleError):
     """A server sent an answer, or an event, that is not JSON or not the API's model of it (``controller.answers``)."""
+
+    hint = AnswerTooLargeError.hint
+
+
+class AnswerTooSlowError(CubicleError, TimeoutError):
+    """A server sent an answer, or one event of its stream, too slowly to be whole within the client's deadline
+    (``controller.answers.Deadlines``): a drip of a byte at a time would otherwise hold the client for ever."""
 
     hint = AnswerTooLargeError.hint
 

@@ -23,7 +23,10 @@ On a terminal, the review shows every change, held-back ones marked (``review``)
 
 ``cubicle changes ID --patch --server URL`` prints a patch the server made (``workspace.gitpatch``), and it is read
 here the same way before it is printed (``served_patch``): it must be exactly what that module writes, and a diff
-of a path held back by name here is dropped and listed.
+of a path held back by name here is dropped and listed. Unlike ``--diff``'s text diffs, such a patch can make
+symlinks (mode 120000), so each link it makes is judged by its target as apply judges one (``served_links``): a
+link a plain apply never writes (absolute, leaving the tree, into ``.git``, through another link it makes)
+refuses the whole patch.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Callable
 from ..wire.changeset import HOW_TO_APPLY, Change, Changes, Disposition, FileType, Kind
 from ..workspace import gitpatch, gitpointers, pipelines
 from ..workspace.baseline import is_git_path
-from ..workspace.changes import is_environment_config
+from ..workspace.changes import is_environment_config, symlink_problem
 from ..workspace.gitlike import REPO_NAMES
 from . import review, terminal
 
@@ -146,7 +149,7 @@ def unpatchable(change: Change, gaps: bool = False) -> str:
 
 def _unpatchable(change: Change) -> str:
     diff = change.diff
-    if diff is None:
+    if diff is None or (change.kind != Kind.DELETED and change.type != FileType.FILE):  # a text diff makes a file
         return "binary, a directory, a link, too large, or not diffed"
     if not diff:
         return "no text differs (an empty file, or a mode)"
@@ -209,6 +212,9 @@ EXTENDED = re.compile(
     r"|index [0-9a-f]{40}\.\.[0-9a-f]{40}(?: (?:100644|100755|120000))?"
 )
 """The extended header lines of a ``workspace.gitpatch`` diff, after its ``diff --git`` line."""
+WHOLE_HUNK = re.compile(r"@@ -[01](?:,\d+)? \+[01](?:,\d+)? @@")
+"""A hunk from a file's first line (or of an empty side): with no context after its changes, git applies it only to
+the whole file, so its ``+`` and context lines are the whole new text (a link's target)."""
 BINARY_DATA = re.compile(r"[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+")
 C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 0x22, "\\": 0x5C}
 
@@ -219,12 +225,14 @@ def served_patch(session_id: str, patch: str) -> str:
     ``GIT binary patch`` literals and counted hunks git writes, so that no line can reach another path), less the
     diffs of paths a rule that needs no checkout holds back (``rejudged``: ``.git``, CI definitions, the
     environment's and git's own files), which are listed in comment lines instead, whatever the server judged.
-    Anything else is refused (ValueError, saying what), since a server's answer is not trusted to be a patch."""
+    Anything else is refused (ValueError, saying what), since a server's answer is not trusted to be a patch; so is
+    a patch making a symlink a plain apply never writes (``served_links``), whose path the error names."""
     lines = patch.split("\n")
     at = 0
     while at < len(lines) - 1 and lines[at].startswith("#"):
         at += 1
     head, kept, held = lines[:at], [], []
+    links: dict[str, str | None] = {}
     try:
         while at < len(lines) - 1:
             path = _git_header(lines[at])
@@ -236,6 +244,8 @@ def served_patch(session_id: str, patch: str) -> str:
             why = _held_by_name(path, False)
             if why is None:
                 kept += lines[at:end]
+                if _leaves_link(lines, at + 1, end):
+                    links[path] = _new_text(lines, at + 1, end)
             else:
                 held.append(f"#   {_name_of(path)}: {why[1]} (judged by name here); {_how(session_id, path, why[0])}")
             at = end
@@ -243,9 +253,72 @@ def served_patch(session_id: str, patch: str) -> str:
         raise ValueError("it ends in the middle of a diff") from None
     if lines[-1] != "":
         raise ValueError("it does not end with a newline")
+    served_links(links)
     if held:
         head += ["# Held back here, though the server's patch carried them:", *held]
     return "\n".join([*head, *kept, ""])
+
+
+def served_links(links: dict[str, str | None]) -> None:
+    """Refuse (ValueError naming the path) a served patch whose symlinks a plain apply would not write: ``links``
+    maps each path the patch leaves a link at to its target (None: one the patch does not spell whole). A target is
+    judged as ``changes.symlink_problem`` judges a layer's (absolute or empty, climbing out of the tree or after a
+    name, at the root, into ``.git`` in any spelling), and like apply's preflight it may not pass through another
+    link the patch makes (``a -> b/x`` beside ``b -> /etc``). Links already in the checkout it is applied to are
+    not seen here: ``git apply`` writes none through them (it refuses a path beyond a symlink)."""
+    folded = {path.casefold() for path in links}  # a checkout on a case-insensitive disk reaches B/x through b
+    for path, target in links.items():
+        problem = "its target is not spelled whole" if target is None else symlink_problem(path, target)
+        if not problem and target is not None and _through_link(path, target, folded):
+            problem = "the symlink's target passes through another symlink this patch makes"
+        if problem:
+            raise ValueError(f"it makes a symlink at {_name_of(path)} that a plain apply never writes ({problem})")
+
+
+def _through_link(path: str, target: str, links: set[str]) -> bool:
+    """Whether ``target``, walked from the directory of ``path`` (its ``..`` leading: ``symlink_problem``), names one
+    of ``links`` (folded) on its way or at its end."""
+    where = path.split("/")[:-1]
+    for part in target.split("/"):
+        if part == "..":
+            where.pop()
+        elif part not in ("", "."):
+            where.append(part)
+            if "/".join(where).casefold() in links:
+                return True
+    return False
+
+
+def _leaves_link(lines: list[str], at: int, end: int) -> bool:
+    """Whether the diff whose header lines start at ``at`` leaves a symlink at its path: a new side of mode 120000,
+    given by ``new file mode``, ``new mode``, or an ``index`` line's mode (both sides')."""
+    mode = ""
+    while at < end and EXTENDED.fullmatch(lines[at]):
+        words = lines[at].split()
+        if words[0] == "deleted":
+            return False
+        if words[0] == "new" or (words[0] == "index" and len(words) == 3):
+            mode = words[-1]
+        at += 1
+    return mode == gitpatch.SYMLINK_MODE
+
+
+def _new_text(lines: list[str], at: int, end: int) -> str | None:
+    """What the diff between ``at`` and ``end`` leaves at its path (a link's target), when its hunks spell it whole:
+    one hunk from the first line, ending in no context (``WHOLE_HUNK``); else None (a binary literal, a mode alone,
+    a hunk in the middle, which leave text the patch does not hold)."""
+    while at < end and EXTENDED.fullmatch(lines[at]):
+        at += 1
+    body = lines[at + 2 : end] if at < end and lines[at].startswith("--- ") else []
+    if not body or not WHOLE_HUNK.match(body[0]) or any(line.startswith("@@") for line in body[1:]):
+        return None
+    if [line for line in body if not line.startswith("\\")][-1].startswith(" "):
+        return None  # context after the last change: git would not hold the hunk to the file's end
+    text = []
+    for line, after in zip(body[1:], [*body[2:], ""], strict=True):
+        if line[:1] in (" ", "+"):
+            text.append(line[1:] + ("" if after.startswith("\\") else "\n"))
+    return "".join(text)
 
 
 def _name_of(path: str) -> str:

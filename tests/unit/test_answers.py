@@ -10,32 +10,27 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
 
-from controller.answers import MAX_ANSWER_BYTES, Events
-from controller.client import Client
-from controller.errors import AnswerTooLargeError, MalformedAnswerError
+from controller.answers import MAX_ANSWER_BYTES, MAX_DEPTH, Deadlines, Events, loads
+from controller.client import AsyncClient, Client
+from controller.errors import AnswerTooLargeError, AnswerTooSlowError, MalformedAnswerError, NotFoundError
 from controller.wire.changeset import Change, FileType, Kind
+from tests.hostile_server import FakeServer, head, send, send_json
 
 MiB = 1 << 20
 FLAT = 100 * MiB
 """How much more memory than its ordinary run the client may take while it refuses: the answer it stops at
 (64 MiB) and the interpreter's own slack, never the 256 MiB it was sent."""
-Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
 CLI = Path(sys.executable).parent / "cubicle"
-
-
-def _head(status: str, kind: str, extra: str = "") -> bytes:
-    return f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nConnection: close\r\n{extra}\r\n".encode()
 
 
 async def huge_body(writer: asyncio.StreamWriter) -> None:
     """256 MiB of a JSON string, chunked: no length announced, so only counting while reading can stop it."""
-    writer.write(_head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
+    writer.write(head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
     chunk = b"a" * MiB
     writer.write(b'%x\r\n{"items": ["\r\n' % len(b'{"items": ["'))
     for _ in range(256):
@@ -46,7 +41,7 @@ async def huge_body(writer: asyncio.StreamWriter) -> None:
 
 async def endless_line(writer: asyncio.StreamWriter) -> None:
     """An event stream whose first line never ends."""
-    writer.write(_head("200 OK", "text/event-stream"))
+    writer.write(head("200 OK", "text/event-stream"))
     writer.write(b"data: ")
     chunk = b"x" * MiB
     for _ in range(1024):
@@ -56,26 +51,20 @@ async def endless_line(writer: asyncio.StreamWriter) -> None:
 
 async def announced_gib(writer: asyncio.StreamWriter) -> None:
     """A length of 1 GiB announced, and a few bytes of it sent."""
-    writer.write(_head("200 OK", "application/json", f"Content-Length: {1 << 30}\r\n") + b'{"items": [')
+    writer.write(head("200 OK", "application/json", f"Content-Length: {1 << 30}\r\n") + b'{"items": [')
     await writer.drain()
 
 
 async def gzipped(writer: asyncio.StreamWriter) -> None:
     """A gzip answer the client did not ask for: 20 KiB that inflate to 20 MiB."""
     body = gzip.compress(b" " * (20 * MiB))
-    writer.write(_head("200 OK", "application/json", f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n"))
+    writer.write(head("200 OK", "application/json", f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n"))
     writer.write(body)
     await writer.drain()
 
 
 def page(writer: asyncio.StreamWriter) -> Awaitable[None]:
-    return _json(writer, {"items": [], "total": 0, "limit": 50, "offset": 0})
-
-
-async def _json(writer: asyncio.StreamWriter, value: object) -> None:
-    body = json.dumps(value).encode()
-    writer.write(_head("200 OK", "application/json", f"Content-Length: {len(body)}\r\n") + body)
-    await writer.drain()
+    return send_json(writer, {"items": [], "total": 0, "limit": 50, "offset": 0})
 
 
 def listing() -> list[object]:
@@ -95,55 +84,6 @@ def listing() -> list[object]:
     ]
 
 
-class FakeServer:
-    """A real HTTP server on 127.0.0.1 (asyncio streams, one answer per connection), in a thread of its own."""
-
-    def __init__(self, routes: dict[str, Handler]) -> None:
-        self.routes = routes
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.port = 0
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        server = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._serve, "127.0.0.1", 0), self.loop)
-        self.server = server.result(10)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._shut(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-    async def _shut(self) -> None:
-        """Stop listening and end every connection's handler (one may still be writing to a client that left),
-        so that no task or socket outlives the loop."""
-        self.server.close()
-        handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await asyncio.sleep(0)  # the transports the handlers closed finish closing on the next turn of the loop
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await reader.readuntil(b"\r\n\r\n")
-            path = request.split(b" ")[1].decode().split("?")[0]
-            handler = self.routes.get(path)
-            if handler is None:
-                await _json(writer, {"detail": "not here"})
-            else:
-                await handler(writer)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client stopped reading: what this test wants
-        finally:
-            writer.close()
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
     routes = {
@@ -152,7 +92,7 @@ def server() -> Iterator[str]:
         "/announced/v1/sessions": announced_gib,
         "/gzip/v1/sessions": gzipped,
         "/v1/sessions/s1/events": endless_line,
-        "/v1/sessions/s1/changes": lambda writer: _json(writer, listing()),
+        "/v1/sessions/s1/changes": lambda writer: send_json(writer, listing()),
     }
     with FakeServer(routes) as url:
         yield url
@@ -251,7 +191,7 @@ OBJECTS = 64 * MiB // 3 - 2
 
 async def flat_objects(writer: asyncio.StreamWriter) -> None:
     """``[{},{},…]``, 64 MiB less a few bytes: within the bytes bound, so only counting its values can stop it."""
-    writer.write(_head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
+    writer.write(head("200 OK", "application/json", "Transfer-Encoding: chunked\r\n"))
     chunk = b"{}," * (MiB // 3)
     writer.write(b"1\r\n[\r\n")
     for _ in range(OBJECTS // (MiB // 3)):
@@ -262,7 +202,7 @@ async def flat_objects(writer: asyncio.StreamWriter) -> None:
 
 async def flat_event(writer: asyncio.StreamWriter) -> None:
     """One event of 40 MiB of ``[{},{},…]``: thirteen million objects (the client holds its text a few times over)."""
-    writer.write(_head("200 OK", "text/event-stream") + b"id: 1\ndata: [")
+    writer.write(head("200 OK", "text/event-stream") + b"id: 1\ndata: [")
     chunk = b"{}," * (MiB // 3)
     for _ in range(40):
         writer.write(chunk)
@@ -271,12 +211,12 @@ async def flat_event(writer: asyncio.StreamWriter) -> None:
 
 
 async def wrong_event(writer: asyncio.StreamWriter) -> None:
-    writer.write(_head("200 OK", "text/event-stream") + b'id: 1\ndata: {"type": "nonsense", "seq": 1}\n\n')
+    writer.write(head("200 OK", "text/event-stream") + b'id: 1\ndata: {"type": "nonsense", "seq": 1}\n\n')
 
 
 def bad_page(writer: asyncio.StreamWriter) -> Awaitable[None]:
     """A page of 700,000 records that are not records: pydantic would describe each of them."""
-    return _json(writer, {"items": [{}] * 700_000, "total": 0, "limit": 50, "offset": 0})
+    return send_json(writer, {"items": [{}] * 700_000, "total": 0, "limit": 50, "offset": 0})
 
 
 @pytest.fixture
@@ -284,7 +224,7 @@ def hostile() -> Iterator[str]:
     routes = {
         "/v1/sessions": page,
         "/flat/v1/sessions": flat_objects,
-        "/flat/v1/sessions/s1": lambda writer: _json(writer, {"status": "done"}),
+        "/flat/v1/sessions/s1": lambda writer: send_json(writer, {"status": "done"}),
         "/v1/sessions/s1/events": flat_event,
         "/v1/sessions/s2/events": wrong_event,
         "/bad/v1/sessions": bad_page,
@@ -352,3 +292,172 @@ def test_the_client_refuses_an_event_of_empty_objects_and_a_page_of_bad_records_
 def test_an_event_that_is_not_the_apis_is_a_clear_error_naming_the_server(hostile: str) -> None:
     with Client(hostile, "t") as client, pytest.raises(MalformedAnswerError, match=f"The server at {hostile} sent an"):
         list(client.events("s2"))
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+"""The red-team's 200 KB answer (issue 44): Python's parser recursed through it to a RecursionError, a traceback."""
+
+
+async def deep_event(writer: asyncio.StreamWriter) -> None:
+    writer.write(head("200 OK", "text/event-stream") + b"id: 1\ndata: " + DEEP + b"\n\n")
+    await writer.drain()
+
+
+async def deep_error(writer: asyncio.StreamWriter) -> None:
+    writer.write(head("404 Not Found", "application/json", f"Content-Length: {len(DEEP)}\r\n") + DEEP)
+    await writer.drain()
+
+
+@pytest.fixture
+def deep() -> Iterator[str]:
+    routes = {
+        "/v1/sessions/s1/changes": lambda writer: send(writer, "application/json", DEEP),
+        "/v1/sessions/s1/events": deep_event,
+        "/v1/sessions/gone": deep_error,
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+def test_the_cli_refuses_a_deeply_nested_listing_clearly(deep: str) -> None:
+    done = subprocess.run(
+        [str(CLI), "changes", "s1", "--server", deep],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"},
+        timeout=120,
+        check=False,
+    )
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 4 and "Traceback" not in done.stderr and "RecursionError" not in said, said
+    assert f"The server at {deep} sent an answer nested more than {MAX_DEPTH} levels deep" in said, said
+
+
+def test_the_client_refuses_a_deeply_nested_answer_or_event_naming_the_server(deep: str) -> None:
+    nested = f"The server at {deep} sent an answer nested more than {MAX_DEPTH} levels deep"
+    with Client(deep, "t") as client:
+        with pytest.raises(MalformedAnswerError, match=nested):
+            client.changes("s1")
+        with pytest.raises(MalformedAnswerError, match=nested):
+            list(client.events("s1"))
+        with pytest.raises(NotFoundError):  # an error's body nested so deep is no detail: the status still says
+            client.get("gone")
+
+    async def asynchronously() -> None:
+        async with AsyncClient(deep, "t") as client:
+            with pytest.raises(MalformedAnswerError, match=nested):
+                await client.changes("s1")
+
+    asyncio.run(asynchronously())
+
+
+def test_nesting_is_measured_outside_strings_up_to_the_bound() -> None:
+    value = loads("[" * MAX_DEPTH + "]" * MAX_DEPTH, "http://x")
+    for _ in range(MAX_DEPTH - 1):
+        value = value[0]
+    assert value == []
+    assert loads('{"a": "' + "[" * 5000 + '"}', "http://x") == {"a": "[" * 5000}
+    for past in (
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        '{"a":' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1),
+    ):
+        with pytest.raises(MalformedAnswerError, match="nested more than"):
+            loads(past, "http://x")
+
+
+DRIPS = 600
+"""Bytes a dripping server sends, one every ``DRIP_S``, before it closes: a minute, so a client that does not give up
+at its deadline fails this test (the answer ends short) instead of hanging it."""
+DRIP_S = 0.1
+BOUND_S = 1.0
+"""The short deadline a test passes the client; the dripping server takes sixty times longer."""
+
+
+async def drip(writer: asyncio.StreamWriter, start: bytes, piece: bytes) -> None:
+    writer.write(start)
+    for _ in range(DRIPS):
+        await writer.drain()
+        await asyncio.sleep(DRIP_S)
+        writer.write(piece)
+
+
+def dripped_answer(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """The red-team's drip (issue 44): 200 with a length of 1,000,000, then a byte at a time."""
+    return drip(writer, head("200 OK", "application/json", "Content-Length: 1000000\r\n") + b"[", b" ")
+
+
+def dripped_line(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """An event whose one line grows a byte at a time."""
+    return drip(writer, head("200 OK", "text/event-stream") + b"id: 1\ndata: ", b"x")
+
+
+def dripped_lines(writer: asyncio.StreamWriter) -> Awaitable[None]:
+    """An event of short whole lines that never ends (no blank line)."""
+    return drip(writer, head("200 OK", "text/event-stream") + b"id: 1\n", b"data: x\n")
+
+
+EVENT = b'id: 1\ndata: {"type": "text", "session_id": "s4", "seq": 1, "ts": 0, "text": "hi"}\n\n'
+
+
+async def heartbeats_then_an_event(writer: asyncio.StreamWriter) -> None:
+    """A quiet stream kept alive by comments (the server's heartbeats) for three deadlines, then an event."""
+    writer.write(head("200 OK", "text/event-stream"))
+    for _ in range(int(3 * BOUND_S / DRIP_S)):
+        writer.write(b": ping\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(DRIP_S)
+    writer.write(EVENT)
+    await writer.drain()
+    await asyncio.sleep(3600)  # the stream stays open: the client leaves once it has its event
+
+
+@pytest.fixture
+def dripping() -> Iterator[str]:
+    routes = {
+        "/v1/sessions": dripped_answer,
+        "/v1/sessions/s1/events": dripped_line,
+        "/v1/sessions/s2/events": dripped_lines,
+        "/v1/sessions/s4/events": heartbeats_then_an_event,
+    }
+    with FakeServer(routes) as url:
+        yield url
+
+
+SHORT = Deadlines(answer_s=BOUND_S, event_s=BOUND_S)
+
+
+def test_an_answer_dripped_a_byte_at_a_time_is_given_up_at_the_deadline_naming_the_server(dripping: str) -> None:
+    slow = f"The server at {dripping} took more than 1 s to send its answer"
+    with Client(dripping, "t", deadlines=SHORT) as client, pytest.raises(AnswerTooSlowError, match=slow):
+        client.sessions()
+
+    async def asynchronously() -> None:
+        async with AsyncClient(dripping, "t", deadlines=SHORT) as client:
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                await client.sessions()
+
+    asyncio.run(asynchronously())
+
+
+def test_an_event_dripped_a_byte_or_a_line_at_a_time_is_given_up_at_the_deadline(dripping: str) -> None:
+    slow = f"The server at {dripping} took more than 1 s to send one event of its event stream"
+    with Client(dripping, "t", deadlines=SHORT) as client:
+        for session in ("s1", "s2"):
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                list(client.events(session))
+
+    async def asynchronously() -> None:
+        async with AsyncClient(dripping, "t", deadlines=SHORT) as client:
+            with pytest.raises(AnswerTooSlowError, match=slow):
+                async for _ in client.events("s1"):
+                    pass
+
+    asyncio.run(asynchronously())
+
+
+def test_heartbeats_keep_a_quiet_stream_past_the_event_deadline(dripping: str) -> None:
+    with Client(dripping, "t", deadlines=SHORT) as client:
+        stream = client.events("s4")
+        first = next(stream)
+        stream.close()  # type: ignore[attr-defined]
+    assert (first.type, first.seq) == ("text", 1)

@@ -198,3 +198,158 @@ def test_a_servers_patch_loses_what_is_held_back_here_by_name() -> None:
 def test_a_servers_patch_that_is_not_what_cubicle_makes_is_refused(smuggled: str) -> None:
     with pytest.raises(ValueError):
         patch.served_patch("s1", _made() + smuggled)
+
+
+RED_TEAM_LINKS = (
+    b"# hostile\n"
+    b"diff --git a/etc-link b/etc-link\n"
+    b"new file mode 120000\n"
+    b"index 0000000000000000000000000000000000000000..34ed534fa65f0c6634f8606abb21db4120a3016c\n"
+    b"--- /dev/null\n"
+    b"+++ b/etc-link\n"
+    b"@@ -0,0 +1 @@\n"
+    b"+/etc\n"
+    b"\\ No newline at end of file\n"
+    b"diff --git a/up b/up\n"
+    b"new file mode 120000\n"
+    b"index 0000000000000000000000000000000000000000..dc9539742a07eb135a3ebc9a40c1c8efa377dde5\n"
+    b"--- /dev/null\n"
+    b"+++ b/up\n"
+    b"@@ -0,0 +1 @@\n"
+    b"+../../../../root\n"
+    b"\\ No newline at end of file\n"
+    b"diff --git a/hooks b/hooks\n"
+    b"new file mode 120000\n"
+    b"index 0000000000000000000000000000000000000000..cafb82e7f715f433dc6e3a20fd08fff176f28b0c\n"
+    b"--- /dev/null\n"
+    b"+++ b/hooks\n"
+    b"@@ -0,0 +1 @@\n"
+    b"+./.git/hooks\n"
+    b"\\ No newline at end of file\n"
+    b"diff --git a/wfl b/wfl\n"
+    b"new file mode 120000\n"
+    b"index 0000000000000000000000000000000000000000..58aef9b8cb23e31cec9594d47d059e05b5eec7a5\n"
+    b"--- /dev/null\n"
+    b"+++ b/wfl\n"
+    b"@@ -0,0 +1 @@\n"
+    b"+../.github/workflows\n"
+    b"\\ No newline at end of file\n"
+)
+"""An independent red-team's served patch (issue 44): git-style links out of the tree and into ``.git``, which
+``git apply`` writes as they are."""
+
+
+def _sections(patch_text: str) -> list[str]:
+    return ["diff --git" + part for part in patch_text.split("diff --git")[1:]]
+
+
+def test_a_servers_patch_planting_links_a_plain_apply_never_writes_is_refused_whole_naming_each() -> None:
+    text = RED_TEAM_LINKS.decode()
+    with pytest.raises(ValueError, match="a symlink at etc-link that a plain apply never writes"):
+        patch.served_patch("s1", text)
+    said = {}
+    for section in _sections(text):
+        with pytest.raises(ValueError) as refused:
+            patch.served_patch("s1", _made() + section)
+        said[section.split()[2]] = str(refused.value)
+    assert "(the symlink's target is absolute or empty)" in said["a/etc-link"]
+    assert "at up " in said["a/up"] and "leaves the repository" in said["a/up"]
+    assert "at hooks " in said["a/hooks"] and "points into .git" in said["a/hooks"]
+    assert "at wfl " in said["a/wfl"] and "leaves the repository" in said["a/wfl"]
+
+
+def _link(path: str, target: bytes, old: bytes | None = None) -> str:
+    from controller.workspace.gitpatch import SYMLINK_MODE, Side, diff
+
+    return diff(path, None if old is None else Side(SYMLINK_MODE, old), Side(SYMLINK_MODE, target))
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        [_link("sub/x", b"../.Git/config")],  # .git in any case, reached by ..
+        [_link("sub/x", b"./.GIT")],
+        [_link("x", b"sub/../.git")],  # a climb after a name, which may be a link
+        [_link("x", b"git~1/hooks")],  # .git's short name
+        [_link("x", b".")],  # the root
+        [_link("src/app.py", b"/etc/passwd", old=b"app.txt")],  # an existing link's target changed
+        [_link("b", b"real"), _link("a", b"b/x")],  # through another link the patch makes
+        [_link("B", b"real"), _link("a", b"b/x")],  # the same on a disk that folds case
+        [_link("a", b"b"), _link("b", b"real")],  # at another link, whichever comes first
+    ],
+)
+def test_a_servers_patch_with_a_link_apply_judges_unsafe_is_refused(links: list[str]) -> None:
+    with pytest.raises(ValueError, match="that a plain apply never writes"):
+        patch.served_patch("s1", _made() + "".join(links))
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        "diff --git a/x b/x\nold mode 100644\nnew mode 120000\n",  # a file's old text becomes a target
+        "diff --git a/x b/x\nindex "
+        + "1" * 40
+        + ".."
+        + "2" * 40
+        + " 120000\n--- a/x\n+++ b/x\n@@ -2 +2 @@\n-b\n+/etc\n",  # a hunk in the middle of a target
+        "diff --git a/x b/x\nindex "
+        + "1" * 40
+        + ".."
+        + "2" * 40
+        + " 120000\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n+ok\n /etc\n",  # context after: not the whole target
+        "diff --git a/x b/x\nnew file mode 120000\nindex "
+        + "0" * 40
+        + ".."
+        + "1" * 40
+        + "\nGIT binary patch\nliteral 4\nHcmZ?d00001\n\nliteral 0\nHcmV?d00001\n\n",  # a target in base85
+    ],
+)
+def test_a_servers_link_whose_target_the_patch_does_not_spell_whole_is_refused(section: str) -> None:
+    with pytest.raises(ValueError, match="that a plain apply never writes"):
+        patch.served_patch("s1", _made() + section)
+
+
+def test_links_a_plain_apply_writes_pass_and_links_held_back_by_name_are_listed() -> None:
+    fine = _link("docs/readme", b"../src/app.py") + _link("d/l", b"./f") + _link("d/e", b"../docs")
+    assert patch.served_patch("s1", _made() + fine) == _made() + fine
+    held = patch.served_patch("s1", _made() + _link(".github/workflows/x.yml", b"/etc/passwd"))
+    assert "#   .github/workflows/x.yml: " in held and "/etc/passwd" not in held
+
+
+def test_the_cli_prints_nothing_of_a_servers_patch_planting_links() -> None:
+    import os
+    import sys
+
+    from tests.hostile_server import FakeServer, send
+
+    routes = {"/v1/sessions/s1/changes": lambda writer: send(writer, "text/x-patch", RED_TEAM_LINKS)}
+    with FakeServer(routes) as url:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "cubicle"), "changes", "s1", "--patch", "--server", url],
+            capture_output=True,
+            env={**os.environ, "CUBICLE_API_TOKEN": "t", "COLUMNS": "200"},
+            timeout=120,
+            check=False,
+        )
+    said = " ".join(done.stderr.decode().split())
+    assert done.returncode == 4 and done.stdout == b"", said
+    assert "The server's patch was not printed: it makes a symlink at etc-link" in said and "Traceback" not in said
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_piped_diff_of_a_servers_listing_carries_no_link(tmp_path: Path) -> None:
+    """A text diff makes a file, never a link: a listed link whose diff a server wrote spelling its target is left
+    out and listed, so ``git apply`` writes nothing at its path."""
+    link = Change(
+        path="etc-link",
+        kind=Kind.ADDED,
+        type=FileType.SYMLINK,
+        target="/etc",
+        disposition=Disposition.APPLY,
+        diff=textdiff.unified("etc-link", None, b"/etc"),
+    )
+    text = patch.patch("s1", [link, _served("ok.txt")])
+    assert "#   etc-link: binary, a directory, a link" in text
+    done = subprocess.run(["git", "apply"], cwd=tmp_path, input=text, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.txt"]
