@@ -10,7 +10,18 @@ import typer
 from rich.text import Text
 
 from .. import __version__
-from ..errors import AuthError, ConfigError, ConflictError, CubicleError, LayerMissingError, NotFoundError, RepoError
+from ..errors import (
+    AuthError,
+    ConfigError,
+    ConflictError,
+    CubicleError,
+    GitPushRejectedError,
+    GitPushRequestError,
+    InvalidRequestError,
+    LayerMissingError,
+    NotFoundError,
+    RepoError,
+)
 from . import help_format, terminal
 
 if TYPE_CHECKING:
@@ -83,7 +94,8 @@ def with_sessions(settings: Settings, op: Callable[[Sessions], Awaitable[T]]) ->
 
 @contextlib.contextmanager
 def review_errors() -> Iterator[None]:
-    """2 unknown session, checkpoint or apply (or a server that refuses the token) · 5 conflict, or a turn is running · 4 Docker or filesystem failure."""
+    """2 unknown session, checkpoint or apply, a request refused (or a server that refuses the token) · 5 conflict, a
+    turn is running, or a branch a push would overwrite · 4 Docker, filesystem or git failure."""
     from ..errors import ApplyConflictError
     from . import review
     from .display import plural
@@ -101,9 +113,11 @@ def review_errors() -> Iterator[None]:
         err_console.print(review.conflict_list(err.conflicts))
         err_console.print("Look at them, then repeat with --force PATH for each one to overwrite, or leave them.")
         raise typer.Exit(EXIT_CONFLICT) from None
-    except (NotFoundError, LayerMissingError, ConfigError, RepoError, AuthError) as err:
+    except (NotFoundError, LayerMissingError, ConfigError, RepoError, AuthError, InvalidRequestError) as err:
         raise fail(err, EXIT_USAGE) from None
-    except ConflictError as err:
+    except GitPushRequestError as err:  # a branch name or message refused before anything was sent
+        raise fail(err, EXIT_USAGE) from None
+    except (ConflictError, GitPushRejectedError) as err:  # the branch exists or moved: --force-with-lease
         raise fail(err, EXIT_CONFLICT) from None
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None

@@ -141,7 +141,7 @@ class LayerCommands:
         source = self.get(session_id).source
         if source is not None:
             raise InvalidRequestError(
-                f"Session {session_id} works on {source.url}: its changes are never {done} on the server.",
+                f"Session {session_id} works on {source.url}, not on a checkout: nothing is {done} from it.",
                 hint=f"Take them as a patch: cubicle changes {session_id} --patch, or GET .../changes?format=patch.",
             )
 

@@ -73,7 +73,7 @@ class Remotes:
         settings, remote = self.settings, admitted.remote
         return gitmirror.MirrorOptions(
             credentials=settings.git_credentials,
-            resolve=(remote.host, remote.port, admitted.address),
+            resolve=None if remote.literal_ip else (remote.host, remote.port, admitted.address),
             max_bytes=settings.git_max_bytes,
             connect_timeout_s=settings.git_connect_timeout_s,
             timeout_s=settings.git_timeout_s,

@@ -1,0 +1,128 @@
+"""Sessions on a git remote, end to end: the real CLI starts a scripted session on a URL of the suite's own git
+server (nginx, fcgiwrap, git-http-backend, basic auth), the project's own tests run in the sandbox on the fetched
+tree, and the changes leave as a patch that ``git apply`` takes and as a branch pushed back to the server, which a
+fresh clone then holds. The password reaches none of what the session produced."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gitserver import GitServer, plain_git_env
+from tests.integration.cli_helpers import cubicle
+from tests.integration.conftest import GIT_PASSWORD
+from tests.integration.pty_helpers import scenario_file
+
+pytestmark = pytest.mark.integration
+
+NAME = "inflection"
+LOOK = (
+    "python3 -m pytest -p no:cacheprovider -q test_inflection.py 2>&1 | tail -1; env; cat .git/HEAD .git/config; "
+    "cat ~/.git-credentials ~/.netrc 2>&1; echo done"
+)
+
+
+def _settings(server: GitServer, data: Path) -> dict[str, str]:
+    """A controller's settings for the server: its data directory, the credentials file in it (the one file the
+    password may be in), and the remote patterns naming the server's loopback host and port exactly."""
+    data.mkdir(parents=True, exist_ok=True)
+    credentials = data / "credentials"
+    credentials.write_text(f"http://tester:{GIT_PASSWORD}@127.0.0.1:{server.port}\n")
+    credentials.chmod(0o600)
+    return {
+        "CUBICLE_DATA_DIR": str(data),
+        "CUBICLE_GIT_CREDENTIALS": str(credentials),
+        "CUBICLE_GIT_REMOTES": json.dumps([f"http://127.0.0.1:{server.port}/private/*"]),
+    }
+
+
+def _events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def _clone(server: GitServer, branch: str, where: Path) -> Path:
+    url = server.url(NAME).replace("http://", f"http://tester:{GIT_PASSWORD}@")
+    subprocess.run(
+        ["git", "clone", "-q", "--branch", branch, url, str(where)],
+        check=True,
+        timeout=120,
+        env=plain_git_env(where.parent),
+        capture_output=True,
+    )
+    return where
+
+
+def test_a_session_on_a_url_runs_the_projects_tests_then_leaves_as_a_patch_and_a_pushed_branch(
+    git_server: GitServer, tmp_path: Path
+) -> None:
+    git_server.create(NAME)
+    head = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
+    env = _settings(git_server, tmp_path / "data")
+    turns = [
+        {
+            "content": [
+                {"type": "tool_use", "name": "write_file", "input": {"path": "NOTES.md", "content": "from a remote\n"}},
+                {"type": "tool_use", "name": "run_command", "input": {"command": LOOK, "timeout_s": 300}},
+            ]
+        },
+        {"content": [{"type": "text", "text": "Done."}]},
+    ]
+    scenario = scenario_file(tmp_path, {"name": "remote", "turns": turns})
+    ran = cubicle("run", git_server.url(NAME), "note it", "--json", "--scenario", scenario, env=env, timeout=1200)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    events = _events(ran.stdout)
+    session = next(e["session_id"] for e in events if e["type"] == "session_started")
+    output = "\n".join(e["output"] for e in events if e["type"] == "tool_result")
+    assert " passed" in output and head in output, output[-3000:]  # the suite ran on the fetched commit
+    assert "[remote" not in output and "url =" not in output, output  # the sandbox's .git names no remote
+
+    shown = cubicle("sessions", env=env)
+    assert f"{git_server.url(NAME)}@{head[:12]}" in shown.stdout, shown.stdout
+
+    refused = cubicle("apply", session, env=env)
+    assert refused.returncode == 2 and "--patch" in refused.stderr, refused.stderr
+
+    patch = cubicle("changes", session, "--patch", env=env)
+    assert patch.returncode == 0, patch.stderr
+    copy = _clone(git_server, "main", tmp_path / "copy")
+    subprocess.run(["git", "apply", "-"], input=patch.stdout.encode(), cwd=copy, check=True, timeout=60)
+    assert (copy / "NOTES.md").read_text() == "from a remote\n"
+    assert not (copy / ".venv").exists()  # ignored: left out
+
+    pushed = cubicle("push", session, "--branch", "cubicle/notes", "-m", "Notes from a remote", env=env)
+    assert pushed.returncode == 0 and "created" in pushed.stdout, pushed.stderr
+    branch = _clone(git_server, "cubicle/notes", tmp_path / "branch")
+    assert (branch / "NOTES.md").read_text() == "from a remote\n"
+    log = subprocess.run(
+        ["git", "log", "-1", "--format=%P%n%an <%ae>%n%s"], cwd=branch, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert log == [head, "Cubicle <cubicle@localhost>", "Notes from a remote"], log
+
+    again = cubicle("push", session, "--branch", "cubicle/notes", env=env)
+    assert again.returncode != 0 and "cubicle/notes" in again.stderr and GIT_PASSWORD not in again.stderr
+
+    said = [ran.stdout, ran.stderr, shown.stdout, refused.stderr, patch.stdout, pushed.stdout, again.stderr]
+    assert not [text for text in said if GIT_PASSWORD in text]
+    _no_password_under(Path(env["CUBICLE_DATA_DIR"]), keep=Path(env["CUBICLE_GIT_CREDENTIALS"]))
+
+
+def _no_password_under(data: Path, keep: Path) -> None:
+    """The password is in the credentials file and nowhere else the controller wrote: database, transcripts,
+    events, layers, mirrors, trees."""
+    found = []
+    for root, _dirs, files in os.walk(data):
+        for name in files:
+            path = Path(root) / name
+            if path == keep or path.is_symlink() or not path.is_file():
+                continue
+            try:
+                if GIT_PASSWORD.encode() in path.read_bytes():
+                    found.append(str(path))
+            except PermissionError:
+                continue
+    assert not found, found
