@@ -13,8 +13,14 @@ from typing import Any
 
 import pytest
 
+from controller.agent.scripted import ScriptedServer
+from controller.client import Client
+from controller.errors import CubicleError, ForbiddenRepoError, InvalidRequestError, RepoError
+from controller.wire.bodies import PushRequest, RemoteRepo
+from tests.agent_harness import register, text, tool
 from tests.gitserver import GitServer, plain_git_env
 from tests.integration.cli_helpers import cubicle
+from tests.integration.client_helpers import cubicle_serve
 from tests.integration.conftest import GIT_PASSWORD
 from tests.integration.pty_helpers import scenario_file
 
@@ -126,3 +132,54 @@ def _no_password_under(data: Path, keep: Path) -> None:
             except PermissionError:
                 continue
     assert not found, found
+
+
+REMOTE_TURNS = [
+    {"content": [tool("write_file", path="CHANGELOG.md", content="one line\n")]},
+    {"content": [tool("write_file", path=".github/workflows/ci.yml", content="on: push\n")]},
+    {"content": [text("Done.")]},
+]
+
+
+def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain_apply_would_write(
+    git_server: GitServer, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    """Through `cubicle serve` and the Python client: the server's own list admits the URL (a server never fetches
+    a remote its list does not name), a ref picks the commit, apply is refused, a CI definition stays out of the
+    pushed branch unless forced by name, and the record shows where the files came from."""
+    git_server.create(NAME)
+    first = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
+    git_server.commit(NAME, {"NEWS.md": b"later\n"}, "A later commit")
+    root = tmp_path / "root"
+    root.mkdir()
+    settings = _settings(git_server, root / "data")
+    with cubicle_serve(root, model_server, **settings) as served, Client(served.url, served.token) as client:
+        for bad, error in [
+            (RemoteRepo(url=f"http://127.0.0.1:{git_server.port}/public/{NAME}.git"), ForbiddenRepoError),
+            (RemoteRepo(url=f"file://{git_server.bare(NAME)}"), RepoError),
+            (RemoteRepo(url=git_server.url(NAME), ref="no-such-branch"), InvalidRequestError),
+        ]:
+            with pytest.raises(error):
+                client.create(bad, "t")
+        model = register(model_server, REMOTE_TURNS, prefix="remote-api")
+        record = client.create(RemoteRepo(url=git_server.url(NAME), ref=first[:10]), "log it", model=model)
+        assert record.source is not None and record.source.commit == first and record.source.ref == first[:10]
+        done = client.wait(record.id)
+        assert done.status == "idle", done
+        assert done.source == record.source and done.repo == record.repo
+        with pytest.raises(InvalidRequestError, match="--patch"):
+            client.apply(record.id)
+        pushed = client.push(record.id, PushRequest(branch="cubicle/api"))
+        assert (pushed.status, pushed.base, pushed.written) == ("created", first, 1), pushed
+        assert any(".github/workflows/ci.yml" in line for line in pushed.left), pushed.left
+        with pytest.raises(CubicleError, match="cubicle/api"):
+            client.push(record.id, PushRequest(branch="cubicle/api"))
+        forced = client.push(
+            record.id, PushRequest(branch="cubicle/api", force=[".github/workflows/ci.yml"], force_with_lease=True)
+        )
+        assert (forced.status, forced.written) == ("replaced", 2), forced
+    branch = _clone(git_server, "cubicle/api", tmp_path / "branch")
+    assert (branch / "CHANGELOG.md").read_text() == "one line\n"
+    assert (branch / ".github/workflows/ci.yml").read_text() == "on: push\n"
+    assert not (branch / "NEWS.md").exists()  # on the commit the ref named, not the branch's newest
+    _no_password_under(root / "data", keep=Path(settings["CUBICLE_GIT_CREDENTIALS"]))
