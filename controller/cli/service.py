@@ -127,8 +127,9 @@ class GcOptions:
 
 @app.command(
     help="Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged "
-    "sessions, the setup trees no session's layer sits on, and environment images no container uses (the newest "
-    "of each repository stays); with --older-than, old ended sessions too."
+    "sessions, the setup trees no session's layer sits on, the git remotes' trees no session works on (and the "
+    "commits purged sessions kept pinned), and environment images no container uses (the newest of each "
+    "repository stays); with --older-than, old ended sessions too."
 )
 @options.command(GcOptions)
 def gc(o: GcOptions) -> None:
@@ -159,6 +160,7 @@ def _sweep_disk(settings: Settings, client: Any) -> None:
     from ..environment.setups import Setups
     from ..sandbox import mounters
     from ..sandbox.docker import clear_as_root
+    from ..server import remotes
     from ..server.store import open_store
     from ..workspace.manager import Workspaces
 
@@ -171,8 +173,11 @@ def _sweep_disk(settings: Settings, client: Any) -> None:
         layers = Workspaces(settings.data_dir, clear, quotas).sweep(
             lambda session_id: store.get(session_id) is not None
         )
+        trees = remotes.sweep(settings.data_dir, store.repos(), lambda session_id: store.get(session_id) is not None)
     finally:
         store.close()
+    for line in trees:
+        print(line)
     for session_id in layers:
         print(f"removed the workspace layer of purged session {terminal.safe(session_id)}")
     for key in Setups(settings.data_dir, clear).sweep(settings.data_dir / "workspaces"):

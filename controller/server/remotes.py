@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +119,13 @@ class Remotes:
         )
 
     @staticmethod
+    def unpin(data_dir: Path, source: Source, session_id: str) -> None:
+        """Let the session's commit go from its mirror (a purged session's patch or push needs it no more)."""
+        mirror = gitmirror.path_of(data_dir, source.url)
+        if mirror.is_dir():
+            gitmirror.unpin(mirror, session_id)
+
+    @staticmethod
     def pin(fetched: Fetched, session_id: str) -> None:
         """Keep the session's commit in its mirror until the session is discarded, whatever upstream does."""
         gitmirror.pin(fetched.mirror, fetched.source.commit, session_id)
@@ -143,3 +153,32 @@ def _left(built: gitpush.Built) -> list[str]:
     if len(lines) > MAX_LEFT:
         lines = [*lines[:MAX_LEFT], f"... and {len(lines) - MAX_LEFT} more"]
     return lines
+
+
+def sweep(data_dir: Path, used: set[str], exists: Callable[[str], bool]) -> list[str]:
+    """``cubicle gc``'s share: the trees no session's ``repo`` (``used``) is, and the mirrors' pins of sessions that
+    no longer exist (``exists``); what was removed, as lines to print. The mirrors themselves stay: they are the
+    cache a next session on the URL fetches into."""
+    removed = []
+    trees = data_dir / "git" / "trees"
+    for tree in sorted(trees.iterdir()) if trees.is_dir() else ():
+        if tree.is_dir() and not tree.is_symlink() and str(tree) not in used and _settled(tree):
+            shutil.rmtree(tree)
+            removed.append(f"removed the tree of commit {tree.name[:12]}, which no session uses")
+    mirrors = data_dir / "git" / "mirrors"
+    for mirror in sorted(mirrors.iterdir()) if mirrors.is_dir() else ():
+        if mirror.is_dir():
+            for session_id in gitmirror.pins(mirror):
+                if not exists(session_id):
+                    gitmirror.unpin(mirror, session_id)
+                    removed.append(f"unpinned the commit of purged session {session_id}")
+    return removed
+
+
+SETTLED_S = 3600.0
+"""A tree younger than this is kept even when no session names it yet: a session being made on it now may not
+have written its record."""
+
+
+def _settled(tree: Path) -> bool:
+    return time.time() - tree.stat().st_mtime > SETTLED_S

@@ -348,6 +348,10 @@ class Sessions:
             await self._stop_sandbox(session_id)
             await asyncio.to_thread(self.workspaces.discard, session_id)
         if purge:
+            record = self.get(session_id)
+            if record.source is not None:  # its patch and push need its commit no more
+                with contextlib.suppress(CubicleError, OSError):
+                    await asyncio.to_thread(self.remotes.unpin, self.settings.data_dir, record.source, session_id)
             self.store.delete(session_id)
             return None
         return self.get(session_id)

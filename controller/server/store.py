@@ -405,6 +405,10 @@ class Store:
         total = self.run("SELECT COUNT(*) FROM sessions").fetchone()[0]
         return [row_from(r) for r in rows], total
 
+    def repos(self) -> set[str]:
+        """Every session's ``repo``, whatever its status: the trees ``cubicle gc`` must keep."""
+        return {row[0] for row in self.run("SELECT DISTINCT repo FROM sessions").fetchall()}
+
     def with_status(self, status: str) -> list[Row]:
         rows = self.run(f"SELECT {SELECTED} FROM sessions WHERE status = ?", (status,)).fetchall()
         return [row_from(r) for r in rows]

@@ -392,6 +392,12 @@ def pinned(path: Path, session_id: str) -> str | None:
     return _commit_of(_mirror_git(path), path, _pin_name(session_id))
 
 
+def pins(path: Path) -> list[str]:
+    """The sessions whose commits the mirror at ``path`` keeps."""
+    listed = _mirror_git(path).run(["for-each-ref", "--format=%(refname)", PINS], path).decode()
+    return [line[len(PINS) :] for line in listed.splitlines() if line.startswith(PINS)]
+
+
 def _pin_name(session_id: str) -> str:
     if not _SESSION_ID.fullmatch(session_id) or session_id.endswith((".", ".lock")) or ".." in session_id:
         raise GitRefError(f"{session_id[:80]!r} cannot name a pin.")

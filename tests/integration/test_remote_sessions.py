@@ -17,6 +17,7 @@ from controller.agent.scripted import ScriptedServer
 from controller.client import Client
 from controller.errors import CubicleError, ForbiddenRepoError, InvalidRequestError, RepoError
 from controller.wire.bodies import PushRequest, RemoteRepo
+from controller.workspace import gitmirror
 from tests.agent_harness import register, text, tool
 from tests.gitserver import GitServer, plain_git_env
 from tests.integration.cli_helpers import cubicle
@@ -114,7 +115,19 @@ def test_a_session_on_a_url_runs_the_projects_tests_then_leaves_as_a_patch_and_a
 
     said = [ran.stdout, ran.stderr, shown.stdout, refused.stderr, patch.stdout, pushed.stdout, again.stderr]
     assert not [text for text in said if GIT_PASSWORD in text]
-    _no_password_under(Path(env["CUBICLE_DATA_DIR"]), keep=Path(env["CUBICLE_GIT_CREDENTIALS"]))
+    data = Path(env["CUBICLE_DATA_DIR"])
+    _no_password_under(data, keep=Path(env["CUBICLE_GIT_CREDENTIALS"]))
+
+    # Purged, the session lets its commit go from the mirror; its tree goes at the next gc (once settled).
+    (mirror,) = [path for path in (data / "git" / "mirrors").iterdir() if path.is_dir()]  # not its lock
+    assert gitmirror.pins(mirror) == [session]
+    purged = cubicle("gc", "--older-than", "1s", "--include-unapplied", env=env)
+    assert purged.returncode == 0 and session in purged.stdout, purged.stdout + purged.stderr
+    assert gitmirror.pins(mirror) == []
+    tree = data / "git" / "trees" / head
+    os.utime(tree, (1, 1))
+    swept = cubicle("gc", env=env)
+    assert f"removed the tree of commit {head[:12]}" in swept.stdout and not tree.exists(), swept.stdout
 
 
 def _no_password_under(data: Path, keep: Path) -> None:
