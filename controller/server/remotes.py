@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
+from ..errors import ImageNotAllowedError
 from ..wire.bodies import PushRequest, PushResult, RemoteRepo
 from ..wire.changeset import Change, Disposition
+from ..wire.envspec import Environment
 from ..wire.gitremote import Admitted, admit, parse_remote
 from ..wire.sessionrecord import Source
 from ..workspace import gitmirror, gitpush, gittree
@@ -182,3 +184,16 @@ have written its record."""
 
 def _settled(tree: Path) -> bool:
     return time.time() - tree.stat().st_mtime > SETTLED_S
+
+
+def refuse_remote_build(environment: Environment, source: Source, allowed: bool) -> None:
+    """A remote repository's Dockerfile is built on the server's engine only when the operator allows it
+    (``CUBICLE_GIT_ALLOW_BUILDS``): a build runs the repository's own instructions outside the sandbox, and the
+    repository is whoever controls that URL. An image it names and its setup commands run as a local one's do."""
+    if environment.dockerfile is not None and not allowed:
+        raise ImageNotAllowedError(
+            f"The environment of {source.url} builds its Dockerfile {environment.dockerfile!r}, and this server "
+            "builds no remote repository's Dockerfile.",
+            hint="Ask the operator to set CUBICLE_GIT_ALLOW_BUILDS=true, or give the repository an image-based "
+            "environment.",
+        )

@@ -58,7 +58,7 @@ from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
 from .pidledger import Ledger, default_directory
 from .recorder import Recorder
-from .remotes import Fetched, Remotes
+from .remotes import Fetched, Remotes, refuse_remote_build
 from .runtime import Runtime, SandboxFactory
 from .store import Row, Store, open_store
 from .table import Loaded
@@ -244,6 +244,8 @@ class Sessions:
             refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
         environment, limits = new.environment, new.limits
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
+        if fetched is not None and not new.typed:
+            refuse_remote_build(resolved, fetched.source, self.settings.git_allow_builds)
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not new.network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
