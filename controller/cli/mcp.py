@@ -100,11 +100,16 @@ async def _serve(settings: Settings, repo: Path | RemoteRepo, limits: Limits, as
             served = live.served
             assert served is not None  # create served the turn
             failed = live.task.cancelled() or live.task.result() is None or served.connection_failed
+            take = (  # a session on a git remote has no checkout to apply to
+                ("push them with ", (f"cubicle push {record.id} --branch NAME", "bold"))
+                if record.source
+                else ("apply them with ", (f"cubicle apply {record.id}", "bold"))
+            )
             _note(
                 f"{served.calls} tool calls; review the changes with ",
                 (f"cubicle changes {record.id} --diff", "bold"),
-                ", apply them with ",
-                (f"cubicle apply {record.id}", "bold"),
+                ", ",
+                *take,
             )
             return failed
     finally:

@@ -230,7 +230,8 @@ def applied(session_id: str, repo: Path, result: ApplyResult) -> RenderableType:
 
 
 def how_to_take(session_id: str, source: Source, where: str = "") -> RenderableType:
-    """What to run next after a turn on a git remote: nothing is applied, so the changes leave as a patch."""
+    """What to run next after a turn on a git remote: nothing is applied, so the changes leave as a patch or a
+    pushed branch."""
     session_id, where = terminal.safe(session_id), terminal.safe(where)
     return Group(
         Text.assemble(
@@ -241,6 +242,7 @@ def how_to_take(session_id: str, source: Source, where: str = "") -> RenderableT
             for what, command in (
                 ("review:", f"cubicle changes {session_id} --diff{where}"),
                 ("patch:", f"cubicle changes {session_id} --patch{where} > {session_id}.patch"),
+                ("push:", f"cubicle push {session_id} --branch cubicle/NAME{where}"),
                 ("drop:", f"cubicle discard {session_id}{where}"),
             )
         ),

@@ -26,6 +26,9 @@ from ..errors import (
     ConflictError,
     CubicleError,
     ForbiddenRepoError,
+    GitRefError,
+    GitTooLargeError,
+    GitTreeError,
     InvalidRequestError,
     LeaseLostError,
     RepoError,
@@ -348,9 +351,10 @@ async def _turn_of(live: LiveSession, session_id: str) -> TurnOutcome:
     raise StoreError(live.failure or f"The turn of session {session_id} failed.")
 
 
-def repo_of(text: str, ref: str | None) -> Path | RemoteRepo:
+def repo_of(text: str, ref: str | None, apply: bool | None = None) -> Path | RemoteRepo:
     """REPO as the session's source: a URL (``scheme://``) is a git remote, anything else a directory. ``--ref``
-    belongs to a URL only. A URL's spelling is judged where it is fetched (``wire.gitremote``)."""
+    belongs to a URL only, ``--apply`` to a directory only. A URL's spelling is judged where it is fetched
+    (``wire.gitremote``)."""
     from pydantic import ValidationError
 
     from ..wire.bodies import RemoteRepo
@@ -359,6 +363,12 @@ def repo_of(text: str, ref: str | None) -> Path | RemoteRepo:
         if ref is not None:
             raise fail("--ref names a commit of a git URL; REPO is a directory here, so drop --ref.", EXIT_USAGE)
         return Path(text)
+    if apply:
+        raise fail(
+            "--apply writes into a checkout, and a session on a URL has none: drop --apply, then take its patch "
+            "(cubicle changes ID --patch) or push it (cubicle push ID --branch NAME).",
+            EXIT_USAGE,
+        )
     try:
         return RemoteRepo(url=text, ref=ref)
     except ValidationError as err:
@@ -418,6 +428,8 @@ def _exit_codes(signals: list[int]) -> Iterator[None]:
     try:
         yield
     except (ConfigError, RepoError, ForbiddenRepoError, AuthError, InvalidRequestError) as err:
+        raise fail(err, EXIT_USAGE) from None
+    except (GitRefError, GitTooLargeError, GitTreeError) as err:  # what a URL's ref or tree is: as --server's 422
         raise fail(err, EXIT_USAGE) from None
     except ConflictError as err:  # the repository overlaps one a running session uses
         raise fail(err, EXIT_CONFLICT) from None
@@ -500,7 +512,8 @@ class RunOptions:
         str | None,
         typer.Option(
             metavar="URL",
-            help="Run on this `cubicle serve` instead (token: CUBICLE_API_TOKEN); REPO is then a path on the server. "
+            help="Run on this `cubicle serve` instead (token: CUBICLE_API_TOKEN); REPO is then a path on the server "
+            "or a URL it fetches. "
             "--approve and --scenario are refused; the other flags are sent with the request.",
         ),
     ] = None
@@ -520,13 +533,7 @@ def run(o: RunOptions) -> None:
         "wall_clock_s": o.timeout,
         **sandbox_flags(o.command_timeout, o.memory, o.cpus, o.disk, o.inodes, o.network, o.runtime),
     }
-    repo = repo_of(o.repo, o.ref)
-    if o.apply and not isinstance(repo, Path):
-        raise fail(
-            "--apply writes into a checkout, and a session on a URL has none: drop --apply, then take its patch "
-            "(cubicle changes ID --patch).",
-            EXIT_USAGE,
-        )
+    repo = repo_of(o.repo, o.ref, o.apply)
     if o.server is not None:
         refuse_local_only(o.approve, o.scenario)
         _run_remote(o.server, o, flags, repo)

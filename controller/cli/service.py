@@ -160,7 +160,7 @@ def _sweep_disk(settings: Settings, client: Any) -> None:
     from ..environment.setups import Setups
     from ..sandbox import mounters
     from ..sandbox.docker import clear_as_root
-    from ..server import remotes
+    from ..server import origins
     from ..server.store import open_store
     from ..workspace.manager import Workspaces
 
@@ -173,7 +173,7 @@ def _sweep_disk(settings: Settings, client: Any) -> None:
         layers = Workspaces(settings.data_dir, clear, quotas).sweep(
             lambda session_id: store.get(session_id) is not None
         )
-        trees = remotes.sweep(settings.data_dir, store.repos(), lambda session_id: store.get(session_id) is not None)
+        trees = origins.sweep(settings.data_dir, store.repos(), lambda session_id: store.get(session_id) is not None)
     finally:
         store.close()
     for line in trees:

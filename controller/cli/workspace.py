@@ -303,31 +303,36 @@ def revert(session_id: SessionArg, force: RevertForceOpt = None, server: ServerO
         out.print(Text(f"  … and {plural(result.more_reverted, 'more path')}", "dim"))
 
 
+BranchOpt = Annotated[
+    str, typer.Option("--branch", metavar="NAME", help="The branch to make at the remote (under cubicle/).")
+]
+MessageOpt = Annotated[
+    str | None, typer.Option("--message", "-m", help="The commit's message (default: the task's first line).")
+]
+PushForceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--force",
+        metavar="PATH",
+        help="Include this held-back path (a CI definition, the environment's definition), by its exact path "
+        "(repeatable).",
+    ),
+]
+LeaseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force-with-lease", help="Replace the branch if it exists and still names what a fetch just found there."
+    ),
+]
+
+
 @app.command()
 def push(
     session_id: SessionArg,
-    branch: Annotated[
-        str, typer.Option("--branch", metavar="NAME", help="The branch to make at the remote (under cubicle/).")
-    ],
-    message: Annotated[
-        str | None, typer.Option("--message", "-m", help="The commit's message (default: the task's first line).")
-    ] = None,
-    force: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--force",
-            metavar="PATH",
-            help="Include this held-back path (a CI definition, the environment's definition), by its exact path "
-            "(repeatable).",
-        ),
-    ] = None,
-    force_with_lease: Annotated[
-        bool,
-        typer.Option(
-            "--force-with-lease",
-            help="Replace the branch if it exists and still names what a fetch just found there.",
-        ),
-    ] = False,
+    branch: BranchOpt,
+    message: MessageOpt = None,
+    force: PushForceOpt = None,
+    force_with_lease: LeaseOpt = False,
     server: ServerOpt = None,
 ) -> None:
     """Push the changes of a session on a git remote to a new branch there: one commit on the session's commit, of

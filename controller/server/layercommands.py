@@ -20,8 +20,8 @@ from ..wire.bodies import PushRequest, PushResult
 from ..wire.changeset import ApplyResult, Changes, Checkpoint, RevertResult
 from ..wire.events import MAX_LISTED_PATHS, DiscardedEvent, RevertedEvent, RewoundEvent
 from ..workspace.manager import Workspaces, apply_and_report, shown, summarize
+from .origins import Origins
 from .recorder import Recorder
-from .remotes import Remotes
 from .store import Row, Store
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,10 @@ class LayerCommands:
     """What the API's and the CLI's review commands do to a session's layer (``Sessions.layers``)."""
 
     def __init__(
-        self, workspaces: Workspaces, store: Store, get: Callable[[str], Row], quiesce: Quiesce, remotes: Remotes
+        self, workspaces: Workspaces, store: Store, get: Callable[[str], Row], quiesce: Quiesce, origins: Origins
     ) -> None:
         self.workspaces = workspaces
-        self.remotes = remotes
+        self.origins = origins
         self.store = store
         self.get = get
         """The session's record; NotFoundError if there is none."""
@@ -99,7 +99,7 @@ class LayerCommands:
         return result
 
     async def push(self, session_id: str, asked: PushRequest) -> PushResult:
-        """Push the changes of a session on a git remote to a new branch there (``Remotes.push``); the layer is
+        """Push the changes of a session on a git remote to a new branch there (``Origins.push``); the layer is
         kept, and the push may be made again (to another branch, or with the lease)."""
         record = self.get(session_id)
         if record.source is None:
@@ -108,7 +108,7 @@ class LayerCommands:
                 hint=f"Apply them (cubicle apply {session_id}), then commit and push from the checkout.",
             )
         async with self._quiesced(session_id, "push when the turn has ended"):
-            return await self.remotes.push(self.workspaces, session_id, record.source, record.task, asked)
+            return await self.origins.push(self.workspaces, session_id, record.source, record.task, asked)
 
     async def rewind(self, session_id: str, turn: int) -> Row:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""
@@ -142,7 +142,8 @@ class LayerCommands:
         if source is not None:
             raise InvalidRequestError(
                 f"Session {session_id} works on {source.url}, not on a checkout: nothing is {done} from it.",
-                hint=f"Take them as a patch: cubicle changes {session_id} --patch, or GET .../changes?format=patch.",
+                hint=f"Take them as a patch (cubicle changes {session_id} --patch, GET .../changes?format=patch) or "
+                f"push them to a branch (cubicle push {session_id} --branch NAME, POST .../push).",
             )
 
     @contextlib.asynccontextmanager

@@ -56,9 +56,9 @@ from .feed import Batch, Feed
 from .hostpids import HostPids
 from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
+from .origins import Fetched, Origins, refuse_remote_build
 from .pidledger import Ledger, default_directory
 from .recorder import Recorder
-from .remotes import Fetched, Remotes, refuse_remote_build
 from .runtime import Runtime, SandboxFactory
 from .store import Row, Store, open_store
 from .table import Loaded
@@ -78,7 +78,7 @@ class NewSession:
     """What a new session is asked for: the API's body, ``cubicle run``'s and ``cubicle mcp``'s arguments."""
 
     repo: Path | RemoteRepo
-    """A local checkout, or a git remote the controller fetches (``remotes``)."""
+    """A local checkout, or a git remote the controller fetches (``server.origins``)."""
     task: str
     model: str | None = None
     """The model's name; the server's (``CUBICLE_MODEL``) when None."""
@@ -122,8 +122,8 @@ class Sessions:
         self.admission = Admission(settings, self.workspaces, self._live, pids, ledger)
         self._settling: asyncio.Task[None] | None = None
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
-        self.remotes = Remotes(settings)
-        self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced, self.remotes)
+        self.origins = Origins(settings)
+        self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced, self.origins)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
     # ------------------------------------------------------------------ lifecycle
@@ -235,7 +235,7 @@ class Sessions:
         fetched = None
         if isinstance(new.repo, RemoteRepo):  # a tree of the controller's, shared read-only: no overlap to refuse
             refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
-            fetched = await self.remotes.fetch(new.repo, new.typed)
+            fetched = await self.origins.fetch(new.repo, new.typed)
             repo = fetched.repo
         else:
             repo = pin(new.repo)
@@ -280,7 +280,7 @@ class Sessions:
             lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))
         )
         if fetched is not None:
-            await asyncio.to_thread(self.remotes.pin, fetched, record.id)
+            await asyncio.to_thread(self.origins.pin, fetched, record.id)
         self.store.insert(record)
         self.leases.registered(record.id, record.epoch)
         return record
@@ -353,7 +353,7 @@ class Sessions:
             record = self.get(session_id)
             if record.source is not None:  # its patch and push need its commit no more
                 with contextlib.suppress(CubicleError, OSError):
-                    await asyncio.to_thread(self.remotes.unpin, self.settings.data_dir, record.source, session_id)
+                    await asyncio.to_thread(self.origins.unpin, self.settings.data_dir, record.source, session_id)
             self.store.delete(session_id)
             return None
         return self.get(session_id)

@@ -35,13 +35,14 @@ STATUSES: tuple[tuple[type[CubicleError], int, bool], ...] = (
     (PatchTooLargeError, 413, False),  # a session's patch past its bound: the client reads InvalidRequestError
     (ConflictError, 409, True),
     # A git remote's session: what the request named (a ref, a branch) or what the remote holds cannot be taken (422),
-    # the branch exists or moved (409), or the remote failed (unreachable, credentials refused: 502, as a gateway).
+    # the branch exists or moved (409), or the remote failed (unreachable, credentials refused, no repository: 424,
+    # the request failed on what it depends on; 502 is the model's, and the client reads each status as one error).
     (GitRefError, 422, False),
     (GitTooLargeError, 422, False),
     (GitTreeError, 422, False),
     (GitPushRequestError, 422, False),
     (GitPushRejectedError, 409, False),
-    (GitError, 502, False),
+    (GitError, 424, True),
     (CapacityError, 429, True),
     (ForbiddenRepoError, 403, True),
     (RepoError, 400, True),

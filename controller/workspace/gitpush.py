@@ -142,33 +142,33 @@ def session_commit(
     The layer is only read; what is written is objects in the mirror, unreferenced until pushed."""
     variables = _identity(author) + _identity(author, "COMMITTER")
     body = _message(message)
-    data_dir = _data_dir(mirror)
-    git = Git(home(data_dir))
+    git = Git(home(_data_dir(mirror)))
     _check_base(layer, session_id, mirror, base)
     plain = plain_apply(layer, force)
     removed, adding, left = _plan(plain.chosen)
     _within(adding, limit)
     written, unreadable = _hash_all(git, layer, mirror, adding, limit)
-    with _scratch(data_dir) as scratch:
+    tree = _tree(git, mirror, base, written, removed)
+    commit = replace(git, variables=variables).run(
+        ["commit-tree", "--no-gpg-sign", tree, "-p", base], mirror, stdin=body
+    )
+    held, conflicts = tuple(plain.held), tuple(plain.conflicts)
+    return Built(
+        commit.decode().strip(), tree, base, tuple(written), tuple(removed), tuple(left + unreadable), held, conflicts
+    )
+
+
+def _tree(git: Git, mirror: Path, base: str, written: list[CommitEntry], removed: list[str]) -> str:
+    """The tree of ``base`` with ``removed`` gone and ``written`` in, made in a scratch index and checked entry by
+    entry (``--index-info`` skips a name it refuses and still succeeds)."""
+    with _scratch(_data_dir(mirror)) as scratch:
         indexed = replace(git, variables=(("GIT_INDEX_FILE", str(scratch / "index")),))
         indexed.run(["read-tree", base], mirror)
         _remove(indexed, mirror, removed)
         _add(indexed, mirror, written)
         tree = indexed.run(["write-tree"], mirror).decode().strip()
     _verify(git, mirror, base, tree, written, removed)
-    commit = replace(git, variables=variables).run(
-        ["commit-tree", "--no-gpg-sign", tree, "-p", base], mirror, stdin=body
-    )
-    return Built(
-        commit.decode().strip(),
-        tree,
-        base,
-        tuple(written),
-        tuple(removed),
-        tuple(left + unreadable),
-        tuple(plain.held),
-        tuple(plain.conflicts),
-    )
+    return tree
 
 
 def _identity(author: tuple[str, str], who: str = "AUTHOR") -> tuple[tuple[str, str], ...]:
@@ -419,17 +419,7 @@ def push(
         raise GitRefError(f"The mirror holds no commit {commit[:80]!r} to push.")
     expected = _fetched(git, data_dir, mirror, url, ref, options) if force_with_lease else ""
     gitmirror.reach(url, options)
-    args = [
-        "push",
-        "--porcelain",
-        "--no-verify",
-        "--no-signed",
-        "--no-recurse-submodules",
-        f"--force-with-lease={ref}:{expected}",
-        "--",
-        url,
-        f"{commit}:{ref}",
-    ]
+    args = ["push", *PUSH_FLAGS, f"--force-with-lease={ref}:{expected}", "--", url, f"{commit}:{ref}"]
     with git.started(args, mirror) as run, run.deadline(options.timeout_s) as expired:
         out = run.read(OUTPUT_LIMIT)
         code = run.proc.wait()
@@ -439,7 +429,22 @@ def push(
             f"The push of {branch} to {_host(url)} took longer than {options.timeout_s:g} s and was stopped; the "
             "remote may or may not have taken it (look at the branch there)."
         )
-    return _answer(git, url, branch, ref, commit, expected, code, out, said)
+    return _answer(git, _Attempt(url, branch, ref, commit, expected), code, out, said)
+
+
+PUSH_FLAGS = ("--porcelain", "--no-verify", "--no-signed", "--no-recurse-submodules")
+"""Machine-readable lines; no hook, signature or submodule of the controller's runs or is asked for."""
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What a push asked for: the remote, the branch (and its ref), the commit, the lease's expected id."""
+
+    url: str
+    branch: str
+    ref: str
+    commit: str
+    expected: str
 
 
 def _holds(git: Git, mirror: Path, commit: str) -> bool:
@@ -469,16 +474,15 @@ def _host(url: str) -> str:
 _STATUS = {"*": "created", "+": "replaced", " ": "replaced", "=": "unchanged"}
 
 
-def _answer(
-    git: Git, url: str, branch: str, ref: str, commit: str, expected: str, code: int, out: bytes, said: bytes
-) -> Pushed:
-    """The push's outcome from its porcelain line for ``ref`` (or, without one, from what git said)."""
-    line = _line_for(out, ref)
+def _answer(git: Git, asked: _Attempt, code: int, out: bytes, said: bytes) -> Pushed:
+    """The push's outcome from its porcelain line for the ref (or, without one, from what git said)."""
+    url, branch = asked.url, asked.branch
+    line = _line_for(out, asked.ref)
     if line is not None and code == 0 and line[0] in _STATUS:
-        return Pushed(branch, commit, url, _STATUS[line[0]])
+        return Pushed(branch, asked.commit, url, _STATUS[line[0]])
     host = _host(url)
     if line is not None and line[0] == "!":
-        raise _rejected(git, host, branch, expected, line[1])
+        raise _rejected(git, host, branch, asked.expected, line[1])
     text = said.decode(errors="replace")
     if any(words in text for words in gitmirror.AUTH_WORDS):
         raise GitAuthError(f"{host} refused the credentials for pushing {branch} to {url} (or none match it).")

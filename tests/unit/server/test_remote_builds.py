@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.errors import ImageNotAllowedError
-from controller.server.remotes import refuse_remote_build
+from controller.server.origins import refuse_remote_build
 from controller.wire.envspec import Environment
 from controller.wire.sessionrecord import Source
 

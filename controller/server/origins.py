@@ -1,4 +1,5 @@
-"""Sessions on a git remote: the URL admitted, its mirror brought up to date, the commit's tree checked out.
+"""Where a remote session's files come from and where its changes go back: the URL admitted, its mirror brought
+up to date, the commit's tree checked out; and the push of its changes as a branch.
 
 A remote session's files come from three steps, each in a module of its own layer: ``wire.gitremote`` admits the
 URL (one spelling, the operator's ``CUBICLE_GIT_REMOTES``, no special address unless named, the address to pin);
@@ -47,8 +48,8 @@ class Fetched:
     mirror: Path
 
 
-class Remotes:
-    """The remotes one controller fetches, with the server's settings."""
+class Origins:
+    """The git remotes one controller fetches from and pushes to, with the server's settings."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
