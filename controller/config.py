@@ -268,8 +268,9 @@ class Settings(BaseSettings):
     git_allow_builds: bool = Field(
         False,
         description="Whether a session on a git remote may build an image from the repository's own Dockerfile (its "
-        "environment definition's or devcontainer's). Off: never, since that Dockerfile comes from outside and runs "
-        "on this host's engine, with the setup network, while the image builds.",
+        "environment definition's or devcontainer's). Off: never for serve and mcp (a URL the CLI's user typed is "
+        "theirs to build), since that Dockerfile comes from outside and runs on this host's engine, with the setup "
+        "network, while the image builds.",
     )
     git_connect_timeout_s: float = Field(
         30, ge=1, le=600, description="Seconds a git remote has to accept the controller's connection."
