@@ -167,8 +167,10 @@ def test_a_controller_stopped_while_a_layer_is_being_mounted_exits_with_it_unmou
             process.kill()
             process.wait()
         api.http.close()
-    assert began.exists(), "the interrupted turn's end mounts the layer again while the server stops"
-    eventually(ended.exists, what="the slow mount to end (in the server, or orphaned by it)", timeout=60)
+    # The turn's end began its mount while the server stopped (unless its container's removal outlasted the stop's
+    # wait for the turn, on a very busy machine: then the mount is refused as the layers close, also no leftover).
+    if began.exists():
+        eventually(ended.exists, what="the slow mount to end (in the server, or orphaned by it)", timeout=60)
     left = [str(point) for point, _ in _mounts() if str(point).startswith(f"{data}/")]
     for point in left:  # reported below; not left to fail the run's last check too
         subprocess.run(["umount", "--lazy", point], check=False)
