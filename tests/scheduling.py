@@ -22,6 +22,7 @@ LONG = (
     "tests/security/test_api_input.py::test_openapi_conformance",  # 31 s
     "tests/security/test_filesystem.py::test_symlink_to_root_and_host_dirs",  # 30 s
     "tests/faults/test_controller_faults.py::test_sigkill_mid_command_loses_no_acknowledged_event",  # 30 s
+    "tests/faults/test_controller_faults.py::test_a_controller_stopped_while_a_layer_is_being_mounted",  # 15 s a slow mount
     "tests/security/test_robustness.py::test_a_gigabyte_of_output",  # 65 s for two gigabytes; one now
     "tests/integration/test_image_package.py::test_wheel_install_builds_the_sandbox_and_proxy_images",  # 27 s
     "tests/integration/test_stored_output_cap.py::test_two_hundred_noisy_commands_stay_under",  # 24 s

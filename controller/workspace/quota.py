@@ -57,6 +57,9 @@ COMMAND_TIMEOUT_S = 120.0
 RELEASE_PATIENCE_S = 0.5
 """How long an unmount after a use here waits out a hold that a starting child still copies (a fork-to-exec
 window; a real holder in another process costs this much, once, at the end of each use here)."""
+CLOSE_WAIT_S = 30.0
+"""How long ``Disks.close`` waits for this process's uses of layers, and their mounts and unmounts under way, to
+end: a bound against a hang (each is one command; a walk holding a layer ends when its child is stopped)."""
 
 
 def mkfs_argv(image: Path, quota: DiskQuota, uid: int, gid: int) -> list[str]:
@@ -179,12 +182,19 @@ class Disks:
     another process's last use, nor ``sweep`` in the next controller or ``cubicle gc``, unmounts
     a layer still in use. Mounting and unmounting themselves are serialized by an exclusive flock
     on ``disk.lock`` beside the image.
+
+    ``close`` is the end of this process's uses: it refuses new ones and waits for those under way, since
+    what still runs in a thread when the process ends is cut off (``cubicle serve`` ends with the signal
+    that stopped it the moment its application has shut down), and a mount cut off so stays.
     """
 
     def __init__(self, mounter: Mounter, workspaces: Path) -> None:
         self.mounter = mounter
         self.workspaces = workspaces
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified when a call under way (``_under_way``) ends
+        self._closed = False
+        self._busy = 0  # ``make``, ``acquire`` and ``release`` calls under way (mounting or unmounting, perhaps)
         self._real: Path | None = None  # ``workspaces`` with every symlink resolved: the kernel names mounts so
         self._uses: dict[Path, int] = {}
         self._holds: dict[Path, int] = {}  # the fd holding the shared flock of each layer in use here
@@ -198,7 +208,7 @@ class Disks:
             raise DiskError(f"The layer of {layer.repo} has no disk quota.")
         root = layer.root
         image, target = disk_image(root), disk_mount(root)
-        with self._layer_lock(root):
+        with self._under_way(starting=True), self._layer_lock(root):
             try:  # sparse: only what the filesystem writes takes space
                 fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 try:
@@ -221,7 +231,7 @@ class Disks:
         if layer.info.disk is None:
             return
         root = layer.root
-        with self._layer_lock(root):
+        with self._under_way(starting=True), self._layer_lock(root):
             with self._lock:
                 timer = self._lingering.pop(root, None)
                 if timer is not None:
@@ -239,6 +249,20 @@ class Disks:
                             self._check_mounted(target)
 
             self._first_use(root, mounted)
+
+    @contextlib.contextmanager
+    def _under_way(self, starting: bool = False) -> Iterator[None]:
+        """A call that may mount or unmount, which ``close`` waits for; a use ``starting`` once it began is refused."""
+        with self._lock:
+            if starting and self._closed:
+                raise DiskError("The controller is shutting down: the layer's filesystem was not mounted.")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._changed.notify_all()
 
     def _first_use(self, root: Path, attach: Callable[[], None]) -> None:
         """This process's first use of the layer: hold its image (shared flock), ``attach`` (mount it when
@@ -258,7 +282,7 @@ class Disks:
         if layer.info.disk is None:
             return
         root = layer.root
-        with self._layer_lock(root):
+        with self._under_way(), self._layer_lock(root):
             with self._lock:
                 left = self._uses.get(root, 0) - 1
                 if left > 0:
@@ -266,7 +290,7 @@ class Disks:
                     return
                 self._uses.pop(root, None)
                 hold = self._holds.pop(root, None)
-                linger = self.mounter.linger_s if hold is not None else 0.0
+                linger = self.mounter.linger_s if hold is not None and not self._closed else 0.0
             if hold is None:
                 return
             os.close(hold)
@@ -279,12 +303,27 @@ class Disks:
                 return
             self._unmount_idle(root, locked=True)
 
-    def close(self) -> None:
-        """Unmount now what lingers after its last use here (unless another process uses it)."""
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """The end of this process's uses: refuse new ones, wait up to ``wait_s`` for those under way (a mount
+        included) to end, then unmount what lingers after its last use here and what a use never let go of
+        (unless another process uses it)."""
+        deadline = time.monotonic() + wait_s
         with self._lock:
+            self._closed = True
+            while self._busy or self._uses:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
             lingering = list(self._lingering.items())
+            kept = {root: self._holds.pop(root) for root in list(self._uses) if root in self._holds}
+            self._uses.clear()
         for root, timer in lingering:
             timer.cancel()
+            self._unmount_idle(root)
+        for root, hold in kept.items():
+            log.warning("the layer at %s was still in use here when this process stopped; unmounting it", root)
+            os.close(hold)
             self._unmount_idle(root)
 
     def detach(self, root: Path) -> None:

@@ -17,7 +17,7 @@ from selenium.webdriver.support.select import Select
 from controller.agent.scripted import free_port
 from controller.workspace import repos
 from tests.browser.conftest import TOKEN, Viewer, idle_session
-from tests.browser.test_viewer import find, load, one, sign_in, wait
+from tests.browser.test_viewer import UI_WAIT, find, load, one, sign_in, wait
 from tests.integration.api_helpers import serve_env, serve_subprocess
 from tests.sandbox_defaults import TEST_INSTANCE
 
@@ -35,8 +35,14 @@ def test_a_signed_in_browser_uses_the_docs_and_try_it_out_with_its_page_key(
     sid = idle_session(viewer, model_server, "docs")
     sign_in(driver, viewer)
     driver.get_log("browser")
-    driver.get(f"{viewer.url}/docs")
-    operation = wait(lambda: driver.find_elements(By.CSS_SELECTOR, CANCEL), "the schema read with the page key")[0]
+    operation = load(
+        driver,
+        f"{viewer.url}/docs",
+        ready=lambda: driver.find_elements(By.CSS_SELECTOR, CANCEL),
+        what="the schema read with the page key",
+        gave_up=lambda: driver.find_elements(By.CSS_SELECTOR, ".swagger-ui .loading-container .errors-wrapper"),
+        timeout=UI_WAIT,
+    )[0]
     operation.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     wait(lambda: operation.find_elements(By.CSS_SELECTOR, ".try-out__btn"), "Try it out")[0].click()
     operation.find_element(By.CSS_SELECTOR, "input[placeholder='session_id']").send_keys(sid)

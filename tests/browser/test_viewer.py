@@ -59,23 +59,46 @@ def texts(driver: WebDriver, testid: str) -> list[str]:
     return found
 
 
-def load(driver: WebDriver, url: str | None = None) -> None:
-    """Open ``url`` (None: reload) and wait until the page's script has run.
+LOADS = 3
+"""How many times ``load`` opens a page whose requests Chromium failed with ERR_NETWORK_CHANGED (and only then)."""
+GAVE_UP = "the page gave up"
 
-    A bound against a hang (a loaded CI run once took over 15 s to run the page's module). Docker adds and removes
-    network interfaces whenever another test starts or stops a container, and Chromium
-    then fails the requests it has in flight with ERR_NETWORK_CHANGED. A page whose module failed so stays at
-    "Loading…" (seen in CI); it is loaded once more, and only then.
+
+def load(
+    driver: WebDriver,
+    url: str | None = None,
+    ready: Callable[[], Any] | None = None,
+    what: str = "the page's script to run",
+    gave_up: Callable[[], Any] = lambda: False,
+    timeout: float = 45,
+) -> Any:
+    """Open ``url`` (None: reload) and wait until ``ready()`` (by default: the viewer's script has run); its value.
+
+    A bound against a hang (a loaded CI run once took over 15 s to run the page's module). Whenever another test
+    creates or removes a Docker network (a session's egress proxy's), the host gets or loses a bridge with an
+    address, and Chromium fails the requests it has in flight with ERR_NETWORK_CHANGED (CI's console showed it
+    for a module and for Swagger UI's schema; `docker network create` and `rm` beside a page's fetches do it
+    every time): the server never sees them. A page whose module failed so stays at "Loading…", and Swagger UI
+    shows its error; such a page is loaded again, only when the browser's console names that error, at most
+    ``LOADS`` times. ``gave_up()`` says early that the page will not get ready (Swagger UI's error box).
     """
-    for attempt in (1, 2):
+    ready = ready or (lambda: one(driver, "view").text != "Loading…" or None)
+    attempt = 0
+    while True:
+        attempt += 1
         driver.get(url) if url is not None else driver.refresh()
         try:
-            wait(lambda: one(driver, "view").text != "Loading…" or None, "the page's script to run", timeout=45)
-            return
-        except AssertionError:
-            changed = any("ERR_NETWORK_CHANGED" in entry["message"] for entry in driver.get_log("browser"))
-            if attempt == 2 or not changed:
-                raise
+            found = wait(lambda: ready() or (gave_up() and GAVE_UP), what, timeout=timeout)
+        except AssertionError as error:
+            failure = str(error)
+        else:
+            if found != GAVE_UP:
+                return found
+            failure = f"{GAVE_UP} before {what}"
+        # Reading the console empties it: what it said goes into the failure, or the report would show nothing.
+        console = [f"{entry['level']} {entry['message']}" for entry in driver.get_log("browser")]
+        if attempt == LOADS or not any("ERR_NETWORK_CHANGED" in line for line in console):
+            raise AssertionError(f"{failure}\nthe browser's console (load {attempt}):\n" + "\n".join(console))
 
 
 def sign_in(driver: WebDriver, viewer: Viewer) -> None:
