@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,11 @@ import pytest
 
 from controller.agent.scripted import ScriptedServer
 from controller.client import Client
-from controller.errors import CubicleError, ForbiddenRepoError, InvalidRequestError, RepoError
+from controller.errors import ConflictError, ForbiddenRepoError, InvalidRequestError, RepoError
 from controller.wire.bodies import PushRequest, RemoteRepo
 from controller.workspace import gitmirror
 from tests.agent_harness import register, text, tool
-from tests.gitserver import GitServer, plain_git_env
+from tests.gitserver import FIXTURE, GitServer, plain_git_env
 from tests.integration.cli_helpers import cubicle
 from tests.integration.client_helpers import cubicle_serve
 from tests.integration.conftest import GIT_PASSWORD
@@ -28,6 +29,8 @@ from tests.integration.pty_helpers import scenario_file
 pytestmark = pytest.mark.integration
 
 NAME = "inflection"
+PLAIN = "plain"
+"""The same project without its devcontainer, whose Dockerfile a server builds only with CUBICLE_GIT_ALLOW_BUILDS."""
 LOOK = (
     "python3 -m pytest -p no:cacheprovider -q test_inflection.py 2>&1 | tail -1; env; cat .git/HEAD .git/config; "
     "cat ~/.git-credentials ~/.netrc 2>&1; echo done"
@@ -52,8 +55,8 @@ def _events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def _clone(server: GitServer, branch: str, where: Path) -> Path:
-    url = server.url(NAME).replace("http://", f"http://tester:{GIT_PASSWORD}@")
+def _clone(server: GitServer, branch: str, where: Path, name: str = NAME) -> Path:
+    url = server.url(name).replace("http://", f"http://tester:{GIT_PASSWORD}@")
     subprocess.run(
         ["git", "clone", "-q", "--branch", branch, url, str(where)],
         check=True,
@@ -110,7 +113,7 @@ def test_a_session_on_a_url_runs_the_projects_tests_then_leaves_as_a_patch_and_a
     ).stdout.splitlines()
     assert log == [head, "Cubicle <cubicle@localhost>", "Notes from a remote"], log
 
-    again = cubicle("push", session, "--branch", "cubicle/notes", env=env)
+    again = cubicle("push", session, "--branch", "cubicle/notes", env=env)  # another message: another commit
     assert again.returncode != 0 and "cubicle/notes" in again.stderr and GIT_PASSWORD not in again.stderr
 
     said = [ran.stdout, ran.stderr, shown.stdout, refused.stderr, patch.stdout, pushed.stdout, again.stderr]
@@ -158,24 +161,29 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
     git_server: GitServer, model_server: ScriptedServer, tmp_path: Path
 ) -> None:
     """Through `cubicle serve` and the Python client: the server's own list admits the URL (a server never fetches
-    a remote its list does not name), a ref picks the commit, apply is refused, a CI definition stays out of the
+    a remote its list does not name), a remote's Dockerfile is not built unless the operator allows it, a ref picks
+    the commit, apply is refused, a CI definition stays out of the
     pushed branch unless forced by name, and the record shows where the files came from."""
-    git_server.create(NAME)
-    first = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
-    git_server.commit(NAME, {"NEWS.md": b"later\n"}, "A later commit")
+    git_server.create(NAME)  # its devcontainer builds a Dockerfile
+    plain = tmp_path / "plain"
+    shutil.copytree(FIXTURE, plain, ignore=shutil.ignore_patterns(".devcontainer"))
+    git_server.create(PLAIN, source=plain)
+    first = git_server.git("rev-parse", "HEAD", cwd=git_server.work(PLAIN))
+    git_server.commit(PLAIN, {"NEWS.md": b"later\n"}, "A later commit")
     root = tmp_path / "root"
     root.mkdir()
     settings = _settings(git_server, root / "data")
     with cubicle_serve(root, model_server, **settings) as served, Client(served.url, served.token) as client:
-        for bad, error in [
-            (RemoteRepo(url=f"http://127.0.0.1:{git_server.port}/public/{NAME}.git"), ForbiddenRepoError),
-            (RemoteRepo(url=f"file://{git_server.bare(NAME)}"), RepoError),
-            (RemoteRepo(url=git_server.url(NAME), ref="no-such-branch"), InvalidRequestError),
+        for bad, error, said in [
+            (RemoteRepo(url=f"http://127.0.0.1:{git_server.port}/public/{PLAIN}.git"), ForbiddenRepoError, "refused"),
+            (RemoteRepo(url=f"file://{git_server.bare(PLAIN)}"), RepoError, "file"),
+            (RemoteRepo(url=git_server.url(PLAIN), ref="no-such-branch"), InvalidRequestError, "no-such-branch"),
+            (RemoteRepo(url=git_server.url(NAME)), ForbiddenRepoError, "CUBICLE_GIT_ALLOW_BUILDS"),
         ]:
-            with pytest.raises(error):
+            with pytest.raises(error, match=said):
                 client.create(bad, "t")
         model = register(model_server, REMOTE_TURNS, prefix="remote-api")
-        record = client.create(RemoteRepo(url=git_server.url(NAME), ref=first[:10]), "log it", model=model)
+        record = client.create(RemoteRepo(url=git_server.url(PLAIN), ref=first[:10]), "log it", model=model)
         assert record.source is not None and record.source.commit == first and record.source.ref == first[:10]
         done = client.wait(record.id)
         assert done.status == "idle", done
@@ -185,13 +193,12 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
         pushed = client.push(record.id, PushRequest(branch="cubicle/api"))
         assert (pushed.status, pushed.base, pushed.written) == ("created", first, 1), pushed
         assert any(".github/workflows/ci.yml" in line for line in pushed.left), pushed.left
-        with pytest.raises(CubicleError, match="cubicle/api"):
-            client.push(record.id, PushRequest(branch="cubicle/api"))
-        forced = client.push(
-            record.id, PushRequest(branch="cubicle/api", force=[".github/workflows/ci.yml"], force_with_lease=True)
-        )
+        workflow = [".github/workflows/ci.yml"]
+        with pytest.raises(ConflictError, match="cubicle/api"):  # another commit, and no lease
+            client.push(record.id, PushRequest(branch="cubicle/api", force=workflow))
+        forced = client.push(record.id, PushRequest(branch="cubicle/api", force=workflow, force_with_lease=True))
         assert (forced.status, forced.written) == ("replaced", 2), forced
-    branch = _clone(git_server, "cubicle/api", tmp_path / "branch")
+    branch = _clone(git_server, "cubicle/api", tmp_path / "branch", PLAIN)
     assert (branch / "CHANGELOG.md").read_text() == "one line\n"
     assert (branch / ".github/workflows/ci.yml").read_text() == "on: push\n"
     assert not (branch / "NEWS.md").exists()  # on the commit the ref named, not the branch's newest
