@@ -198,3 +198,17 @@ def refuse_remote_build(environment: Environment, source: Source, allowed: bool)
             hint="Ask the operator to set CUBICLE_GIT_ALLOW_BUILDS=true, or give the repository an image-based "
             "environment.",
         )
+
+
+MAX_GITLINKS_SHOWN = 20
+
+
+def noting_submodules(environment: Environment, gitlinks: tuple[str, ...]) -> Environment:
+    """The environment with a warning naming the submodules the commit's tree holds and the session does not: a
+    remote's submodules are never fetched (another URL, another policy), so their directories are empty."""
+    if not gitlinks:
+        return environment
+    shown = ", ".join(printed(path) for path in gitlinks[:MAX_GITLINKS_SHOWN])
+    more = f" and {len(gitlinks) - MAX_GITLINKS_SHOWN} more" if len(gitlinks) > MAX_GITLINKS_SHOWN else ""
+    warning = f"submodules are not fetched, so these directories are empty: {shown}{more}"
+    return environment.model_copy(update={"warnings": (*environment.warnings, warning)})

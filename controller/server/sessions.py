@@ -56,7 +56,7 @@ from .feed import Batch, Feed
 from .hostpids import HostPids
 from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
-from .origins import Fetched, Origins, refuse_remote_build
+from .origins import Fetched, Origins, noting_submodules, refuse_remote_build
 from .pidledger import Ledger, default_directory
 from .recorder import Recorder
 from .runtime import Runtime, SandboxFactory
@@ -244,8 +244,10 @@ class Sessions:
             refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
         environment, limits = new.environment, new.limits
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
-        if fetched is not None and not new.typed:
-            refuse_remote_build(resolved, fetched.source, self.settings.git_allow_builds)
+        if fetched is not None:
+            if not new.typed:
+                refuse_remote_build(resolved, fetched.source, self.settings.git_allow_builds)
+            resolved = noting_submodules(resolved, fetched.gitlinks)
         by_request = environment is not None and environment.network is not None
         if resolved.network is not None and not new.network_asked:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)

@@ -1,11 +1,11 @@
-"""A remote repository's Dockerfile is built only when the operator allows it; an image it names is not a build."""
+"""What a remote session notes and refuses: a Dockerfile built only when allowed, the submodules it leaves empty."""
 
 from __future__ import annotations
 
 import pytest
 
 from controller.errors import ImageNotAllowedError
-from controller.server.origins import refuse_remote_build
+from controller.server.origins import noting_submodules, refuse_remote_build
 from controller.wire.envspec import Environment
 from controller.wire.sessionrecord import Source
 
@@ -23,3 +23,13 @@ def test_a_remote_dockerfile_is_refused_naming_the_setting_unless_allowed() -> N
 def test_an_image_packages_or_the_default_need_no_permission() -> None:
     for environment in (Environment(), Environment(image="python:3.12-slim"), Environment(packages=["make"])):
         refuse_remote_build(environment, SOURCE, allowed=False)
+
+
+def test_the_submodules_a_tree_leaves_empty_are_named_in_a_warning() -> None:
+    environment = Environment(warnings=("an ignored key",))
+    assert noting_submodules(environment, ()) is environment
+    many = tuple(f"vendor/lib{n}" for n in range(25))
+    noted = noting_submodules(environment, ("third\x1bparty", *many))
+    assert noted.warnings[0] == "an ignored key"
+    assert "third\\x1bparty" in noted.warnings[1] and "vendor/lib18" in noted.warnings[1]
+    assert "vendor/lib19" not in noted.warnings[1] and noted.warnings[1].endswith("and 6 more")
