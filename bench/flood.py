@@ -89,12 +89,16 @@ class Controller:
         if image is not None:
             env["CUBICLE_IMAGE"] = image
         env |= extra_env or {}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.instance = instance
+        self.log = root / f"{instance}-{self.port}.log"
+        """Its stderr: what it logged, for a measurement that fails to say (``said``)."""
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "controller", "serve", "--port", str(self.port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
         self._wait_ready()
@@ -109,6 +113,13 @@ class Controller:
             time.sleep(0.1)
         self.close()
         raise RuntimeError(f"cubicle serve did not come up (exit status {self.process.returncode})")
+
+    def said(self, lines: int = 10) -> list[str]:
+        """The last of what it logged above INFO (a takeover, a turn stopped, a traceback), as lines."""
+        with contextlib.suppress(OSError):
+            text = self.log.read_text(errors="replace")
+            return [line for line in text.splitlines() if line.strip() and not line.startswith("INFO")][-lines:]
+        return []
 
     def close(self) -> None:
         self.process.terminate()

@@ -420,6 +420,20 @@ class Delivery:
     """What was wrong with each of B's streams that did not hold every event of the session once, in order."""
 
 
+async def _unfinished(api: httpx.AsyncClient, sid: str, on_a: Received, controllers: tuple[Controller, ...]) -> str:
+    """What became of a session whose stream on A closed without its end_turn: the stream's last event, the session's
+    record now, and what the controllers logged (a takeover, say)."""
+    last = on_a.events[-1][0] if on_a.events else None
+    response = await api.get(f"/v1/sessions/{sid}")
+    record = response.json() if response.is_success else {"status": f"unknown (HTTP {response.status_code})"}
+    logged = "; ".join(f"{c.instance}: {line}" for c in controllers for line in c.said()) or "nothing above INFO"
+    return (
+        f"session {sid} did not end with end_turn: its stream on A closed after {len(on_a.events)} events, the last "
+        f"{last}; the session is now {record.get('status')} ({record.get('finish_reason')}: {record.get('detail')!r}); "
+        f"the controllers logged: {logged}"
+    )
+
+
 async def deliver(a: Controller, b: Controller, repo: Path, model: str, sessions: int) -> Delivery:
     """One warm-up session, then ``sessions`` sessions, one after another on A, each followed from its start on A
     and on B."""
@@ -442,9 +456,9 @@ async def deliver(a: Controller, b: Controller, repo: Path, model: str, sessions
             expected = list(range(1, len(got_a) + 1))
             if got_a != expected:
                 raise RuntimeError(f"session {sid}: the stream on A is not 1..n: {_gaps(got_a, len(expected))}")
-            finished = on_a.events[-1][0]
-            if finished["type"] != "session_finished" or finished["reason"] != "end_turn":
-                raise RuntimeError(f"session {sid} did not end with end_turn: {finished}")
+            finished = on_a.events[-1][0] if on_a.events else {}
+            if finished.get("type") != "session_finished" or finished.get("reason") != "end_turn":
+                raise RuntimeError(await _unfinished(api, sid, on_a, (a, b)))
             if run == 0:  # the warm-up: first container, first connections
                 (await api.delete(f"/v1/sessions/{sid}")).raise_for_status()
                 continue

@@ -315,7 +315,8 @@ class Tending:
         if epoch is None:
             return False
         log.warning("took over session %s from %s (interrupted)", record.id, record.owner)
-        await self.remove_left(record.id)
+        # Its end is recorded before the containers go (engine calls, seconds on a busy host): from the claim on no
+        # turn of it runs, so its followers' streams end, and they end after this event only if it is stored by then.
         recorder = await self.recorder(record, epoch)
         self.store.update(
             record.id, epoch, detail="the process running this turn stopped (a controller restart, or a killed run)"
@@ -323,4 +324,5 @@ class Tending:
         await recorder.emit(
             StatusEvent(session_id=record.id, status="interrupted", detail="the process running the turn stopped")
         )
+        await self.remove_left(record.id)
         return True

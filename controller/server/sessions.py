@@ -264,8 +264,17 @@ class Sessions:
         await self.admission.make_room(limits, self._unloaded())
         from ..environment.inputs import definition_files
 
+        session_id = new.prefix + secrets.token_hex(8)
+        await asyncio.to_thread(
+            lambda: self.workspaces.create(session_id, repo, quota, limits.names, definition=definition_files(repo))
+        )
+        if fetched is not None:
+            await asyncio.to_thread(self.origins.pin, fetched, session_id)
+        # Made once the layer is: its lease runs from the row's insert. Making a layer (its filesystem, the
+        # checkout's baseline walked in a child process) can take longer than a lease on a busy host; a row written
+        # with its lease already run out is taken over as interrupted by another controller before its turn begins.
         record = Row.fresh(
-            new.prefix + secrets.token_hex(8),
+            session_id,
             str(repo),
             new.task,
             new.model or self.settings.model,
@@ -278,11 +287,6 @@ class Sessions:
             lease_expires=self.store.now() + self.lease_s,
             source=fetched.source if fetched else None,
         )
-        await asyncio.to_thread(
-            lambda: self.workspaces.create(record.id, repo, quota, limits.names, definition=definition_files(repo))
-        )
-        if fetched is not None:
-            await asyncio.to_thread(self.origins.pin, fetched, record.id)
         self.store.insert(record)
         self.leases.registered(record.id, record.epoch)
         return record

@@ -191,6 +191,18 @@ async def test_register_makes_the_record_and_layer_and_refuses_a_repo_a_live_pro
     await sessions.register(NewSession(owned_dir(repo / "sub"), "task", None, Limits()))
 
 
+async def test_a_new_sessions_lease_runs_from_its_row_not_from_before_its_layer_was_made(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """Making a layer can take longer than a lease on a busy host: a row written with its lease already run out was
+    taken over as interrupted by another controller before its first turn began (the bench's stores section)."""
+    sessions = controller.sessions
+    record = await sessions.register(NewSession(owned_dir(tmp_path / "repo"), "task", None, Limits()))
+    made = (sessions.workspaces.open(record.id).root / "layer.json").stat().st_mtime
+    stored = sessions.store.get(record.id)
+    assert stored is not None and stored.lease_expires - sessions.lease_s >= made
+
+
 async def test_a_repository_holding_the_data_directory_is_refused_and_the_database_is_private(tmp_path: Path) -> None:
     """The CLI has no repository roots, yet ``cubicle run ~`` must not show the agent every session's transcript."""
     repo = owned_dir(tmp_path / "home")
