@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError
+from ..errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError, RemoteURLError
+from ..wire.gitremote import parse_remote
 from . import gitcreds
 from .gitrun import Git, home
 
@@ -92,24 +93,13 @@ class RemoteMirror:
 
 
 def normalise(url: str) -> str:
-    """``url`` in the one form its mirror is keyed by: scheme and host in lower case, no default port, no
-    trailing slash. A URL with credentials, a query or a fragment, or not http(s), is refused."""
+    """``url`` in the one form its mirror is keyed by: ``wire.gitremote``'s, the spelling a controller admits
+    (scheme and host in lower case, no default port, no trailing slash, no credentials, query or fragment, http(s)
+    only). One rule for both, so that the URL admitted is the URL fetched and the mirror's key."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise GitError(f"Not a URL git may fetch: {url!r}.") from None
-    if parts.scheme.lower() not in gitcreds.DEFAULT_PORTS or not parts.hostname:
-        raise GitError("A remote repository's URL must be http:// or https:// with a host.")
-    if "@" in parts.netloc:
-        raise GitError("A remote repository's URL may not hold credentials.", hint="Put them in the credentials file.")
-    if parts.query or parts.fragment or any(c in url for c in "\x00\n\r\t "):
-        raise GitError("A remote repository's URL may not hold a query, a fragment or white space.")
-    scheme, host = parts.scheme.lower(), parts.hostname.lower()
-    shown = f"[{host}]" if ":" in host else host
-    if port is not None and port != gitcreds.DEFAULT_PORTS[scheme]:
-        shown += f":{port}"
-    return f"{scheme}://{shown}{parts.path.rstrip('/')}"
+        return parse_remote(url).url
+    except RemoteURLError as err:
+        raise GitError(str(err), hint=err.hint) from None
 
 
 def key(url: str) -> str:
@@ -182,8 +172,8 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
 
 
 def path_of(data_dir: Path, url: str) -> Path:
-    """Where the mirror of ``url`` (normalised) is, made or not; its lock is beside it (``.lock``)."""
-    return data_dir / "git" / "mirrors" / key(url)
+    """Where the mirror of ``url`` is, made or not; its lock is beside it (``.lock``)."""
+    return data_dir / "git" / "mirrors" / key(normalise(url))
 
 
 def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> RemoteMirror:
