@@ -128,7 +128,8 @@ class ServedTurn:
         """Why the environment could not be prepared: each call fails with it (the setup is not run again)."""
         self.connection_failed = False
         """The turn ended because its client's connection failed (not because the client went)."""
-        self._next_checkpoint = CHECKPOINT_EVERY
+        self._checkpoints = 0
+        """Checkpoints of the calls taken or being taken: one is owed for every ``CHECKPOINT_EVERY`` calls run."""
         self._ids = itertools.count(1)
 
     async def run(self) -> TurnOutcome:
@@ -191,8 +192,10 @@ class ServedTurn:
             # cancelled once, so the sandbox kills the command and gives back its output, which is recorded.
             recorded = self._recorded(call_id, name, arguments or {}, watch)
             outcome = await _finished(asyncio.create_task(recorded), cancel=True)
-        if self.calls >= self._next_checkpoint:
-            self._next_checkpoint = (self.calls // CHECKPOINT_EVERY + 1) * CHECKPOINT_EVERY  # after 50, 100, ...
+        # Calls that end together (a busy loop runs all their ends before any of them gets here) may bring the count
+        # past more than one multiple: each owed checkpoint is taken, by the first call to see it owed.
+        while self._checkpoints < self.calls // CHECKPOINT_EVERY:
+            self._checkpoints += 1
             await _finished(asyncio.create_task(self.checkpoint()), cancel=False)  # a checkpoint is never cut short
         host.rest()
         return outcome

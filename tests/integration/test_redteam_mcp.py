@@ -12,7 +12,10 @@ Each test asserts what a user expects; every one failed on the code it was first
   traceback on stderr instead of 143.
 - Concurrent calls skip or repeat the checkpoint "every 50 calls": ``calls % 50 == 0`` is
   tested after other calls have bumped the counter (100 parallel writes gave checkpoints
-  [1] in one run and [1, 2, 3, 4, 5] in another, instead of [1, 2]).
+  [1] in one run and [1, 2, 3, 4, 5] in another, instead of [1, 2]). Testing ``calls >= next``
+  and moving ``next`` past the count still skipped one on a loaded machine, where calls 50 to
+  100 can all end before the first of them looks ([1]; the unit test in test_sessions makes it
+  every time).
 - A client cancelling the 50th call while its checkpoint runs cancels the checkpoint's await
   but not its worker thread: the gate reopens, a write runs while the layer is being walked,
   and the checkpoint written to disk never gets its ``changes`` event.
@@ -102,8 +105,7 @@ def test_concurrent_calls_do_not_skip_the_checkpoint_every_fifty_calls(
         for n in range(2, calls + 1):
             server.call(n, "write_file", {"path": f"f{n}.txt", "content": "x"})
         answered = {n for n in range(2, calls + 1) if server.reply(n) is not None}
-        assert len(answered) == calls - 1
-        time.sleep(1)
+        assert len(answered) == calls - 1  # a call that takes a checkpoint is answered once it is recorded
         checkpoints = [e.checkpoint for e in events(data, session_id) if e.type == "changes"]
         assert server.disconnect() == 0
     assert checkpoints == [1, 2]  # after call 50 and after call 100

@@ -13,6 +13,7 @@ from controller.agent.scripted import ScriptedServer
 from controller.config import Settings
 from controller.errors import ConflictError, ForbiddenRepoError, NotFoundError
 from controller.sandbox import owners
+from controller.server import served
 from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions, open_sessions
 from controller.server.store import Row, open_store
@@ -337,3 +338,24 @@ async def test_a_served_turn_whose_connection_fails_still_records_its_end(
     assert live.served is not None and live.served.connection_failed
     assert "the client's connection failed after 1 tool calls" in ended.detail and "the pipe broke" in ended.detail
     assert controller.made[0].stops >= 1
+
+
+async def test_served_calls_that_end_together_still_take_a_checkpoint_after_every_fifty(
+    controller: Controller, tmp_path: Path
+) -> None:
+    """A hundred calls side by side whose ends land in one turn of the event loop (a loaded machine's, or here
+    calls that never leave it) are two checkpoints by the time they are answered: after call 50 and after call 100."""
+    sessions = controller.sessions
+    taken: list[int | None] = []
+
+    async def calls(live: Any) -> str:
+        await asyncio.gather(*(live.call("list_files", {}) for _ in range(2 * served.CHECKPOINT_EVERY)))
+        events = sessions.store.events_after(live.host.session_id, 0, limit=100_000)
+        taken.extend(e.checkpoint for e in events if e.type == "changes")
+        return "the client went"
+
+    record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "served", None, Limits()), serve=calls)
+    live = sessions.loaded(record.id)
+    assert live is not None and live.task is not None
+    await asyncio.wait([live.task])
+    assert taken == [1, 2]
