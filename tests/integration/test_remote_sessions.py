@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
+from bench.gitserver import GitServer, plain_git_env
 from controller.agent.scripted import ScriptedServer
 from controller.client import Client
 from controller.errors import CubicleError, ForbiddenRepoError, InvalidRequestError, RepoError
 from controller.wire.bodies import PushRequest, RemoteRepo
 from controller.workspace import gitmirror
 from tests.agent_harness import register, text, tool
-from tests.gitserver import GitServer, plain_git_env
 from tests.integration.cli_helpers import cubicle
 from tests.integration.client_helpers import cubicle_serve
-from tests.integration.conftest import GIT_PASSWORD
+from tests.integration.conftest import GIT_PASSWORD, INFLECTION
 from tests.integration.pty_helpers import scenario_file
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def _clone(server: GitServer, branch: str, where: Path) -> Path:
 def test_a_session_on_a_url_runs_the_projects_tests_then_leaves_as_a_patch_and_a_pushed_branch(
     git_server: GitServer, tmp_path: Path
 ) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     head = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
     env = _settings(git_server, tmp_path / "data")
     turns = [
@@ -160,7 +160,7 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
     """Through `cubicle serve` and the Python client: the server's own list admits the URL (a server never fetches
     a remote its list does not name), a ref picks the commit, apply is refused, a CI definition stays out of the
     pushed branch unless forced by name, and the record shows where the files came from."""
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     first = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
     git_server.commit(NAME, {"NEWS.md": b"later\n"}, "A later commit")
     root = tmp_path / "root"
