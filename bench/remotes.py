@@ -5,9 +5,9 @@ and served by the suite's own git server (``bench.gitserver``: nginx, fcgiwrap, 
 loopback). The controller's side runs as a server does, with its settings (``CUBICLE_GIT_REMOTES`` naming the
 server, ``CUBICLE_GIT_CREDENTIALS``) and a data directory of its own:
 
-* **First fetch**: ``Remotes.fetch`` into an empty data directory (the URL admitted, ``gitmirror.mirror`` makes the
-  mirror, ``gittree.checkout_tree`` writes the commit's tree and its ``.git``, owned by the agent) against a plain
-  ``git clone`` of the same URL, alternating, each into a fresh directory.
+* **First fetch**: what ``Remotes.fetch`` does into an empty data directory (``gitmirror.mirror`` makes the mirror,
+  ``gittree.checkout_tree`` writes the commit's tree and its ``.git``, owned by the agent, with the server's
+  options) against a plain ``git clone`` of the same URL, alternating, each into a fresh directory.
 * **Session ready**, as the other sections time it (the workspace layer created, the sandbox started until the
   toolbox answers), with what a remote adds before it: ``Remotes.fetch`` with the mirror cached and the session's
   pin. Three ways, beside a local clone of the same commit: the tree cached and the mirror fetched less than
@@ -44,7 +44,7 @@ from controller.config import Settings
 from controller.sandbox.docker import Deployment, DockerSandbox
 from controller.server.remotes import Fetched, Remotes
 from controller.wire.bodies import RemoteRepo
-from controller.workspace import gitmirror, gitpush
+from controller.workspace import gitmirror, gitpush, gittree
 from controller.workspace.gitmirror import MirrorOptions
 
 NAME = "bench"
@@ -103,8 +103,14 @@ class Remote:
             git_remotes=[f"http://127.0.0.1:{self.server.port}/private/*"],
         )
 
-    def options(self) -> MirrorOptions:
-        return MirrorOptions(credentials=self.credentials)
+    def options(self, settings: Settings) -> MirrorOptions:
+        """How the server's fetches and pushes reach the URL (``Remotes``'s options; a literal address needs no pin)."""
+        return MirrorOptions(
+            credentials=self.credentials,
+            max_bytes=settings.git_max_bytes,
+            connect_timeout_s=settings.git_connect_timeout_s,
+            timeout_s=settings.git_timeout_s,
+        )
 
     def clone(self, into: Path) -> Path:
         """A plain ``git clone`` of the URL (the password in the URL, as a user's own clone may have it)."""
@@ -120,27 +126,28 @@ class Remote:
 async def first_fetch(report: Report, remote: Remote, rounds: int) -> Path:
     """The first fetch beside ``git clone``, alternating (one of each untimed first); a data directory whose
     mirror and tree are made, for the next rows."""
-    ours: list[float] = []
+    ours: list[tuple[float, float]] = []
     plain: list[float] = []
     kept = remote.root / "data"
     for i in range(rounds + 1):
         data, clone = remote.root / f"first-{i}", remote.root / f"clone-{i}"
-        for which in (0, 1) if i % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            if which == 0:
-                await Remotes(remote.settings(data)).fetch(RemoteRepo(url=remote.url, ref="main"))
+        for which in ("ours", "plain") if i % 2 == 0 else ("plain", "ours"):
+            if which == "ours":
+                took = await asyncio.to_thread(_first_fetch, remote, data)
+                if i > 0:  # the first round warms the server's files and git's code
+                    ours.append(took)
             else:
+                start = time.perf_counter()
                 await asyncio.to_thread(remote.clone, clone)
-            took = time.perf_counter() - start
-            if i > 0:  # the first round warms the server's files and git's code
-                (ours if which == 0 else plain).append(took)
+                if i > 0:
+                    plain.append(time.perf_counter() - start)
         shutil.rmtree(clone)
         if i < rounds:
             shutil.rmtree(data)
         else:
             data.rename(kept)
     files = sizes()[0] * sizes()[1]
-    ours_s, plain_s = Sample(ours), Sample(plain)
+    ours_s, plain_s = Sample([a + b for a, b in ours]), Sample(plain)
     met = report.check(
         ours_s.p50 <= CLONE_TARGET * plain_s.p50,
         f"first fetch of a {files:,}-file repository {ms(ours_s.p50)} > {CLONE_TARGET} × git clone {ms(plain_s.p50)}",
@@ -156,7 +163,24 @@ async def first_fetch(report: Report, remote: Remote, rounds: int) -> Path:
             key="first fetch (mirror + tree)",
         )
     )
+    split = [ms(Sample([t[k] for t in ours]).p50) for k in (0, 1)]
+    report.extra.append(
+        ("Of which the mirror and the tree, p50", ["", "gitmirror.mirror", "gittree.checkout_tree"], [["first fetch (mirror + tree)", *split]])
+    )
     return kept
+
+
+def _first_fetch(remote: Remote, data: Path) -> tuple[float, float]:
+    """What ``Remotes.fetch`` does on a URL it has never fetched, with the server's options: the mirror made, the
+    commit's tree written; the seconds of each."""
+    settings = remote.settings(data)
+    start = time.perf_counter()
+    found = gitmirror.mirror(data, remote.url, "main", remote.options(settings))
+    mirrored = time.perf_counter()
+    gittree.checkout_tree(
+        data, found.path, found.commit, gittree.TreeOptions(owner=settings.git_owner, max_bytes=settings.git_max_bytes)
+    )
+    return mirrored - start, time.perf_counter() - mirrored
 
 
 async def start(client: Any, image: str, layers: Path, repo: Path, session_id: str) -> DockerSandbox:
@@ -249,57 +273,68 @@ async def push(report: Report, client: Any, image: str, remote: Remote, data: Pa
     fetched = await remotes.fetch(asked)
     plain = remote.clone(remote.root / "plain")
     layers = remote.root / "push-layers"
-    ours: list[float] = []
-    theirs: list[float] = []
+    parts: dict[str, list[tuple[float, float]]] = {"ours": [], "plain": []}
     counted: set[int] = set()
     for i in range(rounds + 1):
         for which in ("ours", "plain") if i % 2 == 0 else ("plain", "ours"):
             nonce = f"{which[:4]}{i:04d}"  # as long for both: the same bytes to send
             if which == "ours":
-                took, count = await _session_push(client, image, remote, fetched, layers, nonce, i)
+                took, count = await _session_push(client, image, remote, fetched, layers, nonce)
                 counted.add(count)
             else:
-                took = await asyncio.to_thread(_plain_push, remote, plain, nonce, i)
+                took = await asyncio.to_thread(_plain_push, remote, plain, nonce)
             if i > 0:
-                (ours if which == "ours" else theirs).append(took)
+                parts[which].append(took)
     if counted != {100}:
         raise SystemExit(f"the bench expected 100 changes in each commit, got {sorted(counted)}")
+    whole = {which: Sample([a + b for a, b in taken]) for which, taken in parts.items()}
     report.rows.append(
         Row(
             "push of a 100-file change (session_commit + push)",
-            Sample(ours),
+            whole["ours"],
             "git add + commit + push from a clone",
-            Sample(theirs),
+            whole["plain"],
+        )
+    )
+    split = {which: [Sample([t[k] for t in taken]).p50 for k in (0, 1)] for which, taken in parts.items()}
+    report.extra.append(
+        (
+            "Of which the commit and the push, p50",
+            ["", "the commit", "the push"],
+            [
+                ["session_commit, then gitpush.push", *map(ms, split["ours"])],
+                ["git add --all + git commit, then git push", *map(ms, split["plain"])],
+            ],
         )
     )
 
 
 async def _session_push(
-    client: Any, image: str, remote: Remote, fetched: Fetched, layers: Path, nonce: str, i: int
-) -> tuple[float, int]:
+    client: Any, image: str, remote: Remote, fetched: Fetched, layers: Path, nonce: str
+) -> tuple[tuple[float, float], int]:
     """A fresh session's layer, changed in a sandbox (untimed); its commit and push, timed."""
     session_id = f"bench-push-{nonce}"
     gitmirror.pin(fetched.mirror, fetched.source.commit, session_id)
     layer = workspace.create(layers, session_id, fetched.repo)
     await in_sandbox(client, image, layer, f"python3 -c {shlex.quote(CHANGE_100)} {nonce}")
 
-    def commit_and_push() -> int:
+    def commit_and_push() -> tuple[tuple[float, float], int]:
+        start = time.perf_counter()
         built = gitpush.session_commit(
             layer, session_id, fetched.mirror, fetched.source.commit, author=AUTHOR, message=f"Bench {nonce}\n"
         )
+        committed = time.perf_counter()
         gitpush.push(
             _data_dir(fetched.mirror),
             fetched.mirror,
             remote.url,
             built.commit,
             f"cubicle/bench-{nonce}",
-            options=remote.options(),
+            options=remote.options(remote.settings(_data_dir(fetched.mirror))),
         )
-        return len(built.written) + len(built.removed)
+        return (committed - start, time.perf_counter() - committed), len(built.written) + len(built.removed)
 
-    start = time.perf_counter()
-    count = await asyncio.to_thread(commit_and_push)
-    return time.perf_counter() - start, count
+    return await asyncio.to_thread(commit_and_push)
 
 
 def _data_dir(mirror: Path) -> Path:
@@ -307,7 +342,7 @@ def _data_dir(mirror: Path) -> Path:
     return mirror.parents[2]
 
 
-def _plain_push(remote: Remote, clone: Path, nonce: str, i: int) -> float:
+def _plain_push(remote: Remote, clone: Path, nonce: str) -> tuple[float, float]:
     """The clone reset to the remote's commit and changed alike (untimed); ``git add``, ``commit``, ``push``, timed."""
     remote.git("reset", "--quiet", "--hard", "origin/main", cwd=clone)
     remote.git("clean", "-fdq", cwd=clone)
@@ -315,8 +350,9 @@ def _plain_push(remote: Remote, clone: Path, nonce: str, i: int) -> float:
     start = time.perf_counter()
     remote.git("add", "--all", cwd=clone)
     remote.git("commit", "--quiet", "-m", f"Bench {nonce}", cwd=clone)
+    committed = time.perf_counter()
     remote.git("push", "--quiet", "origin", f"HEAD:refs/heads/plain/bench-{nonce}", cwd=clone)
-    return time.perf_counter() - start
+    return committed - start, time.perf_counter() - committed
 
 
 async def table(report: Report, client: Any, image: str, root: Path, quick: bool) -> None:
