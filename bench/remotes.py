@@ -165,7 +165,11 @@ async def first_fetch(report: Report, remote: Remote, rounds: int) -> Path:
     )
     split = [ms(Sample([t[k] for t in ours]).p50) for k in (0, 1)]
     report.extra.append(
-        ("Of which the mirror and the tree, p50", ["", "gitmirror.mirror", "gittree.checkout_tree"], [["first fetch (mirror + tree)", *split]])
+        (
+            "Of which the mirror and the tree, p50",
+            ["", "gitmirror.mirror", "gittree.checkout_tree"],
+            [["first fetch (mirror + tree)", *split]],
+        )
     )
     return kept
 
