@@ -5,7 +5,7 @@ sections; ``--section NAME`` (repeatable) runs only those; ``--json PATH`` also 
 with a stable id, its unit, p50/p95/p99 where it has them, the baseline measured in the same run,
 the ratio, the target and whether it was met. Most sections need a Docker engine and the sandbox
 image (the channel flood also root, the stores' PostgreSQL rows a server at
-``CUBICLE_BENCH_DATABASE_URL``, the viewer page Chromium); ``cli``, ``contents``, ``context`` and
+``CUBICLE_BENCH_DATABASE_URL``, the viewer page Chromium, the git remotes Debian's nginx and fcgiwrap); ``cli``, ``contents``, ``context`` and
 ``page`` need none. It exits non-zero when it cannot run or a section fails (the others still
 run and print their tables); targets that are missed are listed under each section's tables and
 again at the end. The default run takes four to five minutes on two busy cores; ``--quick`` does
@@ -42,6 +42,7 @@ from bench import (
     live,
     mcp,
     page,
+    remotes,
     responsiveness,
     rows,
     runtime,
@@ -99,6 +100,7 @@ SECTIONS = (
     Section("ready", "ready and teardown", True, _sandboxed(rows.ready_and_teardown)),
     Section("environment", "environment", True, _sandboxed(environment.table)),
     Section("workspace", "workspace layer", True, _sandboxed(workspace.table)),
+    Section("remotes", "sessions on a git remote", True, _sandboxed(remotes.table)),
     Section(
         "contents", "session start, content ids", False, lambda r: asyncio.to_thread(contents.table, r.report, r.quick)
     ),

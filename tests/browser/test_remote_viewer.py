@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from bench import gitserver
 from controller.agent.scripted import free_port
 from controller.client import Client
 from controller.wire.bodies import RemoteRepo
-from tests import gitserver
 from tests.agent_harness import register, text, tool
 from tests.browser.conftest import TOKEN, Viewer
 from tests.browser.test_viewer import find, one, open_session, sign_in, wait
 from tests.integration.api_helpers import Api, serve_env, serve_subprocess
-from tests.integration.conftest import GIT_PASSWORD
+from tests.integration.conftest import GIT_PASSWORD, INFLECTION
 from tests.sandbox_defaults import TEST_INSTANCE
 
 NAME = "plain"
@@ -34,7 +34,7 @@ def remote_viewer(model_server: Any) -> Iterator[tuple[Viewer, gitserver.GitServ
     root = Path(tempfile.mkdtemp(prefix="cubicle-remote-viewer-"))
     with gitserver.serving(GIT_PASSWORD) as server:
         plain = root / "source"
-        shutil.copytree(gitserver.FIXTURE, plain, ignore=shutil.ignore_patterns(".devcontainer"))
+        shutil.copytree(INFLECTION, plain, ignore=shutil.ignore_patterns(".devcontainer"))
         server.create(NAME, source=plain)
         (root / "data").mkdir()
         credentials = root / "data" / "credentials"
@@ -78,7 +78,7 @@ def test_a_remote_session_shows_its_url_and_offers_its_patch_instead_of_apply(
 
     downloads = Path(tempfile.mkdtemp(prefix="cubicle-downloads-"))
     try:
-        driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
         open_session(driver, viewer, record.id, "/changes")
         assert one(driver, "session-repo").text == f"{server.url(NAME)} @ {commit[:12]}"
         wait(lambda: one(driver, "patch").is_displayed() or None, "the patch button")

@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from docker.errors import ImageNotFound
 
+from bench import gitserver
+from bench.gitserver import GitServer
 from controller.testing.container import DEFAULT_IMAGE
-from tests import gitserver
-from tests.gitserver import GitServer
 from tests.integration.layer_api import LayerApi
 
 ROOT = Path(__file__).resolve().parents[2]
 GIT_PASSWORD = "pw-7f3a9c1e5b"
+INFLECTION = ROOT / "tests" / "fixtures" / "inflection"
+"""What the git server's repositories are made of (``GitServer.create``)."""
 """The test git server's password: the tests grep the data directory and every error for it."""
 
 
@@ -90,7 +92,7 @@ def layer_api(layer_base: Path, model_server: Any) -> Iterator[LayerApi]:
 
 @pytest.fixture
 def git_server() -> Iterator[GitServer]:
-    """A real smart-HTTP git server on loopback (``tests.gitserver``), stopped and removed after the test.
+    """A real smart-HTTP git server on loopback (``bench.gitserver``), stopped and removed after the test.
     Without nginx or fcgiwrap: a failure on CI (the `CI` variable is set), a skip elsewhere."""
     if not gitserver.available():
         message = "the git server's tests need Debian's nginx and fcgiwrap (apt-get install nginx fcgiwrap)"

@@ -1,5 +1,5 @@
 """A session's changes pushed as a branch (``workspace.gitpush``), against a real smart-HTTP git server
-(``tests.gitserver``) and a real layer: the server's repository mirrored, its commit checked out as the layer's
+(``bench.gitserver``) and a real layer: the server's repository mirrored, its commit checked out as the layer's
 checkout (``gittree``), the agent's writes made through a real overlay mount as uid 1000. No Docker engine is used;
 the mount needs root, as CI runs."""
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.gitserver import GitServer, plain_git_env
 from controller.errors import (
     GitAuthError,
     GitPushRejectedError,
@@ -26,8 +27,7 @@ from controller.workspace import gitmirror, gitpush, gittree
 from controller.workspace import layer as layers
 from controller.workspace.gitmirror import MirrorOptions
 from controller.workspace.layer import Layer
-from tests.gitserver import GitServer, plain_git_env
-from tests.integration.conftest import GIT_PASSWORD
+from tests.integration.conftest import GIT_PASSWORD, INFLECTION
 
 NAME = "inflection"
 AUTHOR = ("Cubicle Agent", "agent@cubicle.invalid")
@@ -78,7 +78,7 @@ def _credentials(data: Path, server: GitServer, password: str = GIT_PASSWORD) ->
 def _session(server: GitServer, base_dir: Path, script: str = AGENT) -> Session:
     """The served repository with attributes, a script, a file, a directory and a file to delete; a session on
     it whose agent ran ``script`` in the overlay."""
-    server.create(NAME)
+    server.create(NAME, INFLECTION)
     files = {
         ".gitattributes": ATTRIBUTES,
         "notes.txt": b"first\n",

@@ -1,4 +1,4 @@
-"""Mirrors, pins and trees of a remote repository, against a real smart-HTTP git server (``tests.gitserver``):
+"""Mirrors, pins and trees of a remote repository, against a real smart-HTTP git server (``bench.gitserver``):
 nginx, fcgiwrap and git-http-backend on loopback, with basic auth. No Docker engine is used."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from bench import gitserver
+from bench.gitserver import GitServer, free_port, plain_git_env
 from controller.errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError, GitTreeError
 from controller.workspace import gitmirror, gittree
 from controller.workspace.gitmirror import MirrorOptions
-from tests import gitserver
-from tests.gitserver import GitServer, free_port, plain_git_env
-from tests.integration.conftest import GIT_PASSWORD, ROOT
+from tests.integration.conftest import GIT_PASSWORD, INFLECTION, ROOT
 
 NAME = "inflection"
 
@@ -48,7 +48,7 @@ def _left(data_dir: Path) -> list[str]:
 
 
 def test_the_first_use_fetches_everything_and_the_next_only_what_is_new(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     first = gitmirror.mirror(data, git_server.url(NAME), None, _options(data, git_server))
     assert first.fetched and first.commit == git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
@@ -62,7 +62,7 @@ def test_the_first_use_fetches_everything_and_the_next_only_what_is_new(git_serv
 
 
 def test_a_fresh_mirror_answers_without_a_fetch(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     first = gitmirror.mirror(data, git_server.url(NAME), "main", _options(data, git_server))
     requests = len(git_server.requests())
@@ -83,7 +83,7 @@ print(json.dumps({"commit": found.commit, "fetched": found.fetched}))
 
 
 def test_two_processes_mirroring_one_url_fetch_it_once(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     credentials = _credentials(data, git_server)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -99,7 +99,7 @@ def test_two_processes_mirroring_one_url_fetch_it_once(git_server: GitServer, tm
 
 
 def test_a_ref_resolves_as_a_branch_a_tag_or_a_commit(git_server: GitServer, tmp_path: Path) -> None:
-    work = git_server.create(NAME)
+    work = git_server.create(NAME, INFLECTION)
     first = git_server.git("rev-parse", "HEAD", cwd=work)
     git_server.git("tag", "-a", "-m", "the first release", "v1.0", cwd=work)
     git_server.git("branch", "feature", cwd=work)
@@ -130,7 +130,7 @@ def test_a_ref_resolves_as_a_branch_a_tag_or_a_commit(git_server: GitServer, tmp
 def test_wrong_credentials_name_the_host_and_leave_the_file_and_no_mirror(
     git_server: GitServer, tmp_path: Path
 ) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     wrong = "wrong-pw-0d9e8f7a"
     file = _credentials(data, git_server, password=wrong)
@@ -154,7 +154,7 @@ def test_an_unreachable_port_is_a_clear_error_and_leaves_nothing(tmp_path: Path)
 
 
 def test_a_pinned_address_is_the_one_git_connects_to(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     file = data / "credentials"
     data.mkdir()
@@ -166,7 +166,7 @@ def test_a_pinned_address_is_the_one_git_connects_to(git_server: GitServer, tmp_
 
 
 def test_a_fetch_past_max_bytes_is_stopped_and_leaves_nothing(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     git_server.commit(NAME, {"blob.bin": os.urandom(8 << 20)}, "Eight incompressible MiB")
     data = tmp_path / "data"
     with pytest.raises(GitTooLargeError, match=r"wrote [\d,]+ bytes, more than the 1,048,576"):
@@ -175,7 +175,7 @@ def test_a_fetch_past_max_bytes_is_stopped_and_leaves_nothing(git_server: GitSer
 
 
 def test_a_force_push_upstream_keeps_a_pinned_commit(git_server: GitServer, tmp_path: Path) -> None:
-    work = git_server.create(NAME)
+    work = git_server.create(NAME, INFLECTION)
     doomed = git_server.commit(NAME, {"doomed.txt": b"gone upstream soon\n"}, "To be force-pushed away")
     data = tmp_path / "data"
     found = gitmirror.mirror(data, git_server.url(NAME), "main", _options(data, git_server))
@@ -201,7 +201,7 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"a" 
 
 
 def test_a_tree_is_written_as_committed(git_server: GitServer, tmp_path: Path) -> None:
-    work = git_server.create(NAME)
+    work = git_server.create(NAME, INFLECTION)
     os.symlink("inflection/__init__.py", work / "link-to-module")
     os.symlink("/etc/passwd", work / "link-out")
     (work / "run.sh").write_bytes(b"#!/bin/sh\necho ran\n")
@@ -244,7 +244,7 @@ def _assert_dot_git_is_the_commit(path: Path, commit: str) -> None:
 
 
 def test_a_tree_past_its_bound_is_refused_before_writing(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     found = gitmirror.mirror(data, git_server.url(NAME), "main", _options(data, git_server))
     with pytest.raises(GitTooLargeError, match=r"hold [\d,]+ bytes, more than the 1,000"):
@@ -253,7 +253,7 @@ def test_a_tree_past_its_bound_is_refused_before_writing(git_server: GitServer, 
 
 
 def test_a_tree_with_a_hostile_name_is_refused_on_fetch_or_on_checkout(git_server: GitServer, tmp_path: Path) -> None:
-    work = git_server.create(NAME)
+    work = git_server.create(NAME, INFLECTION)
     hostile = _hostile_commit(git_server, work, git_server.git("rev-parse", "HEAD:setup.py", cwd=work))
     git_server.git("push", "--quiet", str(git_server.bare(NAME)), f"{hostile}:refs/heads/hostile", cwd=work)
     data = tmp_path / "data"
@@ -280,7 +280,7 @@ def _git_bytes(work: Path, args: list[str], stdin: bytes = b"") -> bytes:
 
 
 def test_the_password_is_in_no_file_but_the_credentials_and_in_no_error(git_server: GitServer, tmp_path: Path) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     data = tmp_path / "data"
     found = gitmirror.mirror(data, git_server.url(NAME), "main", _options(data, git_server))
     gitmirror.pin(found.path, found.commit, "session-2")
@@ -304,7 +304,7 @@ def test_the_git_server_leaves_no_process_and_no_file() -> None:
     if not gitserver.available():
         pytest.skip("nginx and fcgiwrap are not installed")
     with gitserver.serving(GIT_PASSWORD) as server:
-        server.create(NAME)
+        server.create(NAME, INFLECTION)
         groups, where = server.groups(), server.dir
         assert len(groups) == 2 and all(gitserver._group_alive(group) for group in groups)
     assert not any(gitserver._group_alive(group) for group in groups) and not where.exists()

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
+from bench.gitserver import GitServer, plain_git_env
 from controller.agent.scripted import ScriptedServer
 from controller.client import Client
 from controller.errors import ConflictError, ForbiddenRepoError, InvalidRequestError, RepoError
 from controller.wire.bodies import PushRequest, RemoteRepo
 from controller.workspace import gitmirror
 from tests.agent_harness import register, text, tool
-from tests.gitserver import FIXTURE, GitServer, plain_git_env
 from tests.integration.cli_helpers import cubicle
 from tests.integration.client_helpers import cubicle_serve
-from tests.integration.conftest import GIT_PASSWORD
+from tests.integration.conftest import GIT_PASSWORD, INFLECTION
 from tests.integration.pty_helpers import scenario_file
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ def _clone(server: GitServer, branch: str, where: Path, name: str = NAME) -> Pat
 def test_a_session_on_a_url_runs_the_projects_tests_then_leaves_as_a_patch_and_a_pushed_branch(
     git_server: GitServer, tmp_path: Path
 ) -> None:
-    git_server.create(NAME)
+    git_server.create(NAME, INFLECTION)
     head = git_server.git("rev-parse", "HEAD", cwd=git_server.work(NAME))
     env = _settings(git_server, tmp_path / "data")
     turns = [
@@ -164,9 +164,9 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
     a remote its list does not name), a remote's Dockerfile is not built unless the operator allows it, a ref picks
     the commit, apply is refused, a CI definition stays out of the
     pushed branch unless forced by name, and the record shows where the files came from."""
-    git_server.create(NAME)  # its devcontainer builds a Dockerfile
+    git_server.create(NAME, INFLECTION)  # its devcontainer builds a Dockerfile
     plain = tmp_path / "plain"
-    shutil.copytree(FIXTURE, plain, ignore=shutil.ignore_patterns(".devcontainer"))
+    shutil.copytree(INFLECTION, plain, ignore=shutil.ignore_patterns(".devcontainer"))
     git_server.create(PLAIN, source=plain)
     first = git_server.git("rev-parse", "HEAD", cwd=git_server.work(PLAIN))
     git_server.commit(PLAIN, {"NEWS.md": b"later\n"}, "A later commit")

@@ -145,10 +145,15 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   patchBtn.addEventListener("click", async () => {
     try {
       const text = await getText(`${sessionPath(id)}/changes?format=patch`);
-      const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/x-patch" })),
-        download: `${id}.patch` });
+      // el() takes no href (a page never links to what a session wrote); this one is the page's own blob
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(new Blob([text], { type: "text/x-patch" }));
+      link.download = `${id}.patch`;
+      link.hidden = true;
+      document.body.append(link);
       link.click();
-      URL.revokeObjectURL(link.href);
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60_000); // the download reads the blob after the click
     } catch (err) {
       say(`Patch: ${err.message}`, true);
     }

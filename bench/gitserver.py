@@ -1,5 +1,7 @@
-"""A real smart-HTTP git server for the tests: Debian's ``git-http-backend`` behind nginx and fcgiwrap, on
-127.0.0.1 and a free port, its whole configuration, repositories and logs in one temporary directory.
+"""A real smart-HTTP git server for the tests and the bench (``bench.remotes``): Debian's ``git-http-backend``
+behind nginx and fcgiwrap, on 127.0.0.1 and a free port, its whole configuration, repositories and logs in one
+temporary directory. It lives in ``bench`` (not shipped, as ``tests`` is not) because the tests already import from
+the bench and the bench imports nothing of the tests.
 
 ``/private/<repo>.git`` asks for HTTP basic auth (an htpasswd file of one user) and takes pushes (git-http-backend
 enables receive-pack for an authenticated user); ``/public/<repo>.git`` serves the same repositories to anyone,
@@ -27,7 +29,6 @@ from pathlib import Path
 
 BACKEND = Path("/usr/lib/git-core/git-http-backend")
 USER = "tester"
-FIXTURE = Path(__file__).parent / "fixtures" / "inflection"
 
 NGINX_CONF = """
 worker_processes 1;
@@ -139,14 +140,14 @@ class GitServer:
     def work(self, name: str) -> Path:
         return self.dir / "work" / name
 
-    def create(self, name: str, source: Path = FIXTURE) -> Path:
+    def create(self, name: str, source: Path) -> Path:
         """A served repository from ``source``'s files: a first commit on ``main``, pushed."""
         work = self.work(name)
         shutil.copytree(source, work, symlinks=True)
         self.git("init", "--quiet", "--initial-branch=main", cwd=work)
         self.git("init", "--quiet", "--bare", "--initial-branch=main", str(self.bare(name)))
         self.git("config", "http.receivepack", "true", cwd=self.bare(name))
-        self.commit(name, {}, "Initial commit: the inflection fixture")
+        self.commit(name, {}, f"Initial commit: {source.name}")
         return work
 
     def commit(self, name: str, files: dict[str, bytes], message: str) -> str:
