@@ -39,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import RemoteRefusedError, RemoteURLError
-from .network import is_special
+from .network import is_ip, is_special
 
 DEFAULT_PORTS: dict[str, int] = {"http": 80, "https": 443}
 MAX_URL = 2048
@@ -110,7 +110,7 @@ class GitRemote(BaseModel):
     @property
     def literal_ip(self) -> bool:
         """Whether the host is an IP address (nothing to resolve, nothing to pin)."""
-        return _is_ip(self.host)
+        return is_ip(self.host)
 
     def __str__(self) -> str:
         return self.url
@@ -257,14 +257,6 @@ def _netloc(host: str, port: int, scheme: str) -> str:
     return shown if port == DEFAULT_PORTS[scheme] else f"{shown}:{port}"
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 # ----------------------------------------------------------------------------- the path
 
 
@@ -381,7 +373,7 @@ def _pattern_fields(text: str) -> dict[str, Any]:
 
 def _domain(host: str) -> str:
     """The domain under a ``*.``: a name of two labels or more, so ``*.com`` cannot cover a whole top-level domain."""
-    if _is_ip(host):
+    if is_ip(host):
         raise _Wrong("* stands for one DNS label, in front of a domain name, never an address")
     if host.count(".") < 1:
         raise _Wrong(f"*.{host} would cover a whole top-level domain; name a domain of two labels or more")

@@ -105,7 +105,7 @@ class HostPattern(BaseModel):
         """Every way in (the text form, the API's objects) gets the same check: the proxy's
         configuration is written from these names, so nothing else may pass."""
         name = value.lower().rstrip(".")
-        if _is_ip(name) and "%" not in name:
+        if is_ip(name) and "%" not in name:
             return str(ipaddress.ip_address(name))  # one spelling per address
         if not _NAME.fullmatch(name):
             raise ValueError(f"{value!r} is not a host name, *.domain or IP address")
@@ -161,7 +161,7 @@ def parse_host(text: str) -> HostPattern:
     elif raw.count(":") == 1:
         host, port = raw.split(":")
     host = host.lower().rstrip(".")
-    if not _is_ip(host) and not _NAME.match(host):
+    if not is_ip(host) and not _NAME.match(host):
         raise ValueError(f"{text!r} is not a host name, *.domain or IP address")
     if not port:
         return HostPattern(name=host)
@@ -170,7 +170,8 @@ def parse_host(text: str) -> HostPattern:
     return HostPattern(name=host, ports=(int(port),))
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """Whether ``text`` is an IPv4 or IPv6 address as Python's ``ipaddress`` reads one."""
     try:
         ipaddress.ip_address(text)
     except ValueError:
