@@ -24,7 +24,8 @@ FORBIDDEN_JS = {
     "eval": r"\beval\s*\(",
     "new Function": r"\bnew\s+Function\b",
     "string timers": r"set(?:Timeout|Interval)\(\s*[\"'`]",
-    "href/src from code": r"\.(?:href|src|action|formAction)\s*=",
+    # (an object URL of a Blob the page itself made, for a download, is no URL anyone else chose)
+    "href/src from code": r"\.(?:href|src|action|formAction)\s*=(?!\s*URL\.createObjectURL\(new Blob\()",
     "setAttribute": r"\bsetAttribute\s*\(",
     "createContextualFragment": r"createContextualFragment",
     "DOMParser": r"\bDOMParser\b",
@@ -81,3 +82,8 @@ def test_the_viewer_asks_prism_only_to_tokenize() -> None:
 )
 def test_the_guard_catches_what_it_names(name: str, sample: str) -> None:
     assert re.search(FORBIDDEN_JS[name], sample)
+
+
+def test_a_download_of_the_pages_own_blob_is_the_one_href_from_code() -> None:
+    assert not re.search(FORBIDDEN_JS["href/src from code"], 'a.href = URL.createObjectURL(new Blob([text]))')
+    assert re.search(FORBIDDEN_JS["href/src from code"], "a.href = URL.createObjectURL(blobFromTheServer)")
