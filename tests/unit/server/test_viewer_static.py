@@ -85,5 +85,5 @@ def test_the_guard_catches_what_it_names(name: str, sample: str) -> None:
 
 
 def test_a_download_of_the_pages_own_blob_is_the_one_href_from_code() -> None:
-    assert not re.search(FORBIDDEN_JS["href/src from code"], 'a.href = URL.createObjectURL(new Blob([text]))')
+    assert not re.search(FORBIDDEN_JS["href/src from code"], "a.href = URL.createObjectURL(new Blob([text]))")
     assert re.search(FORBIDDEN_JS["href/src from code"], "a.href = URL.createObjectURL(blobFromTheServer)")
