@@ -231,6 +231,9 @@ class Sessions:
         that a live process is running. Its environment is the repository's definition with the
         requested one over it; the network the definition asks for applies unless the request
         named one (``network_asked``), under the server's maximum.
+
+        A remote ``repo`` is fetched first (``origins``), outside the lock that serialises starts, and its commit's
+        tree is the repository from then on; the checks that need the environment come after the fetch.
         """
         fetched = None
         if isinstance(new.repo, RemoteRepo):  # a tree of the controller's, shared read-only: no overlap to refuse
