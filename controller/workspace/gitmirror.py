@@ -36,7 +36,6 @@ Why each part is as it is:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import os
@@ -54,6 +53,7 @@ from ..errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitToo
 from ..wire.gitremote import parse_remote
 from . import gitcreds
 from .gitrun import Git, home
+from .quota import flock_within
 
 REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 HEAD_REF = "refs/cubicle/head"
@@ -157,15 +157,8 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
     """Hold the flock at ``path`` (waiting at most ``timeout``); the kernel releases it if this process dies."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise GitError(f"Another fetch held {path.name} for more than {timeout:g} s.") from None
-                time.sleep(WATCH_S)
+        if not flock_within(fd, timeout, WATCH_S):
+            raise GitError(f"Another fetch held {path.name} for more than {timeout:g} s.")
         yield
     finally:
         os.close(fd)

@@ -397,7 +397,7 @@ class Disks:
         except FileNotFoundError:  # the image is gone (a half-removed layer): nobody can hold it
             probe = -1
         try:
-            if probe >= 0 and not _flock_within(probe, patience_s):
+            if probe >= 0 and not flock_within(probe, patience_s):
                 return False
             with _flock(_lock_file(root)):
                 if os.path.ismount(target):
@@ -446,8 +446,8 @@ def _lock_file(root: Path) -> Path:
     return root / "disk.lock"
 
 
-def _flock_within(fd: int, patience_s: float) -> bool:
-    """Take the exclusive flock of ``fd``, trying every 10 ms for ``patience_s``; whether it was taken."""
+def flock_within(fd: int, patience_s: float, every_s: float = 0.01) -> bool:
+    """Take the exclusive flock of ``fd``, trying every ``every_s`` for ``patience_s``; whether it was taken."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
@@ -456,7 +456,7 @@ def _flock_within(fd: int, patience_s: float) -> bool:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.01)
+            time.sleep(every_s)
 
 
 def _hold(image: Path) -> int:

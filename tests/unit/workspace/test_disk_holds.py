@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controller.workspace.quota import _flock_within
+from controller.workspace.quota import flock_within
 
 HOLD_FOR_S = 0.3
 # A child with a copy of the parent's fd (as one forked between fork and exec has): it keeps the shared flock
@@ -33,8 +33,8 @@ def test_an_unmount_waits_out_a_hold_that_a_child_still_copies(tmp_path: Path) -
         os.close(hold)  # this process's use ends; the child's copy of the same open file still holds the flock
         probe = os.open(image, os.O_RDONLY)
         try:
-            assert not _flock_within(probe, 0.0), "the copy holds it: an impatient unmount is refused"
-            assert _flock_within(probe, HOLD_FOR_S * 20), "a patient one gets it once the copy is gone"
+            assert not flock_within(probe, 0.0), "the copy holds it: an impatient unmount is refused"
+            assert flock_within(probe, HOLD_FOR_S * 20), "a patient one gets it once the copy is gone"
         finally:
             os.close(probe)
     finally:
@@ -49,7 +49,7 @@ def test_a_real_holder_is_waited_for_only_as_long_as_asked(tmp_path: Path) -> No
     fcntl.flock(other, fcntl.LOCK_SH)
     probe = os.open(image, os.O_RDONLY)
     try:
-        assert not _flock_within(probe, 0.05)
+        assert not flock_within(probe, 0.05)
     finally:
         os.close(probe)
         os.close(other)
