@@ -92,8 +92,9 @@ async def _serve(settings: Settings, repo: Path | RemoteRepo, limits: Limits, as
                 repo, TASK, None, limits, prefix="mcp-", environment=asked.environment, network_asked=asked.network
             )
             record = await sessions.create(new, serve=calls)
-            live = sessions.loaded(record.id)
+            live = await sessions.prepared(record.id)  # a remote's files are fetched first (its error raised here)
             assert live is not None and live.task is not None
+            record = sessions.get(record.id)
             where = record.source.short() if record.source else record.repo
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(where))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it

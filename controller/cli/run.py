@@ -305,8 +305,9 @@ async def _session(
             typed=True,
         )
         record = await sessions.create(new, view=view, approver=approver)
-        live = sessions.loaded(record.id)
-        assert live is not None and live.task is not None  # create begins the turn
+        live = await sessions.prepared(record.id)  # a remote's files are fetched first (its error raised here)
+        assert live is not None and live.task is not None  # the first turn has begun
+        record = sessions.get(record.id)
         return Ran(record.id, Path(record.repo), await _turn_of(live, record.id), record.source)
 
 

@@ -33,10 +33,11 @@ class Admission:
         self.ledger = ledger
         """The host's ledger: what the host's other controller processes charged, and this one's charge."""
 
-    def check_capacity(self) -> None:
-        """Refuse a turn past ``max_concurrent_sessions`` running in this process."""
+    def check_capacity(self, preparing: int = 0) -> None:
+        """Refuse a turn past ``max_concurrent_sessions`` running in this process, counting the ``preparing`` ones
+        (a remote's files being fetched for its first turn)."""
         cap = self.settings.max_concurrent_sessions
-        if len(self.loaded.running()) >= cap:
+        if len(self.loaded.running()) + preparing >= cap:
             raise CapacityError(
                 f"{cap} sessions are running, the most this controller allows. Retry when one finishes."
             )

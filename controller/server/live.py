@@ -26,10 +26,10 @@ from ..agent.conversation import Conversation
 from ..agent.loop import Agent, Hooks, TurnOutcome
 from ..agent.tools import Approver
 from ..errors import CubicleError, LeaseLostError, SandboxError, SetupError
-from ..wire.events import ErrorEvent, Event, EventSink, FinishReason, SessionFinished
+from ..wire.events import ErrorEvent, EventSink, FinishReason, SessionFinished
 from ..wire.sessionrecord import SessionRecord
 from ..workspace.manager import apply_and_report, record_changes
-from .recorder import Recorder
+from .recorder import Recorder, Tee
 from .runtime import Runtime
 from .served import Serve, ServedTurn
 
@@ -40,25 +40,6 @@ Forget = Callable[["LiveSession"], bool]
 """Drops an idle session from its owner's table; False if it was no longer there."""
 END_WAIT_S = 10
 """How long ``discard`` waits for the end of a turn cancelled before it began to be recorded."""
-
-
-class Tee:
-    """A session's events: committed by its recorder first (the API and ``cubicle sessions`` see them), then shown."""
-
-    def __init__(self, recorder: Recorder, view: EventSink) -> None:
-        self.recorder = recorder
-        self.view = view
-        self.view_failed: BaseException | None = None
-
-    async def emit(self, event: Event) -> None:
-        """The recorder's failure is the turn's; the view's (a closed pipe, a terminal gone) only ends the view:
-        the turn goes on and records its end."""
-        await self.recorder.emit(event)
-        if self.view_failed is None:
-            try:
-                await self.view.emit(event)
-            except (OSError, ValueError, SystemExit) as err:  # a closed pipe or file; rich turns EPIPE into SystemExit
-                self.view_failed = err
 
 
 class LiveSession:

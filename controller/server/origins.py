@@ -16,10 +16,12 @@ starts (``Admission.one_at_a_time``), so one large first clone never holds up an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,21 @@ from ..workspace.gitpatch import printed
 from ..workspace.manager import Workspaces
 
 log = logging.getLogger(__name__)
+
+Say = Callable[[str], Awaitable[None]]
+"""Where a fetch tells its steps, one line each (a session's ``setup_output`` events of phase ``fetch``)."""
+
+
+async def _silent(line: str) -> None:
+    del line
+
+
+def _size(count: int) -> str:
+    """Bytes as people read them: 1.2 MB, 340 kB, 12 bytes."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 @dataclass(frozen=True)
@@ -54,22 +71,46 @@ class Origins:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    async def fetch(self, asked: RemoteRepo, typed: bool = False) -> Fetched:
-        """``asked``'s commit checked out here. ``typed``: the URL is the CLI user's own, so any remote is
-        admitted (the special-address rule still holds); else it must match ``CUBICLE_GIT_REMOTES``."""
-        return await asyncio.to_thread(self._fetched, asked, typed)
+    async def admit(self, asked: RemoteRepo, typed: bool = False) -> Admitted:
+        """``asked``'s URL admitted, or the error that refuses it (a 4xx before anything is fetched). ``typed``: the
+        URL is the CLI user's own, so any remote is admitted (the special-address rule still holds); else it must
+        match ``CUBICLE_GIT_REMOTES``. Its host is looked up here (in a worker thread): the address the fetch uses."""
+        return await asyncio.to_thread(self._admitted, asked.url, typed)
 
-    def _fetched(self, asked: RemoteRepo, typed: bool) -> Fetched:
+    def _admitted(self, url: str, typed: bool) -> Admitted:
+        return admit(parse_remote(url), self.settings.git_remotes, listed_only=not typed)
+
+    async def fetch(
+        self, asked: RemoteRepo, typed: bool = False, *, admitted: Admitted | None = None, say: Say | None = None
+    ) -> Fetched:
+        """``asked``'s commit checked out here: the mirror brought up to date (under its lock, shared by every
+        process on the data directory), the ref resolved, the commit's tree written (or found written). ``say`` is
+        told each step as a line (a session's progress events); ``admitted`` is ``admit``'s answer when the caller
+        has it already."""
         settings = self.settings
-        admitted = admit(parse_remote(asked.url), settings.git_remotes, listed_only=not typed)
-        remote = admitted.remote
-        mirror = gitmirror.mirror(settings.data_dir, remote.url, asked.ref, self._options(admitted))
-        tree = gittree.checkout_tree(
+        if admitted is None:
+            admitted = await self.admit(asked, typed)
+        remote, said = admitted.remote, say or _silent
+        began = time.monotonic()
+        await said(f"fetching {remote.url}" + (f" at {asked.ref}" if asked.ref else " at its HEAD"))
+        options = dataclasses.replace(self._options(admitted), stop=threading.Event())
+        try:
+            mirror = await asyncio.to_thread(gitmirror.mirror, settings.data_dir, remote.url, asked.ref, options)
+        except asyncio.CancelledError:  # the worker thread's wait or fetch ends too, and cleans up after itself
+            assert options.stop is not None
+            options.stop.set()
+            raise
+        took = time.monotonic() - began
+        fetched = f"fetched {_size(mirror.received)} in {took:.1f} s" if mirror.fetched else "the mirror was current"
+        await said(f"{fetched}; {asked.ref or 'HEAD'} is commit {mirror.commit}")
+        tree = await asyncio.to_thread(
+            gittree.checkout_tree,
             settings.data_dir,
             mirror.path,
             mirror.commit,
             gittree.TreeOptions(owner=settings.git_owner, max_bytes=settings.git_max_bytes),
         )
+        await said(f"its files: {_size(tree.size)} in {tree.path}")
         source = Source(url=remote.url, ref=asked.ref, commit=mirror.commit)
         return Fetched(tree.path, source, tree.gitlinks, mirror.path)
 

@@ -18,6 +18,7 @@ from ..wire.events import (
     CommandOutput,
     DiscardedEvent,
     Event,
+    EventSink,
     FinishReason,
     RewoundEvent,
     SessionFinished,
@@ -184,3 +185,22 @@ class Recorder:
 
     def status_after(self, reason: FinishReason) -> Status:
         return "interrupted" if self.interrupting and reason == "cancelled" else STATUS_AFTER[reason]
+
+
+class Tee:
+    """A session's events: committed by its recorder first (the API and ``cubicle sessions`` see them), then shown."""
+
+    def __init__(self, recorder: Recorder, view: EventSink) -> None:
+        self.recorder = recorder
+        self.view = view
+        self.view_failed: BaseException | None = None
+
+    async def emit(self, event: Event) -> None:
+        """The recorder's failure is the turn's; the view's (a closed pipe, a terminal gone) only ends the view:
+        the turn goes on and records its end."""
+        await self.recorder.emit(event)
+        if self.view_failed is None:
+            try:
+                await self.view.emit(event)
+            except (OSError, ValueError, SystemExit) as err:  # a closed pipe or file; rich turns EPIPE into SystemExit
+                self.view_failed = err

@@ -40,14 +40,20 @@ from ..sandbox import owners
 from ..wire.bodies import RemoteRepo
 from ..wire.envspec import Environment, EnvironmentRequest
 from ..wire.events import (
+    ErrorEvent,
     Event,
     EventSink,
+    FinishReason,
+    SessionFinished,
     SessionStarted,
+    SetupOutput,
+    Usage,
     UserMessage,
 )
+from ..wire.gitremote import Admitted
 from ..wire.limits import Limits
 from ..wire.policies import ContextPolicy, Edit
-from ..wire.sessionrecord import ApplyPolicy
+from ..wire.sessionrecord import ApplyPolicy, Source
 from ..workspace import repos
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import pin, refuse_low_space, refuse_overlap
@@ -58,7 +64,7 @@ from .layercommands import LayerCommands
 from .leases import CANCEL_WAIT_S, TICK_S, Leases, Tending
 from .origins import Fetched, Origins, noting_submodules, refuse_remote_build
 from .pidledger import Ledger, default_directory
-from .recorder import Recorder
+from .recorder import Recorder, Tee
 from .runtime import Runtime, SandboxFactory
 from .store import Row, Store, open_store
 from .table import Loaded
@@ -95,6 +101,15 @@ class NewSession:
     """A remote ``repo`` is the CLI user's own typing: any remote is admitted, not only ``CUBICLE_GIT_REMOTES``'s."""
 
 
+@dataclass(frozen=True)
+class Begin:
+    """How a new session's first turn begins: the terminal's ``view`` and ``approver``, or a served turn's calls."""
+
+    view: EventSink | None = None
+    approver: Approver | None = None
+    serve: Serve | None = None
+
+
 @dataclass
 class Expiry:
     """What ``Sessions.expire`` did: the sessions removed (with their last activity) and those kept, with how many
@@ -123,6 +138,9 @@ class Sessions:
         self._settling: asyncio.Task[None] | None = None
         self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
         self.origins = Origins(settings)
+        self._preparing: dict[str, asyncio.Task[Exception | None]] = {}
+        """The remote sessions whose files are being fetched here, before their first turn (``_prepare``)."""
+        self._closing = False
         self.layers = LayerCommands(self.workspaces, store, self.get, self._quiesced, self.origins)
         """The commands on a session's workspace layer: changes, checkpoints, apply, revert, rewind, discard."""
 
@@ -154,7 +172,14 @@ class Sessions:
                 log.warning("could not write this process's charge in the host's pids ledger: %r", err)
 
     async def close(self) -> None:
-        """Stop every turn (recorded as interrupted, to be continued) and every container."""
+        """Stop every turn (recorded as interrupted, to be continued) and every container; a remote session whose
+        files are still being fetched ends as failed (it has nothing to continue on)."""
+        self._closing = True
+        fetches = list(self._preparing.values())
+        for fetch in fetches:
+            fetch.cancel()
+        if fetches:
+            await asyncio.wait(fetches, timeout=CLOSE_WAIT_S)
         await self.tending.stop()
         if self._settling is not None:
             self._settling.cancel()
@@ -206,18 +231,30 @@ class Sessions:
 
         The API's sessions, ``cubicle run`` and ``cubicle mcp`` all start here: ``view`` and ``approver`` are the
         terminal's; with ``serve`` the turn is served (its tool calls come from an MCP client, and no model is
-        needed) instead of run by the model on the task."""
-        self.admission.check_capacity()
+        needed) instead of run by the model on the task.
+
+        A session on a git remote is recorded at once, its URL admitted first (a refused one raises here); its
+        files are fetched in the background before its first turn (``preparing``, ``prepared``), each step a
+        ``setup_output`` event of phase ``fetch``, so no start waits on another's fetch."""
+        self.admission.check_capacity(len(self._preparing))
         if serve is None:
             self.runtime.check_model()  # a missing key fails here, before any container exists
+        if isinstance(new.repo, RemoteRepo):
+            return await self._create_remote(new, new.repo, view, approver, serve)
         record = await self.register(new)
-        live = await self._load(record, view=view, approver=approver)
-        await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=new.task, model=record.model))
-        if serve is None:
-            await live.begin(new.task)
-        else:
-            await live.serve(serve)
+        await self._begin(record, new.task, Begin(view, approver, serve), started=True)
         return record
+
+    async def _begin(self, record: Row, task: str, begin: Begin, started: bool = False) -> None:
+        """Load the registered session and begin its first turn (the model's on ``task``, or a served one); with
+        ``started``, its ``session_started`` event first."""
+        live = await self._load(record, view=begin.view, approver=begin.approver)
+        if started:
+            await live.sink.emit(SessionStarted(session_id=record.id, repo=record.repo, task=task, model=record.model))
+        if begin.serve is None:
+            await live.begin(task)
+        else:
+            await live.serve(begin.serve)
 
     def loaded(self, session_id: str) -> LiveSession | None:
         """The session as this process holds it (None when it holds none): its running turn is ``task``, and
@@ -225,26 +262,38 @@ class Sessions:
         return self._live.get(session_id)
 
     async def register(self, new: NewSession) -> Row:
-        """The record of a new session (running, owned by this process) and its workspace layer; no turn starts.
+        """The record of a new session on a local checkout (running, owned by this process) and its workspace
+        layer; no turn starts.
 
         Its repository is pinned (its real path, never root-owned) and must not overlap a session
         that a live process is running. Its environment is the repository's definition with the
         requested one over it; the network the definition asks for applies unless the request
         named one (``network_asked``), under the server's maximum.
-
-        A remote ``repo`` is fetched first (``origins``), outside the lock that serialises starts, and its commit's
-        tree is the repository from then on; the checks that need the environment come after the fetch.
         """
-        fetched = None
-        if isinstance(new.repo, RemoteRepo):  # a tree of the controller's, shared read-only: no overlap to refuse
-            refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
-            fetched = await self.origins.fetch(new.repo, new.typed)
-            repo = fetched.repo
-        else:
-            repo = pin(new.repo)
-            repos.refuse_protected(repo, self.settings.protected_paths)
-            refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if self._active(r)))
-            refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        assert not isinstance(new.repo, RemoteRepo)  # create records a remote's session at once, then prepares it
+        repo = pin(new.repo)
+        repos.refuse_protected(repo, self.settings.protected_paths)
+        refuse_overlap(repo, ((r.id, r.repo) for r in self.store.with_status("running") if r.repo and self._active(r)))
+        refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        limits, resolved = await self._environment(new, repo)
+        session_id = new.prefix + secrets.token_hex(8)
+        async with self.admission.one_at_a_time():  # the checks and the row they count on, one start at a time
+            await self._make_layer(session_id, repo, limits, self._unloaded())
+            # Made once the layer is: its lease runs from the row's insert. Making a layer (its filesystem, the
+            # checkout's baseline walked in a child process) can take longer than a lease on a busy host; a row
+            # written with its lease already run out is taken over as interrupted by another controller before its
+            # turn begins.
+            record = self._fresh(new, session_id, str(repo), limits, resolved, None)
+            self.store.insert(record)
+        self.leases.registered(record.id, record.epoch)
+        return record
+
+    async def _environment(
+        self, new: NewSession, repo: Path, fetched: Fetched | None = None
+    ) -> tuple[Limits, Environment]:
+        """The session's environment (the repository's definition under the request's) and its limits (the
+        network the definition asks for, unless the request named one), checked against the backend and the
+        host's pids budget. A remote's Dockerfile is refused unless the server allows builds of remotes."""
         environment, limits = new.environment, new.limits
         resolved = await asyncio.to_thread(self.runtime.environments.resolve, repo, environment)
         if fetched is not None:
@@ -256,29 +305,32 @@ class Sessions:
             limits, resolved = self.runtime.environments.agent_network(resolved, limits, by_request)
         self.runtime.backend.check(limits)
         self.admission.pids.refuse_alone(limits)
-        async with self.admission.one_at_a_time():  # the checks and the row they count on, one start at a time
-            return await self._admit(new, repo, limits, resolved, fetched)
+        return limits, resolved
 
-    async def _admit(
-        self, new: NewSession, repo: Path, limits: Limits, resolved: Environment, fetched: Fetched | None
-    ) -> Row:
+    async def _make_layer(self, session_id: str, repo: Path, limits: Limits, others: list[Limits]) -> None:
+        """Admit the session beside the others (its disk quota, the host's pids) and make its workspace layer;
+        under ``Admission.one_at_a_time``."""
         quota = DiskQuota(mb=limits.disk_mb, inodes=limits.inodes)
         await self.admission.refuse_overcommit(quota, self._running_ids())
-        await self.admission.make_room(limits, self._unloaded())
+        await self.admission.make_room(limits, others)
         from ..environment.inputs import definition_files
 
-        session_id = new.prefix + secrets.token_hex(8)
         await asyncio.to_thread(
             lambda: self.workspaces.create(session_id, repo, quota, limits.names, definition=definition_files(repo))
         )
-        if fetched is not None:
-            await asyncio.to_thread(self.origins.pin, fetched, session_id)
-        # Made once the layer is: its lease runs from the row's insert. Making a layer (its filesystem, the
-        # checkout's baseline walked in a child process) can take longer than a lease on a busy host; a row written
-        # with its lease already run out is taken over as interrupted by another controller before its turn begins.
-        record = Row.fresh(
+
+    def _fresh(
+        self,
+        new: NewSession,
+        session_id: str,
+        repo: str,
+        limits: Limits,
+        resolved: Environment | None,
+        source: Source | None,
+    ) -> Row:
+        return Row.fresh(
             session_id,
-            str(repo),
+            repo,
             new.task,
             new.model or self.settings.model,
             limits=limits,
@@ -288,11 +340,111 @@ class Sessions:
             environment=resolved,
             epoch=1,
             lease_expires=self.store.now() + self.lease_s,
-            source=fetched.source if fetched else None,
+            source=source,
         )
+
+    # ------------------------------------------------------------------ a session on a git remote
+
+    async def _create_remote(
+        self,
+        new: NewSession,
+        asked: RemoteRepo,
+        view: EventSink | None,
+        approver: Approver | None,
+        serve: Serve | None,
+    ) -> Row:
+        """Record the session at once (no ``repo`` yet; its ``source`` without a commit), then prepare it in the
+        background: fetch, environment, layer, first turn (``_prepare``)."""
+        admitted = await self.origins.admit(asked, new.typed)
+        refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
+        self.runtime.backend.check(new.limits)
+        self.admission.pids.refuse_alone(new.limits)
+        session_id = new.prefix + secrets.token_hex(8)
+        source = Source(url=admitted.remote.url, ref=asked.ref, commit="")
+        record = self._fresh(new, session_id, "", new.limits, None, source)
         self.store.insert(record)
         self.leases.registered(record.id, record.epoch)
+        recorder = await self.recorder(record)
+        sink: EventSink = recorder if view is None else Tee(recorder, view)
+        await sink.emit(SessionStarted(session_id=session_id, repo=source.url, task=new.task, model=record.model))
+        work = self._prepare(record, new, admitted, sink, Begin(view, approver, serve))
+        self._preparing[session_id] = task = asyncio.create_task(work, name=f"prepare-{session_id}")
+        task.add_done_callback(lambda _: self._preparing.pop(session_id, None))
         return record
+
+    async def prepared(self, session_id: str) -> LiveSession | None:
+        """Wait until the session's files are fetched and its first turn has begun: its live session here. A
+        preparation that failed raises its error (it is also the session's recorded end)."""
+        preparing = self._preparing.get(session_id)
+        if preparing is not None:
+            failure = await asyncio.shield(preparing)
+            if failure is not None:
+                raise failure
+        return self._live.get(session_id)
+
+    async def _prepare(
+        self, record: Row, new: NewSession, admitted: Admitted, sink: EventSink, begin: Begin
+    ) -> Exception | None:
+        """A remote session's preparation: its commit fetched (outside the lock that serialises starts), its
+        environment resolved, its layer made, its first turn begun. A failure ends the session as failed (an
+        ``error`` event of kind ``fetch`` and its ``session_finished``) and is returned; a cancel ends it as
+        cancelled, a controller's close as interrupted. Nothing it made is left behind."""
+        session_id = record.id
+        assert isinstance(new.repo, RemoteRepo)
+
+        async def say(line: str) -> None:
+            await sink.emit(SetupOutput(session_id=session_id, phase="fetch", text=line))
+
+        made: list[Fetched] = []  # the layer and the pin made, once they are
+        try:
+            fetched = await self.origins.fetch(new.repo, new.typed, admitted=admitted, say=say)
+            limits, resolved = await self._environment(new, fetched.repo, fetched)
+            async with self.admission.one_at_a_time():
+                await self._make_layer(session_id, fetched.repo, limits, self._unloaded(session_id))
+                made.append(fetched)
+                await asyncio.to_thread(self.origins.pin, fetched, session_id)
+                self.store.update(
+                    session_id,
+                    record.epoch,
+                    repo=str(fetched.repo),
+                    source=fetched.source,
+                    limits=limits,
+                    environment=resolved,
+                )
+        except (CubicleError, OSError) as err:
+            await self._unprepared(record, sink, f"fetching its files failed: {err}", made)
+            return err
+        except asyncio.CancelledError:
+            if self._closing:  # never continued: it has no files to continue on
+                detail = "the controller stopped before the session's files were fetched; start a new session"
+                await asyncio.shield(self._unprepared(record, sink, detail, made))
+            else:
+                await asyncio.shield(
+                    self._unprepared(record, sink, "cancelled before its first turn", made, "cancelled")
+                )
+            raise
+        try:
+            await self._begin(self.get(session_id), new.task, begin)
+        except Exception as err:
+            log.exception("the first turn of %s could not begin", session_id)
+            await self._unprepared(record, sink, f"its first turn could not begin: {err}", [])
+            return err
+        return None
+
+    async def _unprepared(
+        self, record: Row, sink: EventSink, detail: str, made: list[Fetched], reason: FinishReason = "error"
+    ) -> None:
+        """End a session whose preparation failed or was stopped (failed, or cancelled): an ``error`` event of kind
+        ``fetch`` when it failed, its ``session_finished``; its layer and its pin gone."""
+        with contextlib.suppress(CubicleError, OSError):
+            if reason == "error":
+                await sink.emit(ErrorEvent(session_id=record.id, kind="fetch", message=detail))
+            await sink.emit(SessionFinished(session_id=record.id, reason=reason, steps=0, usage=Usage(), detail=detail))
+        for fetched in made:
+            with contextlib.suppress(CubicleError, OSError):
+                await asyncio.to_thread(self.workspaces.discard, record.id)
+            with contextlib.suppress(CubicleError, OSError):
+                await asyncio.to_thread(self.origins.unpin, self.settings.data_dir, fetched.source, record.id)
 
     async def follow_up(
         self, session_id: str, text: str, view: EventSink | None = None, approver: Approver | None = None
@@ -302,7 +454,11 @@ class Sessions:
         record = self.get(session_id)
         live = self._live.get(session_id)
         self._refuse_while_running(record, live, "wait for it to finish or cancel it")
-        self.admission.check_capacity()
+        if not record.repo:
+            raise ConflictError(
+                f"Session {session_id} never had its files (its fetch failed or was stopped); start a new session."
+            )
+        self.admission.check_capacity(len(self._preparing))
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
         async with self.admission.one_at_a_time():
             await self.admission.refuse_overcommit(quota, self._running_ids(), session_id)
@@ -339,7 +495,11 @@ class Sessions:
         """Cancel the running turn: here, or (a command through the database) on the controller running it."""
         record = self.get(session_id)
         live = self._live.get(session_id)
-        if live is not None:
+        preparing = self._preparing.get(session_id)
+        if preparing is not None:  # its files are being fetched here: the fetch stops, the session ends cancelled
+            preparing.cancel()
+            await asyncio.wait([preparing], timeout=CANCEL_WAIT_S)
+        elif live is not None:
             await live.cancel(CANCEL_WAIT_S)
         elif record.status == "running" and self._owner_alive(record):
             self.leases.send(session_id, "cancel")

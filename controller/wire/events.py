@@ -234,9 +234,10 @@ class SetupOutput(_Event):
     (``setup``)."""
 
     type: Literal["setup_output"] = "setup_output"
-    phase: Literal["environment", "build", "setup"] = Field(
-        description="environment: notes on the definition (ignored keys); build: the image (its pull when the "
-        "engine lacks it, then its build); setup: the command."
+    phase: Literal["fetch", "environment", "build", "setup"] = Field(
+        description="fetch: a git remote's files fetched, before the first turn (the URL, the commit, the size); "
+        "environment: notes on the definition (ignored keys); build: the image (its pull when the engine lacks "
+        "it, then its build); setup: the command."
     )
     text: str = Field(description="One or more whole lines, as the build or the command printed them (untrusted).")
 

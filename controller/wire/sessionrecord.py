@@ -22,10 +22,16 @@ class Source(BaseModel):
 
     url: str
     ref: str | None = Field(None, description="The branch, tag or commit asked for; none: the remote's HEAD.")
-    commit: str = Field(description="The commit the session's files are the tree of.")
+    commit: str = Field(
+        description="The commit the session's files are the tree of; empty until they are fetched (the session is "
+        "recorded at once, and fetches before its first turn)."
+    )
 
     def short(self) -> str:
-        """The URL and the commit's first twelve digits, as listings show a remote session."""
+        """The URL and the commit's first twelve digits, as listings show a remote session (the ref asked for
+        while the commit is not known yet)."""
+        if not self.commit:
+            return f"{self.url} ({self.ref or 'HEAD'}, not fetched)"
         return f"{self.url}@{self.commit[:12]}"
 
 
@@ -63,5 +69,6 @@ class SessionRecord(BaseModel):
     source: Source | None = Field(
         None,
         description="A session on a git remote: its URL, ref and commit. `repo` is then the controller's checkout of "
-        "that commit, which nothing is applied to: its changes leave as a patch or a pushed branch.",
+        "that commit, which nothing is applied to: its changes leave as a patch or a pushed branch. Until its files "
+        "are fetched (before the first turn) `repo` and the commit are empty.",
     )

@@ -43,9 +43,10 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -79,6 +80,9 @@ class MirrorOptions:
     timeout_s: float = 600.0
     stall_s: int = 60
     fresh_s: float = 10.0
+    stop: threading.Event | None = field(default=None, compare=False)
+    """Set by whoever waits for the fetch (a session cancelled meanwhile): the wait for the lock or the fetch ends
+    at once, as a fetch past its bounds does."""
 
 
 @dataclass(frozen=True)
@@ -153,11 +157,14 @@ def check_ref(ref: str | None) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path, timeout: float) -> Iterator[None]:
-    """Hold the flock at ``path`` (waiting at most ``timeout``); the kernel releases it if this process dies."""
+def locked(path: Path, timeout: float, stop: threading.Event | None = None) -> Iterator[None]:
+    """Hold the flock at ``path`` (waiting at most ``timeout``, or until ``stop`` is set); the kernel releases it
+    if this process dies."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        if not flock_within(fd, timeout, WATCH_S):
+        if not flock_within(fd, timeout, WATCH_S, stop):
+            if stop is not None and stop.is_set():
+                raise GitError("The fetch was stopped while it waited for another fetch of the same URL.")
             raise GitError(f"Another fetch held {path.name} for more than {timeout:g} s.")
         yield
     finally:
@@ -183,7 +190,7 @@ def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOpti
     path, asked = path_of(data_dir, url), time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     git = remote_git(data_dir, url, options)
-    with locked(path.with_name(f"{path.name}.lock"), options.timeout_s):
+    with locked(path.with_name(f"{path.name}.lock"), options.timeout_s, options.stop):
         if not path.is_dir():
             received = _first_fetch(git, data_dir, path, url, options)
             return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
@@ -259,7 +266,7 @@ def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], optio
         grown = 0
         while run.proc.poll() is None:
             grown = tree_size(path) - before
-            if grown > options.max_bytes or time.monotonic() > deadline:
+            if grown > options.max_bytes or time.monotonic() > deadline or _stopping(options):
                 break
             time.sleep(WATCH_S)
         code = run.proc.poll()
@@ -275,7 +282,13 @@ def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], optio
     return grown
 
 
+def _stopping(options: MirrorOptions) -> bool:
+    return options.stop is not None and options.stop.is_set()
+
+
 def _stopped(url: str, grown: int, options: MirrorOptions) -> GitError:
+    if _stopping(options):
+        return GitError(f"The fetch of {url} was stopped (its session was cancelled).")
     if grown > options.max_bytes:
         return GitTooLargeError(
             f"The fetch of {url} wrote {grown:,} bytes, more than the {options.max_bytes:,} it may; it was stopped."

@@ -446,15 +446,16 @@ def _lock_file(root: Path) -> Path:
     return root / "disk.lock"
 
 
-def flock_within(fd: int, patience_s: float, every_s: float = 0.01) -> bool:
-    """Take the exclusive flock of ``fd``, trying every ``every_s`` for ``patience_s``; whether it was taken."""
+def flock_within(fd: int, patience_s: float, every_s: float = 0.01, stop: threading.Event | None = None) -> bool:
+    """Take the exclusive flock of ``fd``, trying every ``every_s`` for ``patience_s`` (or until ``stop`` is set);
+    whether it was taken."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
                 return False
             time.sleep(every_s)
 

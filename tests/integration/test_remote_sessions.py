@@ -5,6 +5,7 @@ fresh clone then holds. The password reaches none of what the session produced."
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -174,20 +175,30 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
     root.mkdir()
     settings = _settings(git_server, root / "data")
     with cubicle_serve(root, model_server, **settings) as served, Client(served.url, served.token) as client:
-        for bad, error, said in [
+        for bad, error, said in [  # refused before anything is recorded or fetched
             (RemoteRepo(url=f"http://127.0.0.1:{git_server.port}/public/{PLAIN}.git"), ForbiddenRepoError, "refused"),
             (RemoteRepo(url=f"file://{git_server.bare(PLAIN)}"), RepoError, "file"),
-            (RemoteRepo(url=git_server.url(PLAIN), ref="no-such-branch"), InvalidRequestError, "no-such-branch"),
-            (RemoteRepo(url=git_server.url(NAME)), ForbiddenRepoError, "CUBICLE_GIT_ALLOW_BUILDS"),
         ]:
             with pytest.raises(error, match=said):
                 client.create(bad, "t")
+        for bad, said in [  # known once fetched: the session, recorded at once, fails before its first turn
+            (RemoteRepo(url=git_server.url(PLAIN), ref="no-such-branch"), "no-such-branch"),
+            (RemoteRepo(url=git_server.url(NAME)), "CUBICLE_GIT_ALLOW_BUILDS"),
+        ]:
+            failed = client.wait(client.create(bad, "t").id)
+            assert (failed.status, failed.finish_reason, failed.repo) == ("failed", "error", ""), failed
+            assert said in failed.detail, failed.detail
+            kinds = [(e.type, getattr(e, "phase", getattr(e, "kind", ""))) for e in client.events(failed.id)]
+            assert kinds[0] == ("session_started", "") and ("setup_output", "fetch") in kinds, kinds
+            assert kinds[-2:] == [("error", "fetch"), ("session_finished", "")], kinds
+            with pytest.raises(ConflictError, match="never had its files"):
+                client.follow_up(failed.id, "again")
         model = register(model_server, REMOTE_TURNS, prefix="remote-api")
         record = client.create(RemoteRepo(url=git_server.url(PLAIN), ref=first[:10]), "log it", model=model)
-        assert record.source is not None and record.source.commit == first and record.source.ref == first[:10]
+        assert record.source is not None and record.source.ref == first[:10]
         done = client.wait(record.id)
         assert done.status == "idle", done
-        assert done.source == record.source and done.repo == record.repo
+        assert done.source is not None and done.source.commit == first and done.repo
         with pytest.raises(InvalidRequestError, match="--patch"):
             client.apply(record.id)
         pushed = client.push(record.id, PushRequest(branch="cubicle/api"))
@@ -203,3 +214,47 @@ def test_the_api_starts_a_session_on_an_allowed_url_only_and_pushes_what_a_plain
     assert (branch / ".github/workflows/ci.yml").read_text() == "on: push\n"
     assert not (branch / "NEWS.md").exists()  # on the commit the ref named, not the branch's newest
     _no_password_under(root / "data", keep=Path(settings["CUBICLE_GIT_CREDENTIALS"]))
+
+
+def test_a_session_on_a_url_is_recorded_at_once_and_no_other_start_waits_on_its_fetch(
+    git_server: GitServer, model_server: ScriptedServer, tmp_path: Path
+) -> None:
+    """While one URL's mirror is locked (another process's fetch of it, as far as the controller can tell), a
+    session on it is answered at once (201, no commit yet), says it is fetching, and is cancelled cleanly; a
+    session on another URL meanwhile runs its whole turn; once the lock is free the first URL's sessions fetch."""
+    plain = tmp_path / "plain"
+    shutil.copytree(INFLECTION, plain, ignore=shutil.ignore_patterns(".devcontainer"))
+    git_server.create(PLAIN, source=plain)
+    git_server.create("other", source=plain)
+    root = tmp_path / "root"
+    root.mkdir()
+    settings = _settings(git_server, root / "data")
+    mirror = gitmirror.path_of(root / "data", gitmirror.normalise(git_server.url(PLAIN)))
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    held = os.open(mirror.with_name(f"{mirror.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        with cubicle_serve(root, model_server, **settings) as served, Client(served.url, served.token) as client:
+            blocked = client.create(RemoteRepo(url=git_server.url(PLAIN)), "t", model="unused")
+            assert blocked.source is not None and (blocked.status, blocked.repo, blocked.source.commit) == (
+                "running",
+                "",
+                "",
+            ), blocked
+            for event in client.events(blocked.id):  # live: it ends when the session does
+                if event.type == "setup_output":
+                    assert event.phase == "fetch" and git_server.url(PLAIN) in event.text, event
+                    break
+            model = register(model_server, REMOTE_TURNS[:1] + REMOTE_TURNS[2:], prefix="remote-other")
+            other = client.wait(client.create(RemoteRepo(url=git_server.url("other")), "log it", model=model).id)
+            assert other.status == "idle" and other.source is not None and other.source.commit, other
+            assert client.get(blocked.id).status == "running"  # still waiting for the lock
+            cancelled = client.cancel(blocked.id)
+            assert (cancelled.status, cancelled.finish_reason, cancelled.repo) == ("cancelled", "cancelled", "")
+            assert not (root / "data" / "workspaces" / blocked.id).exists()
+            fcntl.flock(held, fcntl.LOCK_UN)
+            model = register(model_server, REMOTE_TURNS[:1] + REMOTE_TURNS[2:], prefix="remote-after")
+            after = client.wait(client.create(RemoteRepo(url=git_server.url(PLAIN)), "log it", model=model).id)
+            assert after.status == "idle" and after.repo, after
+    finally:
+        os.close(held)

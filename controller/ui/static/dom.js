@@ -72,6 +72,14 @@ export function replace(node, ...children) {
   return append(node, ...children);
 }
 
+// Where a session's files are: its checkout, or a git remote's URL and commit (the ref asked for while its files
+// are still being fetched); never the controller's tree of a remote.
+export function sessionWhere(s) {
+  if (!s.source) return s.repo;
+  if (!s.source.commit) return `${s.source.url} (${s.source.ref || "HEAD"}, not fetched)`;
+  return `${s.source.url} @ ${s.source.commit.slice(0, 12)}`;
+}
+
 export function fmtTokens(n) {
   if (n >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
   if (n >= 1e4) return `${Math.round(n / 1e3)}k`;

@@ -1,6 +1,6 @@
 // The sessions list (#/): newest first, polled every 2 s, and the form that starts a session.
 import { get, post, ApiError } from "./api.js";
-import { el, replace, setText, visible, fmtAge, fmtTokens, totalTokens, firstLine, statusBadge } from "./dom.js";
+import { el, replace, setText, visible, fmtAge, fmtTokens, totalTokens, firstLine, statusBadge, sessionWhere } from "./dom.js";
 
 const POLL_MS = 2000;
 
@@ -56,8 +56,7 @@ function emptyRow() {
 const lastTwo = (path) => path.split("/").slice(-2).join("/");
 
 function row(s) {
-  // A session on a git remote shows its URL and commit, not the controller's tree of them.
-  const where = s.source ? `${s.source.url} @ ${s.source.commit.slice(0, 12)}` : s.repo;
+  const where = sessionWhere(s);
   const open = el("button", { type: "button", class: "linkish", testid: "open-session" }, "Open");
   open.addEventListener("click", () => openSession(s.id));
   const tr = el("tr", { class: "session-row", testid: "session-row", dataset: { sessionId: s.id } },

@@ -6,7 +6,7 @@
 // session's record whether a turn still runs, reopens from the last seq if so, and
 // ignores every event whose seq it has already seen.
 import { get, post, sessionPath, withKey, ApiError } from "./api.js";
-import { el, replace, setText, visible, fmtDuration, fmtTokens, totalTokens, statusBadge, firstLine } from "./dom.js";
+import { el, replace, setText, visible, fmtDuration, fmtTokens, totalTokens, statusBadge, firstLine, sessionWhere } from "./dom.js";
 import { mountChanges } from "./changes.js";
 
 const EVENT_TYPES = [
@@ -200,7 +200,7 @@ class SessionPage {
     this.tokens.title = `${totalTokens(record.usage)} tokens`;
     setText(this.finish, record.finish_reason || "—");
     // A session on a git remote shows where its files came from; nothing is applied there, so the patch is offered.
-    this.repo.textContent = visible(record.source ? `${record.source.url} @ ${record.source.commit.slice(0, 12)}` : record.repo);
+    this.repo.textContent = visible(sessionWhere(record));
     this.changes.setRemote(Boolean(record.source));
     this.model.textContent = visible(record.model);
     this.detail.textContent = visible(record.detail || "");
