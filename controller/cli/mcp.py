@@ -93,8 +93,11 @@ async def _serve(settings: Settings, repo: Path | RemoteRepo, limits: Limits, as
             )
             record = await sessions.create(new, serve=calls)
             live = await sessions.prepared(record.id)  # a remote's files are fetched first (its error raised here)
-            assert live is not None and live.task is not None
             record = sessions.get(record.id)
+            if live is None:  # cancelled while its files were fetched
+                _note("session ", (record.id, "cyan"), " was cancelled before its first call")
+                return True
+            assert live.task is not None
             where = record.source.short() if record.source else record.repo
             _note("session ", (record.id, "cyan"), " on ", terminal.safe_text(where))
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it

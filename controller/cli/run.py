@@ -288,6 +288,7 @@ async def _session(
 ) -> Ran:
     """One turn in a fresh container: a session of the API's database, begun and run by ``Sessions`` as the API's
     are (``server.live.LiveSession``), with the terminal as its view and, with --approve, its approver."""
+    from ..agent.loop import TurnOutcome
     from ..server.sessions import NewSession
     from .display import LiveSink
     from .finish import Ran
@@ -306,8 +307,9 @@ async def _session(
         )
         record = await sessions.create(new, view=view, approver=approver)
         live = await sessions.prepared(record.id)  # a remote's files are fetched first (its error raised here)
-        assert live is not None and live.task is not None  # the first turn has begun
         record = sessions.get(record.id)
+        if live is None:  # cancelled (from another terminal) while its files were fetched
+            return Ran(record.id, Path(record.repo), TurnOutcome("cancelled", record.detail), record.source)
         return Ran(record.id, Path(record.repo), await _turn_of(live, record.id), record.source)
 
 

@@ -176,6 +176,7 @@ class Tending:
         feed: Feed,
         recorder: RecorderOf,
         in_use: Callable[[str], bool],
+        stop_preparing: Callable[[str], bool],
     ) -> None:
         self.leases = leases
         self.store = leases.store
@@ -185,6 +186,8 @@ class Tending:
         self.recorder = recorder
         self.in_use = in_use
         """Whether another live process may use the session's layer (its filesystem is then left mounted)."""
+        self.stop_preparing = stop_preparing
+        """Cancel a session's preparation running here (a remote's fetch before its first turn); whether one ran."""
         self._background: list[asyncio.Task[None]] = []
         self._left_behind: set[str] = set()
         """Sessions taken over whose containers the engine has not removed yet (``remove_left``)."""
@@ -278,8 +281,10 @@ class Tending:
     def _take_commands(self) -> None:
         """Carry out what other controllers were asked to do to the turns running here (a cancel)."""
         for session_id, kind, sent in self.leases.take():
+            if kind != "cancel" or time.time() - sent >= COMMAND_TTL_S or self.stop_preparing(session_id):
+                continue
             live = self.loaded.get(session_id)
-            if kind == "cancel" and live is not None and live.running and time.time() - sent < COMMAND_TTL_S:
+            if live is not None and live.running:
                 task = asyncio.create_task(live.cancel(CANCEL_WAIT_S))
                 task.add_done_callback(lambda t: t.cancelled() or t.exception())
 

@@ -136,7 +136,9 @@ class Sessions:
         ledger = Ledger(settings.host_pids_ledger or default_directory())
         self.admission = Admission(settings, self.workspaces, self._live, pids, ledger)
         self._settling: asyncio.Task[None] | None = None
-        self.tending = Tending(self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too)
+        self.tending = Tending(
+            self.leases, self._live, runtime, self.feed, self.recorder, self._in_use_here_too, self._stop_preparing
+        )
         self.origins = Origins(settings)
         self._preparing: dict[str, asyncio.Task[Exception | None]] = {}
         """The remote sessions whose files are being fetched here, before their first turn (``_prepare``)."""
@@ -373,14 +375,28 @@ class Sessions:
         return record
 
     async def prepared(self, session_id: str) -> LiveSession | None:
-        """Wait until the session's files are fetched and its first turn has begun: its live session here. A
-        preparation that failed raises its error (it is also the session's recorded end)."""
+        """Wait until the session's files are fetched and its first turn has begun: its live session here (None
+        when the session was cancelled before its first turn). A preparation that failed raises its error (it is
+        also the session's recorded end)."""
         preparing = self._preparing.get(session_id)
         if preparing is not None:
-            failure = await asyncio.shield(preparing)
+            try:
+                failure = await asyncio.shield(preparing)
+            except asyncio.CancelledError:
+                if not preparing.cancelled():  # the caller was cancelled, not the preparation
+                    raise
+                return None
             if failure is not None:
                 raise failure
         return self._live.get(session_id)
+
+    def _stop_preparing(self, session_id: str) -> bool:
+        """Cancel the session's preparation if it runs here (its end is recorded as cancelled); whether it did."""
+        preparing = self._preparing.get(session_id)
+        if preparing is None:
+            return False
+        preparing.cancel()
+        return True
 
     async def _prepare(
         self, record: Row, new: NewSession, admitted: Admitted, sink: EventSink, begin: Begin
@@ -496,8 +512,8 @@ class Sessions:
         record = self.get(session_id)
         live = self._live.get(session_id)
         preparing = self._preparing.get(session_id)
-        if preparing is not None:  # its files are being fetched here: the fetch stops, the session ends cancelled
-            preparing.cancel()
+        if self._stop_preparing(session_id):  # its files were being fetched here: the fetch stops, it ends cancelled
+            assert preparing is not None
             await asyncio.wait([preparing], timeout=CANCEL_WAIT_S)
         elif live is not None:
             await live.cancel(CANCEL_WAIT_S)

@@ -148,6 +148,9 @@ def checkout_tree(data_dir: Path, mirror: Path, commit: str, options: TreeOption
     if not done.is_dir():
         trees.mkdir(parents=True, exist_ok=True)
         _made(git, data_dir, mirror, commit, entries, options, done)
+    else:  # found made: young again, so gc's age test keeps it until the session now being made names it
+        with contextlib.suppress(OSError):
+            os.utime(done)
     return Tree(done, commit, gitlinks, size)
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +21,10 @@ from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions, open_sessions
 from controller.server.store import Row, open_store
 from controller.testing import NoSandbox
-from controller.wire.events import ListSink
+from controller.wire.bodies import RemoteRepo
+from controller.wire.events import Event, ListSink
 from controller.wire.limits import Limits
+from controller.workspace import gitmirror
 from tests.agent_harness import register, text, tool
 from tests.eventually import eventually_async
 from tests.sandbox_defaults import owned_dir
@@ -359,3 +364,61 @@ async def test_served_calls_that_end_together_still_take_a_checkpoint_after_ever
     assert live is not None and live.task is not None
     await asyncio.wait([live.task])
     assert taken == [1, 2]
+
+
+WAITING = "http://8.8.8.8/team/app.git"
+"""A remote at a literal public address (admitted with no lookup) that is never reached: the tests hold its mirror's
+lock, as another process's fetch of it would, so the session's fetch waits until it is stopped."""
+
+
+@contextlib.contextmanager
+def _mirror_held(data_dir: Path, url: str) -> Iterator[None]:
+    mirror = gitmirror.path_of(data_dir, gitmirror.normalise(url))
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(mirror.with_name(f"{mirror.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+async def _first_events(sessions: Sessions, session_id: str, count: int) -> list[Event]:
+    seen: list[Event] = []
+    async for event in sessions.follow(session_id, 0):
+        seen.append(event)
+        if len(seen) == count:
+            break
+    return seen
+
+
+async def test_a_remote_session_is_recorded_at_once_and_a_cancel_stops_its_fetch(controller: Controller) -> None:
+    sessions = controller.sessions
+    with _mirror_held(sessions.settings.data_dir, WAITING):
+        record = await sessions.create(NewSession(RemoteRepo(url=WAITING), "t", "m", Limits(), typed=True))
+        assert record.source is not None
+        assert (record.status, record.repo, record.source.url, record.source.commit) == ("running", "", WAITING, "")
+        started, fetching = await asyncio.wait_for(_first_events(sessions, record.id, 2), 60)
+        assert started.type == "session_started" and started.repo == WAITING, started
+        assert fetching.type == "setup_output" and fetching.phase == "fetch" and WAITING in fetching.text, fetching
+        with pytest.raises(ConflictError, match="running"):
+            await sessions.follow_up(record.id, "again")
+        await asyncio.wait_for(sessions.cancel(record.id), 60)
+        done = sessions.get(record.id)
+        assert (done.status, done.finish_reason, done.repo) == ("cancelled", "cancelled", ""), done
+        assert await sessions.prepared(record.id) is None
+        with pytest.raises(ConflictError, match="never had its files"):
+            await sessions.follow_up(record.id, "again")
+        assert not (sessions.settings.data_dir / "workspaces" / record.id).exists()
+
+
+async def test_closing_the_controller_while_a_remote_session_fetches_ends_it_failed(controller: Controller) -> None:
+    """It has no files to continue on, so it is not left interrupted."""
+    sessions = controller.sessions
+    with _mirror_held(sessions.settings.data_dir, WAITING):
+        record = await sessions.create(NewSession(RemoteRepo(url=WAITING), "t", "m", Limits(), typed=True))
+        await asyncio.wait_for(_first_events(sessions, record.id, 2), 60)
+        await sessions.close()
+    done = sessions.get(record.id)
+    assert (done.status, done.finish_reason) == ("failed", "error"), done
+    assert "the controller stopped before" in done.detail, done.detail
