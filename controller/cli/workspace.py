@@ -9,6 +9,7 @@ apply; 5 a conflict (paths listed, nothing written) or a turn of the session is 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -326,6 +327,24 @@ LeaseOpt = Annotated[
 ]
 
 
+def _full_commit(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[0-9a-f]{40}", value):
+        raise typer.BadParameter("a full commit id: 40 lowercase hexadecimal digits")
+    return value
+
+
+ExpectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--expect",
+        metavar="COMMIT",
+        callback=_full_commit,
+        help="Replace the branch only if it still names COMMIT (say, the commit your last push printed); implies "
+        "--force-with-lease, and tells your own last push from someone else's after it.",
+    ),
+]
+
+
 @app.command()
 def push(
     session_id: SessionArg,
@@ -333,13 +352,15 @@ def push(
     message: MessageOpt = None,
     force: PushForceOpt = None,
     force_with_lease: LeaseOpt = False,
+    expect: ExpectOpt = None,
     server: ServerOpt = None,
 ) -> None:
     """Push the changes of a session on a git remote to a new branch there: one commit on the session's commit, of
     what a plain apply would write, with the server's credentials (never the sandbox's)."""
     from ..wire.bodies import PushRequest
 
-    asked = PushRequest(branch=branch, message=message, force=force or [], force_with_lease=force_with_lease)
+    lease = force_with_lease or expect is not None
+    asked = PushRequest(branch=branch, message=message, force=force or [], force_with_lease=lease, expected=expect)
     result = _review(lambda s: s.push(session_id, asked), server)
     out = terminal.console()
     out.print(

@@ -150,6 +150,7 @@ class Origins:
             asked.branch,
             options=self._options(admitted),
             force_with_lease=asked.force_with_lease,
+            expected=asked.expected,
             prefix=settings.git_branch_prefix,
         )
         return PushResult(

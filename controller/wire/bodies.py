@@ -144,9 +144,22 @@ class PushRequest(BaseModel):
     )
     force_with_lease: bool = Field(
         False,
-        description="Replace the branch if it exists, as long as it still names what a fetch just found there; "
-        "without it an existing branch is never overwritten.",
+        description="Replace the branch if it exists, as long as it still names what a fetch just found there "
+        "(or `expected`); without it an existing branch is never overwritten.",
     )
+    expected: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="With force_with_lease: the commit the branch must still name to be replaced (say, the "
+        "`commit` of your last push to it), checked by the remote as the push lands; a fetch just before the push "
+        "cannot tell your own last push from someone else's after it, this can.",
+    )
+
+    @model_validator(mode="after")
+    def _expected_with_lease(self) -> PushRequest:
+        if self.expected is not None and not self.force_with_lease:
+            raise ValueError("expected is the lease's commit: give it with force_with_lease")
+        return self
 
 
 class PushResult(BaseModel):

@@ -31,8 +31,10 @@ it is:
   check-ref-format --branch`` accepts unchanged.
 * **Never an overwrite by accident**: the push's lease is ``--force-with-lease=refs/heads/<branch>:`` (an empty
   value: the branch must not exist), so a second push to the same name is refused by the remote, atomically. With
-  ``force_with_lease`` the branch is fetched into the mirror first (under the mirror's lock) and the lease is the
-  commit the mirror then holds: the branch is replaced only if nobody pushed to it between that fetch and the push.
+  ``force_with_lease`` and ``expected`` the lease is that commit: the remote replaces the branch only if it still
+  names it (the caller's last push, say), so someone else's push after it is never lost. With ``force_with_lease``
+  alone the branch is fetched into the mirror first (under the mirror's lock) and the lease is the commit the mirror
+  then holds: the branch is replaced only if nobody pushed to it between that fetch and the push.
 * **The remote reached as a fetch reaches it** (``gitmirror.remote_git``): the hardened runner, the credential
   helper (a token is never in an argv, a URL or a file of ours), the pinned address, the connect timeout; the run
   bounded by ``timeout_s``. A refusal is an error naming the host and the branch (``GitPushRejectedError`` with its
@@ -402,10 +404,12 @@ def push(
     *,
     options: MirrorOptions,
     force_with_lease: bool = False,
+    expected: str | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Pushed:
     """Push ``commit`` (in the mirror of ``url`` at ``mirror``) to ``refs/heads/<branch>`` at the remote: a new
-    branch only, or with ``force_with_lease`` one replaced only if it still holds what a fetch just found.
+    branch only, or with ``force_with_lease`` one replaced only if it still holds ``expected`` (a full commit id),
+    or without it what a fetch just found.
 
     Raises, before anything is sent, GitPushRequestError (the branch name) or GitRefError (no such commit); then
     GitPushRejectedError (``exists``, ``moved``, ``refused``), GitAuthError, GitRemoteError or GitPushError, each
@@ -417,7 +421,10 @@ def push(
         raise GitError(f"{mirror} is not the controller's mirror of {url}.")
     if not _FULL_ID.fullmatch(commit) or not _holds(git, mirror, commit):
         raise GitRefError(f"The mirror holds no commit {commit[:80]!r} to push.")
-    expected = _fetched(git, data_dir, mirror, url, ref, options) if force_with_lease else ""
+    if expected is not None and (not force_with_lease or not _FULL_ID.fullmatch(expected)):
+        raise GitPushRequestError("A lease's expected commit is a full commit id, given with force_with_lease.")
+    if expected is None:
+        expected = _fetched(git, data_dir, mirror, url, ref, options) if force_with_lease else ""
     gitmirror.reach(url, options)
     args = ["push", *PUSH_FLAGS, f"--force-with-lease={ref}:{expected}", "--", url, f"{commit}:{ref}"]
     with git.started(args, mirror) as run, run.deadline(options.timeout_s) as expired:

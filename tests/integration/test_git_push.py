@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,7 +141,7 @@ def _remote_branch(server: GitServer, branch: str) -> str:
     return server.git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", cwd=server.bare(NAME))
 
 
-def _push(session: Session, commit: str, branch: str, **flags: bool) -> gitpush.Pushed:
+def _push(session: Session, commit: str, branch: str, **flags: Any) -> gitpush.Pushed:
     return gitpush.push(session.data, session.mirror, session.url, commit, branch, options=session.options, **flags)
 
 
@@ -235,6 +236,14 @@ def test_a_branch_is_never_overwritten_unless_leased(git_server: GitServer, base
     clone = _clone(git_server, "cubicle/s1", base_dir / "clone.git")
     assert _tree(git_server, clone, "cubicle/s1")[WORKFLOW] == ("100644", b"on: push\n")
     assert _bytes(clone, "rev-parse", "cubicle/s1^").decode().strip() == session.base
+    # An exact lease: replaced while the branch names the commit expected, refused once another push moved it
+    # (a fetch just before the push would have taken that other push for the one to replace).
+    again = _push(session, plain.commit, "cubicle/s1", force_with_lease=True, expected=forced.commit)
+    assert again.status == "replaced" and _remote_branch(git_server, "cubicle/s1") == plain.commit
+    with pytest.raises(GitPushRejectedError) as moved:
+        _push(session, forced.commit, "cubicle/s1", force_with_lease=True, expected=forced.commit)
+    assert moved.value.reason == "moved", moved.value
+    assert _remote_branch(git_server, "cubicle/s1") == plain.commit
     _assert_password_only_in_credentials(session.data)
 
 

@@ -9,8 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from controller.errors import GitError, GitPushRequestError
+from controller.wire.bodies import PushRequest
 from controller.workspace import gitpush
 from controller.workspace.gitpush import CommitEntry, _add, _identity, _message, check_branch, refused_name
 from controller.workspace.gitrun import Git, home
@@ -186,3 +188,11 @@ def test_a_message_ends_with_one_newline_and_holds_no_control_character() -> Non
     for bad in ("", "\n\n", "nul\x00", "esc \x1b[2J", "x" * (gitpush.MAX_MESSAGE + 1)):
         with pytest.raises(GitPushRequestError):
             _message(bad)
+
+
+def test_a_leases_expected_commit_is_a_full_id_given_with_the_lease() -> None:
+    commit = "a" * 40
+    assert PushRequest(branch="cubicle/x", force_with_lease=True, expected=commit).expected == commit
+    for bad in [{"expected": commit}, {"force_with_lease": True, "expected": "a" * 12}]:
+        with pytest.raises(ValidationError):
+            PushRequest(branch="cubicle/x", **bad)
