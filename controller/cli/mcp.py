@@ -103,21 +103,21 @@ async def _serve(settings: Settings, repo: Path | RemoteRepo, limits: Limits, as
             await asyncio.wait([live.task])  # the served turn records its end whatever stops it
             served = live.served
             assert served is not None  # create served the turn
-            failed = live.task.cancelled() or live.task.result() is None or served.connection_failed
-            take = (  # a session on a git remote has no checkout to apply to
-                ("push them with ", (f"cubicle push {record.id} --branch NAME", "bold"))
-                if record.source
-                else ("apply them with ", (f"cubicle apply {record.id}", "bold"))
-            )
-            _note(
-                f"{served.calls} tool calls; review the changes with ",
-                (f"cubicle changes {record.id} --diff", "bold"),
-                ", ",
-                *take,
-            )
-            return failed
+            _closing_note(record.id, served.calls, record.source is not None)
+            return live.task.cancelled() or live.task.result() is None or served.connection_failed
     finally:
         _ignore_signals()
+
+
+def _closing_note(session_id: str, calls: int, remote: bool) -> None:
+    take = (  # a session on a git remote has no checkout to apply to
+        ("push them with ", (f"cubicle push {session_id} --branch NAME", "bold"))
+        if remote
+        else ("apply them with ", (f"cubicle apply {session_id}", "bold"))
+    )
+    _note(
+        f"{calls} tool calls; review the changes with ", (f"cubicle changes {session_id} --diff", "bold"), ", ", *take
+    )
 
 
 def _served_over_stdio(signals: list[int]) -> Serve:

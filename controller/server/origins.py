@@ -149,8 +149,7 @@ class Origins:
             built.commit,
             asked.branch,
             options=self._options(admitted),
-            force_with_lease=asked.force_with_lease,
-            expected=asked.expected,
+            lease=gitpush.Lease(asked.expected) if asked.force_with_lease else None,
             prefix=settings.git_branch_prefix,
         )
         return PushResult(
@@ -182,7 +181,7 @@ MAX_LEFT = 200
 
 def _message(task: str, session_id: str) -> str:
     """A commit's message when the request gives none: the task's first line (shortened), then the session."""
-    first = (task.strip().splitlines() or ["Changes"])[0][:72]
+    first = gitpush.plain_line((task.strip().splitlines() or ["Changes"])[0][:72]).strip() or "Changes"
     return f"{first}\n\nMade by Cubicle, session {session_id}.\n"
 
 

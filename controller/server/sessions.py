@@ -361,14 +361,14 @@ class Sessions:
         refuse_low_space(self.settings.data_dir, self.settings.min_free_mb)
         self.runtime.backend.check(new.limits)
         self.admission.pids.refuse_alone(new.limits)
+        self.admission.check_capacity(len(self._preparing))  # again: others may have begun during the lookup
         session_id = new.prefix + secrets.token_hex(8)
         source = Source(url=admitted.remote.url, ref=asked.ref, commit="")
         record = self._fresh(new, session_id, "", new.limits, None, source)
         self.store.insert(record)
         self.leases.registered(record.id, record.epoch)
-        recorder = await self.recorder(record)
+        recorder = self._recorder_of(record, Conversation())
         sink: EventSink = recorder if view is None else Tee(recorder, view)
-        await sink.emit(SessionStarted(session_id=session_id, repo=source.url, task=new.task, model=record.model))
         work = self._prepare(record, new, admitted, sink, Begin(view, approver, serve))
         self._preparing[session_id] = task = asyncio.create_task(work, name=f"prepare-{session_id}")
         task.add_done_callback(lambda _: self._preparing.pop(session_id, None))
@@ -404,34 +404,15 @@ class Sessions:
         """A remote session's preparation: its commit fetched (outside the lock that serialises starts), its
         environment resolved, its layer made, its first turn begun. A failure ends the session as failed (an
         ``error`` event of kind ``fetch`` and its ``session_finished``) and is returned; a cancel ends it as
-        cancelled, a controller's close as interrupted. Nothing it made is left behind."""
-        session_id = record.id
-        assert isinstance(new.repo, RemoteRepo)
-
-        async def say(line: str) -> None:
-            await sink.emit(SetupOutput(session_id=session_id, phase="fetch", text=line))
-
+        cancelled, a controller's close as failed (it has no files to continue on). Nothing it made is left."""
         made: list[Fetched] = []  # the layer and the pin made, once they are
         try:
-            fetched = await self.origins.fetch(new.repo, new.typed, admitted=admitted, say=say)
-            limits, resolved = await self._environment(new, fetched.repo, fetched)
-            async with self.admission.one_at_a_time():
-                await self._make_layer(session_id, fetched.repo, limits, self._unloaded(session_id))
-                made.append(fetched)
-                await asyncio.to_thread(self.origins.pin, fetched, session_id)
-                self.store.update(
-                    session_id,
-                    record.epoch,
-                    repo=str(fetched.repo),
-                    source=fetched.source,
-                    limits=limits,
-                    environment=resolved,
-                )
+            await self._fetched(record, new, admitted, sink, made)
         except (CubicleError, OSError) as err:
             await self._unprepared(record, sink, f"fetching its files failed: {err}", made)
             return err
         except asyncio.CancelledError:
-            if self._closing:  # never continued: it has no files to continue on
+            if self._closing:
                 detail = "the controller stopped before the session's files were fetched; start a new session"
                 await asyncio.shield(self._unprepared(record, sink, detail, made))
             else:
@@ -440,12 +421,33 @@ class Sessions:
                 )
             raise
         try:
-            await self._begin(self.get(session_id), new.task, begin)
+            await self._begin(self.get(record.id), new.task, begin)
         except Exception as err:
-            log.exception("the first turn of %s could not begin", session_id)
+            log.exception("the first turn of %s could not begin", record.id)
             await self._unprepared(record, sink, f"its first turn could not begin: {err}", [])
             return err
         return None
+
+    async def _fetched(
+        self, record: Row, new: NewSession, admitted: Admitted, sink: EventSink, made: list[Fetched]
+    ) -> None:
+        """``_prepare``'s work: the fetch (each step told as a ``setup_output`` of phase ``fetch``), the environment,
+        then, one start at a time, the layer, the pin and the record's repo, source, limits and environment."""
+        session_id, source = record.id, record.source
+        assert isinstance(new.repo, RemoteRepo) and source is not None
+
+        async def say(line: str) -> None:
+            await sink.emit(SetupOutput(session_id=session_id, phase="fetch", text=line))
+
+        await sink.emit(SessionStarted(session_id=session_id, repo=source.url, task=new.task, model=record.model))
+        fetched = await self.origins.fetch(new.repo, new.typed, admitted=admitted, say=say)
+        limits, resolved = await self._environment(new, fetched.repo, fetched)
+        async with self.admission.one_at_a_time():
+            await self._make_layer(session_id, fetched.repo, limits, self._unloaded(session_id))
+            made.append(fetched)
+            await asyncio.to_thread(self.origins.pin, fetched, session_id)
+            fields = {"repo": str(fetched.repo), "source": fetched.source, "limits": limits, "environment": resolved}
+            self.store.update(session_id, record.epoch, **fields)
 
     async def _unprepared(
         self, record: Row, sink: EventSink, detail: str, made: list[Fetched], reason: FinishReason = "error"
@@ -469,11 +471,7 @@ class Sessions:
         ``approver`` are a terminal's (``cubicle continue``), for a session this process has not loaded."""
         record = self.get(session_id)
         live = self._live.get(session_id)
-        self._refuse_while_running(record, live, "wait for it to finish or cancel it")
-        if not record.repo:
-            raise ConflictError(
-                f"Session {session_id} never had its files (its fetch failed or was stopped); start a new session."
-            )
+        self._refuse_to_continue(record, live)
         self.admission.check_capacity(len(self._preparing))
         quota = DiskQuota(mb=record.limits.disk_mb, inodes=record.limits.inodes)
         async with self.admission.one_at_a_time():
@@ -644,6 +642,15 @@ class Sessions:
         if (live is not None and live.running) or (live is None and record.status == "running"):
             raise ConflictError(f"Session {record.id} is running a turn; {advice}.")
 
+    @classmethod
+    def _refuse_to_continue(cls, record: Row, live: LiveSession | None) -> None:
+        """A turn runs, or the session never had its files (a remote's fetch failed or was stopped)."""
+        cls._refuse_while_running(record, live, "wait for it to finish or cancel it")
+        if not record.repo:
+            raise ConflictError(
+                f"Session {record.id} never had its files (its fetch failed or was stopped); start a new session."
+            )
+
     def _active(self, record: Row) -> bool:
         """A turn of it runs now, here or in another live process (its overlay is mounted over its checkout)."""
         return self.is_running(record.id) or self._owner_alive(record)
@@ -712,10 +719,14 @@ class Sessions:
             steps=record.steps,
             edits=self.store.edits(record.id),
         )
-        recorder = Recorder(self.store, self.feed, record.id, convo, self.settings.session_events_mb << 20)
-        recorder.epoch = record.epoch if epoch is None else epoch
+        recorder = self._recorder_of(record, convo, epoch)
         if convo.answer_dangling("the controller stopped before this call finished"):
             await recorder.save_transcript(convo)
+        return recorder
+
+    def _recorder_of(self, record: Row, convo: Conversation, epoch: int | None = None) -> Recorder:
+        recorder = Recorder(self.store, self.feed, record.id, convo, self.settings.session_events_mb << 20)
+        recorder.epoch = record.epoch if epoch is None else epoch
         return recorder
 
     async def _load(

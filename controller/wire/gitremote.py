@@ -279,7 +279,7 @@ def _segment(text: str, glob: bool) -> str:
     if not (_GLOB_PCHAR if glob else _PCHAR).fullmatch(text):
         raise _Wrong(f"the path segment {text!r} holds characters a URL must percent-encode")
     normal = _ESCAPE.sub(_unescaped, text)
-    if normal.split(";", 1)[0] in (".", ".."):
+    if normal.replace("%3B", ";").split(";", 1)[0] in (".", ".."):  # ..%3B too: a server may decode it first
         raise _Wrong("it has a dot-segment (/./ or /../, or their percent-encoded spelling)")
     return normal
 

@@ -59,7 +59,9 @@ def parse_line(line: str) -> Credential | None:
     username, password = unquote(url.username), unquote(url.password)
     if any(c in value for value in (username, password) for c in "\n\x00"):
         return None
-    path = url.path.strip("/")
+    path = unquote(url.path).strip("/")  # as git sends it: decoded (a space, not %20)
+    if any(c in path for c in "\n\x00"):
+        return None
     return Credential(url.scheme, url.hostname.lower(), port or DEFAULT_PORTS[url.scheme], path, username, password)
 
 

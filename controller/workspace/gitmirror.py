@@ -151,9 +151,12 @@ def _resolve_entry(url: str, resolve: tuple[str, int, str]) -> str:
 
 
 def check_ref(ref: str | None) -> None:
-    """Refuse a ref that is not a plain name (an option, a revision expression, a control character)."""
+    """Refuse a ref that is not a plain name (an option, a revision expression, a control character), and a full
+    ref outside the remote's branches and tags (the mirror's own, such as another session's pin)."""
     if ref is not None and (not ref or len(ref) > 255 or _BAD_REF.search(ref)):
         raise GitRefError(f"{ref[:80]!r} is not a branch, tag or commit name.")
+    if ref is not None and ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
+        raise GitRefError(f"{ref!r} is not a branch or a tag: a full ref starts with refs/heads/ or refs/tags/.")
 
 
 @contextlib.contextmanager
@@ -208,7 +211,10 @@ def _current(git: Git, path: Path, ref: str | None, since: float) -> bool:
         stamp = float((path / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return stamp >= since and _resolved(git, path, ref) is not None
+    try:
+        return stamp >= since and _resolved(git, path, ref) is not None
+    except GitRefError:  # ambiguous as the mirror stands: a fetch may settle it, else resolving says so
+        return False
 
 
 def _first_fetch(git: Git, data_dir: Path, path: Path, url: str, options: MirrorOptions) -> int:
@@ -342,17 +348,29 @@ def _commit_of(git: Git, path: Path, name: str) -> str | None:
 
 
 def _resolved(git: Git, path: Path, ref: str | None) -> str | None:
-    """``ref`` as a branch, then a tag, then a commit id (full or abbreviated); the remote's HEAD when None."""
+    """The commit ``ref`` names in the mirror, or None; the remote's HEAD when None.
+
+    A full commit id is that commit, never a branch or tag someone named after it (a pinned, reviewed commit cannot
+    be swapped by pushing such a branch). A name is a branch or a tag; one that is both, at two commits, is refused
+    as ambiguous (GitRefError) rather than picked, so neither can stand in for the other. ``refs/heads/…`` and
+    ``refs/tags/…`` name one of them exactly. Last, an abbreviated commit id, as git reads one."""
     if ref is None:
         return _commit_of(git, path, HEAD_REF)
-    names = [ref] if ref.startswith("refs/") else [f"refs/heads/{ref}", f"refs/tags/{ref}"]
-    if _SHORT_ID.fullmatch(ref) or _FULL_ID.fullmatch(ref):
-        names.append(ref)
-    for name in names:
-        found = _commit_of(git, path, name)
-        if found is not None:
-            return found
-    return None
+    if _FULL_ID.fullmatch(ref):
+        return _commit_of(git, path, ref)
+    if ref.startswith("refs/"):
+        return _commit_of(git, path, ref)
+    found = {
+        name: commit for name in (f"refs/heads/{ref}", f"refs/tags/{ref}") if (commit := _commit_of(git, path, name))
+    }
+    if len(set(found.values())) > 1:
+        raise GitRefError(
+            f"{ref!r} is both a branch and a tag of the remote, at different commits; ask for refs/heads/{ref} "
+            f"or refs/tags/{ref}."
+        )
+    if found:
+        return next(iter(found.values()))
+    return _commit_of(git, path, ref) if _SHORT_ID.fullmatch(ref) else None
 
 
 def resolve_ref(git: Git, path: Path, ref: str | None) -> str:

@@ -31,10 +31,10 @@ it is:
   check-ref-format --branch`` accepts unchanged.
 * **Never an overwrite by accident**: the push's lease is ``--force-with-lease=refs/heads/<branch>:`` (an empty
   value: the branch must not exist), so a second push to the same name is refused by the remote, atomically. With
-  ``force_with_lease`` and ``expected`` the lease is that commit: the remote replaces the branch only if it still
-  names it (the caller's last push, say), so someone else's push after it is never lost. With ``force_with_lease``
-  alone the branch is fetched into the mirror first (under the mirror's lock) and the lease is the commit the mirror
-  then holds: the branch is replaced only if nobody pushed to it between that fetch and the push.
+  a ``Lease`` of a commit the remote replaces the branch only if it still names it (the caller's last push, say),
+  so someone else's push after it is never lost. With an empty ``Lease`` the branch is fetched into the mirror
+  first (under the mirror's lock) and the lease is the commit the mirror then holds: the branch is replaced only if
+  nobody pushed to it between that fetch and the push.
 * **The remote reached as a fetch reaches it** (``gitmirror.remote_git``): the hardened runner, the credential
   helper (a token is never in an argv, a URL or a file of ours), the pinned address, the connect timeout; the run
   bounded by ``timeout_s``. A refusal is an error naming the host and the branch (``GitPushRejectedError`` with its
@@ -187,10 +187,10 @@ def _identity(author: tuple[str, str], who: str = "AUTHOR") -> tuple[tuple[str, 
 
 
 def _message(message: str) -> bytes:
-    """The commit message's bytes, ending with a newline; refused when empty, too long or holding a NUL or an
-    escape a terminal would obey when ``git log`` shows it."""
+    """The commit message's bytes, ending with a newline; refused when empty, too long or holding a NUL, an
+    escape a terminal would obey when ``git log`` shows it, or a bidi control that would reorder what it shows."""
     text = message.strip("\n")
-    if not text.strip() or len(text) > MAX_MESSAGE or any(_control(c) and c not in "\n\t" for c in text):
+    if not text.strip() or len(text) > MAX_MESSAGE or any(_refused_in_message(c) for c in text):
         raise GitPushRequestError(
             "The commit message is empty, longer than 64 KiB, or holds a control character.",
             hint="Give a message of plain text.",
@@ -198,8 +198,18 @@ def _message(message: str) -> bytes:
     return text.encode("utf-8", "surrogateescape") + b"\n"
 
 
-def _control(char: str) -> bool:
-    return unicodedata.category(char) == "Cc"
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""The characters that reorder how text around them is shown (the "trojan source" ones)."""
+
+
+def _refused_in_message(char: str) -> bool:
+    return (unicodedata.category(char) == "Cc" and char not in "\n\t") or char in BIDI_CONTROLS
+
+
+def plain_line(text: str) -> str:
+    """``text`` as one line a commit message may hold: what it would refuse (a control character, a bidi control,
+    a surrogate) spelled as U+FFFD, so a message made from a task never fails the push it was made for."""
+    return "".join("\ufffd" if _refused_in_message(c) or unicodedata.category(c) == "Cs" else c for c in text)
 
 
 def _hidden(text: str) -> bool:
@@ -403,13 +413,12 @@ def push(
     branch: str,
     *,
     options: MirrorOptions,
-    force_with_lease: bool = False,
-    expected: str | None = None,
+    lease: Lease | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Pushed:
     """Push ``commit`` (in the mirror of ``url`` at ``mirror``) to ``refs/heads/<branch>`` at the remote: a new
-    branch only, or with ``force_with_lease`` one replaced only if it still holds ``expected`` (a full commit id),
-    or without it what a fetch just found.
+    branch only, or with a ``lease`` one replaced only if it still holds the lease's expected commit (or, without
+    one, what a fetch just found).
 
     Raises, before anything is sent, GitPushRequestError (the branch name) or GitRefError (no such commit); then
     GitPushRejectedError (``exists``, ``moved``, ``refused``), GitAuthError, GitRemoteError or GitPushError, each
@@ -421,10 +430,7 @@ def push(
         raise GitError(f"{mirror} is not the controller's mirror of {url}.")
     if not _FULL_ID.fullmatch(commit) or not _holds(git, mirror, commit):
         raise GitRefError(f"The mirror holds no commit {commit[:80]!r} to push.")
-    if expected is not None and (not force_with_lease or not _FULL_ID.fullmatch(expected)):
-        raise GitPushRequestError("A lease's expected commit is a full commit id, given with force_with_lease.")
-    if expected is None:
-        expected = _fetched(git, data_dir, mirror, url, ref, options) if force_with_lease else ""
+    expected = _expected(git, data_dir, mirror, url, ref, options, lease)
     gitmirror.reach(url, options)
     args = ["push", *PUSH_FLAGS, f"--force-with-lease={ref}:{expected}", "--", url, f"{commit}:{ref}"]
     with git.started(args, mirror) as run, run.deadline(options.timeout_s) as expired:
@@ -460,6 +466,27 @@ def _holds(git: Git, mirror: Path, commit: str) -> bool:
     except GitError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Leave to replace an existing branch: only while it names ``expected`` (a full commit id, say the caller's
+    last push to it), or, when that is None, what a fetch just before the push finds there."""
+
+    expected: str | None = None
+
+
+def _expected(
+    git: Git, data_dir: Path, mirror: Path, url: str, ref: str, options: MirrorOptions, lease: Lease | None
+) -> str:
+    """The commit the remote's branch must name for the push to land; empty: the branch must not exist."""
+    if lease is None:
+        return ""
+    if lease.expected is None:
+        return _fetched(git, data_dir, mirror, url, ref, options)
+    if not _FULL_ID.fullmatch(lease.expected):
+        raise GitPushRequestError(f"A lease's expected commit is a full commit id, not {lease.expected[:80]!r}.")
+    return lease.expected
 
 
 def _fetched(git: Git, data_dir: Path, mirror: Path, url: str, ref: str, options: MirrorOptions) -> str:

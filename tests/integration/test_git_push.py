@@ -231,17 +231,17 @@ def test_a_branch_is_never_overwritten_unless_leased(git_server: GitServer, base
     assert "cubicle/s1" in str(caught.value) and GIT_PASSWORD not in str(caught.value)
     assert _remote_branch(git_server, "cubicle/s1") == plain.commit
     git_server.commit(NAME, {"elsewhere.txt": b"someone else's\n"}, "Pushed to main meanwhile")  # the mirror is stale
-    replaced = _push(session, forced.commit, "cubicle/s1", force_with_lease=True)
+    replaced = _push(session, forced.commit, "cubicle/s1", lease=gitpush.Lease())
     assert replaced.status == "replaced" and _remote_branch(git_server, "cubicle/s1") == forced.commit
     clone = _clone(git_server, "cubicle/s1", base_dir / "clone.git")
     assert _tree(git_server, clone, "cubicle/s1")[WORKFLOW] == ("100644", b"on: push\n")
     assert _bytes(clone, "rev-parse", "cubicle/s1^").decode().strip() == session.base
     # An exact lease: replaced while the branch names the commit expected, refused once another push moved it
     # (a fetch just before the push would have taken that other push for the one to replace).
-    again = _push(session, plain.commit, "cubicle/s1", force_with_lease=True, expected=forced.commit)
+    again = _push(session, plain.commit, "cubicle/s1", lease=gitpush.Lease(forced.commit))
     assert again.status == "replaced" and _remote_branch(git_server, "cubicle/s1") == plain.commit
     with pytest.raises(GitPushRejectedError) as moved:
-        _push(session, forced.commit, "cubicle/s1", force_with_lease=True, expected=forced.commit)
+        _push(session, forced.commit, "cubicle/s1", lease=gitpush.Lease(forced.commit))
     assert moved.value.reason == "moved", moved.value
     assert _remote_branch(git_server, "cubicle/s1") == plain.commit
     _assert_password_only_in_credentials(session.data)

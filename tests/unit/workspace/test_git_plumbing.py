@@ -304,3 +304,15 @@ def test_a_listing_is_parsed_and_its_size_bounded() -> None:
         gittree.check_size(entries, gittree.TreeOptions(max_bytes=14))
     with pytest.raises(GitTooLargeError, match="3 entries"):
         gittree.check_size(entries, gittree.TreeOptions(max_entries=2))
+
+
+def test_a_credentials_line_with_an_encoded_path_answers_that_repository(tmp_path: Path) -> None:
+    """git sends the helper a repository's path decoded (``My Project``), as its own store helper compares it; a
+    line's path is read decoded too, so a project with a space in its name gets its credential. (Found by the
+    red-team of the remote sessions, through the real ``git credential fill``.)"""
+    url = "https://dev.azure.com/org/My%20Project/_git/app"
+    file = tmp_path / "credentials"
+    file.write_text("https://bot:tok-1234@dev.azure.com/org/My%20Project/_git/app\n")
+    git = gitrun.Git(gitrun.home(tmp_path / "data"), gitcreds.helper_config(file))
+    answer = git.run(["credential", "fill"], tmp_path, stdin=f"url={url}\n\n".encode()).decode()
+    assert "password=tok-1234" in answer, answer

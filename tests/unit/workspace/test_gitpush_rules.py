@@ -196,3 +196,12 @@ def test_a_leases_expected_commit_is_a_full_id_given_with_the_lease() -> None:
     for bad in [{"expected": commit}, {"force_with_lease": True, "expected": "a" * 12}]:
         with pytest.raises(ValidationError):
             PushRequest(branch="cubicle/x", **bad)
+
+
+def test_a_message_with_a_bidi_control_is_refused_and_a_default_one_never_is() -> None:
+    """A bidi control reorders what ``git log`` shows (the "trojan source" trick); a message the controller makes
+    from the task spells such characters as U+FFFD instead of failing the push."""
+    with pytest.raises(GitPushRequestError):
+        _message("Fix \u202egnp.exe")
+    assert _message("Fix the cart 🛒\twith a tab\n") == "Fix the cart 🛒\twith a tab\n".encode()
+    assert gitpush.plain_line("Fix \x1b[31mred\u202e") == "Fix \ufffd[31mred\ufffd"
