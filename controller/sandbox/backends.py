@@ -30,8 +30,9 @@ from ..wire.network import NetworkPolicy
 from ..workspace import quota
 from ..workspace.layer import Layer
 from . import images, isolation, mounters, owners
-from .docker import Deployment, DockerSandbox, LayerHolder, Preparer, Sandbox, clear_as_root
+from .docker import DockerSandbox, clear_as_root
 from .engine import Engine
+from .sandboxes import Deployment, LayerHolder, Preparer, Sandbox
 
 
 class Backend(Protocol):
