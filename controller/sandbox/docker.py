@@ -46,6 +46,23 @@ def volume_name(session_id: str) -> str:
     return f"cubicle-ws-{session_id}"
 
 
+def volume_kwargs(layer: Layer, name: str, labels: dict[str, str], seeded: bool = False) -> dict[str, Any]:
+    """Arguments for ``client.volumes.create``: a ``local`` volume that mounts the layer's overlay
+    (``workspace.mount_options``).
+
+    The engine mounts it when the first container using it starts and unmounts it when the
+    last one stops. The paths are the engine's paths: a controller in a container must see
+    its data dir and the repository at the same paths as the host does.
+    """
+    return overlay_volume(name, workspace.mount_options(layer, seeded), labels)
+
+
+def overlay_volume(name: str, options: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A ``local`` volume named ``name`` that mounts an overlay of ``options`` (``workspace.layer.overlay_options``)."""
+    opts = {"type": "overlay", "device": "overlay", "o": options}
+    return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
+
+
 def container_options(
     image: str,
     layer: Layer,
@@ -396,7 +413,7 @@ class DockerLauncher:
         with contextlib.suppress(NotFound):
             self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
         self._seeded = headroom.prepare(self.layer)  # the old volume is gone: nothing mounts the overlay now
-        kwargs = workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
+        kwargs = volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
         self._client.volumes.create(**kwargs)
 
 
