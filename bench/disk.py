@@ -28,7 +28,8 @@ from bench.rows import INSTANCE, LIMITS, READY_TARGET, bare_run, make_repo, sect
 from controller.config import Settings
 from controller.environment.inputs import definition_files
 from controller.sandbox import mounters
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.wire import protocol
 from controller.wire.limits import Limits
 from controller.wire.protocol import CommandResult

@@ -35,8 +35,9 @@ from bench.rows import INSTANCE, give_away, standalone
 from controller import workspace
 from controller.config import DEFAULT_IMAGE, DEFAULT_PROXY_IMAGE
 from controller.sandbox import images, owners
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
 from controller.sandbox.egress import network_name
+from controller.sandbox.sandboxes import Deployment
 from controller.wire import protocol
 from controller.wire.limits import Limits
 from controller.wire.network import OPEN, Outside, parse

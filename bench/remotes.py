@@ -41,7 +41,8 @@ from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from bench.workspace import in_sandbox
 from controller import workspace
 from controller.config import Settings
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.server.origins import Fetched, Origins
 from controller.wire.bodies import RemoteRepo
 from controller.workspace import gitmirror, gitpush, gittree

@@ -35,8 +35,9 @@ from controller.agent import tools
 from controller.agent.scripted import Scenario, ScriptedServer, serve_in_thread
 from controller.config import DEFAULT_IMAGE, Settings
 from controller.sandbox import engine, images, owners
-from controller.sandbox.docker import WORKSPACE, Deployment, DockerSandbox, container_options
+from controller.sandbox.docker import WORKSPACE, DockerLauncher, DockerSandbox, container_options
 from controller.sandbox.egress import Route
+from controller.sandbox.sandboxes import Deployment
 from controller.server.runtime import Runtime
 from controller.server.sessions import NewSession, Sessions
 from controller.server.store import Store
@@ -74,7 +75,7 @@ def make_repo(root: Path, name: str) -> Path:
     return repo
 
 
-class BindSandbox(DockerSandbox):
+class BindLauncher(DockerLauncher):
     """The baseline from before the workspace layer: the checkout bind-mounted read-write at /workspace.
 
     Everything else (hardening, limits, channel) is the real sandbox's; only the mount differs,
@@ -88,6 +89,12 @@ class BindSandbox(DockerSandbox):
         options = container_options(self.image, self.layer, self.limits, labels, route, volumes)
         options["mounts"] = [Mount(WORKSPACE, str(self.repo), type="bind")]
         return options
+
+
+class BindSandbox(DockerSandbox):
+    """A sandbox whose launcher bind-mounts the checkout (``BindLauncher``)."""
+
+    launcher = BindLauncher
 
 
 def sandbox(client: Any, image: str, repo: Path, bind: bool = False, runtime: str = "runc") -> DockerSandbox:

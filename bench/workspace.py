@@ -26,7 +26,8 @@ from bench.measure import Report, repetitions
 from bench.rows import INSTANCE, LIMITS, give_away, section_main
 from controller import workspace
 from controller.errors import LayerMissingError
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.wire import protocol
 from controller.wire.changeset import ApplyResult
 from controller.wire.protocol import CommandResult

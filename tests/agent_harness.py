@@ -20,7 +20,8 @@ from controller.agent.loop import Agent, Conversation, Hooks, TurnOutcome
 from controller.agent.model import SYSTEM_PROMPT
 from controller.agent.scripted import Scenario, ScriptedServer
 from controller.agent.tools import Approver
-from controller.sandbox.docker import DockerSandbox, Sandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Sandbox
 from controller.testing import MemorySandbox, Reply
 from controller.wire.events import ListSink
 from controller.wire.limits import Limits

@@ -26,7 +26,8 @@ from docker.errors import ImageNotFound
 from controller import workspace
 from controller.config import Settings
 from controller.sandbox import engine, images, owners
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.wire.limits import Limits
 from controller.workspace.quota import _loops, _mounts
 from tests.databases import postgres_schema

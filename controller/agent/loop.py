@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextOverflowError, ModelError, SandboxError, SetupError, TooManyEntriesError
-from ..sandbox.docker import Sandbox
+from ..sandbox.sandboxes import Sandbox
 from ..wire.events import (
     ContextEdited,
     EditReason,

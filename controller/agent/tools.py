@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..sandbox.docker import Sandbox
+from ..sandbox.sandboxes import Sandbox
 from ..wire.limits import Limits
 from ..wire.protocol import (
     KILL_GRACE_S,

@@ -71,13 +71,13 @@ def env_build(repo: RepoArgument = Path("."), image: ImageOption = None, dockerf
     import asyncio
 
     from ..environment.preparation import Environments
-    from ..sandbox import engine
+    from ..sandbox.backends import open_backend
 
     settings = load_settings()
     try:
         env = _resolve(repo, image, dockerfile)
         _warn(env)
-        client = engine.connect(settings.docker_host)
+        client = open_backend(settings).builder()
         with err_console.status("resolving the environment") as status:
 
             def show(line: str) -> None:

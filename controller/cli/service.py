@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import contextlib
 import ipaddress
 import json
 import time
@@ -19,6 +20,7 @@ from .remote import RemoteSessions, ServerOpt, remote_sessions
 
 if TYPE_CHECKING:  # what the commands run is imported inside them: `cubicle --help` loads none of it
     from ..config import Settings
+    from ..sandbox.backends import Backend
     from ..server.sessions import Expiry, Sessions
     from ..wire.policies import Edit
     from ..wire.sessionrecord import SessionRecord
@@ -35,24 +37,22 @@ def image_build(
     ] = None,
 ) -> None:
     """Build the sandbox image and the egress proxy's (their Dockerfiles ship in the package), showing progress."""
-    from ..sandbox import engine, images
+    from ..sandbox.backends import open_backend
 
     settings = load_settings()
     try:
-        client = engine.connect(settings.docker_host)
-        for target, context in (
-            (tag or settings.image, images.SANDBOX),
-            (proxy_tag or settings.proxy_image, images.PROXY),
-        ):
-            with err_console.status(f"building {target}") as status:
+        backend = open_backend(settings)
+        with contextlib.closing(backend):
+            for target, proxy in ((tag or settings.image, False), (proxy_tag or settings.proxy_image, True)):
+                with err_console.status(f"building {target}") as status:
 
-                def show(line: str, target: str = target, status: Any = status) -> None:
-                    if line.startswith("Step "):
-                        err_console.print(terminal.safe_text(line, "dim"))
-                    status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
+                    def show(line: str, target: str = target, status: Any = status) -> None:
+                        if line.startswith("Step "):
+                            err_console.print(terminal.safe_text(line, "dim"))
+                        status.update(Text.assemble(f"building {target}: ", terminal.safe_text(line[:100])))
 
-                image_id = images.build(client, target, base=base, on_line=show, context=context)
-            err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
+                    image_id = backend.build_image(target, proxy, base, show)
+                err_console.print(Text.assemble(("built", "green"), f" {target} {image_id[:19]}"))
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
 
@@ -60,35 +60,22 @@ def image_build(
 @app.command()
 def doctor() -> None:
     """What this machine gives Cubicle: the engine, its OCI runtimes (and which sessions may use), the images."""
-    from docker.errors import ImageNotFound
-
-    from ..sandbox import engine, images
-    from ..sandbox import isolation as runtimes
+    from ..sandbox.backends import open_backend
 
     settings = load_settings()
     try:
-        client = engine.connect(settings.docker_host)
-        version = client.version().get("Version", "?")
-        known = runtimes.engine_runtimes(client)
+        with contextlib.closing(open_backend(settings)) as backend:
+            checkup = backend.checkup()
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
-    err_console.print(f"Docker engine {version} at {settings.docker_host}")
-    for name in known:
+    err_console.print(checkup.engine)
+    for name in checkup.runtimes:
         allowed = "allowed" if name in settings.allowed_runtimes else "not in CUBICLE_ALLOWED_RUNTIMES"
         err_console.print(f"  runtime {name}: {allowed}" + (" (default)" if name == settings.limits.runtime else ""))
-    for name in settings.allowed_runtimes:
-        if name not in known:
-            err_console.print(
-                Text.assemble(
-                    f"  runtime {name}: allowed, but the engine lacks it. ", (runtimes.install_hint(name), "yellow")
-                )
-            )
-    for tag in (settings.image, settings.proxy_image):
-        try:
-            client.images.get(tag)
-            err_console.print(f"  image {tag}: present")
-        except ImageNotFound:
-            err_console.print(f"  image {tag}: missing (`{images.BUILD_COMMAND}` builds it)")
+    for name, hint in checkup.lacking.items():
+        err_console.print(Text.assemble(f"  runtime {name}: allowed, but the engine lacks it. ", (hint, "yellow")))
+    for tag, missing in checkup.images.items():
+        err_console.print(f"  image {tag}: present" if missing is None else f"  image {tag}: missing ({missing})")
 
 
 def duration_s(text: str) -> float:
@@ -134,43 +121,42 @@ class GcOptions:
 @options.command(GcOptions)
 def gc(o: GcOptions) -> None:
     from ..environment import build as environment_image
-    from ..sandbox import engine, owners
+    from ..sandbox.backends import open_backend
     from ..server.sessions import Sessions
 
     settings = load_settings()
     try:
-        client = engine.connect(settings.docker_host)
-        result = owners.sweep(client, settings.instance, everything=o.everything)
-        for name in result.removed:
-            print(f"removed {name}")
-        print(f"{len(result.removed)} removed, {len(result.kept)} kept")
-        if o.older_than is not None:
-            _expire(settings, o.older_than, o.include_unapplied)
-        else:  # what killed processes left: their sessions interrupted, their layers' filesystems unmounted
-            with_sessions(settings, Sessions.start)
+        backend = open_backend(settings)
     except CubicleError as err:
         raise fail(err, EXIT_INFRA) from None
-    for tag in environment_image.sweep(client):
-        print(f"removed the environment image {tag}")
-    _sweep_disk(settings, client)
+    with contextlib.closing(backend):
+        try:
+            result = asyncio.run(backend.sweep(everything=o.everything))
+            for name in result.removed:
+                print(f"removed {name}")
+            print(f"{len(result.removed)} removed, {len(result.kept)} kept")
+            if o.older_than is not None:
+                _expire(settings, o.older_than, o.include_unapplied)
+            else:  # what killed processes left: their sessions interrupted, their layers' filesystems unmounted
+                with_sessions(settings, Sessions.start)
+        except CubicleError as err:
+            raise fail(err, EXIT_INFRA) from None
+        for tag in environment_image.sweep(backend.builder()):
+            print(f"removed the environment image {tag}")
+        _sweep_disk(settings, backend)
 
 
-def _sweep_disk(settings: Settings, client: Any) -> None:
+def _sweep_disk(settings: Settings, backend: Backend) -> None:
     """Remove the layers of purged sessions and the setup trees no session's layer sits on."""
     from ..environment.setups import Setups
-    from ..sandbox import mounters
-    from ..sandbox.docker import clear_as_root
     from ..server import origins
     from ..server.store import open_store
     from ..workspace.manager import Workspaces
 
-    clear = functools.partial(clear_as_root, client, settings.image)
+    clear = backend.clear_as_root
     store = open_store(settings)
     try:
-        quotas = mounters.choose(
-            settings.disk_quota, lambda: client, settings.image, settings.data_dir, settings.docker_host
-        )
-        layers = Workspaces(settings.data_dir, clear, quotas).sweep(
+        layers = Workspaces(settings.data_dir, clear, backend.disks()).sweep(
             lambda session_id: store.get(session_id) is not None
         )
         trees = origins.sweep(settings.data_dir, store.repos(), lambda session_id: store.get(session_id) is not None)

@@ -27,8 +27,8 @@ from ..config import Settings
 from ..errors import CubicleError, DockerUnavailableError, ImageNotAllowedError, SetupError
 from ..sandbox import egress, images, owners
 from ..sandbox import isolation as runtimes
-from ..sandbox.docker import Prepared, Preparer
 from ..sandbox.egress import Egress, Route
+from ..sandbox.sandboxes import Prepared, Preparer
 from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, EnvironmentRequest
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits

@@ -51,7 +51,7 @@ from ..wire.envspec import keeping_path
 from ..wire.limits import Limits
 from ..workspace import Layer, beneath
 from ..workspace.changes import OPAQUE
-from ..workspace.layer import discard_dir, lower_link, overlay_options, overlay_volume
+from ..workspace.layer import discard_dir, lower_link, overlay_options
 from ..workspace.records import save
 
 MAX_LINE_CHARS = 2000
@@ -245,7 +245,7 @@ class SetupRun:
     def _make_volume(self, client: Any, options: str, labels: dict[str, str]) -> None:
         with contextlib.suppress(NotFound):
             client.volumes.get(self.volume).remove(force=True)
-        client.volumes.create(**overlay_volume(self.volume, options, labels))
+        client.volumes.create(**sandbox.overlay_volume(self.volume, options, labels))
 
     def _options(self, labels: dict[str, str]) -> dict[str, Any]:
         """The sandbox's own hardening and network (``sandbox.container_options``, with the setup's policy and

@@ -1,10 +1,12 @@
-"""The toolbox channel: JSON lines over a container's attached stdio.
+"""The toolbox channel: JSON lines over the toolbox's stdio, whatever backend carries it.
 
-Docker multiplexes a non-TTY attach stream into frames: an 8-byte header (stream
-type, three zero bytes, big-endian payload size) and the payload. Stdout frames
-carry the toolbox's responses, one JSON object per line; stderr frames carry its
-diagnostics. The channel runs on the event loop with no thread per call, which
-keeps a round trip to a couple of milliseconds; ids let many calls share it.
+A backend's launcher hands the channel a ``ToolboxStream``: the toolbox's stdout and
+stderr, each piece marked with the stream it came from, and its stdin. How the backend
+frames them (Docker's multiplexed attach stream: ``sandbox.attach``) is the stream's
+business, not the channel's. Stdout carries the toolbox's responses, one JSON object
+per line; stderr carries its diagnostics. The channel runs on the event loop with no
+thread per call, which keeps a round trip to a couple of milliseconds; ids let many
+calls share it.
 
 Only the toolbox may write to its stdout. Anything else found there (a line that
 does not start like a response, is not one, or never ends) means the sandbox reached
@@ -18,17 +20,14 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import socket
-import struct
 from collections.abc import Iterator
+from typing import Protocol
 
 from ..errors import ToolboxGoneError
 from ..wire.protocol import Call, Cancel, CancelArgs, OutputFeed, Progress, Response
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">BxxxI")
-_STDOUT, _STDERR = 1, 2
 _STDERR_KEEP = 8192
 _LINE_START = b'{"id":'
 _PROGRESS_KEY = b',"output":'
@@ -36,6 +35,28 @@ _PROGRESS_KEY_WITHIN = 32
 """A progress line has its second key just after the id (at most 20 digits): the toolbox writes keys in order."""
 CANCEL_WAIT_S = 1.0
 MAX_LINE = 64 << 20  # far above any real response (two 1 MiB streams, JSON-escaped); anything longer is an attack
+
+
+class ToolboxStream(Protocol):
+    """The toolbox's stdio as a backend carries it: what it wrote, by stream, and its stdin.
+
+    ``receive`` and ``drain`` raise EOFError when the toolbox's side has ended (its sandbox stopped), and
+    ConnectionError or OSError when the stream broke; ``close`` hangs up, after which ``receive`` ends.
+    """
+
+    async def receive(self) -> tuple[bool, bytes]:
+        """The next piece the toolbox wrote, with True for its stdout and False for its stderr."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the toolbox's stdin."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until what was written has been handed on (backpressure)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class _Garbage(Exception):
@@ -75,23 +96,15 @@ class _Lines:
 class ToolboxChannel:
     """Sends requests to one toolbox and matches its responses by id."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_line: int = MAX_LINE) -> None:
-        self._reader = reader
+    def __init__(self, stream: ToolboxStream, max_line: int = MAX_LINE) -> None:
+        self._stream = stream
         self._max_line = max_line
-        self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._feeds: dict[int, OutputFeed] = {}
         self._stderr = bytearray()
         self._closed_reason: str | None = None
         self._task = asyncio.create_task(self._read_loop(), name="toolbox-channel")
-
-    @classmethod
-    async def open(cls, sock: socket.socket, max_line: int = MAX_LINE) -> ToolboxChannel:
-        """Wrap an attached, already-upgraded socket (the channel owns it from now on)."""
-        sock.setblocking(False)
-        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
-        return cls(reader, writer, max_line)
 
     @property
     def alive(self) -> bool:
@@ -121,7 +134,7 @@ class ToolboxChannel:
             self._send(call.model_copy(update={"id": rid}))
             try:
                 async with asyncio.timeout(timeout):
-                    await self._writer.drain()
+                    await self._stream.drain()
                     return await asyncio.shield(future)
             except asyncio.CancelledError:
                 if not call.interruptible or future.done() or self._closed_reason is not None:
@@ -136,7 +149,7 @@ class ToolboxChannel:
             self._feeds.pop(rid, None)
 
     def _send(self, call: Call) -> None:
-        self._writer.write(call.model_dump_json().encode() + b"\n")
+        self._stream.write(call.model_dump_json().encode() + b"\n")
 
     async def _interrupt(self, rid: int, future: asyncio.Future[Response]) -> Response:
         """Ask the toolbox to stop request ``rid`` and wait briefly for its (partial) answer."""
@@ -151,7 +164,7 @@ class ToolboxChannel:
         self._fail_all("the sandbox was stopped")
         self._task.cancel()
         with contextlib.suppress(Exception):
-            self._writer.close()
+            self._stream.close()
         with contextlib.suppress(BaseException):
             await self._task
 
@@ -159,17 +172,16 @@ class ToolboxChannel:
         lines = _Lines(self._max_line)
         try:
             while True:
-                kind, size = _HEADER.unpack(await self._reader.readexactly(_HEADER.size))
-                payload = await self._reader.readexactly(size)
-                if kind == _STDERR:
+                stdout, payload = await self._stream.receive()
+                if not stdout:
                     self._keep_stderr(payload)
                     continue
                 for line in lines.feed(payload):
                     self._resolve(line)
         except _Garbage as err:
             self._fail_all(f"the sandbox wrote {err} into the toolbox's stream")
-            self._writer.close()
-        except asyncio.IncompleteReadError:
+            self._stream.close()
+        except EOFError:
             self._fail_all("the toolbox exited (its container stopped, was killed, or ran out of memory)")
         except (ConnectionError, OSError) as err:
             self._fail_all(f"the toolbox stream broke: {err}")

@@ -1,12 +1,10 @@
-"""The sandbox seam and its Docker implementation.
+"""The Docker backend's sandbox: the hardened container a session's toolbox runs in.
 
-A sandbox is one container per session whose ``/workspace`` is the session's
-copy-on-write layer over the repository (``workspace``): the checkout itself is never
-written from inside. The toolbox inside it answers requests over the attached stdio
-stream (see ``channel``). The controller keeps its own deadline on every call: when
-the toolbox does not answer in time or its stream ends, the call returns a Failure,
-the container is removed, and the next call starts a fresh one on the same
-workspace. No call waits forever and no tool problem raises.
+``DockerLauncher`` makes the container, its overlay volume (the session's layer over the
+checkout, ``workspace``) and, for ``allow`` policies, its proxy (``egress``), and hands the
+toolbox's attach stream (``attach``) to the backend-neutral ``toolboxes.ToolboxSandbox``,
+which speaks the toolbox protocol, keeps the deadlines and replaces a sandbox that failed.
+``DockerSandbox`` is the two together. ``container_options`` is the hardening, in one place.
 """
 
 from __future__ import annotations
@@ -17,113 +15,52 @@ import logging
 import os
 import posixpath
 import socket
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig, Mount, Ulimit
-from pydantic import ValidationError
 
 from .. import workspace
-from ..config import DEFAULT_PROXY_IMAGE
-from ..errors import SandboxError, SetupError, ToolboxGoneError, TooManyEntriesError, WorkspaceError
+from ..errors import SandboxError
 from ..wire.envspec import PATH_VARIABLE
 from ..wire.limits import Limits
-from ..wire.network import DIRECT, Outside
-from ..wire.protocol import Call, Failure, Outcome, OutputFeed, Ping
-from ..workspace import Layer, headroom, names
+from ..workspace import Layer, headroom
 from . import egress, images, owners
 from . import isolation as runtimes
-from .channel import ToolboxChannel
+from .attach import AttachStream
 from .egress import Egress, Route
+from .sandboxes import Deployment, LayerHolder, Prepared, Preparer
+from .toolboxes import ToolboxSandbox
 
 log = logging.getLogger(__name__)
 
-IN_PROCESS_NAMES = 20_000
-"""A layer that held fewer names at the last count is counted in a thread here (milliseconds); a larger one
-in a walk's child process, so that a tree of a million names costs the controller no CPU after each command."""
 WORKSPACE = "/workspace"
 HOME = "/home/agent"
-READY_TIMEOUT_S = 30.0
 DOCKER_CALL_TIMEOUT_S = 30.0
-
-
-class Sandbox(Protocol):
-    """Where tool calls run. ``call`` never raises for a tool problem; it returns a Failure.
-
-    A ``run_command`` whose caller is cancelled is stopped in the sandbox, and ``call`` returns its
-    output so far (``cancelled`` set) instead of raising; the caller re-raises the cancellation.
-    """
-
-    async def prepare(self) -> None:
-        """Make the session's environment ready (its image built, its setup run) before the first model request.
-
-        Raises SetupError when it cannot be; a no-op once done, and for sandboxes with no environment.
-        """
-        ...
-
-    def again(self) -> None:
-        """A new turn begins: a preparation that failed runs again when next asked for (until then its error is
-        raised to every caller, without running it again)."""
-        ...
-
-    async def start(self) -> None: ...
-
-    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
-        """The answer to ``request``; a command's output goes to ``on_output`` as it comes, if given."""
-        ...
-
-    async def check_names(self) -> None:
-        """Raise TooManyEntriesError when the workspace holds more entries than the session's ``names`` limit
-        (the agent asks after its commands ran: they are what can make names by the thousand)."""
-        ...
-
-    async def stop(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A session's environment, ready: the image its containers run, their variables, the setup tree beneath its layer."""
-
-    image: str
-    env: dict[str, str] = field(default_factory=dict)
-    setup: Path | None = None
-
-
-class LayerHolder(Protocol):
-    """Keeps a layer's files reachable (its quota filesystem mounted) between ``hold`` and ``release``; blocking."""
-
-    def hold(self, layer: Layer) -> None: ...
-
-    def release(self, layer: Layer) -> None: ...
-
-    def count_names(self, layer: Layer, limit: int) -> int:
-        """``names.count`` of the layer's upper directory, away from the controller's own process."""
-        ...
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What every sandbox of one controller shares (its ``Settings``): the sandbox image, the instance its containers
-    are labelled with (``owners``), whether a missing image is built (the sandbox's and the proxy's), and for ``allow``
-    policies the proxy's image and where the proxies reach out."""
-
-    image: str
-    instance: str
-    auto_build: bool = True
-    proxy_image: str = DEFAULT_PROXY_IMAGE
-    outside: Outside = DIRECT
-
-
-Preparer = Callable[[Any], Awaitable[Prepared]]
-"""Makes the environment ready with the engine's client (builds, runs setup, emits progress); raises SetupError."""
 
 
 def volume_name(session_id: str) -> str:
     """The Docker volume that mounts a session's overlay; it lives exactly as long as the session's container."""
     return f"cubicle-ws-{session_id}"
+
+
+def volume_kwargs(layer: Layer, name: str, labels: dict[str, str], seeded: bool = False) -> dict[str, Any]:
+    """Arguments for ``client.volumes.create``: a ``local`` volume that mounts the layer's overlay
+    (``workspace.mount_options``).
+
+    The engine mounts it when the first container using it starts and unmounts it when the
+    last one stops. The paths are the engine's paths: a controller in a container must see
+    its data dir and the repository at the same paths as the host does.
+    """
+    return overlay_volume(name, workspace.mount_options(layer, seeded), labels)
+
+
+def overlay_volume(name: str, options: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A ``local`` volume named ``name`` that mounts an overlay of ``options`` (``workspace.layer.overlay_options``)."""
+    opts = {"type": "overlay", "device": "overlay", "o": options}
+    return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
 
 
 def container_options(
@@ -321,12 +258,14 @@ def raw_socket(attached: Any) -> socket.socket:
     return own
 
 
-class DockerSandbox:
-    """One session's container; started lazily, replaced when its toolbox dies.
+class DockerLauncher:
+    """Starts a session's toolbox in a hardened container and hands over its attach stream (``attach``).
 
     ``connect`` returns the docker client; it is called once, off the event loop, when
-    the first container is needed, so a controller can run before Docker answers.
+    the engine is first needed, so a controller can run before Docker answers.
     """
+
+    errors: tuple[type[Exception], ...] = (DockerException,)
 
     def __init__(
         self,
@@ -336,7 +275,6 @@ class DockerSandbox:
         session_id: str,
         limits: Limits,
         deployment: Deployment,
-        preparer: Preparer | None = None,
         holder: LayerHolder | None = None,
     ) -> None:
         self._connect = connect
@@ -347,183 +285,60 @@ class DockerSandbox:
         self.limits = limits
         self.deployment = deployment
         self.image = deployment.image
-        self.instance = deployment.instance
-        self.auto_build = deployment.auto_build  # turns off for an environment's image (``prepare``), not the proxy's
         self.env: dict[str, str] = {}
-        self._preparer = preparer
-        self._prepare_lock = asyncio.Lock()
-        self._failed: SetupError | None = None  # the preparation's failure, raised again until ``again``
+        self.auto_build = deployment.auto_build  # turns off for an environment's image (``adopt``), not the proxy's
         self.container: Any = None
         self._egress: Egress | None = None
-        self._channel: ToolboxChannel | None = None
-        self._lock = asyncio.Lock()
-        self.restarts = 0
         self._holder = holder
         self._holding = False  # the layer is held from its volume's creation until the container is gone
         self._seeded = False  # this container's overlay has the seed layer on top
         self._held = False  # the preparer left a hold on the environment's image (images.hold)
-        self._names = 0  # the layer's names at the last count
 
-    async def prepare(self) -> None:
-        """Run the session's preparer once: its image and variables become the containers', its setup tree
-        goes beneath the layer. Nothing is half applied. A preparation that failed (SetupError) is not run again
-        until ``again``: its error is raised to every later caller (a turn and its container's warm start both ask,
-        and a second run's output would come after the turn's end); one cut short (cancelled, no engine) runs anew."""
-        async with self._prepare_lock:
-            if self._failed is not None:  # the same error again, as a new exception: each caller has its own
-                raise type(self._failed)(str(self._failed.args[0]), self._failed.hint) from None
-            preparer, self._preparer = self._preparer, None
-            if preparer is None:
-                return
-            try:
-                if self._client is None:
-                    self._client = await asyncio.to_thread(self._connect)
-                ready = await preparer(self._client)
-                await asyncio.to_thread(self._set_setup, ready.setup)
-            except SetupError as err:
-                self._preparer, self._failed = preparer, err
-                await self._release_holds()  # the image was held for a container that will not run now
-                raise
-            except BaseException:
-                self._preparer = preparer
-                raise
-            if ready.image != self.image:  # an environment's image: held (images.hold) until a container runs it;
-                self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
-                self._held = True  # the sandbox image under its tag
-            self.image, self.env = ready.image, ready.env
+    async def client(self) -> Any:
+        """The engine's client, connected on first use (off the event loop)."""
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._connect)
+        return self._client
 
-    def again(self) -> None:
-        """A new turn begins: a preparation that failed before runs again when next asked for."""
-        self._failed = None
+    async def prepare(self, preparer: Preparer) -> Prepared:
+        return await preparer(await self.client())
 
-    async def start(self) -> None:
-        """Create and start the container and wait until the toolbox answers.
+    def adopt(self, ready: Prepared) -> None:
+        if ready.image != self.image:  # an environment's image: held (images.hold) until a container runs it;
+            self.auto_build = False  # if gc removes it later, the next start fails clearly instead of building
+            self._held = True  # the sandbox image under its tag
 
-        Cancelled while the engine creates things (the caller stopped, a client went away), it
-        lets that launch finish, then removes what it made: the engine's calls run on in worker
-        threads whatever happens to the caller, and a create that lands after a removal would leave
-        a container, or an unlabelled volume the engine makes for a mount whose volume is gone.
-        """
-        async with self._lock:
-            if self._channel is None or not self._channel.alive:
-                await self._discard()
-                await self.prepare()  # the environment's build and setup stop when cancelled, on their own
-                launching = asyncio.ensure_future(self._launch())
-                try:
-                    await asyncio.shield(launching)
-                except asyncio.CancelledError:
-                    while not launching.done():
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await asyncio.wait([launching])
-                    if not launching.cancelled():
-                        launching.exception()  # retrieved: a failed launch has removed what it made already
-                    await self._abandon()
-                    raise
+    async def unprepare(self) -> None:
+        await self._release_holds()
 
-    async def call(self, request: Call, timeout: float, on_output: OutputFeed | None = None) -> Outcome:
-        await self.start()
-        channel = self._channel
-        if channel is None:  # stopped by someone else between start() and here
-            return Failure(kind="sandbox_died", message="The sandbox was stopped while this call waited; call again.")
+    async def launch(self, image: str, env: dict[str, str]) -> AttachStream:
+        """Create the container, attach to its stdio, start it; its stream, before the toolbox has answered."""
+        self.image, self.env = image, env
+        client = await self.client()
+        pulled = await asyncio.to_thread(images.ensure, client, image, self.auto_build)
+        labels = owners.labels(self.deployment.instance, self.session_id)
+        route = await self._route(labels)
+        await asyncio.to_thread(self._make_volume, labels)
+        options = self._options(labels, route, image_volumes(pulled))
+        self.container = await asyncio.to_thread(client.containers.create, **options)
+        attached = await asyncio.to_thread(
+            client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        stream = await AttachStream.open(raw_socket(attached))
         try:
-            response = await channel.request(request, timeout, on_output)
-        except TimeoutError:
-            await self._replace_after_failure(channel)
-            return Failure(
-                kind="deadline",
-                message=f"The sandbox did not answer within {timeout:.0f}s, so it was restarted. "
-                "Files in the repository are kept; running processes and /tmp are gone.",
-            )
-        except ToolboxGoneError as err:
-            await self._replace_after_failure(channel)
-            return Failure(
-                kind="sandbox_died",
-                message=f"The call failed because {err}. A fresh sandbox on the same repository serves the next call; "
-                "if a command used too much memory or killed every process, change the approach.",
-            )
-        if not response.ok or response.result is None:
-            return response.error or Failure(
-                kind="internal", message="The toolbox returned neither a result nor an error."
-            )
-        try:
-            return request.result.model_validate(response.result)
-        except ValidationError as err:
-            return Failure(
-                kind="protocol", message=f"The toolbox answered {request.op} with an unexpected shape: {err}"
-            )
-
-    async def check_names(self) -> None:
-        limit = self.limits.names
-        try:
-            if self._holder is not None and self._names > IN_PROCESS_NAMES:
-                self._names = await asyncio.to_thread(self._holder.count_names, self.layer, limit)
-            else:
-                self._names = await asyncio.to_thread(self._count_names, limit)
-        except WorkspaceError as err:  # the walk's child failed: the turn's end reads the layer again and says so
-            log.warning("could not count the names of the layer of %s: %s", self.session_id, err)
-            return
-        if self._names > limit:
-            raise TooManyEntriesError(
-                limit,
-                f"The workspace holds more than {limit:,} entries (files, directories and links, each hard link "
-                f"counted by its name), the session's limit (names), or a directory deeper than {names.MAX_DEPTH} "
-                "levels. The turn was stopped; its files are kept, but a layer past the limit is never applied.",
-            )
-
-    def _count_names(self, limit: int) -> int:
-        """The upper layer's names, counted to one past ``limit`` at most (its quota filesystem is mounted while
-        the container runs; a layer that cannot be read counts none: every walk of it fails the same way)."""
-        try:
-            return workspace.layer.count_names(self.layer, limit)
-        except OSError:
-            return 0
-
-    async def stop(self) -> None:
-        """Kill and remove the container at once (no stop grace), and the session's proxy and network if any."""
-        async with self._lock:
-            await self._abandon()
-
-    async def _replace_after_failure(self, channel: ToolboxChannel) -> None:
-        async with self._lock:
-            if self._channel is channel:
-                self.restarts += 1
-                await self._discard()
-
-    async def _launch(self) -> None:
-        try:
-            if self._client is None:
-                self._client = await asyncio.to_thread(self._connect)
-            image = await asyncio.to_thread(images.ensure, self._client, self.image, self.auto_build)
-            labels = owners.labels(self.instance, self.session_id)
-            route = await self._route(labels)
-            await asyncio.to_thread(self._make_volume, labels)
-            options = self._options(labels, route, image_volumes(image))
-            self.container = await asyncio.to_thread(self._client.containers.create, **options)
-            attached = await asyncio.to_thread(
-                self._client.api.attach_socket, self.container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            self._channel = await ToolboxChannel.open(raw_socket(attached))
             await asyncio.to_thread(self.container.start)
-            await self._channel.request(Ping(), READY_TIMEOUT_S)
-            if self._held:  # the container holds the image now
-                self._held = False
-                await asyncio.to_thread(images.release, self._client, f"{owners.SESSION}={self.session_id}")
-        except SandboxError:
-            await self._abandon()
-            raise
-        except WorkspaceError as err:
-            await self._abandon()
-            raise SandboxError(str(err)) from None
-        except (DockerException, ToolboxGoneError, OSError) as err:  # OSError covers requests' and timeouts
-            detail = self._channel.stderr_tail.strip() if self._channel else ""
-            await self._abandon()
-            missing = runtimes.unknown_runtime(err, self.limits.runtime) if isinstance(err, APIError) else None
-            if missing is not None:
-                raise missing from None
-            raise SandboxError(f"The sandbox for {self.repo} did not start: {err}. {detail}".strip()) from None
         except BaseException:
-            await self._abandon()
+            stream.close()
             raise
+        return stream
+
+    async def ready(self) -> None:
+        if self._held:  # the container holds the image now
+            self._held = False
+            await asyncio.to_thread(images.release, self._client, f"{owners.SESSION}={self.session_id}")
+
+    def refusal(self, err: Exception) -> SandboxError | None:
+        return runtimes.unknown_runtime(err, self.limits.runtime) if isinstance(err, APIError) else None
 
     async def _route(self, labels: dict[str, str]) -> Route:
         """Where the container's network leads; for ``allow``, the session's proxy, started once and kept."""
@@ -542,12 +357,8 @@ class DockerSandbox:
             )
         return await asyncio.to_thread(self._egress.start)
 
-    async def _abandon(self) -> None:
-        """Remove everything of this sandbox: the container and volume (``_discard``), then the proxy and network.
-
-        A replaced container keeps its proxy (only ``_discard`` runs); a stop or a failed start leaves nothing.
-        """
-        await self._discard()
+    async def abandon(self) -> None:
+        """After ``discard``: the image holds if the prepared image never ran, then the proxy and its network."""
         if self._held:  # prepared, never run: nothing else removes the hold
             await self._release_holds()
         proxy, self._egress = self._egress, None
@@ -567,11 +378,9 @@ class DockerSandbox:
             except (APIError, DockerException, OSError) as err:
                 log.warning("could not remove the image holds of %s: %s", self.session_id, err)
 
-    async def _discard(self) -> None:
-        channel, self._channel = self._channel, None
+    async def discard(self) -> None:
+        """Remove the container and its overlay volume and let go of the layer; the proxy stays for the next one."""
         container, self.container = self.container, None
-        if channel is not None:
-            await channel.close()
         if container is not None:
             await _remove(container)
         if self._client is not None:
@@ -595,16 +404,6 @@ class DockerSandbox:
             options["environment"][headroom.SEED_VARIABLE] = "1"
         return options
 
-    def _set_setup(self, tree: Path | None) -> None:
-        if self._holder is None:
-            workspace.set_setup(self.layer, tree)
-            return
-        self._holder.hold(self.layer)
-        try:
-            workspace.set_setup(self.layer, tree)
-        finally:
-            self._holder.release(self.layer)
-
     def _make_volume(self, labels: dict[str, str]) -> None:
         """A fresh overlay volume for this container, after checking the checkout is still the one pinned."""
         workspace.check_repo(self.layer)
@@ -614,8 +413,49 @@ class DockerSandbox:
         with contextlib.suppress(NotFound):
             self._client.volumes.get(volume_name(self.session_id)).remove(force=True)
         self._seeded = headroom.prepare(self.layer)  # the old volume is gone: nothing mounts the overlay now
-        kwargs = workspace.volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
+        kwargs = volume_kwargs(self.layer, volume_name(self.session_id), labels, seeded=self._seeded)
         self._client.volumes.create(**kwargs)
+
+
+class DockerSandbox(ToolboxSandbox):
+    """A session's sandbox on a Docker engine: the toolbox-speaking sandbox over a ``DockerLauncher``."""
+
+    launcher = DockerLauncher
+    """The launcher's class (a seam for the benchmark's bind-mount baseline, nothing else)."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        *,
+        layer: Layer,
+        session_id: str,
+        limits: Limits,
+        deployment: Deployment,
+        preparer: Preparer | None = None,
+        holder: LayerHolder | None = None,
+    ) -> None:
+        self.docker = self.launcher(
+            connect, layer=layer, session_id=session_id, limits=limits, deployment=deployment, holder=holder
+        )
+        super().__init__(
+            self.docker,
+            layer=layer,
+            session_id=session_id,
+            limits=limits,
+            deployment=deployment,
+            preparer=preparer,
+            holder=holder,
+        )
+
+    @property
+    def container(self) -> Any:
+        """The running container (the SDK's ``Container``), None between containers."""
+        return self.docker.container
+
+    @property
+    def _client(self) -> Any:
+        """The engine's client, once connected."""
+        return self.docker._client
 
 
 async def _remove(container: Any) -> None:

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..environment.preparation import Environments
     from ..sandbox import owners
     from ..sandbox.backends import Backend
-    from ..sandbox.docker import Sandbox
+    from ..sandbox.sandboxes import Sandbox
 
 SandboxFactory = Callable[[Path, str, Limits], "Sandbox"]
 """Makes the sandbox of session ``id`` on ``repo`` with ``limits``; only code passes one in, never Settings."""

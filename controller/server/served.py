@@ -21,7 +21,7 @@ from ..agent import tools
 from ..agent.liveoutput import LiveView, Watch
 from ..agent.loop import TurnOutcome, run_call
 from ..errors import SandboxError, TooManyEntriesError
-from ..sandbox.docker import Sandbox
+from ..sandbox.sandboxes import Sandbox
 from ..wire.events import EventSink, FinishReason, StatusEvent
 from ..wire.protocol import OutputFeed
 from ..wire.sessionrecord import SessionRecord

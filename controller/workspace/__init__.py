@@ -2,7 +2,7 @@
 
 Modules, each one concern::
 
-    layer        per-session directories, the overlay volume's options, discard
+    layer        per-session directories, the overlay's mount options, discard
     baseline     the checkout at session start (cheap identity per entry, ignore files)
     contents     what each file of the checkout held at the start, by content (a conflict is a real change)
     ignore       the repository's ignore rules, matched in-process (pathspec)
@@ -37,7 +37,7 @@ Modules, each one concern::
 Typical life of a session::
 
     layer = create(data_dir, session_id, repo)          # records the baseline
-    client.volumes.create(**volume_kwargs(layer, name, labels))
+    mount_options(layer)                                # what the sandbox's backend mounts at /workspace
     ... turn ...; checkpoint(layer)                       # after each turn
     scan(layer)                                           # review
     apply(layer) / revert(layer) / rewind(layer, n)       # sandbox stopped
@@ -57,7 +57,7 @@ from ..wire.changeset import ApplyResult, Change, Changes, Conflict, Disposition
 from .apply import ApplyBounds, apply
 from .changes import listed, scan
 from .checkpoints import checkpoint, rewind
-from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup, volume_kwargs
+from .layer import Layer, check_repo, create, discard, mount_options, open_layer, set_setup
 from .names import DEFAULT_NAMES
 from .revert import revert
 
@@ -91,5 +91,4 @@ __all__ = [
     "rewind",
     "scan",
     "set_setup",
-    "volume_kwargs",
 ]

@@ -1,4 +1,4 @@
-"""One session's copy-on-write workspace: where its pieces live and how Docker mounts them.
+"""One session's copy-on-write workspace: where its pieces live and the overlay that mounts them.
 
 The container's ``/workspace`` is an overlay whose lower layer is the user's checkout and
 whose upper layer is a directory the controller owns. The kernel never writes a lower
@@ -39,7 +39,6 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -329,21 +328,6 @@ def overlay_options(lowers: list[Path], upper: Path, work: Path) -> str:
             raise WorkspaceError(f"The path {str(path)!r} has a character overlay options cannot carry.")
     lowerdir = ":".join(map(str, lowers))
     return f"lowerdir={lowerdir},upperdir={upper},workdir={work},{OVERLAY_OPTIONS}"
-
-
-def volume_kwargs(layer: Layer, name: str, labels: dict[str, str], seeded: bool = False) -> dict[str, Any]:
-    """Arguments for ``client.volumes.create``: a ``local`` volume that mounts the overlay.
-
-    The engine mounts it when the first container using it starts and unmounts it when the
-    last one stops. The paths are the engine's paths: a controller in a container must see
-    its data dir and the repository at the same paths as the host does.
-    """
-    return overlay_volume(name, mount_options(layer, seeded), labels)
-
-
-def overlay_volume(name: str, options: str, labels: dict[str, str]) -> dict[str, Any]:
-    opts = {"type": "overlay", "device": "overlay", "o": options}
-    return {"name": name, "driver": "local", "driver_opts": opts, "labels": labels}
 
 
 def set_setup(layer: Layer, tree: Path | None) -> None:

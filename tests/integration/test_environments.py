@@ -31,7 +31,8 @@ from controller.environment import load
 from controller.environment.build import ROLE, EnvironmentImage, ImageOptions, ensure_image, sweep
 from controller.errors import EnvironmentBuildError, ImageMissingError
 from controller.sandbox import images, owners
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.wire import protocol
 from controller.wire.protocol import CommandResult, ListResult, ReadResult, SearchResult
 from tests.sandbox_defaults import AGENT_UID, SANDBOX_LIMITS, TEST_INSTANCE

@@ -23,8 +23,9 @@ from docker.types import Mount
 
 from controller.config import DEFAULT_IMAGE
 from controller.sandbox import owners
+from controller.sandbox.docker import volume_kwargs
 from controller.wire.changeset import Disposition, Kind
-from controller.workspace import apply, checkpoint, create, discard, revert, rewind, scan, volume_kwargs
+from controller.workspace import apply, checkpoint, create, discard, revert, rewind, scan
 from controller.workspace.layer import Layer
 from tests.integration.layer_host import tree
 from tests.sandbox_defaults import TEST_INSTANCE

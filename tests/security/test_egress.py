@@ -25,7 +25,8 @@ from controller import workspace
 from controller.config import DEFAULT_IMAGE
 from controller.errors import SandboxError
 from controller.sandbox import egress, owners
-from controller.sandbox.docker import Deployment, DockerSandbox
+from controller.sandbox.docker import DockerSandbox
+from controller.sandbox.sandboxes import Deployment
 from controller.wire.network import Outside, parse
 from controller.wire.protocol import Failure
 from tests.dns_helpers import dnsmasq

@@ -17,6 +17,7 @@ from controller import workspace
 from controller.config import DEFAULT_IMAGE
 from controller.sandbox import isolation as runtimes
 from controller.sandbox import owners
+from controller.sandbox.attach import AttachStream
 from controller.sandbox.channel import ToolboxChannel
 from controller.sandbox.docker import DockerSandbox, container_options, raw_socket, remove_volume, volume_name
 from controller.wire import protocol
@@ -62,7 +63,7 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
         attached = await asyncio.to_thread(
             docker_client.api.attach_socket, container.id, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
         )
-        channel = await ToolboxChannel.open(raw_socket(attached))
+        channel = ToolboxChannel(await AttachStream.open(raw_socket(attached)))
         await asyncio.to_thread(container.start)
         ping = await channel.request(protocol.call("ping"), 30)
         assert ping.ok, ping

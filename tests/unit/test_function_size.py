@@ -1,7 +1,7 @@
 """Functions stay small: none in the package longer than 40 lines or taking more than 8 parameters.
 
 A command with many flags takes one options object (``cli.options``); a constructor with many settings takes
-the group they belong to (``sandbox.docker.Deployment``, ``environment.build.ImageOptions``). The one exception
+the group they belong to (``sandbox.sandboxes.Deployment``, ``environment.build.ImageOptions``). The one exception
 is named here with its reason.
 """
 

@@ -1,4 +1,4 @@
-"""The toolbox channel over a socket pair standing in for Docker's multiplexed attach stream."""
+"""The toolbox channel over a socket pair standing in for Docker's multiplexed attach stream (``sandbox.attach``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from controller.errors import ToolboxGoneError
+from controller.sandbox.attach import AttachStream
 from controller.sandbox.channel import ToolboxChannel
 from controller.wire import protocol
 
@@ -41,7 +42,7 @@ class FakeEngine:
 async def pair() -> AsyncIterator[tuple[ToolboxChannel, FakeEngine]]:
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
-    channel = await ToolboxChannel.open(ours, max_line=1 << 20)
+    channel = ToolboxChannel(await AttachStream.open(ours), max_line=1 << 20)
     yield channel, FakeEngine(theirs)
     await channel.close()
     theirs.close()

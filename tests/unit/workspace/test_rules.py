@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from controller.errors import WorkspaceError
+from controller.sandbox.docker import volume_kwargs
 from controller.workspace import textdiff
 from controller.workspace.baseline import is_git_path, record
 from controller.workspace.changes import symlink_problem
 from controller.workspace.ignore import EXCLUDE, IgnoreRules
-from controller.workspace.layer import Layer, LayerInfo, volume_kwargs
+from controller.workspace.layer import Layer, LayerInfo
 
 
 def test_ignore_rules_follow_git_precedence() -> None:
