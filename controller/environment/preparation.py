@@ -320,7 +320,10 @@ class Preparation:
         key = cachekeys.setup_key(image_id, command, env, network, origin, inputs)
         if self.url is None or not self.owner.setups.finished(key):
             return key
-        hidden = await asyncio.to_thread(setups.shadowing, self.owner.setups.tree(key), self.layer.repo)
+        try:
+            hidden = await asyncio.to_thread(setups.shadowing, self.owner.setups.tree(key), self.layer.repo)
+        except OSError as err:  # swept since, or a directory the setup made unreadable: not shared, to be safe
+            hidden = [f"(the tree could not be compared: {err.strerror})"]
         if not hidden:
             return key
         shown = ", ".join(hidden[:10]) + (f" and {len(hidden) - 10} more" if len(hidden) > 10 else "")

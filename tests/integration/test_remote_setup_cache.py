@@ -1,7 +1,8 @@
-"""A remote repository's environment is kept per URL, not per commit: sessions on three commits of a URL of the
+"""A remote repository's environment is kept per URL, not per commit: sessions on four commits of a URL of the
 suite's own git server (``bench.gitserver``), through the real CLI. The second commit changes a file the setup does
-not read, and its session reuses the first one's setup tree and image; the third changes a file the setup reads,
-and its setup runs again."""
+not key on, and its session reuses the first one's setup tree and image; the third changes a file the setup reads,
+and its setup runs again; the fourth adds a file where that setup made one, which the older setup would hide, so
+its own setup runs."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def _said(setup: list[dict[str, Any]], phase: str) -> str:
     return "".join(e["text"] for e in setup if e["phase"] == phase)
 
 
-def test_two_commits_with_the_same_definition_inputs_share_one_setup_and_image_and_a_changed_input_runs_again(
+def test_commits_with_the_same_definition_inputs_share_one_setup_and_image_and_a_changed_input_runs_again(
     served: GitServer, tmp_path: Path
 ) -> None:
     first, seen = _session(served, tmp_path, 1)
@@ -94,3 +95,9 @@ def test_two_commits_with_the_same_definition_inputs_share_one_setup_and_image_a
     assert _said(third, "setup").count("setup ran on commit three") == 1, third
     assert _said(third, "build") == "", third  # the image's inputs did not change
     assert "commit three" in seen, seen
+
+    served.commit(NAME, {"made-by-setup.txt": b"committed in four\n"}, "A file where the setup makes one")
+    fourth, seen = _session(served, tmp_path, 4)
+    assert "would hide files of this commit (made-by-setup.txt)" in _said(fourth, "environment"), fourth
+    assert _said(fourth, "setup").count("setup ran on commit three") == 1, fourth  # its own setup, on its files
+    assert "committed in four" in seen, seen  # the commit's file, not what an older commit's setup made
