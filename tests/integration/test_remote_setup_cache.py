@@ -50,8 +50,9 @@ def served(git_server: GitServer, tmp_path: Path, docker_client: Any) -> Iterato
                 docker_client.images.remove(tag, force=True)
 
 
-def _session(server: GitServer, tmp_path: Path, n: int) -> tuple[list[dict[str, Any]], str]:
-    """A `cubicle run` on the URL's newest commit: its setup output events, and what the agent's command printed."""
+def _session(server: GitServer, tmp_path: Path, n: int, commit: str) -> tuple[list[dict[str, Any]], str]:
+    """A `cubicle run` on ``commit`` of the URL (by its id: a session within seconds of the last fetch would not
+    fetch a branch again): its setup output events, and what the agent's command printed."""
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     credentials = data / "credentials"
@@ -64,11 +65,14 @@ def _session(server: GitServer, tmp_path: Path, n: int) -> tuple[list[dict[str, 
     }
     turns = [LOOK, {"content": [{"type": "text", "text": "Done."}]}]
     scenario = scenario_file(tmp_path, {"name": f"cached-{n}", "turns": turns})
-    ran = cubicle("run", server.url(NAME), "look", "--json", "--scenario", scenario, env=settings, timeout=600)
+    url = server.url(NAME)
+    ran = cubicle("run", url, "look", "--ref", commit, "--json", "--scenario", scenario, env=settings, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     events = [json.loads(line) for line in ran.stdout.splitlines() if line.startswith("{")]
     output = "".join(e["output"] for e in events if e["type"] == "tool_result")
-    return [e for e in events if e["type"] == "setup_output"], output
+    setup = [e for e in events if e["type"] == "setup_output"]
+    assert f"trees/{commit}" in _said(setup, "fetch"), setup  # the session is on the commit asked for
+    return setup, output
 
 
 def _said(setup: list[dict[str, Any]], phase: str) -> str:
@@ -78,26 +82,27 @@ def _said(setup: list[dict[str, Any]], phase: str) -> str:
 def test_commits_with_the_same_definition_inputs_share_one_setup_and_image_and_a_changed_input_runs_again(
     served: GitServer, tmp_path: Path
 ) -> None:
-    first, seen = _session(served, tmp_path, 1)
+    head = served.git("rev-parse", "HEAD", cwd=served.work(NAME))
+    first, seen = _session(served, tmp_path, 1, head)
     assert _said(first, "setup").count("setup ran on") == 1, first
     assert "adding the toolbox" in _said(first, "build"), first  # the image is made for the URL
     assert "commit one" in seen, seen
 
-    served.commit(NAME, {"NOTE.txt": b"commit two\n"}, "A file no setup input")
-    second, seen = _session(served, tmp_path, 2)
+    commit = served.commit(NAME, {"NOTE.txt": b"commit two\n"}, "A file no setup input")
+    second, seen = _session(served, tmp_path, 2, commit)
     assert "setup ran on" not in _said(second, "setup"), second
     assert "reusing the setup made before" in _said(second, "environment"), second
     assert _said(second, "build") == "", second  # the image of the first commit's session
     assert "commit one" in seen and "commit two" not in seen, seen  # what the first commit's setup made
 
-    served.commit(NAME, {"requirements.txt": b"pytest\nrequests\n", "NOTE.txt": b"commit three\n"}, "An input")
-    third, seen = _session(served, tmp_path, 3)
+    commit = served.commit(NAME, {"requirements.txt": b"pytest\nrequests\n", "NOTE.txt": b"commit three\n"}, "An input")
+    third, seen = _session(served, tmp_path, 3, commit)
     assert _said(third, "setup").count("setup ran on commit three") == 1, third
     assert _said(third, "build") == "", third  # the image's inputs did not change
     assert "commit three" in seen, seen
 
-    served.commit(NAME, {"made-by-setup.txt": b"committed in four\n"}, "A file where the setup makes one")
-    fourth, seen = _session(served, tmp_path, 4)
+    commit = served.commit(NAME, {"made-by-setup.txt": b"committed in four\n"}, "A file where the setup makes one")
+    fourth, seen = _session(served, tmp_path, 4, commit)
     assert "would hide files of this commit (made-by-setup.txt)" in _said(fourth, "environment"), fourth
     assert _said(fourth, "setup").count("setup ran on commit three") == 1, fourth  # its own setup, on its files
     assert "committed in four" in seen, seen  # the commit's file, not what an older commit's setup made
