@@ -4,7 +4,8 @@
 image as it is. Any other is built once and tagged ``cubicle-env:<key>``, where the key
 hashes what the image is made of: the Dockerfile and its build context (or the base image's
 id), the build arguments and target, the toolbox's sources and the CA bundle, and the
-repository's path (so ``cubicle gc`` can keep the newest image of each checkout). A tag that
+checkout's path or the remote's URL (so ``cubicle gc`` can keep the newest image of each; see
+``cachekeys``: a new commit of a remote whose build is unchanged reuses the image). A tag that
 exists is reused without building (an image inspect and the context's hash: milliseconds
 for a small context). Setup, env and network are not part of the key: changing them does not
 rebuild the image (the definition hash, which covers everything, is a label and is returned).
@@ -43,7 +44,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from ..errors import ConfigError, EnvironmentBuildError, ImageMissingError
 from ..sandbox import images
 from ..wire.envspec import Environment
-from . import buildcontext, dockerfile
+from . import buildcontext, cachekeys, dockerfile
 from . import pull as pull_image
 from .definition import Materials, definition_hash, materials
 from .files import real_root
@@ -108,9 +109,17 @@ class ImageOptions:
 
 
 def ensure_image(
-    client: Any, env: Environment, repo: Path, options: ImageOptions, on_line: OnLine | None = None
+    client: Any,
+    env: Environment,
+    repo: Path,
+    options: ImageOptions,
+    on_line: OnLine | None = None,
+    url: str | None = None,
 ) -> EnvironmentImage:
     """The image ``env`` runs in, built if it is missing (or ``ImageMissingError`` when ``build`` is False); blocking.
+
+    ``url``: the remote ``repo`` is a commit's tree of (the record's ``source.url``); the image is then kept per
+    URL rather than per tree (``cachekeys.image_scope``).
 
     The repository's Dockerfile builds on ``network_mode`` with ``proxy``'s variables as build
     arguments (Docker passes the ``*_PROXY`` ones to every ``RUN`` without an ``ARG``): sessions
@@ -124,7 +133,7 @@ def ensure_image(
     if not builds(env, options.ca_bundle):
         images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line)
         return EnvironmentImage(options.sandbox_image, definition_hash(env, repo), built=False, default=True)
-    recipe = _recipe(client, env, repo, options, on_line)
+    recipe = _recipe(client, env, repo, options, on_line, url)
     if _exists(client, recipe.tag):
         return recipe.image(built=False)
     if not options.build:
@@ -156,7 +165,8 @@ class _Recipe:
     ca: _Ca | None
     base_id: str
     """The local base image's id; empty when the repository's Dockerfile is the base (built in ``_make``)."""
-    root: str
+    scope: str
+    """What the image is kept per: the checkout's real path or the remote's URL (``cachekeys.image_scope``)."""
     key: str
 
     @property
@@ -169,7 +179,7 @@ class _Recipe:
             ROLE: "environment",
             DEFINITION: self.found.definition_hash,
             KEY: self.key,
-            REPO: self.root,
+            REPO: self.scope,
             SOURCE: self.env.source,
         }
 
@@ -177,7 +187,9 @@ class _Recipe:
         return EnvironmentImage(self.tag, self.found.definition_hash, built=built, default=False)
 
 
-def _recipe(client: Any, env: Environment, repo: Path, options: ImageOptions, on_line: OnLine | None) -> _Recipe:
+def _recipe(
+    client: Any, env: Environment, repo: Path, options: ImageOptions, on_line: OnLine | None, url: str | None
+) -> _Recipe:
     """Read what ``env``'s image is made of, and key it (a DefinitionError, ConfigError or ImageMissingError first);
     the base image is pulled first when it is missing and ``options`` allow it."""
     found = materials(env, repo)
@@ -187,8 +199,9 @@ def _recipe(client: Any, env: Environment, repo: Path, options: ImageOptions, on
         base_id = _local_base(client, env, options, on_line)
     elif not env.dockerfile:  # packages on the sandbox image
         base_id = str(images.ensure(client, options.sandbox_image, options.auto_build_sandbox, on_line).id)
-    root = str(real_root(repo)).encode("utf-8", "replace").decode()
-    return _Recipe(env, repo, found, ca, base_id, root, _key(found, ca, base_id, root))
+    scope = cachekeys.image_scope(real_root(repo), url)
+    key = cachekeys.image_key(found.build_hash, layer_digest(), ca.digest if ca else "", base_id, scope)
+    return _Recipe(env, repo, found, ca, base_id, scope, key)
 
 
 # --------------------------------------------------------------------------- the key
@@ -242,15 +255,6 @@ def _ca(path: Path | None) -> _Ca | None:
             f"The CA bundle {path} cannot be read: {err.strerror}.",
             hint="Point CUBICLE_CA_BUNDLE (or SSL_CERT_FILE) at a PEM file, or set CUBICLE_CA_BUNDLE= for none.",
         ) from None
-
-
-def _key(found: Materials, ca: _Ca | None, base_id: str, root: str) -> str:
-    """The image's key; the repository's path is part of it, so each checkout has images of its own to collect
-    (a second checkout of the same files builds from the engine's layer cache in seconds)."""
-    hasher = hashlib.sha256(b"cubicle-env-image-v1\0")
-    for part in (found.build_hash, layer_digest(), ca.digest if ca else "", base_id, root):
-        hasher.update(part.encode() + b"\0")
-    return hasher.hexdigest()
 
 
 def _exists(client: Any, tag: str) -> bool:
@@ -529,11 +533,12 @@ def _remove_dangling(client: Any, image_id: str) -> None:
 
 
 def sweep(client: Any, keep: int = 1, repo: str | None = None, fresh_s: float = FRESH_S) -> list[str]:
-    """Remove environment images no container uses, keeping the newest ``keep`` per repository; blocking.
+    """Remove environment images no container uses, keeping the newest ``keep`` per repository (a checkout's path,
+    a remote's URL: ``cachekeys.image_scope``); blocking.
 
     Returns the tags removed. An image a container (running or not) was made from stays, and so does one
     made in the last ``fresh_s`` seconds (a build whose session has not held it yet: see ``images.hold``).
-    ``repo`` limits the sweep to the images labelled with that repository path. Only images Cubicle tagged
+    ``repo`` limits the sweep to the images labelled with that path or URL. Only images Cubicle tagged
     (``cubicle-env:<key>``) are candidates: an image someone built FROM one inherits its labels, and is theirs.
     """
     wanted = [f"{ROLE}=environment", *([f"{REPO}={repo}"] if repo is not None else [])]

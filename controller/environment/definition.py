@@ -34,6 +34,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import posixpath
 import re
 import shlex
 import stat
@@ -416,15 +417,28 @@ class _InputScan:
 
 
 def setup_inputs_hash(env: Environment, repo: Path) -> str:
-    """A hash of the files the setup reads: each matched path, its mode, and its contents (a symlink: its target).
+    """A hash of the files the setup reads: each path ``setup_inputs`` match, its mode, and its contents (a symlink:
+    its target); and the setup's program when it is a file of the repository (``setup_program``) that no glob
+    matched, as the setup runs it (``_program_digest``).
 
     It covers the files only; a cache of the setup's result keys on it together with the
-    image's tag and ``env.setup`` and ``env.env``. Bounded: more than ``MAX_INPUT_BYTES`` is refused.
+    image's tag and ``env.setup`` and ``env.env`` (``cachekeys.setup_key``). Bounded: more than
+    ``MAX_INPUT_BYTES`` is refused.
     """
     root = real_root(repo)
+    files = setup_input_files(env, repo)
     hasher = hashlib.sha256(b"cubicle-setup-inputs-v1\0")
+    _hash_inputs(hasher, root, files)
+    program = setup_program(env.setup)
+    if program is not None and program not in files:
+        hasher.update(b"program\0" + _program_digest(root, program))
+    return hasher.hexdigest()
+
+
+def _hash_inputs(hasher: Any, root: Path, files: list[str]) -> None:
+    """Hash the files ``setup_input_files`` found (a walk that followed no link: each is inside ``root``)."""
     total = 0
-    for rel in setup_input_files(env, repo):
+    for rel in files:
         path = root / rel
         info = os.lstat(path)
         hasher.update(rel.encode("utf-8", "surrogateescape") + b"\0" + f"{info.st_mode:o}".encode() + b"\0")
@@ -436,7 +450,50 @@ def setup_inputs_hash(env: Environment, repo: Path) -> str:
             raise DefinitionError(f"setup_inputs match more than {MAX_INPUT_BYTES >> 20} MiB of files; narrow them.")
         data = read_regular(path, MAX_INPUT_BYTES, file="setup_inputs", key=rel)
         hasher.update(hashlib.sha256(data).digest())
-    return hasher.hexdigest()
+
+
+def setup_program(setup: str | None) -> str | None:
+    """The setup's first word when it names a file of the repository (``./install.sh``, ``scripts/setup``),
+    repo-relative: a word with a ``/`` that is not absolute."""
+    if not setup:
+        return None
+    try:
+        words = shlex.split(setup)
+    except ValueError:
+        return None
+    if not words or words[0].startswith("/") or "/" not in words[0]:
+        return None
+    return posixpath.normpath("/" + words[0]).lstrip("/") or None
+
+
+def _program_digest(root: Path, rel: str) -> bytes:
+    """The setup's program as the setup will run it: the path, the target of each link on the way, and the
+    file's bytes when it is a regular file inside the repository (else what it is: missing, outside, another
+    kind). Nothing outside the repository is read: a link out of it is hashed as its text."""
+    parts = [rel]
+    try:
+        parts += [f"{link} -> {os.readlink(root / link)}" for link in links_along(root, rel)]
+    except (ValueError, OSError):
+        return "\0".join([*parts, "unresolvable"]).encode("utf-8", "surrogateescape")
+    full = os.path.realpath(root / rel)
+    info = _lstat(full) if is_inside(root, full) else None
+    if not is_inside(root, full):
+        parts.append("outside the repository")
+    elif info is None:
+        parts.append("missing")
+    elif not stat.S_ISREG(info.st_mode):
+        parts.append(f"mode {info.st_mode:o}")
+    else:
+        data = read_regular(Path(full), MAX_INPUT_BYTES, file="setup", key=rel)
+        parts.append(f"mode {stat.S_IMODE(info.st_mode):o} sha256 {hashlib.sha256(data).hexdigest()}")
+    return "\0".join(parts).encode("utf-8", "surrogateescape")
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def trusted_paths(env: Environment, repo: Path) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from ..errors import CubicleError
 from ..wire.envspec import Environment
 from ..workspace.buildinputs import BuildInputs
 from .buildcontext import DOCKERIGNORE
-from .definition import load, trusted_paths
+from .definition import load, setup_program, trusted_paths
 from .files import MAX_DOCKERFILE_BYTES, read_regular, real_root, resolve
 
 COPIED = "the environment's build copies it into the image (COPY/ADD), where the build may run it as root"
@@ -42,7 +42,7 @@ _INSTRUCTION = re.compile(r"^\s*(COPY|ADD)\s+(.*)$", re.IGNORECASE | re.DOTALL)
 def find(env: Environment, repo: Path) -> BuildInputs:
     """The build inputs of ``env`` in ``repo``; a file that cannot be read adds none (the build fails on it anyway)."""
     patterns = [(glob, READ_BY_SETUP) for glob in env.setup_inputs]
-    program = _setup_program(env.setup)
+    program = setup_program(env.setup)
     if program is not None:
         patterns.append((program, RUN_BY_SETUP))
     if not env.dockerfile:
@@ -125,19 +125,6 @@ def _words(arguments: str) -> list[str]:
 def _normal(path: str) -> str:
     """A repo- or context-relative path as the builder reads it: ``./a/../b/`` is ``b``, ``/`` and ``.`` are ``""``."""
     return posixpath.normpath("/" + path).lstrip("/")
-
-
-def _setup_program(setup: str | None) -> str | None:
-    """The setup's first word when it names a file of the repository (``./install.sh``, ``scripts/setup``)."""
-    if not setup:
-        return None
-    try:
-        words = shlex.split(setup)
-    except ValueError:
-        return None
-    if not words or words[0].startswith("/") or "/" not in words[0]:
-        return None
-    return _normal(words[0]) or None
 
 
 def _ignore_lines(root: Path, context: str) -> tuple[str, ...]:

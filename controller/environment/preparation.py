@@ -4,9 +4,10 @@
 agent's layer) and lays the request's fields over it; an image named by a request must be
 the default image or on ``Settings.allowed_images``. ``preparer`` returns what the
 sandbox runs before its first container (``sandbox.Preparer``): the environment's image
-(built once per content hash, see ``environment.image``), then its setup command, run once
+(built once per content hash, see ``environment.build``), then its setup command, run once
 per key (``setups``) with its own network policy, whose tree goes beneath the session's
-layer. That policy (the build's too) is the environment's ``setup_network``, the server's default, or
+layer; a remote session's image and setup are kept per URL, not per commit (``cachekeys``).
+That policy (the build's too) is the environment's ``setup_network``, the server's default, or
 the default with the environment's hosts added (``defaults,allow=...``); what its proxy refused or could
 not reach is named, with the setting that allows it (``refused_text``). Both stream their output as
 ``setup_output`` events; a failure is a SetupError, which ends the turn with reason ``error`` before any
@@ -33,14 +34,15 @@ from ..wire.envspec import MAX_ENV_VALUE, MAX_SETUP_CHARS, Environment, Environm
 from ..wire.events import EventSink, SetupOutput
 from ..wire.limits import Limits
 from ..wire.network import NONE, DefaultsPlus, NetworkPolicy
+from ..wire.sessionrecord import Source
 from ..workspace import Layer
 from . import build as environment_image
-from . import load, setup_inputs_hash, setups
+from . import cachekeys, load, setup_inputs_hash, setups
 from .build import EnvironmentImage, ImageOptions, OnLine
 from .definition import requested
 from .devcontainer import expand_container_env
 from .refusals import refused_by, refused_text
-from .setups import SetupCommand, SetupRun, Setups, setup_key
+from .setups import SetupCommand, SetupRun, Setups
 
 Told = Callable[[str], Awaitable[None]]
 BUILD_FIELDS = ("dockerfile", "context", "target", "build_args")
@@ -107,11 +109,18 @@ class Environments:
         return asked.clamp(self.settings.max_limits.network)
 
     async def build(
-        self, client: Any, environment: Environment, repo: Path, name: str, on_line: OnLine | None = None
+        self,
+        client: Any,
+        environment: Environment,
+        repo: Path,
+        name: str,
+        on_line: OnLine | None = None,
+        url: str | None = None,
     ) -> EnvironmentImage:
         """The environment's image, its Dockerfile built with the setup's network (``setup_network``): no
         network, a proxy of its own to the allowed hosts (named after ``name``), or the bridge. A build runs
-        the repository's code outside the sandbox, so it reaches no more than the setup may."""
+        the repository's code outside the sandbox, so it reaches no more than the setup may. ``url``: the remote
+        whose commit ``repo`` is (the image is kept per URL)."""
         settings = self.settings
         async with self.route(client, self.setup_network(environment), name, environment) as route:
             options = ImageOptions(
@@ -122,7 +131,9 @@ class Environments:
                 network_mode=route.network,
                 proxy=route.environment(),
             )
-            return await asyncio.to_thread(environment_image.ensure_image, client, environment, repo, options, on_line)
+            return await asyncio.to_thread(
+                environment_image.ensure_image, client, environment, repo, options, on_line, url
+            )
 
     @contextlib.asynccontextmanager
     async def route(
@@ -161,22 +172,33 @@ class Environments:
             await asyncio.to_thread(gate.stop)
 
     def preparer(
-        self, session_id: str, layer: Layer, environment: Environment, limits: Limits, sink: EventSink
+        self,
+        session_id: str,
+        layer: Layer,
+        environment: Environment,
+        limits: Limits,
+        sink: EventSink,
+        source: Source | None = None,
     ) -> Preparer | None:
-        """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do."""
+        """What makes ``environment`` ready for the session's sandbox; None when there is nothing to do.
+
+        ``source``: a remote session's (its record's), whose URL keys the image and the setup instead of the
+        commit's tree (``cachekeys``)."""
         if not (
             environment.builds or environment.setup or environment.env or environment.warnings or environment.detected
         ):
             return None
 
         async def prepare(client: Any) -> Prepared:
-            return await Preparation(self, session_id, layer, environment, limits, sink).run(client)
+            url = source.url if source is not None else None
+            return await Preparation(self, session_id, layer, environment, limits, sink, url).run(client)
 
         return prepare
 
 
 class Preparation:
-    """One preparation of one session's environment: the image, then the setup tree."""
+    """One preparation of one session's environment: the image, then the setup tree. ``url``: the remote the
+    session's files are a commit of (None for a checkout)."""
 
     def __init__(
         self,
@@ -186,6 +208,7 @@ class Preparation:
         environment: Environment,
         limits: Limits,
         sink: EventSink,
+        url: str | None = None,
     ) -> None:
         self.owner = owner
         self.settings = owner.settings
@@ -194,6 +217,7 @@ class Preparation:
         self.environment = environment
         self.limits = limits
         self.sink = sink
+        self.url = url
 
     async def run(self, client: Any) -> Prepared:
         """The image, then the setup tree; a failure of either (or of what they read) is a SetupError."""
@@ -250,7 +274,8 @@ class Preparation:
 
         labels = owners.labels(settings.instance, self.session_id)
         for _ in range(images.HOLD_ATTEMPTS):  # a sweep that removed the image between its build and the hold
-            made = await self.owner.build(client, self.environment, self.layer.repo, self.session_id, on_line)
+            repo, url = self.layer.repo, self.url
+            made = await self.owner.build(client, self.environment, repo, self.session_id, on_line, url)
             with contextlib.suppress(ImageNotFound):
                 await asyncio.to_thread(images.hold, client, made.tag, labels)
                 return made.tag
@@ -270,8 +295,7 @@ class Preparation:
         environment = self.environment
         network = self.owner.setup_network(environment)
         image_id = (await asyncio.to_thread(client.images.get, image)).id
-        inputs = await asyncio.to_thread(setup_inputs_hash, environment, self.layer.repo)
-        key = setup_key(image_id, command, env, str(network), self.layer, inputs)
+        key = await self.setup_key(image_id, command, env, str(network))
         if self.owner.setups.finished(key):
             await self.note(f"reusing the setup made before ({key[:12]})\n")
             return self.owner.setups.tree(key)
@@ -286,6 +310,26 @@ class Preparation:
                 session_id=self.session_id,
             )
             return await self.owner.setups.ensure(client, key, run, lambda text: self.output("setup", text), self.note)
+
+    async def setup_key(self, image_id: str, command: str, env: dict[str, str], network: str) -> str:
+        """The setup tree's key (``cachekeys.setup_key``). A remote's is its URL's, unless the tree of that key,
+        made on another commit, would replace or hide a file of this one (``setups.shadowing``): then this
+        commit's own, whose setup runs over this commit's files."""
+        inputs = await asyncio.to_thread(setup_inputs_hash, self.environment, self.layer.repo)
+        origin = cachekeys.setup_origin(self.layer, self.url)
+        key = cachekeys.setup_key(image_id, command, env, network, origin, inputs)
+        if self.url is None or not self.owner.setups.finished(key):
+            return key
+        try:
+            hidden = await asyncio.to_thread(setups.shadowing, self.owner.setups.tree(key), self.layer.repo)
+        except OSError as err:  # swept since, or a directory the setup made unreadable: not shared, to be safe
+            hidden = [f"(the tree could not be compared: {err.strerror})"]
+        if not hidden:
+            return key
+        shown = ", ".join(hidden[:10]) + (f" and {len(hidden) - 10} more" if len(hidden) > 10 else "")
+        await self.note(f"the setup made before ({key[:12]}) would hide files of this commit ({shown}); not reused\n")
+        origin = cachekeys.setup_origin(self.layer, self.url, own_tree=True)
+        return cachekeys.setup_key(image_id, command, env, network, origin, inputs)
 
 
 __all__ = ["Environments", "Preparation", "setups"]

@@ -13,8 +13,10 @@ every entry of the tree that replaces, deletes or hides an entry of the checkout
 dropped (and named in the output): a later edit of that file by the user then shows
 through, as it should. Directories the checkout has stay, merged.
 
-A tree is keyed by everything that decides what setup does (see ``setup_key``); a later
-session with the same key skips setup. Layout, under ``<data_dir>/environments/setups/``::
+A tree is keyed by everything that decides what setup does (see ``cachekeys.setup_key``); a later
+session with the same key skips setup. A remote repository's tree is keyed by its URL, not by the
+commit's tree it was made on, so a later commit reuses it unless the tree would hide one of that
+commit's own files (``shadowing``). Layout, under ``<data_dir>/environments/setups/``::
 
     <key>/tree  <key>/work   the overlay's upper and work directories
     <key>/setup.json         written last: the tree is complete (absent: a half run, redone)
@@ -26,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import stat
@@ -73,23 +74,6 @@ class SetupRecord(BaseModel):
 
 def setups_dir(data_dir: Path) -> Path:
     return data_dir / "environments" / "setups"
-
-
-def setup_key(image_id: str, command: str, env: dict[str, str], network: str, layer: Layer, inputs_hash: str) -> str:
-    """Everything that decides what setup makes: the image, the command, its variables and network,
-    the checkout (path and identity), and the hash of the files it reads (``environment.setup_inputs_hash``)."""
-    info = layer.info
-    key = {
-        "image": image_id,
-        "command": command,
-        "env": env,
-        "network": network,
-        "repo": info.repo,
-        "dev": info.dev,
-        "ino": info.ino,
-        "inputs": inputs_hash,
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
 class Setups:
@@ -335,18 +319,29 @@ def keep_only_new(tree: Path, repo: Path) -> list[str]:
     opaque marker of a directory (which would hide the checkout's entries below it).
     Returns the dropped paths.
     """
-    dropped: list[str] = []
+    return _compared(tree, repo, remove=True)
+
+
+def shadowing(tree: Path, repo: Path) -> list[str]:
+    """What a finished setup tree, made over another checkout, would replace, delete or hide of ``repo`` (as
+    ``keep_only_new`` names them), leaving the tree as it is. Empty when the tree fits ``repo``: a new commit of a
+    remote that added a file where the setup made one must not see the setup's in its place."""
+    return _compared(tree, repo, remove=False)
+
+
+def _compared(tree: Path, repo: Path, remove: bool) -> list[str]:
+    found: list[str] = []
     top = beneath.open_root(tree)
     low = beneath.open_root(repo)
     try:
-        _prune(top, low, "", dropped, depth=0)
+        _prune(top, low, "", found, depth=0, remove=remove)
     finally:
         os.close(top)
         os.close(low)
-    return dropped
+    return found
 
 
-def _prune(fd: int, low: int, prefix: str, dropped: list[str], depth: int) -> None:
+def _prune(fd: int, low: int, prefix: str, dropped: list[str], depth: int, remove: bool) -> None:
     with os.scandir(fd) as it:
         entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it)
     for name, st in entries:
@@ -358,13 +353,15 @@ def _prune(fd: int, low: int, prefix: str, dropped: list[str], depth: int) -> No
             child = beneath.open_dir(fd, name)
             try:
                 if _marked(child, OPAQUE):
-                    os.removexattr(child, OPAQUE)
+                    if remove:
+                        os.removexattr(child, OPAQUE)
                     dropped.append(path + "/ (emptied)")
-                _prune(child, low, path + "/", dropped, depth + 1)
+                _prune(child, low, path + "/", dropped, depth + 1, remove)
             finally:
                 os.close(child)
             continue
-        beneath.remove_tree(fd, name)
+        if remove:
+            beneath.remove_tree(fd, name)
         dropped.append(path)
 
 
@@ -383,4 +380,4 @@ def _marked(fd: int, name: str) -> bool:
     return True
 
 
-__all__ = ["SetupCommand", "SetupRecord", "SetupRun", "Setups", "keep_only_new", "setup_key"]
+__all__ = ["SetupCommand", "SetupRecord", "SetupRun", "Setups", "keep_only_new", "shadowing"]

@@ -61,7 +61,9 @@ class LiveSession:
         """Where every event of the session goes: the recorder, and the view when there is one."""
         self.approver = approver
         self.runtime = runtime
-        self.sandbox = runtime.sandbox(Path(record.repo), record.id, record.limits, record.environment, self.sink)
+        self.sandbox = runtime.sandbox(
+            Path(record.repo), record.id, record.limits, record.environment, self.sink, record.source
+        )
         self.idle_timeout_s = idle_timeout_s
         self._forget = forget
         self.task: asyncio.Task[TurnOutcome | None] | None = None

@@ -27,6 +27,7 @@ from ..wire.events import EventSink
 from ..wire.limits import Limits
 from ..wire.network import NetworkPolicy, briefing
 from ..wire.policies import ContextPolicy
+from ..wire.sessionrecord import Source
 from ..workspace.layer import DiskQuota
 from ..workspace.manager import Workspaces
 from ..workspace.offload import Offload
@@ -131,15 +132,17 @@ class Runtime:
         limits: Limits,
         environment: Environment | None = None,
         sink: EventSink | None = None,
+        source: Source | None = None,
     ) -> Sandbox:
         """The session's sandbox over its workspace layer (made by ``workspaces.create`` with the session); it
-        prepares ``environment`` first, its progress going to ``sink``."""
+        prepares ``environment`` first, its progress going to ``sink`` (a remote session's ``source`` keys what
+        that preparation keeps: ``environment.cachekeys``)."""
         if self._sandbox_factory is not None:
             return self._sandbox_factory(repo, session_id, limits)
         layer = self.workspaces.open(session_id)
         preparer = None
         if environment is not None and sink is not None:
-            preparer = self.environments.preparer(session_id, layer, environment, limits, sink)
+            preparer = self.environments.preparer(session_id, layer, environment, limits, sink, source)
         return self.backend.sandbox(session_id, layer, limits, preparer, self.workspaces)
 
     def agent(

@@ -12,6 +12,7 @@ import pytest
 
 from controller.environment import build as image
 from controller.environment import buildcontext, dockerfile
+from controller.environment.cachekeys import image_key
 from controller.environment.definition import load, materials
 from controller.errors import ConfigError
 
@@ -131,19 +132,20 @@ def test_the_key_covers_the_toolbox_the_ca_the_base_and_the_checkout(tmp_path: P
     (repo / ".cubicle").mkdir()
     (repo / ".cubicle" / "environment.toml").write_text('image = "x"\n')
     found = materials(load(repo), repo)
-    ca = image._Ca(b"x", "d1")
-    key = image._key(found, ca, "sha256:1", "/r")
-    assert key == image._key(found, ca, "sha256:1", "/r")
+    layer = image.layer_digest()
+    key = image_key(found.build_hash, layer, "d1", "sha256:1", "/r")
+    assert key == image_key(found.build_hash, layer, "d1", "sha256:1", "/r")
     assert (
         len(
             {
                 key,
-                image._key(found, image._Ca(b"y", "d2"), "sha256:1", "/r"),
-                image._key(found, ca, "sha256:2", "/r"),
-                image._key(found, ca, "sha256:1", "/other"),
-                image._key(found, None, "sha256:1", "/r"),
+                image_key(found.build_hash, layer, "d2", "sha256:1", "/r"),
+                image_key(found.build_hash, layer, "d1", "sha256:2", "/r"),
+                image_key(found.build_hash, layer, "d1", "sha256:1", "/other"),
+                image_key(found.build_hash, layer, "", "sha256:1", "/r"),
+                image_key(found.build_hash, layer, "d1", "sha256:1", "https://git.example.com/r.git"),
             }
         )
-        == 5
+        == 6
     )
     assert len(image.layer_digest()) == 64
