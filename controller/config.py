@@ -287,8 +287,9 @@ class Settings(BaseSettings):
         ge=3600,
         validation_alias=AliasChoices("CUBICLE_GIT_MIRROR_IDLE", "git_mirror_idle_s"),
         description="How long a git remote's mirror stays in the data dir once no session has used it and no "
-        "session's commit is pinned in it (14 days; a duration such as 14d); past it `cubicle gc` removes it, and the next session on its URL "
-        "fetches it whole again. A mirror that stays is repacked and pruned by `cubicle gc`.",
+        "session's commit is pinned in it (14 days; a duration such as 14d); past it `cubicle gc` removes it, and "
+        "the next session on its URL fetches it whole again. A mirror that stays is repacked and pruned by `cubicle "
+        "gc`.",
     )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     database_url: SecretStr | None = Field(
