@@ -90,6 +90,7 @@ def test_a_remote_session_shows_its_url_and_offers_its_patch_and_a_push_instead_
         open_session(driver, viewer, record.id, "/changes")
         assert one(driver, "session-repo").text == f"{server.url(NAME)} @ {commit[:12]}"
         wait(lambda: one(driver, "patch").is_displayed() or None, "the patch button")
+        wait(lambda: one(driver, "changes-summary").text.endswith("to patch and push") or None, "the summary")
         assert not one(driver, "apply").is_displayed() and not one(driver, "apply-selected").is_displayed()
         assert not one(driver, "revert").is_displayed() and not find(driver, "change-select")
         one(driver, "patch").click()

@@ -187,7 +187,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     shown = key;
     const listed = changes.filter((c) => c.disposition === "apply").length;
     summary.textContent = changes.length
-      ? `${changes.length} path(s), ${listed} to apply`
+      ? `${changes.length} path(s), ${listed} to ${remote ? "patch and push" : "apply"}`
       : "no changes";
     // Past the session's names limit the listing stops, and the layer can only be rewound or discarded.
     const limit = Number(truncatedAt);
@@ -282,7 +282,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     patchBtn.hidden = !remote;
     push.setShown(remote);
     if (remote) buildAck.hidden = true;
-    draw();
+    shown = null; // the summary and the tick boxes are drawn anew for what a session on a remote offers
+    refresh();
   }
 
   return { refresh, setRunning, setRemote };
