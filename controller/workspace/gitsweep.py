@@ -91,9 +91,19 @@ def sweep_trees(trees: Path, used: set[str], settled_s: float) -> list[str]:
     done = []
     for tree in _entries(trees):
         if tree.is_dir() and not tree.is_symlink() and str(tree) not in used and _older(tree, settled_s):
-            shutil.rmtree(tree, ignore_errors=True)
-            done.append(f"removed the tree of commit {tree.name[:12]}, which no session uses")
+            what = f"the tree of commit {tree.name[:12]}, which no session uses"
+            done.append(_removed(tree, what))
     return done
+
+
+def _removed(path: Path, what: str) -> str:
+    """Remove ``path`` (a directory, not followed if a link; anything else unlinked), and say whether it went."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)  # another sweep may be removing it too
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return f"could not remove {what}" if os.path.lexists(path) else f"removed {what}"
 
 
 def _older(path: Path, age_s: float) -> bool:
@@ -210,12 +220,6 @@ def sweep_leftovers(spare: Path, leftover_s: float) -> list[str]:
     followed."""
     done = []
     for entry in _entries(spare):
-        if not _older(entry, leftover_s):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                entry.unlink()
-        done.append(f"removed {entry.name[:80]!r} from the git directory's scratch space, left by unfinished work")
+        if _older(entry, leftover_s):
+            done.append(_removed(entry, f"{entry.name[:80]!r} from git/tmp, left by unfinished work"))
     return done
