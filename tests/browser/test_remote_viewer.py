@@ -74,8 +74,8 @@ def test_a_remote_session_shows_its_url_and_offers_its_patch_and_a_push_instead_
     )
     with Client(viewer.url, TOKEN) as client:
         record = client.create(RemoteRepo(url=server.url(NAME)), "note", model=model)
+        record = client.wait(record.id)  # made at once; its commit is known once the fetch is done
         assert record.source is not None
-        client.wait(record.id)
         expected = client.patch(record.id)
     commit = record.source.commit
     sign_in(driver, viewer)
@@ -166,7 +166,8 @@ def _push_from_the_page(
 
     tick.click()
     wait(lambda: "1 held-back path" in one(driver, "push-forced").text or None, "the ticked path counted")
-    _push(driver, message="With the workflow", lease=True)
+    _push(driver, message="With the workflow", lease=True)  # the lease names the page's last push there
+    assert one(driver, "push-expected").text == f"only if it still names {first[:12]}, this page's last push"
     done = _outcome(driver, "done")
     assert "(replaced)" in one(done, "push-done").text and one(done, "push-result-commit").text != first
     assert one(driver, "view").find_elements(By.CSS_SELECTOR, "img, script, iframe") == []  # its text stayed text

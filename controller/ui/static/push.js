@@ -1,5 +1,6 @@
 // Pushing a remote session's changes to its remote as a new branch (POST …/push): the branch (under the server's
-// prefix), an optional message, the lease, and the held-back paths ticked in the change list. The answer (the
+// prefix), an optional message, the lease (naming the commit this page last pushed to the branch, when it did),
+// and the held-back paths ticked in the change list. The answer (the
 // branch, the commit, what was left out) and each refusal are shown as text: all of it is the remote's or the
 // session's words.
 import { get, post, sessionPath, ApiError } from "./api.js";
@@ -21,14 +22,17 @@ export function mountPush(id, forced, onPushed) {
     placeholder: "Commit message (default: the task's first line)" });
   const lease = el("input", { type: "checkbox", name: "force_with_lease", testid: "push-lease" });
   const ticked = el("span", { class: "muted small", testid: "push-forced" }, "");
+  const expecting = el("span", { class: "muted small", testid: "push-expected" }, "");
   const button = el("button", { type: "submit", testid: "push" }, "Push branch");
   const outcome = el("div", { class: "push-outcome", testid: "push-outcome", hidden: true });
   const box = el("form", { class: "push-form", testid: "push-form", hidden: true },
     el("label", { class: "push-field" }, "Branch ", branch),
     el("label", { class: "push-field" }, "Message ", message),
     el("div", { class: "actions" }, button,
-      el("label", { class: "toggle" }, lease, " Replace the branch if it exists (force with lease)"), ticked),
+      el("label", { class: "toggle" }, lease, " Replace the branch if it exists (force with lease)"), expecting,
+      ticked),
     outcome);
+  const pushed = new Map(); // branch → the commit this page last pushed there: the lease's expected commit
   let running = false;
   let pushing = false;
   let prefilled = false;
@@ -37,7 +41,17 @@ export function mountPush(id, forced, onPushed) {
     button.disabled = running || pushing;
     const paths = forced();
     setText(ticked, paths.length ? `also pushes ${paths.length} held-back path(s) ticked below` : "");
+    const expected = expectedFor(branch.value.trim());
+    setText(expecting, expected ? `only if it still names ${expected.slice(0, 12)}, this page's last push` : "");
   }
+
+  /** With the lease, the commit this page last pushed to ``name`` (the remote replaces the branch only if it
+   *  still names it, so a push someone made after ours is never lost); none otherwise. */
+  function expectedFor(name) {
+    return lease.checked ? pushed.get(name) : undefined;
+  }
+  lease.addEventListener("change", update);
+  branch.addEventListener("input", update);
 
   /** The branch field starts as the server's prefix and the session's id (once; what the user typed stays). */
   async function prefill() {
@@ -56,6 +70,7 @@ export function mountPush(id, forced, onPushed) {
     update();
     const body = { branch: branch.value.trim(), force: forced(), force_with_lease: lease.checked };
     if (message.value.trim()) body.message = message.value;
+    if (expectedFor(body.branch)) body.expected = expectedFor(body.branch);
     show(el("p", { class: "muted" }, `Pushing ${body.branch}…`), "pending");
     try {
       shown(await post(`${sessionPath(id)}/push`, body));
@@ -76,6 +91,7 @@ export function mountPush(id, forced, onPushed) {
   }
 
   function shown(result) {
+    pushed.set(result.branch, result.commit);
     const left = Array.isArray(result.left) ? result.left : [];
     show(el("div", { class: "notice" },
       el("p", { testid: "push-done" }, "Pushed ", el("span", { class: "mono", testid: "push-result-branch" },
