@@ -1,8 +1,7 @@
 // Pushing a remote session's changes to its remote as a new branch (POST …/push): the branch (under the server's
 // prefix), an optional message, the lease (naming the commit this page last pushed to the branch, when it did),
-// and the held-back paths ticked in the change list. The answer (the
-// branch, the commit, what was left out) and each refusal are shown as text: all of it is the remote's or the
-// session's words.
+// and the held-back paths ticked in the change list. The answer (the branch, the commit, what was left out) and
+// each refusal are shown as text: all of it is the remote's or the session's words.
 import { get, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 
