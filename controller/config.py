@@ -282,6 +282,15 @@ class Settings(BaseSettings):
         description="Seconds one fetch from a git remote may take in all before it is stopped (nothing it wrote is "
         "kept).",
     )
+    git_mirror_idle_s: float = Field(
+        14 * 86400,
+        ge=3600,
+        validation_alias=AliasChoices("CUBICLE_GIT_MIRROR_IDLE", "git_mirror_idle_s"),
+        description="How long a git remote's mirror stays in the data dir once no session has used it and no "
+        "session's commit is pinned in it (14 days; a duration such as 14d); past it `cubicle gc` removes it, and "
+        "the next session on its URL fetches it whole again. A mirror that stays is repacked and pruned by `cubicle "
+        "gc`.",
+    )
     data_dir: Path = Field(Path.home() / ".local" / "share" / "cubicle", description="SQLite database and state.")
     database_url: SecretStr | None = Field(
         None,
@@ -435,10 +444,10 @@ class Settings(BaseSettings):
             raise ValueError(f"{value[0]}:{value[1]}: uid and gid are from 1 to 4294967294 (never root's 0)")
         return value
 
-    @field_validator("retention_s", mode="before")
+    @field_validator("retention_s", "git_mirror_idle_s", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
-        """CUBICLE_RETENTION is written as a duration (``30d``); a number is seconds."""
+        """CUBICLE_RETENTION and CUBICLE_GIT_MIRROR_IDLE are written as durations (``30d``); a number is seconds."""
         if isinstance(value, str) and value.strip() and not value.strip().replace(".", "", 1).isdigit():
             return duration_s(value)
         return value

@@ -114,8 +114,9 @@ class GcOptions:
 
 @app.command(
     help="Remove sandbox containers, volumes and networks whose controller process is gone, the layers of purged "
-    "sessions, the setup trees no session's layer sits on, the git remotes' trees no session works on (and the "
-    "commits purged sessions kept pinned), and environment images no container uses (the newest of each "
+    "sessions, the setup trees no session's layer sits on, the git remotes' trees no session works on, the "
+    "commits purged sessions kept pinned, mirrors no session used for CUBICLE_GIT_MIRROR_IDLE (the rest are "
+    "compacted), what unfinished git work left, and environment images no container uses (the newest of each "
     "repository stays); with --older-than, old ended sessions too."
 )
 @options.command(GcOptions)
@@ -147,7 +148,8 @@ def gc(o: GcOptions) -> None:
 
 
 def _sweep_disk(settings: Settings, backend: Backend) -> None:
-    """Remove the layers of purged sessions and the setup trees no session's layer sits on."""
+    """Remove the layers of purged sessions, the setup trees no session's layer sits on, and what the git directory
+    need not keep (``origins.sweep``)."""
     from ..environment.setups import Setups
     from ..server import origins
     from ..server.store import open_store
@@ -159,7 +161,7 @@ def _sweep_disk(settings: Settings, backend: Backend) -> None:
         layers = Workspaces(settings.data_dir, clear, backend.disks()).sweep(
             lambda session_id: store.get(session_id) is not None
         )
-        trees = origins.sweep(settings.data_dir, store.repos(), lambda session_id: store.get(session_id) is not None)
+        trees = origins.sweep(settings, store.repos(), lambda session_id: store.get(session_id) is not None)
     finally:
         store.close()
     for line in trees:

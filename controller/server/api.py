@@ -171,10 +171,12 @@ async def list_sessions(
 
 @router.get("/repos", response_model=RepoList)
 async def list_repos(settings: SettingsDep) -> RepoList:
-    """Repositories a session may be started on, as a form offers them; any path under the roots is accepted."""
+    """Repositories a session may be started on, as a form offers them (any path under the roots is accepted),
+    and the prefix of the branches a session on a git remote may push."""
     found = await asyncio.to_thread(repos.listed, settings.repo_roots, settings.protected_paths)
     default = repos.preselected(found, settings.repo_roots, repos.own_checkout())
-    return RepoList(roots=[str(root) for root in settings.repo_roots], repos=found, default=default)
+    roots = [str(root) for root in settings.repo_roots]
+    return RepoList(roots=roots, repos=found, default=default, branch_prefix=settings.git_branch_prefix)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionRecord)

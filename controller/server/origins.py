@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +31,7 @@ from ..wire.changeset import Change, Disposition
 from ..wire.envspec import Environment
 from ..wire.gitremote import Admitted, admit, parse_remote
 from ..wire.sessionrecord import Source
-from ..workspace import gitmirror, gitpush, gittree
+from ..workspace import gitmirror, gitpush, gitsweep, gittree
 from ..workspace.gitpatch import printed
 from ..workspace.manager import Workspaces
 
@@ -199,33 +198,18 @@ def _left(built: gitpush.Built) -> list[str]:
     return lines
 
 
-def sweep(data_dir: Path, used: set[str], exists: Callable[[str], bool]) -> list[str]:
-    """``cubicle gc``'s share: the trees no session's ``repo`` (``used``) is, and the mirrors' pins of sessions that
-    no longer exist (``exists``); what was removed, as lines to print. The mirrors themselves stay: they are the
-    cache a next session on the URL fetches into."""
-    removed = []
-    trees = data_dir / "git" / "trees"
-    for tree in sorted(trees.iterdir()) if trees.is_dir() else ():
-        if tree.is_dir() and not tree.is_symlink() and str(tree) not in used and _settled(tree):
-            shutil.rmtree(tree)
-            removed.append(f"removed the tree of commit {tree.name[:12]}, which no session uses")
-    mirrors = data_dir / "git" / "mirrors"
-    for mirror in sorted(mirrors.iterdir()) if mirrors.is_dir() else ():
-        if mirror.is_dir():
-            for session_id in gitmirror.pins(mirror):
-                if not exists(session_id):
-                    gitmirror.unpin(mirror, session_id)
-                    removed.append(f"unpinned the commit of purged session {session_id}")
-    return removed
+def sweep(settings: Settings, used: set[str], exists: Callable[[str], bool]) -> list[str]:
+    """``cubicle gc``'s share: the git directory swept (``workspace.gitsweep``) with the
+    server's bounds. ``used`` are the sessions' ``repo`` paths, ``exists`` says whether a session is recorded; what
+    was removed, as lines to print."""
+    return gitsweep.sweep(settings.data_dir, used, exists, sweep_options(settings))
 
 
-SETTLED_S = 3600.0
-"""A tree younger than this is kept even when no session names it yet: a session being made on it now may not
-have written its record."""
-
-
-def _settled(tree: Path) -> bool:
-    return time.time() - tree.stat().st_mtime > SETTLED_S
+def sweep_options(settings: Settings) -> gitsweep.SweepOptions:
+    """A mirror goes after ``CUBICLE_GIT_MIRROR_IDLE``; scratch work is left alone for twice the longest a fetch may
+    run (``CUBICLE_GIT_TIMEOUT_S``), and never less than three hours."""
+    leftover_s = max(gitsweep.LEFTOVER_S, 2 * settings.git_timeout_s)
+    return gitsweep.SweepOptions(idle_s=settings.git_mirror_idle_s, leftover_s=leftover_s)
 
 
 def refuse_remote_build(environment: Environment, source: Source, allowed: bool) -> None:

@@ -278,3 +278,8 @@ class RepoList(BaseModel):
         description="The one to offer first: under the first root that has one, and not Cubicle's own source "
         "checkout (when the server runs from one); none when there is no other.",
     )
+    branch_prefix: str = Field(
+        "cubicle/",
+        description="What the name of a branch pushed from a session on a git remote must start with "
+        "(CUBICLE_GIT_BRANCH_PREFIX), for a form to offer it.",
+    )

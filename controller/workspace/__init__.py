@@ -32,6 +32,7 @@ Modules, each one concern::
     gitmirror    a bare mirror per remote URL (flocked, bounded, address pinned), refs resolved, sessions' pins
     gittree      a commit's files as stored (no filter, hook or submodule) in a shared tree with a .git of its own
     gitpush      a session's changes as one commit on its base (the patch's selection), pushed as a new branch
+    gitsweep     what `cubicle gc` removes from the git directory: unused trees and mirrors, leftovers; compaction
     manager      the layers of one data directory: pinned, reviewed, applied, rewound, discarded
 
 Typical life of a session::

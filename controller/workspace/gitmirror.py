@@ -7,6 +7,9 @@ Layout under the data directory::
     git/mirrors/<key>/          a bare repository per URL (``key``: a hash of the normalised URL)
     git/mirrors/<key>.lock      its flock: one fetch of a URL at a time, across processes
     git/tmp/                    where a first fetch is made before it is renamed into place
+    git/trees/<commit>/         a commit's files (``gittree``)
+
+``gitsweep`` keeps all of it bounded (``cubicle gc``).
 
 Why each part is as it is:
 
@@ -20,7 +23,9 @@ Why each part is as it is:
 * **Only branches and tags are fetched** (and the remote's HEAD, as ``refs/cubicle/head``), pruned as the remote
   deletes them; the sessions' pins (``refs/cubicle/sessions/<id>``, ``pin``) lie outside what a fetch writes or
   prunes, so a force-push upstream never takes a session's base commit away. No gc runs automatically
-  (``gitrun.HARDENING``); one added later must take the mirror's lock and keep the pins.
+  (``gitrun.HARDENING``); ``gitsweep`` compacts a mirror under its lock and keeps what its refs reach.
+* **A resolved commit is held** (``hold``: a ref ``refs/cubicle/held/<time>-<id>``, for ``HOLD_S``) from the
+  moment it is resolved under the lock, so a compaction between the fetch and the session's pin cannot drop it.
 * **Bounded**: a connection is tried first, within ``connect_timeout_s`` (git 2.39 has no connect timeout of
   its own), so an unreachable host is a prompt, clear error; the fetch is then killed past ``timeout_s``, or as
   soon as what it wrote under the mirror passes ``max_bytes`` (the directory is measured while it runs; each
@@ -60,8 +65,14 @@ REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
 HEAD_REF = "refs/cubicle/head"
 HEAD_SPEC = f"+HEAD:{HEAD_REF}"
 PINS = "refs/cubicle/sessions/"
+HELD = "refs/cubicle/held/"
+HOLD_S = 3600.0
+"""How long a commit ``mirror`` resolved is held in the mirror by a ref of its own (``hold``): long enough for the
+session it was resolved for to write its checkout, its record and its pin."""
 STAMP = "cubicle-fetched"
 """A file in the mirror: when its last successful fetch began (seconds since the epoch)."""
+USED = "cubicle-used"
+"""A file in the mirror: when a session last resolved a ref in it (seconds since the epoch)."""
 WATCH_S = 0.1
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
 _SHORT_ID = re.compile(r"[0-9a-f]{4,39}")
@@ -163,20 +174,53 @@ def check_ref(ref: str | None) -> None:
 def locked(path: Path, timeout: float, stop: threading.Event | None = None) -> Iterator[None]:
     """Hold the flock at ``path`` (waiting at most ``timeout``, or until ``stop`` is set); the kernel releases it
     if this process dies."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        if not flock_within(fd, timeout, WATCH_S, stop):
+    with if_free(path, timeout, stop) as held:
+        if not held:
             if stop is not None and stop.is_set():
                 raise GitError("The fetch was stopped while it waited for another fetch of the same URL.")
             raise GitError(f"Another fetch held {path.name} for more than {timeout:g} s.")
         yield
-    finally:
-        os.close(fd)
+
+
+@contextlib.contextmanager
+def if_free(path: Path, patience_s: float = 0.0, stop: threading.Event | None = None) -> Iterator[bool]:
+    """Hold the flock at ``path`` if it is free within ``patience_s`` (and before ``stop`` is set); whether it is
+    held.
+
+    The lock is held on the file that is at ``path`` once the flock is taken: ``gitsweep`` unlinks the lock file
+    of a mirror it removes while it holds it, and a process that opened the old file meanwhile gets the flock of
+    a file nobody else will open again, so it opens ``path`` anew."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if not flock_within(fd, max(0.0, deadline - time.monotonic()), WATCH_S, stop):
+                yield False
+                return
+            if _same_file(fd, path):
+                yield True
+                return
+        finally:
+            os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 def path_of(data_dir: Path, url: str) -> Path:
     """Where the mirror of ``url`` is, made or not; its lock is beside it (``.lock``)."""
     return data_dir / "git" / "mirrors" / key(normalise(url))
+
+
+def lock_of(path: Path) -> Path:
+    """The lock file of the mirror at ``path``."""
+    return path.with_name(f"{path.name}.lock")
 
 
 def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOptions | None = None) -> RemoteMirror:
@@ -193,14 +237,16 @@ def mirror(data_dir: Path, url: str, ref: str | None = None, options: MirrorOpti
     path, asked = path_of(data_dir, url), time.time()
     path.parent.mkdir(parents=True, exist_ok=True)
     git = remote_git(data_dir, url, options)
-    with locked(path.with_name(f"{path.name}.lock"), options.timeout_s, options.stop):
+    with locked(lock_of(path), options.timeout_s, options.stop):
         if not path.is_dir():
-            received = _first_fetch(git, data_dir, path, url, options)
-            return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
-        if _current(git, path, ref, asked - options.fresh_s):
-            return RemoteMirror(path, url, resolve_ref(git, path, ref), False, 0)
-        received = fetch(git, path, url, options)
-        return RemoteMirror(path, url, resolve_ref(git, path, ref), True, received)
+            fetched, received = True, _first_fetch(git, data_dir, path, url, options)
+        elif _current(git, path, ref, asked - options.fresh_s):
+            fetched, received = False, 0
+        else:
+            fetched, received = True, fetch(git, path, url, options)
+        commit = resolve_ref(git, path, ref)
+        hold(git, path, commit)
+        return RemoteMirror(path, url, commit, fetched, received)
 
 
 def _current(git: Git, path: Path, ref: str | None, since: float) -> bool:
@@ -380,6 +426,43 @@ def resolve_ref(git: Git, path: Path, ref: str | None) -> str:
         what = "The remote's HEAD names no commit" if ref is None else f"No branch, tag or commit {ref!r}"
         raise GitRefError(f"{what} in the mirror (fetched just now, or at most a few seconds ago).")
     return found
+
+
+def hold(git: Git, path: Path, commit: str) -> None:
+    """Keep ``commit`` in the mirror for ``HOLD_S`` by a ref named for the time (``refs/cubicle/held/<time>-<id>``),
+    drop the holds older than that, and note the mirror used now. Called under the mirror's lock, as the commit is
+    resolved: from then until the session pins it, no compaction (``gitsweep``) may drop it, even when a later
+    fetch prunes the branch it was on."""
+    now = time.time()
+    drop(git, path, [name for name, at in holds(git, path) if now - at > HOLD_S])
+    git.run(["update-ref", "--no-deref", f"{HELD}{int(now)}-{commit}", commit], path)
+    (path / USED).write_text(f"{now}\n")
+
+
+def holds(git: Git, path: Path) -> list[tuple[str, float]]:
+    """The mirror's holds: each ref's name and when it was made."""
+    listed = git.run(["for-each-ref", "--format=%(refname)", HELD], path).decode().splitlines()
+    found = []
+    for name in listed:
+        made, _, _commit = name[len(HELD) :].partition("-")
+        found.append((name, float(made) if made.isdigit() else 0.0))
+    return found
+
+
+def drop(git: Git, path: Path, names: list[str]) -> None:
+    """Delete the refs ``names`` of the mirror at ``path`` in one transaction (nothing when there are none)."""
+    if names:
+        git.run(["update-ref", "--no-deref", "--stdin"], path, stdin="".join(f"delete {n}\n" for n in names).encode())
+
+
+def last_used(path: Path) -> float:
+    """When the mirror at ``path`` was last used: a ref resolved in it, a fetch begun, or (for a mirror that has
+    neither stamp) the time its directory last changed."""
+    times = []
+    for stamp in (USED, STAMP):
+        with contextlib.suppress(OSError, ValueError):
+            times.append(float((path / stamp).read_text()))
+    return max(times) if times else path.stat().st_mtime
 
 
 def _mirror_git(path: Path) -> Git:

@@ -491,7 +491,7 @@ def _expected(
 
 def _fetched(git: Git, data_dir: Path, mirror: Path, url: str, ref: str, options: MirrorOptions) -> str:
     """What the remote's branch holds, as a fetch into the mirror (under its lock) finds it; empty when none."""
-    with gitmirror.locked(mirror.with_name(f"{mirror.name}.lock"), options.timeout_s):
+    with gitmirror.locked(gitmirror.lock_of(mirror), options.timeout_s):
         gitmirror.fetch(git, mirror, url, options)
         try:
             return git.run(["rev-parse", "--quiet", "--verify", "--end-of-options", ref], mirror).decode().strip()

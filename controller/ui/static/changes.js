@@ -1,10 +1,12 @@
 // A session's changes: the files with their dispositions and diffs (highlighted, unified or side by side, with
 // a list of files to jump to), and the actions on them (apply all or the files ticked, revert, discard, rewind
-// to a checkpoint, review comments on lines). A refused apply shows its conflicts.
+// to a checkpoint, review comments on lines). A refused apply shows its conflicts. A session on a git remote
+// offers its patch and a push (push.js) instead of apply and revert.
 import { get, getText, getWithHeaders, post, sessionPath, ApiError } from "./api.js";
 import { el, replace, setText } from "./dom.js";
 import { highlightRows, onLineClick, parseDiff, sideBySideView, unifiedView } from "./diff.js";
 import { budget } from "./highlight.js";
+import { mountPush } from "./push.js";
 import { mountReview } from "./review.js";
 
 const DISPOSITIONS = new Set(["apply", "ignored", "discarded", "unsafe", "environment", "trusted", "build_input"]);
@@ -39,6 +41,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   const review = mountReview(id, onChanged, (comments) => stillShown(comments));
   const selected = new Set(); // the ids of the changes ticked for "Apply selected": an id means one change,
   // whatever its name prints as (two names may print alike to the eye; the server refuses a name that reads as two)
+  const forced = new Set(); // the held-back paths ticked to push too: the API takes them by their exact names
+  const push = mountPush(id, () => [...forced], () => { refresh(); onChanged(); });
   let running = false;
   let remote = false; // the session works on a git remote's tree: nothing is applied
   let changes = []; // the listing last loaded
@@ -52,7 +56,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     el("div", { class: "actions" }, applyBtn, applySelectedBtn, revertBtn, patchBtn, discardBtn,
       el("label", { class: "toggle" }, sideBySide, " side by side"),
       el("span", { class: "rewind" }, el("label", {}, "to turn ", turn), rewindBtn)),
-    buildAck, message, appliedList, conflicts, review.box, review.message, files, list);
+    push.box, buildAck, message, appliedList, conflicts, review.box, review.message, files, list);
 
   function say(text, isError = false) {
     setText(message, text);
@@ -183,7 +187,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     shown = key;
     const listed = changes.filter((c) => c.disposition === "apply").length;
     summary.textContent = changes.length
-      ? `${changes.length} path(s), ${listed} to apply`
+      ? `${changes.length} path(s), ${listed} to ${remote ? "patch and push" : "apply"}`
       : "no changes";
     // Past the session's names limit the listing stops, and the layer can only be rewound or discarded.
     const limit = Number(truncatedAt);
@@ -205,6 +209,9 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     if (!building) buildBox.checked = false;
     const present = new Set(changes.filter((c) => c.disposition === "apply").map((c) => c.id));
     for (const key of [...selected]) if (!present.has(key)) selected.delete(key);
+    const held = new Set(changes.filter((c) => c.disposition === "trusted" && c.type !== "dir").map((c) => c.path));
+    for (const path of [...forced]) if (!held.has(path)) forced.delete(path);
+    push.update();
     draw();
     replace(turn, ...checkpoints.map((c) => el("option", { value: String(c.turn) }, `${c.turn}`)));
     updateButtons();
@@ -231,6 +238,7 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
   function setRunning(value) {
     running = value;
     review.setRunning(value);
+    push.setRunning(value);
     updateButtons();
   }
 
@@ -244,7 +252,8 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
       rows: drawnRows,
       spend,
       selected: remote ? null : selected,
-      onSelect: updateButtons,
+      forced: remote ? forced : null,
+      onSelect: () => { updateButtons(); push.update(); },
       comment: (path, line, side, after) => {
         const change = changes.find((c) => c.path === path); // printed names are unique: this is the one shown
         const form = review.form(path, line, side, () => null, spelled(changes).get(path), change && change.id);
@@ -264,14 +273,17 @@ export function mountChanges(box, id, onChanged, unreverted = () => 0) {
     files.hidden = changes.length < 2;
   }
 
-  /** A session on a git remote: the apply and revert buttons give way to the patch (the server refuses them). */
+  /** A session on a git remote: the apply and revert buttons give way to the patch and the push (the server
+   *  refuses them). */
   function setRemote(isRemote) {
     if (remote === isRemote) return; // set at each refresh of the record: the list is drawn again only on a change
     remote = isRemote;
     for (const b of [applyBtn, applySelectedBtn, revertBtn]) b.hidden = remote;
     patchBtn.hidden = !remote;
+    push.setShown(remote);
     if (remote) buildAck.hidden = true;
-    draw();
+    shown = null; // the summary and the tick boxes are drawn anew for what a session on a remote offers
+    refresh();
   }
 
   return { refresh, setRunning, setRemote };
@@ -349,15 +361,24 @@ function countLines(diff) {
   return { added, removed };
 }
 
-/** A path's tick box for "Apply selected": only for what a plain apply writes (disposition apply). */
-function selectBox(c, { selected, onSelect }) {
+/** A path's tick box: for "Apply selected" on what a plain apply writes (disposition apply); on a remote
+ *  session, for pushing a held-back file too (disposition trusted: the push's force names it; a directory is no
+ *  git entry, so a push leaves it out whatever is forced). */
+function selectBox(c, { selected, forced, onSelect }) {
+  if (forced && c.disposition === "trusted" && c.type !== "dir") {
+    return tickBox(forced, c.path, "change-force", "Push this held-back path too", onSelect);
+  }
   if (c.disposition !== "apply" || !selected) return null; // none on a remote session: nothing is applied there
-  const box = el("input", { type: "checkbox", class: "select", testid: "change-select", checked: selected.has(c.id),
-    title: "Apply this path with “Apply selected”" });
+  const box = tickBox(selected, c.id, "change-select", "Apply this path with “Apply selected”", onSelect);
   box.dataset.changeId = c.id;
+  return box;
+}
+
+function tickBox(ticked, key, testid, title, onSelect) {
+  const box = el("input", { type: "checkbox", class: "select", testid, checked: ticked.has(key), title });
   box.addEventListener("change", () => {
-    if (box.checked) selected.add(c.id);
-    else selected.delete(c.id);
+    if (box.checked) ticked.add(key);
+    else ticked.delete(key);
     onSelect();
   });
   return box;

@@ -162,6 +162,7 @@ def test_repos_lists_checkouts_under_the_roots(open_client: TestClient, roots: P
     listed = open_client.get("/v1/repos").json()
     assert listed["roots"] == [str(roots)]
     assert listed["repos"] == [str(roots / "app"), str(roots / "group" / "lib")]
+    assert listed["branch_prefix"] == "cubicle/"  # the push form's start (CUBICLE_GIT_BRANCH_PREFIX)
 
 
 def test_the_cookie_is_worth_nothing_without_its_page_key(client: TestClient) -> None:
