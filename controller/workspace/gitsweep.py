@@ -87,10 +87,13 @@ def _entries(directory: Path) -> list[Path]:
 
 
 def sweep_trees(trees: Path, used: set[str], settled_s: float) -> list[str]:
-    """Remove the trees no session's ``repo`` names, once ``settled_s`` old."""
+    """Remove the trees no session's ``repo`` names, once ``settled_s`` old. A tree is judged by its name (its
+    commit), not by the spelling of its path: a gc run with another spelling of the data directory (a symlink, a
+    relative path) than the server's must still see the trees its sessions sit on (at worst a tree is kept)."""
+    names = {Path(repo).name for repo in used}
     done = []
     for tree in _entries(trees):
-        if tree.is_dir() and not tree.is_symlink() and str(tree) not in used and _older(tree, settled_s):
+        if tree.is_dir() and not tree.is_symlink() and tree.name not in names and _older(tree, settled_s):
             what = f"the tree of commit {tree.name[:12]}, which no session uses"
             done.append(_removed(tree, what))
     return done
