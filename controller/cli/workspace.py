@@ -361,7 +361,7 @@ def push(
 
     lease = force_with_lease or expect is not None
     asked = PushRequest(branch=branch, message=message, force=force or [], force_with_lease=lease, expected=expect)
-    result = _review(lambda s: s.push(session_id, asked), server)
+    result = _review(lambda s: s.push(session_id, asked, typed=True), server)
     out = terminal.console()
     out.print(
         Text.assemble(

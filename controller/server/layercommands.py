@@ -98,9 +98,10 @@ class LayerCommands:
             )
         return result
 
-    async def push(self, session_id: str, asked: PushRequest) -> PushResult:
-        """Push the changes of a session on a git remote to a new branch there (``Origins.push``); the layer is
-        kept, and the push may be made again (to another branch, or with the lease)."""
+    async def push(self, session_id: str, asked: PushRequest, typed: bool = False) -> PushResult:
+        """Push the changes of a session on a git remote to a new branch there (``Origins.push``; ``typed``: the
+        CLI's own user asks, so any remote is admitted); the layer is kept, and the push may be made again (to
+        another branch, or with the lease)."""
         record = self.get(session_id)
         if record.source is None:
             raise InvalidRequestError(
@@ -108,7 +109,7 @@ class LayerCommands:
                 hint=f"Apply them (cubicle apply {session_id}), then commit and push from the checkout.",
             )
         async with self._quiesced(session_id, "push when the turn has ended"):
-            return await self.origins.push(self.workspaces, session_id, record.source, record.task, asked)
+            return await self.origins.push(self.workspaces, session_id, record.source, record.task, asked, typed)
 
     async def rewind(self, session_id: str, turn: int) -> Row:
         """Return the layer to checkpoint ``turn``; the transcript tells the model, the checkout is untouched."""

@@ -126,14 +126,22 @@ class Origins:
         )
 
     async def push(
-        self, workspaces: Workspaces, session_id: str, source: Source, task: str, asked: PushRequest
+        self,
+        workspaces: Workspaces,
+        session_id: str,
+        source: Source,
+        task: str,
+        asked: PushRequest,
+        typed: bool = False,
     ) -> PushResult:
-        """The session's changes as one commit on its commit, pushed to ``asked.branch`` at its remote. The URL's
-        addresses are looked up again (a name may have moved since the session began): any special one is refused
-        unless ``CUBICLE_GIT_REMOTES`` names the host, and the push goes to the address checked."""
+        """The session's changes as one commit on its commit, pushed to ``asked.branch`` at its remote. The URL is
+        admitted again, by the rule a fetch obeys: ``CUBICLE_GIT_REMOTES`` must still match it, unless ``typed`` (the
+        CLI's own user pushes; a pattern the operator removed since the session began stops its pushes through the
+        server). Its addresses are looked up again (a name may have moved): any special one is refused unless a
+        pattern names the host, and the push goes to the address checked."""
         settings = self.settings
         remote = parse_remote(source.url)
-        admitted = await asyncio.to_thread(admit, remote, settings.git_remotes, listed_only=False)
+        admitted = await asyncio.to_thread(admit, remote, settings.git_remotes, listed_only=not typed)
         mirror = gitmirror.path_of(settings.data_dir, remote.url)
         author = (settings.git_author.name, settings.git_author.email)
         message = asked.message or _message(task, session_id)

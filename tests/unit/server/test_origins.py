@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from controller.errors import ImageNotAllowedError
-from controller.server.origins import noting_submodules, refuse_remote_build
+from controller.config import Settings
+from controller.errors import ForbiddenRepoError, ImageNotAllowedError
+from controller.server.origins import Origins, noting_submodules, refuse_remote_build
+from controller.wire.bodies import PushRequest
 from controller.wire.envspec import Environment
 from controller.wire.sessionrecord import Source
 
@@ -33,3 +37,11 @@ def test_the_submodules_a_tree_leaves_empty_are_named_in_a_warning() -> None:
     assert noted.warnings[0] == "an ignored key"
     assert "third\\x1bparty" in noted.warnings[1] and "vendor/lib18" in noted.warnings[1]
     assert "vendor/lib19" not in noted.warnings[1] and noted.warnings[1].endswith("and 6 more")
+
+
+async def test_a_push_through_the_server_is_admitted_by_its_list_as_a_fetch_is(tmp_path: Path) -> None:
+    """A pattern the operator removed since the session began stops its pushes through the server: nothing is
+    built or sent. (The CLI's own user, ``typed``, may push where it fetched.)"""
+    origins = Origins(Settings(data_dir=tmp_path, git_remotes=[]))  # type: ignore[call-arg]
+    with pytest.raises(ForbiddenRepoError, match="CUBICLE_GIT_REMOTES"):
+        await origins.push(None, "s_1", SOURCE, "task", PushRequest(branch="cubicle/x"))  # type: ignore[arg-type]
