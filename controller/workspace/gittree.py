@@ -132,9 +132,28 @@ def checkout_tree(data_dir: Path, mirror: Path, commit: str, options: TreeOption
     made now or by an earlier call. Raises GitRefError (no such commit), GitTreeError (an unsafe name),
     GitTooLargeError (past a bound) or GitError, and then leaves nothing behind."""
     options = options or TreeOptions()
-    git = Git(home(data_dir))
     if not _FULL_ID.fullmatch(commit):
         raise GitRefError(f"A checkout takes a full commit id, not {commit[:80]!r}.")
+    done = data_dir / "git" / "trees" / commit
+    known = _CHECKED.get((done, options))
+    if known is not None and done.is_dir():  # a commit's tree never changes: listed and judged once a process
+        with contextlib.suppress(OSError):  # young again, so gc's age test keeps it until its session names it
+            os.utime(done)
+        return known
+    tree = _checked_out(data_dir, mirror, commit, options, done)
+    if len(_CHECKED) >= MAX_CHECKED:
+        _CHECKED.clear()
+    _CHECKED[(done, options)] = tree
+    return tree
+
+
+MAX_CHECKED = 1024
+"""Trees a process remembers having listed and judged (their submodules and size), at most."""
+_CHECKED: dict[tuple[Path, TreeOptions], Tree] = {}
+
+
+def _checked_out(data_dir: Path, mirror: Path, commit: str, options: TreeOptions, done: Path) -> Tree:
+    git = Git(home(data_dir))
     try:
         listing = git.run(["ls-tree", "-r", "-z", "-l", "--full-tree", f"{commit}^{{tree}}"], mirror)
     except GitError:
@@ -143,10 +162,8 @@ def checkout_tree(data_dir: Path, mirror: Path, commit: str, options: TreeOption
     check_names(entries)
     size = check_size(entries, options)
     gitlinks = tuple(os.fsdecode(e.path) for e in entries if e.mode == "160000")
-    trees = data_dir / "git" / "trees"
-    done = trees / commit
     if not done.is_dir():
-        trees.mkdir(parents=True, exist_ok=True)
+        done.parent.mkdir(parents=True, exist_ok=True)
         _made(git, data_dir, mirror, commit, entries, options, done)
     else:  # found made: young again, so gc's age test keeps it until the session now being made names it
         with contextlib.suppress(OSError):
