@@ -27,11 +27,22 @@ Why each part is as it is:
 * **A resolved commit is held** (``hold``: a ref ``refs/cubicle/held/<time>-<id>``, for ``HOLD_S``) from the
   moment it is resolved under the lock, so a compaction between the fetch and the session's pin cannot drop it.
 * **Bounded**: a connection is tried first, within ``connect_timeout_s`` (git 2.39 has no connect timeout of
-  its own), so an unreachable host is a prompt, clear error; the fetch is then killed past ``timeout_s``, or as
-  soon as what it wrote under the mirror passes ``max_bytes`` (the directory is measured while it runs; each
-  fetch keeps what it receives as one pack, ``transfer.unpackLimit=1``, so a killed one leaves a ``tmp_pack``
-  that is removed). A fetch that ended past the bound between two looks is refused all the same; a first
-  fetch then leaves nothing, a later one keeps what it wrote (its refs are already updated). A stalled transfer ends after ``stall_s`` (``http.lowSpeedTime``).
+  its own), so an unreachable host is a prompt, clear error; the fetch is then killed past ``timeout_s``, as soon
+  as what it wrote under the mirror passes ``max_bytes``, or as soon as git's processes hold more than
+  ``max_bytes`` of memory (and ``MEMORY_ALLOWANCE`` for themselves). The disk is counted as it is taken
+  (``tree_size``: allocated blocks, each file and directory at least ``ENTRY_BYTES``), not by file sizes: a
+  fetched ref is a file of 41 bytes that takes a block and an inode. The memory is counted because git reads a
+  remote's whole list of refs into memory before it writes anything, so an answer that never ends would never
+  show on disk (``gitrun.process_memory``: the anonymous resident memory of the fetch and every process it
+  started, looked at every ``MEMORY_WATCH_S``). A fetch that ended past the bound between two looks is refused
+  all the same. A stalled transfer ends after ``stall_s`` (``http.lowSpeedTime``).
+* **A failed or stopped fetch keeps nothing**: a first fetch leaves no mirror; a later one has the mirror's
+  branches, tags and HEAD put back as they were and the packs it added removed (``_Before``), so it is no
+  progress a next fetch could finish cheaply: that one must take the whole answer again, within the bound. Each
+  fetch keeps what it receives as one pack (``transfer.unpackLimit=1``), which makes its objects one set of
+  files to remove.
+* **Refs packed**: after each successful fetch ``git pack-refs --all`` moves the refs into one ``packed-refs``
+  file, so a remote's many branches take a line each at rest, not a block and an inode each.
 * **The address pinned**: ``resolve=(host, port, address)`` becomes ``http.curloptResolve``, so git connects to
   the address the URL policy checked, not to whatever a second DNS answer says.
 * **Credentials** only through ``gitcreds`` (a file, never the URL: a URL with userinfo is refused); errors name
@@ -58,7 +69,7 @@ from urllib.parse import urlsplit
 from ..errors import GitAuthError, GitError, GitRefError, GitRemoteError, GitTooLargeError, RemoteURLError
 from ..wire.gitremote import parse_remote
 from . import gitcreds
-from .gitrun import Git, home
+from .gitrun import Git, home, process_memory
 from .quota import flock_within
 
 REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
@@ -74,6 +85,15 @@ STAMP = "cubicle-fetched"
 USED = "cubicle-used"
 """A file in the mirror: when a session last resolved a ref in it (seconds since the epoch)."""
 WATCH_S = 0.1
+MEMORY_WATCH_S = 0.01
+"""How often a fetch's memory is looked at (its processes started after it; all of them every ``WATCH_S``, with
+the mirror's disk): a remote on a fast link sends tens of MiB in ``WATCH_S``, and all of it is kept in memory."""
+FETCHED_REFS = ("refs/heads/", "refs/tags/", HEAD_REF)
+MEMORY_ALLOWANCE = 8 << 20
+"""Memory git's processes may hold for themselves during a fetch or a push, beyond ``max_bytes`` (their anonymous
+resident memory, ``gitrun.process_memory``; a fetch over https holds about 2 MiB before any answer)."""
+ENTRY_BYTES = 4096
+"""What each file or directory under a mirror counts for at least when a fetch is measured: a block and an inode."""
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
 _SHORT_ID = re.compile(r"[0-9a-f]{4,39}")
 _BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$")
@@ -279,19 +299,27 @@ def _first_fetch(git: Git, data_dir: Path, path: Path, url: str, options: Mirror
 
 
 def fetch(git: Git, path: Path, url: str, options: MirrorOptions) -> int:
-    """Fetch what is new of ``url`` into the mirror at ``path``; the bytes it wrote there.
+    """Fetch what is new of ``url`` into the mirror at ``path``; the bytes it wrote there (as ``tree_size`` counts).
 
-    A remote without a HEAD (an empty repository, a HEAD naming no branch) is fetched again without it."""
+    A remote without a HEAD (an empty repository, a HEAD naming no branch) is fetched again without it. A fetch
+    that fails or is stopped leaves the mirror's fetched refs and packs as they were (``_Before``); one that
+    succeeds has its refs packed into one file and the freshness stamp written."""
     reach(url, options)
     began = time.time()
+    before = _Before.of(git, path)
     try:
-        received = _watched_fetch(git, path, url, (*REFSPECS, HEAD_SPEC), options)
-    except GitError as err:
-        if "couldn't find remote ref HEAD" not in str(err):
-            raise
-        received = _watched_fetch(git, path, url, REFSPECS, options)
-        with contextlib.suppress(GitError):
+        try:
+            received = _watched_fetch(git, path, url, (*REFSPECS, HEAD_SPEC), options)
+        except GitError as err:
+            if "couldn't find remote ref HEAD" not in str(err):
+                raise
+            received = _watched_fetch(git, path, url, REFSPECS, options)
             git.run(["update-ref", "-d", HEAD_REF], path)
+    except BaseException:
+        with contextlib.suppress(GitError, OSError):  # the fetch's own error is the one to report
+            before.restore(git, path)
+        raise
+    git.run(["pack-refs", "--all"], path)
     (path / STAMP).write_text(f"{began}\n")
     return received
 
@@ -310,27 +338,32 @@ def reach(url: str, options: MirrorOptions) -> None:
 
 
 def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], options: MirrorOptions) -> int:
-    """Run the fetch, measuring the mirror while it runs; stop it past ``max_bytes`` or ``timeout_s``."""
+    """Run the fetch, measuring the mirror and the memory of git's processes while it runs; stop it past
+    ``max_bytes`` on disk, past ``max_bytes + MEMORY_ALLOWANCE`` of memory, or past ``timeout_s``."""
     before = tree_size(path)
+    memory = options.max_bytes + MEMORY_ALLOWANCE
     args = ["fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head", "--", url, *specs]
     with git.started(args, path) as run:
         deadline = time.monotonic() + options.timeout_s
-        grown = 0
+        grown = held = looks = 0
         while run.proc.poll() is None:
-            grown = tree_size(path) - before
-            if grown > options.max_bytes or time.monotonic() > deadline or _stopping(options):
+            full = looks % round(WATCH_S / MEMORY_WATCH_S) == 0
+            held = process_memory(run.proc.pid, newer=not full)
+            if full:
+                grown = tree_size(path) - before
+            if grown > options.max_bytes or held > memory or time.monotonic() > deadline or _stopping(options):
                 break
-            time.sleep(WATCH_S)
+            looks += 1
+            time.sleep(MEMORY_WATCH_S)
         code = run.proc.poll()
         said = run.stderr()
-    if code is None:
-        _drop_partial(path)
-        raise _stopped(url, grown, options)
+    if code is None:  # stopped: what it wrote by now names the cause when it is the disk (a pack being received)
+        raise _stopped(url, tree_size(path) - before, held, options)
     if code != 0:
         raise failure(git, url, said)
     grown = tree_size(path) - before
     if grown > options.max_bytes:  # it ended between two looks: refused all the same
-        raise _stopped(url, grown, options)
+        raise _stopped(url, grown, 0, options)
     return grown
 
 
@@ -338,29 +371,74 @@ def _stopping(options: MirrorOptions) -> bool:
     return options.stop is not None and options.stop.is_set()
 
 
-def _stopped(url: str, grown: int, options: MirrorOptions) -> GitError:
+def _stopped(url: str, grown: int, held: int, options: MirrorOptions) -> GitError:
     if _stopping(options):
         return GitError(f"The fetch of {url} was stopped (its session was cancelled).")
     if grown > options.max_bytes:
         return GitTooLargeError(
             f"The fetch of {url} wrote {grown:,} bytes, more than the {options.max_bytes:,} it may; it was stopped."
         )
+    if held > options.max_bytes + MEMORY_ALLOWANCE:
+        return GitTooLargeError(
+            f"The fetch of {url} held {held:,} bytes of memory, more than the {options.max_bytes:,} it may (and "
+            f"{MEMORY_ALLOWANCE:,} for git itself); it was stopped. The remote's answer (its list of refs, or an "
+            "object as it is unpacked) is that large."
+        )
     return GitRemoteError(f"The fetch of {url} took longer than {options.timeout_s:g} s; it was stopped.")
 
 
-def _drop_partial(path: Path) -> None:
-    """Remove what a killed fetch left half-written: its temporary pack and index files."""
-    for leftover in (path / "objects" / "pack").glob("tmp_*"):
-        leftover.unlink(missing_ok=True)
+@dataclass(frozen=True)
+class _Before:
+    """The mirror's fetched refs (branches, tags, the remote's HEAD) and its pack files before a fetch, to put back
+    when the fetch fails or is stopped: a stopped fetch must not count as progress toward the next one, which
+    would otherwise find the objects and refs already there and succeed having fetched almost nothing."""
+
+    refs: dict[str, str]
+    packs: frozenset[str]
+
+    @classmethod
+    def of(cls, git: Git, path: Path) -> _Before:
+        return cls(_fetched_refs(git, path), frozenset(_packs(path)))
+
+    def restore(self, git: Git, path: Path) -> None:
+        """Put the refs back in one transaction (removing the ref locks a killed fetch left: only a fetch, under
+        the mirror's lock, writes these refs), then remove the packs the fetch added."""
+        for top in (path / "refs" / "heads", path / "refs" / "tags"):
+            for lock in top.rglob("*.lock") if top.is_dir() else ():
+                lock.unlink(missing_ok=True)
+        (path / f"{HEAD_REF}.lock").unlink(missing_ok=True)
+        now = _fetched_refs(git, path)
+        commands = [f"delete {ref}\n" for ref in now if ref not in self.refs]
+        commands += [f"update {ref} {oid}\n" for ref, oid in self.refs.items() if now.get(ref) != oid]
+        if commands:
+            git.run(["update-ref", "--no-deref", "--stdin"], path, stdin="".join(commands).encode())
+        for name in _packs(path) - self.packs:
+            (path / "objects" / "pack" / name).unlink(missing_ok=True)
+
+
+def _fetched_refs(git: Git, path: Path) -> dict[str, str]:
+    """The refs a fetch writes (branches, tags, ``HEAD_REF``) and the objects they name."""
+    listed = git.run(["for-each-ref", "--format=%(objectname) %(refname)", *FETCHED_REFS], path).decode()
+    return {ref: oid for oid, _, ref in (line.partition(" ") for line in listed.splitlines()) if ref}
+
+
+def _packs(path: Path) -> set[str]:
+    """The names of the files in the mirror's pack directory (packs, their indexes, a fetch's ``tmp_`` files)."""
+    with contextlib.suppress(OSError):
+        return set(os.listdir(path / "objects" / "pack"))
+    return set()
 
 
 def tree_size(path: Path) -> int:
-    """The bytes of the regular files under ``path`` (a file vanishing meanwhile counts for nothing)."""
+    """The disk the files and directories under ``path`` take: each its allocated blocks (``st_blocks``), or its
+    size if larger, and never less than ``ENTRY_BYTES`` (a block and an inode). What vanishes meanwhile counts
+    for nothing. Not ``st_size`` alone: a fetched ref is a file of 41 bytes that takes a whole block."""
     total = 0
-    for top, _dirs, files in os.walk(path):
-        for name in files:
+    for top, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(top, name)).st_size
+                info = os.lstat(os.path.join(top, name))
+                total += max(info.st_blocks * 512, info.st_size, ENTRY_BYTES)
     return total
 
 

@@ -20,7 +20,10 @@ repository, a remote or the controller's own environment could make that git do 
   objects under a session), ``transfer.fsckObjects`` (malformed objects and ``.git``-like tree names refused
   on arrival), ``core.protectNTFS``/``core.protectHFS`` (the same names in their other spellings).
 * **Bounded runs**: each command has a timeout (its process group is killed), and what it prints is read up to
-  a limit. **Redacted errors** (``redact``): git's own words go into an error's message only after userinfo,
+  a limit. The memory a command and everything it started hold can be measured (``process_memory``) or bounded
+  (``Started.memory_bound``): git reads a remote's whole ref listing into memory before it writes anything, so
+  a watch of the disk alone never sees an answer that does not end.
+* **Redacted errors** (``redact``): git's own words go into an error's message only after userinfo,
   ``Authorization`` values, ``password=``/``token=``-like pairs and every secret the caller knows are removed,
   control characters are shown as ``?``, and only the last lines are kept.
 """
@@ -128,6 +131,42 @@ def last_words(stderr: bytes, secrets: Sequence[str] = ()) -> str:
     return redact(text, secrets)[-MESSAGE_CHARS:]
 
 
+def process_memory(pid: int, newer: bool = False) -> int:
+    """The anonymous resident memory (``RssAnon``, bytes) of process ``pid`` and of every process descended from it
+    or in its process group, read from ``/proc`` now; a process that ends meanwhile counts for nothing. Memory
+    mapped from files (git's code, the shared libraries) is not counted: it is the same whatever the remote sends.
+
+    ``newer`` looks only at processes numbered above ``pid`` (those started after it, unless the numbers wrapped
+    around meanwhile): a few reads instead of one per process of the machine, for a caller that looks often and
+    looks at all of them now and then."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (not newer or int(name) > pid):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+                child, parent, group = int(name), int(fields[1]), int(fields[2])
+                parents[child] = pid if group == pid and child != pid else parent
+    tree, frontier = {pid}, [pid]
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(_anonymous(member) for member in tree)
+
+
+def _anonymous(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop ``proc`` and everything it started (git's transport helpers): each runs in its own process group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -221,6 +260,32 @@ class Started:
             yield expired
         finally:
             timer.cancel()
+
+    @contextlib.contextmanager
+    def memory_bound(self, limit: int, every: float, all_every: int = 10) -> Iterator[threading.Event]:
+        """Kill the command's group once it and its children hold more than ``limit`` bytes of memory
+        (``process_memory``: the processes started after it every ``every`` seconds, all of them every
+        ``all_every`` looks); the event yielded says whether that happened."""
+        passed, done = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            looks = 0
+            while self.proc.poll() is None:
+                if process_memory(self.proc.pid, newer=looks % all_every != 0) > limit:
+                    passed.set()
+                    kill_group(self.proc)
+                    return
+                looks += 1
+                if done.wait(every):
+                    return
+
+        thread = threading.Thread(target=watch, daemon=True)
+        thread.start()
+        try:
+            yield passed
+        finally:
+            done.set()
+            thread.join()
 
     def feed(self, data: bytes) -> threading.Thread:
         """Write ``data`` to its stdin from a thread (so a full stdout pipe cannot deadlock us), then close it."""
