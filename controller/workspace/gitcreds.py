@@ -121,9 +121,13 @@ def answer(action: str, request_text: str, file: Path) -> str:
     return f"username={found.username}\npassword={found.password}\n"
 
 
+HELPER = str(Path(__file__).resolve())
+"""The helper's script, as git's command line for it names it."""
+
+
 def helper_config(file: Path) -> tuple[tuple[str, str], ...]:
     """The ``-c`` pairs that make git ask this helper (and only it) about ``file``'s credentials."""
-    command = shlex.join([sys.executable, "-I", "-S", str(Path(__file__).resolve()), str(file)])
+    command = shlex.join([sys.executable, "-I", "-S", HELPER, str(file)])
     return (("credential.helper", f"!{command}"), ("credential.useHttpPath", "true"))
 
 

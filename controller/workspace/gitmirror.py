@@ -89,9 +89,10 @@ MEMORY_WATCH_S = 0.01
 """How often a fetch's memory is looked at (its processes started after it; all of them every ``WATCH_S``, with
 the mirror's disk): a remote on a fast link sends tens of MiB in ``WATCH_S``, and all of it is kept in memory."""
 FETCHED_REFS = ("refs/heads/", "refs/tags/", HEAD_REF)
-MEMORY_ALLOWANCE = 8 << 20
+MEMORY_ALLOWANCE = 4 << 20
 """Memory git's processes may hold for themselves during a fetch or a push, beyond ``max_bytes`` (their anonymous
-resident memory, ``gitrun.process_memory``; a fetch over https holds about 2 MiB before any answer)."""
+resident memory, ``gitrun.process_memory``; a fetch's processes hold about 2.5 MiB of their own, its credential
+helper, ``gitcreds``, is not counted)."""
 ENTRY_BYTES = 4096
 """What each file or directory under a mirror counts for at least when a fetch is measured: a block and an inode."""
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
@@ -348,7 +349,7 @@ def _watched_fetch(git: Git, path: Path, url: str, specs: tuple[str, ...], optio
         grown = held = looks = 0
         while run.proc.poll() is None:
             full = looks % round(WATCH_S / MEMORY_WATCH_S) == 0
-            held = process_memory(run.proc.pid, newer=not full)
+            held = process_memory(run.proc.pid, not full, gitcreds.HELPER)
             if full:
                 grown = tree_size(path) - before
             if grown > options.max_bytes or held > memory or time.monotonic() > deadline or _stopping(options):

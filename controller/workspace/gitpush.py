@@ -40,6 +40,9 @@ it is:
   bounded by ``timeout_s``. A refusal is an error naming the host and the branch (``GitPushRejectedError`` with its
   reason, ``GitAuthError``, ``GitRemoteError``), with every password of the credentials file stripped; the
   session's layer is never touched, so nothing of it is lost.
+* **Bounded in memory as a fetch is**: git reads the remote's whole list of refs into memory before it sends
+  anything, so the push is killed once its processes hold more than ``max_bytes`` of memory (and
+  ``gitmirror.MEMORY_ALLOWANCE``), as the fetch it may make first is (``gitmirror.fetch``).
 """
 
 from __future__ import annotations
@@ -433,10 +436,20 @@ def push(
     expected = _expected(git, data_dir, mirror, url, ref, options, lease)
     gitmirror.reach(url, options)
     args = ["push", *PUSH_FLAGS, f"--force-with-lease={ref}:{expected}", "--", url, f"{commit}:{ref}"]
-    with git.started(args, mirror) as run, run.deadline(options.timeout_s) as expired:
+    memory = options.max_bytes + gitmirror.MEMORY_ALLOWANCE
+    with (
+        git.started(args, mirror) as run,
+        run.deadline(options.timeout_s) as expired,
+        run.memory_bound(memory, gitmirror.MEMORY_WATCH_S, uncounted=gitcreds.HELPER) as swollen,
+    ):
         out = run.read(OUTPUT_LIMIT)
         code = run.proc.wait()
         said = run.stderr()
+    if swollen.is_set():
+        raise GitTooLargeError(
+            f"The push of {branch} to {_host(url)} held more than {memory:,} bytes of memory (the remote's list of "
+            "refs, which git reads whole before it sends anything) and was stopped; nothing was pushed."
+        )
     if expired.is_set():
         raise GitRemoteError(
             f"The push of {branch} to {_host(url)} took longer than {options.timeout_s:g} s and was stopped; the "

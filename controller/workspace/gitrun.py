@@ -131,14 +131,15 @@ def last_words(stderr: bytes, secrets: Sequence[str] = ()) -> str:
     return redact(text, secrets)[-MESSAGE_CHARS:]
 
 
-def process_memory(pid: int, newer: bool = False) -> int:
+def process_memory(pid: int, newer: bool = False, uncounted: str = "") -> int:
     """The anonymous resident memory (``RssAnon``, bytes) of process ``pid`` and of every process descended from it
     or in its process group, read from ``/proc`` now; a process that ends meanwhile counts for nothing. Memory
     mapped from files (git's code, the shared libraries) is not counted: it is the same whatever the remote sends.
 
     ``newer`` looks only at processes numbered above ``pid`` (those started after it, unless the numbers wrapped
     around meanwhile): a few reads instead of one per process of the machine, for a caller that looks often and
-    looks at all of them now and then."""
+    looks at all of them now and then. A process with ``uncounted`` among its arguments counts for nothing (a
+    credential helper of ours, which holds nothing a remote sent)."""
     parents: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (not newer or int(name) > pid):
@@ -156,14 +157,23 @@ def process_memory(pid: int, newer: bool = False) -> int:
             if child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    return sum(_anonymous(member) for member in tree)
+    return sum(_anonymous(member) for member in tree if not uncounted or not _running(member, uncounted))
+
+
+def _running(pid: int, argument: str) -> bool:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return os.fsencode(argument) in cmdline.read().split(b"\0")
+    return False
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _anonymous(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"RssAnon:"):
-                return int(line.split()[1]) * 1024
+    """``RssAnon`` of ``pid``: its resident pages less those shared with a file (``/proc/<pid>/statm``)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm", "rb") as statm:
+        fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * PAGE
     return 0
 
 
@@ -262,16 +272,18 @@ class Started:
             timer.cancel()
 
     @contextlib.contextmanager
-    def memory_bound(self, limit: int, every: float, all_every: int = 10) -> Iterator[threading.Event]:
+    def memory_bound(
+        self, limit: int, every: float, all_every: int = 10, uncounted: str = ""
+    ) -> Iterator[threading.Event]:
         """Kill the command's group once it and its children hold more than ``limit`` bytes of memory
         (``process_memory``: the processes started after it every ``every`` seconds, all of them every
-        ``all_every`` looks); the event yielded says whether that happened."""
+        ``all_every`` looks, none running ``uncounted``); the event yielded says whether that happened."""
         passed, done = threading.Event(), threading.Event()
 
         def watch() -> None:
             looks = 0
             while self.proc.poll() is None:
-                if process_memory(self.proc.pid, newer=looks % all_every != 0) > limit:
+                if process_memory(self.proc.pid, looks % all_every != 0, uncounted) > limit:
                     passed.set()
                     kill_group(self.proc)
                     return

@@ -1,19 +1,21 @@
-"""What a fetch of a remote may take of the controller's host (``gitmirror``'s bounds), against the suite's real
-smart-HTTP git server (``bench.gitserver``) and a hostile HTTP server (``tests.hostile_server``): memory while
-git reads a ref listing, disk as blocks and entries rather than file sizes, and nothing kept of a fetch that was
-stopped. No module of ours is patched; git runs as the controller runs it."""
+"""What a fetch of a remote, or a push to it, may take of the controller's host (``gitmirror``'s bounds), against
+the suite's real smart-HTTP git server (``bench.gitserver``) and a hostile HTTP server (``tests.hostile_server``):
+memory while git reads a ref listing, disk as blocks and entries rather than file sizes, and nothing kept of a
+fetch that was stopped. No module of ours is patched; git runs as the controller runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from bench.gitserver import GitServer
+from bench.gitserver import GitServer, plain_git_env
 from controller.errors import GitError, GitTooLargeError
-from controller.workspace import gitmirror
+from controller.workspace import gitmirror, gitpush
 from controller.workspace.gitmirror import MirrorOptions
 from tests.hostile_server import FakeServer, head
 from tests.integration.conftest import GIT_PASSWORD, INFLECTION
@@ -32,30 +34,56 @@ ENDLESS_CAP = 256 << 20
 """What the endless server sends at most before it gives up (so a failing run cannot fill the machine's memory)."""
 
 
-def test_an_endless_ref_advertisement_is_stopped_near_max_bytes(tmp_path: Path) -> None:
-    """A hostile server answers ``info/refs`` with a body that never ends. git reads that whole answer into memory
-    before parsing it, so nothing is written under the mirror: the fetch must be stopped by the memory its
-    processes hold, once it has taken about ``max_bytes``, not at ``timeout_s``."""
-    sent = [0]
+def _endless(sent: list[int], service: str) -> Callable[[asyncio.StreamWriter], Awaitable[None]]:
+    """An ``info/refs`` answer for ``service`` that never ends (until ``ENDLESS_CAP``), counted in ``sent``."""
 
     async def endless(writer: asyncio.StreamWriter) -> None:
-        writer.write(head("200 OK", "application/x-git-upload-pack-advertisement"))
-        writer.write(b"001e# service=git-upload-pack\n0000")
+        writer.write(head("200 OK", f"application/x-{service}-advertisement"))
+        line = f"# service={service}\n".encode()
+        writer.write(b"%04x%s0000" % (len(line) + 4, line))
         chunk = b"0fff" + b"a" * 4091
         while sent[0] < ENDLESS_CAP:
             writer.write(chunk * 64)
             sent[0] += len(chunk) * 64
             await writer.drain()
 
+    return endless
+
+
+def test_an_endless_ref_advertisement_is_stopped_near_max_bytes(tmp_path: Path) -> None:
+    """A hostile server answers ``info/refs`` with a body that never ends. git reads that whole answer into memory
+    before parsing it, so nothing is written under the mirror: the fetch must be stopped by the memory its
+    processes hold, once it has taken about ``max_bytes``, not at ``timeout_s``."""
+    sent = [0]
     data = tmp_path / "data"
     options = MirrorOptions(max_bytes=1 << 20, timeout_s=60, stall_s=10)
     with (
-        FakeServer({"/repo.git/info/refs": endless}) as base,
+        FakeServer({"/repo.git/info/refs": _endless(sent, "git-upload-pack")}) as base,
         pytest.raises(GitTooLargeError, match=r"bytes of memory, more than the 1,048,576"),
     ):
         gitmirror.mirror(data, f"{base}/repo.git", None, options)
     assert sent[0] <= 16 * options.max_bytes, f"the fetch took {sent[0]:,} bytes with max_bytes {options.max_bytes:,}"
     assert not gitmirror.path_of(data, f"{base}/repo.git").exists()
+
+
+def test_a_push_to_an_endless_ref_advertisement_is_stopped_near_max_bytes(tmp_path: Path) -> None:
+    """A push reads the remote's ref listing (``git-receive-pack``'s) whole into memory too, before it sends
+    anything: it is stopped by the same bound, and nothing is pushed."""
+    sent = [0]
+    data = tmp_path / "data"
+    options = MirrorOptions(max_bytes=1 << 20, timeout_s=60, stall_s=10)
+    with FakeServer({"/repo.git/info/refs": _endless(sent, "git-receive-pack")}) as base:
+        url = f"{base}/repo.git"
+        mirror = gitmirror.path_of(data, url)
+        mirror.parent.mkdir(parents=True)
+        env = plain_git_env(tmp_path)
+        subprocess.run(["git", "init", "--quiet", "--bare", str(mirror)], check=True, env=env)
+        tree = subprocess.run(["git", "mktree"], cwd=mirror, input=b"", capture_output=True, check=True, env=env)
+        made = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree.stdout.decode().strip()]
+        commit = subprocess.run(made, cwd=mirror, input=b"m\n", capture_output=True, check=True, env=env)
+        with pytest.raises(GitTooLargeError, match="bytes of memory"):
+            gitpush.push(data, mirror, url, commit.stdout.decode().strip(), "cubicle/s1", options=options)
+    assert sent[0] <= 16 * options.max_bytes, f"the push took {sent[0]:,} bytes with max_bytes {options.max_bytes:,}"
 
 
 def _allocated(path: Path) -> int:
