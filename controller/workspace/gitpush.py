@@ -436,6 +436,14 @@ def push(
     expected = _expected(git, data_dir, mirror, url, ref, options, lease)
     gitmirror.reach(url, options)
     args = ["push", *PUSH_FLAGS, f"--force-with-lease={ref}:{expected}", "--", url, f"{commit}:{ref}"]
+    code, out, said = _run_push(git, mirror, args, branch, url, options)
+    return _answer(git, _Attempt(url, branch, ref, commit, expected), code, out, said)
+
+
+def _run_push(
+    git: Git, mirror: Path, args: list[str], branch: str, url: str, options: MirrorOptions
+) -> tuple[int, bytes, bytes]:
+    """Run the push within ``timeout_s`` and the fetch's memory bound; its exit code, stdout and stderr."""
     memory = options.max_bytes + gitmirror.MEMORY_ALLOWANCE
     with (
         git.started(args, mirror) as run,
@@ -447,15 +455,16 @@ def push(
         said = run.stderr()
     if swollen.is_set():
         raise GitTooLargeError(
-            f"The push of {branch} to {_host(url)} held more than {memory:,} bytes of memory (the remote's list of "
-            "refs, which git reads whole before it sends anything) and was stopped; nothing was pushed."
+            f"The push of {branch} to {_host(url)} held more than {memory:,} bytes of memory and was stopped. git "
+            "reads the remote's whole list of refs before it sends anything, so a list that large sent nothing; "
+            "stopped later, the remote may or may not have taken it (look at the branch there)."
         )
     if expired.is_set():
         raise GitRemoteError(
             f"The push of {branch} to {_host(url)} took longer than {options.timeout_s:g} s and was stopped; the "
             "remote may or may not have taken it (look at the branch there)."
         )
-    return _answer(git, _Attempt(url, branch, ref, commit, expected), code, out, said)
+    return code, out, said
 
 
 PUSH_FLAGS = ("--porcelain", "--no-verify", "--no-signed", "--no-recurse-submodules")
