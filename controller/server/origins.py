@@ -148,17 +148,7 @@ class Origins:
         built = await workspaces.in_thread(
             workspaces.commit, session_id, mirror, source.commit, author, message, asked.force
         )
-        pushed = await asyncio.to_thread(
-            gitpush.push,
-            settings.data_dir,
-            mirror,
-            remote.url,
-            built.commit,
-            asked.branch,
-            options=self._options(admitted),
-            lease=gitpush.Lease(asked.expected) if asked.force_with_lease else None,
-            prefix=settings.git_branch_prefix,
-        )
+        pushed = await asyncio.to_thread(self._sent, admitted, mirror, built.commit, asked)
         return PushResult(
             url=pushed.url,
             branch=pushed.branch,
@@ -167,6 +157,20 @@ class Origins:
             status=pushed.status,
             written=len(built.written) + len(built.removed),
             left=_left(built),
+        )
+
+    def _sent(self, admitted: Admitted, mirror: Path, commit: str, asked: PushRequest) -> gitpush.Pushed:
+        """``commit`` pushed to ``asked.branch`` at the admitted remote, with the lease asked for."""
+        settings = self.settings
+        return gitpush.push(
+            settings.data_dir,
+            mirror,
+            admitted.remote.url,
+            commit,
+            asked.branch,
+            options=self._options(admitted),
+            lease=gitpush.Lease(asked.expected) if asked.force_with_lease else None,
+            prefix=settings.git_branch_prefix,
         )
 
     @staticmethod
