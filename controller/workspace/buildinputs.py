@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
-    from docker.utils.build import PatternMatcher
+    from .dockerignore import DockerIgnore
 
 
 class BuildInputs(BaseModel):
@@ -46,13 +46,18 @@ class BuildInputs(BaseModel):
             if not path.startswith(self.context + "/"):
                 return False
             path = path[len(self.context) + 1 :]
-        return not _matcher(self.ignore).matches(path)
+        matcher = _matcher(self.ignore)
+        return matcher is None or not matcher.matches(path)
 
 
 @functools.lru_cache(maxsize=16)
-def _matcher(ignore: tuple[str, ...]) -> PatternMatcher:
-    """A .dockerignore's patterns, compiled once for every path of a listing (the SDK's own matcher, imported here:
-    importing ``docker.utils`` loads the whole SDK, which a listing without a build context never needs)."""
-    from docker.utils.build import PatternMatcher
+def _matcher(ignore: tuple[str, ...]) -> DockerIgnore | None:
+    """A .dockerignore's patterns, compiled once for every path of a listing (Docker's rules, matched in linear
+    time: the lines may be a remote's; imported here, as importing ``docker.utils`` loads the whole SDK, which a
+    listing without a build context never needs)."""
+    from .dockerignore import DockerIgnore
 
-    return PatternMatcher(list(ignore))
+    try:
+        return DockerIgnore(list(ignore))
+    except ValueError:  # a line RE2 cannot compile: the build refuses it; here nothing counts as left out
+        return None

@@ -6,21 +6,82 @@ the session started (recorded with the baseline), matched with ``pathspec``'s gi
 Precedence follows git: a deeper ``.gitignore`` overrides a shallower one, ``info/exclude``
 sits below the root ``.gitignore``, the last matching line in a file wins, and nothing
 inside an ignored directory can be re-included.
+
+A remote's ignore files are written by whoever controls the remote, so no line may make a match slow: the
+patterns run on RE2 (pathspec's ``re2`` backend), which matches in time linear in the path whatever the
+pattern, where Python's ``re`` backtracks (one line of ``*a`` sixteen times, then ``*b``, would take years
+on a 40-character name). Compiling costs time in a line's size, so a line over ``MAX_LINE_CHARS`` characters
+or ``MAX_WILDCARDS`` wildcards (written only to attack) is not compiled: it hides nothing, and one that
+re-includes (``!``) re-includes everything below its file's directory, so what the line would decide is
+listed, never lost. Lines are compiled ``CHUNK_LINES`` at a time (RE2 holds a bounded program); a line RE2
+still cannot hold alone is left out the same way.
 """
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
+
 EXCLUDE = ".git/info/exclude"  # key under which info/exclude is recorded; it applies at the root
+CHUNK_LINES = 256
+"""Lines compiled into one RE2 set: a few hundred fit its memory budget, a few thousand may not."""
+MAX_LINE_CHARS = 4096
+"""PATH_MAX: a longer line with few wildcards names no path a checkout can hold."""
+MAX_WILDCARDS = 16
+"""Wildcards (``*``, ``?``, ``[``) of a compiled line: a real one has a few; RE2 matches any number in linear time,
+but compiling thousands takes seconds, and the Docker SDK's translation of a line takes time in its square."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def matchable(text: str) -> str:
+    """``text`` as RE2 can take it: a byte that was not UTF-8 (surrogate-escaped) becomes U+FFFD, still one
+    character, so ``?`` and ``*`` count it as before."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def bounded(line: str) -> bool:
+    """Whether a line is small enough to compile: at most ``MAX_LINE_CHARS`` characters, ``MAX_WILDCARDS`` wildcards."""
+    return len(line) <= MAX_LINE_CHARS and sum(line.count(c) for c in "*?[") <= MAX_WILDCARDS
+
+
+def compile_lines(lines: list[str]) -> list[GitIgnoreSpec]:
+    """``lines`` as pathspec gitignore specs matched by RE2, in order. A line over the bounds, or one RE2 cannot
+    hold, decides nothing: left out, or ``!*`` in place of a line that re-includes, so it never hides a path."""
+    import re2
+    from pathspec import GitIgnoreSpec  # here: only a walk reads the rules, and the module is slow to import
+
+    specs: list[GitIgnoreSpec] = []
+    for start in range(0, len(lines), CHUNK_LINES):
+        chunk = [_compilable(line) for line in lines[start : start + CHUNK_LINES]]
+        try:
+            specs.append(GitIgnoreSpec.from_lines(chunk, backend="re2"))
+        except re2.error:  # a set over RE2's memory budget: one line at a time, leaving out a line that is alone
+            for line in chunk:
+                try:
+                    specs.append(GitIgnoreSpec.from_lines([line], backend="re2"))
+                except re2.error:
+                    specs.append(GitIgnoreSpec.from_lines([_unbounded(line)], backend="re2"))
+    return specs
+
+
+def _compilable(line: str) -> str:
+    return matchable(line) if bounded(line) else _unbounded(line)
+
+
+def _unbounded(line: str) -> str:
+    """What stands for a line that is not compiled: nothing (an empty line), or ``!*`` for a re-inclusion."""
+    return "!*" if line.startswith("!") else ""
 
 
 class IgnoreRules:
     """Matches paths against ignore files keyed by the directory they sit in ('' is the root)."""
 
     def __init__(self, files: dict[str, str]) -> None:
-        from pathspec import GitIgnoreSpec  # here: only a walk reads the rules, and the module is slow to import
-
         ordered = sorted(files.items(), key=lambda item: _rank(item[0]))
-        self._specs = [(_base(key), GitIgnoreSpec.from_lines(text.splitlines())) for key, text in ordered]
+        self._specs = [(_base(key), spec) for key, text in ordered for spec in compile_lines(text.splitlines())]
         self._directories: dict[str, bool] = {"": False}
         """Verdicts of directories already asked about: a listing's paths share them, however deep."""
 
@@ -40,7 +101,7 @@ class IgnoreRules:
             if base and not path.startswith(base + "/"):
                 continue
             rel = path[len(base) + 1 :] if base else path
-            include = spec.check_file(rel + "/" if is_dir else rel).include
+            include = spec.check_file(matchable(rel + "/" if is_dir else rel)).include
             if include is not None:
                 verdict = include
         return bool(verdict)
@@ -75,13 +136,11 @@ def tool_rules_text(data: bytes) -> str | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    from pathspec import GitIgnoreSpec
-
     lines = text.splitlines()
     if any(sum(line.count(c) for c in "*?[") > MAX_TOOL_WILDCARDS for line in lines):
         return None
     try:
-        GitIgnoreSpec.from_lines(lines)
+        compile_lines(lines)
     except ValueError:  # pathspec's GitWildMatchPatternError: a line it cannot read
         return None
     return text
