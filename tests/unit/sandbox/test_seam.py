@@ -26,7 +26,7 @@ _SETUPS = (
     "a setup runs in a container of its own on the Docker engine's client (Backend.builder): not yet behind the seam"
 )
 _BUILDS = "environment images are built, pulled and swept with the Docker engine's client (Backend.builder)"
-_PATTERNS = "the .dockerignore rules, matched with the Docker SDK's own matcher, a pure function of names (no engine)"
+_PATTERNS = "the .dockerignore rules as the Docker SDK parses and translates them (a pure function of names, no engine)"
 STILL: dict[str, dict[str, str]] = {
     "environment.setups": {
         "docker": _SETUPS,
@@ -41,10 +41,9 @@ STILL: dict[str, dict[str, str]] = {
     },
     "environment.build": {"docker": _BUILDS, "sandbox.images": "an environment's image is built on the sandbox's"},
     "environment.pull": {"docker": _BUILDS},
-    "environment.buildcontext": {"docker": _PATTERNS},
     "environment.dockerfile": {"sandbox.isolation": "the image's Dockerfile names the runtimes' helper files"},
     "environment.refusals": {"sandbox.egress": "what a setup's or a build's proxy refused is read from the proxy"},
-    "workspace.buildinputs": {"docker": _PATTERNS},
+    "workspace.dockerignore": {"docker": _PATTERNS},
 }
 
 
