@@ -19,7 +19,14 @@ from controller.sandbox import isolation as runtimes
 from controller.sandbox import owners
 from controller.sandbox.attach import AttachStream
 from controller.sandbox.channel import ToolboxChannel
-from controller.sandbox.docker import DockerSandbox, container_options, raw_socket, remove_volume, volume_name
+from controller.sandbox.docker import (
+    DockerSandbox,
+    container_options,
+    raw_socket,
+    remove_volume,
+    volume_kwargs,
+    volume_name,
+)
 from controller.wire import protocol
 from controller.wire.protocol import CommandResult, PingResult
 from tests.integration.helpers import call, expect, failure, sh
@@ -54,7 +61,7 @@ async def test_python_variables_in_the_container_reach_commands_not_the_toolbox(
     session_id = "test-" + secrets.token_hex(4)
     labels = owners.labels(TEST_INSTANCE, session_id)
     layer = workspace.create(tmp_path / "data", session_id, repo)
-    docker_client.volumes.create(**workspace.volume_kwargs(layer, volume_name(session_id), labels))
+    docker_client.volumes.create(**volume_kwargs(layer, volume_name(session_id), labels))
     options = container_options(DEFAULT_IMAGE, layer, SECURE_LIMITS, labels)
     options["environment"] |= {"PYTHONPATH": "/workspace", "PYTHONSTARTUP": "/workspace/json.py", "PYTHONINSPECT": "1"}
     container = await asyncio.to_thread(docker_client.containers.create, **options)
