@@ -5,7 +5,8 @@ Modules, each one concern::
     layer        per-session directories, the overlay's mount options, discard
     baseline     the checkout at session start (cheap identity per entry, ignore files)
     contents     what each file of the checkout held at the start, by content (a conflict is a real change)
-    ignore       the repository's ignore rules, matched in-process (pathspec)
+    ignore       the repository's ignore rules, matched in-process (pathspec on RE2: linear time, whatever a line)
+    dockerignore a build context's .dockerignore by Docker's own rules, matched on RE2
     changes      the upper layer read against the checkout: added / modified / deleted
     gitlike      refusing agent entries that would make a directory look like a git repository
     gitpointers  the work-tree paths the checkout's own git configuration points at

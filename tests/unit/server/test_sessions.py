@@ -319,7 +319,10 @@ async def test_a_served_turn_is_cancelled_like_a_model_turn(controller: Controll
 
     record = await sessions.create(NewSession(owned_dir(tmp_path / "repo"), "served", None, Limits()), serve=calls)
     await waiting.wait()
-    cancelled = await sessions.cancel(record.id)
+    await sessions.cancel(record.id)  # it waits a while for the end's record; a loaded machine may take longer
+    cancelled = await eventually_async(
+        lambda: sessions.get(record.id), until=lambda r: r.status != "running", what="the served turn's end"
+    )
     assert (cancelled.status, cancelled.finish_reason) == ("cancelled", "cancelled")
     assert cancelled.detail == "the session was cancelled after 0 tool calls"
 
